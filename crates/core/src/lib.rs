@@ -1,0 +1,30 @@
+//! flashcore-core: what every attention generation shares.
+//!
+//! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation.
+//! - [`plan`]: the [`Attention`] trait a generation implements, and its launch plan types.
+//! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
+//! - [`compile`]: embedded kernel sources, NVRTC compilation, the on-disk PTX cache.
+//! - [`launch`]: parameter block, tensor maps, launches; [`host`]: ndarray in, ndarray out.
+//! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
+
+pub mod compile;
+pub mod device;
+pub mod error;
+pub mod host;
+pub mod launch;
+pub mod plan;
+pub mod problem;
+pub mod tensors;
+pub mod toolkit;
+
+pub use device::{Device, DeviceInfo};
+pub use error::{Error, InvalidProblem, Unsupported};
+pub use host::{forward_host, HostOutput};
+pub use plan::{
+    Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
+};
+pub use problem::{AttentionProblem, DType, Layout, ProblemStrides, TensorStrides};
+pub use tensors::{AttentionTensors, TensorMut, TensorRef};
+
+/// Re-exported so generation crates and tools use the same cudarc as the core.
+pub use cudarc;

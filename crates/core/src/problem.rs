@@ -1,0 +1,373 @@
+//! What an attention call computes: shapes, dtype, masking, scale and memory layout.
+
+use crate::error::InvalidProblem;
+
+/// Element type of Q, K, V and O. The log-sum-exp is always f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F16,
+    Bf16,
+}
+
+impl DType {
+    pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+        }
+    }
+
+    pub fn size_bytes(self) -> usize {
+        2
+    }
+
+    /// Rounds an f32 to this dtype and back: the value a kernel actually sees.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            DType::F16 => half::f16::from_f32(x).to_f32(),
+            DType::Bf16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+
+    pub fn to_bits(self, x: f32) -> u16 {
+        match self {
+            DType::F16 => half::f16::from_f32(x).to_bits(),
+            DType::Bf16 => half::bf16::from_f32(x).to_bits(),
+        }
+    }
+
+    pub fn from_bits(self, bits: u16) -> f32 {
+        match self {
+            DType::F16 => half::f16::from_bits(bits).to_f32(),
+            DType::Bf16 => half::bf16::from_bits(bits).to_f32(),
+        }
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" | "fp16" | "float16" | "half" => Ok(DType::F16),
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            other => Err(format!("unknown dtype '{other}' (expected f16 or bf16)")),
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Memory order of the four logical axes (batch, seq, heads, head_dim). head_dim is innermost
+/// in both, so a row of one head is contiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// [batch, seq, heads, head_dim]: what most model code produces.
+    Bshd,
+    /// [batch, heads, seq, head_dim]
+    Bhsd,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 2] = [Layout::Bshd, Layout::Bhsd];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Bshd => "bshd",
+            Layout::Bhsd => "bhsd",
+        }
+    }
+
+    /// Dense strides, in elements, for a tensor of `heads` x `seq` rows of `head_dim`.
+    pub fn strides(self, heads: usize, seq: usize, head_dim: usize) -> TensorStrides {
+        match self {
+            Layout::Bshd => TensorStrides {
+                batch: seq * heads * head_dim,
+                head: head_dim,
+                row: heads * head_dim,
+            },
+            Layout::Bhsd => TensorStrides {
+                batch: heads * seq * head_dim,
+                head: seq * head_dim,
+                row: head_dim,
+            },
+        }
+    }
+
+    /// The shape in this layout's axis order, as `[d0, d1, d2, d3]`.
+    pub fn shape(self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> [usize; 4] {
+        match self {
+            Layout::Bshd => [batch, seq, heads, head_dim],
+            Layout::Bhsd => [batch, heads, seq, head_dim],
+        }
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "bshd" => Ok(Layout::Bshd),
+            "bhsd" => Ok(Layout::Bhsd),
+            other => Err(format!("unknown layout '{other}' (expected bshd or bhsd)")),
+        }
+    }
+}
+
+/// Strides of one tensor in elements; the head_dim stride is always 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorStrides {
+    pub batch: usize,
+    pub head: usize,
+    pub row: usize,
+}
+
+impl TensorStrides {
+    /// Elements a buffer needs to hold every addressed element.
+    pub fn required_len(&self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> usize {
+        if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {
+            return 0;
+        }
+        (batch - 1) * self.batch + (heads - 1) * self.head + (seq - 1) * self.row + head_dim
+    }
+}
+
+/// One forward attention call: O = softmax(scale · Q·Kᵀ + mask) · V per (batch, head).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionProblem {
+    pub batch: usize,
+    pub heads_q: usize,
+    /// heads_q % heads_kv == 0; query head h reads kv head h / (heads_q / heads_kv) (GQA/MQA).
+    pub heads_kv: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub head_dim: usize,
+    pub dtype: DType,
+    /// Bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q.
+    pub causal: bool,
+    /// None means 1/sqrt(head_dim).
+    pub softmax_scale: Option<f32>,
+    pub layout: Layout,
+    /// Overrides the dense strides of `layout` (e.g. views into a packed QKV buffer).
+    pub custom_strides: Option<ProblemStrides>,
+}
+
+/// Strides of all four tensors (O has heads_q heads, K and V have heads_kv).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProblemStrides {
+    pub q: TensorStrides,
+    pub k: TensorStrides,
+    pub v: TensorStrides,
+    pub o: TensorStrides,
+}
+
+/// Largest element offset the kernels address: they index in i64, but the host keeps every
+/// offset below this so that a stride table can never wrap.
+pub const MAX_ELEMENTS: usize = 1 << 62;
+
+impl AttentionProblem {
+    /// A dense problem with the defaults: f16, not causal, default scale, BSHD.
+    pub fn new(batch: usize, heads: usize, seq: usize, head_dim: usize) -> Self {
+        AttentionProblem {
+            batch,
+            heads_q: heads,
+            heads_kv: heads,
+            seq_q: seq,
+            seq_k: seq,
+            head_dim,
+            dtype: DType::F16,
+            causal: false,
+            softmax_scale: None,
+            layout: Layout::Bshd,
+            custom_strides: None,
+        }
+    }
+
+    pub fn with_dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+    pub fn with_causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+    pub fn with_kv(mut self, heads_kv: usize, seq_k: usize) -> Self {
+        self.heads_kv = heads_kv;
+        self.seq_k = seq_k;
+        self
+    }
+    pub fn with_scale(mut self, scale: f32) -> Self {
+        self.softmax_scale = Some(scale);
+        self
+    }
+
+    pub fn scale(&self) -> f32 {
+        self.softmax_scale
+            .unwrap_or_else(|| 1.0 / (self.head_dim.max(1) as f32).sqrt())
+    }
+
+    pub fn strides(&self) -> ProblemStrides {
+        if let Some(s) = self.custom_strides {
+            return s;
+        }
+        let (hq, hkv, d) = (self.heads_q, self.heads_kv, self.head_dim);
+        ProblemStrides {
+            q: self.layout.strides(hq, self.seq_q, d),
+            k: self.layout.strides(hkv, self.seq_k, d),
+            v: self.layout.strides(hkv, self.seq_k, d),
+            o: self.layout.strides(hq, self.seq_q, d),
+        }
+    }
+
+    pub fn q_len(&self) -> usize {
+        self.strides()
+            .q
+            .required_len(self.batch, self.heads_q, self.seq_q, self.head_dim)
+    }
+    pub fn k_len(&self) -> usize {
+        self.strides()
+            .k
+            .required_len(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+    }
+    pub fn v_len(&self) -> usize {
+        self.strides()
+            .v
+            .required_len(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+    }
+    pub fn o_len(&self) -> usize {
+        self.strides()
+            .o
+            .required_len(self.batch, self.heads_q, self.seq_q, self.head_dim)
+    }
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads_q * self.seq_q
+    }
+
+    pub fn q_heads_per_kv(&self) -> usize {
+        self.heads_q / self.heads_kv.max(1)
+    }
+
+    /// Nothing to compute or write: batch, heads or seq_q is zero.
+    pub fn is_empty_output(&self) -> bool {
+        self.batch == 0 || self.heads_q == 0 || self.seq_q == 0
+    }
+
+    /// Multiply-adds counted the usual way: 4·B·H·Sq·Sk·D, halved for causal square problems.
+    pub fn flops(&self) -> f64 {
+        let full = 4.0
+            * self.batch as f64
+            * self.heads_q as f64
+            * self.seq_q as f64
+            * self.seq_k as f64
+            * self.head_dim as f64;
+        if self.causal {
+            full / 2.0
+        } else {
+            full
+        }
+    }
+
+    /// Checks that do not depend on any kernel: every generation runs them before a launch.
+    pub fn validate(&self) -> Result<(), InvalidProblem> {
+        if self.head_dim == 0 {
+            return Err(InvalidProblem::ZeroHeadDim);
+        }
+        if self.heads_q == 0 || self.heads_kv == 0 {
+            return Err(InvalidProblem::ZeroHeads {
+                heads_q: self.heads_q,
+                heads_kv: self.heads_kv,
+            });
+        }
+        if self.heads_q % self.heads_kv != 0 {
+            return Err(InvalidProblem::HeadsNotDivisible {
+                heads_q: self.heads_q,
+                heads_kv: self.heads_kv,
+            });
+        }
+        if let Some(s) = self.softmax_scale {
+            if !s.is_finite() {
+                return Err(InvalidProblem::NonFiniteScale(s));
+            }
+        }
+        // Every count the kernels take as i32 must fit, and every offset in i64.
+        for (what, v) in [
+            ("batch", self.batch),
+            ("heads_q", self.heads_q),
+            ("heads_kv", self.heads_kv),
+            ("seq_q", self.seq_q),
+            ("seq_k", self.seq_k),
+            ("head_dim", self.head_dim),
+        ] {
+            if v > i32::MAX as usize {
+                return Err(InvalidProblem::TooLarge {
+                    what,
+                    value: v as u128,
+                    limit: i32::MAX as u128,
+                });
+            }
+        }
+        let rows = (self.batch as u128) * (self.heads_q as u128) * (self.seq_q as u128);
+        if rows > i32::MAX as u128 * 64 {
+            return Err(InvalidProblem::TooLarge {
+                what: "batch*heads_q*seq_q",
+                value: rows,
+                limit: i32::MAX as u128 * 64,
+            });
+        }
+        let s = self.strides();
+        for (name, st, heads, seq) in [
+            ("q", s.q, self.heads_q, self.seq_q),
+            ("k", s.k, self.heads_kv, self.seq_k),
+            ("v", s.v, self.heads_kv, self.seq_k),
+            ("o", s.o, self.heads_q, self.seq_q),
+        ] {
+            let extent = (self.batch as u128) * st.batch as u128
+                + (heads as u128) * st.head as u128
+                + (seq as u128) * st.row as u128
+                + self.head_dim as u128;
+            if extent > MAX_ELEMENTS as u128 {
+                return Err(InvalidProblem::TooLarge {
+                    what: name,
+                    value: extent,
+                    limit: MAX_ELEMENTS as u128,
+                });
+            }
+            if self.head_dim > 1 && (st.row < self.head_dim && seq > 1) {
+                return Err(InvalidProblem::OverlappingRows {
+                    tensor: name,
+                    row_stride: st.row,
+                    head_dim: self.head_dim,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for AttentionProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "B={} Hq={} Hkv={} Sq={} Sk={} D={} {} {}{} scale={}",
+            self.batch,
+            self.heads_q,
+            self.heads_kv,
+            self.seq_q,
+            self.seq_k,
+            self.head_dim,
+            self.dtype,
+            self.layout.name(),
+            if self.causal { " causal" } else { "" },
+            self.scale()
+        )
+    }
+}

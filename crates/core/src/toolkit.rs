@@ -1,0 +1,160 @@
+//! Finding the pieces of CUDA that flashcore loads at run time: the driver (libcuda, from the GPU
+//! driver), NVRTC and the CUDA headers (a toolkit, or the pinned pip wheels that
+//! `cargo xtask check-kernels` installs by itself).
+//!
+//! cudarc opens NVRTC by its bare name. dlopen resolves a bare name against libraries already
+//! loaded (by soname) before it searches the system paths, so opening the real file by its full
+//! path first makes cudarc's later lookup find it, wherever it lives.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::error::Error;
+
+/// The CUDA major version flashcore's pinned NVRTC and headers come from.
+pub const CUDA_MAJOR: u32 = 13;
+
+/// Where `cargo xtask check-kernels` installs the pinned wheels when no toolkit is found.
+pub fn wheel_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("FLASHCORE_CUDA_WHEELS") {
+        return PathBuf::from(d);
+    }
+    cache_root().join("cuda-wheels")
+}
+
+/// `$FLASHCORE_CACHE_DIR`, else `$XDG_CACHE_HOME/flashcore`, else `~/.cache/flashcore`.
+pub fn cache_root() -> PathBuf {
+    if let Ok(d) = std::env::var("FLASHCORE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("flashcore");
+    }
+    if let Ok(h) = std::env::var("HOME") {
+        return PathBuf::from(h).join(".cache/flashcore");
+    }
+    std::env::temp_dir().join("flashcore-cache")
+}
+
+/// Toolkit roots to look in, most specific first.
+fn roots() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
+        if let Ok(p) = std::env::var(var) {
+            v.push(PathBuf::from(p));
+        }
+    }
+    v.push(PathBuf::from("/usr/local/cuda"));
+    v.push(PathBuf::from(format!("/usr/local/cuda-{CUDA_MAJOR}")));
+    // pip wheel layout: site-packages/nvidia/cu13/{lib,include,bin}
+    v.push(wheel_dir().join(format!("nvidia/cu{CUDA_MAJOR}")));
+    v
+}
+
+/// The include directory holding cuda_fp16.h, if any.
+pub fn include_dir() -> Option<PathBuf> {
+    roots()
+        .into_iter()
+        .map(|r| r.join("include"))
+        .find(|p| p.join("cuda_fp16.h").is_file())
+}
+
+/// The ptxas binary, for resource reports.
+pub fn ptxas() -> Option<PathBuf> {
+    roots()
+        .into_iter()
+        .map(|r| r.join("bin/ptxas"))
+        .find(|p| p.is_file())
+}
+
+fn lib_dirs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for r in roots() {
+        v.push(r.join("lib64"));
+        v.push(r.join("lib"));
+        v.push(r.join("targets/x86_64-linux/lib"));
+    }
+    v
+}
+
+fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// Loads NVRTC (and its builtins library, which NVRTC itself opens by bare name) once.
+/// Returns where it came from.
+pub fn ensure_nvrtc() -> Result<String, Error> {
+    static LOADED: OnceLock<Result<String, String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            // Already reachable by name (LD_LIBRARY_PATH, ldconfig): let cudarc find it.
+            for dir in lib_dirs() {
+                if let Some(nvrtc) = find_lib(&dir, "libnvrtc.so") {
+                    if let Some(builtins) = find_lib(&dir, "libnvrtc-builtins.so") {
+                        // SAFETY: loading a shared library runs its initialisers; these are
+                        // NVIDIA's own libraries, loaded once and never unloaded.
+                        unsafe {
+                            let b = libloading::os::unix::Library::open(
+                                Some(&builtins),
+                                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+                            );
+                            if let Ok(b) = b {
+                                std::mem::forget(b);
+                            }
+                        }
+                    }
+                    let lib = unsafe {
+                        libloading::os::unix::Library::open(
+                            Some(&nvrtc),
+                            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+                        )
+                    };
+                    if let Ok(lib) = lib {
+                        std::mem::forget(lib);
+                        return Ok(nvrtc.display().to_string());
+                    }
+                }
+            }
+            // SAFETY: probing for a library by name.
+            if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+                return Ok("libnvrtc (system library path)".to_string());
+            }
+            Err(format!(
+                "libnvrtc.so was not found in $CUDA_HOME, /usr/local/cuda or {}; install a CUDA {CUDA_MAJOR}.x \
+                 toolkit, set CUDA_HOME, or run `cargo xtask check-kernels` once to install the pinned \
+                 nvidia-cuda-nvrtc wheel",
+                wheel_dir().display()
+            ))
+        })
+        .clone()
+        .map_err(Error::NoNvrtc)
+}
+
+/// Whether the CUDA driver library can be opened (false on machines without a GPU driver).
+pub fn driver_present() -> bool {
+    // SAFETY: probing for a library by name.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> Result<(i32, i32), Error> {
+    ensure_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::NoNvrtc(format!("nvrtcVersion failed: {rc:?}")));
+    }
+    Ok((major, minor))
+}
