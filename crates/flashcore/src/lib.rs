@@ -1,0 +1,37 @@
+//! flashcore: FlashAttention-style forward attention for NVIDIA GPUs, as a ladder of kernel
+//! generations behind one [`Attention`] trait. Each generation is a feature (all on by default);
+//! [`kernels`] lists those compiled in and [`best_for`] picks the fastest that takes a problem.
+//!
+//! ```no_run
+//! use flashcore::{AttentionProblem, Device};
+//! let device = Device::open(0)?;
+//! let problem = AttentionProblem::new(1, 8, 512, 64).with_causal(true);
+//! let kernel = flashcore::best_for(&problem, device.info()).expect("some generation takes it");
+//! let q = ndarray::Array4::<f32>::zeros((1, 512, 8, 64)); // BSHD
+//! let out = flashcore::forward_host(kernel.as_ref(), &device, &problem, q.view(), q.view(), q.view())?;
+//! # Ok::<(), flashcore::Error>(())
+//! ```
+
+pub use flashcore_core::*;
+
+/// Every generation compiled in, fastest first. The order comes from `cargo xtask bench-all` on
+/// an H100 (docs/results/); it is what [`best_for`] walks.
+pub fn kernels() -> Vec<Box<dyn Attention>> {
+    #[allow(unused_mut)]
+    let mut v: Vec<Box<dyn Attention>> = Vec::new();
+    #[cfg(feature = "scalar")]
+    v.push(Box::new(flashcore_scalar::Scalar));
+    v
+}
+
+/// The generation called `name`, if compiled in.
+pub fn kernel(name: &str) -> Option<Box<dyn Attention>> {
+    kernels().into_iter().find(|k| k.name() == name)
+}
+
+/// The fastest compiled-in generation that takes `problem` on `device`.
+pub fn best_for(problem: &AttentionProblem, device: &DeviceInfo) -> Option<Box<dyn Attention>> {
+    kernels()
+        .into_iter()
+        .find(|k| k.supports(problem, device).is_ok())
+}

@@ -1,0 +1,301 @@
+//! `cargo xtask check-kernels`: every kernel each generation would launch, compiled by NVRTC for
+//! sm_80, sm_86, sm_89 and sm_90a, with ptxas's resource report. Fails on a compile error, on any
+//! spill, or on shared memory over the architecture's limit.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use flashcore::compile::{compile, CompileRequest};
+use flashcore::{toolkit, AttentionProblem, DeviceInfo, HeadDims};
+
+/// (compute capability, ptxas arch, opt-in shared memory per block in bytes)
+pub const ARCHES: &[((u32, u32), &str, u32)] = &[
+    ((8, 0), "sm_80", 163 * 1024),
+    ((8, 6), "sm_86", 99 * 1024),
+    ((8, 9), "sm_89", 99 * 1024),
+    ((9, 0), "sm_90a", 227 * 1024),
+];
+
+pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
+    DeviceInfo {
+        ordinal: 0,
+        name: format!("sm_{}{} (synthetic)", cc.0, cc.1),
+        compute_capability: cc,
+        sm_count: 132,
+        max_shared_memory_per_block: 48 * 1024,
+        max_shared_memory_per_block_optin: smem_optin,
+        l2_bytes: 50 << 20,
+        total_memory: 80 << 30,
+    }
+}
+
+/// Head dims worth compiling for: every listed one, or a few of a range (those kernels take the
+/// head dim at run time, so one suffices; the others catch plans that vary with it).
+pub fn representative_head_dims(h: &HeadDims) -> Vec<usize> {
+    match h {
+        HeadDims::List(l) => l.to_vec(),
+        HeadDims::Range { .. } => [8usize, 64, 128, 256]
+            .into_iter()
+            .filter(|d| h.contains(*d))
+            .collect(),
+    }
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Resources {
+    pub registers: u32,
+    pub static_smem: u32,
+    pub stack: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+/// Parses `ptxas -v` output for one entry point.
+pub fn parse_ptxas(report: &str, entry: &str) -> Option<Resources> {
+    let mut r = Resources::default();
+    let mut in_entry = false;
+    let mut found = false;
+    for line in report.lines() {
+        if line.contains("Compiling entry function") || line.contains("Function properties for") {
+            in_entry = line.contains(&format!("'{entry}'"))
+                || line.trim_end().ends_with(&format!(" {entry}"));
+            continue;
+        }
+        if !in_entry {
+            continue;
+        }
+        let num_before = |s: &str, key: &str| -> Option<u32> {
+            let i = s.find(key)?;
+            s[..i].split_whitespace().last()?.parse().ok()
+        };
+        if line.contains("stack frame") {
+            r.stack = num_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_stores = num_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_loads = num_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if line.contains("Used") && line.contains("registers") {
+            r.registers = num_before(line, "registers").unwrap_or(0);
+            r.static_smem = num_before(line, "bytes smem").unwrap_or(0);
+            found = true;
+        }
+    }
+    found.then_some(r)
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub kernel: String,
+    pub source: String,
+    pub entry: String,
+    pub arch: String,
+    pub dtype: String,
+    pub defines: String,
+    pub dynamic_smem: u32,
+    pub resources: Option<Resources>,
+    pub problem: String,
+}
+
+pub fn run(json_out: Option<&std::path::Path>) -> Result<Vec<Row>> {
+    crate::cuda_wheels::ensure()?;
+    toolkit::ensure_nvrtc().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ptxas = toolkit::ptxas();
+    if ptxas.is_none() {
+        eprintln!("ptxas not found: compiling only, no resource report");
+    }
+    let mut rows = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut failures = Vec::new();
+    for kernel in flashcore::kernels() {
+        let caps = kernel.capabilities();
+        for &(cc, arch, smem_limit) in ARCHES {
+            let dev = synthetic_device(cc, smem_limit);
+            for &dtype in caps.dtypes {
+                for d in representative_head_dims(&caps.head_dims) {
+                    let problem = AttentionProblem::new(2, 8, 1024, d).with_dtype(dtype);
+                    let Ok(plan) = kernel.plan(&problem, &dev) else {
+                        continue;
+                    };
+                    if caps.check(kernel.name(), &problem, &dev).is_err() {
+                        continue;
+                    }
+                    for launch in plan.launches {
+                        let key = format!(
+                            "{}|{}|{:?}|{arch}|{dtype}",
+                            launch.source, launch.entry, launch.defines
+                        );
+                        if !seen.insert(key) {
+                            continue;
+                        }
+                        let virtual_arch = arch.replace("sm_", "compute_");
+                        let req = CompileRequest {
+                            source: launch.source,
+                            dtype,
+                            defines: &launch.defines,
+                            arch: &virtual_arch,
+                        };
+                        let defines: Vec<String> = launch
+                            .defines
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect();
+                        let mut row = Row {
+                            kernel: kernel.name().into(),
+                            source: launch.source.into(),
+                            entry: launch.entry.into(),
+                            arch: arch.into(),
+                            dtype: dtype.name().into(),
+                            defines: defines.join(" "),
+                            dynamic_smem: launch.dynamic_smem_bytes,
+                            resources: None,
+                            problem: problem.to_string(),
+                        };
+                        let compiled = match compile(&req) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                failures.push(format!(
+                                    "{} {} {arch} {dtype}: {e}",
+                                    kernel.name(),
+                                    launch.source
+                                ));
+                                rows.push(row);
+                                continue;
+                            }
+                        };
+                        if let Some(ptxas) = &ptxas {
+                            let dir = std::env::temp_dir()
+                                .join(format!("flashcore-ptxas-{}", std::process::id()));
+                            std::fs::create_dir_all(&dir)?;
+                            let ptx_path = dir.join(format!("{}.ptx", compiled.cache_key));
+                            std::fs::write(&ptx_path, &compiled.ptx)?;
+                            let out = Command::new(ptxas)
+                                .arg(format!("-arch={arch}"))
+                                .arg("-v")
+                                .arg(&ptx_path)
+                                .arg("-o")
+                                .arg(dir.join("out.cubin"))
+                                .output()
+                                .context("running ptxas")?;
+                            let report = format!(
+                                "{}{}",
+                                String::from_utf8_lossy(&out.stdout),
+                                String::from_utf8_lossy(&out.stderr)
+                            );
+                            let _ = std::fs::remove_file(&ptx_path);
+                            if !out.status.success() {
+                                failures.push(format!(
+                                    "ptxas failed for {} {arch} {dtype}:\n{report}",
+                                    launch.source
+                                ));
+                            } else if let Some(r) = parse_ptxas(&report, launch.entry) {
+                                if r.spill_stores + r.spill_loads > 0 {
+                                    failures.push(format!(
+                                        "{} {} {arch} {dtype} {}: spills ({} B stores, {} B loads)",
+                                        kernel.name(),
+                                        launch.entry,
+                                        row.defines,
+                                        r.spill_stores,
+                                        r.spill_loads
+                                    ));
+                                }
+                                if r.static_smem + launch.dynamic_smem_bytes > smem_limit {
+                                    failures.push(format!(
+                                        "{} {} {arch}: {} B static + {} B dynamic shared memory exceeds {smem_limit} B",
+                                        kernel.name(),
+                                        launch.entry,
+                                        r.static_smem,
+                                        launch.dynamic_smem_bytes
+                                    ));
+                                }
+                                if report.contains("C7508") || report.contains("setmaxnreg ignored")
+                                {
+                                    failures.push(format!(
+                                        "{} {arch}: ptxas ignored setmaxnreg:\n{report}",
+                                        launch.entry
+                                    ));
+                                }
+                                row.resources = Some(r);
+                            } else {
+                                failures.push(format!(
+                                    "no ptxas report for {} in:\n{report}",
+                                    launch.entry
+                                ));
+                            }
+                        }
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+    }
+    print_table(&rows);
+    if let Some(path) = json_out {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+    }
+    if !failures.is_empty() {
+        for f in &failures {
+            eprintln!("FAIL {f}");
+        }
+        bail!("{} kernel check(s) failed", failures.len());
+    }
+    println!(
+        "check-kernels: {} kernel builds compiled, no spills, shared memory within limits",
+        rows.len()
+    );
+    Ok(rows)
+}
+
+fn print_table(rows: &[Row]) {
+    println!("| kernel | entry | arch | dtype | defines | regs | static smem | dyn smem | stack | spills |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let (regs, smem, stack, spills) = match &r.resources {
+            Some(x) => (
+                x.registers.to_string(),
+                x.static_smem.to_string(),
+                x.stack.to_string(),
+                (x.spill_stores + x.spill_loads).to_string(),
+            ),
+            None => ("?".into(), "?".into(), "?".into(), "?".into()),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {regs} | {smem} | {} | {stack} | {spills} |",
+            r.kernel, r.entry, r.arch, r.dtype, r.defines, r.dynamic_smem
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_ptxas_report() {
+        let report = "ptxas info    : Compiling entry function 'attention_scalar' for 'sm_80'\n\
+ptxas info    : Function properties for attention_scalar\n    \
+16 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n\
+ptxas info    : Used 56 registers, used 1 barriers, 3072 bytes smem, 544 bytes cmem[0]\n";
+        let r = parse_ptxas(report, "attention_scalar").unwrap();
+        assert_eq!(
+            (
+                r.registers,
+                r.static_smem,
+                r.stack,
+                r.spill_stores,
+                r.spill_loads
+            ),
+            (56, 3072, 16, 4, 8)
+        );
+        assert!(parse_ptxas(report, "other").is_none());
+    }
+
+    #[test]
+    fn unused_head_dims_are_not_compiled() {
+        let h = HeadDims::Range {
+            min: 8,
+            max: 128,
+            multiple_of: 8,
+        };
+        assert_eq!(representative_head_dims(&h), vec![8, 64, 128]);
+    }
+}

@@ -1,0 +1,111 @@
+//! flashcore's developer commands (the cargo-xtask convention: `cargo xtask <command>`).
+//! The built binary also runs on its own, e.g. on a GPU machine without cargo:
+//! `target/release/xtask verify --cases 1000`.
+
+mod case;
+mod check_kernels;
+mod cuda_wheels;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use flashcore::Device;
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "flashcore developer commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Property-based and edge-case tests of every generation against the oracle.
+    Verify {
+        /// Random cases per kernel.
+        #[arg(long, default_value_t = 200)]
+        cases: usize,
+        #[arg(long, default_value_t = 0x5eed)]
+        seed: u64,
+        /// Comma-separated generation names (default: all compiled in).
+        #[arg(long, value_delimiter = ',')]
+        kernels: Option<Vec<String>>,
+        /// Only the fixed edge list.
+        #[arg(long)]
+        edge_only: bool,
+        /// Skip the fixed edge list.
+        #[arg(long)]
+        no_edge: bool,
+        /// Rerun one case, as printed by a failure.
+        #[arg(long)]
+        case: Option<String>,
+        /// Do not shrink the first failing case.
+        #[arg(long)]
+        no_shrink: bool,
+        /// Longest seq_q / seq_k drawn.
+        #[arg(long, default_value_t = 1100)]
+        max_seq: usize,
+        /// Write the tallies as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+    },
+    /// Compile every kernel for sm_80/86/89/90a with NVRTC and print ptxas resource reports.
+    CheckKernels {
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Install the pinned CUDA wheels (NVRTC, headers, ptxas) into the cache, if no toolkit is found.
+    InstallCuda,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Verify {
+            cases,
+            seed,
+            kernels,
+            edge_only,
+            no_edge,
+            case,
+            no_shrink,
+            max_seq,
+            json,
+            device,
+        } => match Device::open(device) {
+            Err(e) => {
+                println!("verify: no GPU here ({e}); running the oracle self-check and the kernel compile check instead");
+                verify::oracle_self_check()
+                    .map(|n| println!("oracle self-check: {n} problems consistent"))
+                    .and_then(|_| check_kernels::run(None).map(|_| ()))
+            }
+            Ok(dev) => {
+                let opts = verify::Options {
+                    cases,
+                    seed,
+                    kernels,
+                    edge: !no_edge,
+                    random: !edge_only,
+                    single_case: case,
+                    shrink: !no_shrink,
+                    json,
+                    max_seq,
+                };
+                verify::run(&dev, &opts).map(|_| ())
+            }
+        },
+        Command::CheckKernels { json } => check_kernels::run(json.as_deref()).map(|_| ()),
+        Command::InstallCuda => cuda_wheels::ensure(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

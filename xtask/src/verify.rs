@@ -1,0 +1,523 @@
+//! `cargo xtask verify`: property-based tests over random problems for every generation compiled
+//! in, plus a fixed list of edge cases, judged by the oracle's one tolerance rule.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use flashcore::{Attention, AttentionProblem, Capabilities, DType, Device, HeadDims, Layout};
+use indicatif::{ProgressBar, ProgressStyle};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+use crate::case::{run_case, Case, Outcome};
+
+pub struct Options {
+    pub cases: usize,
+    pub seed: u64,
+    pub kernels: Option<Vec<String>>,
+    pub edge: bool,
+    pub random: bool,
+    pub single_case: Option<String>,
+    pub shrink: bool,
+    pub json: Option<std::path::PathBuf>,
+    pub max_seq: usize,
+}
+
+#[derive(Default, Clone, serde::Serialize)]
+pub struct Tally {
+    pub kernel: String,
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub worst_ratio: f64,
+    pub worst_case: Option<String>,
+    pub failures: Vec<String>,
+    pub seconds: f64,
+}
+
+impl Tally {
+    fn record(&mut self, case: &Case, outcome: &Outcome) {
+        match outcome {
+            Outcome::Pass(v) => {
+                self.passed += 1;
+                if v.ratio > self.worst_ratio {
+                    self.worst_ratio = v.ratio;
+                    self.worst_case = Some(case.to_arg());
+                }
+            }
+            Outcome::Fail(msg, v) => {
+                self.failed += 1;
+                if let Some(v) = v {
+                    self.worst_ratio = self.worst_ratio.max(v.ratio);
+                }
+                if self.failures.len() < 20 {
+                    self.failures.push(format!("{}: {msg}", case.to_arg()));
+                }
+            }
+            Outcome::Skipped(_) => self.skipped += 1,
+        }
+    }
+}
+
+/// Sequence lengths: uniform, plus tile boundaries ±1 (16, 32, 64, 128-row tiles) so the
+/// masked-tail paths come up often.
+fn seq_strategy(max_seq: usize) -> BoxedStrategy<usize> {
+    let boundary = (
+        prop::sample::select(vec![16usize, 32, 64, 128]),
+        1usize..=16,
+        -1i64..=1,
+    )
+        .prop_map(move |(tile, k, delta)| {
+            ((tile * k) as i64 + delta).clamp(1, max_seq as i64) as usize
+        });
+    prop_oneof![2 => 1usize..=max_seq, 1 => boundary].boxed()
+}
+
+fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
+    match h.clone() {
+        HeadDims::List(l) => prop::sample::select(l.to_vec()).boxed(),
+        HeadDims::Range {
+            min,
+            max,
+            multiple_of,
+        } => {
+            let common: Vec<usize> = [32usize, 64, 96, 128, 256]
+                .into_iter()
+                .filter(|d| h.contains(*d))
+                .collect();
+            let any =
+                (min.div_ceil(multiple_of)..=max / multiple_of).prop_map(move |k| k * multiple_of);
+            if common.is_empty() {
+                any.boxed()
+            } else {
+                prop_oneof![1 => prop::sample::select(common), 1 => any].boxed()
+            }
+        }
+    }
+}
+
+/// Random problems within what `caps` claims: batch 1-4, heads_q 1-16 with heads_kv dividing
+/// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts.
+pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let gqa = caps.gqa;
+    let heads = (1usize..=16).prop_flat_map(move |hq| {
+        let divisors: Vec<usize> = (1..=hq).filter(|d| hq % d == 0).collect();
+        let kv = if gqa {
+            prop::sample::select(divisors).boxed()
+        } else {
+            Just(hq).boxed()
+        };
+        (Just(hq), kv)
+    });
+    let causal = if caps.causal {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    (
+        1usize..=4,
+        heads,
+        seq_strategy(max_seq),
+        seq_strategy(max_seq),
+        head_dim_strategy(&caps.head_dims),
+        prop::sample::select(caps.dtypes.to_vec()),
+        causal,
+        prop::sample::select(caps.layouts.to_vec()),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(batch, (hq, hkv), sq, sk, d, dtype, causal, layout, seed)| Case {
+                problem: AttentionProblem::new(batch, hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_dtype(dtype)
+                    .with_causal(causal)
+                    .with_layout(layout),
+                data_seed: seed,
+            },
+        )
+        .boxed()
+}
+
+/// The fixed edge list for a kernel: single rows and keys, seq_q != seq_k both ways with
+/// causal, lengths at tile boundaries ±1, no keys at all, GQA and MQA, both dtypes and layouts.
+pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
+    let dims: Vec<usize> = match &caps.head_dims {
+        HeadDims::List(l) => l.to_vec(),
+        h => [h_min(h), 64, 128, 256]
+            .into_iter()
+            .filter(|d| h.contains(*d))
+            .collect(),
+    };
+    let mut shapes: Vec<(usize, usize, bool)> = vec![
+        (1, 1, false),
+        (1, 1, true),
+        (1, 777, false),
+        (1, 777, true),
+        (777, 1, false),
+        (777, 1, true),
+        (65, 130, true),
+        (130, 65, true),
+        (200, 1000, true),
+        (1000, 200, true),
+        (5, 0, false),
+    ];
+    for n in [
+        15usize, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257,
+    ] {
+        shapes.push((n, n, false));
+        shapes.push((n, n, true));
+    }
+    let mut cases = Vec::new();
+    let mut i = 0u64;
+    for &d in &dims {
+        for &(sq, sk, causal) in &shapes {
+            if causal && !caps.causal {
+                continue;
+            }
+            let dtype = caps.dtypes[(i as usize) % caps.dtypes.len()];
+            let layout = Layout::ALL[(i as usize / 2) % 2];
+            let (hq, hkv) = if caps.gqa {
+                [(2, 2), (8, 2), (4, 1)][(i as usize) % 3]
+            } else {
+                (2, 2)
+            };
+            cases.push(Case {
+                problem: AttentionProblem::new(1 + (i as usize % 2), hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_causal(causal)
+                    .with_dtype(dtype)
+                    .with_layout(layout),
+                data_seed: 1000 + i,
+            });
+            i += 1;
+        }
+    }
+    cases
+}
+
+fn h_min(h: &HeadDims) -> usize {
+    match h {
+        HeadDims::Range {
+            min, multiple_of, ..
+        } => min.div_ceil(*multiple_of) * multiple_of,
+        HeadDims::List(l) => l[0],
+    }
+}
+
+/// Shrinks a failing case with proptest's value tree: simplest case that still fails.
+fn shrink(kernel: &dyn Attention, device: &Device, mut tree: impl ValueTree<Value = Case>) -> Case {
+    let fails = |c: &Case| matches!(run_case(kernel, device, c), Outcome::Fail(..));
+    let mut best = tree.current();
+    let mut steps = 0;
+    while steps < 200 && tree.simplify() {
+        steps += 1;
+        if fails(&tree.current()) {
+            best = tree.current();
+        } else {
+            while tree.complicate() {
+                steps += 1;
+                if fails(&tree.current()) {
+                    best = tree.current();
+                    break;
+                }
+            }
+        }
+    }
+    best
+}
+
+pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
+    let kernels: Vec<Box<dyn Attention>> = flashcore::kernels()
+        .into_iter()
+        .filter(|k| {
+            opts.kernels
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == k.name()))
+        })
+        .collect();
+    if kernels.is_empty() {
+        let names: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
+        bail!(
+            "no kernel matches {:?}; compiled in: {}",
+            opts.kernels,
+            names.join(", ")
+        );
+    }
+    println!(
+        "verify: device {} (cc {}.{}, {} SMs), seed {}, {} random cases per kernel{}",
+        device.info().name,
+        device.info().compute_capability.0,
+        device.info().compute_capability.1,
+        device.info().sm_count,
+        opts.seed,
+        if opts.random { opts.cases } else { 0 },
+        if opts.edge { " + edge list" } else { "" }
+    );
+    let mut tallies = Vec::new();
+    if let Some(arg) = &opts.single_case {
+        let case = Case::parse(arg)?;
+        for k in &kernels {
+            let mut t = Tally {
+                kernel: k.name().into(),
+                ..Default::default()
+            };
+            let outcome = run_case(k.as_ref(), device, &case);
+            match &outcome {
+                Outcome::Pass(v) => {
+                    println!("{}: PASS ratio {:.3} ({})", k.name(), v.ratio, v.message)
+                }
+                Outcome::Fail(m, _) => println!("{}: FAIL {m}", k.name()),
+                Outcome::Skipped(r) => println!("{}: SKIPPED {r}", k.name()),
+            }
+            t.record(&case, &outcome);
+            tallies.push(t);
+        }
+        return finish(tallies, opts);
+    }
+    for k in &kernels {
+        let start = Instant::now();
+        let caps = k.capabilities();
+        let mut tally = Tally {
+            kernel: k.name().into(),
+            ..Default::default()
+        };
+        let edges = if opts.edge { edge_cases(&caps) } else { vec![] };
+        let total = edges.len() + if opts.random { opts.cases } else { 0 };
+        let bar = ProgressBar::new(total as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
+            )
+            .unwrap()
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(k.name().to_string());
+        for case in &edges {
+            let outcome = run_case(k.as_ref(), device, case);
+            if let Outcome::Fail(m, _) = &outcome {
+                bar.println(format!(
+                    "FAIL {} edge: {m}\n  rerun: cargo xtask verify --kernels {} --case '{}'",
+                    k.name(),
+                    k.name(),
+                    case.to_arg()
+                ));
+            }
+            tally.record(case, &outcome);
+            bar.set_message(format!("{} failed", tally.failed));
+            bar.inc(1);
+        }
+        if opts.random {
+            let seed = opts.seed ^ fxhash(k.name());
+            let mut seed_bytes = [0u8; 32];
+            seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+            let mut runner = TestRunner::new_with_rng(
+                Config {
+                    cases: opts.cases as u32,
+                    ..Config::default()
+                },
+                TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+            );
+            let strategy = case_strategy(&caps, opts.max_seq);
+            let mut shrunk_one = false;
+            for _ in 0..opts.cases {
+                let tree = strategy
+                    .new_tree(&mut runner)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let case = tree.current();
+                let outcome = run_case(k.as_ref(), device, &case);
+                if let Outcome::Fail(m, _) = &outcome {
+                    bar.println(format!("FAIL {}: {m}\n  case: {}", k.name(), case.to_arg()));
+                    if opts.shrink && !shrunk_one {
+                        shrunk_one = true;
+                        let small = shrink(k.as_ref(), device, tree);
+                        bar.println(format!(
+                            "  shrunk to: cargo xtask verify --kernels {} --case '{}'",
+                            k.name(),
+                            small.to_arg()
+                        ));
+                        tally.failures.push(format!("shrunk: {}", small.to_arg()));
+                    }
+                }
+                tally.record(&case, &outcome);
+                bar.set_message(format!("{} failed", tally.failed));
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        tally.seconds = start.elapsed().as_secs_f64();
+        println!(
+            "{:>20}: {} passed, {} failed, {} skipped, worst ratio {:.3} ({:.1} s)",
+            tally.kernel,
+            tally.passed,
+            tally.failed,
+            tally.skipped,
+            tally.worst_ratio,
+            tally.seconds
+        );
+        tallies.push(tally);
+    }
+    finish(tallies, opts)
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn finish(tallies: Vec<Tally>, opts: &Options) -> Result<Vec<Tally>> {
+    println!();
+    println!("| kernel | passed | failed | skipped (unsupported) | worst error ratio | seconds |");
+    println!("|---|---|---|---|---|---|");
+    for t in &tallies {
+        println!(
+            "| {} | {} | {} | {} | {:.3} | {:.1} |",
+            t.kernel, t.passed, t.failed, t.skipped, t.worst_ratio, t.seconds
+        );
+    }
+    let (p, f, s): (usize, usize, usize) = tallies.iter().fold((0, 0, 0), |a, t| {
+        (a.0 + t.passed, a.1 + t.failed, a.2 + t.skipped)
+    });
+    println!();
+    println!("verify: {p} passed, {f} failed, {s} skipped");
+    if let Some(path) = &opts.json {
+        std::fs::write(path, serde_json::to_string_pretty(&tallies)?)?;
+    }
+    if f > 0 {
+        for t in &tallies {
+            for m in &t.failures {
+                eprintln!("{}: {m}", t.kernel);
+            }
+        }
+        bail!("{f} case(s) failed");
+    }
+    Ok(tallies)
+}
+
+/// Runs without a GPU: the oracle's own consistency checks on random small problems.
+pub fn oracle_self_check() -> Result<usize> {
+    use flashcore_oracle::{check, reference_f64, OracleProblem, Precision, Rows};
+    let mut checked = 0;
+    for seed in 0..24u64 {
+        let case = Case {
+            problem: AttentionProblem::new(
+                1 + seed as usize % 2,
+                2,
+                1 + (seed as usize * 7) % 40,
+                16,
+            )
+            .with_kv(
+                if seed % 2 == 0 { 2 } else { 1 },
+                1 + (seed as usize * 13) % 50,
+            )
+            .with_causal(seed % 3 == 0)
+            .with_dtype(DType::ALL[seed as usize % 2]),
+            data_seed: seed,
+        };
+        let inp = crate::case::inputs(&case);
+        let op: OracleProblem = case.oracle_problem();
+        let prec = if case.problem.dtype == DType::F16 {
+            Precision::F16
+        } else {
+            Precision::Bf16
+        };
+        let r = reference_f64(&op, inp.q.view(), inp.k.view(), inp.v.view(), &Rows::All);
+        let (o, lse) = r.to_dense(&op);
+        let o32 = o.mapv(|x| prec.round(x as f32));
+        let lse32 = lse.mapv(|x| x as f32);
+        let v = check(
+            &op,
+            prec,
+            inp.q.view(),
+            inp.k.view(),
+            inp.v.view(),
+            o32.view(),
+            lse32.view(),
+            &Rows::All,
+        );
+        if !v.pass {
+            bail!(
+                "oracle self-check: the rounded f64 reference fails its own rule on {}: {}",
+                case.to_arg(),
+                v.message
+            );
+        }
+        let mut bad = o32.clone();
+        if let Some(x) = bad.iter_mut().next() {
+            *x += 1.0;
+        }
+        if op.visible_keys(0) > 0
+            && check(
+                &op,
+                prec,
+                inp.q.view(),
+                inp.k.view(),
+                inp.v.view(),
+                bad.view(),
+                lse32.view(),
+                &Rows::All,
+            )
+            .pass
+        {
+            bail!(
+                "oracle self-check: an output off by 1.0 passed on {}",
+                case.to_arg()
+            );
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_cases_stay_in_bounds() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 1100);
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            let p = &c.problem;
+            assert!((1..=4).contains(&p.batch));
+            assert!((1..=16).contains(&p.heads_q) && p.heads_q % p.heads_kv == 0);
+            assert!((1..=1100).contains(&p.seq_q) && (1..=1100).contains(&p.seq_k));
+            assert!(caps.head_dims.contains(p.head_dim));
+            p.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn tile_boundaries_come_up() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 1100);
+        let hits = (0..500)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .filter(|c| [63, 64, 65, 127, 128, 129].contains(&c.problem.seq_q))
+            .count();
+        assert!(hits > 10, "only {hits} boundary lengths in 500 cases");
+    }
+
+    #[test]
+    fn edge_list_covers_the_named_edges() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let e = edge_cases(&caps);
+        let has = |f: &dyn Fn(&AttentionProblem) -> bool| e.iter().any(|c| f(&c.problem));
+        assert!(has(&|p| p.seq_q == 1));
+        assert!(has(&|p| p.seq_k == 1));
+        assert!(has(&|p| p.causal && p.seq_q > p.seq_k));
+        assert!(has(&|p| p.causal && p.seq_q < p.seq_k));
+        assert!(has(&|p| p.seq_k == 0));
+        assert!(has(&|p| p.seq_q == 129));
+        assert!(has(&|p| p.heads_kv == 1 && p.heads_q > 1));
+    }
+
+    #[test]
+    fn the_oracle_self_check_passes() {
+        assert!(oracle_self_check().unwrap() > 0);
+    }
+}
