@@ -19,6 +19,10 @@ pub use flashcore_core::*;
 pub fn kernels() -> Vec<Box<dyn Attention>> {
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn Attention>> = Vec::new();
+    #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PersistentHopper));
+    #[cfg(feature = "vectorized")]
+    v.push(Box::new(flashcore_vectorized::Vectorized));
     #[cfg(feature = "scalar")]
     v.push(Box::new(flashcore_scalar::Scalar));
     v
@@ -34,4 +38,29 @@ pub fn best_for(problem: &AttentionProblem, device: &DeviceInfo) -> Option<Box<d
     kernels()
         .into_iter()
         .find(|k| k.supports(problem, device).is_ok())
+}
+
+/// A markdown table of every compiled-in generation and what it takes (`flashcore kernels`).
+pub fn capabilities_table() -> String {
+    let mut out = String::from(
+        "| generation | dtypes | head dims | causal | GQA | layouts | min cc | alignment |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for k in kernels() {
+        let c = k.capabilities();
+        let dtypes: Vec<&str> = c.dtypes.iter().map(|d| d.name()).collect();
+        let layouts: Vec<&str> = c.layouts.iter().map(|l| l.name()).collect();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {}.{} | {} elems |\n",
+            k.name(),
+            dtypes.join(","),
+            c.head_dims,
+            if c.causal { "yes" } else { "no" },
+            if c.gqa { "yes" } else { "no" },
+            layouts.join(","),
+            c.min_compute_capability.0,
+            c.min_compute_capability.1,
+            c.alignment_elems
+        ));
+    }
+    out
 }

@@ -1,0 +1,161 @@
+//! Generation 2: the scalar algorithm with the memory work done right
+//! (`kernels/gen2_vectorized.cu`).
+//!
+//! Online softmax with f32 state per query row and no tensor cores, like generation 1, but every
+//! access is a coalesced 16-byte load or store, a block of 4 warps (4 query rows each) shares
+//! K/V tiles staged in shared memory as f32, and reductions are warp shuffles. Head dim is a run
+//! time value: any multiple of 8 from 8 to 256. See `docs/generations/gen2-vectorized.md`.
+
+use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::{
+    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
+    LaunchPlan, Layout, Unsupported,
+};
+
+/// Warps per block; VEC_WARPS in the kernel.
+const WARPS: u32 = 4;
+/// Query rows per warp; VEC_ROWS_PER_WARP in the kernel.
+const ROWS_PER_WARP: usize = 4;
+/// Query rows per block (one work item = one (batch, head, BLOCK_M-row tile)).
+const BLOCK_M: usize = WARPS as usize * ROWS_PER_WARP;
+/// Elements of one K (or V) tile; VEC_TILE_ELEMS in the kernel.
+const TILE_ELEMS: usize = 4096;
+/// VEC_MAX_TILE_ROWS in the kernel.
+const MAX_TILE_ROWS: usize = 128;
+const MIN_HEAD_DIM: usize = 8;
+const MAX_HEAD_DIM: usize = 256;
+
+/// Key rows per shared-memory tile for `head_dim`; `vec_tile_rows` in the kernel.
+fn tile_rows(head_dim: usize) -> usize {
+    ((TILE_ELEMS / head_dim) & !15).min(MAX_TILE_ROWS)
+}
+
+/// Dynamic shared memory: K and V tiles of `tile_rows` rows, stored as f32.
+fn smem_bytes(head_dim: usize) -> usize {
+    2 * tile_rows(head_dim) * head_dim * std::mem::size_of::<f32>()
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Vectorized;
+
+impl Attention for Vectorized {
+    fn name(&self) -> &'static str {
+        "vectorized"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: &DType::ALL,
+            head_dims: HeadDims::Range {
+                min: MIN_HEAD_DIM,
+                max: MAX_HEAD_DIM,
+                multiple_of: 8,
+            },
+            causal: true,
+            gqa: true,
+            layouts: &Layout::ALL,
+            min_compute_capability: (8, 0),
+            alignment_elems: 8,
+        }
+    }
+
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let d = problem.head_dim;
+        // The capabilities already say this; repeated because the tile size divides by d.
+        if !(MIN_HEAD_DIM..=MAX_HEAD_DIM).contains(&d) || d % 8 != 0 {
+            return Err(Unsupported::new(
+                self.name(),
+                format!("head_dim {d} is not a multiple of 8 in {MIN_HEAD_DIM}..={MAX_HEAD_DIM}"),
+            ));
+        }
+        let smem = smem_bytes(d);
+        if smem > device.max_shared_memory_per_block as usize {
+            return Err(Unsupported::new(
+                self.name(),
+                format!(
+                    "needs {smem} bytes of shared memory per block, the device allows {}",
+                    device.max_shared_memory_per_block
+                ),
+            ));
+        }
+        // One block per work item while that fits grid.x; the kernel's grid-stride loop covers
+        // the rest (and items past 2^31).
+        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, BLOCK_M);
+        Ok(LaunchPlan::single(KernelLaunch {
+            source: "gen2_vectorized.cu",
+            entry: "attention_vectorized",
+            defines: vec![],
+            grid: (linear_grid(items), 1, 1),
+            block: (WARPS * 32, 1, 1),
+            dynamic_smem_bytes: smem as u32,
+            tensor_maps: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_block_per_sixteen_rows() {
+        let p = AttentionProblem::new(3, 5, 33, 64);
+        let plan = Vectorized.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        let l = &plan.launches[0];
+        assert_eq!(l.grid, (3 * 5 * 3, 1, 1));
+        assert_eq!(l.block, (128, 1, 1));
+        assert_eq!(l.entry, "attention_vectorized");
+    }
+
+    #[test]
+    fn grid_is_clamped_past_two_to_the_31_items() {
+        // 2^18 * 2^8 * 2^14 rows / 16 = 2^36 work items: the grid-stride loop takes the rest.
+        let p = AttentionProblem::new(1 << 18, 1 << 8, 1 << 14, 8);
+        let plan = Vectorized.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        assert_eq!(plan.launches[0].grid.0, i32::MAX as u32);
+    }
+
+    #[test]
+    fn shared_memory_fits_without_opt_in_for_every_head_dim() {
+        for d in (8..=256).step_by(8) {
+            let rows = tile_rows(d);
+            assert!(rows >= 16 && rows % 16 == 0, "d={d} rows={rows}");
+            assert!(smem_bytes(d) <= 32 * 1024, "d={d}");
+            // A step of the inner loop is 128 / G keys (G = next power of two >= d / 8); it
+            // must divide the tile so that a step never reads past it.
+            let g = (d / 8).next_power_of_two();
+            assert_eq!(rows % (128 / g), 0, "d={d}");
+            // Staging: at most 4 pieces per thread.
+            assert!(rows * d / 8 <= 4 * 128, "d={d}");
+        }
+        assert_eq!(smem_bytes(128), 32 * 1024);
+        assert_eq!(tile_rows(64), 64);
+        assert_eq!(tile_rows(8), 128);
+    }
+
+    #[test]
+    fn head_dims_off_the_grid_are_unsupported_with_a_reason() {
+        let dev = DeviceInfo::synthetic_h100();
+        for d in [4, 12, 257, 264] {
+            let p = AttentionProblem::new(1, 1, 8, d);
+            let err = Vectorized.supports(&p, &dev).unwrap_err();
+            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn strides_that_break_16_byte_loads_are_unsupported() {
+        let mut p = AttentionProblem::new(1, 2, 8, 64);
+        let mut s = p.strides();
+        s.k.row = 68;
+        p.custom_strides = Some(s);
+        let err = Vectorized
+            .supports(&p, &DeviceInfo::synthetic_h100())
+            .unwrap_err();
+        assert!(err.reason.contains("stride"), "{err}");
+    }
+}

@@ -1,0 +1,30 @@
+// TMA (cp.async.bulk.tensor) helpers for the Hopper kernels.
+// The host encodes the maps (cuTensorMapEncodeTiled, see flashcore_core::plan::TensorMapSpec) and
+// passes them as `const __grid_constant__ CUtensorMap` kernel parameters; the kernel takes their
+// (generic) address.
+#pragma once
+
+#if !defined(CUDA_VERSION) && !defined(__CUDA_H__) && !defined(FC_HAVE_CUTENSORMAP)
+#define FC_HAVE_CUTENSORMAP 1
+// Layout-compatible stand-in for the driver's opaque 128-byte, 64-byte-aligned map.
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
+#endif
+
+// Warms the descriptor cache; any thread may issue it (we use the producer thread).
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
+// 4-D tiled load of one box into shared memory at `dst` (1024-byte aligned for 128B swizzle),
+// completing `box bytes` transaction bytes on mbarrier `bar`. Coordinates innermost first:
+// (column, row, head, batch). Out-of-range rows are zero-filled and still count as bytes.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map, unsigned bar, int c0, int c1,
+                                            int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}

@@ -1,0 +1,483 @@
+// Generation 5 (Hopper): persistent, warp-specialized FlashAttention-3-style forward kernel.
+// sm_90a only: TMA (cp.async.bulk.tensor) + mbarrier + wgmma.mma_async + setmaxnreg.
+//
+//   * gridDim.x = number of SMs; each CTA walks work items (batch, head, 128-row q tile)
+//     item = blockIdx.x + k * gridDim.x, in an order that keeps a few heads' K/V hot in L2 and,
+//     for causal, puts the longest (last) q tiles first.
+//   * Warpgroup 0 = producer (one thread issues TMA): Q once per item, K and V tiles into a
+//     FC_HOPPER_STAGES-deep ring with separate full/empty barriers for K and V.
+//   * Warpgroups 1, 2 = consumers, 64 q rows each: S = Q K^T (wgmma SS, K-major both), online
+//     softmax in f32 registers, O += P V (wgmma RS, P from registers, V MN-major from smem).
+//   * FC_HOPPER_OVERLAP=1: issue S_{j+1} = Q K_{j+1} and O += P_j V_j back to back and do the
+//     softmax of S_{j+1} while the PV wgmma runs (FA3's intra-warpgroup overlap).
+//
+// Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper).
+//
+// Defines: FC_HEAD_DIM (64|128, required), FC_HOPPER_BLOCK_N (keys per tile, 64|128, default 128),
+// FC_HOPPER_STAGES (K/V ring depth, default 2), FC_HOPPER_OVERLAP (0|1, default 0),
+// FC_HOPPER_L2_SECTION_BYTES (K/V bytes the scheduler tries to keep hot, default 32 MiB),
+// FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of hanging).
+#include "common/params.cuh"
+#include "common/types.cuh"
+#include "common/masking.cuh"
+#include "common/tensor_index.cuh"
+#include "common/hopper/mbarrier.cuh"
+#include "common/hopper/tma.cuh"
+#include "common/hopper/wgmma.cuh"
+
+#ifndef FC_HEAD_DIM
+#error "compile with -DFC_HEAD_DIM=64 or 128"
+#endif
+#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
+#error "gen5_persistent_hopper supports FC_HEAD_DIM 64 and 128"
+#endif
+#ifndef FC_HOPPER_BLOCK_N
+#define FC_HOPPER_BLOCK_N 128
+#endif
+#ifndef FC_HOPPER_STAGES
+#define FC_HOPPER_STAGES 2
+#endif
+#ifndef FC_HOPPER_OVERLAP
+#define FC_HOPPER_OVERLAP 0
+#endif
+#ifndef FC_HOPPER_L2_SECTION_BYTES
+#define FC_HOPPER_L2_SECTION_BYTES (32u << 20)
+#endif
+
+namespace fch {
+
+constexpr int D = FC_HEAD_DIM;
+constexpr int BM = 128;                 // q rows per work item (= Q TMA box rows)
+constexpr int WG_M = 64;                // q rows per consumer warpgroup
+constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
+constexpr int STAGES = FC_HOPPER_STAGES;
+constexpr int NBOX = D / 64;            // 64-column (128-byte) TMA boxes per row of a tile
+constexpr int ROW_BYTES = 128;          // one swizzled box row
+constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
+constexpr int KV_BOX_BYTES = BN * ROW_BYTES;
+constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;
+constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
+
+// Shared memory map (offsets from the 1024-byte aligned base).
+constexpr int OFF_Q = 0;
+constexpr int OFF_K = OFF_Q + Q_BYTES;
+constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
+constexpr int NUM_BARS = 2 + 4 * STAGES;  // q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]
+constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 127) / 128) * 128;
+constexpr int SMEM_ALIGN_SLACK = 1024;
+// What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
+// repeats this formula).
+constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
+
+constexpr int CONSUMER_THREADS = 256;
+constexpr int PRODUCER_REGS = 40;
+constexpr int CONSUMER_REGS = 232;
+
+static_assert(BN == 64 || BN == 128, "FC_HOPPER_BLOCK_N must be 64 or 128");
+static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+
+// Debug tags for mbar_wait (which barrier a stuck wait was on).
+enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
+
+struct Work {
+    int b, h, m;    // batch, q head, q tile index
+    int n_blocks;   // key tiles to visit: [0, n_blocks)
+};
+
+// Static schedule shared by producer and consumers (they must agree item by item).
+// Items are grouped in L2 sections of G (batch, head) pairs; inside a section the q-tile index is
+// the outer loop (descending for causal: longest tiles first) and the head the inner one, so the
+// CTAs running at one time share the K/V of at most G heads.
+struct Schedule {
+    int nm;     // q tiles per (batch, head)
+    int bh;     // batch * heads_q
+    int total;  // work items
+    int g;      // heads per L2 section
+};
+
+__device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
+    Schedule s;
+    s.nm = (p.seq_q + BM - 1) / BM;
+    s.bh = p.batch * p.heads_q;
+    s.total = s.nm * s.bh;
+    int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
+    unsigned long long kv_bytes = 2ull * (unsigned long long)(p.seq_k > 0 ? p.seq_k : 1) * D * sizeof(elem_t) / qpk;
+    if (kv_bytes == 0) kv_bytes = 1;
+    unsigned long long g = (unsigned long long)FC_HOPPER_L2_SECTION_BYTES / kv_bytes;
+    if (g < 1) g = 1;
+    if (g > (unsigned long long)s.bh) g = s.bh;
+    s.g = (int)g;
+    return s;
+}
+
+__device__ __forceinline__ Work decode(const AttentionParams& p, const Schedule& s, int t) {
+    const int per_section = s.g * s.nm;
+    const int section = t / per_section;
+    const int within = t - section * per_section;
+    const int first_bh = section * s.g;
+    const int g_here = min(s.g, s.bh - first_bh);
+    const int m_idx = within / g_here;
+    const int bh = first_bh + (within - m_idx * g_here);
+    Work w;
+    w.b = bh / p.heads_q;
+    w.h = bh - w.b * p.heads_q;
+    w.m = p.causal ? (s.nm - 1 - m_idx) : m_idx;
+    const int key_end = p.causal ? causal_key_end_for_tile(p, w.m * BM, w.m * BM + BM) : p.seq_k;
+    w.n_blocks = key_end <= 0 ? 0 : (key_end + BN - 1) / BN;
+    return w;
+}
+
+// ---- consumer math ---------------------------------------------------------------------------
+
+// S[64 x BN] = Q[64 x D] * K[BN x D]^T for this warpgroup's 64 rows.
+__device__ __forceinline__ void gemm_qk(float (&s)[BN / 2], unsigned long long q_desc, unsigned long long k_desc) {
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+        // k16 step k: 32 bytes into the 128-byte swizzled row, box k/4 (columns 64*(k/4)...).
+        const unsigned long long qa = q_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * Q_BOX_BYTES) >> 4);
+        const unsigned long long kb = k_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * KV_BOX_BYTES) >> 4);
+        wgmma_ss(s, qa, kb, k > 0 ? 1 : 0);  // N = BN (overload on the accumulator size)
+    }
+}
+
+// O[64 x D] += P[64 x BN] * V[BN x D]; P as packed elem_t pairs in the A-fragment layout.
+__device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[BN / 4], unsigned long long v_desc) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t) {
+        const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
+        // keys 16t..16t+15 = 16 swizzled rows = 2048 bytes further into both V boxes.
+        const unsigned long long vb = v_desc + (unsigned long long)((t * 16 * ROW_BYTES) >> 4);
+        wgmma_rs_tb(o, a, vb, 1);  // N = D
+    }
+}
+
+// Keys at or past the row's exclusive limit become -inf. col0 = first key this thread holds.
+__device__ __forceinline__ void apply_mask(float (&s)[BN / 2], int col0, int lim0, int lim1) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int c = col0 + 8 * j;
+        if (c >= lim0) s[4 * j + 0] = -INFINITY;
+        if (c + 1 >= lim0) s[4 * j + 1] = -INFINITY;
+        if (c >= lim1) s[4 * j + 2] = -INFINITY;
+        if (c + 1 >= lim1) s[4 * j + 3] = -INFINITY;
+    }
+}
+
+// Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
+// Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
+// factors alpha[2] the old O rows must be multiplied by. -inf rows stay finite: a row whose max
+// is still -inf uses 0 as its shift, so every p is exp2(-inf) = 0 and alpha = 0 (O is 0 anyway).
+__device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float scale_log2) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        shift[r] = (mx[r] == -INFINITY) ? 0.f : mx[r] * scale_log2;
+        alpha[r] = (m[r] == -INFINITY) ? 0.f : exp2f(m[r] * scale_log2 - shift[r]);  // O, l are 0 then
+        m[r] = mx[r];
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -shift[0]));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -shift[1]));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
+        sum[0] += s[4 * j + 0] + s[4 * j + 1];
+        sum[1] += s[4 * j + 2] + s[4 * j + 3];
+    }
+    l[0] = l[0] * alpha[0] + sum[0];
+    l[1] = l[1] * alpha[1] + sum[1];
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+    }
+}
+
+// The S accumulator layout is the A-fragment layout, register for register (see wgmma.cuh).
+__device__ __forceinline__ void convert_p(const float (&s)[BN / 2], unsigned (&pr)[BN / 4]) {
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) pr[i] = pack2_u32(s[2 * i], s[2 * i + 1]);
+}
+
+}  // namespace fch
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
+                                const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
+    using namespace fch;
+    // Declared 16-aligned on purpose: with __align__(1024) the compiler may fold the round-up below away.
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base + OFF_Q;
+    const unsigned sK = base + OFF_K;
+    const unsigned sV = base + OFF_V;
+    const unsigned bar0 = base + OFF_BAR;
+    const unsigned q_full = bar0;
+    const unsigned q_empty = bar0 + 8;
+    // k_full[s] = bar_k_full + 8 s, etc.
+    const unsigned bar_k_full = bar0 + 16;
+    const unsigned bar_k_empty = bar_k_full + 8 * STAGES;
+    const unsigned bar_v_full = bar_k_empty + 8 * STAGES;
+    const unsigned bar_v_empty = bar_v_full + 8 * STAGES;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        mbar_init(q_empty, CONSUMER_THREADS);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bar_k_full + 8 * s, 1);
+            mbar_init(bar_k_empty + 8 * s, CONSUMER_THREADS);
+            mbar_init(bar_v_full + 8 * s, 1);
+            mbar_init(bar_v_empty + 8 * s, CONSUMER_THREADS);
+        }
+        mbar_fence_init();
+        tma_prefetch_map(&tm_q);
+        tma_prefetch_map(&tm_k);
+        tma_prefetch_map(&tm_v);
+    }
+#if defined(FC_HOPPER_DEBUG)
+    if (threadIdx.x == 0 && (base - smem_u32(smem_raw)) + SMEM_USED > SMEM_BYTES) {
+        printf("flashcore hopper: dynamic smem base misaligned beyond the slack\n");
+        __trap();
+    }
+#endif
+    __syncthreads();
+
+    const Schedule sched = make_schedule(p);
+    const int warpgroup = threadIdx.x / 128;
+
+    if (warpgroup == 0) {
+        // ===================================== producer =====================================
+        warpgroup_reg_dealloc<PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            unsigned phase = 0;
+            int it = 0;
+            for (int t = blockIdx.x; t < sched.total; t += gridDim.x, ++it) {
+                const Work w = decode(p, sched, t);
+                // Q buffer free? (item it-1's consumers released it; fresh barrier for it = 0)
+                mbar_wait(q_empty, (it & 1) ^ 1, TAG_Q_EMPTY);
+                mbar_arrive_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+                for (int c = 0; c < NBOX; ++c)
+                    tma_load_4d(sQ + c * Q_BOX_BYTES, &tm_q, q_full, c * 64, w.m * BM, w.h, w.b);
+                const int h_kv = w.h / p.q_heads_per_kv;
+                for (int kb = 0; kb < w.n_blocks; ++kb) {
+                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
+                    const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
+                    mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
+                    mbar_arrive_expect_tx(kf, KV_TILE_BYTES);
+#pragma unroll
+                    for (int c = 0; c < NBOX; ++c)
+                        tma_load_4d(sK + stage * KV_TILE_BYTES + c * KV_BOX_BYTES, &tm_k, kf, c * 64, kb * BN, h_kv,
+                                    w.b);
+                    mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
+                    mbar_arrive_expect_tx(vf, KV_TILE_BYTES);
+#pragma unroll
+                    for (int c = 0; c < NBOX; ++c)
+                        tma_load_4d(sV + stage * KV_TILE_BYTES + c * KV_BOX_BYTES, &tm_v, vf, c * 64, kb * BN, h_kv,
+                                    w.b);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+            // Nothing to wait for here: the producer only ever waits on an "empty" barrier right
+            // before filling that stage, and every stage it filled is consumed (and waited on
+            // through its "full" barrier) by both consumer warpgroups before they exit.
+        }
+    } else {
+        // ===================================== consumers ====================================
+        warpgroup_reg_alloc<CONSUMER_REGS>();
+        const int cw = warpgroup - 1;  // 0 or 1: rows [64 cw, 64 cw + 64) of the q tile
+        const int tid = threadIdx.x & 127;
+        const int warp = tid >> 5;
+        const int lane = tid & 31;
+        const int row_in_tile = cw * WG_M + warp * 16 + (lane >> 2);  // and row_in_tile + 8
+        const int col_in_block = 2 * (lane & 3);
+        const float scale_log2 = p.scale_log2;
+
+        // K-major, 128B swizzle: SBO = 1024 (8 rows x 128 B), LBO unused (16 -> encoded 1).
+        const unsigned long long q_desc = make_desc_sw128(sQ + cw * WG_M * ROW_BYTES, 16, 1024);
+        const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
+        // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box.
+        const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
+
+        int stage = 0;
+        unsigned phase = 0;
+        int it = 0;
+        for (int t = blockIdx.x; t < sched.total; t += gridDim.x, ++it) {
+            const Work w = decode(p, sched, t);
+            const int grow0 = w.m * BM + row_in_tile;
+            const int grow1 = grow0 + 8;
+            const int lim0 = causal_key_end(p, grow0);
+            const int lim1 = causal_key_end(p, grow1);
+            // Tightest key limit of any row of this warpgroup: key tiles reaching past it get masked.
+            const int wg_lim = causal_key_end(p, w.m * BM + cw * WG_M);
+
+            float o[D / 2];
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+            float m[2] = {-INFINITY, -INFINITY};
+            float l[2] = {0.f, 0.f};
+            float alpha[2];
+
+            mbar_wait(q_full, it & 1, TAG_Q_FULL);
+
+#if FC_HOPPER_OVERLAP
+            if (w.n_blocks > 0) {
+                float s[BN / 2];
+                unsigned pr[BN / 4];
+                // ---- first key tile: S_0, softmax_0 (no PV yet) ----
+                {
+                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
+                    mbar_wait(kf, phase, TAG_K_FULL);
+                    wgmma_fence();
+                    gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_regs(s);
+                    mbar_arrive(ke);
+                    if (w.n_blocks == 1) mbar_arrive(q_empty);
+                    if (BN > wg_lim) apply_mask(s, col_in_block, lim0, lim1);
+                    online_softmax(s, m, l, alpha, scale_log2);
+                    convert_p(s, pr);
+                }
+                int vstage = stage;
+                unsigned vphase = phase;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+                for (int kb = 1; kb < w.n_blocks; ++kb) {
+                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
+                    const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
+                    mbar_wait(kf, phase, TAG_K_FULL);
+                    wgmma_fence();
+                    gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
+                    wgmma_commit();
+                    mbar_wait(vf, vphase, TAG_V_FULL);
+                    wgmma_fence();  // (does not wait for S_kb; orders our writes of o/pr before the PV reads)
+                    gemm_pv(o, pr, v_desc0 + ((unsigned long long)(vstage * KV_TILE_BYTES) >> 4));
+                    wgmma_commit();
+                    wgmma_wait<1>();  // S_kb done; PV_{kb-1} may still run
+                    fence_regs(s);
+                    mbar_arrive(ke);
+                    if (kb == w.n_blocks - 1) mbar_arrive(q_empty);
+                    if ((kb + 1) * BN > wg_lim) apply_mask(s, kb * BN + col_in_block, lim0, lim1);
+                    online_softmax(s, m, l, alpha, scale_log2);
+                    wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
+                    fence_regs(o);
+                    fence_regs(pr);
+                    mbar_arrive(ve);
+                    rescale_o(o, alpha);
+                    convert_p(s, pr);
+                    vstage = stage;
+                    vphase = phase;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                // ---- last PV ----
+                {
+                    const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
+                    mbar_wait(vf, vphase, TAG_V_FULL);
+                    wgmma_fence();
+                    gemm_pv(o, pr, v_desc0 + ((unsigned long long)(vstage * KV_TILE_BYTES) >> 4));
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_regs(o);
+                    fence_regs(pr);
+                    mbar_arrive(ve);
+                }
+            } else {
+                mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
+            }
+#else
+            for (int kb = 0; kb < w.n_blocks; ++kb) {
+                const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
+                const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
+                float s[BN / 2];
+                mbar_wait(kf, phase, TAG_K_FULL);
+                wgmma_fence();
+                gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(s);
+                mbar_arrive(ke);
+                if (kb == w.n_blocks - 1) mbar_arrive(q_empty);
+
+                if ((kb + 1) * BN > wg_lim) apply_mask(s, kb * BN + col_in_block, lim0, lim1);
+                online_softmax(s, m, l, alpha, scale_log2);
+                rescale_o(o, alpha);
+                unsigned pr[BN / 4];
+                convert_p(s, pr);
+
+                mbar_wait(vf, phase, TAG_V_FULL);
+                wgmma_fence();
+                gemm_pv(o, pr, v_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pr);
+                mbar_arrive(ve);
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            if (w.n_blocks == 0) mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
+#endif
+
+            // ---- epilogue: O /= l, LSE; rows >= seq_q are never written ----
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            }
+            const int h = w.h, b = w.b;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int grow = r == 0 ? grow0 : grow1;
+                if (grow < p.seq_q) {
+                    const bool any = l[r] > 0.f;  // false: the row sees no key -> O = 0, LSE = +inf
+                    const float inv = any ? 1.f / l[r] : 0.f;
+                    elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
+#pragma unroll
+                    for (int j = 0; j < D / 8; ++j) {
+                        *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
+                            pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                    }
+                    if ((lane & 3) == 0) {
+                        // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
+                        p.lse[lse_offset(p, b, h, grow)] =
+                            any ? (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f : INFINITY;
+                    }
+                }
+            }
+        }
+    }
+}

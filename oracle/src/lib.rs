@@ -1,0 +1,24 @@
+//! `flashcore-oracle`: the f64 reference every flashcore attention kernel is judged by, and the
+//! one tolerance rule used for every kernel generation. See `docs/ORACLE.md`.
+//!
+//! * [`reference_f64`]: attention in f64 (scores, bottom-right causal mask, GQA/MQA, softmax,
+//!   P·V), per selected query row, with O and the natural-log LSE.
+//! * [`reference_low_precision`]: what a plain PyTorch fp16/bf16 program computes; its error
+//!   against the f64 reference sets the error scale a kernel is allowed.
+//! * [`judge`] / [`check`]: `max|kernel - f64| <= 2 · max|low_precision - f64| + floor`, for O
+//!   and LSE separately, with [`F16_ABS_FLOOR`] = 2^-12 and [`BF16_ABS_FLOOR`] = 2^-9, plus exact
+//!   rules for empty rows and NaN.
+//! * [`sample_rows`]: which rows to judge on large problems.
+//!
+//! This crate depends on no other flashcore crate on purpose: the judge must not share code (and
+//! so bugs) with what it judges.
+
+mod judge;
+mod problem;
+mod reference;
+
+pub use judge::{check, judge, Verdict, BF16_ABS_FLOOR, F16_ABS_FLOOR, LOW_PRECISION_FACTOR};
+pub use problem::{sample_rows, OracleProblem, Precision, Rows};
+pub use reference::{
+    probabilities, reference_f64, reference_low_precision, softmax_in_place, Reference,
+};

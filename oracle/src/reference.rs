@@ -1,0 +1,537 @@
+//! The two references: exact-ish f64 attention, and what a plain PyTorch fp16/bf16 program
+//! computes. Both share one blocked, multi-threaded row engine.
+
+use std::ops::{Add, AddAssign, Mul};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ndarray::{s, Array3, Array4, ArrayView1, ArrayView2, ArrayView4};
+
+use crate::problem::{OracleProblem, Precision, Rows};
+
+/// Reference output for a set of query rows: one O row (`head_dim` values) and one LSE per row,
+/// in the order of the [`Rows`] it was computed for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reference {
+    rows: Vec<(usize, usize, usize)>,
+    head_dim: usize,
+    o: Vec<f64>,
+    lse: Vec<f64>,
+}
+
+impl Reference {
+    /// The `(batch, head_q, query_row)` of each stored row, in order.
+    pub fn rows(&self) -> &[(usize, usize, usize)] {
+        &self.rows
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// O of the `i`-th stored row.
+    pub fn o_row(&self, i: usize) -> &[f64] {
+        &self.o[i * self.head_dim..(i + 1) * self.head_dim]
+    }
+
+    /// LSE (natural log) of the `i`-th stored row.
+    pub fn lse(&self, i: usize) -> f64 {
+        self.lse[i]
+    }
+
+    /// All stored O rows as `[rows, head_dim]`.
+    pub fn o(&self) -> ArrayView2<'_, f64> {
+        ArrayView2::from_shape((self.rows.len(), self.head_dim), &self.o).expect("consistent")
+    }
+
+    /// All stored LSEs, one per row.
+    pub fn lse_all(&self) -> ArrayView1<'_, f64> {
+        ArrayView1::from(&self.lse[..])
+    }
+
+    /// Scatters the stored rows into full logical arrays `O: [b, hq, sq, d]`, `LSE: [b, hq, sq]`;
+    /// rows not stored are NaN.
+    pub fn to_dense(&self, p: &OracleProblem) -> (Array4<f64>, Array3<f64>) {
+        let mut o = Array4::from_elem((p.batch, p.heads_q, p.seq_q, p.head_dim), f64::NAN);
+        let mut lse = Array3::from_elem((p.batch, p.heads_q, p.seq_q), f64::NAN);
+        for (i, &(b, h, r)) in self.rows.iter().enumerate() {
+            for (c, &x) in self.o_row(i).iter().enumerate() {
+                o[[b, h, r, c]] = x;
+            }
+            lse[[b, h, r]] = self.lse[i];
+        }
+        (o, lse)
+    }
+}
+
+/// Softmax of one row of scores, in place, in f64; returns the row's log-sum-exp
+/// `m + ln(sum_j exp(s_j - m))` with `m` the row max. This is the function both
+/// [`reference_f64`] and the self-tests use.
+///
+/// * An empty row returns `+inf` (the flashcore convention for rows that see no key) and
+///   leaves nothing behind.
+/// * The max propagates NaN (unlike `f64::max`), so one NaN score makes the whole row NaN.
+/// * Otherwise plain IEEE arithmetic: a `+inf` score gives `inf - inf = NaN` and a NaN row; a
+///   row whose scores are all `-inf` gives `-inf - -inf = NaN` too (softmax is 0/0 there);
+///   `-inf` scores next to a finite max just get probability 0.
+pub fn softmax_in_place(scores: &mut [f64]) -> f64 {
+    if scores.is_empty() {
+        return f64::INFINITY;
+    }
+    let m = nan_max(scores.iter().copied());
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - m).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    for s in scores.iter_mut() {
+        *s *= inv;
+    }
+    m + sum.ln()
+}
+
+fn nan_max<T: Elem>(xs: impl Iterator<Item = T>) -> T {
+    let mut m = T::NEG_INF;
+    for x in xs {
+        // Once m is NaN no comparison is true, so it stays NaN.
+        if x > m || x.is_nan() {
+            m = x;
+        }
+    }
+    m
+}
+
+/// The f64 reference: scores `s_ij = scale · (q_i · k_j)` over the visible keys, softmax and
+/// `O_i = Σ_j p_ij v_j`, all in f64 from the given f32 values. Rows that see no key get `O = 0`
+/// and `LSE = +inf`. Masked keys take no part at all: a NaN or Inf in a masked K/V row does not
+/// reach the output (as in the mathematical definition; a kernel that multiplies masked V rows
+/// by p = 0 turns such an Inf/NaN into NaN). Non-finite inputs otherwise propagate by IEEE
+/// rules, see [`softmax_in_place`]. Panics on shape mismatch.
+pub fn reference_f64(
+    p: &OracleProblem,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    rows: &Rows,
+) -> Reference {
+    let scale = p.scale;
+    run(
+        p,
+        q,
+        k,
+        v,
+        rows,
+        &F64Mode { scale },
+        // f64 needs no rounding of inputs.
+        |x| x as f64,
+    )
+}
+
+/// What a plain PyTorch fp16/bf16 program computes (FlashAttention's `attention_ref` without
+/// upcast), as the error yardstick of the tolerance rule. Inputs are rounded to `precision`
+/// (a no-op for representable values), then:
+///
+/// * `S = round(f32(acc_f32(q·k) · f32(scale)))`: dot products accumulated in f32, scaled in
+///   f32, one rounding to the dtype;
+/// * `P = round(exp(S - max S) / Σ exp(S - max S))` computed in f32 from the rounded S;
+/// * `O = round(Σ_j P_j v_j)` accumulated in f32;
+/// * `LSE = max S + ln Σ exp(S - max S)` in f32 from the rounded S (not rounded to the dtype).
+///
+/// Empty rows get `O = 0`, `LSE = +inf`, as in [`reference_f64`].
+pub fn reference_low_precision(
+    p: &OracleProblem,
+    precision: Precision,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    rows: &Rows,
+) -> Reference {
+    let mode = LowMode {
+        precision,
+        scale: p.scale as f32,
+    };
+    run(p, q, k, v, rows, &mode, |x| precision.round(x))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row engine.
+
+/// Minimal float trait so one engine serves f64 and f32.
+trait Elem:
+    Copy + Send + Sync + PartialOrd + Add<Output = Self> + Mul<Output = Self> + AddAssign + 'static
+{
+    const ZERO: Self;
+    const NEG_INF: Self;
+    fn is_nan(self) -> bool;
+}
+
+impl Elem for f64 {
+    const ZERO: Self = 0.0;
+    const NEG_INF: Self = f64::NEG_INFINITY;
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+impl Elem for f32 {
+    const ZERO: Self = 0.0;
+    const NEG_INF: Self = f32::NEG_INFINITY;
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+/// What differs between the two references.
+trait Mode: Sync {
+    type T: Elem;
+    /// Raw dot product to score.
+    fn score(&self, dot: Self::T) -> Self::T;
+    /// Scores to probabilities in place; returns the LSE.
+    fn softmax(&self, s: &mut [Self::T]) -> f64;
+    /// Accumulated output element to the reported value.
+    fn finish(&self, o: Self::T) -> f64;
+}
+
+struct F64Mode {
+    scale: f64,
+}
+
+impl Mode for F64Mode {
+    type T = f64;
+    #[inline]
+    fn score(&self, dot: f64) -> f64 {
+        self.scale * dot
+    }
+    fn softmax(&self, s: &mut [f64]) -> f64 {
+        softmax_in_place(s)
+    }
+    #[inline]
+    fn finish(&self, o: f64) -> f64 {
+        o
+    }
+}
+
+struct LowMode {
+    precision: Precision,
+    scale: f32,
+}
+
+impl Mode for LowMode {
+    type T = f32;
+    #[inline]
+    fn score(&self, dot: f32) -> f32 {
+        self.precision.round(dot * self.scale)
+    }
+    fn softmax(&self, s: &mut [f32]) -> f64 {
+        if s.is_empty() {
+            return f64::INFINITY;
+        }
+        let m = nan_max(s.iter().copied());
+        let mut sum = 0.0f32;
+        for x in s.iter_mut() {
+            *x = (*x - m).exp();
+            sum += *x;
+        }
+        for x in s.iter_mut() {
+            *x = self.precision.round(*x / sum);
+        }
+        (m + sum.ln()) as f64
+    }
+    #[inline]
+    fn finish(&self, o: f32) -> f64 {
+        self.precision.round(o) as f64
+    }
+}
+
+/// Query rows processed together, so each K and V row is loaded once per block.
+const BLOCK: usize = 4;
+/// Lanes per dot-product accumulator (independent partial sums, so the loop vectorizes).
+const LANES: usize = 4;
+/// Rows per parallel task: large enough that converting the task's K/V is noise.
+const TASK_ROWS: usize = 64;
+/// Below this many multiply-adds, threads cost more than they save.
+const PARALLEL_WORK: usize = 1 << 22;
+
+struct Task {
+    b: usize,
+    kvh: usize,
+    /// Indices into the caller's row list.
+    idx: Vec<usize>,
+}
+
+struct TaskOut {
+    idx: Vec<usize>,
+    o: Vec<f64>,
+    lse: Vec<f64>,
+}
+
+fn check_shapes(p: &OracleProblem, q: &ArrayView4<f32>, k: &ArrayView4<f32>, v: &ArrayView4<f32>) {
+    p.group_size();
+    let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
+    let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
+    assert_eq!(q.shape(), qs, "Q must be [batch, heads_q, seq_q, head_dim]");
+    assert_eq!(
+        k.shape(),
+        ks,
+        "K must be [batch, heads_kv, seq_k, head_dim]"
+    );
+    assert_eq!(
+        v.shape(),
+        ks,
+        "V must be [batch, heads_kv, seq_k, head_dim]"
+    );
+}
+
+fn run<M: Mode>(
+    p: &OracleProblem,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    rows: &Rows,
+    mode: &M,
+    load: impl Fn(f32) -> M::T + Sync,
+) -> Reference {
+    check_shapes(p, &q, &k, &v);
+    let list = rows.expand(p);
+    let d = p.head_dim;
+    let group = p.group_size();
+
+    // Sort by (batch, kv head, row, head) so a block shares K/V and has similar visible
+    // lengths (GQA heads at the same row see the same keys).
+    let mut order: Vec<usize> = (0..list.len()).collect();
+    order.sort_by_key(|&i| {
+        let (b, h, r) = list[i];
+        (b, h / group, r, h)
+    });
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut work = 0usize;
+    for &i in &order {
+        let (b, h, r) = list[i];
+        work += p.visible_keys(r) * d.max(1);
+        let kvh = h / group;
+        match tasks.last_mut() {
+            Some(t) if t.b == b && t.kvh == kvh && t.idx.len() < TASK_ROWS => t.idx.push(i),
+            _ => tasks.push(Task {
+                b,
+                kvh,
+                idx: vec![i],
+            }),
+        }
+    }
+
+    let do_task = |t: &Task| -> TaskOut {
+        let rows: Vec<(usize, usize)> = t.idx.iter().map(|&i| (list[i].1, list[i].2)).collect();
+        let (o, lse) = task_rows(p, &q, &k, &v, t.b, t.kvh, &rows, mode, &load);
+        TaskOut {
+            idx: t.idx.clone(),
+            o,
+            lse,
+        }
+    };
+
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(tasks.len());
+    let outs: Vec<TaskOut> = if threads <= 1 || work < PARALLEL_WORK {
+        tasks.iter().map(do_task).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let t = next.fetch_add(1, Ordering::Relaxed);
+                            if t >= tasks.len() {
+                                break mine;
+                            }
+                            mine.push(do_task(&tasks[t]));
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("oracle worker panicked"))
+                .collect()
+        })
+    };
+
+    let mut o = vec![0.0; list.len() * d];
+    let mut lse = vec![0.0; list.len()];
+    for t in outs {
+        for (n, &i) in t.idx.iter().enumerate() {
+            o[i * d..(i + 1) * d].copy_from_slice(&t.o[n * d..(n + 1) * d]);
+            lse[i] = t.lse[n];
+        }
+    }
+    Reference {
+        rows: list,
+        head_dim: d,
+        o,
+        lse,
+    }
+}
+
+/// Computes rows `(head_q, query_row)` that all read kv head `kvh` of batch `b`.
+#[allow(clippy::too_many_arguments)]
+fn task_rows<M: Mode>(
+    p: &OracleProblem,
+    q: &ArrayView4<f32>,
+    k: &ArrayView4<f32>,
+    v: &ArrayView4<f32>,
+    b: usize,
+    kvh: usize,
+    rows: &[(usize, usize)],
+    mode: &M,
+    load: &impl Fn(f32) -> M::T,
+) -> (Vec<f64>, Vec<f64>) {
+    let d = p.head_dim;
+    let nk = rows
+        .iter()
+        .map(|&(_, r)| p.visible_keys(r))
+        .max()
+        .unwrap_or(0);
+
+    // Contiguous copies of the keys this task can see, whatever the caller's strides.
+    let to_buf = |x: &ArrayView4<f32>| -> Vec<M::T> {
+        // Logical-order iteration, so any strides work.
+        x.slice(s![b, kvh, ..nk, ..])
+            .iter()
+            .map(|&e| load(e))
+            .collect()
+    };
+    let kb = to_buf(k);
+    let vb = to_buf(v);
+
+    let mut out_o = vec![0.0; rows.len() * d];
+    let mut out_lse = vec![0.0; rows.len()];
+    let mut qb = vec![M::T::ZERO; BLOCK * d];
+    let mut sb = vec![M::T::ZERO; BLOCK * nk];
+    let mut ob = vec![M::T::ZERO; BLOCK * d];
+
+    for (bi, blk) in rows.chunks(BLOCK).enumerate() {
+        let mut n = [0usize; BLOCK];
+        qb.fill(M::T::ZERO);
+        for (r, &(h, row)) in blk.iter().enumerate() {
+            n[r] = p.visible_keys(row);
+            for (dst, &e) in qb[r * d..(r + 1) * d]
+                .iter_mut()
+                .zip(q.slice(s![b, h, row, ..]))
+            {
+                *dst = load(e);
+            }
+        }
+        let nmax = n.iter().copied().max().unwrap_or(0);
+
+        // Scores: each K row against all block rows at once; scores past a row's visible
+        // range are computed but never read.
+        for j in 0..nmax {
+            let dots = dot_block(&qb, &kb[j * d..(j + 1) * d]);
+            for r in 0..BLOCK {
+                sb[r * nk + j] = dots[r];
+            }
+        }
+
+        ob.fill(M::T::ZERO);
+        let mut lse = [0.0f64; BLOCK];
+        for r in 0..blk.len() {
+            let s = &mut sb[r * nk..r * nk + n[r]];
+            for x in s.iter_mut() {
+                *x = mode.score(*x);
+            }
+            lse[r] = mode.softmax(s);
+        }
+        // O: masked keys are skipped, not weighted by 0, so their NaN/Inf cannot leak in.
+        for j in 0..nmax {
+            let vj = &vb[j * d..(j + 1) * d];
+            for r in 0..blk.len() {
+                if j < n[r] {
+                    axpy(sb[r * nk + j], vj, &mut ob[r * d..(r + 1) * d]);
+                }
+            }
+        }
+        for r in 0..blk.len() {
+            let i = bi * BLOCK + r;
+            for c in 0..d {
+                out_o[i * d + c] = if n[r] == 0 {
+                    0.0
+                } else {
+                    mode.finish(ob[r * d + c])
+                };
+            }
+            out_lse[i] = lse[r];
+        }
+    }
+    (out_o, out_lse)
+}
+
+/// Dot products of the `BLOCK` rows of `qb` (row-major, `d` wide) with `kj`.
+#[inline]
+fn dot_block<T: Elem>(qb: &[T], kj: &[T]) -> [T; BLOCK] {
+    let d = kj.len();
+    let whole = d - d % LANES;
+    let mut acc = [[T::ZERO; LANES]; BLOCK];
+    for (r, a) in acc.iter_mut().enumerate() {
+        let qr = &qb[r * d..(r + 1) * d];
+        for (qc, kc) in qr[..whole]
+            .chunks_exact(LANES)
+            .zip(kj[..whole].chunks_exact(LANES))
+        {
+            for l in 0..LANES {
+                a[l] += qc[l] * kc[l];
+            }
+        }
+    }
+    let mut out = [T::ZERO; BLOCK];
+    for r in 0..BLOCK {
+        let a = acc[r];
+        let mut s = (a[0] + a[1]) + (a[2] + a[3]);
+        for c in whole..d {
+            s += qb[r * d + c] * kj[c];
+        }
+        out[r] = s;
+    }
+    out
+}
+
+#[inline]
+fn axpy<T: Elem>(a: T, x: &[T], y: &mut [T]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+/// The probabilities of every visible key of one row, in f64 (for tests and diagnostics).
+/// Empty when the row sees no key.
+pub fn probabilities(
+    p: &OracleProblem,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    row: (usize, usize, usize),
+) -> Vec<f64> {
+    check_shapes(p, &q, &k, &v);
+    let (b, h, r) = row;
+    let kvh = p.kv_head(h);
+    let mut s: Vec<f64> = (0..p.visible_keys(r))
+        .map(|j| {
+            let dot: f64 = (0..p.head_dim)
+                .map(|c| q[[b, h, r, c]] as f64 * k[[b, kvh, j, c]] as f64)
+                .sum();
+            p.scale * dot
+        })
+        .collect();
+    softmax_in_place(&mut s);
+    s
+}
