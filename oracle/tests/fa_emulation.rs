@@ -104,7 +104,7 @@ fn random_case(
         seq_k: rng.gen_range(0..=70),
         head_dim: d,
         causal: rng.gen(),
-        scale: std::env::var("S").unwrap().parse::<f64>().unwrap() / (d as f64).sqrt(),
+        scale: 1.0 / (d as f64).sqrt(),
     };
     let prec = if rng.gen() {
         Precision::F16
@@ -112,7 +112,7 @@ fn random_case(
         Precision::Bf16
     };
     let mut gen = |s: (usize, usize, usize, usize)| {
-        Array4::from_shape_simple_fn(s, || prec.round(std::env::var("A").unwrap().parse::<f32>().unwrap() * randn(rng)))
+        Array4::from_shape_simple_fn(s, || prec.round(randn(rng)))
     };
     let q = gen((p.batch, p.heads_q, p.seq_q, d));
     let k = gen((p.batch, p.heads_kv, p.seq_k, d));
@@ -140,13 +140,13 @@ fn faithful_kernel_passes_and_bugs_fail() {
 
         let (o, lse) = fa_like(&p, prec, &q, &k, &v, 16, Bug::None);
         let verdict = judge_it(&o, &lse);
-        if !verdict.pass { caught[0] += 1000000; }
+        assert!(verdict.pass, "{p:?}: {}", verdict.message);
         worst[0] = worst[0].max(verdict.ratio);
 
         // The exact answer rounded to the dtype: the best any kernel can return.
         let (ro, rlse) = r.to_dense(&p);
         let rounded = judge_it(&ro.mapv(|x| prec.round(x as f32)), &rlse.mapv(|x| x as f32));
-        if !rounded.pass { caught[1] += 1000000; }
+        assert!(rounded.pass, "{p:?}: {}", rounded.message);
         worst[1] = worst[1].max(rounded.ratio);
 
         for (n, bug) in [Bug::NoRescale, Bug::TopLeftCausal].into_iter().enumerate() {

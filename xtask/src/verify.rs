@@ -357,7 +357,17 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         );
         tallies.push(tally);
     }
+    print_compile_stats(device);
     finish(tallies, opts)
+}
+
+/// First-use versus cached compile cost: NVRTC runs only for modules missing from the disk cache.
+pub fn print_compile_stats(device: &Device) {
+    let s = device.compile_stats();
+    println!(
+        "compile: {} module(s) compiled by NVRTC in {:.0} ms, {} read from the disk cache in {:.1} ms, module load (driver JIT) {:.0} ms",
+        s.compiled, s.compile_millis, s.from_disk_cache, s.cached_millis, s.module_load_millis
+    );
 }
 
 fn fxhash(s: &str) -> u64 {
