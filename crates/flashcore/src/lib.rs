@@ -21,6 +21,10 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     let mut v: Vec<Box<dyn Attention>> = Vec::new();
     #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PersistentHopper));
+    #[cfg(feature = "tile64")]
+    v.push(Box::new(flashcore_tile64::Tile64));
+    #[cfg(feature = "fused32")]
+    v.push(Box::new(flashcore_fused32::Fused32));
     #[cfg(feature = "vectorized")]
     v.push(Box::new(flashcore_vectorized::Vectorized));
     #[cfg(feature = "scalar")]

@@ -1,0 +1,132 @@
+//! Generation 3: fused attention on tensor cores with 32 x 32 tiles (`kernels/gen3_fused32.cu`).
+//!
+//! One block of 2 warps per 32-row query tile; each warp computes S = Q·Kᵀ for its 16 rows with
+//! mma.sync m16n8k16, runs the online softmax on the accumulator registers and accumulates
+//! O += P·V in f32 registers, one pass over K/V in 32-key tiles. Q, K and V tiles live in XOR-
+//! swizzled static shared memory (3 · 32 · D · 2 bytes, 48 KB at D = 256: no opt-in), filled with
+//! cp.async and read with ldmatrix; nothing is pipelined yet (that is generation 4).
+//! See `docs/generations/gen3-fused32.md`.
+
+use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::{
+    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
+    LaunchPlan, Layout, Unsupported,
+};
+
+/// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
+const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 256];
+/// Query rows per block (`q_tile_rows` in the kernel).
+const Q_TILE_ROWS: usize = 32;
+/// Key rows per K/V tile (`kv_tile_rows` in the kernel).
+const KV_TILE_ROWS: usize = 32;
+/// Warps per block (`num_warps` in the kernel).
+const WARPS: u32 = 2;
+
+/// Static shared memory of the kernel: Q, K and V tiles of `head_dim` elem_t each.
+fn static_smem_bytes(head_dim: usize) -> usize {
+    (Q_TILE_ROWS + 2 * KV_TILE_ROWS) * head_dim * 2
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fused32;
+
+impl Attention for Fused32 {
+    fn name(&self) -> &'static str {
+        "fused32"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: &DType::ALL,
+            head_dims: HeadDims::List(HEAD_DIMS),
+            causal: true,
+            gqa: true,
+            layouts: &Layout::ALL,
+            // mma.sync bf16, ldmatrix and cp.async
+            min_compute_capability: (8, 0),
+            alignment_elems: 8,
+        }
+    }
+
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let d = problem.head_dim;
+        if !HEAD_DIMS.contains(&d) {
+            return Err(Unsupported::new(
+                self.name(),
+                format!("head_dim {d} is not in {}", HeadDims::List(HEAD_DIMS)),
+            ));
+        }
+        let smem = static_smem_bytes(d);
+        if smem > device.max_shared_memory_per_block as usize {
+            return Err(Unsupported::new(
+                self.name(),
+                format!(
+                    "needs {smem} bytes of static shared memory per block (3 tiles of 32 x {d}), \
+                     the device allows {}",
+                    device.max_shared_memory_per_block
+                ),
+            ));
+        }
+        // One block per (batch, head, 32-row query tile) while that fits grid.x; the kernel's
+        // grid-stride loop covers the rest.
+        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, Q_TILE_ROWS);
+        Ok(LaunchPlan::single(KernelLaunch {
+            source: "gen3_fused32.cu",
+            entry: "attention_fused32",
+            defines: vec![("FC_HEAD_DIM".into(), d.to_string())],
+            grid: (linear_grid(items), 1, 1),
+            block: (WARPS * 32, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_block_of_two_warps_per_32_rows() {
+        let p = AttentionProblem::new(3, 5, 33, 64);
+        let plan = Fused32.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        let l = &plan.launches[0];
+        assert_eq!(l.grid, (3 * 5 * 2, 1, 1));
+        assert_eq!(l.block, (64, 1, 1));
+        assert_eq!(l.entry, "attention_fused32");
+        assert_eq!(l.source, "gen3_fused32.cu");
+        assert_eq!(l.dynamic_smem_bytes, 0);
+        assert_eq!(l.defines, vec![("FC_HEAD_DIM".to_string(), "64".to_string())]);
+    }
+
+    #[test]
+    fn grid_is_clamped_past_two_to_the_31_items() {
+        let p = AttentionProblem::new(1 << 18, 1 << 8, 1 << 14, 32);
+        let plan = Fused32.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        assert_eq!(plan.launches[0].grid.0, i32::MAX as u32);
+    }
+
+    #[test]
+    fn every_head_dim_fits_the_static_48_kb() {
+        for &d in HEAD_DIMS {
+            assert!(static_smem_bytes(d) <= 48 * 1024, "d={d}");
+            let p = AttentionProblem::new(1, 1, 8, d);
+            assert!(Fused32.supports(&p, &DeviceInfo::synthetic_sm86()).is_ok(), "d={d}");
+        }
+        assert_eq!(static_smem_bytes(256), 49152);
+    }
+
+    #[test]
+    fn head_dims_off_the_list_are_unsupported_with_a_reason() {
+        let dev = DeviceInfo::synthetic_h100();
+        for d in [8, 16, 48, 80, 160, 257] {
+            let p = AttentionProblem::new(1, 1, 8, d);
+            let err = Fused32.supports(&p, &dev).unwrap_err();
+            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Generation 4: 64 x 64 tiles, cp.async double buffering, ldmatrix (`kernels/gen4_tile64.cu`).
+//!
+//! One block of 4 warps per 64-row query tile, 16 rows per warp. Q is read into registers once
+//! (D <= 128); K and V stream through two shared-memory buffers each with 16-byte cp.async, the
+//! next K tile issued before Q·Kᵀ of the current one and the next V tile before P·V, so loads
+//! overlap the tensor-core work and the softmax. Tiles are XOR-swizzled (bank-conflict free for
+//! both the cp.async fills and the ldmatrix / ldmatrix.trans reads). Causal runs skip the tiles
+//! above the diagonal and mask only the diagonal ones. See `docs/generations/gen4-tile64.md`.
+
+use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::{
+    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
+    LaunchPlan, Layout, Unsupported,
+};
+
+/// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
+const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 256];
+/// Query rows per block (`q_tile_rows` in the kernel).
+const Q_TILE_ROWS: usize = 64;
+/// Key rows per K/V tile (`kv_tile_rows` in the kernel).
+const KV_TILE_ROWS: usize = 64;
+/// Warps per block (`num_warps` in the kernel).
+const WARPS: u32 = 4;
+/// Largest head dim whose Q fragments stay in registers (`q_in_registers` in the kernel); above
+/// it Q keeps its own shared-memory tile.
+const MAX_HEAD_DIM_Q_IN_REGISTERS: usize = 128;
+
+/// Dynamic shared memory (`smem_bytes` in the kernel): two K and two V buffers of 64 rows, plus a
+/// separate Q tile when Q does not live in registers (D <= 128 stages Q in V buffer 1).
+///   T = 64 · D · 2;  bytes = 4T (D <= 128) or 5T (D = 256)
+///   D = 32: 16 KB, 64: 32 KB, 96: 48 KB, 128: 64 KB, 256: 160 KB.
+fn dynamic_smem_bytes(head_dim: usize) -> usize {
+    let tile = KV_TILE_ROWS * head_dim * 2;
+    let tiles = if head_dim <= MAX_HEAD_DIM_Q_IN_REGISTERS { 4 } else { 5 };
+    tiles * tile
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tile64;
+
+impl Attention for Tile64 {
+    fn name(&self) -> &'static str {
+        "tile64"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: &DType::ALL,
+            head_dims: HeadDims::List(HEAD_DIMS),
+            causal: true,
+            gqa: true,
+            layouts: &Layout::ALL,
+            // mma.sync bf16, ldmatrix and cp.async
+            min_compute_capability: (8, 0),
+            alignment_elems: 8,
+        }
+    }
+
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let d = problem.head_dim;
+        if !HEAD_DIMS.contains(&d) {
+            return Err(Unsupported::new(
+                self.name(),
+                format!("head_dim {d} is not in {}", HeadDims::List(HEAD_DIMS)),
+            ));
+        }
+        let smem = dynamic_smem_bytes(d);
+        if smem > device.max_shared_memory_per_block_optin as usize {
+            return Err(Unsupported::new(
+                self.name(),
+                format!(
+                    "head_dim {d} needs {smem} bytes of shared memory per block (double-buffered \
+                     64 x {d} K and V tiles{}), the device allows {} with opt-in",
+                    if d > MAX_HEAD_DIM_Q_IN_REGISTERS { " plus a Q tile" } else { "" },
+                    device.max_shared_memory_per_block_optin
+                ),
+            ));
+        }
+        // One block per (batch, head, 64-row query tile) while that fits grid.x; the kernel's
+        // grid-stride loop covers the rest.
+        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, Q_TILE_ROWS);
+        Ok(LaunchPlan::single(KernelLaunch {
+            source: "gen4_tile64.cu",
+            entry: "attention_tile64",
+            defines: vec![("FC_HEAD_DIM".into(), d.to_string())],
+            grid: (linear_grid(items), 1, 1),
+            block: (WARPS * 32, 1, 1),
+            dynamic_smem_bytes: smem as u32,
+            tensor_maps: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_block_of_four_warps_per_64_rows() {
+        let p = AttentionProblem::new(4, 16, 2048, 128);
+        let plan = Tile64.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        let l = &plan.launches[0];
+        assert_eq!(l.grid, (4 * 16 * 32, 1, 1));
+        assert_eq!(l.block, (128, 1, 1));
+        assert_eq!(l.entry, "attention_tile64");
+        assert_eq!(l.source, "gen4_tile64.cu");
+        assert_eq!(l.dynamic_smem_bytes, 65536);
+        assert_eq!(l.defines, vec![("FC_HEAD_DIM".to_string(), "128".to_string())]);
+    }
+
+    #[test]
+    fn shared_memory_formula() {
+        let bytes: Vec<usize> = HEAD_DIMS.iter().map(|&d| dynamic_smem_bytes(d)).collect();
+        assert_eq!(bytes, vec![16384, 32768, 49152, 65536, 163840]);
+    }
+
+    #[test]
+    fn grid_is_clamped_past_two_to_the_31_items() {
+        let p = AttentionProblem::new(1 << 18, 1 << 8, 1 << 14, 32);
+        let plan = Tile64.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        assert_eq!(plan.launches[0].grid.0, i32::MAX as u32);
+    }
+
+    #[test]
+    fn head_dim_256_does_not_fit_sm86_and_says_why() {
+        let p = AttentionProblem::new(1, 1, 8, 256);
+        let err = Tile64.supports(&p, &DeviceInfo::synthetic_sm86()).unwrap_err();
+        assert!(err.reason.contains("163840"), "{err}");
+        assert!(Tile64.supports(&p, &DeviceInfo::synthetic_h100()).is_ok());
+        let p = AttentionProblem::new(1, 1, 8, 128);
+        assert!(Tile64.supports(&p, &DeviceInfo::synthetic_sm86()).is_ok());
+    }
+
+    #[test]
+    fn head_dims_off_the_list_are_unsupported_with_a_reason() {
+        let dev = DeviceInfo::synthetic_h100();
+        for d in [8, 16, 48, 80, 160, 257] {
+            let p = AttentionProblem::new(1, 1, 8, d);
+            let err = Tile64.supports(&p, &dev).unwrap_err();
+            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
+        }
+    }
+}

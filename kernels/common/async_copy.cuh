@@ -1,0 +1,109 @@
+// cp.async (sm_80+): global -> shared copies that bypass registers and complete asynchronously,
+// so the next K/V tile streams in while the tensor cores work on the current one.
+//
+// Groups: every cp.async issued since the last commit belongs to the next committed group;
+// `cp_async_wait<N>()` blocks until at most N of this thread's groups are still in flight.
+// It only covers this thread's own copies: a __syncthreads() must follow before other threads
+// read the tile.
+#pragma once
+#include "types.cuh"
+#include "smem_layout.cuh"
+
+// 16 bytes global -> shared, cached in L2 only (.cg: the tile is used once per block, from
+// shared memory). When `in_bounds` is false the source size is 0: nothing is read from global
+// memory and the 16 destination bytes are zero-filled. That is how rows past seq_q / seq_k become
+// zeros without ever touching memory past the end (NaN padding there must not leak in through
+// 0 * NaN). `src` must still be a valid address; callers pass a row that exists.
+__device__ __forceinline__ void cp_async_16_zfill(unsigned smem_addr, const void* src, bool in_bounds) {
+    const int src_bytes = in_bounds ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+// Closes the current group of cp.async operations (an empty group is legal and keeps the
+// group arithmetic of a pipeline uniform on its last iteration).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Hides a value from loop-invariant code motion: the compiler cannot see through a volatile asm,
+// so products derived from it are recomputed where they are used instead of being hoisted out of
+// the K/V loop into registers of their own.
+__device__ __forceinline__ long long opaque(long long x) {
+    asm volatile("" : "+l"(x));
+    return x;
+}
+
+// Fills a [kRows][kCols] SwizzledTile at shared address `smem_tile` from the global rows
+// gmem_row0 + r * row_stride, r < valid_rows (1 <= valid_rows); rows at or past valid_rows are
+// zero-filled with no global read. Every one of the kThreads threads of the block calls it; thread
+// `tid` copies chunks tid, tid + kThreads, ... of the row-major tile, so 8 consecutive threads
+// read 128 contiguous bytes of one row (coalesced) and write 8 distinct bank slots (see
+// smem_layout.cuh). Does not commit: the caller groups copies.
+//
+// Register budget matters more than anything here: written naively (fully unrolled, offsets
+// computed per copy) the compiler hoists one 64-bit global offset and one shared offset per copy
+// out of the K/V loop — 48 registers for a 64 x 128 K+V pair, enough to spill D = 128/256.
+//   * Full tiles (all but the last of a sequence) take an unrolled path in which each thread
+//     keeps one chunk column and walks rows kRowStep apart: the shared address of copy i is one
+//     of kPatterns per-thread offsets plus a compile-time constant (row % 8 repeats every
+//     kPatterns copies), and the global address is a running pointer bumped by an opaque step.
+//     About 3 instructions per 16-byte copy.
+//   * Partial tiles, and rows whose chunk count does not divide the block (D = 96), take a
+//     rolled loop that bounds-checks every row.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t* gmem_row0, long long row_stride,
+                                                int valid_rows, int tid) {
+    using Tile = SwizzledTile<kCols>;
+    constexpr int kChunks = kRows * Tile::kChunksPerRow;
+    constexpr int kCopies = kChunks / kThreads;  // per thread
+    static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
+    constexpr bool kColumnWalk = kThreads % Tile::kChunksPerRow == 0;
+    if constexpr (kColumnWalk) {
+        constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+        // row % 8 (which fixes the swizzle) repeats every kPatterns copies.
+        constexpr int kPatterns = kRowStep % 8 == 0 ? 1 : (kRowStep % 4 == 0 ? 2 : (kRowStep % 2 == 0 ? 4 : 8));
+        const int chunk = tid % Tile::kChunksPerRow;
+        const int row0 = tid / Tile::kChunksPerRow;
+        if (valid_rows >= kRows) {
+            unsigned lane_off[kPatterns];
+#pragma unroll
+            for (int j = 0; j < kPatterns; ++j) lane_off[j] = Tile::offset(row0 + j * kRowStep, chunk) * 2;
+            const long long step = opaque((long long)kRowStep * row_stride);
+            const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
+#pragma unroll
+            for (int i = 0; i < kCopies; ++i) {
+                const unsigned dst =
+                    smem_tile + lane_off[i % kPatterns] + (i / kPatterns) * (kPatterns * kRowStep * kCols * 2);
+                cp_async_16_zfill(dst, src, true);
+                src += step;
+            }
+            return;
+        }
+        int row = row0;
+        const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
+        const long long step = (long long)kRowStep * row_stride;
+#pragma unroll 1
+        for (int i = 0; i < kCopies; ++i) {
+            const bool in_bounds = row < valid_rows;
+            // Out-of-range rows point the (unread) source at row 0, which exists.
+            cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : gmem_row0, in_bounds);
+            row += kRowStep;
+            src += step;
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < kCopies; ++i) {
+            const int idx = tid + i * kThreads;
+            const int row = idx / Tile::kChunksPerRow;
+            const int chunk = idx % Tile::kChunksPerRow;
+            const bool in_bounds = row < valid_rows;
+            const elem_t* src = gmem_row0 + (in_bounds ? (long long)row * row_stride : 0ll) + chunk * 8;
+            cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
+        }
+    }
+}
