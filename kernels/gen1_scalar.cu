@@ -88,12 +88,12 @@ attention_scalar(const __grid_constant__ AttentionParams p) {
         }
 
         const long long o_base = o_offset(p, batch, head, row);
-        const float inv_sum = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+        const float inv_sum = running_sum != 0.0f ? 1.0f / running_sum : 0.0f;
         for (int d = tid; d < p.head_dim; d += SCALAR_THREADS) o[o_base + d] = from_float(acc[d] * inv_sum);
         if (tid == 0) {
             // Natural-log LSE; a row that saw no key has sum 0 and LSE +inf.
             p.lse[lse_offset(p, batch, head, row)] =
-                running_sum > 0.0f ? (running_max + log2f(running_sum)) * 0.69314718055994531f : INFINITY;
+                running_sum != 0.0f ? (running_max + log2f(running_sum)) * 0.69314718055994531f : INFINITY;
         }
         __syncthreads();  // q_row and acc are rewritten for the next row
     }

@@ -463,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int r = 0; r < 2; ++r) {
                 const int grow = r == 0 ? grow0 : grow1;
                 if (grow < p.seq_q) {
-                    const bool any = l[r] > 0.f;  // false: the row sees no key -> O = 0, LSE = +inf
+                    const bool any = l[r] != 0.f;  // 0: no visible key -> O = 0, LSE = +inf; NaN propagates
                     const float inv = any ? 1.f / l[r] : 0.f;
                     elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
 #pragma unroll

@@ -126,7 +126,7 @@ __device__ __forceinline__ void softmax_finalize(float (&o)[kOutTiles][4], Softm
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float l = quad_sum(st.row_sum[r]);
-        const bool any = l > 0.f;
+        const bool any = l != 0.f;  // NaN (a non-finite input) must reach O and LSE, not read as "no key"
         const float inv = any ? 1.f / l : 0.f;
         // row_max is in log2 units: ln(sum_j e^{scale*s_j}) = (m + log2 l) * ln 2.
         lse[r] = any ? (st.row_max[r] + __log2f(l)) * FC_LN2 : FC_INF;

@@ -23,7 +23,7 @@ impl OracleProblem {
     /// Query heads per kv head (GQA/MQA group size). Panics if `heads_kv` does not divide `heads_q`.
     pub fn group_size(&self) -> usize {
         assert!(
-            self.heads_kv > 0 && self.heads_q % self.heads_kv == 0,
+            self.heads_kv > 0 && self.heads_q.is_multiple_of(self.heads_kv),
             "heads_q ({}) must be a positive multiple of heads_kv ({})",
             self.heads_q,
             self.heads_kv

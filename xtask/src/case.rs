@@ -220,6 +220,137 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
     }
 }
 
+/// Like [`random_tensor`] (standard normal values rounded to the dtype, logical order) but
+/// generated on every core in fixed chunks of 2^20 elements, each with its own seed, so the
+/// values depend on `seed` alone and not on the thread count. For bench-sized inputs (up to
+/// ~10^8 elements) where the sequential generator would take seconds. Not the same stream as
+/// [`random_tensor`].
+pub fn random_tensor_parallel(dtype: DType, shape: [usize; 4], seed: u64) -> Array4<f32> {
+    const CHUNK: usize = 1 << 20;
+    let n: usize = shape.iter().product();
+    let mut data = vec![0f32; n];
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1);
+    let chunks: Vec<(usize, &mut [f32])> = data.chunks_mut(CHUNK).enumerate().collect();
+    let per_thread = chunks.len().div_ceil(threads).max(1);
+    let mut groups: Vec<Vec<(usize, &mut [f32])>> = Vec::new();
+    let mut it = chunks.into_iter().peekable();
+    while it.peek().is_some() {
+        groups.push(it.by_ref().take(per_thread).collect());
+    }
+    std::thread::scope(|s| {
+        for group in groups {
+            s.spawn(move || {
+                for (i, chunk) in group {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(
+                        seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    );
+                    for x in chunk.iter_mut() {
+                        *x = dtype.round(StandardNormal.sample(&mut rng));
+                    }
+                }
+            });
+        }
+    });
+    Array4::from_shape_vec(shape, data).expect("length matches")
+}
+
+/// The oracle's two references for one problem and one input set on a sample of rows, computed
+/// once and then used to judge any number of kernel outputs: `bench-all` checks every
+/// generation on the same inputs before timing it, and the references are the expensive part.
+pub struct ShapeCheck {
+    pub problem: AttentionProblem,
+    op: OracleProblem,
+    rows: Rows,
+    reference: flashcore_oracle::Reference,
+    low_precision: flashcore_oracle::Reference,
+}
+
+impl ShapeCheck {
+    /// `q`, `k`, `v` in logical [batch, heads, seq, head_dim] order. Judges at most `max_rows`
+    /// rows (`sample_rows`: first and last row of every head plus random ones).
+    pub fn new(
+        problem: &AttentionProblem,
+        q: ndarray::ArrayView4<f32>,
+        k: ndarray::ArrayView4<f32>,
+        v: ndarray::ArrayView4<f32>,
+        max_rows: usize,
+        seed: u64,
+    ) -> ShapeCheck {
+        let op = Case {
+            problem: problem.clone(),
+            data_seed: seed,
+        }
+        .oracle_problem();
+        let rows = flashcore_oracle::sample_rows(&op, max_rows, seed);
+        let reference = flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &rows);
+        let low_precision = flashcore_oracle::reference_low_precision(
+            &op,
+            precision(problem.dtype),
+            q,
+            k,
+            v,
+            &rows,
+        );
+        ShapeCheck {
+            problem: problem.clone(),
+            op,
+            rows,
+            reference,
+            low_precision,
+        }
+    }
+
+    /// Rows judged.
+    pub fn rows_checked(&self) -> usize {
+        self.rows.len(&self.op)
+    }
+
+    /// Judges a kernel output as it came back from the device: O as dtype bits in the
+    /// problem's (dense) layout order, LSE as [batch, heads_q, seq_q]. Every element must also
+    /// have been written (no NaN anywhere: the caller poisons the outputs with NaN before the
+    /// launch and the inputs are finite). `Err` holds the oracle's one-line reason.
+    pub fn judge_bits(&self, o_bits: &[u16], lse: &[f32]) -> std::result::Result<Verdict, String> {
+        let p = &self.problem;
+        let shape = p.layout.shape(p.batch, p.heads_q, p.seq_q, p.head_dim);
+        if o_bits.len() != shape.iter().product::<usize>() || lse.len() != p.lse_len() {
+            return Err(format!(
+                "output lengths {} / {} do not match the problem's {} / {}",
+                o_bits.len(),
+                lse.len(),
+                shape.iter().product::<usize>(),
+                p.lse_len()
+            ));
+        }
+        let o: Vec<f32> = o_bits.iter().map(|&b| p.dtype.from_bits(b)).collect();
+        let o = Array4::from_shape_vec(shape, o).expect("length checked");
+        let lse = ndarray::Array3::from_shape_vec((p.batch, p.heads_q, p.seq_q), lse.to_vec())
+            .expect("length checked");
+        let o_logical = to_layout(o.view(), p.layout);
+        let verdict = flashcore_oracle::judge(
+            &self.op,
+            precision(p.dtype),
+            o_logical,
+            lse.view(),
+            &self.rows,
+            &self.reference,
+            &self.low_precision,
+        );
+        let unwritten =
+            o.iter().filter(|x| x.is_nan()).count() + lse.iter().filter(|x| x.is_nan()).count();
+        if !verdict.pass {
+            return Err(verdict.message.clone());
+        }
+        if unwritten > 0 {
+            return Err(format!(
+                "{unwritten} output elements are NaN (unwritten?) outside the judged rows"
+            ));
+        }
+        Ok(verdict)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +380,61 @@ mod tests {
         assert!(a.q.iter().filter(|x| **x == 0.0).count() < 2);
         assert_ne!(a.q, b.q);
         assert_ne!(a.k, a.v);
+    }
+
+    #[test]
+    fn parallel_inputs_depend_on_the_seed_only() {
+        let a = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 5);
+        let b = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 5);
+        let c = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 6);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let mean = a.iter().map(|&x| x as f64).sum::<f64>() / a.len() as f64;
+        let var = a.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / a.len() as f64;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.01,
+            "{mean} {var}"
+        );
+        assert!(a.iter().all(|&x| DType::F16.round(x) == x));
+    }
+
+    #[test]
+    fn shape_check_passes_the_reference_and_fails_garbage_and_holes() {
+        use flashcore_oracle::reference_f64;
+        let p = AttentionProblem::new(1, 2, 40, 16)
+            .with_causal(true)
+            .with_layout(Layout::Bshd);
+        let case = Case {
+            problem: p.clone(),
+            data_seed: 3,
+        };
+        let inp = inputs(&case);
+        let chk = ShapeCheck::new(&p, inp.q.view(), inp.k.view(), inp.v.view(), 16, 3);
+        assert_eq!(chk.rows_checked(), 16);
+        // The exact answer, rounded to f16 and laid out as BSHD bits.
+        let op = case.oracle_problem();
+        let r = reference_f64(&op, inp.q.view(), inp.k.view(), inp.v.view(), &Rows::All);
+        let (o, lse) = r.to_dense(&op);
+        let o32 = o.mapv(|x| x as f32);
+        let bits: Vec<u16> = to_layout(o32.view(), p.layout)
+            .iter()
+            .map(|&x| p.dtype.to_bits(x))
+            .collect();
+        let lse32: Vec<f32> = lse.iter().map(|&x| x as f32).collect();
+        assert!(chk.judge_bits(&bits, &lse32).is_ok());
+        let mut wrong = bits.clone();
+        for b in wrong.iter_mut() {
+            *b = p.dtype.to_bits(p.dtype.from_bits(*b) + 0.5);
+        }
+        assert!(chk.judge_bits(&wrong, &lse32).is_err());
+        let mut hole = lse32.clone();
+        // A row the sample does not include (rows 1..=38 of head 0 are mostly unsampled).
+        let judged = flashcore_oracle::sample_rows(&op, 16, 3).expand(&op);
+        let r = (0..40).find(|r| !judged.contains(&(0, 0, *r))).unwrap();
+        hole[r] = f32::NAN;
+        let err = chk.judge_bits(&bits, &hole).unwrap_err();
+        assert!(err.contains("NaN"), "{err}");
+        assert!(chk.judge_bits(&bits[1..], &lse32).is_err());
     }
 
     #[test]

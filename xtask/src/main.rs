@@ -2,9 +2,12 @@
 //! The built binary also runs on its own, e.g. on a GPU machine without cargo:
 //! `target/release/xtask verify --cases 1000`.
 
+mod bench;
 mod case;
 mod check_kernels;
 mod cuda_wheels;
+mod reliability;
+mod sanitize;
 mod verify;
 
 use std::path::PathBuf;
@@ -60,6 +63,12 @@ enum Command {
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas) into the cache, if no toolkit is found.
     InstallCuda,
+    /// Check and time every generation on a shape suite beside the peers and cuBLAS.
+    BenchAll(Box<bench::Args>),
+    /// Bad input, out-of-bounds reads, determinism, grid limits, NaN/Inf, OOM and a soak, on the GPU.
+    Reliability(reliability::Args),
+    /// Run a small sweep of every generation under compute-sanitizer (memcheck, racecheck, ...).
+    Sanitize(sanitize::Args),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +109,9 @@ fn main() -> ExitCode {
         },
         Command::CheckKernels { json } => check_kernels::run(json.as_deref()).map(|_| ()),
         Command::InstallCuda => cuda_wheels::ensure(),
+        Command::BenchAll(args) => bench::run(*args),
+        Command::Reliability(args) => reliability::main(args),
+        Command::Sanitize(args) => sanitize::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

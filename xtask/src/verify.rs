@@ -493,7 +493,7 @@ mod tests {
             let c = s.new_tree(&mut runner).unwrap().current();
             let p = &c.problem;
             assert!((1..=4).contains(&p.batch));
-            assert!((1..=16).contains(&p.heads_q) && p.heads_q % p.heads_kv == 0);
+            assert!((1..=16).contains(&p.heads_q) && p.heads_q.is_multiple_of(p.heads_kv));
             assert!((1..=1100).contains(&p.seq_q) && (1..=1100).contains(&p.seq_k));
             assert!(caps.head_dims.contains(p.head_dim));
             p.validate().unwrap();

@@ -13,7 +13,11 @@ use flashcore::{AttentionProblem, DType, Device, Layout};
 use ndarray::Ix4;
 
 #[derive(Parser)]
-#[command(name = "flashcore", version, about = "FlashAttention-style attention kernels for NVIDIA GPUs")]
+#[command(
+    name = "flashcore",
+    version,
+    about = "FlashAttention-style attention kernels for NVIDIA GPUs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,8 +48,8 @@ enum Command {
         /// Bottom-right aligned causal mask.
         #[arg(long)]
         causal: bool,
-        /// Softmax scale (default 1/sqrt(head_dim)).
-        #[arg(long)]
+        /// Softmax scale (default 1/sqrt(head_dim)); 0 and negative values are valid.
+        #[arg(long, allow_hyphen_values = true)]
         scale: Option<f32>,
         #[arg(long, default_value = "bshd", value_parser = parse_layout)]
         layout: Layout,
@@ -71,7 +75,10 @@ enum Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Input(e)) => {
@@ -81,6 +88,44 @@ fn main() -> ExitCode {
         Err(Failure::Device(e)) => {
             eprintln!("flashcore: {}", one_line(&e));
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `--help` and `--version` print as usual; a bad command line is one line on stderr, exit 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            eprintln!(
+                "flashcore: a command is needed: kernels, devices or run (see flashcore --help)"
+            );
+            ExitCode::from(2)
+        }
+        _ => {
+            // The error paragraph (up to the first blank line), without the usage block.
+            let rendered = e.render().to_string();
+            let para: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .skip_while(|l| l.is_empty())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let msg = para.join(" ");
+            let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+            eprintln!(
+                "flashcore: {} (see --help)",
+                if msg.is_empty() {
+                    "bad command line"
+                } else {
+                    msg
+                }
+            );
+            ExitCode::from(2)
         }
     }
 }
@@ -113,34 +158,125 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 npy::read_f32(p)
                     .map_err(Failure::Input)?
                     .into_dimensionality::<Ix4>()
-                    .map_err(|_| Failure::Input(anyhow::anyhow!("{}: expected a 4-D array ({})", p.display(), axes(layout))))
+                    .map_err(|_| {
+                        Failure::Input(anyhow::anyhow!(
+                            "{}: expected a 4-D array ({})",
+                            p.display(),
+                            axes(layout)
+                        ))
+                    })
             };
-            let (qa, ka, va) = (read(&q)?, read(&k)?, read(&v)?);
-            let problem = problem_from_shapes(qa.shape(), ka.shape(), va.shape(), layout, dtype, causal, scale)
-                .map_err(Failure::Input)?;
-            let dev = Device::open(device).map_err(|e| Failure::Device(e.into()))?;
-            let attention = if kernel == "auto" {
-                flashcore::best_for(&problem, dev.info())
-                    .ok_or_else(|| Failure::Input(anyhow::anyhow!("no compiled-in generation takes {problem}")))?
+            // Everything the user can get wrong is checked before the device is opened: the
+            // kernel name, the output paths, the files and their shapes.
+            let named = if kernel == "auto" {
+                None
             } else {
-                flashcore::kernel(&kernel).ok_or_else(|| {
+                Some(flashcore::kernel(&kernel).ok_or_else(|| {
                     let names: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
-                    Failure::Input(anyhow::anyhow!("unknown kernel '{kernel}' (compiled in: {})", names.join(", ")))
-                })?
+                    Failure::Input(anyhow::anyhow!(
+                        "unknown kernel '{kernel}' (compiled in: {})",
+                        names.join(", ")
+                    ))
+                })?)
             };
-            let output = flashcore::forward_host(attention.as_ref(), &dev, &problem, qa.view(), ka.view(), va.view())
-                .map_err(|e| match e {
-                    flashcore::Error::Invalid(_) | flashcore::Error::Unsupported(_) => Failure::Input(e.into()),
-                    other => Failure::Device(other.into()),
-                })?;
+            for path in std::iter::once(&out).chain(lse.as_ref()) {
+                check_writable_dir(path).map_err(Failure::Input)?;
+            }
+            let (qa, ka, va) = (read(&q)?, read(&k)?, read(&v)?);
+            let problem = problem_from_shapes(
+                qa.shape(),
+                ka.shape(),
+                va.shape(),
+                layout,
+                dtype,
+                causal,
+                scale,
+            )
+            .map_err(Failure::Input)?;
+            // Head dim and dtype need no device to rule out.
+            let takes = |k: &dyn flashcore::Attention| {
+                let c = k.capabilities();
+                c.dtypes.contains(&problem.dtype) && c.head_dims.contains(problem.head_dim)
+            };
+            match &named {
+                Some(k) if !takes(k.as_ref()) => {
+                    return Err(Failure::Input(anyhow::anyhow!(
+                        "{} does not take {problem} (head dims {}, dtypes {:?})",
+                        k.name(),
+                        k.capabilities().head_dims,
+                        k.capabilities().dtypes
+                    )))
+                }
+                None if !flashcore::kernels().iter().any(|k| takes(k.as_ref())) => {
+                    return Err(Failure::Input(anyhow::anyhow!(
+                        "no compiled-in generation takes head_dim {} with {}",
+                        problem.head_dim,
+                        problem.dtype
+                    )))
+                }
+                _ => {}
+            }
+            let dev = Device::open(device).map_err(|e| Failure::Device(e.into()))?;
+            let attention = match named {
+                Some(k) => k,
+                None => flashcore::best_for(&problem, dev.info()).ok_or_else(|| {
+                    let why: Vec<String> = flashcore::kernels()
+                        .iter()
+                        .filter_map(|k| k.supports(&problem, dev.info()).err())
+                        .map(|u| format!("{}: {}", u.kernel, u.reason))
+                        .collect();
+                    Failure::Input(anyhow::anyhow!(
+                        "no compiled-in generation takes {problem} ({})",
+                        why.join("; ")
+                    ))
+                })?,
+            };
+            let output = flashcore::forward_host(
+                attention.as_ref(),
+                &dev,
+                &problem,
+                qa.view(),
+                ka.view(),
+                va.view(),
+            )
+            .map_err(|e| match e {
+                flashcore::Error::Invalid(_) | flashcore::Error::Unsupported(_) => {
+                    Failure::Input(e.into())
+                }
+                other => Failure::Device(other.into()),
+            })?;
             npy::write_f32(&out, &output.o.into_dyn()).map_err(Failure::Input)?;
             if let Some(path) = lse {
                 npy::write_f32(&path, &output.lse.into_dyn()).map_err(Failure::Input)?;
             }
-            eprintln!("flashcore: {} on {}: {problem} -> {}", attention.name(), dev.info().name, out.display());
+            eprintln!(
+                "flashcore: {} on {}: {problem} -> {}",
+                attention.name(),
+                dev.info().name,
+                out.display()
+            );
             Ok(())
         }
     }
+}
+
+/// The directory an output goes to must exist (checked before the device work, not after).
+fn check_writable_dir(path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "{}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("{}: is a directory, not a file to write", path.display());
+    }
+    Ok(())
 }
 
 fn axes(layout: Layout) -> &'static str {
@@ -229,25 +365,54 @@ mod tests {
 
     #[test]
     fn shapes_give_the_problem_in_either_layout() {
-        let p = problem_from_shapes(&[2, 10, 8, 64], &[2, 12, 2, 64], &[2, 12, 2, 64], Layout::Bshd, DType::F16, true, None)
-            .unwrap();
-        assert_eq!((p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim), (2, 8, 2, 10, 12, 64));
-        let p = problem_from_shapes(&[2, 8, 10, 64], &[2, 2, 12, 64], &[2, 2, 12, 64], Layout::Bhsd, DType::F16, false, None)
-            .unwrap();
+        let p = problem_from_shapes(
+            &[2, 10, 8, 64],
+            &[2, 12, 2, 64],
+            &[2, 12, 2, 64],
+            Layout::Bshd,
+            DType::F16,
+            true,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim),
+            (2, 8, 2, 10, 12, 64)
+        );
+        let p = problem_from_shapes(
+            &[2, 8, 10, 64],
+            &[2, 2, 12, 64],
+            &[2, 2, 12, 64],
+            Layout::Bhsd,
+            DType::F16,
+            false,
+            None,
+        )
+        .unwrap();
         assert_eq!((p.heads_q, p.seq_q), (8, 10));
     }
 
     #[test]
     fn mismatched_shapes_say_which() {
         let e = |q: &[usize], k: &[usize], v: &[usize]| {
-            problem_from_shapes(q, k, v, Layout::Bhsd, DType::F16, false, None).unwrap_err().to_string()
+            problem_from_shapes(q, k, v, Layout::Bhsd, DType::F16, false, None)
+                .unwrap_err()
+                .to_string()
         };
         assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 8], &[1, 2, 4, 8]).contains("must match"));
         assert!(e(&[1, 2, 3, 8], &[2, 2, 3, 8], &[2, 2, 3, 8]).contains("batch"));
         assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 16], &[1, 2, 3, 16]).contains("head_dim"));
         assert!(e(&[1, 3, 3, 8], &[1, 2, 3, 8], &[1, 2, 3, 8]).contains("multiple"));
         assert!(e(&[1, 2, 3, 0], &[1, 2, 3, 0], &[1, 2, 3, 0]).contains("head_dim is 0"));
-        assert!(problem_from_shapes(&[1, 2, 3, 8], &[1, 2, 3, 8], &[1, 2, 3, 8], Layout::Bhsd, DType::F16, false, Some(f32::NAN))
-            .is_err());
+        assert!(problem_from_shapes(
+            &[1, 2, 3, 8],
+            &[1, 2, 3, 8],
+            &[1, 2, 3, 8],
+            Layout::Bhsd,
+            DType::F16,
+            false,
+            Some(f32::NAN)
+        )
+        .is_err());
     }
 }

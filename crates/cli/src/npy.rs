@@ -9,40 +9,165 @@ use npyz::{DType as NpyDType, NpyFile, TypeChar, WriterBuilder};
 /// A 4-D array read from disk as f32 (float16 files are widened exactly).
 pub fn read_f32(path: &Path) -> Result<ArrayD<f32>> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let npy = NpyFile::new(&bytes[..]).map_err(|e| anyhow::anyhow!("{}: not a valid .npy file ({e})", path.display()))?;
+    parse_f32(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The `.npy` bytes as an f32 array: Ok or an error, never a panic, whatever the bytes.
+fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
+    let data_len = precheck(bytes)?;
+    let npy =
+        NpyFile::new(bytes).map_err(|e| anyhow::anyhow!("not a valid .npy file ({})", flat(&e)))?;
     if npy.order() == npyz::Order::Fortran {
-        bail!("{}: Fortran-ordered arrays are not supported (save with numpy.ascontiguousarray)", path.display());
+        bail!("Fortran-ordered arrays are not supported (save with numpy.ascontiguousarray)");
     }
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let (type_char, size) = match npy.dtype() {
         NpyDType::Plain(ts) => (ts.type_char(), ts.size_field()),
-        other => bail!("{}: unsupported dtype {other:?} (expected float16 or float32)", path.display()),
+        other => bail!(
+            "unsupported dtype {} (expected float16 or float32)",
+            one_line_dtype(&other)
+        ),
     };
-    let data: Vec<f32> = match (type_char, size) {
-        (TypeChar::Float, 4) => npy
+    let expected = checked_elements(&shape)
+        .ok_or_else(|| anyhow::anyhow!("shape {shape:?} has too many elements"))?;
+    if !matches!((type_char, size), (TypeChar::Float, 2 | 4)) {
+        bail!(
+            "dtype {} is not supported (expected float16 or float32)",
+            one_line_dtype(&npy.dtype())
+        );
+    }
+    // Checked before reading element by element: a header that promises more than the file holds.
+    if expected
+        .checked_mul(size as usize)
+        .is_none_or(|need| need > data_len)
+    {
+        bail!("truncated data: the header says shape {shape:?} of {} bytes each, but {data_len} bytes follow", size);
+    }
+    let data: Vec<f32> = match size {
+        4 => npy
             .into_vec::<f32>()
-            .map_err(|e| anyhow::anyhow!("{}: truncated or corrupt data ({e})", path.display()))?,
-        (TypeChar::Float, 2) => npy
+            .map_err(|e| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e)))?,
+        _ => npy
             .into_vec::<half::f16>()
-            .map_err(|e| anyhow::anyhow!("{}: truncated or corrupt data ({e})", path.display()))?
+            .map_err(|e| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e)))?
             .into_iter()
             .map(f32::from)
             .collect(),
-        (t, s) => bail!(
-            "{}: dtype {t:?}{s} is not supported (expected float16 or float32)",
-            path.display()
-        ),
     };
-    let expected: usize = shape.iter().product();
     if data.len() != expected {
-        bail!("{}: holds {} values but its header says shape {shape:?}", path.display(), data.len());
+        bail!(
+            "holds {} values but its header says shape {shape:?}",
+            data.len()
+        );
     }
-    ArrayD::from_shape_vec(IxDyn(&shape), data).with_context(|| format!("{}: bad shape", path.display()))
+    ArrayD::from_shape_vec(IxDyn(&shape), data).context("bad shape")
+}
+
+fn one_line_dtype(d: &NpyDType) -> String {
+    match d {
+        NpyDType::Plain(ts) => ts.to_string(),
+        other => {
+            let s = format!("{other:?}").replace('\n', " ");
+            if s.len() > 80 {
+                format!(
+                    "{}...",
+                    &s[..s.char_indices().nth(77).map_or(s.len(), |(i, _)| i)]
+                )
+            } else {
+                s
+            }
+        }
+    }
+}
+
+/// A library error message on one line (npyz's parse errors draw a multi-line caret diagram).
+fn flat(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn checked_elements(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// What npyz would trip over before it gets to answer with an error: a header length past the
+/// end of the file (it allocates the length first) and a shape whose element count overflows
+/// (it multiplies the dims unchecked). Returns the number of data bytes after the header.
+fn precheck(bytes: &[u8]) -> Result<usize> {
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        bail!(
+            "not a valid .npy file (no NUMPY magic: {} bytes)",
+            bytes.len()
+        );
+    }
+    let (header_len, start): (usize, usize) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        2 | 3 => bail!("not a valid .npy file (truncated header)"),
+        v => bail!("not a valid .npy file (unknown format version {v})"),
+    };
+    let end = start
+        .checked_add(header_len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "not a valid .npy file (header of {header_len} bytes, file of {})",
+                bytes.len()
+            )
+        })?;
+    let text = String::from_utf8_lossy(&bytes[start..end]);
+    // Every `shape` key (a mutated file may repeat it; the last one would win) must be a tuple
+    // or list of plain integers whose product fits.
+    let mut rest = &text[..];
+    while let Some(i) = rest.find("shape") {
+        let after = &rest[i + 5..];
+        rest = after;
+        let after = after.trim_start_matches(['\'', '"']).trim_start();
+        let Some(after) = after.strip_prefix(':') else {
+            continue;
+        };
+        let after = after.trim_start();
+        let close = match after.chars().next() {
+            Some('(') => ')',
+            Some('[') => ']',
+            _ => continue, // npyz rejects it with an error
+        };
+        let Some(j) = after.find(close) else { continue };
+        let mut dims = Vec::new();
+        for tok in after[1..j]
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            let digits = tok.trim_end_matches(['L', 'l']);
+            match digits.parse::<usize>() {
+                Ok(d) => dims.push(d),
+                Err(_) if digits.bytes().all(|b| b.is_ascii_digit()) && !digits.is_empty() => {
+                    bail!("shape dimension {tok} is too large")
+                }
+                Err(_) => bail!(
+                    "shape {} is not a tuple of non-negative integers",
+                    &after[..=j]
+                ),
+            }
+        }
+        if checked_elements(&dims).is_none() {
+            bail!("shape {dims:?} has too many elements");
+        }
+    }
+    Ok(bytes.len() - end)
 }
 
 /// Writes a float32 array in C order.
 pub fn write_f32(path: &Path, a: &ArrayD<f32>) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+    let file = std::fs::File::create(path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
     let shape: Vec<u64> = a.shape().iter().map(|&d| d as u64).collect();
     let mut w = npyz::WriteOptions::new()
         .default_dtype()
@@ -51,9 +176,11 @@ pub fn write_f32(path: &Path, a: &ArrayD<f32>) -> Result<()> {
         .begin_nd()
         .with_context(|| format!("{}: cannot write", path.display()))?;
     for x in a.as_standard_layout().iter() {
-        w.push(x).with_context(|| format!("{}: cannot write", path.display()))?;
+        w.push(x)
+            .with_context(|| format!("{}: cannot write", path.display()))?;
     }
-    w.finish().with_context(|| format!("{}: cannot write", path.display()))?;
+    w.finish()
+        .with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(())
 }
 
@@ -65,7 +192,11 @@ mod tests {
     fn f32_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.npy");
-        let a = ArrayD::from_shape_vec(IxDyn(&[1, 2, 3, 4]), (0..24).map(|x| x as f32 * 0.5).collect()).unwrap();
+        let a = ArrayD::from_shape_vec(
+            IxDyn(&[1, 2, 3, 4]),
+            (0..24).map(|x| x as f32 * 0.5).collect(),
+        )
+        .unwrap();
         write_f32(&p, &a).unwrap();
         assert_eq!(read_f32(&p).unwrap(), a);
     }
@@ -81,7 +212,214 @@ mod tests {
         let e = read_f32(&p).unwrap_err().to_string();
         assert!(e.contains("a.npy"), "{e}");
         std::fs::write(&p, b"not numpy at all").unwrap();
-        assert!(read_f32(&p).unwrap_err().to_string().contains("not a valid .npy"));
-        assert!(read_f32(&dir.path().join("missing.npy")).unwrap_err().to_string().contains("cannot read"));
+        assert!(read_f32(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not a valid .npy"));
+        assert!(read_f32(&dir.path().join("missing.npy"))
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! `.npy` reading never panics: random bytes, random bytes behind a valid magic, mutated
+    //! valid files, and valid framing around random header text all give Ok or Err.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A version 1.0 `.npy` file with this header dict text and data bytes.
+    fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = header.as_bytes().to_vec();
+        while !(10 + h.len() + 1).is_multiple_of(64) {
+            h.push(b' ');
+        }
+        h.push(b'\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn valid(shape: &[usize], f16: bool) -> Vec<u8> {
+        let n: usize = shape.iter().product();
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        let tuple = if dims.len() == 1 {
+            format!("({},)", dims[0])
+        } else {
+            format!("({})", dims.join(", "))
+        };
+        let (descr, data): (&str, Vec<u8>) = if f16 {
+            (
+                "<f2",
+                (0..n)
+                    .flat_map(|i| half::f16::from_f32(i as f32 * 0.25).to_le_bytes())
+                    .collect(),
+            )
+        } else {
+            (
+                "<f4",
+                (0..n)
+                    .flat_map(|i| (i as f32 * 0.25).to_le_bytes())
+                    .collect(),
+            )
+        };
+        npy_bytes(
+            &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}"),
+            &data,
+        )
+    }
+
+    #[test]
+    fn the_framing_helper_makes_files_that_read_back() {
+        let a = parse_f32(&valid(&[1, 2, 3, 4], false)).unwrap();
+        assert_eq!(a.shape(), [1, 2, 3, 4]);
+        assert_eq!(a[[0, 1, 2, 3]], 23.0 * 0.25);
+        let a = parse_f32(&valid(&[2, 1, 1, 3], true)).unwrap();
+        assert_eq!(a[[1, 0, 0, 2]], 5.0 * 0.25);
+    }
+
+    #[test]
+    fn headers_that_would_overflow_or_overallocate_are_errors() {
+        let huge = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551615, 18446744073709551615), }", &[]);
+        assert!(parse_f32(&huge)
+            .unwrap_err()
+            .to_string()
+            .contains("too many"));
+        let big_dim = npy_bytes(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999999, 2), }",
+            &[],
+        );
+        assert!(parse_f32(&big_dim).is_err());
+        let promise = npy_bytes(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 1000), }",
+            &[0; 64],
+        );
+        assert!(parse_f32(&promise)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
+        let mut long_header = b"\x93NUMPY\x02\x00\xff\xff\xff\xff".to_vec();
+        long_header.extend_from_slice(b"{'descr'");
+        assert!(parse_f32(&long_header)
+            .unwrap_err()
+            .to_string()
+            .contains("header"));
+        let f64_file = npy_bytes(
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, 1), }",
+            &[0; 8],
+        );
+        assert!(parse_f32(&f64_file)
+            .unwrap_err()
+            .to_string()
+            .contains("<f8"));
+        let fortran = npy_bytes(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 1, 1, 1), }",
+            &[0; 4],
+        );
+        assert!(parse_f32(&fortran)
+            .unwrap_err()
+            .to_string()
+            .contains("Fortran"));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Mutation {
+        Flip(prop::sample::Index, u8),
+        Truncate(prop::sample::Index),
+        Insert(prop::sample::Index, u8),
+        Delete(prop::sample::Index),
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        prop_oneof![
+            3 => (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
+            1 => any::<prop::sample::Index>().prop_map(Mutation::Truncate),
+            1 => (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
+            1 => any::<prop::sample::Index>().prop_map(Mutation::Delete),
+        ]
+    }
+
+    fn apply(mut bytes: Vec<u8>, muts: &[Mutation]) -> Vec<u8> {
+        for m in muts {
+            if bytes.is_empty() {
+                break;
+            }
+            match m {
+                Mutation::Flip(i, b) => {
+                    let i = i.index(bytes.len());
+                    bytes[i] ^= b | 1;
+                }
+                Mutation::Truncate(i) => bytes.truncate(i.index(bytes.len())),
+                Mutation::Insert(i, b) => {
+                    let i = i.index(bytes.len());
+                    bytes.insert(i, *b)
+                }
+                Mutation::Delete(i) => {
+                    let i = i.index(bytes.len());
+                    bytes.remove(i);
+                }
+            }
+        }
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+            let _ = parse_f32(&bytes);
+        }
+
+        #[test]
+        fn random_bytes_behind_the_magic_never_panic(
+            version in 0u8..=4, rest in prop::collection::vec(any::<u8>(), 0..400),
+        ) {
+            let mut bytes = b"\x93NUMPY".to_vec();
+            bytes.push(version);
+            bytes.push(0);
+            bytes.extend(rest);
+            let _ = parse_f32(&bytes);
+        }
+
+        #[test]
+        fn mutated_valid_files_never_panic(
+            shape in prop::collection::vec(0usize..6, 0..6),
+            f16 in any::<bool>(),
+            muts in prop::collection::vec(mutation(), 1..6),
+        ) {
+            let original = valid(&shape, f16);
+            let bytes = apply(original.clone(), &muts);
+            match parse_f32(&bytes) {
+                // Whatever the mutation, a result that reads back is self-consistent.
+                Ok(a) => prop_assert_eq!(a.len(), a.shape().iter().product::<usize>()),
+                Err(e) => prop_assert!(!e.to_string().contains('\n'), "{}", e),
+            }
+        }
+
+        #[test]
+        fn random_header_text_never_panics(
+            descr in prop_oneof![
+                prop::sample::select(vec!["<f4", "<f2", ">f4", ">f2", "|f2", "<f8", "<i4", "|u1", "<c8", "|O", "<U3", "<V2", "<M8[s]"]).prop_map(String::from),
+                "[<>|=]?[a-zA-Z][0-9]{0,3}",
+            ],
+            fortran in prop::sample::select(vec!["False", "True", "0", "None"]),
+            shape in prop_oneof![
+                "\\((([0-9]{1,22}L?), ?){0,5}[0-9]{0,22}\\)",
+                "\\[[0-9, ]{0,30}\\]",
+                "[-0-9(),\\[\\] xe.]{0,30}",
+            ],
+            extra in prop_oneof![Just(String::new()), "'[a-z]{1,6}': [0-9a-z'()]{0,10}, "],
+            data in prop::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let header = format!("{{'descr': '{descr}', 'fortran_order': {fortran}, {extra}'shape': {shape}, }}");
+            let _ = parse_f32(&npy_bytes(&header, &data));
+            let header = format!("{{'shape': {shape}, 'descr': [('a', '{descr}'), ('shape', '<f4')], 'fortran_order': {fortran}}}");
+            let _ = parse_f32(&npy_bytes(&header, &data));
+        }
     }
 }

@@ -127,6 +127,22 @@ impl CompileRequest<'_> {
     }
 }
 
+/// Finds an ahead-of-time compiled image (cubin or fatbin) for a request; the facade's `aot`
+/// feature registers one so no NVRTC is needed at run time.
+pub type PrebuiltLookup = fn(&CompileRequest<'_>) -> Option<&'static [u8]>;
+
+static PREBUILT: std::sync::OnceLock<PrebuiltLookup> = std::sync::OnceLock::new();
+
+/// Installs the prebuilt-image lookup (first call wins). Returns false if one was already set.
+pub fn register_prebuilt(lookup: PrebuiltLookup) -> bool {
+    PREBUILT.set(lookup).is_ok()
+}
+
+/// The prebuilt image for `req`, if a lookup is registered and has one.
+pub fn prebuilt(req: &CompileRequest<'_>) -> Option<&'static [u8]> {
+    PREBUILT.get().and_then(|f| f(req))
+}
+
 /// Outcome of a compilation, with where the PTX came from.
 pub struct Compiled {
     pub ptx: String,

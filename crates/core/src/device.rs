@@ -61,6 +61,8 @@ impl DeviceInfo {
 pub struct CompileStats {
     pub compiled: usize,
     pub from_disk_cache: usize,
+    /// Modules loaded from ahead-of-time images (the facade's `aot` feature).
+    pub prebuilt: usize,
     pub compile_millis: f64,
     pub cached_millis: f64,
     pub module_load_millis: f64,
@@ -208,6 +210,20 @@ impl Device {
             if let Some(m) = modules.get(&module_key) {
                 m.clone()
             } else {
+                if let Some(image) = compile::prebuilt(&req) {
+                    let t = std::time::Instant::now();
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
+                        .map_err(|e| {
+                            Error::cuda(format!("loading the prebuilt module for {source}"), e)
+                        })?;
+                    let mut s = self.stats.lock().unwrap();
+                    s.prebuilt += 1;
+                    s.module_load_millis += t.elapsed().as_secs_f64() * 1e3;
+                    modules.insert(module_key.clone(), m.clone());
+                    return self.finish_function(m, fkey, source, entry, dynamic_smem);
+                }
                 let compiled = compile::compile(&req)?;
                 let t = std::time::Instant::now();
                 let m = self
@@ -227,6 +243,18 @@ impl Device {
                 m
             }
         };
+        self.finish_function(module, fkey, source, entry, dynamic_smem)
+    }
+
+    /// Looks the entry up in a loaded module and opts it in to its dynamic shared memory.
+    fn finish_function(
+        &self,
+        module: Arc<CudaModule>,
+        fkey: (String, String),
+        source: &str,
+        entry: &str,
+        dynamic_smem: u32,
+    ) -> Result<CudaFunction, Error> {
         let function = module
             .load_function(entry)
             .map_err(|e| Error::cuda(format!("finding kernel {entry} in {source}"), e))?;

@@ -29,6 +29,15 @@ pub enum InvalidProblem {
         row_stride: usize,
         head_dim: usize,
     },
+    #[error(
+        "o: {axis} stride {stride} is smaller than the {span} elements the inner axes span, so \
+         output elements alias (blocks would race to write them)"
+    )]
+    OverlappingOutput {
+        axis: &'static str,
+        stride: usize,
+        span: u128,
+    },
     #[error("{tensor}: buffer holds {got} elements but the problem addresses {needed}")]
     LengthMismatch {
         tensor: &'static str,

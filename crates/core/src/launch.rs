@@ -245,8 +245,9 @@ fn launch_one(
     })
 }
 
-/// Q, K and V tensor maps for the Hopper bulk-copy path (see `TensorMapSpec`).
-fn encode_tensor_maps(
+/// Q, K and V tensor maps for the Hopper bulk-copy path (see `TensorMapSpec`); `params` holds
+/// the tensors' device addresses.
+pub fn encode_tensor_maps(
     p: &AttentionProblem,
     params: &AttentionParams,
     spec: &TensorMapSpec,

@@ -26,7 +26,7 @@ impl HeadDims {
                 min,
                 max,
                 multiple_of,
-            } => d >= *min && d <= *max && d % multiple_of == 0,
+            } => d >= *min && d <= *max && d.is_multiple_of(*multiple_of),
             HeadDims::List(l) => l.contains(&d),
         }
     }

@@ -84,16 +84,19 @@ impl Layout {
     }
 
     /// Dense strides, in elements, for a tensor of `heads` x `seq` rows of `head_dim`.
+    /// Saturating, so that a problem too large to address reaches `validate`'s size check
+    /// instead of overflowing here.
     pub fn strides(self, heads: usize, seq: usize, head_dim: usize) -> TensorStrides {
+        let mul = usize::saturating_mul;
         match self {
             Layout::Bshd => TensorStrides {
-                batch: seq * heads * head_dim,
+                batch: mul(mul(seq, heads), head_dim),
                 head: head_dim,
-                row: heads * head_dim,
+                row: mul(heads, head_dim),
             },
             Layout::Bhsd => TensorStrides {
-                batch: heads * seq * head_dim,
-                head: seq * head_dim,
+                batch: mul(mul(heads, seq), head_dim),
+                head: mul(seq, head_dim),
                 row: head_dim,
             },
         }
@@ -133,7 +136,12 @@ impl TensorStrides {
         if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {
             return 0;
         }
-        (batch - 1) * self.batch + (heads - 1) * self.head + (seq - 1) * self.row + head_dim
+        // Saturating: a problem too large to address fails `validate`; asking it for lengths
+        // (e.g. in `AttentionTensors::check` before validation) must not panic on overflow.
+        ((batch - 1).saturating_mul(self.batch))
+            .saturating_add((heads - 1).saturating_mul(self.head))
+            .saturating_add((seq - 1).saturating_mul(self.row))
+            .saturating_add(head_dim)
     }
 }
 
@@ -249,7 +257,9 @@ impl AttentionProblem {
             .required_len(self.batch, self.heads_q, self.seq_q, self.head_dim)
     }
     pub fn lse_len(&self) -> usize {
-        self.batch * self.heads_q * self.seq_q
+        self.batch
+            .saturating_mul(self.heads_q)
+            .saturating_mul(self.seq_q)
     }
 
     pub fn q_heads_per_kv(&self) -> usize {
@@ -287,7 +297,7 @@ impl AttentionProblem {
                 heads_kv: self.heads_kv,
             });
         }
-        if self.heads_q % self.heads_kv != 0 {
+        if !self.heads_q.is_multiple_of(self.heads_kv) {
             return Err(InvalidProblem::HeadsNotDivisible {
                 heads_q: self.heads_q,
                 heads_kv: self.heads_kv,
@@ -348,6 +358,28 @@ impl AttentionProblem {
                     head_dim: self.head_dim,
                 });
             }
+        }
+        // O is written: two (batch, head, row, col) that share an element would be written by
+        // different blocks, a race with no defined result. Sorted by stride, each axis must step
+        // past everything the smaller axes span (sufficient for distinct addresses).
+        if self.is_empty_output() {
+            return Ok(());
+        }
+        let mut axes = [
+            ("batch", s.o.batch, self.batch),
+            ("head", s.o.head, self.heads_q),
+            ("row", s.o.row, self.seq_q),
+        ];
+        axes.sort_by_key(|a| a.1);
+        let mut span = self.head_dim as u128;
+        for (axis, stride, n) in axes {
+            if n <= 1 {
+                continue;
+            }
+            if (stride as u128) < span {
+                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
+            }
+            span += stride as u128 * (n as u128 - 1);
         }
         Ok(())
     }

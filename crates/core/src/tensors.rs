@@ -30,37 +30,50 @@ impl AttentionTensors<'_> {
     /// Lengths and dtypes against the problem. Dense problems need exact lengths (a mismatch is
     /// almost always a wrong shape); strided views may sit in larger buffers.
     pub fn check(&self, p: &AttentionProblem) -> Result<(), InvalidProblem> {
-        let exact = p.custom_strides.is_none();
-        let lens = [
-            ("q", self.q.data.len(), p.q_len()),
-            ("k", self.k.data.len(), p.k_len()),
-            ("v", self.v.data.len(), p.v_len()),
-            ("o", self.o.data.len(), p.o_len()),
-            ("lse", self.lse.len(), p.lse_len()),
-        ];
-        for (tensor, got, needed) in lens {
-            if got < needed || (exact && got != needed) {
-                return Err(InvalidProblem::LengthMismatch {
-                    tensor,
-                    got,
-                    needed,
-                });
-            }
-        }
-        for (tensor, got) in [
-            ("q", self.q.dtype),
-            ("k", self.k.dtype),
-            ("v", self.v.dtype),
-            ("o", self.o.dtype),
-        ] {
-            if got != p.dtype {
-                return Err(InvalidProblem::DTypeMismatch {
-                    tensor,
-                    got,
-                    expected: p.dtype,
-                });
-            }
-        }
-        Ok(())
+        check_buffers(
+            p,
+            [
+                self.q.data.len(),
+                self.k.data.len(),
+                self.v.data.len(),
+                self.o.data.len(),
+                self.lse.len(),
+            ],
+            [self.q.dtype, self.k.dtype, self.v.dtype, self.o.dtype],
+        )
     }
+}
+
+/// What [`AttentionTensors::check`] checks, on plain numbers (usable and testable without a
+/// device): `lens` are the elements of Q, K, V, O and LSE, `dtypes` the tags of Q, K, V and O.
+pub fn check_buffers(
+    p: &AttentionProblem,
+    lens: [usize; 5],
+    dtypes: [DType; 4],
+) -> Result<(), InvalidProblem> {
+    let exact = p.custom_strides.is_none();
+    let needed = [p.q_len(), p.k_len(), p.v_len(), p.o_len(), p.lse_len()];
+    for ((tensor, got), needed) in ["q", "k", "v", "o", "lse"]
+        .into_iter()
+        .zip(lens)
+        .zip(needed)
+    {
+        if got < needed || (exact && got != needed) {
+            return Err(InvalidProblem::LengthMismatch {
+                tensor,
+                got,
+                needed,
+            });
+        }
+    }
+    for (tensor, got) in ["q", "k", "v", "o"].into_iter().zip(dtypes) {
+        if got != p.dtype {
+            return Err(InvalidProblem::DTypeMismatch {
+                tensor,
+                got,
+                expected: p.dtype,
+            });
+        }
+    }
+    Ok(())
 }

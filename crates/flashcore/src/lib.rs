@@ -14,9 +14,18 @@
 
 pub use flashcore_core::*;
 
-/// Every generation compiled in, fastest first. The order comes from `cargo xtask bench-all` on
-/// an H100 (docs/results/); it is what [`best_for`] walks.
+/// Every generation compiled in, fastest first: the order [`best_for`] walks.
+///
+/// The order is written here by hand from `cargo xtask bench-all --suite ladder` on an H100
+/// (the markdown it writes goes to `docs/results/`): the generation with the most TFLOP/s over
+/// the ladder shapes it supports comes first, and one that only supports a subset (e.g. the
+/// Hopper kernel: sm_90a, head dims 64/128) still comes before a slower general one, since
+/// `best_for` falls through to the next generation for problems it rejects.
+/// TODO(lead): confirm the order from the first full bench-all run and cite its results file.
+#[allow(clippy::vec_init_then_push)] // one `push` per feature, each behind its own cfg
 pub fn kernels() -> Vec<Box<dyn Attention>> {
+    #[cfg(feature = "aot")]
+    aot::install();
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn Attention>> = Vec::new();
     #[cfg(feature = "persistent")]
@@ -39,6 +48,7 @@ pub fn kernel(name: &str) -> Option<Box<dyn Attention>> {
 
 /// The fastest compiled-in generation that takes `problem` on `device`.
 pub fn best_for(problem: &AttentionProblem, device: &DeviceInfo) -> Option<Box<dyn Attention>> {
+    problem.validate().ok()?; // plans assume a valid problem (sizes that cannot overflow)
     kernels()
         .into_iter()
         .find(|k| k.supports(problem, device).is_ok())
@@ -46,10 +56,15 @@ pub fn best_for(problem: &AttentionProblem, device: &DeviceInfo) -> Option<Box<d
 
 /// A markdown table of every compiled-in generation and what it takes (`flashcore kernels`).
 pub fn capabilities_table() -> String {
+    render_capabilities(&kernels())
+}
+
+/// The capabilities table for any list of generations, in the given order.
+pub fn render_capabilities(kernels: &[Box<dyn Attention>]) -> String {
     let mut out = String::from(
         "| generation | dtypes | head dims | causal | GQA | layouts | min cc | alignment |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for k in kernels() {
+    for k in kernels {
         let c = k.capabilities();
         let dtypes: Vec<&str> = c.dtypes.iter().map(|d| d.name()).collect();
         let layouts: Vec<&str> = c.layouts.iter().map(|l| l.name()).collect();
@@ -67,4 +82,93 @@ pub fn capabilities_table() -> String {
         ));
     }
     out
+}
+
+/// How `kernel` would launch `problem` on `device`, one line per launch: grid, block, dynamic
+/// shared memory, defines and tensor maps (plus workspace and splits when the plan has them),
+/// or the reason it does not take the problem. For `flashcore plan`-style output and snapshots.
+pub fn describe_plan(
+    kernel: &dyn Attention,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+) -> String {
+    if let Err(u) = kernel.supports(problem, device) {
+        return format!("unsupported: {}", u.reason);
+    }
+    let plan = match kernel.plan(problem, device) {
+        Ok(p) => p,
+        Err(u) => return format!("unsupported: {}", u.reason),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    for l in &plan.launches {
+        let defines: Vec<String> = l.defines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut line = format!(
+            "{}:{} grid={:?} block={:?} smem={}",
+            l.source, l.entry, l.grid, l.block, l.dynamic_smem_bytes
+        );
+        if !defines.is_empty() {
+            line.push_str(&format!(" defines=[{}]", defines.join(" ")));
+        }
+        if let Some(t) = &l.tensor_maps {
+            line.push_str(&format!(
+                " tma(q_rows={} kv_rows={} cols={} swizzle={:?})",
+                t.q_box_rows, t.kv_box_rows, t.box_cols, t.swizzle
+            ));
+        }
+        lines.push(line);
+    }
+    if plan.workspace_f32 > 0 || plan.num_splits > 1 {
+        lines.push(format!(
+            "workspace_f32={} num_splits={}",
+            plan.workspace_f32, plan.num_splits
+        ));
+    }
+    lines.join("\n")
+}
+
+#[cfg(feature = "aot")]
+pub mod aot;
+
+/// Runs the fastest compiled-in generation that takes this problem *and these buffers*, falling
+/// back past every generation that answers `Unsupported` — including for what [`best_for`]
+/// cannot see, like a base pointer that breaks a fast generation's 16-byte alignment (the
+/// scalar generation takes any). Returns the name of the generation that ran. Invalid problems
+/// and buffers are errors at once; a generation only says `Unsupported` before it launches
+/// anything, so trying the next one is safe. (Issue 6; tests in tests/fallback.rs.)
+pub fn forward_auto(
+    device: &Device,
+    problem: &AttentionProblem,
+    tensors: &mut AttentionTensors<'_>,
+) -> Result<&'static str, Error> {
+    problem.validate()?;
+    tensors.check(problem)?;
+    first_that_takes(kernels(), |k| k.forward(device, problem, tensors)).map(|(name, ())| name)
+}
+
+/// Calls `f` on each kernel in order until one does not answer `Unsupported`; returns that
+/// kernel's name and result, or `Unsupported` with every kernel's reason. Any other error stops
+/// the walk. (The fallback rule of [`forward_auto`], separate so it can be tested without a GPU.)
+pub fn first_that_takes<T>(
+    kernels: impl IntoIterator<Item = Box<dyn Attention>>,
+    mut f: impl FnMut(&dyn Attention) -> Result<T, Error>,
+) -> Result<(&'static str, T), Error> {
+    let mut reasons = Vec::new();
+    for k in kernels {
+        match f(k.as_ref()) {
+            Ok(t) => return Ok((k.name(), t)),
+            Err(Error::Unsupported(u)) => reasons.push(format!("{}: {}", u.kernel, u.reason)),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Unsupported(Unsupported::new(
+        "auto",
+        if reasons.is_empty() {
+            "no generation is compiled in".to_string()
+        } else {
+            format!(
+                "no compiled-in generation takes it ({})",
+                reasons.join("; ")
+            )
+        },
+    )))
 }

@@ -66,7 +66,7 @@ impl Attention for Vectorized {
     ) -> Result<LaunchPlan, Unsupported> {
         let d = problem.head_dim;
         // The capabilities already say this; repeated because the tile size divides by d.
-        if !(MIN_HEAD_DIM..=MAX_HEAD_DIM).contains(&d) || d % 8 != 0 {
+        if !(MIN_HEAD_DIM..=MAX_HEAD_DIM).contains(&d) || !d.is_multiple_of(8) {
             return Err(Unsupported::new(
                 self.name(),
                 format!("head_dim {d} is not a multiple of 8 in {MIN_HEAD_DIM}..={MAX_HEAD_DIM}"),
@@ -123,7 +123,7 @@ mod tests {
     fn shared_memory_fits_without_opt_in_for_every_head_dim() {
         for d in (8..=256).step_by(8) {
             let rows = tile_rows(d);
-            assert!(rows >= 16 && rows % 16 == 0, "d={d} rows={rows}");
+            assert!(rows >= 16 && rows.is_multiple_of(16), "d={d} rows={rows}");
             assert!(smem_bytes(d) <= 32 * 1024, "d={d}");
             // A step of the inner loop is 128 / G keys (G = next power of two >= d / 8); it
             // must divide the tile so that a step never reads past it.

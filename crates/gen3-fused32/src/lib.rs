@@ -100,7 +100,10 @@ mod tests {
         assert_eq!(l.entry, "attention_fused32");
         assert_eq!(l.source, "gen3_fused32.cu");
         assert_eq!(l.dynamic_smem_bytes, 0);
-        assert_eq!(l.defines, vec![("FC_HEAD_DIM".to_string(), "64".to_string())]);
+        assert_eq!(
+            l.defines,
+            vec![("FC_HEAD_DIM".to_string(), "64".to_string())]
+        );
     }
 
     #[test]
@@ -115,7 +118,10 @@ mod tests {
         for &d in HEAD_DIMS {
             assert!(static_smem_bytes(d) <= 48 * 1024, "d={d}");
             let p = AttentionProblem::new(1, 1, 8, d);
-            assert!(Fused32.supports(&p, &DeviceInfo::synthetic_sm86()).is_ok(), "d={d}");
+            assert!(
+                Fused32.supports(&p, &DeviceInfo::synthetic_sm86()).is_ok(),
+                "d={d}"
+            );
         }
         assert_eq!(static_smem_bytes(256), 49152);
     }

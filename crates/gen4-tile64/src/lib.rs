@@ -31,7 +31,11 @@ const MAX_HEAD_DIM_Q_IN_REGISTERS: usize = 128;
 ///   D = 32: 16 KB, 64: 32 KB, 96: 48 KB, 128: 64 KB, 256: 160 KB.
 fn dynamic_smem_bytes(head_dim: usize) -> usize {
     let tile = KV_TILE_ROWS * head_dim * 2;
-    let tiles = if head_dim <= MAX_HEAD_DIM_Q_IN_REGISTERS { 4 } else { 5 };
+    let tiles = if head_dim <= MAX_HEAD_DIM_Q_IN_REGISTERS {
+        4
+    } else {
+        5
+    };
     tiles * tile
 }
 
@@ -75,7 +79,11 @@ impl Attention for Tile64 {
                 format!(
                     "head_dim {d} needs {smem} bytes of shared memory per block (double-buffered \
                      64 x {d} K and V tiles{}), the device allows {} with opt-in",
-                    if d > MAX_HEAD_DIM_Q_IN_REGISTERS { " plus a Q tile" } else { "" },
+                    if d > MAX_HEAD_DIM_Q_IN_REGISTERS {
+                        " plus a Q tile"
+                    } else {
+                        ""
+                    },
                     device.max_shared_memory_per_block_optin
                 ),
             ));
@@ -109,7 +117,10 @@ mod tests {
         assert_eq!(l.entry, "attention_tile64");
         assert_eq!(l.source, "gen4_tile64.cu");
         assert_eq!(l.dynamic_smem_bytes, 65536);
-        assert_eq!(l.defines, vec![("FC_HEAD_DIM".to_string(), "128".to_string())]);
+        assert_eq!(
+            l.defines,
+            vec![("FC_HEAD_DIM".to_string(), "128".to_string())]
+        );
     }
 
     #[test]
@@ -128,7 +139,9 @@ mod tests {
     #[test]
     fn head_dim_256_does_not_fit_sm86_and_says_why() {
         let p = AttentionProblem::new(1, 1, 8, 256);
-        let err = Tile64.supports(&p, &DeviceInfo::synthetic_sm86()).unwrap_err();
+        let err = Tile64
+            .supports(&p, &DeviceInfo::synthetic_sm86())
+            .unwrap_err();
         assert!(err.reason.contains("163840"), "{err}");
         assert!(Tile64.supports(&p, &DeviceInfo::synthetic_h100()).is_ok());
         let p = AttentionProblem::new(1, 1, 8, 128);

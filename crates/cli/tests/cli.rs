@@ -1,0 +1,418 @@
+//! The built `flashcore` binary on bad input: missing, truncated, garbage or wrong-dtype `.npy`
+//! files, shapes that do not fit together, and bad flags each give exactly one line on stderr
+//! and exit code 2 — before any device is needed, so these run on a machine without a GPU (and
+//! give the same answer on one with a GPU). A run on good files gets past input checking: exit 0
+//! with a GPU, exit 1 with a one-line "no CUDA driver/device" without one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_flashcore");
+
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the binary with a deadline: a hang is a failure, not a stuck test.
+fn flashcore(args: &[&str]) -> Outcome {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the flashcore binary runs");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("flashcore {args:?} hung for 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    Outcome {
+        code: out.status.code().expect("exited, not killed by a signal"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Exit 2, one line on stderr that contains `needle`, nothing on stdout.
+#[track_caller]
+fn assert_input_error(o: &Outcome, needle: &str) {
+    assert_eq!(o.code, 2, "stderr: {}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "not one line: {:?}", o.stderr);
+    assert!(o.stderr.starts_with("flashcore: "), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(needle),
+        "{:?} should mention {needle:?}",
+        o.stderr
+    );
+    assert!(o.stdout.is_empty(), "stdout: {}", o.stdout);
+}
+
+/// A version 1.0 `.npy` file: this header dict text and data bytes.
+fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = header.as_bytes().to_vec();
+    while !(10 + h.len() + 1).is_multiple_of(64) {
+        h.push(b' ');
+    }
+    h.push(b'\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+    out
+}
+
+fn shape_tuple(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    }
+}
+
+/// A float32 (or float16) file of small values with this shape.
+fn write_npy(path: &Path, shape: &[usize], descr: &str) {
+    let n: usize = shape.iter().product();
+    let data: Vec<u8> = match descr {
+        "<f4" => (0..n)
+            .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+            .collect(),
+        "<f2" => (0..n)
+            .flat_map(|i| half::f16::from_f32((i % 7) as f32 * 0.1).to_le_bytes())
+            .collect(),
+        "<f8" => (0..n)
+            .flat_map(|i| ((i % 7) as f64 * 0.1).to_le_bytes())
+            .collect(),
+        "<i4" => (0..n).flat_map(|i| (i as i32).to_le_bytes()).collect(),
+        other => panic!("no writer for {other}"),
+    };
+    let header = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}",
+        shape_tuple(shape)
+    );
+    std::fs::write(path, npy_bytes(&header, &data)).unwrap();
+}
+
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    /// Good q, k, v files: BSHD [2, 16, 4, 8] for q and [2, 16, 2, 8] for k and v (GQA).
+    fn new() -> Files {
+        let f = Files {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        write_npy(&f.path("q.npy"), &[2, 16, 4, 8], "<f4");
+        write_npy(&f.path("k.npy"), &[2, 16, 2, 8], "<f4");
+        write_npy(&f.path("v.npy"), &[2, 16, 2, 8], "<f2");
+        f
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn s(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+    /// `run` on q.npy k.npy v.npy -> o.npy, with `extra` flags, and any file replaced.
+    fn run(&self, replace: &[(&str, &str)], extra: &[&str]) -> Outcome {
+        let pick = |flag: &str, default: &str| {
+            replace
+                .iter()
+                .find(|(f, _)| *f == flag)
+                .map(|(_, name)| self.s(name))
+                .unwrap_or_else(|| self.s(default))
+        };
+        let (q, k, v, o) = (
+            pick("q", "q.npy"),
+            pick("k", "k.npy"),
+            pick("v", "v.npy"),
+            pick("out", "o.npy"),
+        );
+        let mut args = vec!["run", "--q", &q, "--k", &k, "--v", &v, "--out", &o];
+        args.extend_from_slice(extra);
+        flashcore(&args)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good input gets past input checking
+
+#[test]
+fn good_files_reach_the_device() {
+    let f = Files::new();
+    let o = f.run(&[], &["--causal"]);
+    match o.code {
+        0 => assert!(
+            f.path("o.npy").is_file(),
+            "exit 0 but no output: {}",
+            o.stderr
+        ),
+        1 => {
+            assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+            assert!(
+                o.stderr.contains("CUDA") || o.stderr.contains("NVRTC"),
+                "{}",
+                o.stderr
+            );
+        }
+        c => panic!("good files exit {c}: {}", o.stderr),
+    }
+}
+
+#[test]
+fn kernels_lists_every_generation_without_a_device() {
+    let o = flashcore(&["kernels"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("| scalar |"), "{}", o.stdout);
+}
+
+#[test]
+fn devices_says_what_is_missing_in_one_line() {
+    let o = flashcore(&["devices"]);
+    match o.code {
+        0 => {}
+        1 => assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr),
+        c => panic!("devices exit {c}: {}", o.stderr),
+    }
+}
+
+#[test]
+fn help_and_version_are_not_errors() {
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        let o = flashcore(args);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        assert!(!o.stdout.is_empty());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad flags
+
+#[test]
+fn no_command_is_one_line_exit_2() {
+    assert_input_error(&flashcore(&[]), "command");
+}
+
+#[test]
+fn unknown_command_or_flag_is_one_line_exit_2() {
+    assert_input_error(&flashcore(&["frobnicate"]), "frobnicate");
+    let f = Files::new();
+    assert_input_error(&f.run(&[], &["--bogus"]), "--bogus");
+}
+
+#[test]
+fn missing_required_files_are_named() {
+    let o = flashcore(&["run", "--q", "q.npy"]);
+    assert_input_error(&o, "--k");
+    assert!(o.stderr.contains("--out"), "{}", o.stderr);
+}
+
+#[test]
+fn bad_layout_dtype_scale_and_device_values_are_one_line_exit_2() {
+    let f = Files::new();
+    assert_input_error(&f.run(&[], &["--layout", "sbhd"]), "layout");
+    assert_input_error(&f.run(&[], &["--dtype", "f32"]), "dtype");
+    assert_input_error(&f.run(&[], &["--scale", "abc"]), "--scale");
+    assert_input_error(&f.run(&[], &["--device=-1"]), "--device");
+}
+
+#[test]
+fn non_finite_scale_is_exit_2() {
+    let f = Files::new();
+    for s in ["nan", "inf", "-inf"] {
+        assert_input_error(&f.run(&[], &["--scale", s]), "not finite");
+    }
+}
+
+#[test]
+fn zero_and_negative_scales_are_accepted() {
+    let f = Files::new();
+    for s in ["0", "-0.5", "-3"] {
+        let o = f.run(&[], &["--scale", s]);
+        assert_ne!(o.code, 2, "--scale {s}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn unknown_kernel_is_reported_before_the_device() {
+    let f = Files::new();
+    let o = f.run(&[], &["--kernel", "warp-speed"]);
+    assert_input_error(&o, "unknown kernel 'warp-speed'");
+    assert!(
+        o.stderr.contains("scalar"),
+        "lists the compiled-in ones: {}",
+        o.stderr
+    );
+}
+
+#[test]
+fn output_into_a_missing_directory_is_reported_before_the_device() {
+    let f = Files::new();
+    assert_input_error(
+        &f.run(&[("out", "no/such/dir/o.npy")], &[]),
+        "does not exist",
+    );
+    let lse = f.s("nowhere/lse.npy");
+    assert_input_error(&f.run(&[], &["--lse", &lse]), "does not exist");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad files
+
+#[test]
+fn missing_file_is_exit_2() {
+    let f = Files::new();
+    assert_input_error(&f.run(&[("k", "absent.npy")], &[]), "cannot read");
+}
+
+#[test]
+fn truncated_file_is_exit_2() {
+    let f = Files::new();
+    let bytes = std::fs::read(f.path("q.npy")).unwrap();
+    for cut in [1, 7, bytes.len() / 2, bytes.len() - 130] {
+        std::fs::write(f.path("t.npy"), &bytes[..bytes.len() - cut]).unwrap();
+        let o = f.run(&[("q", "t.npy")], &[]);
+        assert_input_error(&o, "t.npy");
+    }
+    std::fs::write(f.path("t.npy"), &bytes[..bytes.len() - 1]).unwrap();
+    assert_input_error(&f.run(&[("q", "t.npy")], &[]), "truncated");
+}
+
+#[test]
+fn garbage_and_empty_files_are_exit_2() {
+    let f = Files::new();
+    std::fs::write(f.path("g.npy"), b"this is not numpy").unwrap();
+    assert_input_error(&f.run(&[("v", "g.npy")], &[]), "not a valid .npy");
+    std::fs::write(f.path("e.npy"), b"").unwrap();
+    assert_input_error(&f.run(&[("v", "e.npy")], &[]), "not a valid .npy");
+    // A directory where a file should be.
+    std::fs::create_dir(f.path("d.npy")).unwrap();
+    assert_input_error(&f.run(&[("q", "d.npy")], &[]), "d.npy");
+}
+
+#[test]
+fn wrong_dtype_files_are_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("f64.npy"), &[2, 16, 4, 8], "<f8");
+    assert_input_error(&f.run(&[("q", "f64.npy")], &[]), "<f8");
+    write_npy(&f.path("i32.npy"), &[2, 16, 2, 8], "<i4");
+    assert_input_error(&f.run(&[("k", "i32.npy")], &[]), "<i4");
+}
+
+#[test]
+fn header_promising_more_than_the_file_holds_is_exit_2() {
+    let f = Files::new();
+    let header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000, 100000000, 1000, 1000), }";
+    std::fs::write(f.path("big.npy"), npy_bytes(header, &[0; 64])).unwrap();
+    assert_input_error(&f.run(&[("q", "big.npy")], &[]), "too many elements");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 1024, 1024, 1024), }";
+    std::fs::write(f.path("big.npy"), npy_bytes(header, &[0; 64])).unwrap();
+    assert_input_error(&f.run(&[("q", "big.npy")], &[]), "truncated");
+}
+
+#[test]
+fn fortran_order_is_exit_2() {
+    let f = Files::new();
+    let header = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 16, 4, 8), }";
+    std::fs::write(
+        f.path("fo.npy"),
+        npy_bytes(header, &[0; 2 * 16 * 4 * 8 * 4]),
+    )
+    .unwrap();
+    assert_input_error(&f.run(&[("q", "fo.npy")], &[]), "Fortran");
+}
+
+#[test]
+fn arrays_that_are_not_4_d_are_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("3d.npy"), &[16, 4, 8], "<f4");
+    assert_input_error(&f.run(&[("q", "3d.npy")], &[]), "4-D");
+    write_npy(&f.path("5d.npy"), &[1, 2, 16, 4, 8], "<f4");
+    assert_input_error(&f.run(&[("k", "5d.npy")], &[]), "4-D");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes that do not fit together
+
+#[test]
+fn k_and_v_shapes_must_match() {
+    let f = Files::new();
+    write_npy(&f.path("v3.npy"), &[2, 15, 2, 8], "<f4");
+    assert_input_error(&f.run(&[("v", "v3.npy")], &[]), "must match");
+}
+
+#[test]
+fn batch_mismatch_is_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("q3.npy"), &[3, 16, 4, 8], "<f4");
+    assert_input_error(&f.run(&[("q", "q3.npy")], &[]), "batch");
+}
+
+#[test]
+fn head_dim_mismatch_is_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("q16.npy"), &[2, 16, 4, 16], "<f4");
+    assert_input_error(&f.run(&[("q", "q16.npy")], &[]), "head_dim");
+}
+
+#[test]
+fn heads_not_a_multiple_is_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("q3h.npy"), &[2, 16, 3, 8], "<f4");
+    assert_input_error(&f.run(&[("q", "q3h.npy")], &[]), "multiple");
+}
+
+#[test]
+fn head_dim_zero_is_exit_2() {
+    let f = Files::new();
+    write_npy(&f.path("q0.npy"), &[2, 16, 4, 0], "<f4");
+    write_npy(&f.path("k0.npy"), &[2, 16, 2, 0], "<f4");
+    assert_input_error(
+        &f.run(&[("q", "q0.npy"), ("k", "k0.npy"), ("v", "k0.npy")], &[]),
+        "head_dim is 0",
+    );
+}
+
+#[test]
+fn head_dim_no_generation_takes_is_exit_2_before_the_device() {
+    let f = Files::new();
+    write_npy(&f.path("q300.npy"), &[1, 4, 2, 300], "<f4");
+    write_npy(&f.path("k300.npy"), &[1, 4, 2, 300], "<f4");
+    let o = f.run(
+        &[("q", "q300.npy"), ("k", "k300.npy"), ("v", "k300.npy")],
+        &[],
+    );
+    assert_input_error(&o, "head_dim 300");
+    // A named generation that lacks the head dim (every fast one lacks 63) says so too.
+    write_npy(&f.path("q63.npy"), &[1, 4, 2, 63], "<f4");
+    write_npy(&f.path("k63.npy"), &[1, 4, 2, 63], "<f4");
+    let o = f.run(
+        &[("q", "q63.npy"), ("k", "k63.npy"), ("v", "k63.npy")],
+        &["--kernel", "vectorized"],
+    );
+    assert_input_error(&o, "vectorized does not take");
+}
+
+#[test]
+fn layout_changes_which_axis_is_heads() {
+    // The good BSHD files read as BHSD have q heads 16 and k heads 16 but seq 4 vs 2 and the
+    // same batch: valid (no error of exit 2).
+    let f = Files::new();
+    let o = f.run(&[], &["--layout", "bhsd"]);
+    assert_ne!(o.code, 2, "{}", o.stderr);
+    // And BHSD with heads 4 vs 2 swapped into place is fine too; seq 16 heads 3 is not.
+    write_npy(&f.path("q.npy"), &[2, 3, 16, 8], "<f4");
+    assert_input_error(&f.run(&[], &["--layout", "bhsd"]), "multiple");
+}

@@ -1,0 +1,655 @@
+//! `cargo xtask bench-all`: every compiled-in generation on a shape suite, checked by the oracle
+//! and then timed with CUDA events, beside the peers (PyTorch SDPA backends, FA3 when present)
+//! timed by `bench/peers/torch_sdpa.py` with the same method, and against the device's cuBLAS
+//! GEMM rate. Writes JSON, markdown and an SVG plot under `target/bench/` (or `--out-dir`).
+//!
+//! Pure parts (suites, report, tables, ratios, peer parsing, plot) live in the submodules
+//! `suite`, `report`, `peers` and `plot` and are unit-tested without a GPU; `gpu` holds the
+//! timing code.
+
+pub mod gpu;
+pub mod peers;
+pub mod plot;
+pub mod report;
+pub mod suite;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use flashcore::{Attention, DType, Device, Layout};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::case::{random_tensor_parallel, to_layout, ShapeCheck};
+use gpu::{Buffers, LoopOptions, Timer};
+use report::{
+    DeviceSummary, GemmPeak, Method, Outcome, PeerStatus, Report, Row, Settings, Source, Timing,
+};
+use suite::{CausalSel, Shape, Suite};
+
+/// Options of `cargo xtask bench-all`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Generations to time, comma-separated (default: every one compiled in).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Option<Vec<String>>,
+    /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3.
+    #[arg(long, value_enum, default_value_t = Suite::Ladder)]
+    pub suite: Suite,
+    /// Explicit B,H,S,D shapes instead of the suite (repeatable: --shape 1,8,512,64 --shape ...).
+    #[arg(long = "shape", value_parser = suite::parse_bhsd)]
+    pub shapes: Vec<(usize, usize, usize, usize)>,
+    #[arg(long, value_enum, default_value_t = CausalSel::Both)]
+    pub causal: CausalSel,
+    /// Comma-separated dtypes.
+    #[arg(long, value_delimiter = ',', default_value = "f16")]
+    pub dtypes: Vec<String>,
+    /// Memory layout of Q, K, V and O (bhsd: what the peers take, contiguous B,H,S,D).
+    #[arg(long, default_value = "bhsd")]
+    pub layout: String,
+    /// Where the JSON, markdown, SVG and peer files go (default target/bench).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+    /// Timed samples per measurement (median reported).
+    #[arg(long, default_value_t = 15)]
+    pub repeats: usize,
+    /// Length of one sample: back-to-back calls until it lasts this long.
+    #[arg(long, default_value_t = 20.0)]
+    pub sample_ms: f64,
+    /// GPU seconds of samples per (generation, shape) before sampling stops (3 samples at least).
+    #[arg(long, default_value_t = 2.0)]
+    pub max_seconds_per_shape: f64,
+    /// Wall seconds per generation over the whole suite; shapes after that are skipped.
+    #[arg(long, default_value_t = 240.0)]
+    pub max_seconds_per_kernel: f64,
+    /// Calls faster than this (µs, eager) are also timed as CUDA-graph replays.
+    #[arg(long, default_value_t = 50.0)]
+    pub graph_threshold_us: f64,
+    /// Calls captured in one graph (at least one per input set).
+    #[arg(long, default_value_t = 50)]
+    pub graph_calls: usize,
+    /// Rows judged by the oracle before a generation is timed at a shape.
+    #[arg(long, default_value_t = 512)]
+    pub check_rows: usize,
+    /// Do not run the peers.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Use this peers.json (from an earlier run of the peer script) instead of running it.
+    #[arg(long)]
+    pub peers_json: Option<PathBuf>,
+    /// Python with torch, for the peer script.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// The peer script (default: bench/peers/torch_sdpa.py under the current directory).
+    #[arg(long)]
+    pub peer_script: Option<PathBuf>,
+    /// Directory of anchor files (peer timings from an earlier run, e.g. shared/anchors): added
+    /// as "(anchor)" rows for the shapes they cover.
+    #[arg(long)]
+    pub anchors: Option<PathBuf>,
+    /// Skip the cuBLAS GEMM reference (no "% GEMM" column).
+    #[arg(long)]
+    pub no_gemm: bool,
+    /// M = N = K of the GEMM reference.
+    #[arg(long, default_value_t = 8192)]
+    pub gemm_n: usize,
+    /// Smoke mode: 5 samples of 2 ms, peers in their --quick mode. Numbers are not for reporting.
+    #[arg(long)]
+    pub quick: bool,
+    /// Re-render the tables and plot of a saved bench-all JSON (no GPU needed).
+    #[arg(long)]
+    pub from_json: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+}
+
+const JSON: &str = "bench-all.json";
+const MARKDOWN: &str = "bench-all.md";
+const SVG: &str = "bench-all.svg";
+
+pub fn run(args: Args) -> Result<()> {
+    let out_dir = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/bench"));
+    if let Some(path) = &args.from_json {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let report: Report =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        return write_and_print(&report, &out_dir);
+    }
+    let dtypes: Vec<DType> = args
+        .dtypes
+        .iter()
+        .map(|d| d.parse::<DType>().map_err(|e| anyhow!(e)))
+        .collect::<Result<_>>()?;
+    let layout: Layout = args.layout.parse().map_err(|e: String| anyhow!(e))?;
+    let bhsd = if args.shapes.is_empty() {
+        suite::suite_bhsd(args.suite)
+    } else {
+        args.shapes.clone()
+    };
+    let shapes = suite::expand(&bhsd, args.causal, &dtypes);
+    let kernels = select_kernels(args.kernels.as_deref())?;
+    let device = Device::open(args.device).map_err(|e| {
+        anyhow!(
+            "bench-all needs a CUDA GPU: {e}\n(use --from-json FILE to re-render a saved run here)"
+        )
+    })?;
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let info = device.info().clone();
+    eprintln!(
+        "bench-all: {} (cc {}.{}, {} SMs, L2 {} MiB); {} shapes x {} generations ({}); output in {}",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.sm_count,
+        info.l2_bytes >> 20,
+        shapes.len(),
+        kernels.len(),
+        kernels
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        out_dir.display()
+    );
+    let (repeats, sample_ms) = if args.quick {
+        (args.repeats.min(5), args.sample_ms.min(2.0))
+    } else {
+        (args.repeats, args.sample_ms)
+    };
+    let loop_opts = LoopOptions {
+        repeats,
+        sample_ms,
+        max_seconds: args.max_seconds_per_shape,
+    };
+    let mut report = Report {
+        device: DeviceSummary {
+            name: info.name.clone(),
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes as u64,
+        },
+        settings: Settings {
+            layout: layout.name().to_string(),
+            repeats,
+            sample_ms,
+            graph_threshold_us: args.graph_threshold_us,
+            graph_calls: args.graph_calls,
+            check_rows: args.check_rows,
+            max_seconds_per_shape: args.max_seconds_per_shape,
+            quick: args.quick,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        },
+        gemm: vec![],
+        gemm_note: None,
+        peers: PeerStatus::Off,
+        rows: vec![],
+    };
+
+    // 1. The GEMM reference rate, per dtype in the run.
+    if args.no_gemm {
+        report.gemm_note = Some("--no-gemm".into());
+    } else {
+        for &dtype in &dtypes {
+            let n = args.gemm_n;
+            match gpu::no_panic("cuBLAS GEMM", || {
+                gpu::gemm_peak(&device, dtype, n, &loop_opts)
+            }) {
+                Ok((us, tflops)) => {
+                    eprintln!("cuBLAS {dtype} GEMM {n}^3: {us:.1} us, {tflops:.1} TFLOP/s");
+                    report.gemm.push(GemmPeak {
+                        dtype,
+                        n,
+                        us,
+                        tflops,
+                    });
+                }
+                Err(e) => {
+                    eprintln!("cuBLAS GEMM reference not measured: {e:#}");
+                    report.gemm_note = Some(format!("{e:#}"));
+                }
+            }
+        }
+    }
+
+    // 2. Ours.
+    let timer = Timer::new(&device)?;
+    let bar = ProgressBar::new((shapes.len() * kernels.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("bench-all");
+    let mut spent: Vec<f64> = vec![0.0; kernels.len()];
+    for shape in &shapes {
+        let rows = bench_shape(
+            &device, &timer, &kernels, shape, layout, &args, &loop_opts, &mut spent, &bar,
+        );
+        for r in &rows {
+            if let Outcome::Wrong { message } = &r.outcome {
+                bar.println(format!(
+                    "WRONG {} at {}: {message}",
+                    r.implementation,
+                    shape.label()
+                ));
+            }
+        }
+        report.rows.extend(rows);
+        // Partial results survive a crash later in the run.
+        let _ = std::fs::write(out_dir.join(JSON), serde_json::to_string_pretty(&report)?);
+    }
+    bar.finish_and_clear();
+
+    // 3. Peers, after ours, with our buffers freed.
+    if let Some(path) = &args.peers_json {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        let (status, rows) = peers::parse_peers(&v, &shapes)?;
+        report.peers = status;
+        report.rows.extend(rows);
+    } else if !args.no_peers {
+        eprintln!("peers: running the peer script (progress below)");
+        let script = peers::find_script(args.peer_script.as_deref());
+        match peers::run_script(
+            &args.python,
+            script.as_deref(),
+            &shapes,
+            &out_dir,
+            args.quick,
+        ) {
+            Ok(Ok(v)) => match peers::parse_peers(&v, &shapes) {
+                Ok((status, rows)) => {
+                    report.peers = status;
+                    report.rows.extend(rows);
+                }
+                Err(e) => {
+                    report.peers = PeerStatus::Missing {
+                        reason: format!("peer JSON unreadable: {e:#}"),
+                    }
+                }
+            },
+            Ok(Err(reason)) => report.peers = PeerStatus::Missing { reason },
+            Err(e) => {
+                report.peers = PeerStatus::Missing {
+                    reason: format!("{e:#}"),
+                }
+            }
+        }
+    }
+    if let Some(dir) = &args.anchors {
+        match peers::load_anchors(dir, &shapes) {
+            Ok(rows) => report.rows.extend(rows),
+            Err(e) => eprintln!("anchors not loaded: {e:#}"),
+        }
+    }
+    write_and_print(&report, &out_dir)
+}
+
+fn select_kernels(names: Option<&[String]>) -> Result<Vec<Box<dyn Attention>>> {
+    let all = flashcore::kernels();
+    let Some(names) = names else { return Ok(all) };
+    let known: Vec<&str> = all.iter().map(|k| k.name()).collect();
+    for n in names {
+        if !known.contains(&n.as_str()) {
+            bail!(
+                "no generation called '{n}' is compiled in; compiled in: {}",
+                known.join(", ")
+            );
+        }
+    }
+    // In the facade's order (fastest first), whatever order they were named in.
+    Ok(all
+        .into_iter()
+        .filter(|k| names.iter().any(|n| n == k.name()))
+        .collect())
+}
+
+/// Writes JSON, markdown and SVG under `dir` and prints the header, the summary and, last,
+/// the full table.
+fn write_and_print(report: &Report, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join(JSON), serde_json::to_string_pretty(report)?)?;
+    std::fs::write(dir.join(MARKDOWN), report::render_markdown(report))?;
+    match plot::render_svg(report) {
+        Ok(svg) => std::fs::write(dir.join(SVG), svg)?,
+        Err(e) => eprintln!("plot not written: {e:#}"),
+    }
+    eprintln!(
+        "bench-all: wrote {}, {} and {} in {}",
+        JSON,
+        MARKDOWN,
+        SVG,
+        dir.display()
+    );
+    println!("{}", report::render_header(report));
+    println!("{}", report::render_summary(report));
+    print!("{}", report::render_table(report));
+    Ok(())
+}
+
+/// Row for a generation that gets no number.
+fn row(shape: &Shape, kernel: &str, outcome: Outcome) -> Row {
+    Row {
+        shape: *shape,
+        implementation: kernel.to_string(),
+        source: Source::Flashcore,
+        outcome,
+    }
+}
+
+/// Checks and times every generation at one shape. Never fails as a whole: whatever goes wrong
+/// becomes the row's outcome.
+#[allow(clippy::too_many_arguments)]
+fn bench_shape(
+    device: &Device,
+    timer: &Timer,
+    kernels: &[Box<dyn Attention>],
+    shape: &Shape,
+    layout: Layout,
+    args: &Args,
+    loop_opts: &LoopOptions,
+    spent: &mut [f64],
+    bar: &ProgressBar,
+) -> Vec<Row> {
+    let problem = shape.problem(layout);
+    let mut rows: Vec<Option<Row>> = vec![None; kernels.len()];
+    let mut todo = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        if let Err(u) = k.supports(&problem, device.info()) {
+            rows[i] = Some(row(
+                shape,
+                k.name(),
+                Outcome::Unsupported { reason: u.reason },
+            ));
+            bar.inc(1);
+        } else if spent[i] >= args.max_seconds_per_kernel {
+            rows[i] = Some(row(
+                shape,
+                k.name(),
+                Outcome::Skipped {
+                    reason: format!(
+                        "--max-seconds-per-kernel ({} s) used up",
+                        args.max_seconds_per_kernel
+                    ),
+                },
+            ));
+            bar.inc(1);
+        } else {
+            todo.push(i);
+        }
+    }
+    if todo.is_empty() {
+        return rows.into_iter().flatten().collect();
+    }
+    bar.set_message(format!("{}: inputs and oracle", shape.label()));
+    let prepared = prepare(device, shape, &problem, args);
+    let (check, mut bufs) = match prepared {
+        Ok(x) => x,
+        Err(e) => {
+            for i in todo {
+                rows[i] = Some(row(
+                    shape,
+                    kernels[i].name(),
+                    Outcome::Error {
+                        message: format!("{e:#}"),
+                    },
+                ));
+                bar.inc(1);
+            }
+            return rows.into_iter().flatten().collect();
+        }
+    };
+    for i in todo {
+        let k = kernels[i].as_ref();
+        bar.set_message(format!("{} @ {}", k.name(), shape.label()));
+        let start = Instant::now();
+        let outcome = gpu::no_panic(k.name(), || {
+            bench_one(device, timer, k, &check, &mut bufs, args, loop_opts)
+        })
+        .unwrap_or_else(|e| Outcome::Error {
+            message: format!("{e:#}"),
+        });
+        spent[i] += start.elapsed().as_secs_f64();
+        rows[i] = Some(row(shape, k.name(), outcome));
+        bar.inc(1);
+    }
+    rows.into_iter().flatten().collect()
+}
+
+/// Inputs (set 0 random normal, seeded by the shape), the oracle's references on sampled rows,
+/// and the rotated device sets.
+fn prepare(
+    device: &Device,
+    shape: &Shape,
+    problem: &flashcore::AttentionProblem,
+    args: &Args,
+) -> Result<(ShapeCheck, Buffers)> {
+    let seed = args.seed
+        ^ (shape.batch as u64) << 48
+        ^ (shape.heads as u64) << 40
+        ^ (shape.seq as u64) << 16
+        ^ (shape.head_dim as u64) << 4
+        ^ shape.causal as u64;
+    let dims = |heads, seq| [problem.batch, heads, seq, problem.head_dim];
+    let dt = problem.dtype;
+    let q = random_tensor_parallel(dt, dims(problem.heads_q, problem.seq_q), seed);
+    let k = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 1);
+    let v = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 2);
+    let check = ShapeCheck::new(problem, q.view(), k.view(), v.view(), args.check_rows, seed);
+    let bits = |a: &ndarray::Array4<f32>| {
+        flashcore::host::to_bits(dt, &to_layout(a.view(), problem.layout))
+    };
+    let (qb, kb, vb) = (bits(&q), bits(&k), bits(&v));
+    drop((q, k, v));
+    let elems = problem.q_len() + problem.k_len() + problem.v_len() + problem.o_len();
+    let set_bytes = elems * 2;
+    let alloc_bytes = set_bytes + problem.lse_len() * 4;
+    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
+    let cap = if args.quick { 2 } else { 1000 };
+    let sets = gpu::sets_needed(
+        set_bytes,
+        alloc_bytes,
+        device.info().l2_bytes as usize,
+        free,
+        cap,
+    );
+    let bufs = Buffers::new(device, problem, &qb, &kb, &vb, sets)?;
+    Ok((check, bufs))
+}
+
+/// One generation at one shape: check, eager timing, and for short calls graph check and timing.
+fn bench_one(
+    device: &Device,
+    timer: &Timer,
+    k: &dyn Attention,
+    check: &ShapeCheck,
+    bufs: &mut Buffers,
+    args: &Args,
+    loop_opts: &LoopOptions,
+) -> Result<Outcome> {
+    let problem = bufs.problem.clone();
+    let shape = Shape {
+        batch: problem.batch,
+        heads: problem.heads_q,
+        seq: problem.seq_q,
+        head_dim: problem.head_dim,
+        causal: problem.causal,
+        dtype: problem.dtype,
+    };
+    // Correctness first (this call also compiles the kernel and warms it up).
+    bufs.poison(device, 0)?;
+    match bufs.forward(k, device, 0) {
+        Ok(()) => {}
+        Err(flashcore::Error::Unsupported(u)) => {
+            return Ok(Outcome::Unsupported { reason: u.reason })
+        }
+        Err(e) => {
+            return Ok(Outcome::Error {
+                message: e.to_string(),
+            })
+        }
+    }
+    let (o, lse) = match bufs.read_output(device, 0) {
+        Ok(x) => x,
+        Err(e) => {
+            return Ok(Outcome::Error {
+                message: format!("{e:#}"),
+            })
+        }
+    };
+    let verdict = match check.judge_bits(&o, &lse) {
+        Ok(v) => v,
+        Err(message) => return Ok(Outcome::Wrong { message }),
+    };
+    let eager = gpu::time_eager(timer, device, bufs, k, loop_opts)?;
+    let mut notes: Vec<String> = Vec::new();
+    if eager.capped {
+        notes.push(format!("{} samples (time budget)", eager.repeats));
+    }
+    let mut graph_us = None;
+    let mut graph_calls = 0;
+    if eager.us < args.graph_threshold_us {
+        let plan = k
+            .plan(&problem, device.info())
+            .map_err(|u| anyhow!("{u}"))?;
+        let calls = args.graph_calls.max(bufs.sets.len());
+        let timed = gpu::no_panic("graph", || {
+            let graph = gpu::build_graph(device, bufs, &plan, calls)?;
+            bufs.poison(device, 0)?;
+            graph.launch(device)?;
+            let (o, lse) = bufs.read_output(device, 0)?;
+            check
+                .judge_bits(&o, &lse)
+                .map_err(|m| anyhow!("graph replay output is WRONG: {m}"))?;
+            gpu::time_graph(timer, device, &graph, loop_opts)
+        });
+        match timed {
+            Ok(s) => {
+                graph_us = Some(s.us);
+                graph_calls = s.calls;
+            }
+            Err(e) => notes.push(format!("graph: {e:#}")),
+        }
+    }
+    let mut t =
+        Timing::new(&shape, Some(eager.us), graph_us).ok_or_else(|| anyhow!("no time measured"))?;
+    t.calls = if t.method == Method::Graph {
+        graph_calls
+    } else {
+        eager.calls
+    };
+    t.repeats = eager.repeats;
+    t.sets = bufs.sets.len();
+    t.check = Some(format!(
+        "ok {:.2} ({} rows)",
+        verdict.ratio,
+        check.rows_checked()
+    ));
+    if !notes.is_empty() {
+        t.note = Some(notes.join("; "));
+    }
+    Ok(Outcome::Timed(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn defaults_and_flags_parse() {
+        let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+        assert_eq!(a.suite, Suite::Ladder);
+        assert_eq!(a.causal, CausalSel::Both);
+        assert_eq!(a.dtypes, ["f16"]);
+        assert_eq!(a.layout, "bhsd");
+        assert_eq!(a.repeats, 15);
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--kernels",
+            "scalar,vectorized",
+            "--suite",
+            "full",
+            "--causal",
+            "on",
+            "--dtypes",
+            "f16,bf16",
+            "--shape",
+            "1,8,512,64",
+            "--shape",
+            "2x16x8192x64",
+            "--out-dir",
+            "/tmp/x",
+            "--max-seconds-per-kernel",
+            "30",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.kernels.unwrap(), ["scalar", "vectorized"]);
+        assert_eq!(a.shapes, [(1, 8, 512, 64), (2, 16, 8192, 64)]);
+        assert_eq!(a.max_seconds_per_kernel, 30.0);
+        assert!(Cli::try_parse_from(["bench-all", "--suite", "huge"]).is_err());
+        assert!(Cli::try_parse_from(["bench-all", "--shape", "1,2,3"]).is_err());
+    }
+
+    #[test]
+    fn unknown_kernels_are_named() {
+        let Err(e) = select_kernels(Some(&["nope".to_string()])) else {
+            panic!("an unknown name was accepted");
+        };
+        assert!(e.to_string().contains("compiled in"), "{e}");
+        let all = flashcore::kernels();
+        let last = all.last().unwrap().name().to_string();
+        let first = all[0].name().to_string();
+        let picked = select_kernels(Some(&[last.clone(), first.clone()])).unwrap();
+        let names: Vec<&str> = picked.iter().map(|k| k.name()).collect();
+        if first != last {
+            assert_eq!(names, [first.as_str(), last.as_str()]);
+        }
+    }
+
+    #[test]
+    fn a_saved_report_renders_without_a_gpu() {
+        let dir = std::env::temp_dir().join(format!("bench-all-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("in.json");
+        std::fs::write(
+            &json,
+            serde_json::to_string(&report::tests::fixture()).unwrap(),
+        )
+        .unwrap();
+        let out = dir.join("out");
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--from-json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        run(a).unwrap();
+        for f in [JSON, MARKDOWN, SVG] {
+            assert!(out.join(f).is_file(), "{f}");
+        }
+        let md = std::fs::read_to_string(out.join(MARKDOWN)).unwrap();
+        assert!(md.contains("| 1,8,512,64 | f16 | no | persistent-hopper | graph |"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,498 @@
+//! The peers: running `bench/peers/torch_sdpa.py` and reading its JSON, and reading the anchor
+//! files (peer timings from an earlier run on the same kind of device, `--anchors DIR`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, Context, Result};
+use flashcore::DType;
+use serde_json::Value;
+
+use super::report::{Outcome, PeerSkip, PeerStatus, Row, Source, Timing};
+use super::suite::Shape;
+
+/// Where the peer script is: `--peer-script`, else `bench/peers/torch_sdpa.py` under the
+/// current directory (the repository root on a device machine), else beside the xtask sources
+/// this binary was built from.
+pub fn find_script(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let rel = Path::new("bench/peers/torch_sdpa.py");
+    if rel.is_file() {
+        return Some(rel.to_path_buf());
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    built.is_file().then_some(built)
+}
+
+/// Runs the peer script on `shapes` with files under `dir`. `Ok(Err(reason))` when peers cannot
+/// run here (no torch, no CUDA for torch, no script): the table says why. `Err` for a script
+/// that ran and failed otherwise.
+pub fn run_script(
+    python: &str,
+    script: Option<&Path>,
+    shapes: &[Shape],
+    dir: &Path,
+    quick: bool,
+) -> Result<std::result::Result<Value, String>> {
+    let Some(script) = script else {
+        return Ok(Err(
+            "bench/peers/torch_sdpa.py not found (run from the repository root or pass --peer-script)"
+                .into(),
+        ));
+    };
+    let probe = Command::new(python).args(["-c", "import torch"]).output();
+    match probe {
+        Err(e) => return Ok(Err(format!("{python} could not be started: {e}"))),
+        Ok(o) if !o.status.success() => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let last = err.lines().last().unwrap_or("").trim().to_string();
+            return Ok(Err(format!("{python} -c 'import torch' failed: {last}")));
+        }
+        Ok(_) => {}
+    }
+    std::fs::create_dir_all(dir)?;
+    let shapes_path = dir.join("shapes.json");
+    let out_path = dir.join("peers.json");
+    let list: Vec<Value> = shapes.iter().map(|s| s.peer_json()).collect();
+    std::fs::write(&shapes_path, serde_json::to_string_pretty(&list)?)?;
+    let _ = std::fs::remove_file(&out_path);
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .arg("--shapes")
+        .arg(&shapes_path)
+        .arg("--out")
+        .arg(&out_path)
+        .env("PYTHONUNBUFFERED", "1");
+    if quick {
+        cmd.arg("--quick");
+    }
+    // stderr (the script's progress lines) goes straight to ours; stdout is not used.
+    let out = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .with_context(|| format!("starting {python} {}", script.display()))?;
+    match out.code() {
+        Some(0) => {}
+        Some(3) => {
+            return Ok(Err(format!(
+                "{} exited 3: torch or CUDA missing for torch (its message is above)",
+                script.display()
+            )))
+        }
+        other => {
+            return Err(anyhow!(
+                "{} failed with exit status {other:?} (its messages are above)",
+                script.display()
+            ))
+        }
+    }
+    let text = std::fs::read_to_string(&out_path)
+        .with_context(|| format!("reading {}", out_path.display()))?;
+    Ok(Ok(serde_json::from_str(&text).with_context(|| {
+        format!("parsing {}", out_path.display())
+    })?))
+}
+
+fn shape_of(v: &Value) -> Option<Shape> {
+    let n = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
+    Some(Shape {
+        batch: n("batch")?,
+        heads: n("heads")?,
+        seq: n("seq")?,
+        head_dim: n("head_dim")?,
+        causal: v.get("causal")?.as_bool()?,
+        dtype: v.get("dtype")?.as_str()?.parse().ok()?,
+    })
+}
+
+struct EagerRow {
+    us: f64,
+    rel: Option<f64>,
+    calls: Option<u64>,
+    repeats: Option<usize>,
+    sets: Option<usize>,
+}
+
+#[derive(Default)]
+struct Merged {
+    eager: Option<EagerRow>,
+    graph: Option<(f64, Option<u64>)>,
+    errors: Vec<String>,
+}
+
+/// The peer script's JSON as rows (one per shape and backend: its eager and graph rows merged,
+/// the graph time reported when there is one) plus what it says about itself. Rows for shapes
+/// not in `wanted` are dropped.
+pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)> {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let skipped = v
+        .get("skipped")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|x| PeerSkip {
+                    backend: x
+                        .get("backend")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .into(),
+                    reason: x.get("reason").and_then(Value::as_str).unwrap_or("").into(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let status = PeerStatus::Ran {
+        device: s("device"),
+        torch: s("torch"),
+        cudnn: v.get("cudnn").and_then(Value::as_str).map(String::from),
+        skipped,
+    };
+    let rows_json = v
+        .get("rows")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("peer JSON has no \"rows\" list"))?;
+    // (shape index, backend) -> merged rows, in first-seen order per shape.
+    let mut merged: BTreeMap<(usize, usize), (String, Merged)> = BTreeMap::new();
+    let mut backend_order: Vec<String> = Vec::new();
+    for r in rows_json {
+        let Some(shape) = shape_of(r) else { continue };
+        let Some(si) = wanted.iter().position(|w| *w == shape) else {
+            continue;
+        };
+        let backend = r
+            .get("backend")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let bi = match backend_order.iter().position(|b| *b == backend) {
+            Some(i) => i,
+            None => {
+                backend_order.push(backend.clone());
+                backend_order.len() - 1
+            }
+        };
+        let entry = merged
+            .entry((si, bi))
+            .or_insert_with(|| (backend.clone(), Merged::default()));
+        let method = r.get("method").and_then(Value::as_str).unwrap_or("eager");
+        if let Some(e) = r.get("error").and_then(Value::as_str) {
+            entry.1.errors.push(if method == "graph" {
+                format!("graph: {e}")
+            } else {
+                e.to_string()
+            });
+            continue;
+        }
+        let Some(us) = r.get("us").and_then(Value::as_f64) else {
+            entry.1.errors.push(format!("{method}: no time"));
+            continue;
+        };
+        let calls = r.get("calls").and_then(Value::as_u64);
+        if method == "graph" {
+            entry.1.graph = Some((us, calls));
+        } else {
+            let rel = r.get("rel").and_then(Value::as_f64);
+            let reps = r.get("repeats").and_then(Value::as_u64).map(|x| x as usize);
+            let sets = r.get("sets").and_then(Value::as_u64).map(|x| x as usize);
+            entry.1.eager = Some(EagerRow {
+                us,
+                rel,
+                calls,
+                repeats: reps,
+                sets,
+            });
+        }
+    }
+    let mut rows = Vec::new();
+    for ((si, _), (backend, m)) in merged {
+        let shape = wanted[si];
+        let timing = Timing::new(&shape, m.eager.as_ref().map(|e| e.us), m.graph.map(|g| g.0));
+        let outcome = match timing {
+            Some(mut t) => {
+                if let Some(e) = &m.eager {
+                    t.check = e.rel.map(|r| format!("rel {r:.1e}"));
+                    t.repeats = e.repeats.unwrap_or(0);
+                    t.sets = e.sets.unwrap_or(0);
+                    t.calls = e.calls.unwrap_or(0);
+                }
+                if let Some((_, calls)) = m.graph {
+                    t.calls = calls.unwrap_or(t.calls);
+                }
+                if !m.errors.is_empty() {
+                    t.note = Some(m.errors.join("; "));
+                }
+                Outcome::Timed(t)
+            }
+            None => Outcome::Error {
+                message: if m.errors.is_empty() {
+                    "no time reported".into()
+                } else {
+                    m.errors.join("; ")
+                },
+            },
+        };
+        rows.push(Row {
+            shape,
+            implementation: backend,
+            source: Source::Peer,
+            outcome,
+        });
+    }
+    Ok((status, rows))
+}
+
+/// Peer names in the anchor files to the peer script's backend names.
+fn anchor_backend(name: &str, file: &str) -> String {
+    match name {
+        "flash" => "sdpa_flash".into(),
+        "cudnn" => "sdpa_cudnn".into(),
+        "efficient" => "sdpa_efficient".into(),
+        "fa3" if file.contains("jax") => "fa3-jax".into(),
+        other => other.into(),
+    }
+}
+
+/// One anchor file, lines like
+/// `B=4 H=16 S=2048 D=64 causal=0 cudnn  162.4 us  423.1 TFLOP/s rel=2.71e-04` or, for graph
+/// replays, `... causal=0 cudnn graph 9.37 us 57.3 TFLOP/s`. The dtype is bf16 when the file
+/// name or a `#` header says so, else f16. Returns (shape, backend, method is graph, µs, rel).
+pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f64, Option<f64>)> {
+    let header_bf16 = text
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .any(|l| l.contains("bfloat16") || l.contains("bf16"));
+    let dtype = if file.contains("bf16") || header_bf16 {
+        DType::Bf16
+    } else {
+        DType::F16
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        let kv = |k: &str| {
+            toks.iter()
+                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let (Some(b), Some(h), Some(s), Some(d), Some(c)) =
+            (kv("B"), kv("H"), kv("S"), kv("D"), kv("causal"))
+        else {
+            continue;
+        };
+        let Some(us_pos) = toks.iter().position(|t| *t == "us") else {
+            continue;
+        };
+        let Some(us) = us_pos
+            .checked_sub(1)
+            .and_then(|i| toks[i].parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let Some(c_pos) = toks.iter().position(|t| t.starts_with("causal=")) else {
+            continue;
+        };
+        let Some(name) = toks.get(c_pos + 1) else {
+            continue;
+        };
+        let graph = toks.get(c_pos + 2) == Some(&"graph");
+        let rel = toks
+            .iter()
+            .find_map(|t| t.strip_prefix("rel="))
+            .and_then(|v| v.parse::<f64>().ok());
+        out.push((
+            Shape {
+                batch: b,
+                heads: h,
+                seq: s,
+                head_dim: d,
+                causal: c != 0,
+                dtype,
+            },
+            anchor_backend(name, file),
+            graph,
+            us,
+            rel,
+        ));
+    }
+    out
+}
+
+/// Rows from every `*.txt` under `dir` for the shapes in `wanted`, eager and graph merged as
+/// for live peers, named "<backend> (anchor)".
+pub fn load_anchors(dir: &Path, wanted: &[Shape]) -> Result<Vec<Row>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading --anchors {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    files.sort();
+    let mut entries = Vec::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(f)?;
+        entries.extend(parse_anchor_file(&name, &text));
+    }
+    Ok(anchor_rows(&entries, wanted))
+}
+
+pub fn anchor_rows(
+    entries: &[(Shape, String, bool, f64, Option<f64>)],
+    wanted: &[Shape],
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for shape in wanted {
+        let mut backends: Vec<&str> = Vec::new();
+        for (s, b, ..) in entries {
+            if s == shape && !backends.contains(&b.as_str()) {
+                backends.push(b);
+            }
+        }
+        for b in backends {
+            let find = |graph: bool| {
+                entries
+                    .iter()
+                    .find(|(s, name, g, ..)| s == shape && name == b && *g == graph)
+            };
+            let eager = find(false);
+            let graph = find(true);
+            if let Some(mut t) = Timing::new(shape, eager.map(|e| e.3), graph.map(|g| g.3)) {
+                t.check = eager.and_then(|e| e.4).map(|r| format!("rel {r:.1e}"));
+                rows.push(Row {
+                    shape: *shape,
+                    implementation: format!("{b} (anchor)"),
+                    source: Source::Anchor,
+                    outcome: Outcome::Timed(t),
+                });
+            }
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::Method;
+    use crate::bench::suite::{expand, CausalSel, MISSION};
+
+    fn mission() -> Vec<Shape> {
+        expand(&MISSION, CausalSel::Both, &[DType::F16])
+    }
+
+    #[test]
+    fn peer_json_merges_eager_and_graph_rows() {
+        let wanted = mission();
+        let v: Value = serde_json::from_str(
+            r#"{"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "cudnn": "91900",
+                "cuda": "13.0", "l2_bytes": 52428800, "quick": false,
+                "skipped": [{"backend": "fa3", "reason": "flash_attn_interface: ModuleNotFoundError"}],
+                "rows": [
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_cudnn", "method": "eager", "us": 21.2, "tflops": 25.3, "rel": 0.000274,
+                   "calls": 944, "repeats": 15, "sets": 51},
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_cudnn", "method": "graph", "us": 9.37, "tflops": 57.3, "rel": 0.000274,
+                   "calls": 2150, "repeats": 15, "sets": 51},
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": true, "dtype": "f16",
+                   "backend": "sdpa_cudnn", "error": "RuntimeError: nope"},
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_flash", "method": "eager", "us": 26.6, "tflops": 20.2, "rel": 0.000273,
+                   "calls": 752, "repeats": 15, "sets": 51},
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_flash", "method": "graph", "error": "RuntimeError: capture failed"},
+                  {"batch": 9, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_flash", "method": "eager", "us": 1.0, "tflops": 1.0}
+                ]}"#,
+        )
+        .unwrap();
+        let (status, rows) = parse_peers(&v, &wanted).unwrap();
+        match status {
+            PeerStatus::Ran { cudnn, skipped, .. } => {
+                assert_eq!(cudnn.as_deref(), Some("91900"));
+                assert_eq!(skipped[0].backend, "fa3");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(rows.len(), 3, "{rows:#?}");
+        let cudnn = rows[0].timing().unwrap();
+        assert_eq!(rows[0].implementation, "sdpa_cudnn");
+        assert_eq!(
+            (cudnn.method, cudnn.us, cudnn.eager_us),
+            (Method::Graph, 9.37, Some(21.2))
+        );
+        assert_eq!(cudnn.check.as_deref(), Some("rel 2.7e-4"));
+        let flash = rows[1].timing().unwrap();
+        assert_eq!((flash.method, flash.us), (Method::Eager, 26.6));
+        assert!(flash.note.as_deref().unwrap().contains("capture failed"));
+        assert!(rows[2].shape.causal);
+        assert!(matches!(&rows[2].outcome, Outcome::Error { message } if message.contains("nope")));
+    }
+
+    #[test]
+    fn anchor_files_parse() {
+        let sdpa = "# device NVIDIA H100 80GB HBM3 sms=132 torch=2.11.0+cu130 cudnn=91900\n\
+                    B=1 H=8 S=512 D=64 causal=0 cudnn           21.2 us     25.3 TFLOP/s rel=2.74e-04\n\
+                    B=1 H=8 S=512 D=64 causal=1 flash           25.6 us     10.5 TFLOP/s rel=2.51e-04\n";
+        let graph = "# device NVIDIA H100 80GB HBM3 torch=2.11.0+cu130 dtype=torch.float16\n\
+                     B=1 H=8 S=512 D=64 causal=0 cudnn     graph     9.37 us    57.3 TFLOP/s\n";
+        let jax = "# jax 0.11.2 devices [CudaDevice(id=0)]\n\
+                   B=1 H=8 S=512 D=64 causal=0 fa3            12.0 us    22.0 TFLOP/s rel=2.75e-04\n";
+        let mut e = parse_anchor_file("h100-torch-sdpa-fp16.txt", sdpa);
+        e.extend(parse_anchor_file("h100-torch-sdpa-graph-small.txt", graph));
+        e.extend(parse_anchor_file("h100-fa3-jax-fp16.txt", jax));
+        assert_eq!(e.len(), 4);
+        assert!(e.iter().all(|x| x.0.dtype == DType::F16));
+        let bf = parse_anchor_file("h100-torch-sdpa-bf16-small.txt", sdpa);
+        assert!(bf.iter().all(|x| x.0.dtype == DType::Bf16));
+        let rows = anchor_rows(&e, &mission());
+        let names: Vec<&str> = rows.iter().map(|r| r.implementation.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "sdpa_cudnn (anchor)",
+                "fa3-jax (anchor)",
+                "sdpa_flash (anchor)"
+            ]
+        );
+        let t = rows[0].timing().unwrap();
+        assert_eq!(
+            (t.method, t.us, t.eager_us),
+            (Method::Graph, 9.37, Some(21.2))
+        );
+    }
+
+    #[test]
+    fn the_shared_anchor_files_parse_if_present() {
+        let dir = Path::new("/work/shared/anchors");
+        if !dir.is_dir() {
+            return;
+        }
+        let all = expand(
+            &crate::bench::suite::suite_bhsd(crate::bench::suite::Suite::Full),
+            CausalSel::Both,
+            &[DType::F16, DType::Bf16],
+        );
+        let rows = load_anchors(dir, &all).unwrap();
+        assert!(rows.len() >= 20, "{}", rows.len());
+    }
+
+    #[test]
+    fn without_a_script_peers_are_missing_with_a_reason() {
+        let r = run_script("python3", None, &mission(), Path::new("/tmp"), true).unwrap();
+        assert!(r.unwrap_err().contains("torch_sdpa.py not found"));
+        let r = run_script(
+            "/nonexistent/python3",
+            Some(Path::new("x.py")),
+            &mission(),
+            Path::new("/tmp"),
+            true,
+        )
+        .unwrap();
+        assert!(r.unwrap_err().contains("could not be started"));
+    }
+}

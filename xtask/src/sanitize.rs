@@ -1,0 +1,598 @@
+//! `cargo xtask sanitize`: runs this very binary under NVIDIA compute-sanitizer (memcheck,
+//! racecheck, synccheck, initcheck) on a small sweep of every generation, and prints a
+//! tool × kernel table of the errors each reports. Exits non-zero if any tool reports an error,
+//! a sweep case fails the oracle, or a run does not finish.
+//!
+//! Each (tool, kernel) is one child process: `compute-sanitizer --tool T --error-exitcode 86
+//! <this binary> sanitize --inner --kernels K --tool T`. An error is detected both ways: the
+//! "ERROR SUMMARY: N errors" line (and racecheck's "RACECHECK SUMMARY ... (N errors") and the
+//! exit code 86. The inner run is a handful of small cases (fewer for racecheck, which is slow),
+//! each judged by the oracle. Full logs go to `--logs` (default target/sanitize).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use flashcore::{Attention, AttentionProblem, DType, Device, Layout};
+
+use crate::case::{run_case, Case, Outcome};
+
+pub const TOOLS: &[&str] = &["memcheck", "racecheck", "synccheck", "initcheck"];
+
+/// The exit code compute-sanitizer is told to use when it finds an error.
+const ERROR_EXITCODE: i32 = 86;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Comma-separated sanitizer tools.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "memcheck,racecheck,synccheck,initcheck"
+    )]
+    pub tools: Vec<String>,
+    /// Comma-separated generation names (default: all compiled in).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Option<Vec<String>>,
+    /// The compute-sanitizer executable (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin).
+    #[arg(long)]
+    pub sanitizer: Option<PathBuf>,
+    /// Seconds one (tool, kernel) run may take.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// Where each run's full output is written.
+    #[arg(long, default_value = "target/sanitize")]
+    pub logs: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Internal: run the small sweep in this process (what each sanitizer run executes).
+    #[arg(long, hide = true)]
+    pub inner: bool,
+    /// Internal: the tool the inner sweep runs under (racecheck gets fewer cases).
+    #[arg(long, hide = true)]
+    pub tool: Option<String>,
+}
+
+pub fn main(args: Args) -> Result<()> {
+    if args.inner {
+        return inner(&args);
+    }
+    for t in &args.tools {
+        if !TOOLS.contains(&t.as_str()) {
+            bail!("unknown sanitizer tool '{t}' (tools: {})", TOOLS.join(", "));
+        }
+    }
+    let kernels = selected(&args.kernels)?;
+    let sanitizer = match &args.sanitizer {
+        Some(p) if p.is_file() => p.clone(),
+        Some(p) => bail!("--sanitizer {}: no such file", p.display()),
+        None => find_sanitizer().context(
+            "compute-sanitizer not found in PATH, $CUDA_HOME/bin, /usr/local/cuda/bin or \
+             /usr/local/cuda-*/bin: it ships with the CUDA toolkit (not with the driver or the \
+             NVRTC wheels); install the toolkit or pass --sanitizer PATH",
+        )?,
+    };
+    let exe = std::env::current_exe().context("finding this binary")?;
+    std::fs::create_dir_all(&args.logs)
+        .with_context(|| format!("creating {}", args.logs.display()))?;
+    println!(
+        "sanitize: {} with {}, tools {}, kernels {}, logs in {}",
+        exe.display(),
+        sanitizer.display(),
+        args.tools.join(","),
+        kernels.join(","),
+        args.logs.display()
+    );
+    let mut cells: Vec<(String, String, Cell)> = Vec::new();
+    for tool in &args.tools {
+        for k in &kernels {
+            let t = Instant::now();
+            let cell = run_one(&sanitizer, &exe, tool, k, &args);
+            println!(
+                "{tool:<10} {k:<20} {}  ({:.0} s)",
+                cell.describe(),
+                t.elapsed().as_secs_f64()
+            );
+            cells.push((tool.clone(), k.clone(), cell));
+        }
+    }
+    println!();
+    print!("| kernel |");
+    for t in &args.tools {
+        print!(" {t} |");
+    }
+    println!();
+    print!("|---|");
+    for _ in &args.tools {
+        print!("---|");
+    }
+    println!();
+    for k in &kernels {
+        print!("| {k} |");
+        for t in &args.tools {
+            let c = cells.iter().find(|c| &c.0 == t && &c.1 == k).unwrap();
+            print!(" {} |", c.2.short());
+        }
+        println!();
+    }
+    let bad: Vec<String> = cells
+        .iter()
+        .filter(|c| !c.2.ok())
+        .map(|c| format!("{} {}: {}", c.0, c.1, c.2.describe()))
+        .collect();
+    println!();
+    if bad.is_empty() {
+        println!("sanitize: no errors ({} runs)", cells.len());
+        Ok(())
+    } else {
+        for b in &bad {
+            eprintln!("{b}");
+        }
+        bail!(
+            "{} of {} sanitizer runs report problems",
+            bad.len(),
+            cells.len()
+        )
+    }
+}
+
+fn selected(names: &Option<Vec<String>>) -> Result<Vec<String>> {
+    let all: Vec<String> = flashcore::kernels()
+        .iter()
+        .map(|k| k.name().to_string())
+        .collect();
+    match names {
+        None => Ok(all),
+        Some(v) => {
+            for n in v {
+                if !all.contains(n) {
+                    bail!("unknown kernel '{n}' (compiled in: {})", all.join(", "));
+                }
+            }
+            Ok(v.clone())
+        }
+    }
+}
+
+/// compute-sanitizer in PATH, $CUDA_HOME/$CUDA_PATH, /usr/local/cuda, /usr/local/cuda-*.
+pub fn find_sanitizer() -> Option<PathBuf> {
+    let name = "compute-sanitizer";
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
+        if let Some(p) = std::env::var_os(var) {
+            dirs.push(PathBuf::from(&p).join("bin"));
+            dirs.push(PathBuf::from(&p).join("compute-sanitizer"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/bin"));
+    dirs.push(PathBuf::from("/usr/local/cuda/compute-sanitizer"));
+    if let Ok(rd) = std::fs::read_dir("/usr/local") {
+        let mut extra: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("cuda-"))
+            })
+            .collect();
+        extra.sort();
+        extra.reverse();
+        for p in extra {
+            dirs.push(p.join("bin"));
+            dirs.push(p.join("compute-sanitizer"));
+        }
+    }
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// What one (tool, kernel) run found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// The sanitizer ran to its summary: `errors` (from the summary and/or the exit code) and
+    /// the inner sweep's own tally.
+    Ran {
+        errors: u64,
+        exit_code: Option<i32>,
+        sweep: Option<Sweep>,
+    },
+    TimedOut(u64),
+    NoSummary {
+        exit_code: Option<i32>,
+        tail: String,
+    },
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+impl Cell {
+    fn ok(&self) -> bool {
+        matches!(self, Cell::Ran { errors: 0, sweep: Some(s), exit_code: Some(0) } if s.failed == 0)
+    }
+
+    fn short(&self) -> String {
+        match self {
+            Cell::Ran {
+                errors,
+                sweep,
+                exit_code,
+            } => {
+                let mut s = if *errors == 0 && *exit_code != Some(ERROR_EXITCODE) {
+                    "0 errors".to_string()
+                } else {
+                    format!("**{errors} errors**")
+                };
+                match sweep {
+                    Some(sw) if sw.failed > 0 => {
+                        s.push_str(&format!(", **{} cases fail**", sw.failed))
+                    }
+                    Some(sw) if sw.passed == 0 => s.push_str(" (all skipped)"),
+                    Some(sw) => s.push_str(&format!(" ({} cases)", sw.passed)),
+                    None => s.push_str(", **no sweep tally**"),
+                }
+                s
+            }
+            Cell::TimedOut(s) => format!("**timeout {s} s**"),
+            Cell::NoSummary { .. } => "**no summary**".into(),
+            Cell::Failed(_) => "**could not run**".into(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Cell::Ran { exit_code, .. } if !self.ok() => {
+                format!("{} (exit {exit_code:?})", self.short().replace("**", ""))
+            }
+            Cell::Ran { .. } => self.short(),
+            Cell::TimedOut(s) => format!("TIMEOUT after {s} s"),
+            Cell::NoSummary { exit_code, tail } => {
+                format!("no ERROR SUMMARY in the output (exit {exit_code:?}): {tail}")
+            }
+            Cell::Failed(m) => format!("could not run: {m}"),
+        }
+    }
+}
+
+fn run_one(sanitizer: &Path, exe: &Path, tool: &str, kernel: &str, args: &Args) -> Cell {
+    let mut cmd = Command::new(sanitizer);
+    cmd.args(["--tool", tool])
+        .args(["--error-exitcode", &ERROR_EXITCODE.to_string()])
+        .args(["--print-limit", "50"]);
+    if tool == "memcheck" {
+        cmd.args(["--leak-check", "full"]);
+    }
+    cmd.arg(exe)
+        .args(["sanitize", "--inner", "--kernels", kernel, "--tool", tool])
+        .args(["--device", &args.device.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return Cell::Failed(format!("spawning {}: {e}", sanitizer.display())),
+    };
+    // Drain both pipes on their own threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() > Duration::from_secs(args.timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Cell::Failed(format!("waiting for the sanitizer: {e}")),
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&t_out.join().unwrap_or_default()),
+        String::from_utf8_lossy(&t_err.join().unwrap_or_default())
+    );
+    let log = args.logs.join(format!("{tool}-{kernel}.log"));
+    let _ = std::fs::write(&log, &text);
+    let Some(status) = status else {
+        return Cell::TimedOut(args.timeout);
+    };
+    classify(&text, status.code())
+}
+
+/// Reads a run's output and exit code into a cell (separate from the process, for tests).
+pub fn classify(text: &str, exit_code: Option<i32>) -> Cell {
+    let summary = parse_error_summary(text);
+    let sweep = parse_sweep(text);
+    match summary {
+        Some(n) => {
+            // The exit code is the second witness: 86 means the sanitizer counted errors even
+            // if the summary line was not parsed as such.
+            let errors = if exit_code == Some(ERROR_EXITCODE) {
+                n.max(1)
+            } else {
+                n
+            };
+            Cell::Ran {
+                errors,
+                exit_code,
+                sweep,
+            }
+        }
+        None if exit_code == Some(ERROR_EXITCODE) => Cell::Ran {
+            errors: 1,
+            exit_code,
+            sweep,
+        },
+        None => {
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            Cell::NoSummary {
+                exit_code,
+                tail: tail.join(" | "),
+            }
+        }
+    }
+}
+
+/// Errors reported: the largest N of "ERROR SUMMARY: N error(s)" and racecheck's
+/// "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)". None if neither appears.
+pub fn parse_error_summary(text: &str) -> Option<u64> {
+    let mut found: Option<u64> = None;
+    for line in text.lines() {
+        let mut n = None;
+        if let Some(i) = line.find("ERROR SUMMARY:") {
+            n = leading_number(&line[i + "ERROR SUMMARY:".len()..]);
+        }
+        if line.contains("RACECHECK SUMMARY:") {
+            if let Some(i) = line.find('(') {
+                n = n.max(leading_number(&line[i + 1..]));
+            }
+        }
+        if let Some(n) = n {
+            found = Some(found.map_or(n, |f| f.max(n)));
+        }
+    }
+    found
+}
+
+fn leading_number(s: &str) -> Option<u64> {
+    let s = s.trim_start();
+    let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// The inner sweep's last "sanitize-sweep: P passed, F failed, S skipped" line.
+pub fn parse_sweep(text: &str) -> Option<Sweep> {
+    let line = text.lines().rev().find(|l| l.contains("sanitize-sweep:"))?;
+    let rest = &line[line.find("sanitize-sweep:")? + "sanitize-sweep:".len()..];
+    let num = |word: &str| -> Option<usize> {
+        let i = rest.find(word)?;
+        let before = rest[..i].trim_end();
+        let start = before
+            .rfind(|c: char| !c.is_ascii_digit())
+            .map_or(0, |j| j + 1);
+        before[start..].parse().ok()
+    };
+    Some(Sweep {
+        passed: num("passed")?,
+        failed: num("failed")?,
+        skipped: num("skipped")?,
+    })
+}
+
+/// The small sweep: a few shapes that reach every code path (single row and key, tails at
+/// tile sizes ± 1, causal with seq_q above and below seq_k, GQA, no keys, both dtypes and
+/// layouts), at one or two head dims. Racecheck gets the first six shapes at one head dim.
+pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
+    let caps = k.capabilities();
+    let mut dims: Vec<usize> = [64usize, 128]
+        .into_iter()
+        .filter(|d| caps.head_dims.contains(*d))
+        .collect();
+    if dims.is_empty() {
+        dims = crate::check_kernels::representative_head_dims(&caps.head_dims);
+        dims.truncate(1);
+    }
+    let race = tool == "racecheck";
+    if race {
+        dims.truncate(1);
+    }
+    let gqa = caps.gqa;
+    let c = caps.causal;
+    // (batch, hq, hkv, sq, sk, causal, dtype index, layout)
+    let mut shapes = vec![
+        (1, 2, if gqa { 1 } else { 2 }, 65, 130, c, 0, Layout::Bshd),
+        (1, 2, 2, 130, 65, c, 1, Layout::Bhsd),
+        (1, 2, 2, 1, 1, false, 0, Layout::Bshd),
+        (1, 2, 2, 33, 0, false, 1, Layout::Bhsd),
+        (2, 4, if gqa { 2 } else { 4 }, 129, 129, c, 0, Layout::Bhsd),
+        (1, 2, 2, 17, 200, false, 1, Layout::Bshd),
+        (1, 2, 2, 200, 17, false, 0, Layout::Bhsd),
+        (2, 4, if gqa { 1 } else { 4 }, 257, 257, c, 1, Layout::Bshd),
+        (1, 2, 2, 300, 1000, c, 0, Layout::Bhsd),
+    ];
+    if race {
+        shapes.truncate(6);
+    }
+    let mut out = Vec::new();
+    for &d in &dims {
+        for (i, &(b, hq, hkv, sq, sk, causal, dt, layout)) in shapes.iter().enumerate() {
+            let dtype = if caps.dtypes.contains(&DType::ALL[dt % 2]) {
+                DType::ALL[dt % 2]
+            } else {
+                caps.dtypes[0]
+            };
+            out.push(Case {
+                problem: AttentionProblem::new(b, hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_causal(causal)
+                    .with_dtype(dtype)
+                    .with_layout(layout),
+                data_seed: 500 + i as u64,
+            });
+        }
+    }
+    out
+}
+
+fn inner(args: &Args) -> Result<()> {
+    let names = selected(&args.kernels)?;
+    let tool = args.tool.clone().unwrap_or_default();
+    let dev = Device::open(args.device).context("opening the device")?;
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for k in flashcore::kernels()
+        .into_iter()
+        .filter(|k| names.iter().any(|n| n == k.name()))
+    {
+        for case in sweep_cases(k.as_ref(), &tool) {
+            let t = Instant::now();
+            match run_case(k.as_ref(), &dev, &case) {
+                Outcome::Pass(v) => {
+                    passed += 1;
+                    println!(
+                        "sanitize-case {} {}: pass ratio {:.3} ({:.1} s)",
+                        k.name(),
+                        case.to_arg(),
+                        v.ratio,
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                Outcome::Skipped(r) => {
+                    skipped += 1;
+                    println!(
+                        "sanitize-case {} {}: skipped ({r})",
+                        k.name(),
+                        case.to_arg()
+                    );
+                }
+                Outcome::Fail(m, _) => {
+                    failed += 1;
+                    println!("sanitize-case {} {}: FAIL {m}", k.name(), case.to_arg());
+                }
+            }
+        }
+    }
+    println!("sanitize-sweep: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        bail!("{failed} sweep case(s) failed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLEAN: &str = "\
+========= COMPUTE-SANITIZER
+sanitize-case scalar b=1: pass ratio 0.100 (0.1 s)
+sanitize-sweep: 14 passed, 0 failed, 0 skipped
+========= ERROR SUMMARY: 0 errors
+";
+
+    const MEMCHECK_ERRORS: &str = "\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 2 bytes
+=========     at attention_tile64+0x1a30
+sanitize-sweep: 14 passed, 0 failed, 0 skipped
+========= ERROR SUMMARY: 3 errors
+";
+
+    const RACECHECK: &str = "\
+========= COMPUTE-SANITIZER
+sanitize-sweep: 4 passed, 0 failed, 0 skipped
+========= RACECHECK SUMMARY: 5 hazards displayed (2 errors, 3 warnings)
+";
+
+    #[test]
+    fn summaries_parse() {
+        assert_eq!(parse_error_summary(CLEAN), Some(0));
+        assert_eq!(parse_error_summary(MEMCHECK_ERRORS), Some(3));
+        assert_eq!(parse_error_summary(RACECHECK), Some(2));
+        assert_eq!(
+            parse_error_summary("========= ERROR SUMMARY: 1 error"),
+            Some(1)
+        );
+        assert_eq!(parse_error_summary("nothing here"), None);
+        assert_eq!(
+            parse_sweep(CLEAN),
+            Some(Sweep {
+                passed: 14,
+                failed: 0,
+                skipped: 0
+            })
+        );
+        assert_eq!(parse_sweep("no tally"), None);
+    }
+
+    #[test]
+    fn cells_need_a_summary_zero_errors_exit_0_and_a_clean_sweep() {
+        assert!(classify(CLEAN, Some(0)).ok());
+        let c = classify(MEMCHECK_ERRORS, Some(ERROR_EXITCODE));
+        assert!(!c.ok());
+        assert!(c.describe().contains("3 errors"), "{}", c.describe());
+        // Errors by exit code alone still count.
+        let c = classify(
+            "sanitize-sweep: 1 passed, 0 failed, 0 skipped\n",
+            Some(ERROR_EXITCODE),
+        );
+        assert!(!c.ok());
+        // A summary of 0 but the error exit code: an error.
+        assert!(!classify(CLEAN, Some(ERROR_EXITCODE)).ok());
+        // No summary (sanitizer did not start, crashed): not ok, and says why.
+        let c = classify("compute-sanitizer: error: no CUDA device", Some(1));
+        assert!(matches!(c, Cell::NoSummary { .. }), "{c:?}");
+        assert!(c.describe().contains("no CUDA device"));
+        // Oracle failures inside the sweep: not ok even with 0 sanitizer errors.
+        let c = classify(&CLEAN.replace("0 failed", "2 failed"), Some(1));
+        assert!(!c.ok());
+        assert!(c.short().contains("2 cases fail"));
+        // Racecheck errors.
+        assert!(!classify(RACECHECK, Some(ERROR_EXITCODE)).ok());
+    }
+
+    #[test]
+    fn every_generation_has_a_small_sweep() {
+        for k in flashcore::kernels() {
+            let full = sweep_cases(k.as_ref(), "memcheck");
+            let race = sweep_cases(k.as_ref(), "racecheck");
+            assert!(
+                !full.is_empty() && !race.is_empty() && race.len() < full.len(),
+                "{}",
+                k.name()
+            );
+            for c in full.iter().chain(&race) {
+                c.problem.validate().unwrap();
+                let p = &c.problem;
+                assert!(p.batch * p.heads_q * p.seq_q * p.seq_k <= 1 << 20);
+            }
+            assert!(full.iter().any(|c| c.problem.seq_k == 0));
+            assert!(
+                full.iter()
+                    .any(|c| c.problem.seq_q > c.problem.seq_k && c.problem.causal)
+                    || !k.capabilities().causal
+            );
+        }
+    }
+}
