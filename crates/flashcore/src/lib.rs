@@ -29,7 +29,10 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn Attention>> = Vec::new();
     #[cfg(feature = "persistent")]
-    v.push(Box::new(flashcore_persistent::PersistentHopper));
+    {
+        v.push(Box::new(flashcore_persistent::PersistentHopper));
+        v.push(Box::new(flashcore_persistent::PersistentPortable));
+    }
     #[cfg(feature = "tile64")]
     v.push(Box::new(flashcore_tile64::Tile64));
     #[cfg(feature = "fused32")]

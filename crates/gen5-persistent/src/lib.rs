@@ -1,10 +1,49 @@
-//! Generation 5: persistent, pipelined, warp-specialized attention.
+//! Generation 5: persistent, pipelined, warp-specialized attention, in two paths.
 //!
-//! - [`hopper::PersistentHopper`] ("persistent-hopper"): sm_90a, TMA + mbarrier + wgmma,
-//!   a producer warpgroup feeding two consumer warpgroups (kernels/gen5_persistent_hopper.cu).
+//! - [`PersistentHopper`] ("persistent-hopper"): sm_90a, TMA + mbarrier + wgmma, a producer
+//!   warpgroup feeding two consumer warpgroups (kernels/gen5_persistent_hopper.cu).
+//! - [`PersistentPortable`] ("persistent-portable"): sm_80+, a producer warp filling a cp.async
+//!   ring for eight mma.sync consumer warps (kernels/gen5_persistent_portable.cu).
+//! - [`Persistent`] ("persistent"): picks the Hopper path on compute capability 9.0 when it
+//!   takes the problem, the portable path otherwise.
 //!
-//! Design and barrier protocol: docs/generations/gen5-persistent.md.
+//! Design and barrier protocols: docs/generations/gen5-persistent.md.
 
 pub mod hopper;
+pub mod portable;
 
+use flashcore_core::{Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, LaunchPlan, Unsupported};
 pub use hopper::PersistentHopper;
+pub use portable::PersistentPortable;
+
+/// Generation 5 with the path chosen from the device's compute capability.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Persistent;
+
+impl Persistent {
+    /// The path that runs `problem` on `device`.
+    pub fn path(problem: &AttentionProblem, device: &DeviceInfo) -> &'static dyn Attention {
+        if PersistentHopper.supports(problem, device).is_ok() {
+            &PersistentHopper
+        } else {
+            &PersistentPortable
+        }
+    }
+}
+
+impl Attention for Persistent {
+    fn name(&self) -> &'static str {
+        "persistent"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // The union of the two paths is the portable one's (the Hopper path takes a subset).
+        let mut c = PersistentPortable.capabilities();
+        c.head_dims = HeadDims::List(&[64, 128]);
+        c
+    }
+
+    fn plan(&self, problem: &AttentionProblem, device: &DeviceInfo) -> Result<LaunchPlan, Unsupported> {
+        Self::path(problem, device).plan(problem, device)
+    }
+}

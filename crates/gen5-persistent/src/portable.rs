@@ -1,0 +1,530 @@
+//! Generation 5, portable path: persistent, warp-specialized cp.async + mma.sync kernel
+//! (`kernels/gen5_persistent_portable.cu`, design and barrier protocol in
+//! `docs/generations/gen5-persistent.md`, "Portable path").
+//!
+//! One launch of `sm_count x CTAs-per-SM` CTAs (capped at the item count), each looping over
+//! (batch, head, 128-row q tile) work items. A CTA is 8 consumer warps (16 query rows each, Q, O
+//! and the softmax state in registers, mma.sync m16n8k16) and 1 producer warp that streams Q and
+//! the K/V tiles with 16-byte cp.async into shared-memory rings. "Full" is signalled by mbarriers
+//! that the cp.async hardware completes (`cp.async.mbarrier.arrive.noinc`), "empty" by named
+//! barriers (consumers `bar.arrive`, the producer `bar.sync`s). Runs on sm_80 and later.
+
+use flashcore_core::plan::{Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan};
+use flashcore_core::problem::{AttentionProblem, DType, Layout};
+use flashcore_core::{DeviceInfo, Unsupported};
+
+/// The portable (sm_80+) generation-5 kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PersistentPortable;
+
+const NAME: &str = "persistent-portable";
+const SOURCE: &str = "gen5_persistent_portable.cu";
+const ENTRY: &str = "attention_persistent_portable";
+
+/// Head dims the kernel is compiled for (FC_HEAD_DIM).
+pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// Consumer warps per CTA by default (FC_PORTABLE_WARPS): 16 query rows each, so 128-row items.
+pub const WARPS: usize = 8;
+/// Keys per K/V tile by default (FC_PORTABLE_BLOCK_N).
+pub const BLOCK_N: usize = 64;
+/// Deepest K/V ring the plan asks for; it takes the deepest of 2..=MAX_STAGES that fits.
+pub const MAX_STAGES: usize = 4;
+/// Barrier and per-warp bookkeeping region at the end of shared memory (BAR_BYTES).
+pub const BAR_BYTES: usize = 256;
+/// The consumers keep the item index in bits 6..31 of one register (RING_ITEM_SHIFT).
+pub const MAX_ITEMS: usize = 1 << 25;
+
+/// One kernel configuration (the defines of one compiled module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub head_dim: usize,
+    /// Consumer warps (FC_PORTABLE_WARPS); the q tile is 16 x warps rows.
+    pub warps: usize,
+    /// Keys per K/V tile (FC_PORTABLE_BLOCK_N).
+    pub block_n: usize,
+    /// K/V ring depth (FC_PORTABLE_STAGES).
+    pub stages: usize,
+    /// Q buffers (FC_PORTABLE_Q_STAGES).
+    pub q_stages: usize,
+    /// 16-wide Q slices held in registers (FC_PORTABLE_Q_REG_SLICES); the rest is re-read from
+    /// shared memory for every K tile.
+    pub q_reg_slices: usize,
+    /// CTAs per SM the registers are sized for (FC_PORTABLE_MIN_BLOCKS).
+    pub ctas_per_sm: usize,
+}
+
+impl Config {
+    pub fn block_m(&self) -> usize {
+        16 * self.warps
+    }
+    pub fn threads(&self) -> u32 {
+        32 * (self.warps as u32 + 1)
+    }
+    /// Dynamic shared memory; mirrors `SMEM_BYTES` in the kernel:
+    /// Q_STAGES x (BM x D) + 2 x STAGES x (BN x D) elements of 2 bytes, + BAR_BYTES.
+    pub fn smem_bytes(&self) -> usize {
+        let q = self.block_m() * self.head_dim * 2;
+        let kv = self.block_n * self.head_dim * 2;
+        self.q_stages * q + 2 * self.stages * kv + BAR_BYTES
+    }
+}
+
+/// Shared memory per block for a configuration (the formula in one place for tests and docs).
+pub fn smem_bytes(
+    head_dim: usize,
+    warps: usize,
+    block_n: usize,
+    stages: usize,
+    q_stages: usize,
+) -> usize {
+    Config {
+        head_dim,
+        warps,
+        block_n,
+        stages,
+        q_stages,
+        q_reg_slices: head_dim / 16,
+        ctas_per_sm: 1,
+    }
+    .smem_bytes()
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+fn env_flag(name: &str) -> bool {
+    matches!(
+        std::env::var(name).ok().as_deref().map(str::trim),
+        Some("1" | "true" | "on" | "yes")
+    )
+}
+
+/// Tuning overrides read from the environment (for A/B runs; the defaults are the plan's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub warps: Option<usize>,
+    pub block_n: Option<usize>,
+    pub stages: Option<usize>,
+    pub q_stages: Option<usize>,
+    pub q_reg_slices: Option<usize>,
+}
+
+impl Overrides {
+    pub fn from_env() -> Self {
+        Overrides {
+            warps: env_usize("FLASHCORE_PORTABLE_WARPS"),
+            block_n: env_usize("FLASHCORE_PORTABLE_BLOCK_N"),
+            stages: env_usize("FLASHCORE_PORTABLE_STAGES"),
+            q_stages: env_usize("FLASHCORE_PORTABLE_Q_STAGES"),
+            q_reg_slices: env_usize("FLASHCORE_PORTABLE_Q_REG_SLICES"),
+        }
+    }
+}
+
+/// Picks the configuration for a head dim on a device.
+///
+/// * 8 consumer warps (128-row items), one CTA per SM: 9 warps put 3 on one SM sub-partition,
+///   so ptxas caps the kernel at 168 registers per thread.
+/// * Q in registers: all of it at D = 64; at D = 128 all 8 slices fit under the cap on sm_80..89
+///   (ptxas: 168, no spill), but not in the sm_90 build, which keeps 6 and re-reads 2 per K tile
+///   (2 of 64 ldmatrix per tile) — and then double-buffers Q so that the next item's Q can load
+///   while the current one still reads its buffer.
+/// * The deepest K/V ring of 2..=4 stages that fits the opt-in shared memory.
+pub fn choose_config(
+    head_dim: usize,
+    device: &DeviceInfo,
+    ov: &Overrides,
+) -> Result<Config, Unsupported> {
+    let warps = ov.warps.unwrap_or(WARPS);
+    if warps != 4 && warps != 8 {
+        return Err(Unsupported::new(
+            NAME,
+            format!("FLASHCORE_PORTABLE_WARPS={warps}: consumer warps must be 4 or 8"),
+        ));
+    }
+    let block_n = ov.block_n.unwrap_or(BLOCK_N);
+    if block_n != 64 && block_n != 128 {
+        return Err(Unsupported::new(
+            NAME,
+            format!("FLASHCORE_PORTABLE_BLOCK_N={block_n}: keys per tile must be 64 or 128"),
+        ));
+    }
+    if block_n == 128 && head_dim == 128 {
+        // S (64 f32) + O (64) + Q does not fit in 168 registers: ptxas spills ~300 bytes.
+        return Err(Unsupported::new(
+            NAME,
+            "FLASHCORE_PORTABLE_BLOCK_N=128 is only built for head_dim 64 (at 128 it spills)",
+        ));
+    }
+    let all_slices = head_dim / 16;
+    let default_slices = if head_dim == 128 && device.compute_capability >= (9, 0) {
+        6
+    } else {
+        all_slices
+    };
+    let q_reg_slices = ov.q_reg_slices.unwrap_or(default_slices);
+    if q_reg_slices == 0 || q_reg_slices > all_slices {
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "FLASHCORE_PORTABLE_Q_REG_SLICES={q_reg_slices}: must be in 1..={all_slices} at head_dim {head_dim}"
+            ),
+        ));
+    }
+    // With 4 consumer warps the CTA is 160 threads and two share an SM.
+    let ctas_per_sm = if warps == 4 { 2 } else { 1 };
+    let limit = device.max_shared_memory_per_block_optin as usize;
+    // Two CTAs per SM share the SM's shared memory (opt-in limit + 1 KB reserved per CTA).
+    let per_cta_limit = if ctas_per_sm == 1 {
+        limit
+    } else {
+        (limit + 1024) / ctas_per_sm - 1024
+    };
+    let fits = |stages: usize, q_stages: usize| {
+        smem_bytes(head_dim, warps, block_n, stages, q_stages) <= per_cta_limit
+    };
+    let q_stages = match ov.q_stages {
+        Some(q) if q == 1 || q == 2 => q,
+        Some(q) => {
+            return Err(Unsupported::new(
+                NAME,
+                format!("FLASHCORE_PORTABLE_Q_STAGES={q}: must be 1 or 2"),
+            ))
+        }
+        // A second Q buffer only pays when Q is partly re-read from shared memory (otherwise the
+        // buffer is released right after the item's first wait).
+        None if q_reg_slices < all_slices && fits(2, 2) => 2,
+        None => 1,
+    };
+    let stages = match ov.stages {
+        Some(s) if (2..=5).contains(&s) => s,
+        Some(s) => {
+            return Err(Unsupported::new(
+                NAME,
+                format!("FLASHCORE_PORTABLE_STAGES={s}: must be in 2..=5"),
+            ))
+        }
+        None => (2..=MAX_STAGES)
+            .rev()
+            .find(|&s| fits(s, q_stages))
+            .unwrap_or(2),
+    };
+    let cfg = Config {
+        head_dim,
+        warps,
+        block_n,
+        stages,
+        q_stages,
+        q_reg_slices,
+        ctas_per_sm,
+    };
+    let smem = cfg.smem_bytes();
+    if smem > per_cta_limit {
+        let q = cfg.block_m() * head_dim * 2;
+        let kv = block_n * head_dim * 2;
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "head_dim {head_dim} needs {smem} bytes of shared memory per block ({q_stages} x Q {q} + \
+                 {stages} x (K + V) {} + {BAR_BYTES} barriers), the device allows {per_cta_limit}{}",
+                2 * kv,
+                if ctas_per_sm > 1 {
+                    format!(" per CTA at {ctas_per_sm} CTAs per SM")
+                } else {
+                    " with opt-in".to_string()
+                }
+            ),
+        ));
+    }
+    Ok(cfg)
+}
+
+impl PersistentPortable {
+    fn plan_with(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+        ov: &Overrides,
+        debug: bool,
+    ) -> Result<LaunchPlan, Unsupported> {
+        self.capabilities().check(NAME, problem, device)?;
+        let d = problem.head_dim;
+        if !HEAD_DIMS.contains(&d) {
+            return Err(Unsupported::new(
+                NAME,
+                format!("head_dim {d} is not in {}", HeadDims::List(HEAD_DIMS)),
+            ));
+        }
+        let cfg = choose_config(d, device, ov)?;
+        let items = problem
+            .batch
+            .saturating_mul(problem.heads_q)
+            .saturating_mul(problem.seq_q.div_ceil(cfg.block_m()));
+        if items >= MAX_ITEMS {
+            return Err(Unsupported::new(
+                NAME,
+                format!(
+                    "{items} work items (batch x heads_q x ceil(seq_q / {})); the kernel indexes fewer than {MAX_ITEMS}",
+                    cfg.block_m()
+                ),
+            ));
+        }
+        // Persistent: every SM gets its CTAs, but no more CTAs than items.
+        let ctas = (device.sm_count as usize * cfg.ctas_per_sm)
+            .min(items)
+            .max(1) as u32;
+        // K/V bytes the item order keeps hot at once (heads per L2 section): half of L2.
+        let l2_section = (device.l2_bytes as u64 / 2).clamp(2 << 20, 64 << 20);
+
+        let mut defines = vec![
+            ("FC_HEAD_DIM".to_string(), d.to_string()),
+            ("FC_PORTABLE_WARPS".to_string(), cfg.warps.to_string()),
+            ("FC_PORTABLE_BLOCK_N".to_string(), cfg.block_n.to_string()),
+            ("FC_PORTABLE_STAGES".to_string(), cfg.stages.to_string()),
+            ("FC_PORTABLE_Q_STAGES".to_string(), cfg.q_stages.to_string()),
+            (
+                "FC_PORTABLE_Q_REG_SLICES".to_string(),
+                cfg.q_reg_slices.to_string(),
+            ),
+            (
+                "FC_PORTABLE_MIN_BLOCKS".to_string(),
+                cfg.ctas_per_sm.to_string(),
+            ),
+            (
+                "FC_PORTABLE_L2_SECTION_BYTES".to_string(),
+                format!("{l2_section}ull"),
+            ),
+        ];
+        if debug {
+            // Bounded waits everywhere ("empty" becomes mbarriers too): a protocol deadlock
+            // traps with a printf instead of hanging.
+            defines.push(("FC_PORTABLE_DEBUG".to_string(), "1".to_string()));
+        }
+
+        Ok(LaunchPlan::single(KernelLaunch {
+            source: SOURCE,
+            entry: ENTRY,
+            defines,
+            grid: (ctas, 1, 1),
+            block: (cfg.threads(), 1, 1),
+            dynamic_smem_bytes: cfg.smem_bytes() as u32,
+            tensor_maps: None,
+        }))
+    }
+}
+
+impl Attention for PersistentPortable {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: &DType::ALL,
+            head_dims: HeadDims::List(HEAD_DIMS),
+            causal: true,
+            gqa: true,
+            layouts: &Layout::ALL,
+            // cp.async, mbarrier, ldmatrix, bf16 mma.sync
+            min_compute_capability: (8, 0),
+            alignment_elems: 8,
+        }
+    }
+
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        self.plan_with(
+            problem,
+            device,
+            &Overrides::from_env(),
+            env_flag("FLASHCORE_PORTABLE_DEBUG"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(cc: (u32, u32), optin_kib: u32) -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "synthetic".into(),
+            compute_capability: cc,
+            sm_count: 108,
+            max_shared_memory_per_block: 48 * 1024,
+            max_shared_memory_per_block_optin: optin_kib * 1024,
+            l2_bytes: 40 << 20,
+            total_memory: 40 << 30,
+        }
+    }
+
+    fn define<'a>(l: &'a KernelLaunch, k: &str) -> &'a str {
+        &l.defines.iter().find(|(n, _)| n == k).unwrap().1
+    }
+
+    fn plan(p: &AttentionProblem, d: &DeviceInfo) -> Result<LaunchPlan, Unsupported> {
+        PersistentPortable.plan_with(p, d, &Overrides::default(), false)
+    }
+
+    #[test]
+    fn smem_formula_matches_kernel() {
+        // Kernel: Q_STAGES * 128 * D * 2 + 2 * STAGES * 64 * D * 2 + 256.
+        assert_eq!(smem_bytes(64, 8, 64, 4, 1), 16384 + 65536 + 256);
+        assert_eq!(smem_bytes(128, 8, 64, 4, 1), 32768 + 131072 + 256);
+        assert_eq!(smem_bytes(128, 8, 64, 2, 1), 32768 + 65536 + 256);
+        assert_eq!(smem_bytes(128, 8, 64, 4, 2), 65536 + 131072 + 256);
+        assert_eq!(smem_bytes(64, 4, 64, 3, 1), 8192 + 49152 + 256);
+    }
+
+    #[test]
+    fn h100_persistent_grid_and_block() {
+        let h100 = DeviceInfo::synthetic_h100();
+        for d in [64, 128] {
+            for causal in [false, true] {
+                let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
+                let l = &plan(&p, &h100).unwrap().launches[0];
+                assert_eq!(l.grid, (132, 1, 1));
+                assert_eq!(l.block, (288, 1, 1));
+                assert_eq!(l.entry, ENTRY);
+                assert_eq!(l.source, SOURCE);
+                assert!(l.dynamic_smem_bytes as usize <= 227 * 1024);
+            }
+        }
+        // D = 128 on sm_90: 6 Q slices in registers, Q double-buffered, 4 stages.
+        let l = &plan(&AttentionProblem::new(1, 16, 16384, 128), &h100)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "6");
+        assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "2");
+        assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
+        assert_eq!(l.dynamic_smem_bytes, 65536 + 131072 + 256);
+        let l = &plan(&AttentionProblem::new(1, 16, 16384, 64), &h100)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "4");
+        assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "1");
+        assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
+    }
+
+    #[test]
+    fn grid_never_exceeds_items() {
+        let p = AttentionProblem::new(1, 2, 300, 64); // 2 heads x 3 q tiles
+        let l = &plan(&p, &DeviceInfo::synthetic_h100()).unwrap().launches[0];
+        assert_eq!(l.grid, (6, 1, 1));
+    }
+
+    #[test]
+    fn ampere_and_ada_configurations_fit() {
+        // A100: 163 KB -> D = 128 keeps all of Q in registers, 4 stages (164 096 bytes).
+        let a100 = dev((8, 0), 163);
+        let l = &plan(&AttentionProblem::new(2, 8, 1024, 128), &a100)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "8");
+        assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "1");
+        assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
+        assert_eq!(l.grid, (108, 1, 1));
+        // sm_86 / sm_89: 99 KB -> D = 128 gets 2 stages (98 560 bytes).
+        for cc in [(8, 6), (8, 9)] {
+            let d = dev(cc, 99);
+            let l = &plan(&AttentionProblem::new(2, 8, 1024, 128), &d)
+                .unwrap()
+                .launches[0];
+            assert_eq!(define(l, "FC_PORTABLE_STAGES"), "2");
+            assert_eq!(l.dynamic_smem_bytes, 98560);
+            let l = &plan(&AttentionProblem::new(2, 8, 1024, 64), &d)
+                .unwrap()
+                .launches[0];
+            assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
+        }
+    }
+
+    #[test]
+    fn too_little_shared_memory_says_how_much() {
+        let small = dev((8, 6), 64);
+        let err = PersistentPortable
+            .supports(&AttentionProblem::new(1, 1, 128, 128), &small)
+            .unwrap_err();
+        assert!(err.reason.contains("98560"), "{err}");
+        assert!(err.reason.contains("65536"), "{err}");
+    }
+
+    #[test]
+    fn head_dims_off_the_list_are_unsupported_with_a_reason() {
+        let dev = DeviceInfo::synthetic_h100();
+        for d in [32, 96, 256] {
+            let p = AttentionProblem::new(1, 1, 8, d);
+            let err = PersistentPortable.supports(&p, &dev).unwrap_err();
+            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn pre_ampere_is_unsupported() {
+        let p = AttentionProblem::new(1, 1, 8, 64);
+        assert!(PersistentPortable.supports(&p, &dev((7, 5), 64)).is_err());
+    }
+
+    #[test]
+    fn item_count_limit() {
+        let p = AttentionProblem::new(1 << 12, 1 << 6, 1 << 14, 64); // 2^12 * 2^6 * 2^7 = 2^25 items
+        let err = plan(&p, &DeviceInfo::synthetic_h100()).unwrap_err();
+        assert!(err.reason.contains("work items"), "{err}");
+        let p = AttentionProblem::new(1 << 11, 1 << 6, 1 << 14, 64);
+        assert!(plan(&p, &DeviceInfo::synthetic_h100()).is_ok());
+    }
+
+    #[test]
+    fn four_warp_variant_shares_the_sm() {
+        let ov = Overrides {
+            warps: Some(4),
+            ..Default::default()
+        };
+        let h100 = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(4, 16, 2048, 128);
+        let l = &PersistentPortable
+            .plan_with(&p, &h100, &ov, false)
+            .unwrap()
+            .launches[0];
+        assert_eq!(l.block, (160, 1, 1));
+        assert_eq!(l.grid, (264, 1, 1));
+        assert_eq!(define(l, "FC_PORTABLE_MIN_BLOCKS"), "2");
+        assert!(2 * (l.dynamic_smem_bytes as usize + 1024) <= 228 * 1024);
+    }
+
+    #[test]
+    fn block_n_128_only_at_head_dim_64() {
+        let ov = Overrides {
+            block_n: Some(128),
+            ..Default::default()
+        };
+        let h100 = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(1, 1, 256, 64);
+        let l = &PersistentPortable
+            .plan_with(&p, &h100, &ov, false)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+        let p = AttentionProblem::new(1, 1, 256, 128);
+        assert!(PersistentPortable.plan_with(&p, &h100, &ov, false).is_err());
+    }
+
+    #[test]
+    fn debug_define() {
+        let p = AttentionProblem::new(1, 1, 64, 64);
+        let plan = PersistentPortable
+            .plan_with(
+                &p,
+                &DeviceInfo::synthetic_h100(),
+                &Overrides::default(),
+                true,
+            )
+            .unwrap();
+        assert_eq!(define(&plan.launches[0], "FC_PORTABLE_DEBUG"), "1");
+    }
+}

@@ -1,0 +1,508 @@
+// Generation 5, portable path (sm_80 / sm_86 / sm_89, and runnable on sm_90 for comparison):
+// persistent, warp-specialized, cp.async multi-stage ring + mma.sync.
+//
+//   * gridDim.x = number of SMs x CTAs per SM (capped at the item count); CTA c walks the work
+//     items item = c + k * gridDim.x, an item being (batch, q head, BM-row q tile). Items are
+//     ordered as on the Hopper path: L2 sections of a few heads, q tile outer / head inner, the
+//     q tile index descending under causal masking (longest items first).
+//   * Warps 0 .. W-1 are consumers, 16 query rows each (BM = 16 W rows per item): Q fragments,
+//     the f32 O accumulator and the softmax row state stay in registers for the whole item;
+//     S = Q·Kᵀ and O += P·V run on mma.sync m16n8k16 with ldmatrix(.trans) fragments.
+//   * Warp W is the producer: its 32 lanes issue every 16-byte cp.async (Q once per item into a
+//     Q_STAGES-deep Q ring, K and V tile by tile into a STAGES-deep K/V ring) and never touch the
+//     tensor cores.
+//   * Synchronisation (protocol and deadlock argument: docs/generations/gen5-persistent.md,
+//     "Portable path"):
+//       full  (data landed):  mbarriers, completed by the hardware through
+//                             cp.async.mbarrier.arrive.noinc (one arrival per producer lane,
+//                             performed when that lane's copies have landed); consumers poll
+//                             them with a parity, each warp on its own (no consumer lockstep).
+//       empty (buffer free):  named barriers: every consumer warp bar.arrive-s (never blocks),
+//                             the producer bar.sync-s before refilling the buffer.
+//     The pipeline state (stages, phases) carries across work items; nothing is drained between
+//     items, only once at the very end.
+//
+// Shared memory (dynamic, bytes), T(r) = r * D * 2:
+//   [0, QS * T(BM))                    Q ring (QS = Q_STAGES buffers)
+//   [.., + STAGES * T(BN))             K ring
+//   [.., + STAGES * T(BN))             V ring
+//   [.., + 256)                        mbarriers (full; + empty in debug builds), then 8 bytes of
+//                                      item info per consumer warp
+//   SMEM_BYTES = QS * T(BM) + 2 * STAGES * T(BN) + 256 (crates/gen5-persistent/src/portable.rs
+//   repeats it)
+//
+// Defines: FC_HEAD_DIM (64 | 128, required); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
+// FC_PORTABLE_BLOCK_N (keys per K/V tile, 64 | 128; default 64); FC_PORTABLE_STAGES (K/V ring
+// depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
+// (16-wide Q slices held in registers, the rest re-read per K tile; default D / 16);
+// FC_PORTABLE_MIN_BLOCKS (CTAs per SM for __launch_bounds__; default 1);
+// FC_PORTABLE_L2_SECTION_BYTES (K/V bytes the schedule keeps hot); FC_PORTABLE_DEBUG (every wait
+// bounded: the "empty" signals become mbarriers too, a stuck wait prints and traps);
+// FC_PORTABLE_EMPTY_MBAR (mbarriers for "empty" without the debug build, for an A/B).
+#include "common/params.cuh"
+#include "common/types.cuh"
+#include "common/tensor_index.cuh"
+#include "common/smem_layout.cuh"
+#include "common/mma.cuh"
+#include "common/async_copy.cuh"
+#include "common/online_softmax.cuh"
+#include "common/pipeline.cuh"
+
+#ifndef FC_HEAD_DIM
+#error "compile with -DFC_HEAD_DIM=64 or 128"
+#endif
+#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
+#error "gen5_persistent_portable supports FC_HEAD_DIM 64 and 128"
+#endif
+#ifndef FC_PORTABLE_WARPS
+#define FC_PORTABLE_WARPS 8
+#endif
+#ifndef FC_PORTABLE_BLOCK_N
+#define FC_PORTABLE_BLOCK_N 64
+#endif
+#ifndef FC_PORTABLE_STAGES
+#define FC_PORTABLE_STAGES 3
+#endif
+#ifndef FC_PORTABLE_Q_STAGES
+#define FC_PORTABLE_Q_STAGES 1
+#endif
+#ifndef FC_PORTABLE_Q_REG_SLICES
+#define FC_PORTABLE_Q_REG_SLICES (FC_HEAD_DIM / 16)
+#endif
+#ifndef FC_PORTABLE_MIN_BLOCKS
+#define FC_PORTABLE_MIN_BLOCKS 1
+#endif
+#ifndef FC_PORTABLE_L2_SECTION_BYTES
+#define FC_PORTABLE_L2_SECTION_BYTES (16ull << 20)
+#endif
+// The "empty" side as mbarriers instead of named barriers: always in debug builds, where every
+// wait must be bounded (a bar.sync cannot be), and selectable on its own for an A/B.
+#if defined(FC_PORTABLE_DEBUG) && !defined(FC_PORTABLE_EMPTY_MBAR)
+#define FC_PORTABLE_EMPTY_MBAR 1
+#endif
+#ifndef FC_PORTABLE_EMPTY_MBAR
+#define FC_PORTABLE_EMPTY_MBAR 0
+#endif
+
+namespace fcp {
+
+constexpr int D = FC_HEAD_DIM;
+constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
+constexpr int BM = 16 * CONSUMER_WARPS;  // query rows per work item
+constexpr int BN = FC_PORTABLE_BLOCK_N;  // keys per K/V tile
+constexpr int STAGES = FC_PORTABLE_STAGES;
+constexpr int Q_STAGES = FC_PORTABLE_Q_STAGES;
+constexpr int CONSUMER_THREADS = 32 * CONSUMER_WARPS;
+constexpr int THREADS = CONSUMER_THREADS + 32;  // + one producer warp
+constexpr int PRODUCER_WARP = CONSUMER_WARPS;
+// 16-wide slices of Q held in registers for the whole item; the others are re-read from the Q
+// buffer for every K tile, which then stays in use until the item's last Q·Kᵀ.
+constexpr int Q_REG_SLICES = FC_PORTABLE_Q_REG_SLICES;
+constexpr bool Q_ALL_IN_REGISTERS = Q_REG_SLICES == D / 16;
+
+static_assert(CONSUMER_WARPS == 4 || CONSUMER_WARPS == 8, "FC_PORTABLE_WARPS must be 4 or 8");
+static_assert(BN == 64 || BN == 128, "FC_PORTABLE_BLOCK_N must be 64 or 128");
+static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_PORTABLE_Q_STAGES must be 1 or 2");
+static_assert(Q_REG_SLICES >= 1 && Q_REG_SLICES <= D / 16, "FC_PORTABLE_Q_REG_SLICES must be in 1..D/16");
+// Named barrier ids 1 .. Q_STAGES + 2 * STAGES (id 0 is __syncthreads; a CTA has 16).
+static_assert(STAGES >= 2 && Q_STAGES + 2 * STAGES <= 15, "FC_PORTABLE_STAGES too large for 16 named barriers");
+
+using Tile = SwizzledTile<D>;
+constexpr int Q_BYTES = Tile::bytes(BM);
+constexpr int KV_BYTES = Tile::bytes(BN);
+constexpr int OFF_Q = 0;
+constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
+constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
+constexpr int BAR_BYTES = 256;
+// What the host must request (crates/gen5-persistent/src/portable.rs repeats the formula).
+constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES;
+
+// Every synchronised buffer has a slot number `which`:
+//   b = Q buffer b,  Q_STAGES + s = K stage s,  Q_STAGES + STAGES + s = V stage s.
+// Its "full" mbarrier is at OFF_BAR + 8 * which; its "empty" signal is named barrier 1 + which
+// (or, with FC_PORTABLE_EMPTY_MBAR, the mbarrier at OFF_BAR + 8 * (NUM_SLOTS + which)).
+constexpr int NUM_SLOTS = Q_STAGES + 2 * STAGES;
+constexpr int OFF_INFO = OFF_BAR + 2 * NUM_SLOTS * 8;  // per consumer warp: first row, K/V tiles
+static_assert(2 * NUM_SLOTS * 8 + 8 * CONSUMER_WARPS <= BAR_BYTES, "barrier region too small");
+__device__ __forceinline__ int slot_q(int b) { return b; }
+__device__ __forceinline__ int slot_k(int s) { return Q_STAGES + s; }
+__device__ __forceinline__ int slot_v(int s) { return Q_STAGES + STAGES + s; }
+
+// Consumers keep their whole pipeline position and the item index in one register (at D = 128
+// the K/V loop has none to spare):
+//   bits 0-2  K/V stage               bit 3  parity of the K/V ring's current lap
+//   bits 4-5  Q fills so far, mod 4   bits 6-31  work item (the plan keeps items below 2^25)
+constexpr int RING_ITEM_SHIFT = 6;
+__device__ __forceinline__ int ring_q_buffer(unsigned ring) { return Q_STAGES == 2 ? (int)((ring >> 4) & 1u) : 0; }
+__device__ __forceinline__ unsigned ring_q_phase(unsigned ring) { return (ring >> (Q_STAGES == 2 ? 5 : 4)) & 1u; }
+// The Q buffer of the item in progress (its fill was already counted in bits 4-5).
+__device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_STAGES == 2 ? (int)(((ring >> 4) & 1u) ^ 1u) : 0; }
+
+// Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
+enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
+
+__device__ __forceinline__ int tag_of(int which, bool full) {
+    const int kind = which < Q_STAGES ? 0 : (which < Q_STAGES + STAGES ? 1 : 2);
+    return (full ? TAG_Q_FULL : TAG_Q_EMPTY) + kind;
+}
+
+// ---- "empty" signalling -------------------------------------------------------------------
+// Consumer side: this warp is done reading buffer `which` (for the current use). Never blocks.
+__device__ __forceinline__ void release(unsigned bars, int which) {
+#if FC_PORTABLE_EMPTY_MBAR
+    pl_mbar_arrive(bars + 8 * (NUM_SLOTS + which));  // every consumer thread; count CONSUMER_THREADS
+#else
+    (void)bars;
+    __syncwarp();
+    pl_named_arrive(1 + which, THREADS);
+#endif
+}
+
+// Producer side: wait until every consumer warp has released use `use` of buffer `which`.
+// The named barrier needs no use index: the producer's bar.sync calls and the consumers'
+// bar.arrive calls on one id pair up use by use (see the protocol in the generation page).
+__device__ __forceinline__ void wait_released(unsigned bars, int which, unsigned use) {
+#if FC_PORTABLE_EMPTY_MBAR
+    pl_mbar_wait(bars + 8 * (NUM_SLOTS + which), use & 1u, tag_of(which, false), which, (int)use);
+#else
+    (void)bars;
+    (void)use;
+    pl_named_sync(1 + which, THREADS);
+#endif
+}
+
+// ---- static schedule (the producer and every consumer warp walk the same item sequence) -----
+
+struct Work {
+    int b, h, m;   // batch, q head, q tile index
+    int n_blocks;  // K/V tiles [0, n_blocks) this item visits (0: no visible key at all)
+};
+
+__device__ __forceinline__ int ceil_div(int a, int b) { return a / b + (a % b != 0); }
+
+// A 32-bit value the compiler cannot see through (async_copy.cuh's opaque() is 64-bit, and the
+// sign-extension register it needs is itself something to keep alive).
+__device__ __forceinline__ int opaque32(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
+// causal_key_end (masking.cuh) in 32-bit arithmetic, for rows < seq_q + BM: (row - seq_q) is in
+// [-seq_q, BM), so nothing overflows, and no 64-bit temporaries (sign-extension registers) are
+// created in the K/V loop.
+__device__ __forceinline__ int key_end(const AttentionParams& p, int query_row) {
+    if (!p.causal) return p.seq_k;
+    const int end = (query_row - p.seq_q) + p.seq_k + 1;
+    return min(max(end, 0), p.seq_k);
+}
+
+// Work items of the launch: batch * heads_q * (q tiles per head). The plan rejects problems with
+// 2^25 items or more (see RING_ITEM_SHIFT), so item indices are small ints.
+__device__ __forceinline__ int total_items(const AttentionParams& p) {
+    return opaque32(p.batch) * p.heads_q * ceil_div(opaque32(p.seq_q), BM);  // not hoisted: see decode
+}
+
+// Item t -> (b, h, m). Items are cut into L2 sections of g (batch, head) pairs, g = the number
+// of heads whose K + V fit in FC_PORTABLE_L2_SECTION_BYTES (a GQA group shares them); inside a
+// section the q tile index is the outer loop (descending under causal: longest first) and the
+// head the inner one, so the CTAs in flight share the K/V of at most g heads.
+// Everything is recomputed from the parameter block (constant bank) per call rather than kept in
+// registers: the producer and every consumer warp call it once or twice per item.
+__device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
+    // 32-bit arithmetic only: a 64-bit division is a subroutine call in SASS, and calling it in the
+    // epilogue (O live in 64 registers) made ptxas spill. The plan guarantees items < 2^25.
+    // The shape is read through opaque(): otherwise the compiler hoists nm, g, ... out of the item
+    // loop and keeps them in registers across the whole K/V loop (where ptxas then spills them).
+    const int seq_q = opaque32(p.seq_q);
+    const int seq_k = opaque32(p.seq_k);
+    const int nm = ceil_div(seq_q, BM);
+    const int bh_total = opaque32(p.batch) * p.heads_q;
+    const int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
+    // K + V KiB one q head streams (a GQA group shares them): 2 * seq_k * D * sizeof(elem_t).
+    const unsigned kv_kib = (unsigned)(seq_k > 0 ? seq_k : 1) / (1024 / (4 * D)) / qpk;
+    int g = (int)(((unsigned)(FC_PORTABLE_L2_SECTION_BYTES >> 10)) / (kv_kib > 0 ? kv_kib : 1u));
+    if (g < 1) g = 1;
+    if (g > bh_total) g = bh_total;
+
+    const int per_section = g * nm;
+    const int section = t / per_section;
+    const int within = t - section * per_section;
+    const int first_bh = section * g;
+    const int g_here = min(g, bh_total - first_bh);
+    const int m_idx = within / g_here;
+    const int bh = first_bh + (within - m_idx * g_here);
+    Work w;
+    w.b = bh / p.heads_q;
+    w.h = bh - w.b * p.heads_q;
+    w.m = p.causal ? (nm - 1 - m_idx) : m_idx;
+    // Keys the tile's last valid row sees (the most of any row): tiles past them are skipped.
+    const int tile_key_end = key_end(p, min(w.m * BM + BM, seq_q) - 1);
+    w.n_blocks = tile_key_end > 0 ? ceil_div(tile_key_end, BN) : 0;
+    return w;
+}
+
+// ---- warp-level GEMMs with one address register per operand -----------------------------------
+// The same products as warp_qk / warp_pv in mma.cuh, addressed more frugally: at D = 128 a 9-warp
+// CTA gets 168 registers per thread, and mma.cuh's SliceAddresses (4 per-lane offsets per
+// operand mapping, held across the K/V loop) are what does not fit next to Q (32), O (64) and
+// S (32).
+//
+// A lane's ldmatrix address for 16-wide slice ds of a SwizzledTile<D> (D = 64 or 128: 8 or 16
+// chunks per row, physical chunk = chunk ^ (row % 8)) is
+//     row * 2D + 16 * ((2 ds + half) ^ (row % 8))
+// and, writing ds = 4 c + j (j < 4), (2 ds + half) ^ (row % 8) = 8 c + (2 j + half) ^ (row % 8),
+// whose bits 1-2 are j ^ ((row % 8) / 2) and bit 0 is half ^ (row & 1). So
+//     address(ds) = (address(0) ^ (32 j)) + 128 c
+// as long as the tile base has address bits 5 and 6 clear (it is 128-byte aligned) and row * 2D
+// has too (2D is a multiple of 128). One register per operand (the lane's slice-0 address) plus
+// one XOR per distinct j per tile replaces the four offsets. Rows further down by a multiple of 16
+// (the n16 blocks of K and V) keep row % 8 and only add a constant.
+//
+// Which lane addresses which row: Q (A operand) and V (B operand through .trans) use the A-style
+// mapping (lane_row_a / lane_chunk_a, identical to lane_row_v / lane_chunk_v), K the K-style one
+// (lane_row_k / lane_chunk_k), so that ldmatrix returns the registers in the order HMMA wants them
+// (A in 4, B in 2 consecutive registers: a permuted load would cost register moves).
+__device__ __forceinline__ unsigned lane_slice0(int row, int chunk) { return 2u * (unsigned)Tile::offset(row, chunk); }
+
+__device__ __forceinline__ unsigned slice_address(unsigned lane_addr, int ds, int row_shift) {
+    return (lane_addr ^ (unsigned)(32 * (ds % 4))) + (unsigned)(128 * (ds / 4)) + (unsigned)(row_shift * D * 2);
+}
+
+// Q fragments of slices 0 .. kQRegs-1 (held in registers for the whole item). `q_lane` = this
+// lane's A-style slice-0 address in the Q tile, rows of this warp.
+template <int kQRegs>
+__device__ __forceinline__ void load_q_slices(FragA (&q)[kQRegs], unsigned q_lane) {
+#pragma unroll
+    for (int ds = 0; ds < kQRegs; ++ds) ldmatrix_x4(q[ds].r, slice_address(q_lane, ds, 0));
+}
+
+// S = Q·Kᵀ for the warp's 16 rows x kKeys keys: slices < kQRegs of Q from registers, the rest
+// re-read from the Q tile (only when FC_PORTABLE_Q_REG_SLICES < D / 16). `k_lane` = this lane's
+// K-style slice-0 address in the K tile.
+template <int kKeys, int kQRegs>
+__device__ __forceinline__ void warp_qk(float (&s)[kKeys / 8][4], const FragA (&q)[kQRegs], unsigned q_lane,
+                                        unsigned k_lane) {
+    zero_accumulator(s);
+#pragma unroll
+    for (int ds = 0; ds < D / 16; ++ds) {
+        FragA a;
+        if (ds < kQRegs)
+            a = q[ds < kQRegs ? ds : 0];
+        else
+            ldmatrix_x4(a.r, slice_address(q_lane, ds, 0));
+#pragma unroll
+        for (int np = 0; np < kKeys / 16; ++np) {
+            unsigned b[4];
+            ldmatrix_x4(b, slice_address(k_lane, ds, 16 * np));
+            mma_m16n8k16(s[2 * np], a, b[0], b[1]);
+            mma_m16n8k16(s[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// O += P·V (as warp_pv in mma.cuh). `v_lane` = this lane's A-style slice-0 address in the V tile.
+template <int kKeys>
+__device__ __forceinline__ void warp_pv(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4], unsigned v_lane) {
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+        const FragA a = p_fragment(p, ks);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, slice_address(v_lane, dp, 16 * ks));
+            mma_m16n8k16(o[2 * dp], a, b[0], b[1]);
+            mma_m16n8k16(o[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+}  // namespace fcp
+
+using namespace fcp;
+
+extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
+    attention_persistent_portable(const __grid_constant__ AttentionParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned base = shared_address(smem);
+    const unsigned sQ = base + OFF_Q;
+    const unsigned sK = base + OFF_K;
+    const unsigned sV = base + OFF_V;
+    const unsigned bars = base + OFF_BAR;
+
+    if (p.seq_q <= 0) return;  // every thread, before any barrier
+
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+
+    if (threadIdx.x == 0) {
+        // slice_address() relies on 128-byte aligned tiles (not just on their speed).
+        if (base & 127u) __trap();
+        for (int i = 0; i < NUM_SLOTS; ++i) pl_mbar_init(bars + 8 * i, 32);  // full: one per producer lane
+#if FC_PORTABLE_EMPTY_MBAR
+        for (int i = 0; i < NUM_SLOTS; ++i) pl_mbar_init(bars + 8 * (NUM_SLOTS + i), CONSUMER_THREADS);
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // (sm_90+: as the Hopper path)
+#endif
+    }
+    __syncthreads();  // the only CTA-wide barrier: the mbarrier inits are visible to everyone
+
+    if (warp == PRODUCER_WARP) {
+        // ===================================== producer =====================================
+        // Fills buffers in exactly the order the consumers use them: per item Q, then K(0), V(0),
+        // K(1), V(1), ... Filling use u >= 1 of a buffer first waits for the consumers' release
+        // of its use u - 1.
+        int stage = 0;
+        unsigned lap = 0;    // K/V ring laps completed (= uses of each stage before this lap)
+        unsigned q_use = 0;  // Q fills so far
+        for (int t = blockIdx.x; t < total_items(p); t += gridDim.x) {
+            const Work w = decode(p, t);
+            if (w.n_blocks == 0) continue;  // the consumers skip it too: no Q, no K/V
+            const int q0 = w.m * BM;
+            const int h_kv = w.h / p.q_heads_per_kv;
+            const int qb = (int)(q_use % Q_STAGES);
+            if (q_use >= Q_STAGES) wait_released(bars, slot_q(qb), q_use / Q_STAGES - 1);
+            load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
+                                       p.q_row_stride, min(BM, p.seq_q - q0), lane);
+            pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
+            ++q_use;
+
+            const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, w.b, h_kv, 0);
+            const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, w.b, h_kv, 0);
+            for (int n = 0; n < w.n_blocks; ++n) {
+                const int k0 = n * BN;
+                const int rows = min(BN, p.seq_k - k0);  // >= 1: n < n_blocks <= ceil(seq_k / BN)
+                if (lap > 0) wait_released(bars, slot_k(stage), lap - 1);
+                load_tile_async<BN, D, 32>(sK + stage * KV_BYTES, k_ptr + (long long)k0 * p.k_row_stride,
+                                           p.k_row_stride, rows, lane);
+                pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
+                if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
+                load_tile_async<BN, D, 32>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
+                                           p.v_row_stride, rows, lane);
+                pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
+                if (++stage == STAGES) {
+                    stage = 0;
+                    ++lap;
+                }
+            }
+        }
+        // Drain: wait for the consumers' release of the last use of every buffer that was ever
+        // filled, so that no named barrier is left part-way through a phase when the CTA exits
+        // (and, in debug builds, so that a lost release traps here instead of passing silently).
+        // Cannot block forever: every fill was issued, so the consumers reach every release.
+        for (int b = 0; b < Q_STAGES; ++b) {
+            const unsigned fills = q_use / Q_STAGES + ((unsigned)b < q_use % Q_STAGES ? 1u : 0u);
+            if (fills > 0) wait_released(bars, slot_q(b), fills - 1);
+        }
+        for (int s = 0; s < STAGES; ++s) {
+            const unsigned fills = lap + (s < stage ? 1u : 0u);
+            if (fills > 0) {
+                wait_released(bars, slot_k(s), fills - 1);
+                wait_released(bars, slot_v(s), fills - 1);
+            }
+        }
+        pl_cp_async_wait_all();
+        return;
+    }
+
+    // ====================================== consumers =======================================
+    const int group = lane / 4;  // this lane's rows: group and group + 8 of the warp's 16
+    const int tig = lane % 4;    // this lane's columns: 2*tig, 2*tig+1 of every n8 tile
+    const int warp_row0 = warp * 16;
+    // This lane's slice-0 ldmatrix addresses relative to a tile (see slice_address).
+    const unsigned a_off = lane_slice0(lane_row_a(lane), lane_chunk_a(lane));  // Q and V
+    const unsigned k_off = lane_slice0(lane_row_k(lane), lane_chunk_k(lane));  // K
+    // The item's shape, parked in this warp's shared-memory slot and re-read per tile (an LDS
+    // instead of two registers held across the K/V loop): first query row, number of K/V tiles.
+    volatile int* item_info = reinterpret_cast<volatile int*>(smem + OFF_INFO) + 2 * warp;
+    unsigned ring = (unsigned)blockIdx.x << RING_ITEM_SHIFT;  // see RING_ITEM_SHIFT
+
+    for (; (int)(ring >> RING_ITEM_SHIFT) < total_items(p); ring += gridDim.x << RING_ITEM_SHIFT) {
+        float o[D / 8][4];
+        SoftmaxRows st;
+        zero_accumulator(o);
+        softmax_init(st);
+
+        {
+            const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
+            if (w.n_blocks > 0) {
+                item_info[0] = w.m * BM + warp_row0;
+                item_info[1] = w.n_blocks;
+                __syncwarp();
+
+                const int qb = ring_q_buffer(ring);
+                pl_mbar_wait(bars + 8 * slot_q(qb), ring_q_phase(ring), TAG_Q_FULL, qb, (int)(ring >> RING_ITEM_SHIFT));
+                ring = (ring & ~48u) | ((ring + 16u) & 48u);  // next Q fill (bits 4-5, mod 4)
+                const unsigned q_lane = sQ + qb * Q_BYTES + warp_row0 * (D * 2) + a_off;
+                FragA q_frag[Q_REG_SLICES];
+                load_q_slices<Q_REG_SLICES>(q_frag, q_lane);
+                if (Q_ALL_IN_REGISTERS) release(bars, slot_q(qb));  // Q lives in registers now
+
+                for (int n = 0; n < item_info[1]; ++n) {
+                    const int stage = (int)(ring & 7u);
+                    const unsigned phase = (ring >> 3) & 1u;
+                    const int k0 = n * BN;
+                    // With part of Q re-read per tile, its buffer is free after the last Q·Kᵀ.
+                    const bool release_q = !Q_ALL_IN_REGISTERS && n == item_info[1] - 1;
+                    const int warp_first = item_info[0];
+                    // Keys the warp's last valid row sees (the most of its rows): a tile at or past
+                    // them is visible to no row of this warp (causal: the upper warps of a diagonal
+                    // tile) and is only waited for and released.
+                    const int warp_key_hi =
+                        warp_first < p.seq_q ? key_end(p, min(warp_first + 15, p.seq_q - 1)) : 0;
+
+                    pl_mbar_wait(bars + 8 * slot_k(stage), phase, TAG_K_FULL, stage, n);
+                    if (k0 < warp_key_hi) {  // warp-uniform
+                        float s[BN / 8][4];
+                        warp_qk<BN, Q_REG_SLICES>(s, q_frag, q_lane, sK + stage * KV_BYTES + k_off);
+                        release(bars, slot_k(stage));
+                        if (release_q) release(bars, slot_q(ring_q_buffer_in_use(ring)));
+
+                        scale_scores(s, p.scale_log2);
+                        // The warp's first row sees the fewest keys: a tile fully visible to it needs
+                        // no mask (all but the seq_k tail and the causal diagonal).
+                        if (key_end(p, warp_first) - k0 < BN) {
+                            const int row_lo = warp_first + group;
+                            mask_scores(s, 2 * tig, key_end(p, row_lo) - k0, key_end(p, row_lo + 8) - k0);
+                        }
+                        online_softmax_update(s, o, st);
+
+                        pl_mbar_wait(bars + 8 * slot_v(stage), phase, TAG_V_FULL, stage, n);
+                        warp_pv<BN>(o, s, sV + stage * KV_BYTES + a_off);
+                        release(bars, slot_v(stage));
+                    } else {
+                        release(bars, slot_k(stage));
+                        if (release_q) release(bars, slot_q(ring_q_buffer_in_use(ring)));
+                        pl_mbar_wait(bars + 8 * slot_v(stage), phase, TAG_V_FULL, stage, n);
+                        release(bars, slot_v(stage));
+                    }
+
+                    // Next stage; past the last one, back to 0 and flip the lap parity.
+                    ring = (stage + 1 == STAGES) ? ((ring & ~7u) ^ 8u) : ring + 1u;
+                }
+            }
+        }
+
+        float lse[2];
+        softmax_finalize(o, st, lse);  // rows without a visible key: O = 0, LSE = +inf
+
+        // Straight from registers: each quad writes 8 contiguous elements (16 bytes) of a row per
+        // n8 tile. Rows past seq_q are never written. (The item is decoded again rather than kept
+        // in registers across the K/V loop; decode reads the shape through opaque32(), so this is
+        // not merged with the first call.)
+        const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
+        const int row_lo = w.m * BM + warp_row0 + group;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = row_lo + 8 * r;
+            if (row < p.seq_q) {
+                elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j)
+                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r], o[j][2 * r + 1]);
+                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[r];
+            }
+        }
+    }
+}
