@@ -343,7 +343,7 @@ attention_vectorized(const __grid_constant__ AttentionParams p) {
         for (int r = 0; r < R; ++r) {
             const int row = row0 + r;
             if (row >= p.seq_q) continue;
-            const float inv = l[r] != 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: O = 0
+            const float inv = row_sum_inverse(p, row, l[r]);  // no visible key: O = 0
             if (g == 0 && active) {
                 uint4 out;
                 out.x = pack2_u32(acc[r][0] * inv, acc[r][1] * inv);
@@ -354,7 +354,7 @@ attention_vectorized(const __grid_constant__ AttentionParams p) {
             }
             if (lane == r) {
                 p.lse[lse_offset(p, b, h, row)] =
-                    l[r] != 0.0f ? (m[r] + log2f(l[r])) * 0.69314718055994531f : INFINITY;
+                    row_lse(p, row, l[r], (m[r] + log2f(l[r])) * 0.69314718055994531f);
             }
         }
     }

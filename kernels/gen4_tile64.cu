@@ -207,11 +207,12 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         for (int r = 0; r < 2; ++r) {
             const int row = row_lo + 8 * r;
             if (row < p.seq_q) {
+                const float undefined = undefined_row_factor(p, row, lse[r]);  // all scores -inf: NaN
                 elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, b, h, row);
 #pragma unroll
                 for (int j = 0; j < out_tiles; ++j)
-                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r], o[j][2 * r + 1]);
-                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, b, h, row)] = lse[r];
+                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r] * undefined, o[j][2 * r + 1] * undefined);
+                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, b, h, row)] = lse[r] * undefined;
             }
         }
     }

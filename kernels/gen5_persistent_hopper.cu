@@ -463,8 +463,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int r = 0; r < 2; ++r) {
                 const int grow = r == 0 ? grow0 : grow1;
                 if (grow < p.seq_q) {
-                    const bool any = l[r] != 0.f;  // 0: no visible key -> O = 0, LSE = +inf; NaN propagates
-                    const float inv = any ? 1.f / l[r] : 0.f;
+                    const float inv = row_sum_inverse(p, grow, l[r]);
                     elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j) {
@@ -474,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if ((lane & 3) == 0) {
                         // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
                         p.lse[lse_offset(p, b, h, grow)] =
-                            any ? (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f : INFINITY;
+                            row_lse(p, grow, l[r], (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }
             }

@@ -42,6 +42,7 @@
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
+#include "common/masking.cuh"
 #include "common/smem_layout.cuh"
 #include "common/mma.cuh"
 #include "common/async_copy.cuh"
@@ -497,11 +498,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
         for (int r = 0; r < 2; ++r) {
             const int row = row_lo + 8 * r;
             if (row < p.seq_q) {
+                const float undefined = undefined_row_factor(p, row, lse[r]);  // all scores -inf: NaN
                 elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
 #pragma unroll
                 for (int j = 0; j < D / 8; ++j)
-                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r], o[j][2 * r + 1]);
-                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[r];
+                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r] * undefined, o[j][2 * r + 1] * undefined);
+                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[r] * undefined;
             }
         }
     }

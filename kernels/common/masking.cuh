@@ -18,3 +18,26 @@ __device__ __forceinline__ int causal_key_end_for_tile(const AttentionParams& p,
     int last_row = (q_end < p.seq_q ? q_end : p.seq_q) - 1;
     return causal_key_end(p, last_row);
 }
+
+// Epilogue rules for a row whose softmax sum l is 0. With no visible key (seq_q > seq_k under
+// the causal mask) that is the defined empty row: O = 0, LSE = +inf. A row that does see keys
+// only gets l = 0 when every visible score is -inf, which takes infinite inputs: softmax is 0/0
+// there, so the answer is NaN, as in the f64 reference. A NaN l propagates either way.
+#define FC_QNAN __int_as_float(0x7fc00000)
+
+__device__ __forceinline__ float row_sum_inverse(const AttentionParams& p, int query_row, float l) {
+    if (l != 0.f) return 1.f / l;
+    return causal_key_end(p, query_row) > 0 ? FC_QNAN : 0.f;
+}
+
+// lse_if_nonzero is the row's natural-log LSE computed from a nonzero l.
+__device__ __forceinline__ float row_lse(const AttentionParams& p, int query_row, float l, float lse_if_nonzero) {
+    if (l != 0.f) return lse_if_nonzero;
+    return causal_key_end(p, query_row) > 0 ? FC_QNAN : __int_as_float(0x7f800000);
+}
+
+// For kernels whose finalize already produced O = 0, LSE = +inf for l = 0: the factor to apply to
+// that row's O and LSE (NaN for a row that sees keys, 1 otherwise).
+__device__ __forceinline__ float undefined_row_factor(const AttentionParams& p, int query_row, float lse) {
+    return (lse == __int_as_float(0x7f800000) && causal_key_end(p, query_row) > 0) ? FC_QNAN : 1.f;
+}
