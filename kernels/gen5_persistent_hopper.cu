@@ -10,13 +10,20 @@
 //     softmax in f32 registers, O += P V (wgmma RS, P from registers, V MN-major from smem).
 //   * FC_HOPPER_OVERLAP=1: issue S_{j+1} = Q K_{j+1} and O += P_j V_j back to back and do the
 //     softmax of S_{j+1} while the PV wgmma runs (FA3's intra-warpgroup overlap).
+//   * FC_HOPPER_PINGPONG=1 (needs OVERLAP=1): the two consumer warpgroups take turns issuing their
+//     GEMMs (named barriers 1 and 2), so one's softmax runs under the other's GEMMs (FA3).
+//   * FC_HOPPER_Q_STAGES=2: two Q buffers; the next item's Q is loaded while this one runs.
+//   * FC_HOPPER_SMEM_EPILOGUE=1 (needs Q_STAGES=2): O is staged through the item's own (finished)
+//     Q buffer and written with coalesced 16-byte stores.
 //
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper).
 //
 // Defines: FC_HEAD_DIM (64|128, required), FC_HOPPER_BLOCK_N (keys per tile, 64|128, default 128),
 // FC_HOPPER_STAGES (K/V ring depth, default 2), FC_HOPPER_OVERLAP (0|1, default 0),
 // FC_HOPPER_L2_SECTION_BYTES (K/V bytes the scheduler tries to keep hot, default 32 MiB),
-// FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of hanging).
+// FC_HOPPER_PINGPONG (0|1, default 0), FC_HOPPER_Q_STAGES (1|2, default 1),
+// FC_HOPPER_SMEM_EPILOGUE (0|1, default 0), FC_HOPPER_CONSUMER_REGS (232|240, default 232; the
+// producer gets 40|24), FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of hanging).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -24,6 +31,7 @@
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
+#include "common/hopper/named_barrier.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=64 or 128"
@@ -43,6 +51,24 @@
 #ifndef FC_HOPPER_L2_SECTION_BYTES
 #define FC_HOPPER_L2_SECTION_BYTES (32u << 20)
 #endif
+#ifndef FC_HOPPER_PINGPONG
+#define FC_HOPPER_PINGPONG 0
+#endif
+#ifndef FC_HOPPER_Q_STAGES
+#define FC_HOPPER_Q_STAGES 1
+#endif
+#ifndef FC_HOPPER_SMEM_EPILOGUE
+#define FC_HOPPER_SMEM_EPILOGUE 0
+#endif
+#ifndef FC_HOPPER_CONSUMER_REGS
+#define FC_HOPPER_CONSUMER_REGS 232
+#endif
+#if FC_HOPPER_PINGPONG && !FC_HOPPER_OVERLAP
+#error "FC_HOPPER_PINGPONG=1 needs FC_HOPPER_OVERLAP=1"
+#endif
+#if FC_HOPPER_SMEM_EPILOGUE && FC_HOPPER_Q_STAGES < 2
+#error "FC_HOPPER_SMEM_EPILOGUE=1 needs FC_HOPPER_Q_STAGES=2 (O is staged in the item's own Q buffer)"
+#endif
 
 namespace fch {
 
@@ -51,6 +77,7 @@ constexpr int BM = 128;                 // q rows per work item (= Q TMA box row
 constexpr int WG_M = 64;                // q rows per consumer warpgroup
 constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
 constexpr int STAGES = FC_HOPPER_STAGES;
+constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
 constexpr int NBOX = D / 64;            // 64-column (128-byte) TMA boxes per row of a tile
 constexpr int ROW_BYTES = 128;          // one swizzled box row
 constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
@@ -60,10 +87,11 @@ constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
 
 // Shared memory map (offsets from the 1024-byte aligned base).
 constexpr int OFF_Q = 0;
-constexpr int OFF_K = OFF_Q + Q_BYTES;
+constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
 constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
-constexpr int NUM_BARS = 2 + 4 * STAGES;  // q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S]
+// q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S]
+constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES;
 constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
@@ -71,11 +99,16 @@ constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
 
 constexpr int CONSUMER_THREADS = 256;
-constexpr int PRODUCER_REGS = 40;
-constexpr int CONSUMER_REGS = 232;
+constexpr int CONSUMER_REGS = FC_HOPPER_CONSUMER_REGS;
+constexpr int PRODUCER_REGS = CONSUMER_REGS >= 240 ? 24 : 40;
+// Named barrier ids (named_barrier.cuh): scheduler barrier of consumer cw = BAR_SCHED + cw,
+// warpgroup-local barrier of consumer cw = BAR_WG + cw.
+enum : unsigned { BAR_SCHED = 1, BAR_WG = 3 };
 
 static_assert(BN == 64 || BN == 128, "FC_HOPPER_BLOCK_N must be 64 or 128");
 static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
+static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2");
+static_assert(CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
 
@@ -220,6 +253,43 @@ __device__ __forceinline__ void convert_p(const float (&s)[BN / 2], unsigned (&p
     for (int i = 0; i < BN / 4; ++i) pr[i] = pack2_u32(s[2 * i], s[2 * i + 1]);
 }
 
+// ---- inter-warpgroup ping-pong (FC_HOPPER_PINGPONG) -----------------------------------------
+// Consumer cw waits on its own scheduler barrier before issuing a key tile's GEMMs and, once they
+// are issued, arrives on the other one's: the GEMM issue slots strictly alternate WG1, WG2, WG1,
+// ... (protocol and deadlock argument: docs/generations/gen5-persistent.md, "Ping-pong").
+__device__ __forceinline__ void pp_sync(int cw) {
+#if FC_HOPPER_PINGPONG
+    named_bar_sync(BAR_SCHED + cw, 2 * 128);
+#else
+    (void)cw;
+#endif
+}
+__device__ __forceinline__ void pp_arrive(int cw) {
+#if FC_HOPPER_PINGPONG
+    named_bar_arrive(BAR_SCHED + 1 - cw, 2 * 128);
+#else
+    (void)cw;
+#endif
+}
+
+__device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(unsigned addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+// 16-byte global store (the O row base and strides are 16-byte aligned: alignment_elems = 8).
+__device__ __forceinline__ void st_global_v4(void* ptr, const uint4& v) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 }  // namespace fch
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -233,17 +303,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const unsigned sK = base + OFF_K;
     const unsigned sV = base + OFF_V;
     const unsigned bar0 = base + OFF_BAR;
-    const unsigned q_full = bar0;
-    const unsigned q_empty = bar0 + 8;
-    // k_full[s] = bar_k_full + 8 s, etc.
-    const unsigned bar_k_full = bar0 + 16;
+    // q_full[qs] = bar_q_full + 8 qs, k_full[s] = bar_k_full + 8 s, etc.
+    const unsigned bar_q_full = bar0;
+    const unsigned bar_q_empty = bar0 + 8 * Q_STAGES;
+    const unsigned bar_k_full = bar0 + 16 * Q_STAGES;
     const unsigned bar_k_empty = bar_k_full + 8 * STAGES;
     const unsigned bar_v_full = bar_k_empty + 8 * STAGES;
     const unsigned bar_v_empty = bar_v_full + 8 * STAGES;
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
-        mbar_init(q_empty, CONSUMER_THREADS);
+#pragma unroll
+        for (int s = 0; s < Q_STAGES; ++s) {
+            mbar_init(bar_q_full + 8 * s, 1);
+            mbar_init(bar_q_empty + 8 * s, CONSUMER_THREADS);
+        }
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_k_full + 8 * s, 1);
@@ -276,12 +349,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             int it = 0;
             for (int t = blockIdx.x; t < sched.total; t += gridDim.x, ++it) {
                 const Work w = decode(p, sched, t);
-                // Q buffer free? (item it-1's consumers released it; fresh barrier for it = 0)
-                mbar_wait(q_empty, (it & 1) ^ 1, TAG_Q_EMPTY);
+                // Q buffer qs free? (item it - Q_STAGES's consumers released it; its first use
+                // waits parity 1 of a fresh barrier and passes at once)
+                const int qs = Q_STAGES == 1 ? 0 : (it & 1);
+                const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
+                const unsigned q_full = bar_q_full + 8 * qs;
+                mbar_wait(bar_q_empty + 8 * qs, qpar ^ 1, TAG_Q_EMPTY);
                 mbar_arrive_expect_tx(q_full, Q_BYTES);
 #pragma unroll
                 for (int c = 0; c < NBOX; ++c)
-                    tma_load_4d(sQ + c * Q_BOX_BYTES, &tm_q, q_full, c * 64, w.m * BM, w.h, w.b);
+                    tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, &tm_q, q_full, c * 64, w.m * BM, w.h, w.b);
                 const int h_kv = w.h / p.q_heads_per_kv;
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
@@ -320,16 +397,29 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const float scale_log2 = p.scale_log2;
 
         // K-major, 128B swizzle: SBO = 1024 (8 rows x 128 B), LBO unused (16 -> encoded 1).
-        const unsigned long long q_desc = make_desc_sw128(sQ + cw * WG_M * ROW_BYTES, 16, 1024);
+        const unsigned long long q_desc0 = make_desc_sw128(sQ + cw * WG_M * ROW_BYTES, 16, 1024);
         const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
         // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box.
         const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
+
+#if FC_HOPPER_PINGPONG
+        // Prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this arrive).
+        if (cw == 0) named_bar_arrive(BAR_SCHED + 0, 2 * 128);
+#endif
 
         int stage = 0;
         unsigned phase = 0;
         int it = 0;
         for (int t = blockIdx.x; t < sched.total; t += gridDim.x, ++it) {
             const Work w = decode(p, sched, t);
+            const int qs = Q_STAGES == 1 ? 0 : (it & 1);
+            const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
+            const unsigned q_full = bar_q_full + 8 * qs;
+            const unsigned q_empty = bar_q_empty + 8 * qs;
+            const unsigned long long q_desc = q_desc0 + ((unsigned long long)(qs * Q_BYTES) >> 4);
+            // With the smem epilogue the Q buffer is released after O went through it, not after
+            // the last QK^T.
+            constexpr bool release_q_after_qk = !FC_HOPPER_SMEM_EPILOGUE;
             const int grow0 = w.m * BM + row_in_tile;
             const int grow1 = grow0 + 8;
             const int lim0 = causal_key_end(p, grow0);
@@ -344,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             float l[2] = {0.f, 0.f};
             float alpha[2];
 
-            mbar_wait(q_full, it & 1, TAG_Q_FULL);
+            mbar_wait(q_full, qpar, TAG_Q_FULL);
 
 #if FC_HOPPER_OVERLAP
             if (w.n_blocks > 0) {
@@ -354,13 +444,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     mbar_wait(kf, phase, TAG_K_FULL);
+                    pp_sync(cw);
                     wgmma_fence();
                     gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
                     wgmma_commit();
+                    pp_arrive(cw);
                     wgmma_wait<0>();
                     fence_regs(s);
                     mbar_arrive(ke);
-                    if (w.n_blocks == 1) mbar_arrive(q_empty);
+                    if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
                     if (BN > wg_lim) apply_mask(s, col_in_block, lim0, lim1);
                     online_softmax(s, m, l, alpha, scale_log2);
                     convert_p(s, pr);
@@ -375,6 +467,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
                     mbar_wait(kf, phase, TAG_K_FULL);
+                    pp_sync(cw);
                     wgmma_fence();
                     gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
                     wgmma_commit();
@@ -382,10 +475,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     wgmma_fence();  // (does not wait for S_kb; orders our writes of o/pr before the PV reads)
                     gemm_pv(o, pr, v_desc0 + ((unsigned long long)(vstage * KV_TILE_BYTES) >> 4));
                     wgmma_commit();
+                    pp_arrive(cw);
                     wgmma_wait<1>();  // S_kb done; PV_{kb-1} may still run
                     fence_regs(s);
                     mbar_arrive(ke);
-                    if (kb == w.n_blocks - 1) mbar_arrive(q_empty);
+                    if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
                     if ((kb + 1) * BN > wg_lim) apply_mask(s, kb * BN + col_in_block, lim0, lim1);
                     online_softmax(s, m, l, alpha, scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
@@ -401,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         phase ^= 1;
                     }
                 }
-                // ---- last PV ----
+                // ---- last PV (outside the ping-pong: no issue slot) ----
                 {
                     const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
                     mbar_wait(vf, vphase, TAG_V_FULL);
@@ -413,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     fence_regs(pr);
                     mbar_arrive(ve);
                 }
-            } else {
+            } else if (release_q_after_qk) {
                 mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
             }
 #else
@@ -428,7 +522,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 wgmma_wait<0>();
                 fence_regs(s);
                 mbar_arrive(ke);
-                if (kb == w.n_blocks - 1) mbar_arrive(q_empty);
+                if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
                 if ((kb + 1) * BN > wg_lim) apply_mask(s, kb * BN + col_in_block, lim0, lim1);
                 online_softmax(s, m, l, alpha, scale_log2);
@@ -449,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     phase ^= 1;
                 }
             }
-            if (w.n_blocks == 0) mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
+            if (release_q_after_qk && w.n_blocks == 0) mbar_arrive(q_empty);  // no key tile: Q unused
 #endif
 
             // ---- epilogue: O /= l, LSE; rows >= seq_q are never written ----
@@ -459,6 +553,53 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             }
             const int h = w.h, b = w.b;
+#if FC_HOPPER_SMEM_EPILOGUE
+            {
+                // Stage this warpgroup's 64 x D slice of O (as elem_t) in its own 64-row slice of
+                // the item's Q buffer, 128B-swizzled like a Q box (16-byte chunk q of local row lr
+                // sits at chunk q ^ (lr & 7)): the quad stores of one instruction hit 8 different
+                // chunks (conflict-free), and so do the 16-byte reads of 8 consecutive threads.
+                // Every wgmma that read this slice (the last QK^T) is complete: this warp's
+                // wait_group 0 on the last PV implies all four warps issued it, after their
+                // wait_group 1 on the last QK^T.
+                const unsigned sO = sQ + qs * Q_BYTES + cw * WG_M * ROW_BYTES;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int grow = r == 0 ? grow0 : grow1;
+                    const int lr = warp * 16 + (lane >> 2) + 8 * r;
+                    const float inv = row_sum_inverse(p, grow, l[r]);
+#pragma unroll
+                    for (int j = 0; j < D / 8; ++j) {
+                        const unsigned addr = sO + (j >> 3) * Q_BOX_BYTES + lr * ROW_BYTES +
+                                              ((((unsigned)j & 7u) ^ ((unsigned)lr & 7u)) << 4) + (lane & 3) * 4;
+                        st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
+                    }
+                    if (grow < p.seq_q && (lane & 3) == 0) {
+                        p.lse[lse_offset(p, b, h, grow)] =
+                            row_lse(p, grow, l[r], (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                    }
+                }
+                named_bar_sync(BAR_WG + cw, 128);
+                // 64 rows x NBOX boxes x 8 chunks: 8 consecutive threads write one 128-byte run.
+#pragma unroll
+                for (int i = 0; i < 4 * NBOX; ++i) {
+                    const int idx = tid + 128 * i;
+                    const int q = idx & 7;
+                    const int lr = (idx >> 3) & 63;
+                    const int c = idx >> 9;
+                    const int grow = w.m * BM + cw * WG_M + lr;
+                    if (grow < p.seq_q) {
+                        const uint4 v =
+                            ld_shared_v4(sO + c * Q_BOX_BYTES + lr * ROW_BYTES + (((unsigned)q ^ ((unsigned)lr & 7u)) << 4));
+                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
+                        st_global_v4(orow + 64 * c + 8 * q, v);
+                    }
+                }
+                // Our generic reads/writes of the buffer before the TMA that refills it (item it + 2).
+                fence_proxy_async_smem();
+                mbar_arrive(q_empty);
+            }
+#else
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int grow = r == 0 ? grow0 : grow1;
@@ -477,6 +618,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     }
                 }
             }
+#endif
         }
+#if FC_HOPPER_PINGPONG
+        // Drain: warpgroup 2's last arrive on barrier 1 is matched here, so both scheduler barriers
+        // end the kernel complete (with no tile at all this pairs with the priming arrive).
+        if (cw == 0) named_bar_sync(BAR_SCHED + 0, 2 * 128);
+#endif
     }
 }

@@ -12,7 +12,9 @@
 pub mod hopper;
 pub mod portable;
 
-use flashcore_core::{Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, LaunchPlan, Unsupported};
+use flashcore_core::{
+    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, LaunchPlan, Unsupported,
+};
 pub use hopper::PersistentHopper;
 pub use portable::PersistentPortable;
 
@@ -43,7 +45,11 @@ impl Attention for Persistent {
         c
     }
 
-    fn plan(&self, problem: &AttentionProblem, device: &DeviceInfo) -> Result<LaunchPlan, Unsupported> {
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
         Self::path(problem, device).plan(problem, device)
     }
 }
