@@ -34,8 +34,9 @@ pub const BOX_COLS: usize = 64;
 /// Slack to align the dynamic shared memory base to 1024 bytes (128B swizzle atom).
 pub const SMEM_ALIGN_SLACK: usize = 1024;
 
-/// Q buffers (1: Q of the next item is loaded once this item's last QK^T is done; 2: it is
-/// prefetched into the other buffer while this item runs).
+/// The kernel's own default Q buffer count (1: Q of the next item is loaded once this item's
+/// last QK^T is done; 2: it is prefetched into the other buffer while this item runs). The plan's
+/// default is [`HopperConfig::default`], which uses 2 (measured faster, see below).
 pub const Q_STAGES: usize = 1;
 /// Consumer warpgroups' `setmaxnreg` (232 -> producer 40; 240 -> producer 24).
 pub const CONSUMER_REGS: usize = 232;
@@ -78,12 +79,15 @@ pub struct HopperConfig {
 }
 
 impl Default for HopperConfig {
+    /// Ping-pong with two Q buffers: of six variants timed on the H100 (docs/results/
+    /// 2026-11-23-hopper-variants-h100), it had the best sum over the ladder shapes, +5.6% over
+    /// overlap alone, and verify passes with it.
     fn default() -> Self {
         Self {
             stages: STAGES,
-            q_stages: Q_STAGES,
+            q_stages: 2,
             overlap: OVERLAP,
-            pingpong: false,
+            pingpong: true,
             smem_epilogue: false,
             consumer_regs: CONSUMER_REGS,
         }
@@ -119,6 +123,8 @@ impl HopperConfig {
         };
         if let Some(v) = flag("FLASHCORE_HOPPER_OVERLAP")? {
             c.overlap = v;
+            // Ping-pong is built on the overlapped loop: turning that off turns it off too.
+            c.pingpong &= v;
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_PINGPONG")? {
             c.pingpong = v;
@@ -336,9 +342,14 @@ mod tests {
                 "FC_HOPPER_BLOCK_N",
                 "FC_HOPPER_STAGES",
                 "FC_HOPPER_OVERLAP",
-                "FC_HOPPER_L2_SECTION_BYTES"
+                "FC_HOPPER_L2_SECTION_BYTES",
+                "FC_HOPPER_PINGPONG",
+                "FC_HOPPER_Q_STAGES"
             ]
         );
+        // The serial loop stays reachable: overlap off takes ping-pong with it.
+        let serial = overrides(&[("FLASHCORE_HOPPER_OVERLAP", "0")]).unwrap();
+        assert!(!serial.overlap && !serial.pingpong);
     }
 
     #[test]

@@ -23,8 +23,12 @@ const ENTRY: &str = "attention_persistent_portable";
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM).
 pub const HEAD_DIMS: &[usize] = &[64, 128];
-/// Consumer warps per CTA by default (FC_PORTABLE_WARPS): 16 query rows each, so 128-row items.
+/// Consumer warps per CTA by default before Hopper (FC_PORTABLE_WARPS): 16 query rows each, so
+/// 128-row items.
 pub const WARPS: usize = 8;
+/// On sm_90: 4 consumer warps (64-row items, two CTAs per SM) beat 8 at every ladder shape on
+/// the H100 (docs/results/2026-11-23-hopper-variants-h100); not measured on Ampere/Ada.
+pub const WARPS_SM90: usize = 4;
 /// Keys per K/V tile by default (FC_PORTABLE_BLOCK_N).
 pub const BLOCK_N: usize = 64;
 /// Deepest K/V ring the plan asks for; it takes the deepest of 2..=MAX_STAGES that fits.
@@ -136,7 +140,12 @@ pub fn choose_config(
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
-    let warps = ov.warps.unwrap_or(WARPS);
+    let default_warps = if device.compute_capability >= (9, 0) {
+        WARPS_SM90
+    } else {
+        WARPS
+    };
+    let warps = ov.warps.unwrap_or(default_warps);
     if warps != 4 && warps != 8 {
         return Err(Unsupported::new(
             NAME,
@@ -387,7 +396,18 @@ mod tests {
         for d in [64, 128] {
             for causal in [false, true] {
                 let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
+                // Default on sm_90: 4 consumer warps + the producer, two CTAs per SM.
                 let l = &plan(&p, &h100).unwrap().launches[0];
+                assert_eq!(l.grid, (264, 1, 1));
+                assert_eq!(l.block, (160, 1, 1));
+                let eight = Overrides {
+                    warps: Some(8),
+                    ..Default::default()
+                };
+                let l = &PersistentPortable
+                    .plan_with(&p, &h100, &eight, false)
+                    .unwrap()
+                    .launches[0];
                 assert_eq!(l.grid, (132, 1, 1));
                 assert_eq!(l.block, (288, 1, 1));
                 assert_eq!(l.entry, ENTRY);
@@ -395,15 +415,31 @@ mod tests {
                 assert!(l.dynamic_smem_bytes as usize <= 227 * 1024);
             }
         }
-        // D = 128 on sm_90: 6 Q slices in registers, Q double-buffered, 4 stages.
-        let l = &plan(&AttentionProblem::new(1, 16, 16384, 128), &h100)
+        // D = 128 on sm_90 with 8 warps: 6 Q slices in registers, Q double-buffered, 4 stages.
+        let eight = Overrides {
+            warps: Some(8),
+            ..Default::default()
+        };
+        let l = &PersistentPortable
+            .plan_with(
+                &AttentionProblem::new(1, 16, 16384, 128),
+                &h100,
+                &eight,
+                false,
+            )
             .unwrap()
             .launches[0];
         assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "6");
         assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "2");
         assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
         assert_eq!(l.dynamic_smem_bytes, 65536 + 131072 + 256);
-        let l = &plan(&AttentionProblem::new(1, 16, 16384, 64), &h100)
+        let l = &PersistentPortable
+            .plan_with(
+                &AttentionProblem::new(1, 16, 16384, 64),
+                &h100,
+                &eight,
+                false,
+            )
             .unwrap()
             .launches[0];
         assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "4");
@@ -413,9 +449,9 @@ mod tests {
 
     #[test]
     fn grid_never_exceeds_items() {
-        let p = AttentionProblem::new(1, 2, 300, 64); // 2 heads x 3 q tiles
+        let p = AttentionProblem::new(1, 2, 300, 64); // 2 heads x 5 q tiles of 64 rows (sm_90)
         let l = &plan(&p, &DeviceInfo::synthetic_h100()).unwrap().launches[0];
-        assert_eq!(l.grid, (6, 1, 1));
+        assert_eq!(l.grid, (10, 1, 1));
     }
 
     #[test]
@@ -472,10 +508,11 @@ mod tests {
 
     #[test]
     fn item_count_limit() {
-        let p = AttentionProblem::new(1 << 12, 1 << 6, 1 << 14, 64); // 2^12 * 2^6 * 2^7 = 2^25 items
+        // 64-row items on sm_90: 2^11 * 2^6 * 2^8 = 2^25 items
+        let p = AttentionProblem::new(1 << 11, 1 << 6, 1 << 14, 64);
         let err = plan(&p, &DeviceInfo::synthetic_h100()).unwrap_err();
         assert!(err.reason.contains("work items"), "{err}");
-        let p = AttentionProblem::new(1 << 11, 1 << 6, 1 << 14, 64);
+        let p = AttentionProblem::new(1 << 10, 1 << 6, 1 << 14, 64);
         assert!(plan(&p, &DeviceInfo::synthetic_h100()).is_ok());
     }
 
