@@ -16,12 +16,12 @@ pub use flashcore_core::*;
 
 /// Every generation compiled in, fastest first: the order [`best_for`] walks.
 ///
-/// The order is written here by hand from `cargo xtask bench-all --suite ladder` on an H100
-/// (the markdown it writes goes to `docs/results/`): the generation with the most TFLOP/s over
-/// the ladder shapes it supports comes first, and one that only supports a subset (e.g. the
-/// Hopper kernel: sm_90a, head dims 64/128) still comes before a slower general one, since
-/// `best_for` falls through to the next generation for problems it rejects.
-/// TODO(lead): confirm the order from the first full bench-all run and cite its results file.
+/// From `cargo xtask bench-all --suite ladder` on an H100
+/// (docs/results/2026-11-23-bench-ladder-h100-final): the Hopper path of generation 5 is the
+/// fastest at every ladder shape (387-622 TFLOP/s); tile64 (242-295) comes next, ahead of the
+/// portable path of generation 5 (226-302, slower than tile64 at 6 of 8 large shapes in that
+/// run), then fused32, vectorized and scalar. A generation that rejects a problem (the Hopper
+/// path off sm_90, or for head dims other than 64/128) lets `best_for` fall through to the next.
 #[allow(clippy::vec_init_then_push)] // one `push` per feature, each behind its own cfg
 pub fn kernels() -> Vec<Box<dyn Attention>> {
     #[cfg(feature = "aot")]
@@ -29,12 +29,11 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn Attention>> = Vec::new();
     #[cfg(feature = "persistent")]
-    {
-        v.push(Box::new(flashcore_persistent::PersistentHopper));
-        v.push(Box::new(flashcore_persistent::PersistentPortable));
-    }
+    v.push(Box::new(flashcore_persistent::PersistentHopper));
     #[cfg(feature = "tile64")]
     v.push(Box::new(flashcore_tile64::Tile64));
+    #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PersistentPortable));
     #[cfg(feature = "fused32")]
     v.push(Box::new(flashcore_fused32::Fused32));
     #[cfg(feature = "vectorized")]
