@@ -96,7 +96,13 @@ pub struct Row {
     pub problem: String,
 }
 
-pub fn run(json_out: Option<&std::path::Path>) -> Result<Vec<Row>> {
+pub fn run(
+    json_out: Option<&std::path::Path>,
+    dump_ptx: Option<&std::path::Path>,
+) -> Result<Vec<Row>> {
+    if let Some(dir) = dump_ptx {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     crate::cuda_wheels::ensure()?;
     toolkit::ensure_nvrtc().map_err(|e| anyhow::anyhow!("{e}"))?;
     let ptxas = toolkit::ptxas();
@@ -162,6 +168,15 @@ pub fn run(json_out: Option<&std::path::Path>) -> Result<Vec<Row>> {
                                 continue;
                             }
                         };
+                        if let Some(dir) = dump_ptx {
+                            // One file per build, named so a reader can find it (e.g. for cuobjdump).
+                            let name = format!(
+                                "{}-{arch}-{dtype}-{}.ptx",
+                                launch.entry,
+                                defines.join("_").replace(['=', ' '], "")
+                            );
+                            std::fs::write(dir.join(name), &compiled.ptx)?;
+                        }
                         if let Some(ptxas) = &ptxas {
                             let dir = std::env::temp_dir()
                                 .join(format!("flashcore-ptxas-{}", std::process::id()));

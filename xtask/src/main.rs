@@ -60,6 +60,9 @@ enum Command {
     CheckKernels {
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write each build's PTX here (to assemble and disassemble, e.g. to look for HGMMA).
+        #[arg(long)]
+        dump_ptx: Option<PathBuf>,
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas) into the cache, if no toolkit is found.
     InstallCuda,
@@ -90,7 +93,7 @@ fn main() -> ExitCode {
                 println!("verify: no GPU here ({e}); running the oracle self-check and the kernel compile check instead");
                 verify::oracle_self_check()
                     .map(|n| println!("oracle self-check: {n} problems consistent"))
-                    .and_then(|_| check_kernels::run(None).map(|_| ()))
+                    .and_then(|_| check_kernels::run(None, None).map(|_| ()))
             }
             Ok(dev) => {
                 let opts = verify::Options {
@@ -107,7 +110,9 @@ fn main() -> ExitCode {
                 verify::run(&dev, &opts).map(|_| ())
             }
         },
-        Command::CheckKernels { json } => check_kernels::run(json.as_deref()).map(|_| ()),
+        Command::CheckKernels { json, dump_ptx } => {
+            check_kernels::run(json.as_deref(), dump_ptx.as_deref()).map(|_| ())
+        }
         Command::InstallCuda => cuda_wheels::ensure(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
