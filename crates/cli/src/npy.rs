@@ -157,7 +157,10 @@ fn precheck(bytes: &[u8]) -> Result<usize> {
                 ),
             }
         }
-        if checked_elements(&dims).is_none() {
+        // npyz multiplies the dims in both directions (strides for C and Fortran order) without
+        // a check, so a zero dim does not save a product of the others that overflows.
+        let nonzero: Vec<usize> = dims.iter().copied().filter(|&d| d != 0).collect();
+        if checked_elements(&nonzero).is_none_or(|n| u64::try_from(n).is_err()) {
             bail!("shape {dims:?} has too many elements");
         }
     }
@@ -399,6 +402,14 @@ mod fuzz {
                 Ok(a) => prop_assert_eq!(a.len(), a.shape().iter().product::<usize>()),
                 Err(e) => prop_assert!(!e.to_string().contains('\n'), "{}", e),
             }
+        }
+
+        #[test]
+        fn a_zero_dim_beside_huge_ones_is_an_error_not_a_panic(z in 0usize..3) {
+            let mut dims = vec!["1099511627776"; 3];
+            dims[z] = "0";
+            let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", dims.join(", "));
+            prop_assert!(parse_f32(&npy_bytes(&header, &[])).is_err());
         }
 
         #[test]

@@ -69,6 +69,38 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// Both dtypes, causal, GQA, both layouts, 16-byte loads (bases and strides multiples of 8
+    /// elements): what every generation past the scalar one takes, given its head dims and the
+    /// oldest architecture its instructions exist on.
+    pub fn all_features(head_dims: HeadDims, min_compute_capability: (u32, u32)) -> Self {
+        Capabilities {
+            dtypes: &DType::ALL,
+            head_dims,
+            causal: true,
+            gqa: true,
+            layouts: &Layout::ALL,
+            min_compute_capability,
+            alignment_elems: 8,
+        }
+    }
+
+    /// `Unsupported` unless `head_dim` is one this kernel is built for (`plan` can be called
+    /// without `check`, e.g. by the compile check, so plans use this before sizing anything).
+    pub fn require_head_dim(
+        &self,
+        kernel: &'static str,
+        head_dim: usize,
+    ) -> Result<(), Unsupported> {
+        if self.head_dims.contains(head_dim) {
+            Ok(())
+        } else {
+            Err(Unsupported::new(
+                kernel,
+                format!("head_dim {head_dim} is not in {}", self.head_dims),
+            ))
+        }
+    }
+
     /// The checks every generation shares; `kernel` names the generation in the reason.
     pub fn check(
         &self,
@@ -82,12 +114,7 @@ impl Capabilities {
                 format!("dtype {} is not supported", problem.dtype),
             ));
         }
-        if !self.head_dims.contains(problem.head_dim) {
-            return Err(Unsupported::new(
-                kernel,
-                format!("head_dim {} is not in {}", problem.head_dim, self.head_dims),
-            ));
-        }
+        self.require_head_dim(kernel, problem.head_dim)?;
         if problem.causal && !self.causal {
             return Err(Unsupported::new(kernel, "causal masking is not supported"));
         }

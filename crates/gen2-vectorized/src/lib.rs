@@ -8,8 +8,8 @@
 
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
-    LaunchPlan, Layout, Unsupported,
+    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
+    Unsupported,
 };
 
 /// Warps per block; VEC_WARPS in the kernel.
@@ -44,19 +44,15 @@ impl Attention for Vectorized {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            dtypes: &DType::ALL,
-            head_dims: HeadDims::Range {
+        // 16-byte vector loads and bf16 conversions: sm_80
+        Capabilities::all_features(
+            HeadDims::Range {
                 min: MIN_HEAD_DIM,
                 max: MAX_HEAD_DIM,
                 multiple_of: 8,
             },
-            causal: true,
-            gqa: true,
-            layouts: &Layout::ALL,
-            min_compute_capability: (8, 0),
-            alignment_elems: 8,
-        }
+            (8, 0),
+        )
     }
 
     fn plan(

@@ -9,8 +9,8 @@
 
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
-    LaunchPlan, Layout, Unsupported,
+    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
+    Unsupported,
 };
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
@@ -48,16 +48,8 @@ impl Attention for Tile64 {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            dtypes: &DType::ALL,
-            head_dims: HeadDims::List(HEAD_DIMS),
-            causal: true,
-            gqa: true,
-            layouts: &Layout::ALL,
-            // mma.sync bf16, ldmatrix and cp.async
-            min_compute_capability: (8, 0),
-            alignment_elems: 8,
-        }
+        // mma.sync bf16, ldmatrix and cp.async: sm_80
+        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
     }
 
     fn plan(
@@ -66,12 +58,7 @@ impl Attention for Tile64 {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         let d = problem.head_dim;
-        if !HEAD_DIMS.contains(&d) {
-            return Err(Unsupported::new(
-                self.name(),
-                format!("head_dim {d} is not in {}", HeadDims::List(HEAD_DIMS)),
-            ));
-        }
+        self.capabilities().require_head_dim(self.name(), d)?;
         let smem = dynamic_smem_bytes(d);
         if smem > device.max_shared_memory_per_block_optin as usize {
             return Err(Unsupported::new(

@@ -7,7 +7,7 @@
 use flashcore_core::plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
 };
-use flashcore_core::problem::{AttentionProblem, DType, Layout};
+use flashcore_core::problem::AttentionProblem;
 use flashcore_core::{DeviceInfo, Unsupported};
 
 /// The FA3-style Hopper kernel.
@@ -209,16 +209,8 @@ impl Attention for PersistentHopper {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            dtypes: &DType::ALL,
-            head_dims: HeadDims::List(&[64, 128]),
-            causal: true,
-            gqa: true,
-            layouts: &Layout::ALL,
-            min_compute_capability: (9, 0),
-            // TMA needs 16-byte aligned bases and strides; the O stores are 4-byte pairs.
-            alignment_elems: 8,
-        }
+        // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
+        Capabilities::all_features(HeadDims::List(&[64, 128]), (9, 0))
     }
 
     fn plan(

@@ -10,7 +10,7 @@
 //! barriers (consumers `bar.arrive`, the producer `bar.sync`s). Runs on sm_80 and later.
 
 use flashcore_core::plan::{Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan};
-use flashcore_core::problem::{AttentionProblem, DType, Layout};
+use flashcore_core::problem::AttentionProblem;
 use flashcore_core::{DeviceInfo, Unsupported};
 
 /// The portable (sm_80+) generation-5 kernel.
@@ -259,12 +259,6 @@ impl PersistentPortable {
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
         let d = problem.head_dim;
-        if !HEAD_DIMS.contains(&d) {
-            return Err(Unsupported::new(
-                NAME,
-                format!("head_dim {d} is not in {}", HeadDims::List(HEAD_DIMS)),
-            ));
-        }
         let cfg = choose_config(d, device, ov)?;
         let items = problem
             .batch
@@ -329,16 +323,8 @@ impl Attention for PersistentPortable {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            dtypes: &DType::ALL,
-            head_dims: HeadDims::List(HEAD_DIMS),
-            causal: true,
-            gqa: true,
-            layouts: &Layout::ALL,
-            // cp.async, mbarrier, ldmatrix, bf16 mma.sync
-            min_compute_capability: (8, 0),
-            alignment_elems: 8,
-        }
+        // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80
+        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
     }
 
     fn plan(
