@@ -43,8 +43,13 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     v
 }
 
-/// The generation called `name`, if compiled in.
+/// The generation called `name`, if compiled in. "persistent" is generation 5 with its path
+/// chosen from the device's compute capability (Hopper on sm_90, portable otherwise).
 pub fn kernel(name: &str) -> Option<Box<dyn Attention>> {
+    #[cfg(feature = "persistent")]
+    if name == "persistent" {
+        return Some(Box::new(flashcore_persistent::Persistent));
+    }
     kernels().into_iter().find(|k| k.name() == name)
 }
 

@@ -301,3 +301,15 @@ fn the_fuzzer_reaches_valid_problems() {
         "only {valid} of 2000 generated problems are valid"
     );
 }
+
+#[cfg(feature = "persistent")]
+#[test]
+fn persistent_picks_its_path_from_the_compute_capability() {
+    use flashcore::DeviceInfo;
+    let k = flashcore::kernel("persistent").expect("generation 5 by its family name");
+    let p = flashcore::AttentionProblem::new(2, 8, 1024, 128);
+    let hopper = k.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+    assert_eq!(hopper.launches[0].entry, "attention_persistent_hopper");
+    let ampere = k.plan(&p, &DeviceInfo::synthetic_sm86()).unwrap();
+    assert_eq!(ampere.launches[0].entry, "attention_persistent_portable");
+}
