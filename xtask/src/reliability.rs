@@ -518,6 +518,18 @@ impl DevCase {
     }
 
     fn forward(&mut self, kernel: &dyn Attention, dev: &Device) -> Result<(), Error> {
+        let p = self.p.clone();
+        self.with_tensors(p.dtype, 0, |t| kernel.forward(dev, &p, t))
+    }
+
+    /// The case's tensors (dense: exact lengths from each offset; strided: the rest of each
+    /// buffer), with K tagged `k_dtype` and V `v_short` elements shorter, for the bad-input checks.
+    fn with_tensors<R>(
+        &mut self,
+        k_dtype: DType,
+        v_short: usize,
+        f: impl FnOnce(&mut AttentionTensors<'_>) -> R,
+    ) -> R {
         let p = &self.p;
         let dense = p.custom_strides.is_none();
         let need = [p.q_len(), p.k_len(), p.v_len(), p.o_len(), p.lse_len()];
@@ -528,13 +540,14 @@ impl DevCase {
                 self.off[i]..len
             }
         };
-        let (rq, rk, rv, ro, rl) = (
+        let (rq, rk, mut rv, ro, rl) = (
             r(0, self.q.len()),
             r(1, self.k.len()),
             r(2, self.v.len()),
             r(3, self.o.len()),
             r(4, self.lse.len()),
         );
+        rv.end -= v_short;
         let mut t = AttentionTensors {
             q: TensorRef {
                 data: self.q.slice(rq),
@@ -542,7 +555,7 @@ impl DevCase {
             },
             k: TensorRef {
                 data: self.k.slice(rk),
-                dtype: p.dtype,
+                dtype: k_dtype,
             },
             v: TensorRef {
                 data: self.v.slice(rv),
@@ -554,7 +567,7 @@ impl DevCase {
             },
             lse: self.lse.slice_mut(rl),
         };
-        kernel.forward(dev, p, &mut t)
+        f(&mut t)
     }
 
     /// Poison, run, wait; O and LSE as they came back (whole buffers).
@@ -902,27 +915,7 @@ fn badinput_tensors(
     c.poison(dev).map_err(e)?;
     let ran = {
         let pp = c.p.clone();
-        let need = [pp.q_len(), pp.k_len(), pp.v_len(), pp.o_len(), pp.lse_len()];
-        let mut t = AttentionTensors {
-            q: TensorRef {
-                data: c.q.slice(1..1 + need[0]),
-                dtype: pp.dtype,
-            },
-            k: TensorRef {
-                data: c.k.slice(..need[1]),
-                dtype: pp.dtype,
-            },
-            v: TensorRef {
-                data: c.v.slice(..need[2]),
-                dtype: pp.dtype,
-            },
-            o: TensorMut {
-                data: c.o.slice_mut(..need[3]),
-                dtype: pp.dtype,
-            },
-            lse: c.lse.slice_mut(..need[4]),
-        };
-        flashcore::forward_auto(dev, &pp, &mut t)
+        c.with_tensors(c.p.dtype, 0, |t| flashcore::forward_auto(dev, &pp, t))
     };
     match ran {
         Ok(name) => {
@@ -943,27 +936,7 @@ fn badinput_tensors(
     };
     let r = {
         let pp = c.p.clone();
-        let need = [pp.q_len(), pp.k_len(), pp.v_len(), pp.o_len(), pp.lse_len()];
-        let mut t = AttentionTensors {
-            q: TensorRef {
-                data: c.q.slice(1..1 + need[0]),
-                dtype: pp.dtype,
-            },
-            k: TensorRef {
-                data: c.k.slice(..need[1]),
-                dtype: other,
-            },
-            v: TensorRef {
-                data: c.v.slice(..need[2]),
-                dtype: pp.dtype,
-            },
-            o: TensorMut {
-                data: c.o.slice_mut(..need[3]),
-                dtype: pp.dtype,
-            },
-            lse: c.lse.slice_mut(..need[4]),
-        };
-        k.forward(dev, &pp, &mut t)
+        c.with_tensors(other, 0, |t| k.forward(dev, &pp, t))
     };
     match r {
         Err(Error::Invalid(InvalidProblem::DTypeMismatch { tensor: "k", .. }))
@@ -981,27 +954,7 @@ fn badinput_tensors(
     // V one element short.
     let r = {
         let pp = c.p.clone();
-        let need = [pp.q_len(), pp.k_len(), pp.v_len(), pp.o_len(), pp.lse_len()];
-        let mut t = AttentionTensors {
-            q: TensorRef {
-                data: c.q.slice(1..1 + need[0]),
-                dtype: pp.dtype,
-            },
-            k: TensorRef {
-                data: c.k.slice(..need[1]),
-                dtype: pp.dtype,
-            },
-            v: TensorRef {
-                data: c.v.slice(..need[2] - 1),
-                dtype: pp.dtype,
-            },
-            o: TensorMut {
-                data: c.o.slice_mut(..need[3]),
-                dtype: pp.dtype,
-            },
-            lse: c.lse.slice_mut(..need[4]),
-        };
-        k.forward(dev, &pp, &mut t)
+        c.with_tensors(c.p.dtype, 1, |t| k.forward(dev, &pp, t))
     };
     match r {
         Err(Error::Invalid(InvalidProblem::LengthMismatch { tensor: "v", .. }))
