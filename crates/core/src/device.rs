@@ -82,7 +82,28 @@ pub struct Device {
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(String, String), LoadedFunction>>,
     stats: Mutex<CompileStats>,
-    workspace: Mutex<Option<CudaSlice<f32>>>,
+    workspace: Mutex<Workspace>,
+}
+
+/// The scratch buffer behind `params.workspace` (see the contract on [`crate::LaunchPlan`]).
+#[derive(Default)]
+struct Workspace {
+    buf: Option<CudaSlice<f32>>,
+    /// How many leading words are known to be zero when the next launch on the stream starts.
+    zero_prefix: usize,
+}
+
+impl Workspace {
+    /// Whether the buffer must be zeroed before a plan whose first `counters` words must be zero.
+    fn needs_zeroing(&self, counters: usize) -> bool {
+        self.zero_prefix < counters
+    }
+
+    /// After a plan with `counters` counter words was enqueued (`ok`) or failed: its kernels
+    /// leave the counters zero and may have written anything after them.
+    fn after_plan(&mut self, counters: usize, ok: bool) {
+        self.zero_prefix = if ok { counters } else { 0 };
+    }
 }
 
 impl Device {
@@ -142,7 +163,7 @@ impl Device {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             stats: Mutex::new(CompileStats::default()),
-            workspace: Mutex::new(None),
+            workspace: Mutex::new(Workspace::default()),
         })
     }
 
@@ -297,19 +318,30 @@ impl Device {
         Ok(function)
     }
 
-    /// A zeroed f32 scratch buffer of at least `len` elements, reused across calls.
+    /// The f32 scratch buffer of at least `len` elements behind `params.workspace`, reused
+    /// across calls, for `f` to enqueue a plan's launches with. Its first `counters` words are
+    /// zero when those launches start; the rest is *not* cleared (contract on
+    /// [`crate::LaunchPlan`]). The buffer is zeroed when it is (re)allocated, and again only when
+    /// `counters` reaches past the words known to be zero, i.e. when an earlier plan with a
+    /// smaller counter region may have written scratch there. A plan run over and over (a
+    /// benchmark loop, a CUDA graph, a model's layers) therefore costs no memset after its first
+    /// call. Calls are serialised by the lock and run on the device's one stream, so "known zero"
+    /// holds in stream order.
     pub(crate) fn with_workspace<R>(
         &self,
         len: usize,
+        counters: usize,
         f: impl FnOnce(u64) -> Result<R, Error>,
     ) -> Result<R, Error> {
         use cudarc::driver::DevicePtr;
         if len == 0 {
             return f(0);
         }
+        let counters = counters.min(len);
         let mut ws = self.workspace.lock().unwrap();
-        if ws.as_ref().is_none_or(|w| w.len() < len) {
-            *ws = None;
+        if ws.buf.as_ref().is_none_or(|w| w.len() < len) {
+            ws.buf = None;
+            ws.zero_prefix = 0;
             let buf = self
                 .stream
                 .alloc_zeros::<f32>(len)
@@ -317,13 +349,58 @@ impl Device {
                     what: "the split-KV workspace".into(),
                     bytes: len * 4,
                 })?;
-            *ws = Some(buf);
+            ws.zero_prefix = buf.len();
+            ws.buf = Some(buf);
         }
-        let buf = ws.as_mut().unwrap();
-        self.stream
-            .memset_zeros(buf)
-            .map_err(|e| Error::cuda("zeroing the workspace", e))?;
-        let (ptr, _sync) = buf.device_ptr(&self.stream);
-        f(ptr)
+        if ws.needs_zeroing(counters) {
+            let buf = ws.buf.as_mut().unwrap();
+            self.stream
+                .memset_zeros(buf)
+                .map_err(|e| Error::cuda("zeroing the workspace", e))?;
+            ws.zero_prefix = buf.len();
+        }
+        let r = {
+            let buf = ws.buf.as_mut().unwrap();
+            let (ptr, _sync) = buf.device_ptr(&self.stream);
+            f(ptr)
+        };
+        // What the launches leave: the counters back at zero (the kernels' side of the contract),
+        // anything after them possibly written. After a failed launch assume nothing.
+        ws.after_plan(counters, r.is_ok());
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Workspace;
+
+    #[test]
+    fn workspace_is_zeroed_only_when_counters_may_sit_on_scratch() {
+        // Freshly allocated (alloc_zeros) buffer of 1000 words.
+        let mut ws = Workspace {
+            buf: None,
+            zero_prefix: 1000,
+        };
+        // Plan A (256 counter words) runs twice: no memset either time.
+        assert!(!ws.needs_zeroing(256));
+        ws.after_plan(256, true);
+        assert!(!ws.needs_zeroing(256));
+        ws.after_plan(256, true);
+        // Plan B has more items (512 counter words): A's scratch may lie in 256..512.
+        assert!(ws.needs_zeroing(512));
+        ws.zero_prefix = 1000; // the memset
+        ws.after_plan(512, true);
+        // Back to A: its counters are inside B's (zeroed) counters.
+        assert!(!ws.needs_zeroing(256));
+        ws.after_plan(256, true);
+        // A plan without counters never needs a memset, and leaves nothing known zero.
+        assert!(!ws.needs_zeroing(0));
+        ws.after_plan(0, true);
+        assert!(ws.needs_zeroing(256));
+        // After a failed launch nothing is assumed.
+        ws.zero_prefix = 1000;
+        ws.after_plan(256, false);
+        assert!(ws.needs_zeroing(1));
     }
 }

@@ -183,7 +183,7 @@ pub fn run_plan(
         return launch_one(device, problem.dtype, &fill, &params, None);
     }
 
-    device.with_workspace(plan.workspace_f32, |ws| {
+    device.with_workspace(plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
             let maps = match &launch.tensor_maps {

@@ -198,11 +198,24 @@ pub struct KernelLaunch {
 }
 
 /// How to run one problem: launches in order on one stream.
+///
+/// **Workspace contract.** `params.workspace` points to `workspace_f32` words of device scratch
+/// that the core keeps across calls (one buffer per [`Device`], reused and grown as needed). It
+/// is *not* cleared per call (a memset per call would cost about as much as a whole small
+/// problem inside a CUDA graph). Its first `workspace_counters` words are the exception: the core
+/// guarantees they are zero when the plan's first launch starts (it zeroes the buffer when it
+/// allocates it, and again only when an earlier plan may have used those words as scratch), and
+/// the plan's kernels must leave them zero when the plan's last launch finishes. Everything past
+/// them holds whatever the previous call left.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchPlan {
     pub launches: Vec<KernelLaunch>,
     /// f32 scratch elements the core allocates and passes as `params.workspace`.
     pub workspace_f32: usize,
+    /// Leading words of the workspace (counted in f32 words, used as u32 arrival counters) that
+    /// are zero when the plan starts and that its kernels leave zero (see the contract above);
+    /// at most `workspace_f32`.
+    pub workspace_counters: usize,
     /// Written into `params.num_splits` (1 when the plan does not split the keys).
     pub num_splits: u32,
 }
@@ -212,6 +225,7 @@ impl LaunchPlan {
         LaunchPlan {
             launches: vec![launch],
             workspace_f32: 0,
+            workspace_counters: 0,
             num_splits: 1,
         }
     }

@@ -126,8 +126,8 @@ pub fn describe_plan(
     }
     if plan.workspace_f32 > 0 || plan.num_splits > 1 {
         lines.push(format!(
-            "workspace_f32={} num_splits={}",
-            plan.workspace_f32, plan.num_splits
+            "workspace_f32={} workspace_counters={} num_splits={}",
+            plan.workspace_f32, plan.workspace_counters, plan.num_splits
         ));
     }
     lines.join("\n")

@@ -3,6 +3,10 @@
 //!
 //! One launch: `sm_count` CTAs of 384 threads (1 producer warpgroup issuing TMA, 2 consumer
 //! warpgroups running wgmma), each looping over (batch, head, 128-row q tile) work items.
+//!
+//! Small problems (fewer than half as many items as SMs) split each item's keys into
+//! `num_splits` ranges, one work unit each, and combine the partial results in the same launch
+//! (`FC_HOPPER_SPLIT_KV`; protocol in `docs/generations/gen5-split-kv.md`).
 
 use flashcore_core::plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
@@ -57,6 +61,45 @@ pub fn smem_bytes(head_dim: usize, elem_bytes: usize) -> usize {
     smem_bytes_for(head_dim, elem_bytes, STAGES, Q_STAGES)
 }
 
+/// Largest `FLASHCORE_HOPPER_SPLITS` accepted.
+pub const MAX_SPLITS: usize = 128;
+/// Split-KV arrival counters per work item: one per warp of the two consumer warpgroups.
+pub const SPLIT_COUNTERS_PER_ITEM: usize = 8;
+/// Largest split-KV workspace a plan asks for (1 GiB); a problem that would need more is not
+/// split (it has enough items to fill the GPU anyway unless splitting is forced).
+pub const MAX_SPLIT_WORKSPACE_BYTES: usize = 1 << 30;
+
+/// Key-range splits per work item when the environment does not force a count: split only
+/// when at least two units per item fit in one wave (`items <= sm_count / 2`) and the longest
+/// item has at least two key tiles; then `min(longest item's key tiles, sm_count / items)`
+/// (rounded down: `items * splits <= sm_count`, so every unit runs in the first and only wave —
+/// rounding up would put a second, short wave behind the first).
+pub fn auto_splits(items: usize, max_key_tiles: usize, sm_count: usize) -> usize {
+    if items == 0 || max_key_tiles < 2 {
+        return 1;
+    }
+    (sm_count / items).min(max_key_tiles).max(1)
+}
+
+/// Leading workspace words holding the arrival counters (u32): 8 per item, rounded up to 32
+/// words (128 bytes) so that the partial slots behind them stay 128-byte aligned.
+pub fn split_counter_words(items: usize) -> usize {
+    (items * SPLIT_COUNTERS_PER_ITEM).next_multiple_of(32)
+}
+
+/// f32 words of workspace a split plan needs; mirrors the layout in the kernel
+/// (`split_epilogue`): the counters, then per (item, split, consumer warpgroup) one slot of
+/// `64·D` partial-O words plus 512 words of (m, l) (a float4 per thread of the warpgroup).
+/// `None` on overflow.
+pub fn split_workspace_f32(items: usize, splits: usize, head_dim: usize) -> Option<usize> {
+    let slot = (BLOCK_M / 2) * head_dim + 4 * 128;
+    items
+        .checked_mul(splits)?
+        .checked_mul(2)?
+        .checked_mul(slot)?
+        .checked_add(split_counter_words(items))
+}
+
 /// The compile-time variants of the kernel. [`HopperConfig::default`] is the verified
 /// configuration `plan()` uses with no environment overrides; each field can be flipped at run
 /// time for A/B timing (see [`HopperConfig::from_env`]).
@@ -76,6 +119,16 @@ pub struct HopperConfig {
     pub smem_epilogue: bool,
     /// `FC_HOPPER_CONSUMER_REGS` (env `FLASHCORE_HOPPER_CONSUMER_REGS`, 232|240).
     pub consumer_regs: usize,
+    /// Split-KV: `None` lets the plan choose ([`auto_splits`]); `Some(1)` never splits;
+    /// `Some(n)` splits every problem into `n` key ranges per item (env
+    /// `FLASHCORE_HOPPER_SPLITS`, 1..=[`MAX_SPLITS`]; for running the verify sweep through the
+    /// split path).
+    pub splits: Option<usize>,
+    /// `FLASHCORE_HOPPER_SPLITS=auto`: split small problems by [`auto_splits`]. Off by default:
+    /// on the H100 the split build was slower at (1,8,512,64) than the unsplit one (9.60 against
+    /// 8.66 µs, docs/results/2026-11-23-portable-ab-h100/ab5.txt), the fixed cost of a launch
+    /// (prologue, first loads) dominating a problem of 4 key tiles per item.
+    pub auto_split: bool,
 }
 
 impl Default for HopperConfig {
@@ -90,6 +143,8 @@ impl Default for HopperConfig {
             pingpong: true,
             smem_epilogue: false,
             consumer_regs: CONSUMER_REGS,
+            splits: None,
+            auto_split: false,
         }
     }
 }
@@ -141,6 +196,18 @@ impl HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_REGS", &[232, 240])? {
             c.consumer_regs = v;
         }
+        if let Some(v) = lookup("FLASHCORE_HOPPER_SPLITS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
+                _ if v.trim() == "auto" => c.auto_split = true,
+                _ => {
+                    return Err(format!(
+                        "FLASHCORE_HOPPER_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} \
+                         (1 never splits) or `auto`"
+                    ))
+                }
+            }
+        }
         if c.smem_epilogue {
             // O is staged in the item's own Q buffer, which then stays busy through the epilogue.
             c.q_stages = 2;
@@ -148,7 +215,27 @@ impl HopperConfig {
         if c.pingpong && !c.overlap {
             return Err("FLASHCORE_HOPPER_PINGPONG=1 needs FLASHCORE_HOPPER_OVERLAP=1".to_string());
         }
+        if c.smem_epilogue && c.splits.is_some_and(|n| n > 1) {
+            return Err(
+                "FLASHCORE_HOPPER_SPLITS > 1 needs the register epilogue (FLASHCORE_HOPPER_SMEM_EPILOGUE=0)"
+                    .to_string(),
+            );
+        }
         Ok(c)
+    }
+
+    /// Key-range splits per item for a problem of `items` work items whose longest item has
+    /// `max_key_tiles` key tiles (forced, off, or [`auto_splits`]). The smem epilogue variant has
+    /// no split path, so it never splits on its own.
+    pub fn splits_for(&self, items: usize, max_key_tiles: usize, sm_count: usize) -> usize {
+        if items == 0 {
+            return 1;
+        }
+        match self.splits {
+            Some(n) => n,
+            None if self.smem_epilogue || !self.auto_split => 1,
+            None => auto_splits(items, max_key_tiles, sm_count),
+        }
     }
 
     /// Dynamic shared memory of this configuration.
@@ -239,6 +326,19 @@ impl Attention for PersistentHopper {
             ));
         }
         let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+        self.plan_with(&cfg, problem, device)
+    }
+}
+
+impl PersistentHopper {
+    /// [`Attention::plan`] with an explicit configuration instead of the environment's (the
+    /// checks on device and scale are `plan`'s).
+    pub fn plan_with(
+        &self,
+        cfg: &HopperConfig,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
         let d = problem.head_dim;
         let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
         let limit = device.max_shared_memory_per_block_optin as usize;
@@ -256,19 +356,42 @@ impl Attention for PersistentHopper {
             ));
         }
 
-        // One CTA per SM, but no more CTAs than work items.
         let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(BLOCK_M);
-        let grid_x = (device.sm_count as usize).min(items).max(1) as u32;
+        // Split-KV for small problems: a work unit is (item, key range). The longest item (the
+        // last q tile, also under the bottom-right causal mask) has all the key tiles.
+        let max_key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+        let mut splits = cfg.splits_for(items, max_key_tiles, device.sm_count as usize);
+        let mut workspace = 0;
+        if splits > 1 {
+            match split_workspace_f32(items, splits, d) {
+                Some(ws)
+                    if ws <= MAX_SPLIT_WORKSPACE_BYTES / 4
+                        && items * splits <= i32::MAX as usize =>
+                {
+                    workspace = ws
+                }
+                // Too large to split (only reachable when forced): run it unsplit.
+                _ => splits = 1,
+            }
+        }
+        let units = items * splits;
+        // One CTA per SM, but no more CTAs than work units.
+        let grid_x = (device.sm_count as usize).min(units).max(1) as u32;
 
         // K/V bytes the tile scheduler keeps hot at once (heads per L2 section); half of L2.
         let l2_section = (device.l2_bytes as u64 / 2).clamp(4 << 20, 64 << 20);
         let mut defines = cfg.defines(d, l2_section);
+        if splits > 1 {
+            // The split count itself is a run-time parameter (params.num_splits): one module
+            // per head dim and dtype serves every count.
+            defines.push(("FC_HOPPER_SPLIT_KV".to_string(), "1".to_string()));
+        }
         if env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
             defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
         }
 
-        Ok(LaunchPlan::single(KernelLaunch {
+        let mut plan = LaunchPlan::single(KernelLaunch {
             source: SOURCE,
             entry: ENTRY,
             defines,
@@ -281,7 +404,14 @@ impl Attention for PersistentHopper {
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
             }),
-        }))
+        });
+        if splits > 1 {
+            plan.num_splits = splits as u32;
+            plan.workspace_f32 = workspace;
+            // The kernel's last arriver puts every counter back to zero.
+            plan.workspace_counters = split_counter_words(items);
+        }
+        Ok(plan)
     }
 }
 
@@ -383,6 +513,182 @@ mod tests {
         // ...but not both (the plan rejects it); at D = 64 everything up to 4 stages fits.
         assert!(smem_bytes_for(128, 2, 3, 2) > limit);
         assert!(smem_bytes_for(64, 2, 4, 2) <= limit);
+    }
+
+    fn define_names(plan: &LaunchPlan) -> Vec<String> {
+        plan.launches[0]
+            .defines
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    const UNSPLIT_DEFINES: [&str; 7] = [
+        "FC_HEAD_DIM",
+        "FC_HOPPER_BLOCK_N",
+        "FC_HOPPER_STAGES",
+        "FC_HOPPER_OVERLAP",
+        "FC_HOPPER_L2_SECTION_BYTES",
+        "FC_HOPPER_PINGPONG",
+        "FC_HOPPER_Q_STAGES",
+    ];
+
+    #[test]
+    fn small_problem_is_split_large_is_not() {
+        let dev = DeviceInfo::synthetic_h100();
+        // Not by default (measured slower), only with FLASHCORE_HOPPER_SPLITS=auto.
+        let p = AttentionProblem::new(1, 8, 512, 64);
+        let plan = PersistentHopper
+            .plan_with(&HopperConfig::default(), &p, &dev)
+            .unwrap();
+        assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
+        let cfg = HopperConfig {
+            auto_split: true,
+            ..HopperConfig::default()
+        };
+        // (1,8,512,64): 32 items of 4 key tiles on 132 SMs -> 4 splits, 128 units of one tile.
+        for causal in [false, true] {
+            let p = AttentionProblem::new(1, 8, 512, 64).with_causal(causal);
+            let plan = PersistentHopper.plan_with(&cfg, &p, &dev).unwrap();
+            assert_eq!(plan.num_splits, 4);
+            assert_eq!(plan.launches[0].grid, (128, 1, 1));
+            assert_eq!(plan.workspace_f32, split_workspace_f32(32, 4, 64).unwrap());
+            assert_eq!(plan.workspace_counters, 256);
+            let mut names = UNSPLIT_DEFINES.map(String::from).to_vec();
+            names.push("FC_HOPPER_SPLIT_KV".into());
+            assert_eq!(define_names(&plan), names);
+            assert!(plan.launches[0]
+                .defines
+                .contains(&("FC_HOPPER_SPLIT_KV".to_string(), "1".to_string())));
+        }
+        // The large shapes keep the verified unsplit build: same defines, no workspace.
+        for (b, h, s, d) in [(4, 16, 2048, 128), (4, 16, 2048, 64), (1, 16, 16384, 128)] {
+            for causal in [false, true] {
+                let p = AttentionProblem::new(b, h, s, d).with_causal(causal);
+                let plan = PersistentHopper.plan_with(&cfg, &p, &dev).unwrap();
+                assert_eq!(plan.num_splits, 1, "{p}");
+                assert_eq!(plan.workspace_f32, 0);
+                assert_eq!(plan.workspace_counters, 0);
+                assert_eq!(plan.launches[0].grid, (132, 1, 1));
+                assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+            }
+        }
+        // Short keys: one key tile per item is nothing to split.
+        let p = AttentionProblem::new(1, 8, 512, 64).with_kv(8, 100);
+        let plan = PersistentHopper.plan_with(&cfg, &p, &dev).unwrap();
+        assert_eq!(plan.num_splits, 1);
+    }
+
+    #[test]
+    fn auto_split_rule() {
+        // (items, longest item's key tiles, SMs) -> splits
+        for (items, tiles, sms, want) in [
+            (32, 4, 132, 4),  // (1,8,512,64)
+            (32, 64, 132, 4), // long keys: 132 / 32 = 4 units per item fill one wave
+            (40, 8, 132, 3),  // rounded down: 120 units in one wave, not 160 in two
+            (66, 4, 132, 2),  // exactly half the SMs
+            (67, 4, 132, 1),  // more than half: no split
+            (1, 1000, 132, 132),
+            (32, 1, 132, 1), // a single key tile
+            (0, 4, 132, 1),
+            (128, 16, 132, 1),
+        ] {
+            assert_eq!(
+                auto_splits(items, tiles, sms),
+                want,
+                "{items} {tiles} {sms}"
+            );
+        }
+    }
+
+    #[test]
+    fn split_workspace_formula() {
+        // counters: 8 per item rounded up to 32 words; slots: items x splits x 2 warpgroups x
+        // (64·D partial O + 512 words of (m, l)).
+        assert_eq!(split_counter_words(32), 256);
+        assert_eq!(split_counter_words(33), 288);
+        assert_eq!(split_counter_words(1), 32);
+        assert_eq!(
+            split_workspace_f32(32, 4, 64),
+            Some(256 + 32 * 4 * 2 * (64 * 64 + 512))
+        );
+        assert_eq!(
+            split_workspace_f32(32, 4, 128),
+            Some(256 + 32 * 4 * 2 * (64 * 128 + 512))
+        );
+        // Slots stay 128-byte aligned (the kernel's float4 accesses and its static_assert).
+        for d in [64, 128] {
+            assert_eq!(((BLOCK_M / 2) * d + 512) % 32, 0);
+        }
+        assert_eq!(split_workspace_f32(usize::MAX / 2, 4, 128), None);
+    }
+
+    #[test]
+    fn split_override() {
+        assert_eq!(overrides(&[]).unwrap().splits, None);
+        assert_eq!(
+            overrides(&[("FLASHCORE_HOPPER_SPLITS", "4")])
+                .unwrap()
+                .splits,
+            Some(4)
+        );
+        assert_eq!(
+            overrides(&[("FLASHCORE_HOPPER_SPLITS", " 1 ")])
+                .unwrap()
+                .splits,
+            Some(1)
+        );
+        for bad in ["0", "-1", "x", "", "129", "2.5"] {
+            let e = HopperConfig::from_overrides(|name| {
+                (name == "FLASHCORE_HOPPER_SPLITS").then(|| bad.to_string())
+            })
+            .unwrap_err();
+            assert!(e.contains("FLASHCORE_HOPPER_SPLITS"), "{e}");
+        }
+        // The smem epilogue has no split path: forcing both is refused, and alone it never splits.
+        assert!(overrides(&[
+            ("FLASHCORE_HOPPER_SPLITS", "2"),
+            ("FLASHCORE_HOPPER_SMEM_EPILOGUE", "1")
+        ])
+        .is_err());
+        let dev = DeviceInfo::synthetic_h100();
+        let small = AttentionProblem::new(1, 8, 512, 64);
+        let smem = overrides(&[("FLASHCORE_HOPPER_SMEM_EPILOGUE", "1")]).unwrap();
+        assert_eq!(
+            PersistentHopper
+                .plan_with(&smem, &small, &dev)
+                .unwrap()
+                .num_splits,
+            1
+        );
+
+        // 1 turns splitting off for the small problem...
+        let off = overrides(&[("FLASHCORE_HOPPER_SPLITS", "1")]).unwrap();
+        let plan = PersistentHopper.plan_with(&off, &small, &dev).unwrap();
+        assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
+        assert_eq!(plan.launches[0].grid, (32, 1, 1));
+        assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+        // ...and N > 1 forces it on a large one (more splits than key tiles included: those
+        // units are empty and still take part in the combine).
+        let forced = overrides(&[("FLASHCORE_HOPPER_SPLITS", "4")]).unwrap();
+        let big = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
+        let plan = PersistentHopper.plan_with(&forced, &big, &dev).unwrap();
+        assert_eq!(plan.num_splits, 4);
+        assert_eq!(plan.launches[0].grid, (132, 1, 1));
+        assert_eq!(
+            plan.workspace_f32,
+            split_workspace_f32(1024, 4, 128).unwrap()
+        );
+        assert_eq!(plan.workspace_counters, 1024 * 8);
+        let one_tile = AttentionProblem::new(1, 2, 100, 64);
+        let plan = PersistentHopper
+            .plan_with(&forced, &one_tile, &dev)
+            .unwrap();
+        assert_eq!((plan.num_splits, plan.launches[0].grid), (4, (8, 1, 1)));
+        // A problem whose workspace would pass the cap runs unsplit even when forced.
+        let huge = AttentionProblem::new(64, 64, 8192, 128);
+        let plan = PersistentHopper.plan_with(&forced, &huge, &dev).unwrap();
+        assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
     }
 
     #[test]

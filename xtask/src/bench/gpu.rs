@@ -334,8 +334,9 @@ fn check(rc: sys::CUresult, what: &str) -> Result<()> {
     }
 }
 
-/// A graph of `calls` calls of `plan`, call j on input set j % sets, each call's launches (and
-/// the workspace zeroing `run_plan` does when the plan has a workspace) in one chain.
+/// A graph of `calls` calls of `plan`, call j on input set j % sets, each call's launches in one
+/// chain (no per-call workspace memset, like `run_plan`: see the workspace contract on
+/// `LaunchPlan`).
 pub fn build_graph(
     device: &Device,
     bufs: &mut Buffers,
@@ -373,6 +374,14 @@ pub fn build_graph(
             "allocating the workspace",
         )?);
     }
+    if plan.workspace_f32 > 0 {
+        // Once, before (and outside) the graph: the plan's counters start at zero and its kernels
+        // leave them zero (the workspace contract on `LaunchPlan`), so the replays need no memset
+        // node, just as `run_plan` needs no memset per call. Zeroed here rather than only at
+        // allocation because an earlier graph on these buffers may have run another plan.
+        let w = bufs.workspace.as_mut().expect("allocated above");
+        cu(device.stream().memset_zeros(w), "zeroing the workspace")?;
+    }
     let stream = device.stream();
     let ws_ptr = match (&bufs.workspace, plan.workspace_f32) {
         (Some(w), n) if n > 0 => w.device_ptr(stream).0,
@@ -399,33 +408,6 @@ pub fn build_graph(
         params.lse = set.lse.device_ptr(stream).0;
         params.num_splits = plan.num_splits.max(1) as i32;
         params.workspace = ws_ptr;
-        if ws_ptr != 0 {
-            let m = sys::CUDA_MEMSET_NODE_PARAMS {
-                dst: ws_ptr,
-                pitch: plan.workspace_f32 * 4,
-                value: 0,
-                elementSize: 4,
-                width: plan.workspace_f32,
-                height: 1,
-            };
-            let mut node: sys::CUgraphNode = std::ptr::null_mut();
-            let deps: Vec<sys::CUgraphNode> = prev.into_iter().collect();
-            // SAFETY: valid graph, dependency list and parameter struct for this call.
-            check(
-                unsafe {
-                    sys::cuGraphAddMemsetNode(
-                        &mut node,
-                        g.graph,
-                        deps.as_ptr(),
-                        deps.len(),
-                        &m,
-                        device.context().cu_ctx(),
-                    )
-                },
-                "cuGraphAddMemsetNode",
-            )?;
-            prev = Some(node);
-        }
         for (launch, function) in plan.launches.iter().zip(&functions) {
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(flashcore::launch::encode_tensor_maps(
