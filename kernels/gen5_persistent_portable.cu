@@ -58,6 +58,9 @@
 #ifndef FC_PORTABLE_WARPS
 #define FC_PORTABLE_WARPS 8
 #endif
+#ifndef FC_PORTABLE_WARP_M_TILES
+#define FC_PORTABLE_WARP_M_TILES 1
+#endif
 #ifndef FC_PORTABLE_BLOCK_N
 #define FC_PORTABLE_BLOCK_N 64
 #endif
@@ -84,12 +87,24 @@
 #ifndef FC_PORTABLE_EMPTY_MBAR
 #define FC_PORTABLE_EMPTY_MBAR 0
 #endif
+// Dynamic schedule: the producer takes items from a global counter (workspace words 0 and 1,
+// zero at launch, zero again when the last CTA leaves) instead of the static c + k * gridDim.x.
+// Under causal masking items differ in length and the static round-robin leaves some CTAs with
+// far more work than others; greedy taking in longest-first order evens them out.
+#ifndef FC_PORTABLE_DYNAMIC
+#define FC_PORTABLE_DYNAMIC 0
+#endif
 
 namespace fcp {
 
 constexpr int D = FC_HEAD_DIM;
 constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
-constexpr int BM = 16 * CONSUMER_WARPS;  // query rows per work item
+// m16 row tiles per consumer warp. Two (32 rows, FlashAttention-2's split) make every K and V
+// fragment read from shared memory feed two mma.sync instead of one: half the ldmatrix traffic
+// per flop, which is what bounds the 16-row warp on an H100 (~85 % of the shared-memory pipe).
+constexpr int M_TILES = FC_PORTABLE_WARP_M_TILES;
+constexpr int WARP_ROWS = 16 * M_TILES;
+constexpr int BM = WARP_ROWS * CONSUMER_WARPS;  // query rows per work item
 constexpr int BN = FC_PORTABLE_BLOCK_N;  // keys per K/V tile
 constexpr int STAGES = FC_PORTABLE_STAGES;
 constexpr int Q_STAGES = FC_PORTABLE_Q_STAGES;
@@ -100,11 +115,13 @@ constexpr int PRODUCER_WARP = CONSUMER_WARPS;
 // buffer for every K tile, which then stays in use until the item's last Q·Kᵀ.
 constexpr int Q_REG_SLICES = FC_PORTABLE_Q_REG_SLICES;
 constexpr bool Q_ALL_IN_REGISTERS = Q_REG_SLICES == D / 16;
+constexpr int Q_REG_ARRAY = Q_REG_SLICES > 0 ? Q_REG_SLICES : 1;  // (no zero-length arrays)
 
-static_assert(CONSUMER_WARPS == 4 || CONSUMER_WARPS == 8, "FC_PORTABLE_WARPS must be 4 or 8");
-static_assert(BN == 64 || BN == 128, "FC_PORTABLE_BLOCK_N must be 64 or 128");
+static_assert(CONSUMER_WARPS >= 1 && CONSUMER_WARPS <= 8, "FC_PORTABLE_WARPS must be in 1..8");
+static_assert(M_TILES == 1 || M_TILES == 2, "FC_PORTABLE_WARP_M_TILES must be 1 or 2");
+static_assert(BN == 32 || BN == 64 || BN == 128, "FC_PORTABLE_BLOCK_N must be 32, 64 or 128");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_PORTABLE_Q_STAGES must be 1 or 2");
-static_assert(Q_REG_SLICES >= 1 && Q_REG_SLICES <= D / 16, "FC_PORTABLE_Q_REG_SLICES must be in 1..D/16");
+static_assert(Q_REG_SLICES >= 0 && Q_REG_SLICES <= D / 16, "FC_PORTABLE_Q_REG_SLICES must be in 0..D/16");
 // Named barrier ids 1 .. Q_STAGES + 2 * STAGES (id 0 is __syncthreads; a CTA has 16).
 static_assert(STAGES >= 2 && Q_STAGES + 2 * STAGES <= 15, "FC_PORTABLE_STAGES too large for 16 named barriers");
 
@@ -125,7 +142,12 @@ constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES;
 // (or, with FC_PORTABLE_EMPTY_MBAR, the mbarrier at OFF_BAR + 8 * (NUM_SLOTS + which)).
 constexpr int NUM_SLOTS = Q_STAGES + 2 * STAGES;
 constexpr int OFF_INFO = OFF_BAR + 2 * NUM_SLOTS * 8;  // per consumer warp: first row, K/V tiles
-static_assert(2 * NUM_SLOTS * 8 + 8 * CONSUMER_WARPS <= BAR_BYTES, "barrier region too small");
+// Dynamic schedule: the item index that Q buffer b holds (-1: no more items), one int per buffer.
+constexpr int OFF_ITEM = OFF_INFO + 8 * CONSUMER_WARPS;
+static_assert(2 * NUM_SLOTS * 8 + 8 * CONSUMER_WARPS + 4 * Q_STAGES <= BAR_BYTES, "barrier region too small");
+// Arrivals that complete a Q "full" phase: one per producer lane (cp.async noinc), plus, with the
+// dynamic schedule, one ordinary arrive (release) by lane 0 after it wrote the item index.
+constexpr unsigned Q_FULL_COUNT = FC_PORTABLE_DYNAMIC ? 33u : 32u;
 __device__ __forceinline__ int slot_q(int b) { return b; }
 __device__ __forceinline__ int slot_k(int s) { return Q_STAGES + s; }
 __device__ __forceinline__ int slot_v(int s) { return Q_STAGES + STAGES + s; }
@@ -270,50 +292,67 @@ __device__ __forceinline__ unsigned slice_address(unsigned lane_addr, int ds, in
     return (lane_addr ^ (unsigned)(32 * (ds % 4))) + (unsigned)(128 * (ds / 4)) + (unsigned)(row_shift * D * 2);
 }
 
-// Q fragments of slices 0 .. kQRegs-1 (held in registers for the whole item). `q_lane` = this
-// lane's A-style slice-0 address in the Q tile, rows of this warp.
+// Q fragments of slices 0 .. kQRegs-1 of each of the warp's m16 row tiles (held in registers for
+// the whole item). `q_lane` = this lane's A-style slice-0 address in the Q tile, rows of this warp.
 template <int kQRegs>
-__device__ __forceinline__ void load_q_slices(FragA (&q)[kQRegs], unsigned q_lane) {
+__device__ __forceinline__ void load_q_slices(FragA (&q)[M_TILES][Q_REG_ARRAY], unsigned q_lane) {
 #pragma unroll
-    for (int ds = 0; ds < kQRegs; ++ds) ldmatrix_x4(q[ds].r, slice_address(q_lane, ds, 0));
+    for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+        for (int ds = 0; ds < kQRegs; ++ds) ldmatrix_x4(q[mt][ds].r, slice_address(q_lane, ds, 16 * mt));
+    }
 }
 
-// S = Q·Kᵀ for the warp's 16 rows x kKeys keys: slices < kQRegs of Q from registers, the rest
-// re-read from the Q tile (only when FC_PORTABLE_Q_REG_SLICES < D / 16). `k_lane` = this lane's
-// K-style slice-0 address in the K tile.
+// S = Q·Kᵀ for the warp's WARP_ROWS rows x kKeys keys: slices < kQRegs of Q from registers, the
+// rest re-read from the Q tile. Each K fragment is loaded once and used by every m16 row tile.
+// `k_lane` = this lane's K-style slice-0 address in the K tile.
 template <int kKeys, int kQRegs>
-__device__ __forceinline__ void warp_qk(float (&s)[kKeys / 8][4], const FragA (&q)[kQRegs], unsigned q_lane,
-                                        unsigned k_lane) {
-    zero_accumulator(s);
+__device__ __forceinline__ void warp_qk(float (&s)[M_TILES][kKeys / 8][4], const FragA (&q)[M_TILES][Q_REG_ARRAY],
+                                        unsigned q_lane, unsigned k_lane) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt) zero_accumulator(s[mt]);
 #pragma unroll
     for (int ds = 0; ds < D / 16; ++ds) {
-        FragA a;
-        if (ds < kQRegs)
-            a = q[ds < kQRegs ? ds : 0];
-        else
-            ldmatrix_x4(a.r, slice_address(q_lane, ds, 0));
+        FragA a[M_TILES];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+            if (ds < kQRegs)
+                a[mt] = q[mt][ds < kQRegs ? ds : 0];
+            else
+                ldmatrix_x4(a[mt].r, slice_address(q_lane, ds, 16 * mt));
+        }
 #pragma unroll
         for (int np = 0; np < kKeys / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, slice_address(k_lane, ds, 16 * np));
-            mma_m16n8k16(s[2 * np], a, b[0], b[1]);
-            mma_m16n8k16(s[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt) {
+                mma_m16n8k16(s[mt][2 * np], a[mt], b[0], b[1]);
+                mma_m16n8k16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }
 
-// O += P·V (as warp_pv in mma.cuh). `v_lane` = this lane's A-style slice-0 address in the V tile.
+// O += P·V (as warp_pv in mma.cuh), each V fragment shared by the warp's m16 row tiles.
+// `v_lane` = this lane's A-style slice-0 address in the V tile.
 template <int kKeys>
-__device__ __forceinline__ void warp_pv(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4], unsigned v_lane) {
+__device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const float (&p)[M_TILES][kKeys / 8][4],
+                                        unsigned v_lane) {
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
-        const FragA a = p_fragment(p, ks);
+        FragA a[M_TILES];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) a[mt] = p_fragment(p[mt], ks);
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
             unsigned b[4];
             ldmatrix_x4_trans(b, slice_address(v_lane, dp, 16 * ks));
-            mma_m16n8k16(o[2 * dp], a, b[0], b[1]);
-            mma_m16n8k16(o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt) {
+                mma_m16n8k16(o[mt][2 * dp], a[mt], b[0], b[1]);
+                mma_m16n8k16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }
@@ -339,7 +378,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
     if (threadIdx.x == 0) {
         // slice_address() relies on 128-byte aligned tiles (not just on their speed).
         if (base & 127u) __trap();
-        for (int i = 0; i < NUM_SLOTS; ++i) pl_mbar_init(bars + 8 * i, 32);  // full: one per producer lane
+        for (int i = 0; i < NUM_SLOTS; ++i)  // full: one per producer lane (+ the item index for Q)
+            pl_mbar_init(bars + 8 * i, i < Q_STAGES ? Q_FULL_COUNT : 32u);
 #if FC_PORTABLE_EMPTY_MBAR
         for (int i = 0; i < NUM_SLOTS; ++i) pl_mbar_init(bars + 8 * (NUM_SLOTS + i), CONSUMER_THREADS);
 #endif
@@ -357,17 +397,56 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
         int stage = 0;
         unsigned lap = 0;    // K/V ring laps completed (= uses of each stage before this lap)
         unsigned q_use = 0;  // Q fills so far
+#if FC_PORTABLE_DYNAMIC
+        unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next item, [1] CTAs done
+        for (;;) {
+            int t = 0;
+            if (lane == 0) t = (int)atomicAdd(&counters[0], 1u);
+            t = __shfl_sync(0xffffffffu, t, 0);
+            const bool done = t >= total_items(p);
+            const Work w = decode(p, done ? 0 : t);
+            const int qb = (int)(q_use % Q_STAGES);
+            if (q_use >= Q_STAGES) wait_released(bars, slot_q(qb), q_use / Q_STAGES - 1);
+            // Every item is handed over (the consumers must write O = 0 / LSE = +inf even for items
+            // without a visible key), and -1 once there are none left: a Q fill like any other, so
+            // the consumers' releases and the drain below pair up as usual.
+            if (lane == 0) reinterpret_cast<volatile int*>(smem + OFF_ITEM)[qb] = done ? -1 : t;
+            if (!done && w.n_blocks > 0) {
+                const int q0 = w.m * BM;
+                load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES,
+                                           static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0), p.q_row_stride,
+                                           min(BM, p.seq_q - q0), lane);
+            }
+            pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
+            if (lane == 0) pl_mbar_arrive(bars + 8 * slot_q(qb));  // release: the item index is visible
+            ++q_use;
+            if (done) {
+                if (lane == 0) {
+                    // Leave the counters zero for the next launch: the last CTA to finish taking
+                    // resets them (every other CTA took its last index before counting itself
+                    // done, and takes no more).
+                    __threadfence();
+                    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
+                        atomicExch(&counters[0], 0u);
+                        atomicExch(&counters[1], 0u);
+                    }
+                }
+                break;
+            }
+            const int h_kv = w.h / p.q_heads_per_kv;
+#else
         for (int t = blockIdx.x; t < total_items(p); t += gridDim.x) {
             const Work w = decode(p, t);
             if (w.n_blocks == 0) continue;  // the consumers skip it too: no Q, no K/V
-            const int q0 = w.m * BM;
-            const int h_kv = w.h / p.q_heads_per_kv;
             const int qb = (int)(q_use % Q_STAGES);
             if (q_use >= Q_STAGES) wait_released(bars, slot_q(qb), q_use / Q_STAGES - 1);
+            const int q0 = w.m * BM;
+            const int h_kv = w.h / p.q_heads_per_kv;
             load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
                                        p.q_row_stride, min(BM, p.seq_q - q0), lane);
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
             ++q_use;
+#endif
 
             const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, w.b, h_kv, 0);
             const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, w.b, h_kv, 0);
@@ -408,24 +487,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
     }
 
     // ====================================== consumers =======================================
-    const int group = lane / 4;  // this lane's rows: group and group + 8 of the warp's 16
+    const int group = lane / 4;  // this lane's rows: group and group + 8 of each m16 row tile
     const int tig = lane % 4;    // this lane's columns: 2*tig, 2*tig+1 of every n8 tile
-    const int warp_row0 = warp * 16;
+    const int warp_row0 = warp * WARP_ROWS;
     // This lane's slice-0 ldmatrix addresses relative to a tile (see slice_address).
     const unsigned a_off = lane_slice0(lane_row_a(lane), lane_chunk_a(lane));  // Q and V
     const unsigned k_off = lane_slice0(lane_row_k(lane), lane_chunk_k(lane));  // K
     // The item's shape, parked in this warp's shared-memory slot and re-read per tile (an LDS
     // instead of two registers held across the K/V loop): first query row, number of K/V tiles.
     volatile int* item_info = reinterpret_cast<volatile int*>(smem + OFF_INFO) + 2 * warp;
-    unsigned ring = (unsigned)blockIdx.x << RING_ITEM_SHIFT;  // see RING_ITEM_SHIFT
+    // Static schedule: the item is blockIdx.x + k * gridDim.x. Dynamic: whatever the producer put
+    // beside the next Q fill.
+    unsigned ring = FC_PORTABLE_DYNAMIC ? 0u : (unsigned)blockIdx.x << RING_ITEM_SHIFT;  // see RING_ITEM_SHIFT
 
-    for (; (int)(ring >> RING_ITEM_SHIFT) < total_items(p); ring += gridDim.x << RING_ITEM_SHIFT) {
-        float o[D / 8][4];
-        SoftmaxRows st;
-        zero_accumulator(o);
-        softmax_init(st);
+    for (;; ring += FC_PORTABLE_DYNAMIC ? 0u : gridDim.x << RING_ITEM_SHIFT) {
+#if !FC_PORTABLE_DYNAMIC
+        if ((int)(ring >> RING_ITEM_SHIFT) >= total_items(p)) break;
+#endif
+        float o[M_TILES][D / 8][4];
+        SoftmaxRows st[M_TILES];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+            zero_accumulator(o[mt]);
+            softmax_init(st[mt]);
+        }
 
         {
+#if FC_PORTABLE_DYNAMIC
+            const int qb = ring_q_buffer(ring);
+            pl_mbar_wait(bars + 8 * slot_q(qb), ring_q_phase(ring), TAG_Q_FULL, qb, -1);
+            const int t = reinterpret_cast<volatile int*>(smem + OFF_ITEM)[qb];
+            ring = (ring & ~48u) | ((ring + 16u) & 48u);  // next Q fill (bits 4-5, mod 4)
+            if (t < 0) {  // no more items
+                release(bars, slot_q(qb));
+                break;
+            }
+            ring = (ring & ((1u << RING_ITEM_SHIFT) - 1u)) | ((unsigned)t << RING_ITEM_SHIFT);
+            const Work w = decode(p, t);
+            if (w.n_blocks == 0) release(bars, slot_q(qb));  // nothing was loaded; O = 0 below
+            if (w.n_blocks > 0) {
+                item_info[0] = w.m * BM + warp_row0;
+                item_info[1] = w.n_blocks;
+                __syncwarp();
+#else
             const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
             if (w.n_blocks > 0) {
                 item_info[0] = w.m * BM + warp_row0;
@@ -435,8 +539,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 const int qb = ring_q_buffer(ring);
                 pl_mbar_wait(bars + 8 * slot_q(qb), ring_q_phase(ring), TAG_Q_FULL, qb, (int)(ring >> RING_ITEM_SHIFT));
                 ring = (ring & ~48u) | ((ring + 16u) & 48u);  // next Q fill (bits 4-5, mod 4)
+#endif
                 const unsigned q_lane = sQ + qb * Q_BYTES + warp_row0 * (D * 2) + a_off;
-                FragA q_frag[Q_REG_SLICES];
+                FragA q_frag[M_TILES][Q_REG_ARRAY];
                 load_q_slices<Q_REG_SLICES>(q_frag, q_lane);
                 if (Q_ALL_IN_REGISTERS) release(bars, slot_q(qb));  // Q lives in registers now
 
@@ -451,23 +556,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     // them is visible to no row of this warp (causal: the upper warps of a diagonal
                     // tile) and is only waited for and released.
                     const int warp_key_hi =
-                        warp_first < p.seq_q ? key_end(p, min(warp_first + 15, p.seq_q - 1)) : 0;
+                        warp_first < p.seq_q ? key_end(p, min(warp_first + WARP_ROWS - 1, p.seq_q - 1)) : 0;
 
                     pl_mbar_wait(bars + 8 * slot_k(stage), phase, TAG_K_FULL, stage, n);
                     if (k0 < warp_key_hi) {  // warp-uniform
-                        float s[BN / 8][4];
+                        float s[M_TILES][BN / 8][4];
                         warp_qk<BN, Q_REG_SLICES>(s, q_frag, q_lane, sK + stage * KV_BYTES + k_off);
                         release(bars, slot_k(stage));
                         if (release_q) release(bars, slot_q(ring_q_buffer_in_use(ring)));
 
-                        scale_scores(s, p.scale_log2);
+#pragma unroll
+                        for (int mt = 0; mt < M_TILES; ++mt) scale_scores(s[mt], p.scale_log2);
                         // The warp's first row sees the fewest keys: a tile fully visible to it needs
                         // no mask (all but the seq_k tail and the causal diagonal).
                         if (key_end(p, warp_first) - k0 < BN) {
-                            const int row_lo = warp_first + group;
-                            mask_scores(s, 2 * tig, key_end(p, row_lo) - k0, key_end(p, row_lo + 8) - k0);
+#pragma unroll
+                            for (int mt = 0; mt < M_TILES; ++mt) {
+                                const int row_lo = warp_first + 16 * mt + group;
+                                mask_scores(s[mt], 2 * tig, key_end(p, row_lo) - k0, key_end(p, row_lo + 8) - k0);
+                            }
                         }
-                        online_softmax_update(s, o, st);
+#pragma unroll
+                        for (int mt = 0; mt < M_TILES; ++mt) online_softmax_update(s[mt], o[mt], st[mt]);
 
                         pl_mbar_wait(bars + 8 * slot_v(stage), phase, TAG_V_FULL, stage, n);
                         warp_pv<BN>(o, s, sV + stage * KV_BYTES + a_off);
@@ -485,25 +595,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             }
         }
 
-        float lse[2];
-        softmax_finalize(o, st, lse);  // rows without a visible key: O = 0, LSE = +inf
-
         // Straight from registers: each quad writes 8 contiguous elements (16 bytes) of a row per
         // n8 tile. Rows past seq_q are never written. (The item is decoded again rather than kept
         // in registers across the K/V loop; decode reads the shape through opaque32(), so this is
         // not merged with the first call.)
+        float lse[M_TILES][2];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) softmax_finalize(o[mt], st[mt], lse[mt]);  // no key: O = 0, LSE = +inf
         const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
-        const int row_lo = w.m * BM + warp_row0 + group;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = row_lo + 8 * r;
-            if (row < p.seq_q) {
-                const float undefined = undefined_row_factor(p, row, lse[r]);  // all scores -inf: NaN
-                elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
+        for (int mt = 0; mt < M_TILES; ++mt) {
+            const int row_lo = w.m * BM + warp_row0 + 16 * mt + group;
 #pragma unroll
-                for (int j = 0; j < D / 8; ++j)
-                    *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r] * undefined, o[j][2 * r + 1] * undefined);
-                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[r] * undefined;
+            for (int r = 0; r < 2; ++r) {
+                const int row = row_lo + 8 * r;
+                if (row < p.seq_q) {
+                    const float undefined = undefined_row_factor(p, row, lse[mt][r]);  // all scores -inf: NaN
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
+#pragma unroll
+                    for (int j = 0; j < D / 8; ++j)
+                        *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
+                            pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
+                    if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[mt][r] * undefined;
+                }
             }
         }
     }

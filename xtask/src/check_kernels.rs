@@ -17,6 +17,17 @@ pub const ARCHES: &[((u32, u32), &str, u32)] = &[
     ((9, 0), "sm_90a", 227 * 1024),
 ];
 
+/// (batch, heads, seq) of the problems whose plans are compiled; a define set already compiled
+/// for an earlier problem is not compiled again. (2, 8, 1024) is a typical problem; (1, 8, 512)
+/// a small one (32 items on 132 SMs), for builds that only small problems get, such as the
+/// Hopper path's split-KV build; (4, 16, 2048) a large one (more items than CTA slots), for
+/// builds only large problems get, such as the portable path's dynamic schedule.
+pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512), (4, 16, 2048)];
+
+/// Plan variants that are off by default but selectable through the environment, compiled in a
+/// second pass with the variable set (only define sets not already compiled are built).
+pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
+
 pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
     DeviceInfo {
         ordinal: 0,
@@ -112,13 +123,25 @@ pub fn run(
     let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
     let mut failures = Vec::new();
-    for kernel in flashcore::kernels() {
+    let passes = std::iter::once(None).chain(VARIANT_ENV.iter().copied().map(Some));
+    for (pass, kernel) in passes.flat_map(|v| flashcore::kernels().into_iter().map(move |k| (v, k)))
+    {
+        // Edition 2021: set_var is safe; xtask is single-threaded here.
+        match pass {
+            Some((var, value)) => std::env::set_var(var, value),
+            None => VARIANT_ENV
+                .iter()
+                .for_each(|(var, _)| std::env::remove_var(var)),
+        }
         let caps = kernel.capabilities();
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
             for &dtype in caps.dtypes {
-                for d in representative_head_dims(&caps.head_dims) {
-                    let problem = AttentionProblem::new(2, 8, 1024, d).with_dtype(dtype);
+                for (d, &(b, h, s)) in representative_head_dims(&caps.head_dims)
+                    .into_iter()
+                    .flat_map(|d| PROBLEM_SIZES.iter().map(move |bhs| (d, bhs)))
+                {
+                    let problem = AttentionProblem::new(b, h, s, d).with_dtype(dtype);
                     let Ok(plan) = kernel.plan(&problem, &dev) else {
                         continue;
                     };
@@ -243,6 +266,9 @@ pub fn run(
             }
         }
     }
+    VARIANT_ENV
+        .iter()
+        .for_each(|(var, _)| std::env::remove_var(var));
     print_table(&rows);
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

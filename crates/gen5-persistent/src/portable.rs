@@ -35,6 +35,8 @@ pub const BLOCK_N: usize = 64;
 pub const MAX_STAGES: usize = 4;
 /// Barrier and per-warp bookkeeping region at the end of shared memory (BAR_BYTES).
 pub const BAR_BYTES: usize = 256;
+/// Workspace words the dynamic schedule uses as counters (at the start of the workspace).
+pub const DYNAMIC_COUNTER_WORDS: usize = 2;
 /// The consumers keep the item index in bits 6..31 of one register (RING_ITEM_SHIFT).
 pub const MAX_ITEMS: usize = 1 << 25;
 
@@ -42,8 +44,11 @@ pub const MAX_ITEMS: usize = 1 << 25;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub head_dim: usize,
-    /// Consumer warps (FC_PORTABLE_WARPS); the q tile is 16 x warps rows.
+    /// Consumer warps (FC_PORTABLE_WARPS); the q tile is 16 x m_tiles x warps rows.
     pub warps: usize,
+    /// m16 row tiles per consumer warp (FC_PORTABLE_WARP_M_TILES): 1 (16 rows) or 2 (32 rows,
+    /// each K/V fragment read from shared memory feeds two mma.sync).
+    pub m_tiles: usize,
     /// Keys per K/V tile (FC_PORTABLE_BLOCK_N).
     pub block_n: usize,
     /// K/V ring depth (FC_PORTABLE_STAGES).
@@ -55,11 +60,13 @@ pub struct Config {
     pub q_reg_slices: usize,
     /// CTAs per SM the registers are sized for (FC_PORTABLE_MIN_BLOCKS).
     pub ctas_per_sm: usize,
+    /// Items taken from a global counter instead of the static round-robin (FC_PORTABLE_DYNAMIC).
+    pub dynamic: bool,
 }
 
 impl Config {
     pub fn block_m(&self) -> usize {
-        16 * self.warps
+        16 * self.m_tiles * self.warps
     }
     pub fn threads(&self) -> u32 {
         32 * (self.warps as u32 + 1)
@@ -76,19 +83,21 @@ impl Config {
 /// Shared memory per block for a configuration (the formula in one place for tests and docs).
 pub fn smem_bytes(
     head_dim: usize,
-    warps: usize,
+    block_m: usize,
     block_n: usize,
     stages: usize,
     q_stages: usize,
 ) -> usize {
     Config {
         head_dim,
-        warps,
+        warps: block_m / 16,
+        m_tiles: 1,
         block_n,
         stages,
         q_stages,
         q_reg_slices: head_dim / 16,
         ctas_per_sm: 1,
+        dynamic: false,
     }
     .smem_bytes()
 }
@@ -108,20 +117,28 @@ fn env_flag(name: &str) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
     pub warps: Option<usize>,
+    pub m_tiles: Option<usize>,
+    pub ctas_per_sm: Option<usize>,
     pub block_n: Option<usize>,
     pub stages: Option<usize>,
     pub q_stages: Option<usize>,
     pub q_reg_slices: Option<usize>,
+    pub dynamic: Option<bool>,
+    pub l2_section_mib: Option<usize>,
 }
 
 impl Overrides {
     pub fn from_env() -> Self {
         Overrides {
             warps: env_usize("FLASHCORE_PORTABLE_WARPS"),
+            m_tiles: env_usize("FLASHCORE_PORTABLE_WARP_M_TILES"),
+            ctas_per_sm: env_usize("FLASHCORE_PORTABLE_CTAS_PER_SM"),
             block_n: env_usize("FLASHCORE_PORTABLE_BLOCK_N"),
             stages: env_usize("FLASHCORE_PORTABLE_STAGES"),
             q_stages: env_usize("FLASHCORE_PORTABLE_Q_STAGES"),
             q_reg_slices: env_usize("FLASHCORE_PORTABLE_Q_REG_SLICES"),
+            dynamic: env_usize("FLASHCORE_PORTABLE_DYNAMIC").map(|v| v != 0),
+            l2_section_mib: env_usize("FLASHCORE_PORTABLE_L2_SECTION_MIB"),
         }
     }
 }
@@ -137,6 +154,7 @@ impl Overrides {
 /// * The deepest K/V ring of 2..=4 stages that fits the opt-in shared memory.
 pub fn choose_config(
     head_dim: usize,
+    dynamic: bool,
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
@@ -146,17 +164,32 @@ pub fn choose_config(
         WARPS
     };
     let warps = ov.warps.unwrap_or(default_warps);
-    if warps != 4 && warps != 8 {
+    if !(1..=8).contains(&warps) {
         return Err(Unsupported::new(
             NAME,
-            format!("FLASHCORE_PORTABLE_WARPS={warps}: consumer warps must be 4 or 8"),
+            format!("FLASHCORE_PORTABLE_WARPS={warps}: consumer warps must be in 1..=8"),
         ));
     }
-    let block_n = ov.block_n.unwrap_or(BLOCK_N);
-    if block_n != 64 && block_n != 128 {
+    let m_tiles = ov.m_tiles.unwrap_or(1);
+    if m_tiles != 1 && m_tiles != 2 {
         return Err(Unsupported::new(
             NAME,
-            format!("FLASHCORE_PORTABLE_BLOCK_N={block_n}: keys per tile must be 64 or 128"),
+            format!("FLASHCORE_PORTABLE_WARP_M_TILES={m_tiles}: row tiles per warp must be 1 or 2"),
+        ));
+    }
+    // 128-key tiles at D = 64 with the 4-warp sm_90 layout: half the per-tile overhead (waits,
+    // releases, row reductions) per key, and S still fits (168 registers, no spill); ahead of
+    // 64-key tiles at every D = 64 ladder shape on the H100 (docs/results/2026-11-23-portable-ab-h100).
+    let default_block_n = if head_dim == 64 && warps == 4 && device.compute_capability >= (9, 0) {
+        128
+    } else {
+        BLOCK_N
+    };
+    let block_n = ov.block_n.unwrap_or(default_block_n);
+    if ![32, 64, 128].contains(&block_n) {
+        return Err(Unsupported::new(
+            NAME,
+            format!("FLASHCORE_PORTABLE_BLOCK_N={block_n}: keys per tile must be 32, 64 or 128"),
         ));
     }
     if block_n == 128 && head_dim == 128 {
@@ -167,22 +200,35 @@ pub fn choose_config(
         ));
     }
     let all_slices = head_dim / 16;
+    // The dynamic schedule's item hand-over costs the consumers one more register at D = 128
+    // on sm_90 (ptxas: 4 bytes of spill with 6 slices, none with 5).
     let default_slices = if head_dim == 128 && device.compute_capability >= (9, 0) {
-        6
+        if dynamic && warps == 4 {
+            5
+        } else {
+            6
+        }
     } else {
         all_slices
     };
     let q_reg_slices = ov.q_reg_slices.unwrap_or(default_slices);
-    if q_reg_slices == 0 || q_reg_slices > all_slices {
+    if q_reg_slices > all_slices {
         return Err(Unsupported::new(
             NAME,
             format!(
-                "FLASHCORE_PORTABLE_Q_REG_SLICES={q_reg_slices}: must be in 1..={all_slices} at head_dim {head_dim}"
+                "FLASHCORE_PORTABLE_Q_REG_SLICES={q_reg_slices}: must be in 0..={all_slices} at head_dim {head_dim}"
             ),
         ));
     }
-    // With 4 consumer warps the CTA is 160 threads and two share an SM.
-    let ctas_per_sm = if warps == 4 { 2 } else { 1 };
+    // With 4 consumer warps the CTA is 160 threads and two share an SM; with 3, two CTAs make
+    // 8 warps per SM (2 per sub-partition: up to 255 registers per thread).
+    let ctas_per_sm = ov.ctas_per_sm.unwrap_or(if warps <= 4 { 2 } else { 1 });
+    if !(1..=4).contains(&ctas_per_sm) {
+        return Err(Unsupported::new(
+            NAME,
+            format!("FLASHCORE_PORTABLE_CTAS_PER_SM={ctas_per_sm}: must be in 1..=4"),
+        ));
+    }
     let limit = device.max_shared_memory_per_block_optin as usize;
     // Two CTAs per SM share the SM's shared memory (opt-in limit + 1 KB reserved per CTA).
     let per_cta_limit = if ctas_per_sm == 1 {
@@ -190,8 +236,9 @@ pub fn choose_config(
     } else {
         (limit + 1024) / ctas_per_sm - 1024
     };
+    let block_m = 16 * m_tiles * warps;
     let fits = |stages: usize, q_stages: usize| {
-        smem_bytes(head_dim, warps, block_n, stages, q_stages) <= per_cta_limit
+        smem_bytes(head_dim, block_m, block_n, stages, q_stages) <= per_cta_limit
     };
     let q_stages = match ov.q_stages {
         Some(q) if q == 1 || q == 2 => q,
@@ -222,11 +269,13 @@ pub fn choose_config(
     let cfg = Config {
         head_dim,
         warps,
+        m_tiles,
         block_n,
         stages,
         q_stages,
         q_reg_slices,
         ctas_per_sm,
+        dynamic,
     };
     let smem = cfg.smem_bytes();
     if smem > per_cta_limit {
@@ -259,7 +308,21 @@ impl PersistentPortable {
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
         let d = problem.head_dim;
-        let cfg = choose_config(d, device, ov)?;
+        let static_cfg = choose_config(d, false, device, ov)?;
+        let items = problem
+            .batch
+            .saturating_mul(problem.heads_q)
+            .saturating_mul(problem.seq_q.div_ceil(static_cfg.block_m()));
+        let slots = device.sm_count as usize * static_cfg.ctas_per_sm;
+        // Dynamic schedule whenever a CTA gets more than one item: causal items differ in length
+        // (a static round-robin leaves CTAs unevenly loaded), and greedy taking keeps the items
+        // in flight a contiguous window of the L2-section order. With one item per CTA the
+        // counter's atomics are pure overhead.
+        let cfg = if ov.dynamic.unwrap_or(items > slots) {
+            choose_config(d, true, device, ov)?
+        } else {
+            static_cfg
+        };
         let items = problem
             .batch
             .saturating_mul(problem.heads_q)
@@ -278,11 +341,18 @@ impl PersistentPortable {
             .min(items)
             .max(1) as u32;
         // K/V bytes the item order keeps hot at once (heads per L2 section): half of L2.
-        let l2_section = (device.l2_bytes as u64 / 2).clamp(2 << 20, 64 << 20);
+        let l2_section = match ov.l2_section_mib {
+            Some(mib) => (mib.max(1) as u64) << 20,
+            None => (device.l2_bytes as u64 / 2).clamp(2 << 20, 64 << 20),
+        };
 
         let mut defines = vec![
             ("FC_HEAD_DIM".to_string(), d.to_string()),
             ("FC_PORTABLE_WARPS".to_string(), cfg.warps.to_string()),
+            (
+                "FC_PORTABLE_WARP_M_TILES".to_string(),
+                cfg.m_tiles.to_string(),
+            ),
             ("FC_PORTABLE_BLOCK_N".to_string(), cfg.block_n.to_string()),
             ("FC_PORTABLE_STAGES".to_string(), cfg.stages.to_string()),
             ("FC_PORTABLE_Q_STAGES".to_string(), cfg.q_stages.to_string()),
@@ -299,13 +369,16 @@ impl PersistentPortable {
                 format!("{l2_section}ull"),
             ),
         ];
+        if cfg.dynamic {
+            defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
+        }
         if debug {
             // Bounded waits everywhere ("empty" becomes mbarriers too): a protocol deadlock
             // traps with a printf instead of hanging.
             defines.push(("FC_PORTABLE_DEBUG".to_string(), "1".to_string()));
         }
 
-        Ok(LaunchPlan::single(KernelLaunch {
+        let mut plan = LaunchPlan::single(KernelLaunch {
             source: SOURCE,
             entry: ENTRY,
             defines,
@@ -313,7 +386,14 @@ impl PersistentPortable {
             block: (cfg.threads(), 1, 1),
             dynamic_smem_bytes: cfg.smem_bytes() as u32,
             tensor_maps: None,
-        }))
+        });
+        if cfg.dynamic {
+            // Workspace words 0 and 1: the next item and the CTAs done taking (zero at launch;
+            // the kernel leaves them zero).
+            plan.workspace_f32 = DYNAMIC_COUNTER_WORDS;
+            plan.workspace_counters = DYNAMIC_COUNTER_WORDS;
+        }
+        Ok(plan)
     }
 }
 
@@ -369,11 +449,11 @@ mod tests {
     #[test]
     fn smem_formula_matches_kernel() {
         // Kernel: Q_STAGES * 128 * D * 2 + 2 * STAGES * 64 * D * 2 + 256.
-        assert_eq!(smem_bytes(64, 8, 64, 4, 1), 16384 + 65536 + 256);
-        assert_eq!(smem_bytes(128, 8, 64, 4, 1), 32768 + 131072 + 256);
-        assert_eq!(smem_bytes(128, 8, 64, 2, 1), 32768 + 65536 + 256);
-        assert_eq!(smem_bytes(128, 8, 64, 4, 2), 65536 + 131072 + 256);
-        assert_eq!(smem_bytes(64, 4, 64, 3, 1), 8192 + 49152 + 256);
+        assert_eq!(smem_bytes(64, 128, 64, 4, 1), 16384 + 65536 + 256);
+        assert_eq!(smem_bytes(128, 128, 64, 4, 1), 32768 + 131072 + 256);
+        assert_eq!(smem_bytes(128, 128, 64, 2, 1), 32768 + 65536 + 256);
+        assert_eq!(smem_bytes(128, 128, 64, 4, 2), 65536 + 131072 + 256);
+        assert_eq!(smem_bytes(64, 64, 64, 3, 1), 8192 + 49152 + 256);
     }
 
     #[test]
@@ -535,6 +615,86 @@ mod tests {
         assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
         let p = AttentionProblem::new(1, 1, 256, 128);
         assert!(PersistentPortable.plan_with(&p, &h100, &ov, false).is_err());
+    }
+
+    #[test]
+    fn dynamic_schedule_only_past_one_round() {
+        let h100 = DeviceInfo::synthetic_h100();
+        // (4,16,2048,128): 2048 items of 64 rows for 264 CTA slots -> dynamic, two counter words.
+        let p = plan(&AttentionProblem::new(4, 16, 2048, 128), &h100).unwrap();
+        let l = &p.launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_DYNAMIC"), "1");
+        assert_eq!(p.workspace_f32, DYNAMIC_COUNTER_WORDS);
+        assert_eq!(p.workspace_counters, DYNAMIC_COUNTER_WORDS);
+        // The dynamic hand-over costs a register: 5 Q slices in registers at D = 128, 4 warps.
+        assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "5");
+        // (1,8,512,64): 8 x 4 items of 128 rows (D = 64 on sm_90) <= 264 slots -> static.
+        let plan = PersistentPortable
+            .plan_with(
+                &AttentionProblem::new(1, 8, 512, 64),
+                &h100,
+                &Overrides::default(),
+                false,
+            )
+            .unwrap();
+        assert!(plan.launches[0]
+            .defines
+            .iter()
+            .all(|(n, _)| n != "FC_PORTABLE_DYNAMIC"));
+        assert_eq!(plan.workspace_f32, 0);
+        // Forced off.
+        let off = Overrides {
+            dynamic: Some(false),
+            ..Default::default()
+        };
+        let plan = PersistentPortable
+            .plan_with(&AttentionProblem::new(4, 16, 2048, 128), &h100, &off, false)
+            .unwrap();
+        assert_eq!(plan.workspace_f32, 0);
+        assert_eq!(define(&plan.launches[0], "FC_PORTABLE_Q_REG_SLICES"), "6");
+    }
+
+    #[test]
+    fn head_dim_64_on_sm90_takes_128_key_tiles() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let l = &plan(&AttentionProblem::new(4, 16, 2048, 64), &h100)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+        assert_eq!(define(l, "FC_PORTABLE_STAGES"), "3");
+        // 64 x 64 x 2 (Q) + 2 x 3 x 128 x 64 x 2 (K, V) + 256
+        assert_eq!(l.dynamic_smem_bytes, 8192 + 98304 + 256);
+        // Ampere keeps 64-key tiles.
+        let l = &plan(&AttentionProblem::new(4, 16, 2048, 64), &dev((8, 0), 163))
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "64");
+    }
+
+    #[test]
+    fn two_row_tiles_per_warp_double_the_item() {
+        let ov = Overrides {
+            warps: Some(3),
+            m_tiles: Some(2),
+            ..Default::default()
+        };
+        let h100 = DeviceInfo::synthetic_h100();
+        let l = &PersistentPortable
+            .plan_with(&AttentionProblem::new(1, 2, 960, 64), &h100, &ov, false)
+            .unwrap()
+            .launches[0];
+        // 96-row items: 2 heads x 10 q tiles; 3 consumer warps + the producer.
+        assert_eq!(l.grid, (20, 1, 1));
+        assert_eq!(l.block, (128, 1, 1));
+        assert_eq!(define(l, "FC_PORTABLE_WARP_M_TILES"), "2");
+        let bad = Overrides {
+            m_tiles: Some(3),
+            ..Default::default()
+        };
+        let err = PersistentPortable
+            .plan_with(&AttentionProblem::new(1, 2, 960, 64), &h100, &bad, false)
+            .unwrap_err();
+        assert!(err.reason.contains("WARP_M_TILES=3"), "{err}");
     }
 
     #[test]
