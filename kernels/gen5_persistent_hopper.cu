@@ -72,6 +72,17 @@
 #ifndef FC_HOPPER_SPLIT_KV
 #define FC_HOPPER_SPLIT_KV 0
 #endif
+// Dynamic schedule: the producer takes work units from a global counter (workspace words 0 and
+// 1: next unit, CTAs done; zero at launch, zero again when the last CTA has taken its last
+// unit) and hands each one to the consumers beside its Q buffer, instead of the static
+// blockIdx.x + k * gridDim.x. Causal units differ in length; greedy taking in longest-first
+// order evens the CTAs out.
+#ifndef FC_HOPPER_DYNAMIC
+#define FC_HOPPER_DYNAMIC 0
+#endif
+#if FC_HOPPER_DYNAMIC && FC_HOPPER_SPLIT_KV
+#error "FC_HOPPER_DYNAMIC and FC_HOPPER_SPLIT_KV both use the workspace's first words"
+#endif
 #if FC_HOPPER_PINGPONG && !FC_HOPPER_OVERLAP
 #error "FC_HOPPER_PINGPONG=1 needs FC_HOPPER_OVERLAP=1"
 #endif
@@ -104,7 +115,10 @@ constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
 constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
 // q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S]
 constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES;
-constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 127) / 128) * 128;
+// Dynamic schedule: the unit index each Q buffer holds (-1: no more), one int per buffer, after
+// the barriers (8 bytes reserved either way).
+constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
+constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
 // repeats this formula).
@@ -123,6 +137,17 @@ static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2
 static_assert(CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+
+// Plain 32-bit shared-memory accesses by address (the dynamic schedule's unit hand-over; the
+// mbarrier arrive/wait around them give the release/acquire ordering).
+__device__ __forceinline__ void st_shared_s32(unsigned addr, int v) {
+    asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(unsigned addr) {
+    int v;
+    asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -561,14 +586,40 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             int stage = 0;
             unsigned phase = 0;
             int it = 0;
+#if FC_HOPPER_DYNAMIC
+            unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next unit, [1] CTAs done
+            // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured
+            // worse under causal masking (it breaks the greedy longest-first balance at the tail).
+            for (;; ++it) {
+                const int t = (int)atomicAdd(&counters[0], 1u);
+                const bool done = t >= n_units;
+#else
             for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
-                const Work w = decode_unit(p, sched, t);
+#endif
                 // Q buffer qs free? (item it - Q_STAGES's consumers released it; its first use
                 // waits parity 1 of a fresh barrier and passes at once)
                 const int qs = Q_STAGES == 1 ? 0 : (it & 1);
                 const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
                 const unsigned q_full = bar_q_full + 8 * qs;
                 mbar_wait(bar_q_empty + 8 * qs, qpar ^ 1, TAG_Q_EMPTY);
+#if FC_HOPPER_DYNAMIC
+                // The unit index goes beside the Q buffer; the arrive on q_full (release) below
+                // publishes it with the Q fill. -1: no more units, and no copy (a plain arrive
+                // completes the phase).
+                st_shared_s32(base + OFF_ITEM + 4 * qs, done ? -1 : t);
+                if (done) {
+                    mbar_arrive(q_full);
+                    // Leave the counters zero for the next launch: the last CTA to finish taking
+                    // resets them (every other CTA took its last index before counting itself done).
+                    __threadfence();
+                    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
+                        atomicExch(&counters[0], 0u);
+                        atomicExch(&counters[1], 0u);
+                    }
+                    break;
+                }
+#endif
+                const Work w = decode_unit(p, sched, t);
                 mbar_arrive_expect_tx(q_full, Q_BYTES);
 #pragma unroll
                 for (int c = 0; c < NBOX; ++c)
@@ -624,12 +675,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         int stage = 0;
         unsigned phase = 0;
         int it = 0;
+#if FC_HOPPER_DYNAMIC
+        for (;; ++it) {
+            const int qs = Q_STAGES == 1 ? 0 : (it & 1);
+            const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
+            const unsigned q_full = bar_q_full + 8 * qs;
+            const unsigned q_empty = bar_q_empty + 8 * qs;
+            mbar_wait(q_full, qpar, TAG_Q_FULL);  // acquire: the unit index below and Q
+            const int t = ld_shared_s32(base + OFF_ITEM + 4 * qs);
+            if (t < 0) break;  // both warpgroups read the same -1: equal slot counts
+            const Work w = decode_unit(p, sched, t);
+#else
         for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
             const Work w = decode_unit(p, sched, t);
             const int qs = Q_STAGES == 1 ? 0 : (it & 1);
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
+#endif
             const unsigned long long q_desc = q_desc0 + ((unsigned long long)(qs * Q_BYTES) >> 4);
             // With the smem epilogue the Q buffer is released after O went through it, not after
             // the last QK^T.
@@ -648,7 +711,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             float l[2] = {0.f, 0.f};
             float alpha[2];
 
+#if !FC_HOPPER_DYNAMIC
             mbar_wait(q_full, qpar, TAG_Q_FULL);
+#endif
 
 #if FC_HOPPER_OVERLAP
             if (w.n_blocks > 0) {

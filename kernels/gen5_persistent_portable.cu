@@ -399,6 +399,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
         unsigned q_use = 0;  // Q fills so far
 #if FC_PORTABLE_DYNAMIC
         unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next item, [1] CTAs done
+        // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured worse
+        // under causal masking (it breaks the greedy longest-first balance at the tail).
         for (;;) {
             int t = 0;
             if (lane == 0) t = (int)atomicAdd(&counters[0], 1u);

@@ -51,7 +51,8 @@ pub const CONSUMER_REGS: usize = 232;
 pub fn smem_bytes_for(head_dim: usize, elem_bytes: usize, stages: usize, q_stages: usize) -> usize {
     let q = BLOCK_M * head_dim * elem_bytes;
     let kv_tile = BLOCK_N * head_dim * elem_bytes;
-    let bars = (2 * q_stages + 4 * stages) * 8;
+    // The barriers, then the dynamic schedule's two unit-index words (OFF_ITEM).
+    let bars = (2 * q_stages + 4 * stages) * 8 + 8;
     let bars = bars.div_ceil(128) * 128;
     q_stages * q + 2 * stages * kv_tile + bars + SMEM_ALIGN_SLACK
 }
@@ -61,6 +62,8 @@ pub fn smem_bytes(head_dim: usize, elem_bytes: usize) -> usize {
     smem_bytes_for(head_dim, elem_bytes, STAGES, Q_STAGES)
 }
 
+/// Workspace words the dynamic schedule uses as counters (FC_HOPPER_DYNAMIC).
+pub const DYNAMIC_COUNTER_WORDS: usize = 2;
 /// Largest `FLASHCORE_HOPPER_SPLITS` accepted.
 pub const MAX_SPLITS: usize = 128;
 /// Split-KV arrival counters per work item: one per warp of the two consumer warpgroups.
@@ -129,6 +132,9 @@ pub struct HopperConfig {
     /// 8.66 µs, docs/results/2026-11-23-portable-ab-h100/ab5.txt), the fixed cost of a launch
     /// (prologue, first loads) dominating a problem of 4 key tiles per item.
     pub auto_split: bool,
+    /// `FLASHCORE_HOPPER_DYNAMIC=0|1`: units from a global counter (`None`: whenever a CTA gets
+    /// more than one unit and the problem is not split).
+    pub dynamic: Option<bool>,
 }
 
 impl Default for HopperConfig {
@@ -145,6 +151,7 @@ impl Default for HopperConfig {
             consumer_regs: CONSUMER_REGS,
             splits: None,
             auto_split: false,
+            dynamic: None,
         }
     }
 }
@@ -183,6 +190,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_PINGPONG")? {
             c.pingpong = v;
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_DYNAMIC")? {
+            c.dynamic = Some(v);
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_SMEM_EPILOGUE")? {
             c.smem_epilogue = v;
@@ -377,6 +387,9 @@ impl PersistentHopper {
         let units = items * splits;
         // One CTA per SM, but no more CTAs than work units.
         let grid_x = (device.sm_count as usize).min(units).max(1) as u32;
+        // Dynamic schedule past one round (causal units differ in length; greedy taking keeps
+        // the CTAs even). Split plans use the workspace's first words for their own counters.
+        let dynamic = splits == 1 && cfg.dynamic.unwrap_or(units > grid_x as usize);
 
         // K/V bytes the tile scheduler keeps hot at once (heads per L2 section); half of L2.
         let l2_section = (device.l2_bytes as u64 / 2).clamp(4 << 20, 64 << 20);
@@ -385,6 +398,9 @@ impl PersistentHopper {
             // The split count itself is a run-time parameter (params.num_splits): one module
             // per head dim and dtype serves every count.
             defines.push(("FC_HOPPER_SPLIT_KV".to_string(), "1".to_string()));
+        }
+        if dynamic {
+            defines.push(("FC_HOPPER_DYNAMIC".to_string(), "1".to_string()));
         }
         if env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
@@ -411,6 +427,11 @@ impl PersistentHopper {
             // The kernel's last arriver puts every counter back to zero.
             plan.workspace_counters = split_counter_words(items);
         }
+        if dynamic {
+            // Words 0 and 1: the next unit and the CTAs done taking; the kernel leaves them zero.
+            plan.workspace_f32 = DYNAMIC_COUNTER_WORDS;
+            plan.workspace_counters = DYNAMIC_COUNTER_WORDS;
+        }
         Ok(plan)
     }
 }
@@ -421,7 +442,7 @@ mod tests {
 
     #[test]
     fn smem_formula_matches_kernel() {
-        // Kernel: Q + 2*STAGES*KV + 128 (10 barriers -> 80 B -> 128) + 1024.
+        // Kernel: Q + 2*STAGES*KV + 128 (10 barriers + 2 unit words -> 88 B -> 128) + 1024.
         assert_eq!(smem_bytes(128, 2), 32768 + 131072 + 128 + 1024);
         assert_eq!(smem_bytes(64, 2), 16384 + 65536 + 128 + 1024);
     }
@@ -561,16 +582,19 @@ mod tests {
                 .defines
                 .contains(&("FC_HOPPER_SPLIT_KV".to_string(), "1".to_string())));
         }
-        // The large shapes keep the verified unsplit build: same defines, no workspace.
+        // The large shapes are not split; with more units than CTAs they take the dynamic
+        // schedule and its two counter words.
         for (b, h, s, d) in [(4, 16, 2048, 128), (4, 16, 2048, 64), (1, 16, 16384, 128)] {
             for causal in [false, true] {
                 let p = AttentionProblem::new(b, h, s, d).with_causal(causal);
                 let plan = PersistentHopper.plan_with(&cfg, &p, &dev).unwrap();
                 assert_eq!(plan.num_splits, 1, "{p}");
-                assert_eq!(plan.workspace_f32, 0);
-                assert_eq!(plan.workspace_counters, 0);
+                assert_eq!(plan.workspace_f32, DYNAMIC_COUNTER_WORDS);
+                assert_eq!(plan.workspace_counters, DYNAMIC_COUNTER_WORDS);
                 assert_eq!(plan.launches[0].grid, (132, 1, 1));
-                assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+                let mut names = UNSPLIT_DEFINES.map(String::from).to_vec();
+                names.push("FC_HOPPER_DYNAMIC".into());
+                assert_eq!(define_names(&plan), names);
             }
         }
         // Short keys: one key tile per item is nothing to split.
@@ -688,7 +712,38 @@ mod tests {
         // A problem whose workspace would pass the cap runs unsplit even when forced.
         let huge = AttentionProblem::new(64, 64, 8192, 128);
         let plan = PersistentHopper.plan_with(&forced, &huge, &dev).unwrap();
-        assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
+        assert_eq!(plan.num_splits, 1);
+        assert!(!define_names(&plan).contains(&"FC_HOPPER_SPLIT_KV".to_string()));
+    }
+
+    #[test]
+    fn dynamic_schedule_past_one_round_only() {
+        let dev = DeviceInfo::synthetic_h100();
+        // (1,8,512,64): 32 units on 132 SMs, one round: static, no workspace.
+        let p = AttentionProblem::new(1, 8, 512, 64);
+        let plan = PersistentHopper
+            .plan_with(&HopperConfig::default(), &p, &dev)
+            .unwrap();
+        assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+        assert_eq!(plan.workspace_f32, 0);
+        // Forced off / on through the environment lookup.
+        let off = HopperConfig::from_overrides(|n| {
+            (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "0".to_string())
+        })
+        .unwrap();
+        let big = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
+        let plan = PersistentHopper.plan_with(&off, &big, &dev).unwrap();
+        assert_eq!((define_names(&plan).len(), plan.workspace_f32), (7, 0));
+        let on = HopperConfig::from_overrides(|n| {
+            (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "1".to_string())
+        })
+        .unwrap();
+        let plan = PersistentHopper.plan_with(&on, &p, &dev).unwrap();
+        assert_eq!(plan.workspace_counters, DYNAMIC_COUNTER_WORDS);
+        assert!(HopperConfig::from_overrides(|n| {
+            (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "maybe".to_string())
+        })
+        .is_err());
     }
 
     #[test]
