@@ -188,12 +188,24 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
     return s;
 }
 
+// The partial section (the bh mod G heads left over, when there are any) comes first: under causal
+// masking a section's longest items start as it begins, and the last section's would otherwise
+// start last and run on alone while the other CTAs idle.
 __device__ __forceinline__ Work decode(const AttentionParams& p, const Schedule& s, int t) {
     const int per_section = s.g * s.nm;
-    const int section = t / per_section;
-    const int within = t - section * per_section;
-    const int first_bh = section * s.g;
-    const int g_here = min(s.g, s.bh - first_bh);
+    const int rem = s.bh % s.g;
+    int first_bh, g_here, within;
+    if (t < rem * s.nm) {
+        first_bh = s.bh - rem;
+        g_here = rem;
+        within = t;
+    } else {
+        const int u = t - rem * s.nm;
+        const int section = u / per_section;
+        within = u - section * per_section;
+        first_bh = section * s.g;
+        g_here = s.g;
+    }
     const int m_idx = within / g_here;
     const int bh = first_bh + (within - m_idx * g_here);
     Work w;

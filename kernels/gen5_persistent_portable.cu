@@ -248,11 +248,22 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     if (g < 1) g = 1;
     if (g > bh_total) g = bh_total;
 
+    // The partial section (bh_total mod g heads, if any) first, as on the Hopper path: under
+    // causal masking the last section's longest items would otherwise start last.
     const int per_section = g * nm;
-    const int section = t / per_section;
-    const int within = t - section * per_section;
-    const int first_bh = section * g;
-    const int g_here = min(g, bh_total - first_bh);
+    const int rem = bh_total % g;
+    int first_bh, g_here, within;
+    if (t < rem * nm) {
+        first_bh = bh_total - rem;
+        g_here = rem;
+        within = t;
+    } else {
+        const int u = t - rem * nm;
+        const int section = u / per_section;
+        within = u - section * per_section;
+        first_bh = section * g;
+        g_here = g;
+    }
     const int m_idx = within / g_here;
     const int bh = first_bh + (within - m_idx * g_here);
     Work w;
