@@ -138,17 +138,6 @@ static_assert(CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
 
-// Plain 32-bit shared-memory accesses by address (the dynamic schedule's unit hand-over; the
-// mbarrier arrive/wait around them give the release/acquire ordering).
-__device__ __forceinline__ void st_shared_s32(unsigned addr, int v) {
-    asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_shared_s32(unsigned addr) {
-    int v;
-    asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-    return v;
-}
-
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
 
@@ -364,6 +353,11 @@ __device__ __forceinline__ void pp_arrive(int cw) {
 
 __device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_shared_u32(unsigned addr) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
 }
 __device__ __forceinline__ uint4 ld_shared_v4(unsigned addr) {
     uint4 v;
@@ -618,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 // The unit index goes beside the Q buffer; the arrive on q_full (release) below
                 // publishes it with the Q fill. -1: no more units, and no copy (a plain arrive
                 // completes the phase).
-                st_shared_s32(base + OFF_ITEM + 4 * qs, done ? -1 : t);
+                st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
                 if (done) {
                     mbar_arrive(q_full);
                     // Leave the counters zero for the next launch: the last CTA to finish taking
@@ -694,7 +688,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
             mbar_wait(q_full, qpar, TAG_Q_FULL);  // acquire: the unit index below and Q
-            const int t = ld_shared_s32(base + OFF_ITEM + 4 * qs);
+            const int t = (int)ld_shared_u32(base + OFF_ITEM + 4 * qs);
             if (t < 0) break;  // both warpgroups read the same -1: equal slot counts
             const Work w = decode_unit(p, sched, t);
 #else

@@ -478,18 +478,7 @@ mod tests {
             .into_iter()
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(
-            names,
-            [
-                "FC_HEAD_DIM",
-                "FC_HOPPER_BLOCK_N",
-                "FC_HOPPER_STAGES",
-                "FC_HOPPER_OVERLAP",
-                "FC_HOPPER_L2_SECTION_BYTES",
-                "FC_HOPPER_PINGPONG",
-                "FC_HOPPER_Q_STAGES"
-            ]
-        );
+        assert_eq!(names, UNSPLIT_DEFINES);
         // The serial loop stays reachable: overlap off takes ping-pong with it.
         let serial = overrides(&[("FLASHCORE_HOPPER_OVERLAP", "0")]).unwrap();
         assert!(!serial.overlap && !serial.pingpong);
@@ -554,14 +543,18 @@ mod tests {
         "FC_HOPPER_Q_STAGES",
     ];
 
+    fn default_plan(p: &AttentionProblem, dev: &DeviceInfo) -> LaunchPlan {
+        PersistentHopper
+            .plan_with(&HopperConfig::default(), p, dev)
+            .unwrap()
+    }
+
     #[test]
     fn small_problem_is_split_large_is_not() {
         let dev = DeviceInfo::synthetic_h100();
         // Not by default (measured slower), only with FLASHCORE_HOPPER_SPLITS=auto.
         let p = AttentionProblem::new(1, 8, 512, 64);
-        let plan = PersistentHopper
-            .plan_with(&HopperConfig::default(), &p, &dev)
-            .unwrap();
+        let plan = default_plan(&p, &dev);
         assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
         let cfg = HopperConfig {
             auto_split: true,
@@ -721,9 +714,7 @@ mod tests {
         let dev = DeviceInfo::synthetic_h100();
         // (1,8,512,64): 32 units on 132 SMs, one round: static, no workspace.
         let p = AttentionProblem::new(1, 8, 512, 64);
-        let plan = PersistentHopper
-            .plan_with(&HopperConfig::default(), &p, &dev)
-            .unwrap();
+        let plan = default_plan(&p, &dev);
         assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
         assert_eq!(plan.workspace_f32, 0);
         // Forced off / on through the environment lookup.
