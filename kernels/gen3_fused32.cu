@@ -24,6 +24,7 @@
 #include "common/mma.cuh"
 #include "common/async_copy.cuh"
 #include "common/online_softmax.cuh"
+#include "common/work_item.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<32|64|96|128|256>"
@@ -49,8 +50,6 @@ using Tile = SwizzledTile<head_dim>;
 constexpr int tile_bytes = Tile::bytes(q_tile_rows);
 static_assert(3 * tile_bytes <= 48 * 1024, "static shared memory is limited to 48 KB");
 
-__device__ __forceinline__ int ceil_div(int a, int b) { return a / b + (a % b != 0); }
-
 }  // namespace fused32
 
 using namespace fused32;
@@ -74,23 +73,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, 1) attention_fused32(c
     const int num_q_tiles = ceil_div(p.seq_q, q_tile_rows);
     const long long total_items = (long long)p.batch * p.heads_q * num_q_tiles;
 
-    // Work item = (batch, head, q tile), q tile fastest so neighbouring blocks share K/V in L2.
-    // The tile order is reversed so that under causal masking the longest rows start first.
+    // Work item = (batch, head, q tile): see common/work_item.cuh for the order.
     for (long long item = blockIdx.x; item < total_items; item += gridDim.x) {
-        const int q_tile_idx = num_q_tiles - 1 - (int)(item % num_q_tiles);
-        const long long bh = item / num_q_tiles;
-        const int h = (int)(bh % p.heads_q);
-        const int b = (int)(bh / p.heads_q);
-        const int h_kv = h / p.q_heads_per_kv;
-        const int q0 = q_tile_idx * q_tile_rows;
-        const int q_rows = min(q_tile_rows, p.seq_q - q0);
-
-        // Keys any row of this tile sees; tiles past it are never loaded (causal skipping).
-        const int key_end = causal_key_end_for_tile(p, q0, q0 + q_tile_rows);
-        const int num_kv_tiles = key_end > 0 ? ceil_div(key_end, kv_tile_rows) : 0;
-        // The tile's first row sees the fewest keys: a K/V tile is fully visible to every row iff
-        // it is fully visible to that one, which is when masking can be skipped.
-        const int first_row_key_end = causal_key_end(p, q0);
+        const auto [b, h, h_kv, q0, q_rows, num_kv_tiles, first_row_key_end] =
+            q_tile_item<q_tile_rows, kv_tile_rows>(p, item, num_q_tiles);
         const int row_lo = q0 + warp_row0 + group;
         const int key_end_lo = causal_key_end(p, row_lo);
         const int key_end_hi = causal_key_end(p, row_lo + 8);

@@ -24,6 +24,9 @@ pub const ARCHES: &[((u32, u32), &str, u32)] = &[
 /// builds only large problems get, such as the portable path's dynamic schedule.
 pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512), (4, 16, 2048)];
 
+/// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
+const MAX_DUMP_NAME: usize = 200;
+
 /// Plan variants that are off by default but selectable through the environment, compiled in a
 /// second pass with the variable set (only define sets not already compiled are built).
 pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
@@ -193,12 +196,19 @@ pub fn run(
                         };
                         if let Some(dir) = dump_ptx {
                             // One file per build, named so a reader can find it (e.g. for cuobjdump).
-                            let name = format!(
+                            let mut name = format!(
                                 "{}-{arch}-{dtype}-{}.ptx",
                                 launch.entry,
                                 defines.join("_").replace(['=', ' '], "")
                             );
-                            std::fs::write(dir.join(name), &compiled.ptx)?;
+                            if name.len() > MAX_DUMP_NAME {
+                                // Long define lists pass the file-name limit (255 bytes): keep
+                                // the readable head and make it unique with the cache key.
+                                name.truncate(MAX_DUMP_NAME - 60);
+                                name = format!("{name}-{}.ptx", compiled.cache_key);
+                            }
+                            std::fs::write(dir.join(&name), &compiled.ptx)
+                                .with_context(|| format!("writing {name}"))?;
                         }
                         if let Some(ptxas) = &ptxas {
                             let dir = std::env::temp_dir()
