@@ -197,6 +197,33 @@ pub struct KernelLaunch {
     pub tensor_maps: Option<TensorMapSpec>,
 }
 
+impl KernelLaunch {
+    /// The launch of a grid-stride kernel that takes one (batch, q head, `q_tile_rows`-row query
+    /// tile) item per block of `warps` warps (generations 2-4): one block per item while that
+    /// fits grid.x, the kernel's loop covers the rest (and items past 2^31).
+    pub fn per_q_tile(
+        source: &'static str,
+        entry: &'static str,
+        defines: Vec<(String, String)>,
+        problem: &AttentionProblem,
+        q_tile_rows: usize,
+        warps: u32,
+        dynamic_smem_bytes: u32,
+    ) -> Self {
+        let items =
+            problem.batch * problem.heads_q * crate::launch::tiles(problem.seq_q, q_tile_rows);
+        KernelLaunch {
+            source,
+            entry,
+            defines,
+            grid: (crate::launch::linear_grid(items), 1, 1),
+            block: (warps * 32, 1, 1),
+            dynamic_smem_bytes,
+            tensor_maps: None,
+        }
+    }
+}
+
 /// How to run one problem: launches in order on one stream.
 ///
 /// **Workspace contract.** `params.workspace` points to `workspace_f32` words of device scratch

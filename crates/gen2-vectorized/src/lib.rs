@@ -6,7 +6,6 @@
 //! K/V tiles staged in shared memory as f32, and reductions are warp shuffles. Head dim is a run
 //! time value: any multiple of 8 from 8 to 256. See `docs/generations/gen2-vectorized.md`.
 
-use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
     Unsupported,
@@ -78,18 +77,15 @@ impl Attention for Vectorized {
                 ),
             ));
         }
-        // One block per work item while that fits grid.x; the kernel's grid-stride loop covers
-        // the rest (and items past 2^31).
-        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, BLOCK_M);
-        Ok(LaunchPlan::single(KernelLaunch {
-            source: "gen2_vectorized.cu",
-            entry: "attention_vectorized",
-            defines: vec![],
-            grid: (linear_grid(items), 1, 1),
-            block: (WARPS * 32, 1, 1),
-            dynamic_smem_bytes: smem as u32,
-            tensor_maps: None,
-        }))
+        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
+            "gen2_vectorized.cu",
+            "attention_vectorized",
+            vec![],
+            problem,
+            BLOCK_M,
+            WARPS,
+            smem as u32,
+        )))
     }
 }
 

@@ -7,7 +7,6 @@
 //! cp.async and read with ldmatrix; nothing is pipelined yet (that is generation 4).
 //! See `docs/generations/gen3-fused32.md`.
 
-use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
     Unsupported,
@@ -58,18 +57,15 @@ impl Attention for Fused32 {
                 ),
             ));
         }
-        // One block per (batch, head, 32-row query tile) while that fits grid.x; the kernel's
-        // grid-stride loop covers the rest.
-        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, Q_TILE_ROWS);
-        Ok(LaunchPlan::single(KernelLaunch {
-            source: "gen3_fused32.cu",
-            entry: "attention_fused32",
-            defines: vec![("FC_HEAD_DIM".into(), d.to_string())],
-            grid: (linear_grid(items), 1, 1),
-            block: (WARPS * 32, 1, 1),
-            dynamic_smem_bytes: 0,
-            tensor_maps: None,
-        }))
+        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
+            "gen3_fused32.cu",
+            "attention_fused32",
+            vec![("FC_HEAD_DIM".into(), d.to_string())],
+            problem,
+            Q_TILE_ROWS,
+            WARPS,
+            0,
+        )))
     }
 }
 

@@ -7,7 +7,6 @@
 //! both the cp.async fills and the ldmatrix / ldmatrix.trans reads). Causal runs skip the tiles
 //! above the diagonal and mask only the diagonal ones. See `docs/generations/gen4-tile64.md`.
 
-use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
     Unsupported,
@@ -75,18 +74,15 @@ impl Attention for Tile64 {
                 ),
             ));
         }
-        // One block per (batch, head, 64-row query tile) while that fits grid.x; the kernel's
-        // grid-stride loop covers the rest.
-        let items = problem.batch * problem.heads_q * tiles(problem.seq_q, Q_TILE_ROWS);
-        Ok(LaunchPlan::single(KernelLaunch {
-            source: "gen4_tile64.cu",
-            entry: "attention_tile64",
-            defines: vec![("FC_HEAD_DIM".into(), d.to_string())],
-            grid: (linear_grid(items), 1, 1),
-            block: (WARPS * 32, 1, 1),
-            dynamic_smem_bytes: smem as u32,
-            tensor_maps: None,
-        }))
+        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
+            "gen4_tile64.cu",
+            "attention_tile64",
+            vec![("FC_HEAD_DIM".into(), d.to_string())],
+            problem,
+            Q_TILE_ROWS,
+            WARPS,
+            smem as u32,
+        )))
     }
 }
 
