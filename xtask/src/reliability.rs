@@ -130,6 +130,22 @@ struct Report {
 }
 
 impl Report {
+    /// PASS with the notes when nothing failed, else FAIL with the failures.
+    fn add_outcome(
+        &mut self,
+        check: &'static str,
+        kernel: &str,
+        notes: &[String],
+        fails: &[String],
+        t: Instant,
+    ) {
+        if fails.is_empty() {
+            self.add(check, kernel, Res::Pass, notes.join("; "), t);
+        } else {
+            self.add(check, kernel, Res::Fail, fails.join("; "), t);
+        }
+    }
+
     fn add(&mut self, check: &'static str, kernel: &str, result: Res, detail: String, t: Instant) {
         let seconds = t.elapsed().as_secs_f64();
         println!(
@@ -817,11 +833,7 @@ fn badinput(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &
         if let Err(e) = dev.synchronize() {
             fails.push(format!("device unusable afterwards: {e}"));
         }
-        if fails.is_empty() {
-            report.add("badinput", k.name(), Res::Pass, notes.join("; "), t);
-        } else {
-            report.add("badinput", k.name(), Res::Fail, fails.join("; "), t);
-        }
+        report.add_outcome("badinput", k.name(), &notes, &fails, t);
     }
 }
 
@@ -1600,11 +1612,7 @@ fn nonfinite(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: 
                 Err(m) => fails.push(format!("{what} ({p}): {m}")),
             }
         }
-        if fails.is_empty() {
-            report.add("nonfinite", k.name(), Res::Pass, notes.join("; "), t);
-        } else {
-            report.add("nonfinite", k.name(), Res::Fail, fails.join("; "), t);
-        }
+        report.add_outcome("nonfinite", k.name(), &notes, &fails, t);
     }
 }
 
