@@ -27,6 +27,13 @@ pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512),
 /// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
 const MAX_DUMP_NAME: usize = 200;
 
+/// FNV-1a, 64 bit: a short stable name for a long build description.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Plan variants that are off by default but selectable through the environment, compiled in a
 /// second pass with the variable set (only define sets not already compiled are built).
 pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
@@ -203,9 +210,12 @@ pub fn run(
                             );
                             if name.len() > MAX_DUMP_NAME {
                                 // Long define lists pass the file-name limit (255 bytes): keep
-                                // the readable head and make it unique with the cache key.
-                                name.truncate(MAX_DUMP_NAME - 60);
-                                name = format!("{name}-{}.ptx", compiled.cache_key);
+                                // the readable head and make it unique with a hash of the whole
+                                // name (the same build gets the same file across source changes,
+                                // so two dumps can be compared file by file).
+                                let hash = fnv1a(&name);
+                                name.truncate(MAX_DUMP_NAME - 24);
+                                name = format!("{name}-{hash:016x}.ptx");
                             }
                             std::fs::write(dir.join(&name), &compiled.ptx)
                                 .with_context(|| format!("writing {name}"))?;
