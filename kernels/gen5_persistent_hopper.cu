@@ -38,6 +38,7 @@
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
 #include "common/hopper/named_barrier.cuh"
+#include "common/work_counter.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=64 or 128"
@@ -597,7 +598,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured
             // worse under causal masking (it breaks the greedy longest-first balance at the tail).
             for (;; ++it) {
-                const int t = (int)atomicAdd(&counters[0], 1u);
+                const int t = take_work(counters);
                 const bool done = t >= n_units;
 #else
             for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
@@ -615,13 +616,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
                 if (done) {
                     mbar_arrive(q_full);
-                    // Leave the counters zero for the next launch: the last CTA to finish taking
-                    // resets them (every other CTA took its last index before counting itself done).
-                    __threadfence();
-                    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
-                        atomicExch(&counters[0], 0u);
-                        atomicExch(&counters[1], 0u);
-                    }
+                    finish_taking(counters);  // the last CTA leaves the counters zero
                     break;
                 }
 #endif

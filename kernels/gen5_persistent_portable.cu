@@ -48,6 +48,7 @@
 #include "common/async_copy.cuh"
 #include "common/online_softmax.cuh"
 #include "common/pipeline.cuh"
+#include "common/work_counter.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=64 or 128"
@@ -414,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
         // under causal masking (it breaks the greedy longest-first balance at the tail).
         for (;;) {
             int t = 0;
-            if (lane == 0) t = (int)atomicAdd(&counters[0], 1u);
+            if (lane == 0) t = take_work(counters);
             t = __shfl_sync(0xffffffffu, t, 0);
             const bool done = t >= total_items(p);
             const Work w = decode(p, done ? 0 : t);
@@ -434,16 +435,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             if (lane == 0) pl_mbar_arrive(bars + 8 * slot_q(qb));  // release: the item index is visible
             ++q_use;
             if (done) {
-                if (lane == 0) {
-                    // Leave the counters zero for the next launch: the last CTA to finish taking
-                    // resets them (every other CTA took its last index before counting itself
-                    // done, and takes no more).
-                    __threadfence();
-                    if (atomicAdd(&counters[1], 1u) == gridDim.x - 1) {
-                        atomicExch(&counters[0], 0u);
-                        atomicExch(&counters[1], 0u);
-                    }
-                }
+                if (lane == 0) finish_taking(counters);  // the last CTA leaves the counters zero
                 break;
             }
             const int h_kv = w.h / p.q_heads_per_kv;
