@@ -318,15 +318,12 @@ impl PersistentPortable {
         // (a static round-robin leaves CTAs unevenly loaded), and greedy taking keeps the items
         // in flight a contiguous window of the L2-section order. With one item per CTA the
         // counter's atomics are pure overhead.
+        // (Only the Q registers differ between the two: the item size, hence `items`, does not.)
         let cfg = if ov.dynamic.unwrap_or(items > slots) {
             choose_config(d, true, device, ov)?
         } else {
             static_cfg
         };
-        let items = problem
-            .batch
-            .saturating_mul(problem.heads_q)
-            .saturating_mul(problem.seq_q.div_ceil(cfg.block_m()));
         if items >= MAX_ITEMS {
             return Err(Unsupported::new(
                 NAME,
