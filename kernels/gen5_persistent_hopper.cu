@@ -58,6 +58,10 @@
 #ifndef FC_HOPPER_L2_SECTION_BYTES
 #define FC_HOPPER_L2_SECTION_BYTES (32u << 20)
 #endif
+// Head-major order without causal masking: one head per L2 section (see make_schedule).
+#ifndef FC_HOPPER_HEAD_MAJOR
+#define FC_HOPPER_HEAD_MAJOR 0
+#endif
 #ifndef FC_HOPPER_PINGPONG
 #define FC_HOPPER_PINGPONG 0
 #endif
@@ -174,6 +178,12 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
     unsigned long long g = (unsigned long long)FC_HOPPER_L2_SECTION_BYTES / kv_bytes;
     if (g < 1) g = 1;
     if (g > (unsigned long long)s.bh) g = s.bh;
+#if FC_HOPPER_HEAD_MAJOR
+    // Without causal masking every item is equally long and needs no longest-first order: one
+    // head per section (its q tiles consecutive) puts all the CTAs of a head on its K/V at the
+    // same time, so each K/V tile comes from DRAM once and is reused from L2 while still hot.
+    if (!p.causal) g = 1;
+#endif
     s.g = (int)g;
     return s;
 }

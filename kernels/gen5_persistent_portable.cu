@@ -95,6 +95,10 @@
 #ifndef FC_PORTABLE_DYNAMIC
 #define FC_PORTABLE_DYNAMIC 0
 #endif
+// Head-major order without causal masking: one head per L2 section (see decode).
+#ifndef FC_PORTABLE_HEAD_MAJOR
+#define FC_PORTABLE_HEAD_MAJOR 0
+#endif
 
 namespace fcp {
 
@@ -248,6 +252,12 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     int g = (int)(((unsigned)(FC_PORTABLE_L2_SECTION_BYTES >> 10)) / (kv_kib > 0 ? kv_kib : 1u));
     if (g < 1) g = 1;
     if (g > bh_total) g = bh_total;
+#if FC_PORTABLE_HEAD_MAJOR
+    // Without causal masking every item is equally long and needs no longest-first order: one
+    // head per section (its q tiles consecutive) puts all the CTAs of a head on its K/V at the
+    // same time, so each K/V tile comes from DRAM once and is reused from L2 while still hot.
+    if (!p.causal) g = 1;
+#endif
 
     // The partial section (bh_total mod g heads, if any) first, as on the Hopper path: under
     // causal masking the last section's longest items would otherwise start last.

@@ -135,6 +135,9 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_DYNAMIC=0|1`: units from a global counter (`None`: whenever a CTA gets
     /// more than one unit and the problem is not split).
     pub dynamic: Option<bool>,
+    /// `FLASHCORE_HOPPER_HEAD_MAJOR=0|1`: one head per L2 section without causal masking
+    /// (`FC_HOPPER_HEAD_MAJOR`; `None`: the kernel's default).
+    pub head_major: Option<bool>,
 }
 
 impl Default for HopperConfig {
@@ -152,6 +155,7 @@ impl Default for HopperConfig {
             splits: None,
             auto_split: false,
             dynamic: None,
+            head_major: None,
         }
     }
 }
@@ -193,6 +197,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_DYNAMIC")? {
             c.dynamic = Some(v);
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_HEAD_MAJOR")? {
+            c.head_major = Some(v);
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_SMEM_EPILOGUE")? {
             c.smem_epilogue = v;
@@ -277,6 +284,12 @@ impl HopperConfig {
         }
         if self.smem_epilogue {
             d.push(("FC_HOPPER_SMEM_EPILOGUE".to_string(), "1".to_string()));
+        }
+        if let Some(head_major) = self.head_major {
+            d.push((
+                "FC_HOPPER_HEAD_MAJOR".to_string(),
+                (head_major as u32).to_string(),
+            ));
         }
         if self.consumer_regs != CONSUMER_REGS {
             d.push((

@@ -29,6 +29,11 @@ pub const WARPS: usize = 8;
 /// On sm_90: 4 consumer warps (64-row items, two CTAs per SM) beat 8 at every ladder shape on
 /// the H100 (docs/results/2026-11-23-hopper-variants-h100); not measured on Ampere/Ada.
 pub const WARPS_SM90: usize = 4;
+/// On sm_90 at head dim 128: 7 consumer warps (112-row items), one CTA per SM. With the producer
+/// that is 8 warps per SM, 2 per sub-partition, so a thread may use 255 registers: all of Q
+/// stays in registers and 128-key tiles fit. Ahead of the 4-warp layout by 10-17 % at every D = 128
+/// ladder shape on the H100 (docs/results/2026-11-23-portable-d128-h100).
+pub const WARPS_SM90_D128: usize = 7;
 /// Keys per K/V tile by default (FC_PORTABLE_BLOCK_N).
 pub const BLOCK_N: usize = 64;
 /// Deepest K/V ring the plan asks for; it takes the deepest of 2..=MAX_STAGES that fits.
@@ -125,6 +130,8 @@ pub struct Overrides {
     pub q_reg_slices: Option<usize>,
     pub dynamic: Option<bool>,
     pub l2_section_mib: Option<usize>,
+    /// `FLASHCORE_PORTABLE_HEAD_MAJOR=0|1`: one head per L2 section without causal masking.
+    pub head_major: Option<bool>,
 }
 
 impl Overrides {
@@ -139,18 +146,31 @@ impl Overrides {
             q_reg_slices: env_usize("FLASHCORE_PORTABLE_Q_REG_SLICES"),
             dynamic: env_usize("FLASHCORE_PORTABLE_DYNAMIC").map(|v| v != 0),
             l2_section_mib: env_usize("FLASHCORE_PORTABLE_L2_SECTION_MIB"),
+            head_major: env_usize("FLASHCORE_PORTABLE_HEAD_MAJOR").map(|v| v != 0),
         }
     }
 }
 
+/// Registers per thread ptxas may use for `warps` consumer warps (+ the producer) and
+/// `ctas_per_sm` CTAs per SM: each of the SM's 4 sub-partitions has 16 K registers for the warps
+/// placed on it, so 9 or 10 warps per SM (3 on some sub-partition) cap a thread at 168, while
+/// up to 8 warps (2 per sub-partition) leave the full 255.
+pub fn register_budget(warps: usize, ctas_per_sm: usize) -> usize {
+    let warps_per_sub_partition = ((warps + 1) * ctas_per_sm).div_ceil(4).max(1);
+    (16384 / (32 * warps_per_sub_partition) / 8 * 8).min(255)
+}
+
 /// Picks the configuration for a head dim on a device.
 ///
-/// * 8 consumer warps (128-row items), one CTA per SM: 9 warps put 3 on one SM sub-partition,
-///   so ptxas caps the kernel at 168 registers per thread.
-/// * Q in registers: all of it at D = 64; at D = 128 all 8 slices fit under the cap on sm_80..89
-///   (ptxas: 168, no spill), but not in the sm_90 build, which keeps 6 and re-reads 2 per K tile
-///   (2 of 64 ldmatrix per tile) — and then double-buffers Q so that the next item's Q can load
-///   while the current one still reads its buffer.
+/// * sm_80..89: 8 consumer warps (128-row items), one CTA per SM: 9 warps put 3 on one SM
+///   sub-partition, so ptxas caps the kernel at 168 registers per thread ([`register_budget`]).
+/// * sm_90, D = 64: 4 consumer warps, two CTAs per SM (also 168 registers), 128-key tiles.
+/// * sm_90, D = 128: 7 consumer warps, one CTA per SM: 8 warps per SM leave 255 registers, so
+///   all of Q stays in registers beside 128-key S tiles (ptxas: 240, no spill).
+/// * Q in registers: all of it at D = 64; at D = 128 all 8 slices fit under the 168 cap on
+///   sm_80..89 (ptxas: 168, no spill), but not in the sm_90 build, which then keeps 6 (5 with the
+///   dynamic schedule) and re-reads the rest per K tile — and double-buffers Q so that the next
+///   item's Q can load while the current one still reads its buffer.
 /// * The deepest K/V ring of 2..=4 stages that fits the opt-in shared memory.
 pub fn choose_config(
     head_dim: usize,
@@ -158,10 +178,11 @@ pub fn choose_config(
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
-    let default_warps = if device.compute_capability >= (9, 0) {
-        WARPS_SM90
-    } else {
-        WARPS
+    let hopper = device.compute_capability >= (9, 0);
+    let default_warps = match (hopper, head_dim) {
+        (true, 128) => WARPS_SM90_D128,
+        (true, _) => WARPS_SM90,
+        (false, _) => WARPS,
     };
     let warps = ov.warps.unwrap_or(default_warps);
     if !(1..=8).contains(&warps) {
@@ -177,47 +198,20 @@ pub fn choose_config(
             format!("FLASHCORE_PORTABLE_WARP_M_TILES={m_tiles}: row tiles per warp must be 1 or 2"),
         ));
     }
-    // 128-key tiles at D = 64 with the 4-warp sm_90 layout: half the per-tile overhead (waits,
-    // releases, row reductions) per key, and S still fits (168 registers, no spill); ahead of
-    // 64-key tiles at every D = 64 ladder shape on the H100 (docs/results/2026-11-23-portable-ab-h100).
-    let default_block_n = if head_dim == 64 && warps == 4 && device.compute_capability >= (9, 0) {
-        128
-    } else {
-        BLOCK_N
+    // 128-key tiles on sm_90 in the two measured layouts: half the per-tile overhead (waits,
+    // releases, row reductions) per key. D = 64, 4 warps: S still fits in 168 registers, ahead
+    // of 64-key tiles at every D = 64 ladder shape (docs/results/2026-11-23-portable-ab-h100).
+    // D = 128, 7 warps: S + O + all of Q fit in the 255-register budget (ptxas: 240), +10 % over
+    // 64-key tiles (docs/results/2026-11-23-portable-d128-h100).
+    let default_block_n = match (hopper, head_dim, warps) {
+        (true, 64, 4) | (true, 128, 7) => 128,
+        _ => BLOCK_N,
     };
     let block_n = ov.block_n.unwrap_or(default_block_n);
     if ![32, 64, 128].contains(&block_n) {
         return Err(Unsupported::new(
             NAME,
             format!("FLASHCORE_PORTABLE_BLOCK_N={block_n}: keys per tile must be 32, 64 or 128"),
-        ));
-    }
-    if block_n == 128 && head_dim == 128 {
-        // S (64 f32) + O (64) + Q does not fit in 168 registers: ptxas spills ~300 bytes.
-        return Err(Unsupported::new(
-            NAME,
-            "FLASHCORE_PORTABLE_BLOCK_N=128 is only built for head_dim 64 (at 128 it spills)",
-        ));
-    }
-    let all_slices = head_dim / 16;
-    // The dynamic schedule's item hand-over costs the consumers one more register at D = 128
-    // on sm_90 (ptxas: 4 bytes of spill with 6 slices, none with 5).
-    let default_slices = if head_dim == 128 && device.compute_capability >= (9, 0) {
-        if dynamic && warps == 4 {
-            5
-        } else {
-            6
-        }
-    } else {
-        all_slices
-    };
-    let q_reg_slices = ov.q_reg_slices.unwrap_or(default_slices);
-    if q_reg_slices > all_slices {
-        return Err(Unsupported::new(
-            NAME,
-            format!(
-                "FLASHCORE_PORTABLE_Q_REG_SLICES={q_reg_slices}: must be in 0..={all_slices} at head_dim {head_dim}"
-            ),
         ));
     }
     // With 4 consumer warps the CTA is 160 threads and two share an SM; with 3, two CTAs make
@@ -227,6 +221,39 @@ pub fn choose_config(
         return Err(Unsupported::new(
             NAME,
             format!("FLASHCORE_PORTABLE_CTAS_PER_SM={ctas_per_sm}: must be in 1..=4"),
+        ));
+    }
+    let registers = register_budget(warps, ctas_per_sm);
+    if block_n == 128 && head_dim == 128 && registers < 255 {
+        // S (64 f32) + O (64) + Q does not fit in 168 registers: ptxas spills ~300 bytes.
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "FLASHCORE_PORTABLE_BLOCK_N=128 at head_dim 128 needs the 255-register budget (at most \
+                 8 warps per SM); {warps} consumer warps x {ctas_per_sm} CTAs leave {registers}"
+            ),
+        ));
+    }
+    let all_slices = head_dim / 16;
+    // The dynamic schedule's item hand-over costs the consumers one more register at D = 128
+    // on sm_90 (ptxas: 4 bytes of spill with 6 slices, none with 5).
+    let default_slices =
+        if head_dim == 128 && device.compute_capability >= (9, 0) && registers < 255 {
+            if dynamic && warps == 4 {
+                5
+            } else {
+                6
+            }
+        } else {
+            all_slices
+        };
+    let q_reg_slices = ov.q_reg_slices.unwrap_or(default_slices);
+    if q_reg_slices > all_slices {
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "FLASHCORE_PORTABLE_Q_REG_SLICES={q_reg_slices}: must be in 0..={all_slices} at head_dim {head_dim}"
+            ),
         ));
     }
     let limit = device.max_shared_memory_per_block_optin as usize;
@@ -369,6 +396,12 @@ impl PersistentPortable {
         if cfg.dynamic {
             defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
         }
+        if let Some(head_major) = ov.head_major {
+            defines.push((
+                "FC_PORTABLE_HEAD_MAJOR".to_string(),
+                (head_major as u32).to_string(),
+            ));
+        }
         if debug {
             // Bounded waits everywhere ("empty" becomes mbarriers too): a protocol deadlock
             // traps with a printf instead of hanging.
@@ -459,10 +492,17 @@ mod tests {
         for d in [64, 128] {
             for causal in [false, true] {
                 let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
-                // Default on sm_90: 4 consumer warps + the producer, two CTAs per SM.
+                // Default on sm_90: at D = 64, 4 consumer warps + the producer, two CTAs per SM;
+                // at D = 128, 7 + the producer, one CTA per SM (8 warps: 255 registers).
                 let l = &plan(&p, &h100).unwrap().launches[0];
-                assert_eq!(l.grid, (264, 1, 1));
-                assert_eq!(l.block, (160, 1, 1));
+                if d == 64 {
+                    assert_eq!(l.grid, (264, 1, 1));
+                    assert_eq!(l.block, (160, 1, 1));
+                } else {
+                    assert_eq!(l.grid, (132, 1, 1));
+                    assert_eq!(l.block, (256, 1, 1));
+                    assert_eq!(define(l, "FC_PORTABLE_MIN_BLOCKS"), "1");
+                }
                 let eight = Overrides {
                     warps: Some(8),
                     ..Default::default()
@@ -598,7 +638,34 @@ mod tests {
     }
 
     #[test]
-    fn block_n_128_only_at_head_dim_64() {
+    fn register_budget_follows_warps_per_sub_partition() {
+        // 8 warps per SM: 2 per sub-partition; 9 or 10: 3 on one; 16: 4.
+        assert_eq!(register_budget(7, 1), 255);
+        assert_eq!(register_budget(3, 2), 255);
+        assert_eq!(register_budget(8, 1), 168);
+        assert_eq!(register_budget(4, 2), 168);
+        assert_eq!(register_budget(3, 4), 128);
+    }
+
+    #[test]
+    fn head_dim_128_on_sm90_is_seven_warps_of_128_key_tiles() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let l = &plan(&AttentionProblem::new(1, 16, 16384, 128), &h100)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_WARPS"), "7");
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+        // All 8 Q slices in registers, so one Q buffer; 3 stages of 128-key K and V.
+        assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "8");
+        assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "1");
+        assert_eq!(define(l, "FC_PORTABLE_STAGES"), "3");
+        // 112 x 128 x 2 (Q) + 2 x 3 x 128 x 128 x 2 (K, V) + 256
+        assert_eq!(l.dynamic_smem_bytes, 28672 + 196608 + 256);
+        assert!(l.dynamic_smem_bytes as usize <= 227 * 1024);
+    }
+
+    #[test]
+    fn block_n_128_at_head_dim_128_needs_the_full_register_budget() {
         let ov = Overrides {
             block_n: Some(128),
             ..Default::default()
@@ -610,15 +677,37 @@ mod tests {
             .unwrap()
             .launches[0];
         assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+        // D = 128 with 4 warps x 2 CTAs (10 warps per SM, 168 registers): S + O + Q spill.
+        let four = Overrides {
+            warps: Some(4),
+            ..ov
+        };
         let p = AttentionProblem::new(1, 1, 256, 128);
-        assert!(PersistentPortable.plan_with(&p, &h100, &ov, false).is_err());
+        let err = PersistentPortable
+            .plan_with(&p, &h100, &four, false)
+            .unwrap_err();
+        assert!(err.reason.contains("255-register"), "{err}");
+        // The sm_90 D = 128 default (7 warps, one CTA) takes it.
+        assert!(PersistentPortable.plan_with(&p, &h100, &ov, false).is_ok());
     }
 
     #[test]
     fn dynamic_schedule_only_past_one_round() {
         let h100 = DeviceInfo::synthetic_h100();
-        // (4,16,2048,128): 2048 items of 64 rows for 264 CTA slots -> dynamic, two counter words.
-        let p = plan(&AttentionProblem::new(4, 16, 2048, 128), &h100).unwrap();
+        // (4,16,2048,128) with 4 warps: 2048 items of 64 rows for 264 CTA slots -> dynamic, two
+        // counter words.
+        let four = Overrides {
+            warps: Some(4),
+            ..Default::default()
+        };
+        let p = PersistentPortable
+            .plan_with(
+                &AttentionProblem::new(4, 16, 2048, 128),
+                &h100,
+                &four,
+                false,
+            )
+            .unwrap();
         let l = &p.launches[0];
         assert_eq!(define(l, "FC_PORTABLE_DYNAMIC"), "1");
         assert_eq!(p.workspace_f32, DYNAMIC_COUNTER_WORDS);
@@ -642,7 +731,7 @@ mod tests {
         // Forced off.
         let off = Overrides {
             dynamic: Some(false),
-            ..Default::default()
+            ..four
         };
         let plan = PersistentPortable
             .plan_with(&AttentionProblem::new(4, 16, 2048, 128), &h100, &off, false)
