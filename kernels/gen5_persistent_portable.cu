@@ -4,7 +4,9 @@
 //   * gridDim.x = number of SMs x CTAs per SM (capped at the item count); CTA c walks the work
 //     items item = c + k * gridDim.x, an item being (batch, q head, BM-row q tile). Items are
 //     ordered as on the Hopper path: L2 sections of a few heads, q tile outer / head inner, the
-//     q tile index descending under causal masking (longest items first).
+//     q tile index descending under causal masking (longest items first); without causal masking
+//     one head per section (FC_PORTABLE_HEAD_MAJOR). With FC_PORTABLE_DYNAMIC the items are taken
+//     in that order from a global counter instead.
 //   * Warps 0 .. W-1 are consumers, 16 query rows each (BM = 16 W rows per item): Q fragments,
 //     the f32 O accumulator and the softmax row state stay in registers for the whole item;
 //     S = Q·Kᵀ and O += P·V run on mma.sync m16n8k16 with ldmatrix(.trans) fragments.
@@ -36,7 +38,8 @@
 // depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
 // (16-wide Q slices held in registers, the rest re-read per K tile; default D / 16);
 // FC_PORTABLE_MIN_BLOCKS (CTAs per SM for __launch_bounds__; default 1);
-// FC_PORTABLE_L2_SECTION_BYTES (K/V bytes the schedule keeps hot); FC_PORTABLE_DEBUG (every wait
+// FC_PORTABLE_L2_SECTION_BYTES (K/V bytes the schedule keeps hot); FC_PORTABLE_HEAD_MAJOR (0|1,
+// default 1: one head per L2 section without causal masking); FC_PORTABLE_DEBUG (every wait
 // bounded: the "empty" signals become mbarriers too, a stuck wait prints and traps);
 // FC_PORTABLE_EMPTY_MBAR (mbarriers for "empty" without the debug build, for an A/B).
 #include "common/params.cuh"
@@ -95,9 +98,10 @@
 #ifndef FC_PORTABLE_DYNAMIC
 #define FC_PORTABLE_DYNAMIC 0
 #endif
-// Head-major order without causal masking: one head per L2 section (see decode).
+// Head-major order without causal masking: one head per L2 section (see decode). Measured
+// +0-3 % and steadier than the head-inner order (docs/results/2026-11-23-portable-d128-h100, ab14).
 #ifndef FC_PORTABLE_HEAD_MAJOR
-#define FC_PORTABLE_HEAD_MAJOR 0
+#define FC_PORTABLE_HEAD_MAJOR 1
 #endif
 
 namespace fcp {
