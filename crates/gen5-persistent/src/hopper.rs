@@ -26,6 +26,8 @@ pub const BLOCK_M: usize = 128;
 /// Keys per K/V tile = K/V TMA box rows. 128 for both head dims: with D = 128 the consumer holds
 /// S (64 f32) + O (64 f32) + P (32 packed) + bookkeeping, well inside the 232-register budget.
 pub const BLOCK_N: usize = 128;
+/// Keys per K/V tile at D = 128 without causal masking ([`HopperConfig::wide_noncausal`]).
+pub const WIDE_BLOCK_N: usize = 176;
 /// K/V ring depth. 2 stages for D = 128 is 160 KiB of smem; 3 would still fit (224 KiB).
 pub const STAGES: usize = 2;
 /// 1: FA3 intra-warpgroup overlap (softmax of S_j+1 while O += P_j V_j runs); 0: the simple
@@ -49,8 +51,19 @@ pub const CONSUMER_REGS: usize = 232;
 /// Q_STAGES x Q (BLOCK_M x D) + STAGES x (K + V tiles of BLOCK_N x D) + barriers
 /// (2 Q_STAGES + 4 STAGES, 8 B each, rounded up to 128 B) + 1024 bytes of alignment slack.
 pub fn smem_bytes_for(head_dim: usize, elem_bytes: usize, stages: usize, q_stages: usize) -> usize {
+    smem_bytes_with_block_n(head_dim, elem_bytes, stages, q_stages, BLOCK_N)
+}
+
+/// [`smem_bytes_for`] with `block_n` keys per K/V tile.
+pub fn smem_bytes_with_block_n(
+    head_dim: usize,
+    elem_bytes: usize,
+    stages: usize,
+    q_stages: usize,
+    block_n: usize,
+) -> usize {
     let q = BLOCK_M * head_dim * elem_bytes;
-    let kv_tile = BLOCK_N * head_dim * elem_bytes;
+    let kv_tile = block_n * head_dim * elem_bytes;
     // The barriers, then the dynamic schedule's two unit-index words (OFF_ITEM).
     let bars = (2 * q_stages + 4 * stages) * 8 + 8;
     let bars = bars.div_ceil(128) * 128;
@@ -138,6 +151,15 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_HEAD_MAJOR=0|1`: one head per L2 section without causal masking
     /// (`FC_HOPPER_HEAD_MAJOR`; `None`: the kernel's default).
     pub head_major: Option<bool>,
+    /// Keys per K/V tile (`FC_HOPPER_BLOCK_N`; env `FLASHCORE_HOPPER_BLOCK_N`, 64|128|176, which
+    /// also turns `wide_noncausal` off).
+    pub block_n: usize,
+    /// At D = 128 without causal masking: 176-key tiles with one Q buffer and 240 consumer
+    /// registers (FlashAttention-3's non-causal width; 128 x 176 S tiles need the second Q
+    /// buffer's shared memory). Measured +0-10 % over the default at the D = 128 non-causal
+    /// ladder rows on the H100 and slower under causal masking or at D = 64 (docs/results/
+    /// 2026-11-23-gen5-session3-h100, ab17). Env `FLASHCORE_HOPPER_WIDE_NONCAUSAL=0|1`.
+    pub wide_noncausal: bool,
 }
 
 impl Default for HopperConfig {
@@ -156,6 +178,8 @@ impl Default for HopperConfig {
             auto_split: false,
             dynamic: None,
             head_major: None,
+            block_n: BLOCK_N,
+            wide_noncausal: true,
         }
     }
 }
@@ -207,6 +231,13 @@ impl HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_STAGES", &[2, 3, 4])? {
             c.stages = v;
         }
+        if let Some(v) = number("FLASHCORE_HOPPER_BLOCK_N", &[64, 128, 176])? {
+            c.block_n = v;
+            c.wide_noncausal = false;
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_WIDE_NONCAUSAL")? {
+            c.wide_noncausal = v;
+        }
         if let Some(v) = number("FLASHCORE_HOPPER_Q_STAGES", &[1, 2])? {
             c.q_stages = v;
         }
@@ -255,9 +286,37 @@ impl HopperConfig {
         }
     }
 
+    /// The configuration a problem runs with: this one, or its wide non-causal form at D = 128
+    /// (176-key tiles, one Q buffer, 240 consumer registers). Not with split-KV or the smem
+    /// epilogue, which were only measured and verified with 128-key tiles.
+    pub fn for_problem(&self, problem: &AttentionProblem) -> HopperConfig {
+        let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
+        if self.wide_noncausal
+            && problem.head_dim == 128
+            && !problem.causal
+            && unsplit
+            && !self.smem_epilogue
+        {
+            HopperConfig {
+                block_n: WIDE_BLOCK_N,
+                q_stages: 1,
+                consumer_regs: 240,
+                ..*self
+            }
+        } else {
+            *self
+        }
+    }
+
     /// Dynamic shared memory of this configuration.
     pub fn smem_bytes(&self, head_dim: usize, elem_bytes: usize) -> usize {
-        smem_bytes_for(head_dim, elem_bytes, self.stages, self.q_stages)
+        smem_bytes_with_block_n(
+            head_dim,
+            elem_bytes,
+            self.stages,
+            self.q_stages,
+            self.block_n,
+        )
     }
 
     /// The kernel defines. Variants at their default value are not emitted (the kernel's own
@@ -265,7 +324,7 @@ impl HopperConfig {
     fn defines(&self, head_dim: usize, l2_section: u64) -> Vec<(String, String)> {
         let mut d = vec![
             ("FC_HEAD_DIM".to_string(), head_dim.to_string()),
-            ("FC_HOPPER_BLOCK_N".to_string(), BLOCK_N.to_string()),
+            ("FC_HOPPER_BLOCK_N".to_string(), self.block_n.to_string()),
             ("FC_HOPPER_STAGES".to_string(), self.stages.to_string()),
             (
                 "FC_HOPPER_OVERLAP".to_string(),
@@ -362,6 +421,7 @@ impl PersistentHopper {
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
+        let cfg = &cfg.for_problem(problem);
         let d = problem.head_dim;
         let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
         let limit = device.max_shared_memory_per_block_optin as usize;
@@ -374,7 +434,7 @@ impl PersistentHopper {
                     cfg.q_stages,
                     BLOCK_M * d * problem.dtype.size_bytes(),
                     cfg.stages,
-                    2 * BLOCK_N * d * problem.dtype.size_bytes(),
+                    2 * cfg.block_n * d * problem.dtype.size_bytes(),
                 ),
             ));
         }
@@ -382,7 +442,7 @@ impl PersistentHopper {
         let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(BLOCK_M);
         // Split-KV for small problems: a work unit is (item, key range). The longest item (the
         // last q tile, also under the bottom-right causal mask) has all the key tiles.
-        let max_key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+        let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
         let mut splits = cfg.splits_for(items, max_key_tiles, device.sm_count as usize);
         let mut workspace = 0;
         if splits > 1 {
@@ -429,7 +489,7 @@ impl PersistentHopper {
             dynamic_smem_bytes: smem as u32,
             tensor_maps: Some(TensorMapSpec {
                 q_box_rows: BLOCK_M as u32,
-                kv_box_rows: BLOCK_N as u32,
+                kv_box_rows: cfg.block_n as u32,
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
             }),
@@ -560,6 +620,51 @@ mod tests {
         PersistentHopper
             .plan_with(&HopperConfig::default(), p, dev)
             .unwrap()
+    }
+
+    #[test]
+    fn head_dim_128_non_causal_takes_176_key_tiles() {
+        let dev = DeviceInfo::synthetic_h100();
+        let wide = &default_plan(&AttentionProblem::new(4, 16, 2048, 128), &dev).launches[0];
+        let defines = |l: &flashcore_core::KernelLaunch| -> Vec<String> {
+            l.defines.iter().map(|(k, v)| format!("{k}={v}")).collect()
+        };
+        assert!(defines(wide).contains(&"FC_HOPPER_BLOCK_N=176".to_string()));
+        assert!(defines(wide).contains(&"FC_HOPPER_CONSUMER_REGS=240".to_string()));
+        // One Q buffer (the kernel's default: no define) so that 2 x (K + V) of 176 keys fit.
+        assert!(!defines(wide)
+            .iter()
+            .any(|d| d.starts_with("FC_HOPPER_Q_STAGES")));
+        assert_eq!(wide.tensor_maps.as_ref().unwrap().kv_box_rows, 176);
+        assert_eq!(
+            wide.dynamic_smem_bytes as usize,
+            smem_bytes_with_block_n(128, 2, 2, 1, 176)
+        );
+        assert!(wide.dynamic_smem_bytes as usize <= 227 * 1024);
+        // Causal, D = 64, or a forced width: 128-key tiles with two Q buffers.
+        for p in [
+            AttentionProblem::new(4, 16, 2048, 128).with_causal(true),
+            AttentionProblem::new(4, 16, 2048, 64),
+        ] {
+            let l = &default_plan(&p, &dev).launches[0];
+            assert!(
+                defines(l).contains(&"FC_HOPPER_BLOCK_N=128".to_string()),
+                "{p}"
+            );
+            assert!(
+                defines(l).contains(&"FC_HOPPER_Q_STAGES=2".to_string()),
+                "{p}"
+            );
+        }
+        let forced = HopperConfig::from_overrides(|name| {
+            (name == "FLASHCORE_HOPPER_BLOCK_N").then(|| "128".to_string())
+        })
+        .unwrap();
+        let l = &PersistentHopper
+            .plan_with(&forced, &AttentionProblem::new(4, 16, 2048, 128), &dev)
+            .unwrap()
+            .launches[0];
+        assert!(defines(l).contains(&"FC_HOPPER_BLOCK_N=128".to_string()));
     }
 
     #[test]
