@@ -1,0 +1,116 @@
+//! The `determinism` check of `cargo xtask reliability` (the list in `super` says what it tries).
+
+use std::time::Instant;
+
+use flashcore::{Attention, AttentionProblem, Device, Error};
+
+use super::device::DevCase;
+use super::host::{count_nan_bits, Synth};
+use super::watchdog::{progress, step};
+use super::{dims_for, Args, Report, Res};
+
+pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
+    for k in kernels {
+        let d = dims_for(k.as_ref(), &[128, 64])[0];
+        let p = AttentionProblem::new(8, 16, 1024, d).with_causal(k.capabilities().causal);
+        repeat(
+            dev,
+            k.as_ref(),
+            &p,
+            args.determinism_runs,
+            k.name().to_string(),
+            args,
+            report,
+        );
+        if k.name().contains("persistent") && args.persistent_runs > 0 {
+            let d = dims_for(k.as_ref(), &[128])[0];
+            let p = AttentionProblem::new(4, 16, 8192, d).with_causal(true);
+            repeat(
+                dev,
+                k.as_ref(),
+                &p,
+                args.persistent_runs,
+                format!("{} (large)", k.name()),
+                args,
+                report,
+            );
+        }
+    }
+}
+
+fn repeat(
+    dev: &Device,
+    k: &dyn Attention,
+    p: &AttentionProblem,
+    runs: usize,
+    label: String,
+    args: &Args,
+    report: &mut Report,
+) {
+    let t = Instant::now();
+    let _s = step(format!("determinism {label}"), args.step_timeout);
+    if let Err(u) = k.supports(p, dev.info()) {
+        report.add("determinism", &label, Res::Skip, u.reason, t);
+        return;
+    }
+    let result = (|| -> std::result::Result<String, String> {
+        let e = |e: Error| e.to_string();
+        let s = |i: u64, h: usize, n: usize| {
+            Synth::new(
+                args.seed.wrapping_add(i),
+                p.dtype,
+                [p.batch, h, n, p.head_dim],
+            )
+        };
+        let mut c = DevCase::dense(
+            dev,
+            p,
+            &s(10, p.heads_q, p.seq_q).dense_bits(p.layout),
+            &s(11, p.heads_kv, p.seq_k).dense_bits(p.layout),
+            &s(12, p.heads_kv, p.seq_k).dense_bits(p.layout),
+        )
+        .map_err(e)?;
+        let (o0, l0) = c.run(k, dev).map_err(e)?;
+        let unwritten = count_nan_bits(p.dtype, &o0) + l0.iter().filter(|x| x.is_nan()).count();
+        if unwritten > 0 {
+            return Err(format!(
+                "first run left {unwritten} output elements NaN (unwritten)"
+            ));
+        }
+        let (mut differing_runs, mut worst, mut first) = (0usize, 0usize, None);
+        for run in 1..runs {
+            progress();
+            let (o, l) = c.run(k, dev).map_err(e)?;
+            if o != o0
+                || l.iter()
+                    .map(|x| x.to_bits())
+                    .ne(l0.iter().map(|x| x.to_bits()))
+            {
+                differing_runs += 1;
+                let n = o.iter().zip(&o0).filter(|(a, b)| a != b).count()
+                    + l.iter()
+                        .zip(&l0)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                worst = worst.max(n);
+                first.get_or_insert(run);
+            }
+        }
+        if differing_runs > 0 {
+            return Err(format!(
+                "{differing_runs} of {} runs differ from run 0 (first: run {}, up to {worst} elements) on {p}",
+                runs - 1,
+                first.unwrap()
+            ));
+        }
+        Ok(format!(
+            "{runs} runs bit-identical (O {} + LSE {} elements) on {p}",
+            o0.len(),
+            l0.len()
+        ))
+    })();
+    match result {
+        Ok(m) => report.add("determinism", &label, Res::Pass, m, t),
+        Err(m) => report.add("determinism", &label, Res::Fail, m, t),
+    }
+}

@@ -1,0 +1,328 @@
+//! `cargo xtask reliability`: the failures trusted attention libraries are known for, tried on
+//! the GPU for every generation and shown. Each sub-check prints one line per (check, kernel)
+//! with PASS / FAIL / SKIP and its numbers, then a summary table; any FAIL exits non-zero.
+//!
+//! - `badinput`: misaligned base pointers (Unsupported, and `forward_auto` falls back to a
+//!   generation that takes them), dtype and length mismatches (an error, nothing launched),
+//!   batch 0 / seq_q 0 (empty output), seq_k 0 (O = 0, LSE = +inf), causal seq_q > seq_k, a
+//!   softmax scale of 0 and negative, a host array of the wrong shape.
+//! - `oob`: inputs padded past seq_q / seq_k / head_dim with NaN (custom strides, NaN before the
+//!   base pointer too) give outputs bit-identical to the dense run, and output padding is never
+//!   written; tail lengths at tile sizes ± 1, causal and not.
+//! - `determinism`: 100 runs of a large causal problem, bit-identical O and LSE; 1000 for the
+//!   persistent generation on one large causal problem.
+//! - `grid`: batch·heads past the 65535 grid.y/z limit, and Q/O and K/V tensors past 2^31
+//!   elements, judged by the oracle on sampled rows (and every element written).
+//! - `nonfinite`: NaN and ±Inf planted in Q, K and V: no crash or hang, and the output is NaN
+//!   exactly where the f64 reference's is.
+//! - `oom`: more device memory than is free gives an out-of-memory error, and the same `Device`
+//!   then runs a normal case correctly (no leak from the failed call).
+//! - `soak`: 20000 `verify`-style random cases across the generations, zero failures, and
+//!   device free memory before and after within a tolerance.
+//!
+//! A watchdog turns a hang into exit code 3 with the step that hung. docs/RELIABILITY.md.
+
+mod badinput;
+mod determinism;
+mod device;
+mod grid;
+mod host;
+mod nonfinite;
+mod oob;
+mod oom;
+mod soak;
+mod watchdog;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use flashcore::{Attention, AttentionProblem, Device};
+use flashcore_oracle::OracleProblem;
+
+use crate::case::Case;
+use watchdog::start_watchdog;
+
+/// One sub-check: it runs on each selected generation and adds its lines to the report.
+type Check = fn(&Device, &[Box<dyn Attention>], &Args, &mut Report);
+
+/// The sub-checks by name, in the order they run.
+const CHECKS: &[(&str, Check)] = &[
+    ("badinput", badinput::run),
+    ("oob", oob::run),
+    ("determinism", determinism::run),
+    ("grid", grid::run),
+    ("nonfinite", nonfinite::run),
+    ("oom", oom::run),
+    ("soak", soak::run),
+];
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
+    /// oom, soak.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Option<Vec<String>>,
+    /// Comma-separated generation names (default: all compiled in).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Option<Vec<String>>,
+    /// Repeated runs per generation in `determinism`.
+    #[arg(long, default_value_t = 100)]
+    pub determinism_runs: usize,
+    /// Repeated runs of the persistent generation's large causal case in `determinism`.
+    #[arg(long, default_value_t = 1000)]
+    pub persistent_runs: usize,
+    /// Random cases in `soak`, spread over the generations.
+    #[arg(long, default_value_t = 20000)]
+    pub soak_cases: usize,
+    /// Host threads running soak cases at once (on the one device and stream).
+    #[arg(long, default_value_t = 8)]
+    pub soak_threads: usize,
+    /// Longest seq_q / seq_k drawn in `soak`.
+    #[arg(long, default_value_t = 1100)]
+    pub soak_max_seq: usize,
+    /// Device memory `soak` may lose between before and after (MiB).
+    #[arg(long, default_value_t = 64)]
+    pub leak_tolerance_mib: usize,
+    /// Skip the two tensors past 2^31 elements in `grid` (each needs ~9 GB of device memory
+    /// and up to ~40 GB of host memory for the oracle).
+    #[arg(long)]
+    pub no_huge: bool,
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Seconds one step may run (or `soak` go without progress) before it counts as a hang:
+    /// the run then stops with exit code 3.
+    #[arg(long, default_value_t = 600)]
+    pub step_timeout: u64,
+    /// Write the lines as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+enum Res {
+    Pass,
+    Fail,
+    Skip,
+}
+
+impl Res {
+    fn name(self) -> &'static str {
+        match self {
+            Res::Pass => "PASS",
+            Res::Fail => "FAIL",
+            Res::Skip => "SKIP",
+        }
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+struct Line {
+    check: &'static str,
+    kernel: String,
+    result: Res,
+    detail: String,
+    seconds: f64,
+}
+
+#[derive(Default)]
+struct Report {
+    lines: Vec<Line>,
+}
+
+impl Report {
+    /// PASS with the notes when nothing failed, else FAIL with the failures.
+    fn add_outcome(
+        &mut self,
+        check: &'static str,
+        kernel: &str,
+        notes: &[String],
+        fails: &[String],
+        t: Instant,
+    ) {
+        if fails.is_empty() {
+            self.add(check, kernel, Res::Pass, notes.join("; "), t);
+        } else {
+            self.add(check, kernel, Res::Fail, fails.join("; "), t);
+        }
+    }
+
+    fn add(&mut self, check: &'static str, kernel: &str, result: Res, detail: String, t: Instant) {
+        let seconds = t.elapsed().as_secs_f64();
+        println!(
+            "{check:<11} {kernel:<24} {}  {detail}  ({seconds:.1} s)",
+            result.name()
+        );
+        self.lines.push(Line {
+            check,
+            kernel: kernel.to_string(),
+            result,
+            detail,
+            seconds,
+        });
+    }
+
+    fn summary(&self) {
+        println!();
+        println!("| check | kernel | result | detail | seconds |");
+        println!("|---|---|---|---|---|");
+        for l in &self.lines {
+            println!(
+                "| {} | {} | {} | {} | {:.1} |",
+                l.check,
+                l.kernel,
+                l.result.name(),
+                l.detail.replace('|', "/"),
+                l.seconds
+            );
+        }
+        let count = |r: Res| self.lines.iter().filter(|l| l.result == r).count();
+        println!();
+        println!(
+            "reliability: {} passed, {} failed, {} skipped",
+            count(Res::Pass),
+            count(Res::Fail),
+            count(Res::Skip)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels and problems, shared by the checks
+
+fn selected_kernels(names: &Option<Vec<String>>) -> Result<Vec<Box<dyn Attention>>> {
+    let all = flashcore::kernels();
+    if let Some(names) = names {
+        for n in names {
+            if !all.iter().any(|k| k.name() == n) {
+                let have: Vec<&str> = all.iter().map(|k| k.name()).collect();
+                bail!("unknown kernel '{n}' (compiled in: {})", have.join(", "));
+            }
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|k| {
+            names
+                .as_ref()
+                .is_none_or(|n| n.iter().any(|x| x == k.name()))
+        })
+        .collect())
+}
+
+/// Head dims to try for a kernel: those of `wanted` it takes, else its first representative.
+fn dims_for(k: &dyn Attention, wanted: &[usize]) -> Vec<usize> {
+    let h = k.capabilities().head_dims;
+    let v: Vec<usize> = wanted.iter().copied().filter(|&d| h.contains(d)).collect();
+    if !v.is_empty() {
+        return v;
+    }
+    crate::check_kernels::representative_head_dims(&h)
+        .into_iter()
+        .take(1)
+        .collect()
+}
+
+fn heads_for(k: &dyn Attention) -> (usize, usize) {
+    if k.capabilities().gqa {
+        (4, 2)
+    } else {
+        (4, 4)
+    }
+}
+
+fn case_oracle(p: &AttentionProblem) -> OracleProblem {
+    Case {
+        problem: p.clone(),
+        data_seed: 0,
+    }
+    .oracle_problem()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry point
+
+pub fn main(args: Args) -> Result<()> {
+    let names = || CHECKS.iter().map(|&(name, _)| name);
+    let only: Vec<String> = match &args.only {
+        Some(v) => {
+            for c in v {
+                if !names().any(|n| n == c) {
+                    let all: Vec<&str> = names().collect();
+                    bail!("unknown check '{c}' (checks: {})", all.join(", "));
+                }
+            }
+            v.clone()
+        }
+        None => names().map(|s| s.to_string()).collect(),
+    };
+    let kernels = selected_kernels(&args.kernels)?;
+    let dev = match Device::open(args.device) {
+        Ok(d) => d,
+        Err(e) => bail!(
+            "reliability runs on a GPU and there is none here ({e}); the checks that need no GPU \
+             are `cargo test -p flashcore-core -p flashcore -p flashcore-cli`"
+        ),
+    };
+    let info = dev.info();
+    println!(
+        "reliability: device {} (cc {}.{}, {} SMs, {} MiB), kernels {}, checks {}",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.sm_count,
+        info.total_memory >> 20,
+        kernels
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        only.join(",")
+    );
+    start_watchdog();
+    let mut report = Report::default();
+    let on = |c: &str| only.iter().any(|x| x == c);
+    for &(name, run) in CHECKS {
+        if on(name) {
+            run(&dev, &kernels, &args, &mut report);
+        }
+    }
+    report.summary();
+    crate::verify::print_compile_stats(&dev);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.lines)?)?;
+    }
+    let failed = report
+        .lines
+        .iter()
+        .filter(|l| l.result == Res::Fail)
+        .count();
+    if failed > 0 {
+        bail!("{failed} reliability line(s) failed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_check_is_listed_and_names_parse() {
+        for (c, _) in CHECKS {
+            assert!(!c.contains(','));
+        }
+        assert!(selected_kernels(&Some(vec!["nope".into()])).is_err());
+        assert_eq!(
+            selected_kernels(&Some(vec!["scalar".into()]))
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
