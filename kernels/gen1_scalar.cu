@@ -5,9 +5,14 @@
 // row accumulates in shared memory (one element per thread). Online softmax with f32 state, in
 // the log2 domain (scores pre-multiplied by scale·log2 e so exp is one exp2). No tensor cores,
 // no vector loads: every later generation must match what this computes.
+//
+// It takes every mode of docs/MODES.md through the shared block info (common/seqlen.cuh: lengths,
+// key ranges), score modifiers (common/score_mod.cuh) and K/V addressing (common/kv_rows.cuh);
+// only keys in the row's [lo, hi) are ever read.
 #include "common/types.cuh"
-#include "common/masking.cuh"
-#include "common/tensor_index.cuh"
+#include "common/seqlen.cuh"
+#include "common/score_mod.cuh"
+#include "common/kv_rows.cuh"
 
 #define SCALAR_THREADS 128
 #define SCALAR_MAX_HEAD_DIM 256
@@ -48,7 +53,10 @@ attention_scalar(const __grid_constant__ AttentionParams p) {
         const int head = (int)((row_id / p.seq_q) % p.heads_q);
         const int batch = (int)(row_id / ((long long)p.seq_q * p.heads_q));
         const int kv_head = head / p.q_heads_per_kv;
-        const long long q_base = q_offset(p, batch, head, row);
+        const SeqInfo seq = seq_info(p, batch);
+        if (row >= seq.len_q) continue;  // past this sequence's end (seq_q is the max): block-uniform
+        const long long q_base = seq_q_offset(p, seq, batch, head, row);
+        const ScoreMod mod = score_mod(p, seq, batch, head);
 
         for (int d = tid; d < p.head_dim; d += SCALAR_THREADS) {
             q_row[d] = to_float(q[q_base + d]);
@@ -56,44 +64,51 @@ attention_scalar(const __grid_constant__ AttentionParams p) {
         }
         __syncthreads();
 
-        const int key_end = causal_key_end(p, row);
+        const KeyRange keys = key_range(p, seq, row);
         float running_max = -INFINITY;  // log2 domain
         float running_sum = 0.0f;
 
-        for (int chunk = 0; chunk < key_end; chunk += SCALAR_THREADS) {
+        for (int chunk = keys.lo; chunk < keys.hi; chunk += SCALAR_THREADS) {
             const int key = chunk + tid;
             float score = -INFINITY;
-            if (key < key_end) {
-                const long long k_base = k_offset(p, batch, kv_head, key);
+            if (key < keys.hi) {
+                const long long k_base = k_row_offset(p, seq, batch, kv_head, key);
                 float dot = 0.0f;
                 for (int d = 0; d < p.head_dim; ++d) dot += q_row[d] * to_float(k[k_base + d]);
-                score = dot * p.scale_log2;
+                score = logit_log2(mod, dot, row, key);
             }
-            // key 0 of every chunk is visible (chunk < key_end), so the new max is finite.
+            // key 0 of every chunk is visible (chunk < keys.hi), so the new max is finite unless
+            // the logits themselves are -inf.
             const float new_max = fmaxf(running_max, block_reduce<true>(score, scratch));
-            const float correction = exp2f(running_max - new_max);  // exp2(-inf) = 0 on the first chunk
-            const float prob = (key < key_end) ? exp2f(score - new_max) : 0.0f;
+            // A max still at -inf shifts by 0, so -inf - -inf never forms a NaN (all p are 0 then).
+            const float shift = new_max == -INFINITY ? 0.0f : new_max;
+            const float correction = running_max == -INFINITY ? 0.0f : exp2f(running_max - shift);
+            const float prob = (key < keys.hi) ? exp2f(score - shift) : 0.0f;
             probs[tid] = prob;
             running_sum = running_sum * correction + block_reduce<false>(prob, scratch);
             running_max = new_max;
 
-            const int chunk_keys = min(SCALAR_THREADS, key_end - chunk);
+            const int chunk_keys = min(SCALAR_THREADS, keys.hi - chunk);
             for (int d = tid; d < p.head_dim; d += SCALAR_THREADS) {
                 float a = acc[d] * correction;
                 for (int t = 0; t < chunk_keys; ++t)
-                    a += probs[t] * to_float(v[v_offset(p, batch, kv_head, chunk + t) + d]);
+                    a += probs[t] * to_float(v[v_row_offset(p, seq, batch, kv_head, chunk + t) + d]);
                 acc[d] = a;
             }
             __syncthreads();  // probs is rewritten by the next chunk
         }
 
-        const long long o_base = o_offset(p, batch, head, row);
-        const float inv_sum = running_sum != 0.0f ? 1.0f / running_sum : 0.0f;
+        const long long o_base = seq_o_offset(p, seq, batch, head, row);
+        // l = 0 with visible keys takes -inf logits (infinite inputs): softmax is 0/0 there, NaN
+        // as in the f64 reference. With no visible key it is the defined empty row.
+        const bool sees_keys = keys.hi > keys.lo;
+        const float inv_sum = running_sum != 0.0f ? 1.0f / running_sum : (sees_keys ? __int_as_float(0x7fc00000) : 0.0f);
         for (int d = tid; d < p.head_dim; d += SCALAR_THREADS) o[o_base + d] = from_float(acc[d] * inv_sum);
         if (tid == 0) {
             // Natural-log LSE; a row that saw no key has sum 0 and LSE +inf.
-            p.lse[lse_offset(p, batch, head, row)] =
-                running_sum != 0.0f ? (running_max + log2f(running_sum)) * 0.69314718055994531f : INFINITY;
+            p.lse[seq_lse_offset(p, seq, batch, head, row)] =
+                running_sum != 0.0f ? (running_max + log2f(running_sum)) * 0.69314718055994531f
+                                    : (sees_keys ? __int_as_float(0x7fc00000) : INFINITY);
         }
         __syncthreads();  // q_row and acc are rewritten for the next row
     }

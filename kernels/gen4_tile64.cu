@@ -18,8 +18,11 @@
 // proves every warp has finished P·V(n-1) (V[buf^1] is free); the second makes K(n+1) visible and
 // proves every warp has finished Q·K(n)ᵀ (K[buf] is free for K(n+2)).
 //
-// Causal: K/V tiles past the tile's last visible key are never loaded; tiles that cross the
-// diagonal (or the seq_k tail) run the mask, all others skip it.
+// Masks and modes (docs/MODES.md) plug in through the shared headers: common/seqlen.cuh gives the
+// sequence's lengths and the key tiles a query tile visits (causal, window, per-sequence lengths:
+// tiles outside are never loaded; tiles that are not fully visible to every row run the element
+// mask, all others skip it), common/score_mod.cuh turns q·k into logits (scale, softcap, ALiBi)
+// and common/kv_rows.cuh finds K/V rows (strided or paged).
 //
 // Dynamic shared memory (bytes), T = 64 * FC_HEAD_DIM * 2 (one 64-row tile):
 //   [0, T) K buffer 0 | [T, 2T) K buffer 1 | [2T, 3T) V buffer 0 | [3T, 4T) V buffer 1
@@ -30,7 +33,8 @@
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
-#include "common/tensor_index.cuh"
+#include "common/seqlen.cuh"
+#include "common/kv_rows.cuh"
 #include "common/smem_layout.cuh"
 #include "common/mma.cuh"
 #include "common/async_copy.cuh"
@@ -109,49 +113,71 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
 
     // Work item = (batch, head, q tile): see common/work_item.cuh for the order.
     for (long long item = blockIdx.x; item < total_items; item += gridDim.x) {
-        const auto [b, h, h_kv, q0, q_rows, num_kv_tiles, first_row_key_end] =
-            q_tile_item<q_tile_rows, kv_tile_rows>(p, item, num_q_tiles);
+        const QTileItem item_tile = q_tile_item<q_tile_rows, kv_tile_rows>(p, item, num_q_tiles);
+        const int b = item_tile.b, h = item_tile.h, h_kv = item_tile.h_kv, q0 = item_tile.q0;
+        const SeqInfo seq = seq_info(p, b);
+        if (q0 >= seq.len_q) continue;  // past this sequence's end (seq_q is the longest): block-uniform
+        const int q_rows = min(q_tile_rows, seq.len_q - q0);
+        const KeyTiles kt = visited_key_tiles(p, seq, q0, q_rows, kv_tile_rows);
         const int row_lo = q0 + warp_row0 + group;
-        const int key_end_lo = causal_key_end(p, row_lo);
-        const int key_end_hi = causal_key_end(p, row_lo + 8);
+        const KeyRange keys[2] = {key_range(p, seq, row_lo), key_range(p, seq, row_lo + 8)};
+        const bool modified = has_score_mod(p);
+        const ScoreMod mod = score_mod(p, seq, b, h);
 
-        const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0);
-        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
-        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
+        const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0);
+        const elem_t* k_base = static_cast<const elem_t*>(p.k);
+        const elem_t* v_base = static_cast<const elem_t*>(p.v);
+        const bool paged = p.block_table != nullptr;
+        // Strided K/V: row j at k_ptr + j * row_stride. Paged: every row through the block table.
+        const elem_t* k_ptr = k_base + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
+        const elem_t* v_ptr = v_base + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
+        auto load_k = [&](unsigned dst, int k0) {
+            const int rows = min(kv_tile_rows, seq.len_k - k0);
+            if (paged)
+                load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
+                    dst, [&](int r) { return k_base + k_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+            else
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + (long long)k0 * p.k_row_stride,
+                                                                     p.k_row_stride, rows, tid);
+        };
+        auto load_v = [&](unsigned dst, int k0) {
+            const int rows = min(kv_tile_rows, seq.len_k - k0);
+            if (paged)
+                load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
+                    dst, [&](int r) { return v_base + v_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+            else
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + (long long)k0 * p.v_row_stride,
+                                                                     p.v_row_stride, rows, tid);
+        };
 
         float o[out_tiles][4];
         zero_accumulator(o);
         SoftmaxRows st;
         softmax_init(st);
 
-        if (num_kv_tiles > 0) {
-            // Prologue: group 1 = Q + K(0), group 2 = V(0). The previous item ended on a barrier
-            // after its last shared-memory read, so every buffer is free.
+        if (kt.end > kt.first) {
+            // Prologue: group 1 = Q + K(first), group 2 = V(first). The previous item ended on a
+            // barrier after its last shared-memory read, so every buffer is free.
             load_tile_async<q_tile_rows, head_dim, num_threads>(q_tile, q_ptr, p.q_row_stride, q_rows, tid);
-            load_tile_async<kv_tile_rows, head_dim, num_threads>(smem_base + k_buffer(0), k_ptr, p.k_row_stride,
-                                                                 min(kv_tile_rows, p.seq_k), tid);
+            load_k(smem_base + k_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
-            load_tile_async<kv_tile_rows, head_dim, num_threads>(smem_base + v_buffer(0), v_ptr, p.v_row_stride,
-                                                                 min(kv_tile_rows, p.seq_k), tid);
+            load_v(smem_base + v_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
-            cp_async_wait<1>();  // Q and K(0) have landed (V(0) may still be in flight)
+            cp_async_wait<1>();  // Q and K(first) have landed (V(first) may still be in flight)
             __syncthreads();
 
             FragA q_frag[head_dim / 16];
             if constexpr (q_in_registers) load_q_fragments<head_dim>(q_frag, q_tile, warp_row0, lane);
 
-            for (int n = 0; n < num_kv_tiles; ++n) {
-                const int buf = n & 1;
+            for (int n = kt.first; n < kt.end; ++n) {
+                const int buf = (n - kt.first) & 1;
                 const int k0 = n * kv_tile_rows;
-                const bool has_next = n + 1 < num_kv_tiles;
-                const int next_k0 = k0 + kv_tile_rows;  // only used when has_next (then < seq_k)
+                const bool has_next = n + 1 < kt.end;
+                const int next_k0 = k0 + kv_tile_rows;  // only used when has_next (then < len_k)
 
                 // K(n+1) -> K[buf^1]: its previous reader, Q·K(n-1)ᵀ, finished before the
                 // barrier that ended iteration n-1. An empty group keeps the wait counts uniform.
-                if (has_next)
-                    load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                        smem_base + k_buffer(buf ^ 1), k_ptr + (long long)next_k0 * p.k_row_stride, p.k_row_stride,
-                        min(kv_tile_rows, p.seq_k - next_k0), tid);
+                if (has_next) load_k(smem_base + k_buffer(buf ^ 1), next_k0);
                 cp_async_commit();
 
                 float s[key_tiles][4];
@@ -160,19 +186,22 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
                 else
                     warp_qk_q_in_smem<head_dim, kv_tile_rows>(s, q_tile, warp_row0, smem_base + k_buffer(buf), lane);
 
-                scale_scores(s, p.scale_log2);
-                if (first_row_key_end - k0 < kv_tile_rows)  // tail of seq_k, or the causal diagonal
-                    mask_scores(s, 2 * tig, key_end_lo - k0, key_end_hi - k0);
+                if (modified)
+                    modify_scores(s, mod, row_lo, k0 + 2 * tig);
+                else
+                    scale_scores(s, p.scale_log2);
+                if (tile_needs_mask(kt, k0, kv_tile_rows)) {  // lengths, causal diagonal, window edges
+                    const int lo[2] = {keys[0].lo - k0, keys[1].lo - k0};
+                    const int hi[2] = {keys[0].hi - k0, keys[1].hi - k0};
+                    mask_scores_range(s, 2 * tig, lo, hi);
+                }
                 online_softmax_update(s, o, st);
 
                 cp_async_wait<1>();  // V(n) has landed (K(n+1) may still be in flight)
                 // V(n) is visible to every warp; every warp is past P·V(n-1), so V[buf^1] is free,
                 // and past its Q fragment load (Q is staged in V buffer 1).
                 __syncthreads();
-                if (has_next)
-                    load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                        smem_base + v_buffer(buf ^ 1), v_ptr + (long long)next_k0 * p.v_row_stride, p.v_row_stride,
-                        min(kv_tile_rows, p.seq_k - next_k0), tid);
+                if (has_next) load_v(smem_base + v_buffer(buf ^ 1), next_k0);
                 cp_async_commit();
 
                 warp_pv<head_dim, kv_tile_rows>(o, s, smem_base + v_buffer(buf), lane);
@@ -188,17 +217,19 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         softmax_finalize(o, st, lse);
 
         // Straight from registers: each quad writes 8 contiguous elements (16 bytes) of a row per
-        // n8 tile. Rows past seq_q are never written.
+        // n8 tile. Rows past the sequence's end are never written.
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = row_lo + 8 * r;
-            if (row < p.seq_q) {
-                const float undefined = undefined_row_factor(p, row, lse[r]);  // all scores -inf: NaN
-                elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, b, h, row);
+            if (row < seq.len_q) {
+                // l = 0 with visible keys means all logits -inf (infinite inputs): NaN, as the
+                // f64 reference; with no visible key it is the defined empty row.
+                const float undefined = (lse[r] == FC_INF && keys[r].hi > keys[r].lo) ? FC_QNAN : 1.f;
+                elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, row);
 #pragma unroll
                 for (int j = 0; j < out_tiles; ++j)
                     *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) = pack2(o[j][2 * r] * undefined, o[j][2 * r + 1] * undefined);
-                if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, b, h, row)] = lse[r] * undefined;
+                if (tig == 0 && p.lse != nullptr) p.lse[seq_lse_offset(p, seq, b, h, row)] = lse[r] * undefined;
             }
         }
     }

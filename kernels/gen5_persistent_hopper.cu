@@ -35,6 +35,8 @@
 #include "common/types.cuh"
 #include "common/masking.cuh"
 #include "common/tensor_index.cuh"
+#include "common/seqlen.cuh"
+#include "common/score_mod.cuh"
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
@@ -79,6 +81,15 @@
 #ifndef FC_HOPPER_SPLIT_KV
 #define FC_HOPPER_SPLIT_KV 0
 #endif
+// Inference modes (docs/MODES.md: varlen, KV cache, pages, windows, softcap, ALiBi). The plan
+// builds with 1 only for problems that use them: the block info's general form costs consumer
+// registers that the dense build's key loop does not have to spare (it would spill at D = 128).
+#ifndef FC_HOPPER_MODES
+#define FC_HOPPER_MODES 0
+#endif
+#if FC_HOPPER_MODES && FC_HOPPER_SPLIT_KV
+#error "FC_HOPPER_MODES=1 has no split-KV path (the plan does not split mode problems)"
+#endif
 // Dynamic schedule: the producer takes work units from a global counter (workspace words 0 and
 // 1: next unit, CTAs done; zero at launch, zero again when the last CTA has taken its last
 // unit) and hands each one to the consumers beside its Q buffer, instead of the static
@@ -120,13 +131,15 @@ constexpr int OFF_Q = 0;
 constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
 constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
-// q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S]
-constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES;
+// q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S], v_landed (the
+// producer's own barrier for a V tile it zeroes the tail of, see fetch_kv_tile)
+constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES + 1;
 // Dynamic schedule: the unit index each Q buffer holds (-1: no more), one int per buffer, after
 // the barriers (8 bytes reserved either way).
 constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
 constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
+constexpr bool MODES = FC_HOPPER_MODES;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
 // repeats this formula).
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
@@ -148,10 +161,30 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
 
+// Block info for this build: the general form (seqlen.cuh) with FC_HOPPER_MODES, else the dense
+// one the compiler can see through (lengths from the parameter block, keys [0, causal end)).
+__device__ __forceinline__ SeqInfo block_seq(const AttentionParams& p, int b) {
+    if constexpr (MODES) return seq_info(p, b);
+    SeqInfo s;
+    s.len_q = p.seq_q;
+    s.len_k = p.seq_k;
+    s.q_row0 = 0;
+    s.k_row0 = 0;
+    return s;
+}
+__device__ __forceinline__ KeyRange block_keys(const AttentionParams& p, const SeqInfo& seq, int row) {
+    if constexpr (MODES) return key_range(p, seq, row);
+    KeyRange r;
+    r.lo = 0;
+    r.hi = causal_key_end(p, row);
+    return r;
+}
+
 struct Work {
     int b, h, m;    // batch, q head, q tile index
-    int kb0;        // first key tile of this work unit (0 without split-KV)
-    int n_blocks;   // key tiles this unit visits: [kb0, kb0 + n_blocks)
+    int kb0;        // first key tile of this work unit (a window's first visible tile, or a split's)
+    int n_blocks;   // key tiles this unit visits: [kb0, kb0 + n_blocks); -1: the q tile starts past
+                    // its (varlen) sequence's end, and producer and consumers skip the unit
 #if FC_HOPPER_SPLIT_KV
     int item;       // schedule index of the item (indexes the workspace)
     int split;      // which of p.num_splits key ranges
@@ -215,9 +248,24 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, const Schedule&
     w.b = bh / p.heads_q;
     w.h = bh - w.b * p.heads_q;
     w.m = p.causal ? (s.nm - 1 - m_idx) : m_idx;
-    const int key_end = p.causal ? causal_key_end_for_tile(p, w.m * BM, w.m * BM + BM) : p.seq_k;
-    w.kb0 = 0;
-    w.n_blocks = key_end <= 0 ? 0 : (key_end + BN - 1) / BN;
+    // Block info (seqlen.cuh): the key tiles some row of the q tile sees (causal, window and the
+    // sequence's lengths); tiles outside are never loaded.
+    const SeqInfo seq = block_seq(p, w.b);
+    const int q0 = w.m * BM;
+    if (q0 >= seq.len_q) {
+        w.kb0 = 0;
+        w.n_blocks = -1;
+        return w;
+    }
+    if constexpr (MODES) {
+        const KeyTiles kt = visited_key_tiles(p, seq, q0, min(BM, seq.len_q - q0), BN);
+        w.kb0 = kt.first;
+        w.n_blocks = kt.end - kt.first;
+    } else {
+        const int key_end = p.causal ? causal_key_end_for_tile(p, q0, q0 + BM) : p.seq_k;
+        w.kb0 = 0;
+        w.n_blocks = key_end <= 0 ? 0 : (key_end + BN - 1) / BN;
+    }
     return w;
 }
 
@@ -243,10 +291,10 @@ __device__ __forceinline__ Work decode_unit(const AttentionParams& p, const Sche
     const int t = u / ns;
     const int split = u - t * ns;
     Work w = decode(p, s, t);
-    const long long n = w.n_blocks;
+    const long long n = w.n_blocks;  // (split plans are dense: every unit has rows)
     const int kb0 = (int)(((long long)split * n) / ns);
     const int kb1 = (int)(((long long)(split + 1) * n) / ns);
-    w.kb0 = kb0;
+    w.kb0 += kb0;
     w.n_blocks = kb1 - kb0;
     w.item = t;
     w.split = split;
@@ -280,16 +328,60 @@ __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[
     }
 }
 
-// Keys at or past the row's exclusive limit become -inf. col0 = first key this thread holds.
-__device__ __forceinline__ void apply_mask(float (&s)[BN / 2], int col0, int lim0, int lim1) {
+// Keys outside each row's [lo, hi) become -inf (windows and per-sequence lengths; the causal-only
+// apply_mask below is the same with lo = 0). col0 = first key this thread holds.
+__device__ __forceinline__ void apply_mask_range(float (&s)[BN / 2], int col0, const KeyRange& r0, const KeyRange& r1) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const int c = col0 + 8 * j;
-        if (c >= lim0) s[4 * j + 0] = -INFINITY;
-        if (c + 1 >= lim0) s[4 * j + 1] = -INFINITY;
-        if (c >= lim1) s[4 * j + 2] = -INFINITY;
-        if (c + 1 >= lim1) s[4 * j + 3] = -INFINITY;
+        if (c < r0.lo || c >= r0.hi) s[4 * j + 0] = -INFINITY;
+        if (c + 1 < r0.lo || c + 1 >= r0.hi) s[4 * j + 1] = -INFINITY;
+        if (c < r1.lo || c >= r1.hi) s[4 * j + 2] = -INFINITY;
+        if (c + 1 < r1.lo || c + 1 >= r1.hi) s[4 * j + 3] = -INFINITY;
     }
+}
+
+// Raw scores to log2-domain logits with the score modifiers (score_mod.cuh), on the wgmma
+// accumulator layout (rows row0 and row0 + 8, keys col0 + 8 j + {0, 1}). With modifiers the
+// online softmax then runs with scale 1.
+__device__ __forceinline__ void modify_scores(float (&s)[BN / 2], const ScoreMod& mod, int row0, int col0) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            s[4 * j + e] = logit_log2(mod, s[4 * j + e], row0 + 8 * (e >> 1), col0 + 8 * j + (e & 1));
+    }
+}
+
+// Scores of key tile [k0, k0 + BN) of sequence b, head h, as the softmax takes them: modified
+// (softcap, ALiBi; score_mod.cuh) when the problem has modifiers, then masked unless every row of
+// the warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees the whole tile. Registers are the limit
+// in the consumers, so nothing of the block info is kept across the key loop: the lengths come
+// from the parameter block (constant bank) or, for per-sequence lengths, are reloaded per tile
+// (an L1 hit; the loop's barrier asm keeps the compiler from hoisting them).
+__device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (&s)[BN / 2], int b, int h, int row0,
+                                               int wg_row0, int k0, int col_in_block) {
+    const SeqInfo seq = block_seq(p, b);
+    if (MODES && has_score_mod(p)) {
+        const ScoreMod mod = score_mod(p, seq, b, h);
+        modify_scores(s, mod, row0, k0 + col_in_block);
+    }
+    const int wg_lo = block_keys(p, seq, wg_row0 + WG_M - 1).lo;
+    const int wg_hi = block_keys(p, seq, wg_row0).hi;
+    if (k0 < wg_lo || k0 + BN > wg_hi)
+        apply_mask_range(s, k0 + col_in_block, block_keys(p, seq, row0), block_keys(p, seq, row0 + 8));
+}
+
+// Epilogue rules with the block info (as masking.cuh's, for any mask): a row with l = 0 that sees
+// keys got only -inf logits (infinite inputs), which is 0/0 = NaN as in the f64 reference; a row
+// that sees none is the defined empty row, O = 0 and LSE = +inf.
+__device__ __forceinline__ float row_inverse(float l, const KeyRange& keys) {
+    if (l != 0.f) return 1.f / l;
+    return keys.hi > keys.lo ? FC_QNAN : 0.f;
+}
+__device__ __forceinline__ float row_log_sum_exp(float l, const KeyRange& keys, float lse_if_nonzero) {
+    if (l != 0.f) return lse_if_nonzero;
+    return keys.hi > keys.lo ? FC_QNAN : __int_as_float(0x7f800000);
 }
 
 // Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
@@ -386,6 +478,78 @@ __device__ __forceinline__ uint4 ld_shared_v4(unsigned addr) {
 __device__ __forceinline__ void st_global_v4(void* ptr, const uint4& v) {
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                  : "memory");
+}
+
+// ---- K/V fetch (the producer's one place that knows where key rows live) --------------------
+
+__device__ __forceinline__ void st_shared_zero_v4(unsigned addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+}
+
+// Rows per TMA box of a paged tile: the largest power of two dividing both the block size and
+// BN (a box never straddles two pages). Mirrors flashcore_core::launch::paged_box_rows.
+__device__ __forceinline__ int paged_box_rows(int block_size) {
+    int rows = BN & -BN;
+    while (rows > 1 && block_size % rows != 0) rows >>= 1;
+    return rows;
+}
+
+// One K or V tile: keys [k0, k0 + BN) of sequence b, kv head h_kv, into the stage at `dst`,
+// completing `full`. Called by the whole producer warp; lane 0 issues the copies.
+//   * strided (dense tensor, contiguous cache, packed varlen): one TMA box per 64 columns, at
+//     the sequence's first storage row (packed tensors are one "batch");
+//   * paged: one box per page-aligned group of rows through the block table; groups past the
+//     sequence's keys are not loaded (their table entries need not be valid).
+// When the tile runs past the sequence's keys and the rows there hold something else (a cache's
+// unused slots, the next packed sequence, pages never loaded), a V tile (`landed` != 0) must not
+// let them in: P = 0 there, but 0 * NaN = NaN would reach O. Its copies then complete on the
+// producer's own `landed` barrier, the warp zeroes the rows past the keys, fences them for the
+// async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
+// need none of this: the consumers overwrite those columns' scores with -inf.
+// (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
+__device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
+                                              unsigned dst, const CUtensorMap* map, unsigned full, unsigned landed,
+                                              int lane, unsigned* landed_phase) {
+    const int valid = min(BN, seq.len_k - k0);  // >= 1: the tile holds a visible key
+    const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
+    const bool zero_tail = landed != 0u && per_sequence_k && valid < BN;
+    const unsigned bar = zero_tail ? landed : full;
+    if (lane == 0) {
+        if (!MODES || p.block_table == nullptr) {
+            mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
+            const int kv_batch = MODES && p.cu_seqlens_k != nullptr ? 0 : b;
+#pragma unroll
+            for (int c = 0; c < NBOX; ++c)
+                tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, (int)seq.k_row0 + k0, h_kv, kv_batch);
+        } else {
+            const int group = paged_box_rows(p.block_size);
+            const int groups = (valid + group - 1) / group;
+            mbar_arrive_expect_tx(bar, (unsigned)(groups * group * ROW_BYTES * NBOX));
+            const int* table = p.block_table + (long long)b * p.max_blocks_per_seq;
+            for (int g = 0; g < groups; ++g) {
+                const int j = k0 + g * group;
+                const int block = table[j / p.block_size];
+#pragma unroll
+                for (int c = 0; c < NBOX; ++c)
+                    tma_load_4d(dst + c * KV_BOX_BYTES + g * group * ROW_BYTES, map, bar, c * 64, j % p.block_size,
+                                h_kv, block);
+            }
+        }
+    }
+    if (zero_tail) {
+        mbar_wait(landed, *landed_phase, TAG_V_FULL);
+        *landed_phase ^= 1u;
+        // Whole rows [valid, BN) of every column box: zeros need no swizzle.
+        const int chunks = (BN - valid) * (ROW_BYTES / 16);
+#pragma unroll
+        for (int c = 0; c < NBOX; ++c) {
+            const unsigned rows = dst + c * KV_BOX_BYTES + valid * ROW_BYTES;
+            for (int i = lane; i < chunks; i += 32) st_shared_zero_v4(rows + 16 * i);
+        }
+        fence_proxy_async_smem();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full);
+    }
 }
 
 // ---- split-KV combine (FC_HOPPER_SPLIT_KV) -----------------------------------------------------
@@ -561,6 +725,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const unsigned bar_k_empty = bar_k_full + 8 * STAGES;
     const unsigned bar_v_full = bar_k_empty + 8 * STAGES;
     const unsigned bar_v_empty = bar_v_full + 8 * STAGES;
+    const unsigned bar_v_landed = bar_v_empty + 8 * STAGES;
 
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -575,6 +740,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             mbar_init(bar_v_full + 8 * s, 1);
             mbar_init(bar_v_empty + 8 * s, CONSUMER_THREADS);
         }
+        mbar_init(bar_v_landed, 1);
         mbar_fence_init();
         tma_prefetch_map(&tm_q);
         tma_prefetch_map(&tm_k);
@@ -602,19 +768,40 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     if (warpgroup == 0) {
         // ===================================== producer =====================================
         warpgroup_reg_dealloc<PRODUCER_REGS>();
-        if (threadIdx.x == 0) {
+        // Warp 0 produces: lane 0 issues every TMA and barrier operation, the whole warp zeroes
+        // the rows of a V tile past its sequence's keys (fetch_kv_tile). The other warps idle.
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            const bool leader = lane == 0;
             int stage = 0;
             unsigned phase = 0;
+            unsigned landed_phase = 0;
             int it = 0;
 #if FC_HOPPER_DYNAMIC
             unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next unit, [1] CTAs done
             // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured
             // worse under causal masking (it breaks the greedy longest-first balance at the tail).
             for (;; ++it) {
-                const int t = take_work(counters);
-                const bool done = t >= n_units;
+                // The next unit with query rows (units past a varlen sequence's end are skipped).
+                int t;
+                bool done;
+                Work w;
+                for (;;) {
+                    t = 0;
+                    if (leader) t = take_work(counters);
+                    t = __shfl_sync(0xffffffffu, t, 0);
+                    done = t >= n_units;
+                    if (done) break;
+                    w = decode_unit(p, sched, t);
+                    if (w.n_blocks >= 0) break;
+                }
 #else
             for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
+                const Work w = decode_unit(p, sched, t);
+                if (w.n_blocks < 0) {  // past a varlen sequence's end: the consumers skip it too
+                    --it;
+                    continue;
+                }
 #endif
                 // Q buffer qs free? (item it - Q_STAGES's consumers released it; its first use
                 // waits parity 1 of a fresh barrier and passes at once)
@@ -626,34 +813,34 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 // The unit index goes beside the Q buffer; the arrive on q_full (release) below
                 // publishes it with the Q fill. -1: no more units, and no copy (a plain arrive
                 // completes the phase).
-                st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
+                if (leader) st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
                 if (done) {
-                    mbar_arrive(q_full);
-                    finish_taking(counters);  // the last CTA leaves the counters zero
+                    if (leader) {
+                        mbar_arrive(q_full);
+                        finish_taking(counters);  // the last CTA leaves the counters zero
+                    }
                     break;
                 }
 #endif
-                const Work w = decode_unit(p, sched, t);
-                mbar_arrive_expect_tx(q_full, Q_BYTES);
+                const SeqInfo seq = block_seq(p, w.b);
+                if (leader) {
+                    mbar_arrive_expect_tx(q_full, Q_BYTES);
+                    const int q_batch = MODES && p.cu_seqlens_q != nullptr ? 0 : w.b;  // packed Q: one "batch"
 #pragma unroll
-                for (int c = 0; c < NBOX; ++c)
-                    tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, &tm_q, q_full, c * 64, w.m * BM, w.h, w.b);
+                    for (int c = 0; c < NBOX; ++c)
+                        tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, &tm_q, q_full, c * 64,
+                                    (int)seq.q_row0 + w.m * BM, w.h, q_batch);
+                }
                 const int h_kv = w.h / p.q_heads_per_kv;
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
+                    const int k0 = (w.kb0 + kb) * BN;
                     mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
-                    mbar_arrive_expect_tx(kf, KV_TILE_BYTES);
-#pragma unroll
-                    for (int c = 0; c < NBOX; ++c)
-                        tma_load_4d(sK + stage * KV_TILE_BYTES + c * KV_BOX_BYTES, &tm_k, kf, c * 64, (w.kb0 + kb) * BN,
-                                    h_kv, w.b);
+                    fetch_kv_tile(p, seq, w.b, h_kv, k0, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane, nullptr);
                     mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                    mbar_arrive_expect_tx(vf, KV_TILE_BYTES);
-#pragma unroll
-                    for (int c = 0; c < NBOX; ++c)
-                        tma_load_4d(sV + stage * KV_TILE_BYTES + c * KV_BOX_BYTES, &tm_v, vf, c * 64, (w.kb0 + kb) * BN,
-                                    h_kv, w.b);
+                    fetch_kv_tile(p, seq, w.b, h_kv, k0, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed, lane,
+                                  &landed_phase);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -702,6 +889,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
         for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
             const Work w = decode_unit(p, sched, t);
+            if (w.n_blocks < 0) {  // past a varlen sequence's end: the producer skips it too
+                --it;
+                continue;
+            }
             const int qs = Q_STAGES == 1 ? 0 : (it & 1);
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
@@ -713,10 +904,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             constexpr bool release_q_after_qk = !FC_HOPPER_SMEM_EPILOGUE;
             const int grow0 = w.m * BM + row_in_tile;
             const int grow1 = grow0 + 8;
-            const int lim0 = causal_key_end(p, grow0);
-            const int lim1 = causal_key_end(p, grow1);
-            // Tightest key limit of any row of this warpgroup: key tiles reaching past it get masked.
-            const int wg_lim = causal_key_end(p, w.m * BM + cw * WG_M);
+            // With score modifiers (prepare_scores) the logits are in log2 units before the
+            // softmax, which then runs with scale 1.
+            const float softmax_scale_log2 = MODES && has_score_mod(p) ? 1.f : scale_log2;
 
             float o[D / 2];
 #pragma unroll
@@ -746,8 +936,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     fence_regs(s);
                     mbar_arrive(ke);
                     if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
-                    if ((w.kb0 + 1) * BN > wg_lim) apply_mask(s, w.kb0 * BN + col_in_block, lim0, lim1);
-                    online_softmax(s, m, l, alpha, scale_log2);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block);
+                    online_softmax(s, m, l, alpha, softmax_scale_log2);
                     convert_p(s, pr);
                 }
                 int vstage = stage;
@@ -773,8 +963,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     fence_regs(s);
                     mbar_arrive(ke);
                     if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
-                    if ((w.kb0 + kb + 1) * BN > wg_lim) apply_mask(s, (w.kb0 + kb) * BN + col_in_block, lim0, lim1);
-                    online_softmax(s, m, l, alpha, scale_log2);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN,
+                                   col_in_block);
+                    online_softmax(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
                     fence_regs(o);
                     fence_regs(pr);
@@ -817,8 +1008,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 mbar_arrive(ke);
                 if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
-                if ((w.kb0 + kb + 1) * BN > wg_lim) apply_mask(s, (w.kb0 + kb) * BN + col_in_block, lim0, lim1);
-                online_softmax(s, m, l, alpha, scale_log2);
+                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN, col_in_block);
+                online_softmax(s, m, l, alpha, softmax_scale_log2);
                 rescale_o(o, alpha);
                 unsigned pr[BN / 4];
                 convert_p(s, pr);
@@ -852,6 +1043,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
 #endif
             const int h = w.h, b = w.b;
+            // The block info again (reloaded, not kept in registers across the key loop).
+            const SeqInfo seq = block_seq(p, b);
+            const KeyRange keys0 = block_keys(p, seq, grow0);
+            const KeyRange keys1 = block_keys(p, seq, grow1);
 #if FC_HOPPER_SMEM_EPILOGUE
             {
                 // Stage this warpgroup's 64 x D slice of O (as elem_t) in its own 64-row slice of
@@ -866,16 +1061,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int r = 0; r < 2; ++r) {
                     const int grow = r == 0 ? grow0 : grow1;
                     const int lr = warp * 16 + (lane >> 2) + 8 * r;
-                    const float inv = row_sum_inverse(p, grow, l[r]);
+                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j) {
                         const unsigned addr = sO + (j >> 3) * Q_BOX_BYTES + lr * ROW_BYTES +
                                               ((((unsigned)j & 7u) ^ ((unsigned)lr & 7u)) << 4) + (lane & 3) * 4;
                         st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
                     }
-                    if (grow < p.seq_q && (lane & 3) == 0) {
-                        p.lse[lse_offset(p, b, h, grow)] =
-                            row_lse(p, grow, l[r], (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                    if (grow < seq.len_q && (lane & 3) == 0) {
+                        p.lse[seq_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
+                            l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }
                 named_bar_sync(BAR_WG + cw, 128);
@@ -887,10 +1082,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const int lr = (idx >> 3) & 63;
                     const int c = idx >> 9;
                     const int grow = w.m * BM + cw * WG_M + lr;
-                    if (grow < p.seq_q) {
+                    if (grow < seq.len_q) {
                         const uint4 v =
                             ld_shared_v4(sO + c * Q_BOX_BYTES + lr * ROW_BYTES + (((unsigned)q ^ ((unsigned)lr & 7u)) << 4));
-                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
+                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
                         st_global_v4(orow + 64 * c + 8 * q, v);
                     }
                 }
@@ -902,9 +1097,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int grow = r == 0 ? grow0 : grow1;
-                if (grow < p.seq_q) {
-                    const float inv = row_sum_inverse(p, grow, l[r]);
-                    elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, b, h, grow);
+                if (grow < seq.len_q) {
+                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                    elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j) {
                         *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
@@ -912,8 +1107,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     }
                     if ((lane & 3) == 0) {
                         // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
-                        p.lse[lse_offset(p, b, h, grow)] =
-                            row_lse(p, grow, l[r], (m[r] * scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                        p.lse[seq_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
+                            l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }
             }

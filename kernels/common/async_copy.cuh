@@ -107,3 +107,24 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
         }
     }
 }
+
+// The same fill for rows that are not one stride apart (a paged K/V cache): `row_ptr(r)` gives the
+// global address of row r (r < valid_rows). Every copy bounds-checks its row, like the partial-
+// tile path above; rows at or past valid_rows are zero-filled from row 0's address, unread.
+template <int kRows, int kCols, int kThreads, class RowPtr>
+__device__ __forceinline__ void load_tile_rows_async(unsigned smem_tile, const RowPtr& row_ptr, int valid_rows,
+                                                     int tid) {
+    using Tile = SwizzledTile<kCols>;
+    constexpr int kChunks = kRows * Tile::kChunksPerRow;
+    constexpr int kCopies = kChunks / kThreads;
+    static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
+#pragma unroll 1
+    for (int i = 0; i < kCopies; ++i) {
+        const int idx = tid + i * kThreads;
+        const int row = idx / Tile::kChunksPerRow;
+        const int chunk = idx % Tile::kChunksPerRow;
+        const bool in_bounds = row < valid_rows;
+        const elem_t* src = row_ptr(in_bounds ? row : 0) + chunk * 8;
+        cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
+    }
+}

@@ -14,6 +14,7 @@
 // in that domain. Scaling before the max (rather than folding the scale into the exp2 argument)
 // keeps the max right for any sign of softmax_scale.
 #pragma once
+#include "score_mod.cuh"
 
 // Spelled out instead of <math_constants.h>, which NVRTC does not always have on its include path.
 #define FC_INF __int_as_float(0x7f800000)
@@ -75,6 +76,34 @@ __device__ __forceinline__ void mask_scores(float (&s)[kKeyTiles][4], int lane_k
         if (key + 1 >= key_end_lo) s[j][1] = -FC_INF;
         if (key >= key_end_hi) s[j][2] = -FC_INF;
         if (key + 1 >= key_end_hi) s[j][3] = -FC_INF;
+    }
+}
+
+// Keys outside [lo, hi) of each of the lane's two rows become -inf (the window / length form of
+// mask_scores; bounds relative to the tile, from key_range in seqlen.cuh).
+template <int kKeyTiles>
+__device__ __forceinline__ void mask_scores_range(float (&s)[kKeyTiles][4], int lane_key0, const int (&lo)[2],
+                                                  const int (&hi)[2]) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = lane_key0 + 8 * j + (e & 1);
+            const int r = e >> 1;
+            if (key < lo[r] || key >= hi[r]) s[j][e] = -FC_INF;
+        }
+    }
+}
+
+// Raw q·k to log2-domain logits with the score modifiers (score_mod.cuh) on fragment layout:
+// element e of n8 tile j is row `row0 + 8 * (e / 2)`, key `key0 + 8 * j + e % 2` (key0 = the
+// lane's first key, absolute). Replaces scale_scores when softcap or ALiBi is on.
+template <int kKeyTiles>
+__device__ __forceinline__ void modify_scores(float (&s)[kKeyTiles][4], const ScoreMod& mod, int row0, int key0) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = logit_log2(mod, s[j][e], row0 + 8 * (e >> 1), key0 + 8 * j + (e & 1));
     }
 }
 

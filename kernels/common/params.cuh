@@ -8,7 +8,8 @@ struct AttentionParams {
     const void* k;  // [batch, heads_kv, seq_k, head_dim]
     const void* v;  // [batch, heads_kv, seq_k, head_dim]
     void* o;        // [batch, heads_q, seq_q, head_dim], same dtype as q
-    float* lse;     // [batch, heads_q, seq_q] contiguous, natural-log log-sum-exp of the scaled scores
+    float* lse;     // [batch, heads_q, seq_q] contiguous ([heads_q, total_q] for packed Q), natural-log
+                    // log-sum-exp of the logits
     float* workspace;  // scratch owned by the host for multi-pass plans (split-KV); may be null
 
     // Strides in elements (not bytes). The head_dim stride is always 1.
@@ -30,5 +31,20 @@ struct AttentionParams {
     float scale_log2;     // softmax_scale * log2(e), for exp2-based softmax
 
     int num_splits;  // split-KV plans: how many key ranges each (batch, head, q tile) is cut into
-    int reserved;    // keeps the struct size a multiple of 8 on both sides
+    int total_q;     // packed Q: rows of the packed tensor (cu_seqlens_q[batch]), else 0
+
+    // ---- inference modes (docs/MODES.md); all null / off for a dense problem ----
+    const int* cu_seqlens_q;   // [batch + 1]: Q/O are packed [total_q, heads, d] (batch stride 0)
+    const int* cu_seqlens_k;   // [batch + 1]: K/V are packed [total_k, heads_kv, d]
+    const int* seqused_k;      // [batch]: keys of sequence b are 0 .. seqused_k[b] + seqlen_new
+    const int* block_table;    // [batch, max_blocks_per_seq]: paged K/V, "batch" stride = one block
+    const float* alibi_slopes; // [heads_q] or [batch, heads_q]
+    int alibi_batch_stride;    // 0 for [heads_q], heads_q for [batch, heads_q]
+    int window_left;           // -1: unbounded
+    int window_right;          // -1: unbounded (causal problems use 0 whatever this says)
+    float softcap_pre;         // softmax_scale / softcap, 0 without softcap
+    float softcap_log2;        // softcap * log2(e)
+    int block_size;            // rows per page (paged K/V), else 0
+    int max_blocks_per_seq;    // block_table row length
+    int seqlen_new;            // rows appended at seqused_k before this launch
 };

@@ -50,6 +50,10 @@ pub enum InvalidProblem {
         got: DType,
         expected: DType,
     },
+    #[error("{field}: {reason}")]
+    Mode { field: &'static str, reason: String },
+    #[error("{field}: {reason}")]
+    Table { field: &'static str, reason: String },
     #[error("{tensor}: host array shape {got:?} does not match the problem's {expected:?}")]
     ShapeMismatch {
         tensor: &'static str,

@@ -7,10 +7,11 @@ use cudarc::driver::sys;
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 
 use crate::device::Device;
-use crate::error::{Error, Unsupported};
+use crate::error::{Error, InvalidProblem, Unsupported};
+use crate::modes::{AlibiSlopes, KvStorage};
 use crate::plan::{Attention, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec};
 use crate::problem::{AttentionProblem, DType, ProblemStrides, TensorStrides};
-use crate::tensors::AttentionTensors;
+use crate::tensors::{AttentionTensors, TensorMut, TensorRef};
 
 /// Mirror of `struct AttentionParams` in kernels/common/params.cuh: change both together.
 #[repr(C)]
@@ -45,11 +46,24 @@ pub struct AttentionParams {
     pub softmax_scale: f32,
     pub scale_log2: f32,
     pub num_splits: i32,
-    pub reserved: i32,
+    pub total_q: i32,
+    pub cu_seqlens_q: u64,
+    pub cu_seqlens_k: u64,
+    pub seqused_k: u64,
+    pub block_table: u64,
+    pub alibi_slopes: u64,
+    pub alibi_batch_stride: i32,
+    pub window_left: i32,
+    pub window_right: i32,
+    pub softcap_pre: f32,
+    pub softcap_log2: f32,
+    pub block_size: i32,
+    pub max_blocks_per_seq: i32,
+    pub seqlen_new: i32,
 }
 
-// The C side is 192 bytes: 6 pointers, 12 i64 strides, 12 4-byte fields.
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 192);
+// The C side is 264 bytes: 11 pointers, 12 i64 strides, 20 4-byte fields.
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 264);
 
 impl AttentionParams {
     /// Everything but the pointers, from the problem.
@@ -82,6 +96,35 @@ impl AttentionParams {
             num_splits: 1,
             ..Default::default()
         }
+        .with_modes(p)
+    }
+
+    /// The mode fields (table pointers are filled in by `run_plan`).
+    fn with_modes(mut self, p: &AttentionProblem) -> Self {
+        let m = &p.modes;
+        let window = |w: Option<usize>| w.map_or(-1, |w| w.min(i32::MAX as usize) as i32);
+        self.window_left = window(m.window_left);
+        self.window_right = window(m.window_right);
+        if let Some(c) = m.softcap {
+            self.softcap_pre = p.scale() / c;
+            self.softcap_log2 = c * std::f32::consts::LOG2_E;
+        }
+        self.alibi_batch_stride = match m.alibi {
+            Some(AlibiSlopes::PerBatchHead) => p.heads_q as i32,
+            _ => 0,
+        };
+        if let KvStorage::Paged {
+            block_size,
+            max_blocks_per_seq,
+            ..
+        } = m.kv
+        {
+            self.block_size = block_size as i32;
+            self.max_blocks_per_seq = max_blocks_per_seq as i32;
+        }
+        self.seqlen_new = m.append.unwrap_or(0) as i32;
+        self.total_q = m.packed_q.unwrap_or(0) as i32;
+        self
     }
 }
 
@@ -104,6 +147,26 @@ pub fn forward(
     problem: &AttentionProblem,
     tensors: &mut AttentionTensors<'_>,
 ) -> Result<(), Error> {
+    if problem.modes.append.is_some() {
+        return Err(InvalidProblem::Mode {
+            field: "k_new",
+            reason: "appending writes into the cache: call forward_with_kvcache, which takes it \
+                     mutably"
+                .into(),
+        }
+        .into());
+    }
+    let plan = prepare(attention, device, problem, tensors)?;
+    run_plan(device, problem, &plan, tensors)
+}
+
+/// Every check of a call, in order; returns the plan. Launches nothing.
+fn prepare(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    tensors: &AttentionTensors<'_>,
+) -> Result<LaunchPlan, Error> {
     problem.validate()?;
     tensors.check(problem)?;
     let caps = attention.capabilities();
@@ -115,7 +178,117 @@ pub fn forward(
         tensors,
         device.stream(),
     )?;
-    run_plan(device, problem, &plan, tensors)
+    Ok(plan)
+}
+
+/// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense.
+pub struct KvAppend<'a> {
+    pub k_new: TensorRef<'a>,
+    pub v_new: TensorRef<'a>,
+}
+
+/// FlashAttention's `flash_attn_with_kvcache` with new tokens: writes `k_new`/`v_new` into the
+/// cache (`tensors.k`/`tensors.v` are the cache, given mutably here) at `seqused_k[b]`, then
+/// attends over `seqused_k[b] + seqlen_new` keys, in one call on the device's stream. Everything
+/// is checked before the first launch. `seqused_k` is not advanced: the caller does that.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_with_kvcache(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    q: TensorRef<'_>,
+    k_cache: &mut TensorMut<'_>,
+    v_cache: &mut TensorMut<'_>,
+    new: KvAppend<'_>,
+    o: TensorMut<'_>,
+    lse: cudarc::driver::CudaViewMut<'_, f32>,
+    tables: crate::tensors::DeviceTables<'_>,
+) -> Result<(), Error> {
+    let Some(seqlen_new) = problem.modes.append else {
+        return Err(InvalidProblem::Mode {
+            field: "k_new",
+            reason: "the problem appends no rows (set modes.append to seqlen_new)".into(),
+        }
+        .into());
+    };
+    let needed = problem.batch * seqlen_new * problem.heads_kv * problem.head_dim;
+    for (tensor, t) in [("k_new", &new.k_new), ("v_new", &new.v_new)] {
+        if t.data.len() != needed {
+            return Err(InvalidProblem::LengthMismatch {
+                tensor,
+                got: t.data.len(),
+                needed,
+            }
+            .into());
+        }
+        if t.dtype != problem.dtype {
+            return Err(InvalidProblem::DTypeMismatch {
+                tensor,
+                got: t.dtype,
+                expected: problem.dtype,
+            }
+            .into());
+        }
+    }
+    let mut tensors = AttentionTensors {
+        q,
+        k: TensorRef {
+            data: k_cache.data.as_view(),
+            dtype: k_cache.dtype,
+        },
+        v: TensorRef {
+            data: v_cache.data.as_view(),
+            dtype: v_cache.dtype,
+        },
+        o,
+        lse,
+        tables,
+    };
+    let plan = prepare(attention, device, problem, &tensors)?;
+    if seqlen_new > 0 && problem.batch > 0 {
+        let stream = device.stream().clone();
+        let mut params = AttentionParams::from_problem(problem);
+        set_pointers(&mut params, &mut tensors, &stream);
+        let (k_new, _a) = new.k_new.data.device_ptr(&stream);
+        let (v_new, _b) = new.v_new.data.device_ptr(&stream);
+        let append = KernelLaunch {
+            source: "core_append_kv.cu",
+            entry: "append_kv",
+            defines: vec![],
+            grid: (linear_grid(tiles(needed, 256)), 1, 1),
+            block: (256, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+        };
+        launch_with_args(device, problem.dtype, &append, &params, &[k_new, v_new])?;
+    }
+    run_plan(device, problem, &plan, &mut tensors)
+}
+
+/// The tensors' and tables' device addresses into the parameter block.
+fn set_pointers(
+    params: &mut AttentionParams,
+    t: &mut AttentionTensors<'_>,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+) {
+    // The addresses stay valid while `t` lives; the SyncOnDrop guards only record stream use.
+    params.q = t.q.data.device_ptr(stream).0;
+    params.k = t.k.data.device_ptr(stream).0;
+    params.v = t.v.data.device_ptr(stream).0;
+    params.o = t.o.data.device_ptr_mut(stream).0;
+    params.lse = t.lse.device_ptr_mut(stream).0;
+    let tb = &t.tables;
+    let ptr = |v: &Option<cudarc::driver::CudaView<'_, i32>>| {
+        v.as_ref().map_or(0, |v| v.device_ptr(stream).0)
+    };
+    params.cu_seqlens_q = ptr(&tb.cu_seqlens_q);
+    params.cu_seqlens_k = ptr(&tb.cu_seqlens_k);
+    params.seqused_k = ptr(&tb.seqused_k);
+    params.block_table = ptr(&tb.block_table);
+    params.alibi_slopes = tb
+        .alibi_slopes
+        .as_ref()
+        .map_or(0, |v| v.device_ptr(stream).0);
 }
 
 fn check_pointer_alignment(
@@ -157,19 +330,13 @@ pub fn run_plan(
     }
     let stream = device.stream().clone();
     let mut params = AttentionParams::from_problem(problem);
-    let (q, _sq) = t.q.data.device_ptr(&stream);
-    let (k, _sk) = t.k.data.device_ptr(&stream);
-    let (v, _sv) = t.v.data.device_ptr(&stream);
-    let (o, _so) = t.o.data.device_ptr_mut(&stream);
-    let (lse, _sl) = t.lse.device_ptr_mut(&stream);
-    params.q = q;
-    params.k = k;
-    params.v = v;
-    params.o = o;
-    params.lse = lse;
+    set_pointers(&mut params, t, &stream);
     params.num_splits = plan.num_splits.max(1) as i32;
 
-    if problem.seq_k == 0 {
+    if problem.modes.packed_q == Some(0) {
+        return Ok(()); // every sequence is empty: nothing to write
+    }
+    if problem.seq_k == 0 || problem.k_len() == 0 {
         // No keys: one defined answer for every generation (O = 0, LSE = +inf).
         let fill = KernelLaunch {
             source: "core_fill.cu",
@@ -196,6 +363,28 @@ pub fn run_plan(
     })
 }
 
+/// A core kernel that takes device pointers after the parameter block (e.g. `append_kv`).
+fn launch_with_args(
+    device: &Device,
+    dtype: DType,
+    launch: &KernelLaunch,
+    params: &AttentionParams,
+    extra: &[u64],
+) -> Result<(), Error> {
+    let function = device.function(
+        launch.source,
+        launch.entry,
+        dtype,
+        &launch.defines,
+        launch.dynamic_smem_bytes,
+    )?;
+    let mut args: Vec<*mut c_void> = vec![params as *const AttentionParams as *mut c_void];
+    for p in extra {
+        args.push(p as *const u64 as *mut c_void);
+    }
+    launch_raw(device, launch, &function, &mut args)
+}
+
 fn launch_one(
     device: &Device,
     dtype: DType,
@@ -216,6 +405,15 @@ fn launch_one(
             args.push(m as *const sys::CUtensorMap as *mut c_void);
         }
     }
+    launch_raw(device, launch, &function, &mut args)
+}
+
+fn launch_raw(
+    device: &Device,
+    launch: &KernelLaunch,
+    function: &cudarc::driver::CudaFunction,
+    args: &mut [*mut c_void],
+) -> Result<(), Error> {
     device
         .context()
         .bind_to_thread()
@@ -231,7 +429,7 @@ fn launch_one(
             launch.block,
             launch.dynamic_smem_bytes,
             device.stream().cu_stream(),
-            &mut args,
+            args,
         )
     }
     .map_err(|e| {
@@ -263,9 +461,28 @@ pub fn encode_tensor_maps(
         Swizzle::B64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
         Swizzle::B128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
     };
-    let one = |name: &str, ptr: u64, st: TensorStrides, heads: usize, seq: usize, rows: u32| {
-        let dims: [u64; 4] = [p.head_dim as u64, seq as u64, heads as u64, p.batch as u64];
-        let strides: [u64; 3] = [st.row as u64 * 2, st.head as u64 * 2, st.batch as u64 * 2];
+    // Storage shapes (packed tensors are one "batch" of total rows; a paged cache's batch axis
+    // is the block). A size-1 axis gets a stride past the others: the encoder wants a nonzero
+    // multiple of 16 bytes even where no coordinate ever steps along it.
+    let one = |name: &str,
+               ptr: u64,
+               st: TensorStrides,
+               heads: usize,
+               (batch, seq): (usize, usize),
+               rows: u32| {
+        let dims: [u64; 4] = [
+            p.head_dim as u64,
+            seq.max(1) as u64,
+            heads as u64,
+            batch.max(1) as u64,
+        ];
+        let span = (seq.max(1) * st.row).max(heads * st.head) as u64 * 2;
+        let batch_stride = if batch <= 1 {
+            span
+        } else {
+            st.batch as u64 * 2
+        };
+        let strides: [u64; 3] = [st.row as u64 * 2, st.head as u64 * 2, batch_stride];
         let boxes: [u32; 4] = [spec.box_cols, rows, 1, 1];
         let elem_strides: [u32; 4] = [1, 1, 1, 1];
         let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
@@ -298,9 +515,35 @@ pub fn encode_tensor_maps(
         // SAFETY: initialised by the successful call above.
         Ok(unsafe { map.assume_init() })
     };
+    // A paged cache is loaded in groups of rows that never straddle a page: the largest power
+    // of two dividing both the block size and the tile (the kernel computes the same).
+    let kv_box_rows = match p.modes.kv {
+        crate::modes::KvStorage::Paged { block_size, .. } => {
+            paged_box_rows(block_size as u32, spec.kv_box_rows)
+        }
+        _ => spec.kv_box_rows,
+    };
     Ok([
-        one("q", params.q, s.q, p.heads_q, p.seq_q, spec.q_box_rows)?,
-        one("k", params.k, s.k, p.heads_kv, p.seq_k, spec.kv_box_rows)?,
-        one("v", params.v, s.v, p.heads_kv, p.seq_k, spec.kv_box_rows)?,
+        one(
+            "q",
+            params.q,
+            s.q,
+            p.heads_q,
+            p.q_storage(),
+            spec.q_box_rows,
+        )?,
+        one("k", params.k, s.k, p.heads_kv, p.kv_storage(), kv_box_rows)?,
+        one("v", params.v, s.v, p.heads_kv, p.kv_storage(), kv_box_rows)?,
     ])
+}
+
+/// Rows per TMA box of a paged K/V tile: the largest power of two that divides both the block
+/// size and the tile's rows (block sizes are multiples of 16, so at least 16 for power-of-two
+/// tiles). Mirrors `paged_box_rows` in gen5_persistent_hopper.cu.
+pub fn paged_box_rows(block_size: u32, tile_rows: u32) -> u32 {
+    let mut rows = tile_rows & tile_rows.wrapping_neg(); // largest power of two dividing the tile
+    while rows > 1 && !block_size.is_multiple_of(rows) {
+        rows /= 2;
+    }
+    rows
 }

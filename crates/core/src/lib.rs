@@ -12,6 +12,7 @@ pub mod device;
 pub mod error;
 pub mod host;
 pub mod launch;
+pub mod modes;
 pub mod plan;
 pub mod problem;
 pub mod tensors;
@@ -19,12 +20,14 @@ pub mod toolkit;
 
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, InvalidProblem, Unsupported};
-pub use host::{forward_host, HostOutput};
+pub use host::{forward_host, forward_host_modes, HostInputs, HostOutput, HostOutputs};
+pub use launch::{forward_with_kvcache, KvAppend};
+pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
 pub use plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
 };
 pub use problem::{AttentionProblem, DType, Layout, ProblemStrides, TensorStrides};
-pub use tensors::{AttentionTensors, TensorMut, TensorRef};
+pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
 /// Re-exported so generation crates and tools use the same cudarc as the core.
 pub use cudarc;

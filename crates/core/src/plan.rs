@@ -3,6 +3,7 @@
 
 use crate::device::{Device, DeviceInfo};
 use crate::error::{Error, Unsupported};
+use crate::modes::ModeSupport;
 use crate::problem::{AttentionProblem, DType, Layout};
 use crate::tensors::AttentionTensors;
 
@@ -66,6 +67,8 @@ pub struct Capabilities {
     /// Base pointers and row/head/batch strides must be multiples of this many elements
     /// (8 for kernels that load 16 bytes at a time).
     pub alignment_elems: usize,
+    /// Inference modes (varlen, KV cache, pages, windows, softcap, ALiBi) the kernel implements.
+    pub modes: ModeSupport,
 }
 
 impl Capabilities {
@@ -81,7 +84,13 @@ impl Capabilities {
             layouts: &Layout::ALL,
             min_compute_capability,
             alignment_elems: 8,
+            modes: ModeSupport::NONE,
         }
+    }
+
+    pub fn with_modes(mut self, modes: ModeSupport) -> Self {
+        self.modes = modes;
+        self
     }
 
     /// `Unsupported` unless `head_dim` is one this kernel is built for (`plan` can be called
@@ -117,6 +126,12 @@ impl Capabilities {
         self.require_head_dim(kernel, problem.head_dim)?;
         if problem.causal && !self.causal {
             return Err(Unsupported::new(kernel, "causal masking is not supported"));
+        }
+        if let Some(mode) = self.modes.missing(&problem.modes) {
+            return Err(Unsupported::new(
+                kernel,
+                format!("{mode} is not implemented by this kernel"),
+            ));
         }
         if problem.heads_q != problem.heads_kv && !self.gqa {
             return Err(Unsupported::new(

@@ -1,6 +1,7 @@
 //! What an attention call computes: shapes, dtype, masking, scale and memory layout.
 
 use crate::error::InvalidProblem;
+use crate::modes::{KvStorage, Modes};
 
 /// Element type of Q, K, V and O. The log-sum-exp is always f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,6 +164,8 @@ pub struct AttentionProblem {
     pub layout: Layout,
     /// Overrides the dense strides of `layout` (e.g. views into a packed QKV buffer).
     pub custom_strides: Option<ProblemStrides>,
+    /// Varlen, KV cache, windows and score modifiers (`docs/MODES.md`); dense by default.
+    pub modes: Modes,
 }
 
 /// Strides of all four tensors (O has heads_q heads, K and V have heads_kv).
@@ -193,7 +196,13 @@ impl AttentionProblem {
             softmax_scale: None,
             layout: Layout::Bshd,
             custom_strides: None,
+            modes: Modes::default(),
         }
+    }
+
+    pub fn with_modes(mut self, modes: Modes) -> Self {
+        self.modes = modes;
+        self
     }
 
     pub fn with_dtype(mut self, dtype: DType) -> Self {
@@ -228,38 +237,82 @@ impl AttentionProblem {
             return s;
         }
         let (hq, hkv, d) = (self.heads_q, self.heads_kv, self.head_dim);
-        ProblemStrides {
-            q: self.layout.strides(hq, self.seq_q, d),
-            k: self.layout.strides(hkv, self.seq_k, d),
-            v: self.layout.strides(hkv, self.seq_k, d),
-            o: self.layout.strides(hq, self.seq_q, d),
+        // Packed (varlen) tensors are [total, heads, d]: no batch axis, rows found through
+        // cu_seqlens. A paged cache's "batch" axis is the block: [num_blocks, block_size, h, d].
+        let packed = |heads: usize| TensorStrides {
+            batch: 0,
+            head: d,
+            row: heads.saturating_mul(d),
+        };
+        let (q, o) = match self.modes.packed_q {
+            Some(_) => (packed(hq), packed(hq)),
+            None => (
+                self.layout.strides(hq, self.seq_q, d),
+                self.layout.strides(hq, self.seq_q, d),
+            ),
+        };
+        let kv = match self.modes.kv {
+            KvStorage::Dense => self.layout.strides(hkv, self.seq_k, d),
+            KvStorage::Packed { .. } => packed(hkv),
+            KvStorage::Paged { block_size, .. } => Layout::Bshd.strides(hkv, block_size, d),
+        };
+        ProblemStrides { q, k: kv, v: kv, o }
+    }
+
+    /// (batch entries, rows per entry) of Q/O and of K/V storage: what the tensors hold, which
+    /// differs from (batch, seq) for packed and paged storage.
+    pub fn q_storage(&self) -> (usize, usize) {
+        match self.modes.packed_q {
+            Some(total) => (1, total),
+            None => (self.batch, self.seq_q),
+        }
+    }
+    pub fn kv_storage(&self) -> (usize, usize) {
+        match self.modes.kv {
+            KvStorage::Dense => (self.batch, self.seq_k),
+            KvStorage::Packed { total_k } => (1, total_k),
+            KvStorage::Paged {
+                num_blocks,
+                block_size,
+                ..
+            } => (num_blocks, block_size),
         }
     }
 
     pub fn q_len(&self) -> usize {
+        let (b, s) = self.q_storage();
         self.strides()
             .q
-            .required_len(self.batch, self.heads_q, self.seq_q, self.head_dim)
+            .required_len(b, self.heads_q, s, self.head_dim)
     }
     pub fn k_len(&self) -> usize {
+        let (b, s) = self.kv_storage();
         self.strides()
             .k
-            .required_len(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+            .required_len(b, self.heads_kv, s, self.head_dim)
     }
     pub fn v_len(&self) -> usize {
+        let (b, s) = self.kv_storage();
         self.strides()
             .v
-            .required_len(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+            .required_len(b, self.heads_kv, s, self.head_dim)
     }
     pub fn o_len(&self) -> usize {
+        let (b, s) = self.q_storage();
         self.strides()
             .o
-            .required_len(self.batch, self.heads_q, self.seq_q, self.head_dim)
+            .required_len(b, self.heads_q, s, self.head_dim)
     }
+    /// LSE is `[batch, heads_q, seq_q]`, or `[heads_q, total_q]` for packed Q (FlashAttention
+    /// 2's varlen layout).
     pub fn lse_len(&self) -> usize {
-        self.batch
-            .saturating_mul(self.heads_q)
-            .saturating_mul(self.seq_q)
+        match self.modes.packed_q {
+            Some(total) => self.heads_q.saturating_mul(total),
+            None => self
+                .batch
+                .saturating_mul(self.heads_q)
+                .saturating_mul(self.seq_q),
+        }
     }
 
     pub fn q_heads_per_kv(&self) -> usize {
@@ -333,14 +386,17 @@ impl AttentionProblem {
                 limit: i32::MAX as u128 * 64,
             });
         }
+        self.modes.validate(self.batch, self.seq_k, self.causal)?;
         let s = self.strides();
-        for (name, st, heads, seq) in [
-            ("q", s.q, self.heads_q, self.seq_q),
-            ("k", s.k, self.heads_kv, self.seq_k),
-            ("v", s.v, self.heads_kv, self.seq_k),
-            ("o", s.o, self.heads_q, self.seq_q),
+        let (q_batch, q_rows) = self.q_storage();
+        let (kv_batch, kv_rows) = self.kv_storage();
+        for (name, st, heads, batch, seq) in [
+            ("q", s.q, self.heads_q, q_batch, q_rows),
+            ("k", s.k, self.heads_kv, kv_batch, kv_rows),
+            ("v", s.v, self.heads_kv, kv_batch, kv_rows),
+            ("o", s.o, self.heads_q, q_batch, q_rows),
         ] {
-            let extent = (self.batch as u128) * st.batch as u128
+            let extent = (batch as u128) * st.batch as u128
                 + (heads as u128) * st.head as u128
                 + (seq as u128) * st.row as u128
                 + self.head_dim as u128;
@@ -366,9 +422,9 @@ impl AttentionProblem {
             return Ok(());
         }
         let mut axes = [
-            ("batch", s.o.batch, self.batch),
+            ("batch", s.o.batch, q_batch),
             ("head", s.o.head, self.heads_q),
-            ("row", s.o.row, self.seq_q),
+            ("row", s.o.row, q_rows),
         ];
         axes.sort_by_key(|a| a.1);
         let mut span = self.head_dim as u128;

@@ -17,13 +17,38 @@ pub struct TensorMut<'a> {
     pub dtype: DType,
 }
 
-/// Q, K, V in; O and the f32 log-sum-exp out.
+/// Q, K, V in; O and the f32 log-sum-exp out; the per-sequence tables of the problem's modes.
 pub struct AttentionTensors<'a> {
     pub q: TensorRef<'a>,
     pub k: TensorRef<'a>,
     pub v: TensorRef<'a>,
     pub o: TensorMut<'a>,
     pub lse: CudaViewMut<'a, f32>,
+    pub tables: DeviceTables<'a>,
+}
+
+/// Device copies of the tables `docs/MODES.md` describes (int32, f32 for the slopes). Kernels
+/// trust their contents; check host copies with [`crate::HostTables::validate`], or device ones
+/// with [`crate::Device::check_tables`], when they come from outside.
+#[derive(Default)]
+pub struct DeviceTables<'a> {
+    pub cu_seqlens_q: Option<CudaView<'a, i32>>,
+    pub cu_seqlens_k: Option<CudaView<'a, i32>>,
+    pub seqused_k: Option<CudaView<'a, i32>>,
+    pub block_table: Option<CudaView<'a, i32>>,
+    pub alibi_slopes: Option<CudaView<'a, f32>>,
+}
+
+impl DeviceTables<'_> {
+    pub(crate) fn lens(&self) -> [Option<usize>; 5] {
+        [
+            self.cu_seqlens_q.as_ref().map(|t| t.len()),
+            self.cu_seqlens_k.as_ref().map(|t| t.len()),
+            self.seqused_k.as_ref().map(|t| t.len()),
+            self.block_table.as_ref().map(|t| t.len()),
+            self.alibi_slopes.as_ref().map(|t| t.len()),
+        ]
+    }
 }
 
 impl AttentionTensors<'_> {
@@ -40,7 +65,8 @@ impl AttentionTensors<'_> {
                 self.lse.len(),
             ],
             [self.q.dtype, self.k.dtype, self.v.dtype, self.o.dtype],
-        )
+        )?;
+        crate::modes::check_table_lens(p, self.tables.lens())
     }
 }
 
@@ -51,7 +77,9 @@ pub fn check_buffers(
     lens: [usize; 5],
     dtypes: [DType; 4],
 ) -> Result<(), InvalidProblem> {
-    let exact = p.custom_strides.is_none();
+    // Caches and packed tensors may sit in larger buffers (a cache is allocated for its capacity,
+    // a packed batch for its largest size); plain dense tensors must match exactly.
+    let exact = p.custom_strides.is_none() && p.modes.is_dense();
     let needed = [p.q_len(), p.k_len(), p.v_len(), p.o_len(), p.lse_len()];
     for ((tensor, got), needed) in ["q", "k", "v", "o", "lse"]
         .into_iter()

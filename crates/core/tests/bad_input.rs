@@ -34,6 +34,7 @@ fn fast_caps() -> Capabilities {
         layouts: &Layout::ALL,
         min_compute_capability: (8, 0),
         alignment_elems: 8,
+        modes: flashcore_core::ModeSupport::NONE,
     }
 }
 
@@ -51,6 +52,7 @@ fn scalar_caps() -> Capabilities {
         layouts: &Layout::ALL,
         min_compute_capability: (8, 0),
         alignment_elems: 1,
+        modes: flashcore_core::ModeSupport::NONE,
     }
 }
 
@@ -139,6 +141,7 @@ fn unsupported_dtype_causal_gqa_layout_and_arch_each_say_why() {
         layouts: &[Layout::Bshd],
         min_compute_capability: (9, 0),
         alignment_elems: 8,
+        modes: flashcore_core::ModeSupport::NONE,
     };
     let base = AttentionProblem::new(1, 4, 8, 64);
     caps.check("k", &base, &h100()).unwrap();
@@ -554,6 +557,7 @@ prop_compose! {
         AttentionProblem {
             batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, causal, softmax_scale, layout,
             custom_strides: custom.map(|(q, k, v, o)| ProblemStrides { q, k, v, o }),
+            modes: Default::default(),
         }
     }
 }

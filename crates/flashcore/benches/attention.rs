@@ -118,6 +118,7 @@ fn gpu(c: &mut Criterion) {
                             dtype,
                         },
                         lse: lse.as_view_mut(),
+                        tables: Default::default(),
                     };
                     kernel.forward(&device, &problem, &mut t)
                 };

@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dtype,
             },
             lse: lse.as_view_mut(),
+            tables: Default::default(),
         };
         // Validates everything first; a rejected call launches nothing.
         kernel.forward(&device, &problem, &mut tensors)?;

@@ -2,13 +2,14 @@
 //!
 //! One block of 128 threads per query row, online softmax with f32 state, a shared-memory output
 //! accumulator, no tensor cores. It takes every dtype, head dim 1..=256, causal, GQA, any
-//! lengths and any strides: it is the GPU-side correctness anchor the faster generations are
+//! lengths and any strides, and every inference mode (varlen, KV cache, pages, windows, softcap,
+//! ALiBi: `docs/MODES.md`): it is the GPU-side correctness anchor the faster generations are
 //! compared with.
 
 use flashcore_core::launch::linear_grid;
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
-    LaunchPlan, Layout, Unsupported,
+    LaunchPlan, Layout, ModeSupport, Unsupported,
 };
 
 /// Threads per block; must match SCALAR_THREADS in the kernel.
@@ -35,6 +36,7 @@ impl Attention for Scalar {
             layouts: &Layout::ALL,
             min_compute_capability: (8, 0),
             alignment_elems: 1,
+            modes: ModeSupport::ALL,
         }
     }
 

@@ -5,11 +5,13 @@
 //! next K tile issued before Q·Kᵀ of the current one and the next V tile before P·V, so loads
 //! overlap the tensor-core work and the softmax. Tiles are XOR-swizzled (bank-conflict free for
 //! both the cp.async fills and the ldmatrix / ldmatrix.trans reads). Causal runs skip the tiles
-//! above the diagonal and mask only the diagonal ones. See `docs/generations/gen4-tile64.md`.
+//! above the diagonal and mask only the diagonal ones. Every inference mode (`docs/MODES.md`) plugs
+//! in through the shared block-info, score-modifier and K/V-row headers. See
+//! `docs/generations/gen4-tile64.md`.
 
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
-    Unsupported,
+    ModeSupport, Unsupported,
 };
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
@@ -48,7 +50,7 @@ impl Attention for Tile64 {
 
     fn capabilities(&self) -> Capabilities {
         // mma.sync bf16, ldmatrix and cp.async: sm_80
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
+        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::ALL)
     }
 
     fn plan(

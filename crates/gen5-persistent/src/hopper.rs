@@ -12,6 +12,7 @@ use flashcore_core::plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
 };
 use flashcore_core::problem::AttentionProblem;
+use flashcore_core::ModeSupport;
 use flashcore_core::{DeviceInfo, Unsupported};
 
 /// The FA3-style Hopper kernel.
@@ -64,8 +65,9 @@ pub fn smem_bytes_with_block_n(
 ) -> usize {
     let q = BLOCK_M * head_dim * elem_bytes;
     let kv_tile = block_n * head_dim * elem_bytes;
-    // The barriers, then the dynamic schedule's two unit-index words (OFF_ITEM).
-    let bars = (2 * q_stages + 4 * stages) * 8 + 8;
+    // The barriers (+ the producer's v_landed), then the dynamic schedule's two unit-index words
+    // (OFF_ITEM).
+    let bars = (2 * q_stages + 4 * stages + 1) * 8 + 8;
     let bars = bars.div_ceil(128) * 128;
     q_stages * q + 2 * stages * kv_tile + bars + SMEM_ALIGN_SLACK
 }
@@ -291,11 +293,13 @@ impl HopperConfig {
     /// epilogue, which were only measured and verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem) -> HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
+        // (Inference modes keep 128-key tiles: a paged tile is loaded in power-of-two groups.)
         if self.wide_noncausal
             && problem.head_dim == 128
             && !problem.causal
             && unsplit
             && !self.smem_epilogue
+            && problem.modes.is_dense()
         {
             HopperConfig {
                 block_n: WIDE_BLOCK_N,
@@ -379,7 +383,7 @@ impl Attention for PersistentHopper {
 
     fn capabilities(&self) -> Capabilities {
         // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
-        Capabilities::all_features(HeadDims::List(&[64, 128]), (9, 0))
+        Capabilities::all_features(HeadDims::List(&[64, 128]), (9, 0)).with_modes(ModeSupport::ALL)
     }
 
     fn plan(
@@ -443,7 +447,14 @@ impl PersistentHopper {
         // Split-KV for small problems: a work unit is (item, key range). The longest item (the
         // last q tile, also under the bottom-right causal mask) has all the key tiles.
         let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
-        let mut splits = cfg.splits_for(items, max_key_tiles, device.sm_count as usize);
+        let modes = !problem.modes.is_dense();
+        // The modes build has no split path (FC_HOPPER_MODES and FC_HOPPER_SPLIT_KV exclude
+        // each other); mode problems run unsplit.
+        let mut splits = if modes {
+            1
+        } else {
+            cfg.splits_for(items, max_key_tiles, device.sm_count as usize)
+        };
         let mut workspace = 0;
         if splits > 1 {
             match split_workspace_f32(items, splits, d) {
@@ -474,6 +485,9 @@ impl PersistentHopper {
         }
         if dynamic {
             defines.push(("FC_HOPPER_DYNAMIC".to_string(), "1".to_string()));
+        }
+        if modes {
+            defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
         }
         if env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
@@ -515,7 +529,7 @@ mod tests {
 
     #[test]
     fn smem_formula_matches_kernel() {
-        // Kernel: Q + 2*STAGES*KV + 128 (10 barriers + 2 unit words -> 88 B -> 128) + 1024.
+        // Kernel: Q + 2*STAGES*KV + 128 (11 barriers + 2 unit words -> 96 B -> 128) + 1024.
         assert_eq!(smem_bytes(128, 2), 32768 + 131072 + 128 + 1024);
         assert_eq!(smem_bytes(64, 2), 16384 + 65536 + 128 + 1024);
     }

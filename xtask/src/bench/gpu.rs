@@ -178,6 +178,7 @@ impl Buffers {
                 dtype,
             },
             lse: set.lse.as_view_mut(),
+            tables: Default::default(),
         };
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
     }

@@ -185,6 +185,7 @@ impl DevCase {
                 dtype: p.dtype,
             },
             lse: self.lse.slice_mut(rl),
+            tables: Default::default(),
         };
         f(&mut t)
     }

@@ -1,0 +1,446 @@
+//! The inference modes of a problem, in FlashAttention's vocabulary (`docs/MODES.md` is the
+//! contract): variable-length batches, a KV cache (per-sequence lengths, pages, appended tokens),
+//! sliding windows and score modifiers. A dense problem has `Modes::default()`.
+
+use crate::error::InvalidProblem;
+
+/// Where the key/value rows of each sequence live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum KvStorage {
+    /// `[batch, seq_k, heads_kv, head_dim]` (or the problem's layout / custom strides): a plain
+    /// tensor, or a contiguous cache of capacity `seq_k` when `seqused_k` is given.
+    #[default]
+    Dense,
+    /// Varlen keys: `[total_k, heads_kv, head_dim]` with `cu_seqlens_k`; `seq_k` is max_seqlen_k.
+    Packed { total_k: usize },
+    /// Paged cache: `[num_blocks, block_size, heads_kv, head_dim]` with `block_table`
+    /// `[batch, max_blocks_per_seq]`; `seq_k` is the capacity `max_blocks_per_seq · block_size`.
+    Paged {
+        num_blocks: usize,
+        block_size: usize,
+        max_blocks_per_seq: usize,
+    },
+}
+
+/// Shape of the `alibi_slopes` table (f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AlibiSlopes {
+    /// `[heads_q]`: the same slopes for every sequence.
+    PerHead,
+    /// `[batch, heads_q]`.
+    PerBatchHead,
+}
+
+/// Everything beyond dense attention. Each field is off by default.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Modes {
+    /// Varlen queries: Q and O are `[total_q, heads_q, head_dim]` with `cu_seqlens_q`, and the
+    /// problem's `seq_q` is max_seqlen_q.
+    pub packed_q: Option<usize>,
+    pub kv: KvStorage,
+    /// `seqused_k` is given: sequence b reads keys `0..seqused_k[b]` (+ `append` rows).
+    pub seqused_k: bool,
+    /// `k_new`/`v_new` of this many rows per sequence are written into the cache at
+    /// `seqused_k[b]` before attending (FlashAttention's `flash_attn_with_kvcache`).
+    pub append: Option<usize>,
+    /// Keys further than this many positions left of the (bottom-right aligned) diagonal are
+    /// masked. `None`: unbounded.
+    pub window_left: Option<usize>,
+    /// Keys further than this many positions right of the diagonal are masked (causal is 0).
+    pub window_right: Option<usize>,
+    /// Logits become `softcap · tanh(s / softcap)`.
+    pub softcap: Option<f32>,
+    pub alibi: Option<AlibiSlopes>,
+}
+
+/// Which modes a kernel implements (a column of `flashcore kernels`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModeSupport {
+    /// `cu_seqlens_q` / `cu_seqlens_k` (packed Q/O and K/V).
+    pub varlen: bool,
+    /// `seqused_k` on a contiguous cache (and so appended tokens, which the core writes).
+    pub seqused_k: bool,
+    pub paged: bool,
+    pub window: bool,
+    pub softcap: bool,
+    pub alibi: bool,
+}
+
+impl ModeSupport {
+    pub const NONE: ModeSupport = ModeSupport {
+        varlen: false,
+        seqused_k: false,
+        paged: false,
+        window: false,
+        softcap: false,
+        alibi: false,
+    };
+    pub const ALL: ModeSupport = ModeSupport {
+        varlen: true,
+        seqused_k: true,
+        paged: true,
+        window: true,
+        softcap: true,
+        alibi: true,
+    };
+
+    /// The first mode `modes` asks for that this kernel lacks, as the reason for `Unsupported`.
+    pub fn missing(&self, modes: &Modes) -> Option<&'static str> {
+        let wants = [
+            (
+                modes.packed_q.is_some(),
+                self.varlen,
+                "varlen queries (cu_seqlens_q)",
+            ),
+            (
+                matches!(modes.kv, KvStorage::Packed { .. }),
+                self.varlen,
+                "varlen keys (cu_seqlens_k)",
+            ),
+            (modes.seqused_k, self.seqused_k, "a KV cache (seqused_k)"),
+            (
+                matches!(modes.kv, KvStorage::Paged { .. }),
+                self.paged,
+                "a paged KV cache",
+            ),
+            (
+                modes.window_left.is_some() || modes.window_right.is_some(),
+                self.window,
+                "a sliding window",
+            ),
+            (modes.softcap.is_some(), self.softcap, "softcap"),
+            (modes.alibi.is_some(), self.alibi, "ALiBi"),
+        ];
+        wants
+            .into_iter()
+            .find(|(wanted, has, _)| *wanted && !*has)
+            .map(|(_, _, what)| what)
+    }
+
+    /// A short list for tables: "varlen,cache,paged,window,softcap,alibi" or "-".
+    pub fn summary(&self) -> String {
+        let names = [
+            (self.varlen, "varlen"),
+            (self.seqused_k, "cache"),
+            (self.paged, "paged"),
+            (self.window, "window"),
+            (self.softcap, "softcap"),
+            (self.alibi, "alibi"),
+        ];
+        let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
+        if on.is_empty() {
+            "-".into()
+        } else {
+            on.join(",")
+        }
+    }
+}
+
+/// Block sizes a paged cache may use: multiples of 16 from 16 to 256 (every kernel loads K/V in
+/// 16-row groups, so a group never straddles two pages).
+pub const PAGE_ROWS_MULTIPLE: usize = 16;
+pub const MAX_BLOCK_SIZE: usize = 256;
+
+impl Modes {
+    pub fn is_dense(&self) -> bool {
+        *self == Modes::default()
+    }
+
+    /// Whether key lengths differ per sequence (a kernel reads them from a table).
+    pub fn per_sequence_k(&self) -> bool {
+        self.seqused_k || matches!(self.kv, KvStorage::Packed { .. })
+    }
+
+    /// Shape-level checks (the tables' contents are checked by [`crate::HostTables::validate`]).
+    pub(crate) fn validate(
+        &self,
+        batch: usize,
+        seq_k: usize,
+        causal: bool,
+    ) -> Result<(), InvalidProblem> {
+        let bad = |field: &'static str, reason: String| InvalidProblem::Mode { field, reason };
+        if let Some(c) = self.softcap {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(bad("softcap", format!("{c} must be finite and > 0")));
+            }
+        }
+        if causal && self.window_right.is_some_and(|r| r > 0) {
+            return Err(bad(
+                "window_right",
+                "causal masking already bounds the window at 0 on the right; give one or the other"
+                    .into(),
+            ));
+        }
+        match self.kv {
+            KvStorage::Dense => {}
+            KvStorage::Packed { total_k } => {
+                if self.append.is_some() {
+                    return Err(bad(
+                        "k_new",
+                        "appending needs a cache (contiguous or paged), not packed varlen keys"
+                            .into(),
+                    ));
+                }
+                if total_k > i32::MAX as usize {
+                    return Err(bad(
+                        "cu_seqlens_k",
+                        format!("total_k {total_k} exceeds i32"),
+                    ));
+                }
+            }
+            KvStorage::Paged {
+                num_blocks,
+                block_size,
+                max_blocks_per_seq,
+            } => {
+                if block_size == 0
+                    || block_size > MAX_BLOCK_SIZE
+                    || !block_size.is_multiple_of(PAGE_ROWS_MULTIPLE)
+                {
+                    return Err(bad(
+                        "block_size",
+                        format!("{block_size} must be a multiple of 16 in 16..=256"),
+                    ));
+                }
+                if num_blocks == 0 && batch > 0 {
+                    return Err(bad(
+                        "num_blocks",
+                        "a paged cache needs at least one block".into(),
+                    ));
+                }
+                if !self.seqused_k {
+                    return Err(bad(
+                        "seqused_k",
+                        "a paged cache needs seqused_k (how many entries of each sequence are valid)"
+                            .into(),
+                    ));
+                }
+                if max_blocks_per_seq.saturating_mul(block_size) != seq_k {
+                    return Err(bad(
+                        "block_table",
+                        format!(
+                            "seq_k must be the capacity max_blocks_per_seq ({max_blocks_per_seq}) x \
+                             block_size ({block_size}), not {seq_k}"
+                        ),
+                    ));
+                }
+                if num_blocks > i32::MAX as usize || max_blocks_per_seq > i32::MAX as usize {
+                    return Err(bad("block_table", "more blocks than i32 indexes".into()));
+                }
+            }
+        }
+        if let Some(n) = self.append {
+            if !self.seqused_k {
+                return Err(bad(
+                    "k_new",
+                    "appending writes at seqused_k, which must be given".into(),
+                ));
+            }
+            if n > seq_k {
+                return Err(bad(
+                    "k_new",
+                    format!("{n} new rows do not fit a cache of capacity {seq_k}"),
+                ));
+            }
+        }
+        if let Some(total_q) = self.packed_q {
+            if total_q > i32::MAX as usize {
+                return Err(bad(
+                    "cu_seqlens_q",
+                    format!("total_q {total_q} exceeds i32"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Host copies of the per-sequence tables, checked before anything launches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostTables<'a> {
+    pub cu_seqlens_q: Option<&'a [i32]>,
+    pub cu_seqlens_k: Option<&'a [i32]>,
+    pub seqused_k: Option<&'a [i32]>,
+    /// Row-major `[batch, max_blocks_per_seq]`.
+    pub block_table: Option<&'a [i32]>,
+    pub alibi_slopes: Option<&'a [f32]>,
+}
+
+/// Lengths the problem expects of each table (None: the table must be absent).
+pub(crate) fn expected_table_lens(
+    p: &crate::AttentionProblem,
+) -> [(&'static str, Option<usize>); 5] {
+    let m = &p.modes;
+    let b = p.batch;
+    [
+        ("cu_seqlens_q", m.packed_q.map(|_| b + 1)),
+        (
+            "cu_seqlens_k",
+            matches!(m.kv, KvStorage::Packed { .. }).then_some(b + 1),
+        ),
+        ("seqused_k", m.seqused_k.then_some(b)),
+        (
+            "block_table",
+            match m.kv {
+                KvStorage::Paged {
+                    max_blocks_per_seq, ..
+                } => Some(b * max_blocks_per_seq),
+                _ => None,
+            },
+        ),
+        (
+            "alibi_slopes",
+            m.alibi.map(|a| match a {
+                AlibiSlopes::PerHead => p.heads_q,
+                AlibiSlopes::PerBatchHead => b * p.heads_q,
+            }),
+        ),
+    ]
+}
+
+/// Presence and length of each table against the problem.
+pub(crate) fn check_table_lens(
+    p: &crate::AttentionProblem,
+    got: [Option<usize>; 5],
+) -> Result<(), InvalidProblem> {
+    for ((field, expected), got) in expected_table_lens(p).into_iter().zip(got) {
+        match (expected, got) {
+            (None, None) => {}
+            (Some(e), Some(g)) if e == g => {}
+            (Some(e), None) => {
+                return Err(InvalidProblem::Table {
+                    field,
+                    reason: format!("the problem needs it ({e} entries) but none was given"),
+                })
+            }
+            (None, Some(_)) => {
+                return Err(InvalidProblem::Table {
+                    field,
+                    reason: "given, but the problem does not use it (set the mode on the problem)"
+                        .into(),
+                })
+            }
+            (Some(e), Some(g)) => {
+                return Err(InvalidProblem::Table {
+                    field,
+                    reason: format!("has {g} entries, the problem needs {e}"),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+impl HostTables<'_> {
+    fn lens(&self) -> [Option<usize>; 5] {
+        [
+            self.cu_seqlens_q.map(<[i32]>::len),
+            self.cu_seqlens_k.map(<[i32]>::len),
+            self.seqused_k.map(<[i32]>::len),
+            self.block_table.map(<[i32]>::len),
+            self.alibi_slopes.map(<[f32]>::len),
+        ]
+    }
+
+    /// Every condition `docs/MODES.md` puts on the tables; each failure names the field.
+    pub fn validate(&self, p: &crate::AttentionProblem) -> Result<(), InvalidProblem> {
+        check_table_lens(p, self.lens())?;
+        let m = &p.modes;
+        let err = |field: &'static str, reason: String| InvalidProblem::Table { field, reason };
+        let check_cu = |field: &'static str, cu: &[i32], total: usize, max_len: usize| {
+            if cu.first() != Some(&0) {
+                return Err(err(
+                    field,
+                    format!("must start at 0, starts at {:?}", cu.first()),
+                ));
+            }
+            for (i, w) in cu.windows(2).enumerate() {
+                if w[1] < w[0] {
+                    return Err(err(
+                        field,
+                        format!("decreases at entry {}: {} then {}", i + 1, w[0], w[1]),
+                    ));
+                }
+                let len = (w[1] - w[0]) as usize;
+                if len > max_len {
+                    return Err(err(
+                        field,
+                        format!("sequence {i} has {len} rows, more than the max_seqlen {max_len}"),
+                    ));
+                }
+            }
+            let last = *cu.last().unwrap_or(&0);
+            if last as usize != total {
+                return Err(err(
+                    field,
+                    format!("ends at {last}, but the packed tensor has {total} rows"),
+                ));
+            }
+            Ok(())
+        };
+        if let (Some(total_q), Some(cu)) = (m.packed_q, self.cu_seqlens_q) {
+            check_cu("cu_seqlens_q", cu, total_q, p.seq_q)?;
+        }
+        let mut k_lens: Vec<usize> = vec![p.seq_k; p.batch];
+        if let (KvStorage::Packed { total_k }, Some(cu)) = (m.kv, self.cu_seqlens_k) {
+            check_cu("cu_seqlens_k", cu, total_k, p.seq_k)?;
+            k_lens = cu.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
+        }
+        if let Some(used) = self.seqused_k {
+            let extra = m.append.unwrap_or(0);
+            for (b, (&u, &room)) in used.iter().zip(&k_lens).enumerate() {
+                if u < 0 {
+                    return Err(err("seqused_k", format!("entry {b} is negative ({u})")));
+                }
+                if u as usize + extra > room {
+                    return Err(err(
+                        "seqused_k",
+                        if extra > 0 {
+                            format!(
+                                "sequence {b}: {u} used + {extra} appended rows exceed its capacity {room}"
+                            )
+                        } else {
+                            format!("sequence {b}: {u} used rows exceed its capacity {room}")
+                        },
+                    ));
+                }
+            }
+        }
+        if let (
+            KvStorage::Paged {
+                num_blocks,
+                block_size,
+                max_blocks_per_seq,
+            },
+            Some(table),
+            Some(used),
+        ) = (m.kv, self.block_table, self.seqused_k)
+        {
+            let extra = m.append.unwrap_or(0);
+            for (b, &u) in used.iter().enumerate() {
+                // Only the entries covering the rows that are read (or written) must be valid.
+                let blocks = (u as usize + extra).div_ceil(block_size);
+                let row = &table[b * max_blocks_per_seq..][..blocks];
+                if let Some((j, &id)) = row
+                    .iter()
+                    .enumerate()
+                    .find(|(_, &id)| id < 0 || id as usize >= num_blocks)
+                {
+                    return Err(err(
+                        "block_table",
+                        format!("sequence {b}, entry {j}: block {id} is outside 0..{num_blocks}"),
+                    ));
+                }
+            }
+        }
+        if let Some(slopes) = self.alibi_slopes {
+            if let Some((i, s)) = slopes.iter().enumerate().find(|(_, s)| !s.is_finite()) {
+                return Err(err(
+                    "alibi_slopes",
+                    format!("entry {i} is not finite ({s})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

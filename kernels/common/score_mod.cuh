@@ -1,0 +1,39 @@
+// Score modifiers, one place for every generation: raw q·k to the log2-domain logit the online
+// softmax takes (docs/MODES.md):
+//   s = scale · q·k;  s = softcap · tanh(s / softcap) (if given);  s -= slope · |row + off - key|
+// times log2(e), so every exponential stays one exp2. A dense problem is s · scale_log2.
+#pragma once
+#include "params.cuh"
+#include "seqlen.cuh"
+
+struct ScoreMod {
+    float scale_log2;    // no softcap: logit2 = dot * scale_log2
+    float softcap_pre;   // softcap: logit2 = tanh(dot * softcap_pre) * softcap_log2
+    float softcap_log2;
+    float slope_log2;    // ALiBi slope of this (batch, head) times log2(e); 0 without ALiBi
+    int diag;            // len_k - len_q: key `row + diag` is the row's diagonal
+};
+
+__device__ __forceinline__ ScoreMod score_mod(const AttentionParams& p, const SeqInfo& s, int b, int h) {
+    ScoreMod m;
+    m.scale_log2 = p.scale_log2;
+    m.softcap_pre = p.softcap_pre;
+    m.softcap_log2 = p.softcap_log2;
+    m.slope_log2 = p.alibi_slopes != nullptr
+                       ? p.alibi_slopes[(long long)b * p.alibi_batch_stride + h] * 1.4426950408889634f
+                       : 0.f;
+    m.diag = s.len_k - s.len_q;
+    return m;
+}
+
+// Whether the modifier needs the key index (ALiBi) or a transcendental (softcap): kernels keep
+// their plain scale-only path otherwise.
+__device__ __forceinline__ bool has_score_mod(const AttentionParams& p) {
+    return p.softcap_pre != 0.f || p.alibi_slopes != nullptr;
+}
+
+__device__ __forceinline__ float logit_log2(const ScoreMod& m, float dot, int row, int key) {
+    float s = m.softcap_pre != 0.f ? tanhf(dot * m.softcap_pre) * m.softcap_log2 : dot * m.scale_log2;
+    if (m.slope_log2 != 0.f) s -= m.slope_log2 * fabsf((float)(row + m.diag - key));
+    return s;
+}

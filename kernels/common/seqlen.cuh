@@ -1,0 +1,95 @@
+// Block info (FlashAttention's BlockInfo + mask bounds), one place for every generation: a
+// sequence's lengths and storage rows, which keys a query row sees, and which key tiles a query
+// tile visits. The contract is docs/MODES.md; a dense problem gets the old answers (len_q =
+// seq_q, len_k = seq_k, keys [0, causal_key_end)).
+#pragma once
+#include "params.cuh"
+
+struct SeqInfo {
+    int len_q, len_k;   // rows of this sequence's Q and K
+    long long q_row0;   // first storage row of its Q / O (cu_seqlens_q[b], else 0)
+    long long k_row0;   // first storage row of its K / V (cu_seqlens_k[b], else 0; paged: 0)
+};
+
+__device__ __forceinline__ SeqInfo seq_info(const AttentionParams& p, int b) {
+    SeqInfo s;
+    s.q_row0 = 0;
+    s.len_q = p.seq_q;
+    if (p.cu_seqlens_q != nullptr) {
+        s.q_row0 = p.cu_seqlens_q[b];
+        s.len_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    }
+    s.k_row0 = 0;
+    s.len_k = p.seq_k;
+    if (p.cu_seqlens_k != nullptr) {
+        s.k_row0 = p.cu_seqlens_k[b];
+        s.len_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    }
+    if (p.seqused_k != nullptr) s.len_k = p.seqused_k[b] + p.seqlen_new;
+    return s;
+}
+
+// Keys [lo, hi) are visible to a row; the range is empty when hi <= lo (then O = 0, LSE = +inf).
+struct KeyRange {
+    int lo, hi;
+};
+
+// Bottom-right aligned: the row's diagonal key is row + len_k - len_q. Causal bounds the window
+// at 0 on the right.
+__device__ __forceinline__ KeyRange key_range(const AttentionParams& p, const SeqInfo& s, int row) {
+    const long long diag = (long long)row + s.len_k - s.len_q;
+    long long lo = 0, hi = s.len_k;
+    const int right = p.causal ? 0 : p.window_right;
+    if (right >= 0 && diag + right + 1 < hi) hi = diag + right + 1;
+    if (p.window_left >= 0 && diag - p.window_left > lo) lo = diag - p.window_left;
+    if (hi < 0) hi = 0;
+    if (lo > hi) lo = hi;
+    KeyRange r;
+    r.lo = (int)lo;
+    r.hi = (int)hi;
+    return r;
+}
+
+// Key tiles [first, end) that a query tile of rows [q0, q0 + rows) visits: every tile holding a
+// key some row sees. lo and hi never decrease with the row, so the first row bounds the start
+// and the last row the end. Tiles outside are never loaded.
+struct KeyTiles {
+    int first, end;        // tile indices (tile t covers keys [t * tile, (t + 1) * tile))
+    int unmasked_lo;       // keys in [unmasked_lo, unmasked_hi) are visible to every row of the
+    int unmasked_hi;       // tile: a key tile inside needs no element mask
+};
+
+__device__ __forceinline__ KeyTiles visited_key_tiles(const AttentionParams& p, const SeqInfo& s, int q0, int rows,
+                                              int tile) {
+    KeyTiles t;
+    const KeyRange first = key_range(p, s, q0);
+    const KeyRange last = key_range(p, s, q0 + rows - 1);
+    if (last.hi <= first.lo || rows <= 0) {
+        // Also covers every row empty (then first.lo == first.hi <= ... and last.hi <= last.lo).
+        t.first = t.end = 0;
+    } else {
+        t.first = first.lo / tile;
+        t.end = (last.hi + tile - 1) / tile;
+    }
+    t.unmasked_lo = last.lo;
+    t.unmasked_hi = first.hi;
+    return t;
+}
+
+// Whether the key tile [k0, k0 + tile) needs element masks for some row of the query tile.
+__device__ __forceinline__ bool tile_needs_mask(const KeyTiles& t, int k0, int tile) {
+    return k0 < t.unmasked_lo || k0 + tile > t.unmasked_hi;
+}
+
+// Storage offsets of this sequence's Q / O rows, and its LSE entries ([batch, heads_q, seq_q], or
+// [heads_q, total_q] for packed Q).
+__device__ __forceinline__ long long seq_q_offset(const AttentionParams& p, const SeqInfo& s, int b, int h, int row) {
+    return (long long)b * p.q_batch_stride + (long long)h * p.q_head_stride + (s.q_row0 + row) * p.q_row_stride;
+}
+__device__ __forceinline__ long long seq_o_offset(const AttentionParams& p, const SeqInfo& s, int b, int h, int row) {
+    return (long long)b * p.o_batch_stride + (long long)h * p.o_head_stride + (s.q_row0 + row) * p.o_row_stride;
+}
+__device__ __forceinline__ long long seq_lse_offset(const AttentionParams& p, const SeqInfo& s, int b, int h, int row) {
+    if (p.cu_seqlens_q != nullptr) return (long long)h * p.total_q + s.q_row0 + row;
+    return ((long long)b * p.heads_q + h) * p.seq_q + row;
+}
