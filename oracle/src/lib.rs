@@ -9,6 +9,9 @@
 //!   and LSE separately, with [`F16_ABS_FLOOR`] = 2^-12 and [`BF16_ABS_FLOOR`] = 2^-9, plus exact
 //!   rules for empty rows and NaN.
 //! * [`sample_rows`]: which rows to judge on large problems.
+//! * Inference modes (`docs/MODES.md`): windows, softcap and ALiBi are fields of
+//!   [`OracleProblem`]; a varlen batch or KV cache is judged one sequence at a time over the
+//!   logical K/V [`gather_paged`] and [`append_rows`] build. The tolerance rule is the same.
 //!
 //! This crate depends on no other flashcore crate on purpose: the judge must not share code (and
 //! so bugs) with what it judges.
@@ -16,9 +19,11 @@
 mod judge;
 mod problem;
 mod reference;
+mod storage;
 
 pub use judge::{check, judge, Verdict, BF16_ABS_FLOOR, F16_ABS_FLOOR, LOW_PRECISION_FACTOR};
 pub use problem::{sample_rows, OracleProblem, Precision, Rows};
 pub use reference::{
     probabilities, reference_f64, reference_low_precision, softmax_in_place, Reference,
 };
+pub use storage::{append_rows, gather_paged};

@@ -4,8 +4,11 @@ use std::collections::BTreeSet;
 
 /// One attention call as the oracle sees it. Logical tensor order everywhere in this crate:
 /// Q and O are `[batch, heads_q, seq_q, head_dim]`, K and V are `[batch, heads_kv, seq_k, head_dim]`,
-/// LSE is `[batch, heads_q, seq_q]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// LSE is `[batch, heads_q, seq_q]`. Windows, softcap and ALiBi follow `docs/MODES.md`; a varlen
+/// batch or a KV cache is judged one sequence at a time, each as its own batch-1 problem over the
+/// logical K/V the sequence attends to ([`gather_paged`](crate::gather_paged),
+/// [`append_rows`](crate::append_rows)).
+#[derive(Clone, Debug, PartialEq)]
 pub struct OracleProblem {
     pub batch: usize,
     pub heads_q: usize,
@@ -17,9 +20,46 @@ pub struct OracleProblem {
     pub causal: bool,
     /// Multiplies q·k. Any finite value, including 0 and negative ones.
     pub scale: f64,
+    /// Keys further left of the (bottom-right aligned) diagonal than this are masked.
+    pub window_left: Option<usize>,
+    /// Keys further right of the diagonal than this are masked (causal makes it 0).
+    pub window_right: Option<usize>,
+    /// Logits become `softcap · tanh(s / softcap)`.
+    pub softcap: Option<f64>,
+    /// ALiBi slopes, `[batch, heads_q]` row-major: the logit of key j at row i loses
+    /// `slope · |i + seq_k - seq_q - j|`.
+    pub alibi_slopes: Option<Vec<f64>>,
 }
 
 impl OracleProblem {
+    /// A problem without windows, softcap or ALiBi.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dense(
+        batch: usize,
+        heads_q: usize,
+        heads_kv: usize,
+        seq_q: usize,
+        seq_k: usize,
+        head_dim: usize,
+        causal: bool,
+        scale: f64,
+    ) -> Self {
+        OracleProblem {
+            batch,
+            heads_q,
+            heads_kv,
+            seq_q,
+            seq_k,
+            head_dim,
+            causal,
+            scale,
+            window_left: None,
+            window_right: None,
+            softcap: None,
+            alibi_slopes: None,
+        }
+    }
+
     /// Query heads per kv head (GQA/MQA group size). Panics if `heads_kv` does not divide `heads_q`.
     pub fn group_size(&self) -> usize {
         assert!(
@@ -36,15 +76,42 @@ impl OracleProblem {
         head_q / self.group_size()
     }
 
-    /// How many keys query row `row` sees: keys `0..visible_keys(row)`. Causal masking is
-    /// bottom-right aligned, so row i sees key j iff `j <= i + seq_k - seq_q` (signed); the
-    /// result is 0 for rows above the diagonal when `seq_q > seq_k`, and always when `seq_k == 0`.
-    pub fn visible_keys(&self, row: usize) -> usize {
-        if !self.causal {
-            return self.seq_k;
+    /// The keys query row `row` sees: `lo..hi` (empty when `lo == hi`). With the diagonal
+    /// `i + seq_k - seq_q` (bottom-right aligned, signed), row i sees key j iff
+    /// `j >= diag - window_left` (if given), `j <= diag + window_right` (if given; causal bounds
+    /// it at 0) and `0 <= j < seq_k`.
+    pub fn key_range(&self, row: usize) -> (usize, usize) {
+        let diag = row as i128 + self.seq_k as i128 - self.seq_q as i128;
+        let mut hi = self.seq_k as i128;
+        let right = if self.causal {
+            Some(0)
+        } else {
+            self.window_right.map(|w| w as i128)
+        };
+        if let Some(r) = right {
+            hi = hi.min(diag + r + 1);
         }
-        let last = row as i128 + self.seq_k as i128 - self.seq_q as i128;
-        (last + 1).clamp(0, self.seq_k as i128) as usize
+        let mut lo = 0i128;
+        if let Some(l) = self.window_left {
+            lo = lo.max(diag - l as i128);
+        }
+        let hi = hi.max(0);
+        let lo = lo.min(hi);
+        (lo as usize, hi as usize)
+    }
+
+    /// How many keys query row `row` sees (the length of [`key_range`](Self::key_range)); 0 for
+    /// rows above the diagonal when causal and `seq_q > seq_k`, and always when `seq_k == 0`.
+    pub fn visible_keys(&self, row: usize) -> usize {
+        let (lo, hi) = self.key_range(row);
+        hi - lo
+    }
+
+    /// The ALiBi slope of (batch, head_q); 0 without ALiBi.
+    pub fn slope(&self, b: usize, h: usize) -> f64 {
+        self.alibi_slopes
+            .as_ref()
+            .map_or(0.0, |s| s[b * self.heads_q + h])
     }
 
     /// Total number of query rows, `batch * heads_q * seq_q`.
@@ -246,6 +313,10 @@ mod tests {
             head_dim: 8,
             causal,
             scale: 1.0,
+            window_left: None,
+            window_right: None,
+            softcap: None,
+            alibi_slopes: None,
         }
     }
 

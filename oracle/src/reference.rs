@@ -109,7 +109,9 @@ fn nan_max<T: Elem>(xs: impl Iterator<Item = T>) -> T {
     m
 }
 
-/// The f64 reference: scores `s_ij = scale · (q_i · k_j)` over the visible keys, softmax and
+/// The f64 reference: scores `s_ij = scale · (q_i · k_j)` over the visible keys (then
+/// `softcap · tanh(s / softcap)` and minus the ALiBi bias `slope · |i + seq_k - seq_q - j|` when
+/// the problem has them, all in f64), softmax and
 /// `O_i = Σ_j p_ij v_j`, all in f64 from the given f32 values. Rows that see no key get `O = 0`
 /// and `LSE = +inf`. Masked keys take no part at all: a NaN or Inf in a masked K/V row does not
 /// reach the output (as in the mathematical definition; a kernel that multiplies masked V rows
@@ -129,7 +131,10 @@ pub fn reference_f64(
         k,
         v,
         rows,
-        &F64Mode { scale },
+        &F64Mode {
+            scale,
+            softcap: p.softcap,
+        },
         // f64 needs no rounding of inputs.
         |x| x as f64,
     )
@@ -140,7 +145,9 @@ pub fn reference_f64(
 /// (a no-op for representable values), then:
 ///
 /// * `S = round(f32(acc_f32(q·k) · f32(scale)))`: dot products accumulated in f32, scaled in
-///   f32, one rounding to the dtype;
+///   f32, one rounding to the dtype; with softcap `c·tanh(s/c)` and the ALiBi bias applied in
+///   f32 before that one rounding (FlashAttention's `attention_ref` does both on the scores
+///   before the softmax);
 /// * `P = round(exp(S - max S) / Σ exp(S - max S))` computed in f32 from the rounded S;
 /// * `O = round(Σ_j P_j v_j)` accumulated in f32;
 /// * `LSE = max S + ln Σ exp(S - max S)` in f32 from the rounded S (not rounded to the dtype).
@@ -157,6 +164,7 @@ pub fn reference_low_precision(
     let mode = LowMode {
         precision,
         scale: p.scale as f32,
+        softcap: p.softcap.map(|c| c as f32),
     };
     run(p, q, k, v, rows, &mode, |x| precision.round(x))
 }
@@ -192,8 +200,8 @@ impl Elem for f32 {
 /// What differs between the two references.
 trait Mode: Sync {
     type T: Elem;
-    /// Raw dot product to score.
-    fn score(&self, dot: Self::T) -> Self::T;
+    /// Raw dot product to logit: scale, softcap, minus the ALiBi `bias` (slope · distance).
+    fn score(&self, dot: Self::T, bias: f64) -> Self::T;
     /// Scores to probabilities in place; returns the LSE.
     fn softmax(&self, s: &mut [Self::T]) -> f64;
     /// Accumulated output element to the reported value.
@@ -202,13 +210,19 @@ trait Mode: Sync {
 
 struct F64Mode {
     scale: f64,
+    softcap: Option<f64>,
 }
 
 impl Mode for F64Mode {
     type T = f64;
     #[inline]
-    fn score(&self, dot: f64) -> f64 {
-        self.scale * dot
+    fn score(&self, dot: f64, bias: f64) -> f64 {
+        let s = self.scale * dot;
+        let s = match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        };
+        s - bias
     }
     fn softmax(&self, s: &mut [f64]) -> f64 {
         softmax_in_place(s)
@@ -222,13 +236,19 @@ impl Mode for F64Mode {
 struct LowMode {
     precision: Precision,
     scale: f32,
+    softcap: Option<f32>,
 }
 
 impl Mode for LowMode {
     type T = f32;
     #[inline]
-    fn score(&self, dot: f32) -> f32 {
-        self.precision.round(dot * self.scale)
+    fn score(&self, dot: f32, bias: f64) -> f32 {
+        let s = dot * self.scale;
+        let s = match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        };
+        self.precision.round(s - bias as f32)
     }
     fn softmax(&self, s: &mut [f32]) -> f64 {
         if s.is_empty() {
@@ -397,9 +417,10 @@ fn task_rows<M: Mode>(
     load: &impl Fn(f32) -> M::T,
 ) -> (Vec<f64>, Vec<f64>) {
     let d = p.head_dim;
+    // Keys 0..nk cover every row's range (rows see keys lo..hi).
     let nk = rows
         .iter()
-        .map(|&(_, r)| p.visible_keys(r))
+        .map(|&(_, r)| p.key_range(r).1)
         .max()
         .unwrap_or(0);
 
@@ -421,10 +442,11 @@ fn task_rows<M: Mode>(
     let mut ob = vec![M::T::ZERO; BLOCK * d];
 
     for (bi, blk) in rows.chunks(BLOCK).enumerate() {
+        let mut lo = [0usize; BLOCK];
         let mut n = [0usize; BLOCK];
         qb.fill(M::T::ZERO);
         for (r, &(h, row)) in blk.iter().enumerate() {
-            n[r] = p.visible_keys(row);
+            (lo[r], n[r]) = p.key_range(row);
             for (dst, &e) in qb[r * d..(r + 1) * d]
                 .iter_mut()
                 .zip(q.slice(s![b, h, row, ..]))
@@ -433,10 +455,12 @@ fn task_rows<M: Mode>(
             }
         }
         let nmax = n.iter().copied().max().unwrap_or(0);
+        // (A window's rows start past key 0: nothing before the block's first visible key.)
+        let jmin = lo[..blk.len()].iter().copied().min().unwrap_or(0);
 
         // Scores: each K row against all block rows at once; scores past a row's visible
         // range are computed but never read.
-        for j in 0..nmax {
+        for j in jmin..nmax {
             let dots = dot_block(&qb, &kb[j * d..(j + 1) * d]);
             for r in 0..BLOCK {
                 sb[r * nk + j] = dots[r];
@@ -445,18 +469,25 @@ fn task_rows<M: Mode>(
 
         ob.fill(M::T::ZERO);
         let mut lse = [0.0f64; BLOCK];
-        for r in 0..blk.len() {
-            let s = &mut sb[r * nk..r * nk + n[r]];
-            for x in s.iter_mut() {
-                *x = mode.score(*x);
+        for (r, &(h, row)) in blk.iter().enumerate() {
+            let slope = p.slope(b, h);
+            let diag = row as f64 + p.seq_k as f64 - p.seq_q as f64;
+            let s = &mut sb[r * nk + lo[r]..r * nk + n[r]];
+            for (j, x) in (lo[r]..).zip(s.iter_mut()) {
+                let bias = if slope == 0.0 {
+                    0.0
+                } else {
+                    slope * (diag - j as f64).abs()
+                };
+                *x = mode.score(*x, bias);
             }
             lse[r] = mode.softmax(s);
         }
         // O: masked keys are skipped, not weighted by 0, so their NaN/Inf cannot leak in.
-        for j in 0..nmax {
+        for j in jmin..nmax {
             let vj = &vb[j * d..(j + 1) * d];
             for r in 0..blk.len() {
-                if j < n[r] {
+                if j >= lo[r] && j < n[r] {
                     axpy(sb[r * nk + j], vj, &mut ob[r * d..(r + 1) * d]);
                 }
             }
@@ -464,7 +495,7 @@ fn task_rows<M: Mode>(
         for r in 0..blk.len() {
             let i = bi * BLOCK + r;
             for c in 0..d {
-                out_o[i * d + c] = if n[r] == 0 {
+                out_o[i * d + c] = if n[r] == lo[r] {
                     0.0
                 } else {
                     mode.finish(ob[r * d + c])
@@ -512,8 +543,8 @@ fn axpy<T: Elem>(a: T, x: &[T], y: &mut [T]) {
     }
 }
 
-/// The probabilities of every visible key of one row, in f64 (for tests and diagnostics).
-/// Empty when the row sees no key.
+/// The probabilities of every visible key of one row (keys `key_range(row)`, in order), in f64
+/// (for tests and diagnostics). Empty when the row sees no key.
 pub fn probabilities(
     p: &OracleProblem,
     q: ArrayView4<f32>,
@@ -524,12 +555,18 @@ pub fn probabilities(
     check_shapes(p, &q, &k, &v);
     let (b, h, r) = row;
     let kvh = p.kv_head(h);
-    let mut s: Vec<f64> = (0..p.visible_keys(r))
+    let mode = F64Mode {
+        scale: p.scale,
+        softcap: p.softcap,
+    };
+    let diag = r as f64 + p.seq_k as f64 - p.seq_q as f64;
+    let (lo, hi) = p.key_range(r);
+    let mut s: Vec<f64> = (lo..hi)
         .map(|j| {
             let dot: f64 = (0..p.head_dim)
                 .map(|c| q[[b, h, r, c]] as f64 * k[[b, kvh, j, c]] as f64)
                 .sum();
-            p.scale * dot
+            mode.score(dot, p.slope(b, h) * (diag - j as f64).abs())
         })
         .collect();
     softmax_in_place(&mut s);

@@ -19,6 +19,10 @@ fn prob(seq_q: usize, seq_k: usize, head_dim: usize, causal: bool) -> OracleProb
         head_dim,
         causal,
         scale: 1.0,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     }
 }
 
@@ -114,11 +118,18 @@ fn gqa_matches_repeated_kv() {
         head_dim: 4,
         causal: true,
         scale: 0.5,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 3);
     let rep: Vec<usize> = (0..6).map(|h| h / 3).collect();
     let (kr, vr) = (k.select(Axis(1), &rep), v.select(Axis(1), &rep));
-    let mha = OracleProblem { heads_kv: 6, ..p };
+    let mha = OracleProblem {
+        heads_kv: 6,
+        ..p.clone()
+    };
     let a = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
     let b = reference_f64(&mha, q.view(), kr.view(), vr.view(), &Rows::All);
     assert_eq!(a, b);
@@ -153,6 +164,10 @@ fn strided_views_are_fine() {
         head_dim: 7,
         causal: false,
         scale: 0.3,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 5);
     let bshd = |x: &Array4<f32>| {
@@ -182,6 +197,10 @@ fn threaded_path_matches_rows() {
         head_dim: 40,
         causal: true,
         scale: 0.2,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 9);
     let all = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
@@ -284,6 +303,10 @@ fn fixture() -> (OracleProblem, Array4<f32>, Array4<f32>, Array4<f32>) {
         head_dim: 16,
         causal: true,
         scale: 0.25,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 2.0, 42);
     (p, q, k, v)
@@ -415,6 +438,10 @@ fn check_on_sampled_rows() {
         head_dim: 8,
         causal: true,
         scale: 0.35,
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 8);
     let rows = sample_rows(&p, 200, 3);

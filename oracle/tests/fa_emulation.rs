@@ -105,6 +105,10 @@ fn random_case(
         head_dim: d,
         causal: rng.gen(),
         scale: 1.0 / (d as f64).sqrt(),
+        window_left: None,
+        window_right: None,
+        softcap: None,
+        alibi_slopes: None,
     };
     let prec = if rng.gen() {
         Precision::F16

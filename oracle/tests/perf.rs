@@ -36,6 +36,10 @@ fn full_size_rows_all() {
             head_dim: 128,
             causal,
             scale: 1.0 / (128f64).sqrt(),
+            window_left: None,
+            window_right: None,
+            softcap: None,
+            alibi_slopes: None,
         };
         let (q, k, v) = inputs(&p);
         let t = Instant::now();

@@ -58,7 +58,7 @@ proptest! {
     fn key_permutation_leaves_noncausal_output_unchanged(
         p in small_problem(), seed in any::<u64>(), shift in 0usize..16
     ) {
-        let p = OracleProblem { causal: false, ..p };
+        let p = OracleProblem { causal: false, ..p.clone() };
         let (q, k, v) = inputs(&p, Precision::F16, 2.0, seed);
         // A rotation plus a reversal: every key moves for seq_k >= 2.
         let perm: Vec<usize> = (0..p.seq_k).rev().map(|j| (j + shift) % p.seq_k.max(1)).collect();
@@ -83,7 +83,7 @@ proptest! {
     ) {
         let (q, k, v) = inputs(&p, Precision::F16, 2.0, seed);
         let d = p.head_dim;
-        let p2 = OracleProblem { head_dim: d + 1, ..p };
+        let p2 = OracleProblem { head_dim: d + 1, ..p.clone() };
         let mut q2 = Array4::from_elem((p.batch, p.heads_q, p.seq_q, d + 1), shift);
         q2.slice_mut(s![.., .., .., ..d]).assign(&q);
         let mut k2 = Array4::from_elem((p.batch, p.heads_kv, p.seq_k, d + 1), 1.0f32);

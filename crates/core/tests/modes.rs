@@ -13,7 +13,13 @@ fn field_of(e: InvalidProblem) -> &'static str {
     }
 }
 
-fn varlen(batch: usize, max_q: usize, total_q: usize, max_k: usize, total_k: usize) -> AttentionProblem {
+fn varlen(
+    batch: usize,
+    max_q: usize,
+    total_q: usize,
+    max_k: usize,
+    total_k: usize,
+) -> AttentionProblem {
     AttentionProblem::new(batch, 4, max_q, 64)
         .with_kv(2, max_k)
         .with_modes(Modes {
@@ -23,7 +29,12 @@ fn varlen(batch: usize, max_q: usize, total_q: usize, max_k: usize, total_k: usi
         })
 }
 
-fn paged(batch: usize, num_blocks: usize, block_size: usize, max_blocks: usize) -> AttentionProblem {
+fn paged(
+    batch: usize,
+    num_blocks: usize,
+    block_size: usize,
+    max_blocks: usize,
+) -> AttentionProblem {
     AttentionProblem::new(batch, 8, 1, 128)
         .with_kv(2, max_blocks * block_size)
         .with_dtype(DType::Bf16)
@@ -113,7 +124,11 @@ fn paged_tables_check_block_ids_only_where_they_are_read() {
     .validate(&p)
     .unwrap();
     for (used, table, needle) in [
-        ([33, 0], [3, 9, 10, 0, 0, 0, 0, 0], "block 10 is outside 0..10"),
+        (
+            [33, 0],
+            [3, 9, 10, 0, 0, 0, 0, 0],
+            "block 10 is outside 0..10",
+        ),
         ([20, 1], [3, 9, 0, 0, -2, 0, 0, 0], "block -2"),
         ([65, 0], [0; 8], "exceed its capacity 64"),
         ([-1, 0], [0; 8], "negative"),
@@ -156,13 +171,45 @@ fn appended_rows_must_fit_the_cache() {
 fn bad_mode_combinations_are_named() {
     let base = AttentionProblem::new(2, 4, 8, 64);
     let cases: Vec<(Modes, bool, &str)> = vec![
-        (Modes { softcap: Some(0.0), ..Modes::default() }, false, "softcap"),
-        (Modes { softcap: Some(f32::INFINITY), ..Modes::default() }, false, "softcap"),
-        (Modes { window_right: Some(3), ..Modes::default() }, true, "window_right"),
-        (Modes { append: Some(1), ..Modes::default() }, false, "k_new"),
         (
             Modes {
-                kv: KvStorage::Paged { num_blocks: 4, block_size: 24, max_blocks_per_seq: 1 },
+                softcap: Some(0.0),
+                ..Modes::default()
+            },
+            false,
+            "softcap",
+        ),
+        (
+            Modes {
+                softcap: Some(f32::INFINITY),
+                ..Modes::default()
+            },
+            false,
+            "softcap",
+        ),
+        (
+            Modes {
+                window_right: Some(3),
+                ..Modes::default()
+            },
+            true,
+            "window_right",
+        ),
+        (
+            Modes {
+                append: Some(1),
+                ..Modes::default()
+            },
+            false,
+            "k_new",
+        ),
+        (
+            Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 4,
+                    block_size: 24,
+                    max_blocks_per_seq: 1,
+                },
                 seqused_k: true,
                 ..Modes::default()
             },
@@ -171,21 +218,35 @@ fn bad_mode_combinations_are_named() {
         ),
         (
             Modes {
-                kv: KvStorage::Paged { num_blocks: 4, block_size: 16, max_blocks_per_seq: 1 },
+                kv: KvStorage::Paged {
+                    num_blocks: 4,
+                    block_size: 16,
+                    max_blocks_per_seq: 1,
+                },
                 ..Modes::default()
             },
             false,
             "seqused_k",
         ),
         (
-            Modes { kv: KvStorage::Packed { total_k: 8 }, seqused_k: true, append: Some(1), ..Modes::default() },
+            Modes {
+                kv: KvStorage::Packed { total_k: 8 },
+                seqused_k: true,
+                append: Some(1),
+                ..Modes::default()
+            },
             false,
             "k_new",
         ),
     ];
     for (modes, causal, field) in cases {
         let mut p = base.clone().with_causal(causal).with_modes(modes.clone());
-        if let KvStorage::Paged { block_size, max_blocks_per_seq, .. } = modes.kv {
+        if let KvStorage::Paged {
+            block_size,
+            max_blocks_per_seq,
+            ..
+        } = modes.kv
+        {
             p.seq_k = block_size * max_blocks_per_seq;
         }
         let e = p.validate().unwrap_err();
@@ -206,10 +267,10 @@ fn kernels_without_a_mode_say_which() {
     let none = ModeSupport::NONE;
     assert_eq!(none.missing(&p.modes), Some("ALiBi"));
     assert_eq!(ModeSupport::ALL.missing(&p.modes), None);
-    let caps = flashcore_core::Capabilities::all_features(
-        flashcore_core::HeadDims::List(&[64]),
-        (8, 0),
-    );
-    let e = caps.check("k", &p, &DeviceInfo::synthetic_h100()).unwrap_err();
+    let caps =
+        flashcore_core::Capabilities::all_features(flashcore_core::HeadDims::List(&[64]), (8, 0));
+    let e = caps
+        .check("k", &p, &DeviceInfo::synthetic_h100())
+        .unwrap_err();
     assert!(e.reason.contains("ALiBi"), "{e}");
 }

@@ -43,6 +43,10 @@ fn oracle(c: &mut Criterion) {
             head_dim: d,
             causal: false,
             scale: 1.0 / (d as f64).sqrt(),
+            window_left: None,
+            window_right: None,
+            softcap: None,
+            alibi_slopes: None,
         };
         let q = values([b, h, s, d], 1);
         let k = values([b, h, s, d], 2);

@@ -46,6 +46,10 @@ pub fn small_problem() -> impl Strategy<Value = OracleProblem> {
                 head_dim,
                 causal,
                 scale,
+                window_left: None,
+                window_right: None,
+                softcap: None,
+                alibi_slopes: None,
             },
         )
 }
