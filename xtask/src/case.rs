@@ -8,6 +8,8 @@ use ndarray::{Array4, Axis};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::mode_case::ModeKeys;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Case {
     pub problem: AttentionProblem,
@@ -34,6 +36,7 @@ impl Case {
         if let Some(scale) = p.softmax_scale {
             s.push_str(&format!(",scale={scale}"));
         }
+        s.push_str(&ModeKeys::from_modes(&p.modes).to_arg());
         s
     }
 
@@ -41,6 +44,7 @@ impl Case {
         let mut p = AttentionProblem::new(1, 1, 1, 64);
         let mut seed = 0u64;
         let mut hkv = None;
+        let mut modes = ModeKeys::default();
         for kv in s.split(',').filter(|x| !x.trim().is_empty()) {
             let (k, v) = kv
                 .split_once('=')
@@ -50,6 +54,9 @@ impl Case {
                     .parse::<usize>()
                     .map_err(|_| anyhow!("{k}: '{v}' is not a count"))
             };
+            if modes.parse_key(k.trim(), v)? {
+                continue;
+            }
             match k.trim() {
                 "b" => p.batch = num()?,
                 "hq" => p.heads_q = num()?,
@@ -66,6 +73,7 @@ impl Case {
             }
         }
         p.heads_kv = hkv.unwrap_or(p.heads_q);
+        crate::mode_case::apply(&mut p, &modes, seed);
         Ok(Case {
             problem: p,
             data_seed: seed,
@@ -74,16 +82,16 @@ impl Case {
 
     pub fn oracle_problem(&self) -> OracleProblem {
         let p = &self.problem;
-        OracleProblem {
-            batch: p.batch,
-            heads_q: p.heads_q,
-            heads_kv: p.heads_kv,
-            seq_q: p.seq_q,
-            seq_k: p.seq_k,
-            head_dim: p.head_dim,
-            causal: p.causal,
-            scale: p.scale() as f64,
-        }
+        OracleProblem::dense(
+            p.batch,
+            p.heads_q,
+            p.heads_kv,
+            p.seq_q,
+            p.seq_k,
+            p.head_dim,
+            p.causal,
+            p.scale() as f64,
+        )
     }
 
     /// Multiply-adds the oracle spends on the whole case.
@@ -165,6 +173,9 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
     if let Err(u) = kernel.supports(p, device.info()) {
         return Outcome::Skipped(u.reason);
     }
+    if !p.modes.is_dense() {
+        return run_mode_case(kernel, device, case);
+    }
     let inp = inputs(case);
     let result = flashcore::forward_host(
         kernel,
@@ -217,6 +228,39 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
         Outcome::Pass(verdict)
     } else {
         Outcome::Fail(verdict.message.clone(), Some(verdict))
+    }
+}
+
+/// A case with inference modes: storage-order inputs and tables, one host call, each sequence
+/// judged alone (`mode_case::judge`).
+fn run_mode_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome {
+    let mut p = case.problem.clone();
+    let draw = crate::mode_case::apply(
+        &mut p,
+        &ModeKeys::from_modes(&case.problem.modes),
+        case.data_seed,
+    );
+    let inp = crate::mode_case::mode_inputs(&p, case.data_seed);
+    let inputs = flashcore::HostInputs {
+        q: inp.q.view(),
+        k: inp.k.view(),
+        v: inp.v.view(),
+        k_new: inp.k_new.as_ref().map(|a| a.view()),
+        v_new: inp.v_new.as_ref().map(|a| a.view()),
+        tables: draw.host_tables(),
+    };
+    let out = match flashcore::forward_host_modes(kernel, device, &p, inputs) {
+        Ok(o) => o,
+        Err(Error::Unsupported(u)) => return Outcome::Skipped(u.reason),
+        Err(e) => return Outcome::Fail(format!("error: {e}"), None),
+    };
+    let case = Case {
+        problem: p,
+        data_seed: case.data_seed,
+    };
+    match crate::mode_case::judge(&case, &draw, &inp, &out) {
+        Ok(v) => Outcome::Pass(v),
+        Err(msg) => Outcome::Fail(msg, None),
     }
 }
 

@@ -6,6 +6,7 @@ mod bench;
 mod case;
 mod check_kernels;
 mod cuda_wheels;
+mod mode_case;
 mod reliability;
 mod sanitize;
 mod verify;

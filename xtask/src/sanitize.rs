@@ -452,6 +452,24 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
                 data_seed: 500 + i as u64,
             });
         }
+        // Inference modes (docs/MODES.md) for kernels that take them: varlen with empty and
+        // one-row sequences, paged and contiguous caches with appended rows, windows, softcap
+        // and ALiBi; the same lines as verify's fixed mode cases.
+        if caps.modes != flashcore::ModeSupport::NONE {
+            let lines: &[&str] = &[
+                "b=3,hq=4,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
+                "b=2,hq=2,hkv=1,sq=7,sk=200,causal=1,cache=contig,append=3",
+                "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
+                "b=3,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
+                "b=2,hq=2,sq=129,sk=257,wl=64,wr=0,softcap=30,alibi=batch",
+            ];
+            let take = if race { 3 } else { lines.len() };
+            for (i, line) in lines.iter().take(take).enumerate() {
+                let dtype = caps.dtypes[i % caps.dtypes.len()];
+                let arg = format!("{line},d={d},dtype={dtype},seed={}", 700 + i);
+                out.push(Case::parse(&arg).expect("the mode lines parse"));
+            }
+        }
     }
     out
 }

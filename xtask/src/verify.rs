@@ -4,13 +4,17 @@
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use flashcore::{Attention, AttentionProblem, Capabilities, DType, Device, HeadDims, Layout};
+use flashcore::{
+    AlibiSlopes, Attention, AttentionProblem, Capabilities, DType, Device, HeadDims, Layout,
+    ModeSupport,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::case::{run_case, Case, Outcome};
+use crate::mode_case::{CacheKind, ModeKeys};
 
 pub struct Options {
     pub cases: usize,
@@ -98,8 +102,108 @@ fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
 }
 
 /// Random problems within what `caps` claims: batch 1-4, heads_q 1-16 with heads_kv dividing
-/// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts.
+/// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts; for a kernel
+/// that takes inference modes, half the cases also draw those (`mode_keys_strategy`).
 pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let dense = dense_case_strategy(caps, max_seq);
+    if caps.modes == ModeSupport::NONE {
+        return dense;
+    }
+    let with_modes = (
+        dense_case_strategy(caps, max_seq),
+        mode_keys_strategy(caps.modes, max_seq),
+    )
+        .prop_map(|(mut case, keys)| {
+            let p = &mut case.problem;
+            if keys.window_right.is_some() {
+                p.causal = false; // causal already fixes the right edge at 0
+            }
+            crate::mode_case::apply(p, &keys, case.data_seed);
+            case
+        });
+    prop_oneof![1 => dense, 1 => with_modes].boxed()
+}
+
+/// The inference modes a case turns on, within what the kernel takes: varlen, a contiguous or
+/// paged cache (block sizes 16..=256) with or without appended rows, windows (0, 1, in range,
+/// past the sequence), softcap and ALiBi (per head or per batch and head).
+fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys> {
+    let varlen = if m.varlen {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    let mut caches: Vec<BoxedStrategy<Option<CacheKind>>> = vec![Just(None).boxed()];
+    if m.seqused_k {
+        caches.push(Just(Some(CacheKind::Contiguous)).boxed());
+    }
+    if m.paged {
+        caches.push(
+            prop_oneof![
+                prop::sample::select(vec![16usize, 64, 256]),
+                (1usize..=16).prop_map(|k| 16 * k)
+            ]
+            .prop_map(|block_size| Some(CacheKind::Paged { block_size }))
+            .boxed(),
+        );
+    }
+    let cache = prop::strategy::Union::new(caches);
+    let window = move || {
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(0usize)),
+            1 => Just(Some(1usize)),
+            1 => (0..=max_seq).prop_map(Some),
+            1 => (max_seq..=4 * max_seq).prop_map(Some),
+        ]
+        .boxed()
+    };
+    let (wl, wr) = if m.window {
+        (window(), window())
+    } else {
+        (Just(None).boxed(), Just(None).boxed())
+    };
+    let softcap = if m.softcap {
+        prop_oneof![2 => Just(None), 1 => prop::sample::select(vec!["1", "5", "30", "50.5"]).prop_map(|c| Some(c.to_string()))].boxed()
+    } else {
+        Just(None).boxed()
+    };
+    let alibi = if m.alibi {
+        prop_oneof![2 => Just(None), 1 => Just(Some(AlibiSlopes::PerHead)), 1 => Just(Some(AlibiSlopes::PerBatchHead))].boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (
+        varlen,
+        cache,
+        0usize..=8,
+        any::<bool>(),
+        wl,
+        wr,
+        softcap,
+        alibi,
+    )
+        .prop_map(
+            |(varlen, cache, append, appends, window_left, window_right, softcap, alibi)| {
+                ModeKeys {
+                    varlen,
+                    cache,
+                    append: if cache.is_some() && appends {
+                        append
+                    } else {
+                        0
+                    },
+                    window_left,
+                    window_right,
+                    softcap,
+                    alibi,
+                }
+            },
+        )
+        .boxed()
+}
+
+fn dense_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
     let gqa = caps.gqa;
     let heads = (1usize..=16).prop_flat_map(move |hq| {
         let divisors: Vec<usize> = (1..=hq).filter(|d| hq % d == 0).collect();
@@ -191,6 +295,42 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
                 data_seed: 1000 + i,
             });
             i += 1;
+        }
+    }
+    if caps.modes != ModeSupport::NONE {
+        cases.extend(mode_edge_cases(caps, &dims));
+    }
+    cases
+}
+
+/// Fixed mode cases: single-token decode over a paged cache, lengths 0 and 1, windows 0, 1 and
+/// past the sequence with seq_q != seq_k both ways, softcap and ALiBi with and without causal.
+fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
+    const LINES: &[&str] = &[
+        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
+        "b=4,hq=4,hkv=4,sq=1,sk=1000,cache=contig",
+        "b=2,hq=4,hkv=1,sq=7,sk=256,causal=1,cache=paged,bs=256,append=7",
+        "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
+        "b=4,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
+        "b=1,hq=2,sq=100,sk=300,causal=1,wl=0",
+        "b=1,hq=2,sq=300,sk=100,causal=1,wl=1",
+        "b=1,hq=2,sq=200,sk=200,wl=1000,wr=1000",
+        "b=2,hq=2,sq=129,sk=257,wl=64,wr=0",
+        "b=2,hq=2,sq=64,sk=64,wl=0,wr=0",
+        "b=2,hq=4,sq=100,sk=333,causal=1,softcap=30",
+        "b=2,hq=4,sq=100,sk=100,softcap=1,alibi=head",
+        "b=2,hq=4,sq=77,sk=300,causal=1,alibi=batch",
+        "b=3,hq=4,hkv=2,sq=50,sk=500,causal=1,wl=100,softcap=50.5,alibi=batch,varlen=1",
+    ];
+    let mut cases = Vec::new();
+    for (i, line) in LINES.iter().enumerate() {
+        for (j, &d) in dims.iter().enumerate() {
+            let dtype = caps.dtypes[(i + j) % caps.dtypes.len()];
+            let arg = format!("{line},d={d},dtype={dtype},seed={}", 5000 + 16 * i + j);
+            let case = Case::parse(&arg).expect("the edge list parses");
+            if caps.modes.missing(&case.problem.modes).is_none() {
+                cases.push(case);
+            }
         }
     }
     cases
@@ -489,14 +629,29 @@ mod tests {
         let caps = flashcore::kernels()[0].capabilities();
         let mut runner = TestRunner::deterministic();
         let s = case_strategy(&caps, 1100);
+        let mut with_modes = 0;
         for _ in 0..300 {
             let c = s.new_tree(&mut runner).unwrap().current();
             let p = &c.problem;
             assert!((1..=4).contains(&p.batch));
             assert!((1..=16).contains(&p.heads_q) && p.heads_q.is_multiple_of(p.heads_kv));
-            assert!((1..=1100).contains(&p.seq_q) && (1..=1100).contains(&p.seq_k));
+            // A paged cache's capacity is rounded up to whole blocks (at most 256 rows).
+            let max_k = if matches!(p.modes.kv, flashcore::KvStorage::Paged { .. }) {
+                1100 + 255
+            } else {
+                1100
+            };
+            assert!((1..=1100).contains(&p.seq_q) && (1..=max_k).contains(&p.seq_k));
             assert!(caps.head_dims.contains(p.head_dim));
             p.validate().unwrap();
+            assert_eq!(caps.modes.missing(&p.modes), None);
+            with_modes += !p.modes.is_dense() as usize;
+        }
+        if caps.modes != ModeSupport::NONE {
+            assert!(
+                (100..=200).contains(&with_modes),
+                "{with_modes} of 300 draw modes"
+            );
         }
     }
 

@@ -1,0 +1,522 @@
+//! Verification cases for the inference modes (`docs/MODES.md`): varlen batches, KV caches
+//! (contiguous or paged, with appended rows), windows, softcap and ALiBi. A case is still one
+//! `--case` line: per-sequence lengths, block tables and slopes are drawn from its seed, so the
+//! line alone reruns it. Each sequence is judged as its own batch-1 problem by the oracle, from
+//! the logical K/V the oracle gathers out of the cache (pages, used rows, appended rows).
+
+use anyhow::{anyhow, bail, Result};
+use flashcore::{AlibiSlopes, AttentionProblem, DType, HostTables, KvStorage, Modes};
+use flashcore_oracle::{OracleProblem, Rows, Verdict};
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
+use rand::{Rng, SeedableRng};
+
+use crate::case::{precision, random_tensor, to_layout, Case};
+
+/// How a case's storage is laid out, beyond what `AttentionProblem::modes` says: what its
+/// `--case` keys were. Kept beside the problem so a case prints back to the same line.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ModeKeys {
+    /// `varlen=1`: packed Q (and packed K/V unless a cache is given), lengths drawn per sequence.
+    pub varlen: bool,
+    /// `cache=contig` or `cache=paged` (with `bs=N`).
+    pub cache: Option<CacheKind>,
+    /// `append=N`.
+    pub append: usize,
+    /// `wl=N`, `wr=N`.
+    pub window_left: Option<usize>,
+    pub window_right: Option<usize>,
+    /// `softcap=X` (as written, so the line round-trips).
+    pub softcap: Option<String>,
+    /// `alibi=head` or `alibi=batch`.
+    pub alibi: Option<AlibiSlopes>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheKind {
+    Contiguous,
+    Paged { block_size: usize },
+}
+
+impl ModeKeys {
+    /// The keys that describe a problem's modes (lengths and tables are redrawn from the seed).
+    pub fn from_modes(m: &Modes) -> ModeKeys {
+        ModeKeys {
+            varlen: m.packed_q.is_some(),
+            cache: match m.kv {
+                KvStorage::Paged { block_size, .. } => Some(CacheKind::Paged { block_size }),
+                _ if m.seqused_k => Some(CacheKind::Contiguous),
+                _ => None,
+            },
+            append: m.append.unwrap_or(0),
+            window_left: m.window_left,
+            window_right: m.window_right,
+            softcap: m.softcap.map(|c| c.to_string()),
+            alibi: m.alibi,
+        }
+    }
+
+    /// Takes one `key=value` of a case line; false if the key is not a mode key.
+    pub fn parse_key(&mut self, k: &str, v: &str) -> Result<bool> {
+        let num = || {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| anyhow!("{k}: '{v}' is not a count"))
+        };
+        match k {
+            "varlen" => self.varlen = matches!(v.trim(), "1" | "true" | "yes"),
+            "cache" => {
+                self.cache = match v.trim() {
+                    "contig" => Some(CacheKind::Contiguous),
+                    "paged" => Some(CacheKind::Paged {
+                        block_size: match self.cache {
+                            Some(CacheKind::Paged { block_size }) => block_size,
+                            _ => 16,
+                        },
+                    }),
+                    "none" => None,
+                    other => bail!("cache: '{other}' (expected contig, paged or none)"),
+                }
+            }
+            "bs" => self.cache = Some(CacheKind::Paged { block_size: num()? }),
+            "append" => self.append = num()?,
+            "wl" => self.window_left = Some(num()?),
+            "wr" => self.window_right = Some(num()?),
+            "softcap" => {
+                v.trim()
+                    .parse::<f32>()
+                    .map_err(|_| anyhow!("softcap: '{v}' is not a number"))?;
+                self.softcap = Some(v.trim().to_string());
+            }
+            "alibi" => {
+                self.alibi = match v.trim() {
+                    "head" => Some(AlibiSlopes::PerHead),
+                    "batch" => Some(AlibiSlopes::PerBatchHead),
+                    other => bail!("alibi: '{other}' (expected head or batch)"),
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    pub fn to_arg(&self) -> String {
+        let mut s = String::new();
+        if self.varlen {
+            s.push_str(",varlen=1");
+        }
+        match self.cache {
+            Some(CacheKind::Contiguous) => s.push_str(",cache=contig"),
+            Some(CacheKind::Paged { block_size }) => {
+                s.push_str(&format!(",cache=paged,bs={block_size}"))
+            }
+            None => {}
+        }
+        if self.append > 0 {
+            s.push_str(&format!(",append={}", self.append));
+        }
+        if let Some(w) = self.window_left {
+            s.push_str(&format!(",wl={w}"));
+        }
+        if let Some(w) = self.window_right {
+            s.push_str(&format!(",wr={w}"));
+        }
+        if let Some(c) = &self.softcap {
+            s.push_str(&format!(",softcap={c}"));
+        }
+        match self.alibi {
+            Some(AlibiSlopes::PerHead) => s.push_str(",alibi=head"),
+            Some(AlibiSlopes::PerBatchHead) => s.push_str(",alibi=batch"),
+            None => {}
+        }
+        s
+    }
+}
+
+/// Everything drawn from a case's seed: lengths, tables, slopes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Draw {
+    pub len_q: Vec<usize>,
+    /// Keys each sequence attends to (packed lengths, or used cache rows + appended rows).
+    pub len_k: Vec<usize>,
+    /// Cache rows valid before the call (`seqused_k`), when there is a cache.
+    pub used: Vec<usize>,
+    pub cu_seqlens_q: Option<Vec<i32>>,
+    pub cu_seqlens_k: Option<Vec<i32>>,
+    pub seqused_k: Option<Vec<i32>>,
+    pub block_table: Option<Vec<i32>>,
+    pub num_blocks: usize,
+    pub alibi_slopes: Option<Vec<f32>>,
+}
+
+/// A length in 0..=max, often one of the edges (0, 1, max) so they come up.
+fn draw_len(rng: &mut impl Rng, max: usize) -> usize {
+    match rng.gen_range(0..8) {
+        0 => 0,
+        1 => 1.min(max),
+        2 => max,
+        _ => rng.gen_range(0..=max),
+    }
+}
+
+fn prefix_sums(lens: &[usize]) -> Vec<i32> {
+    let mut cu = vec![0i32];
+    for &l in lens {
+        cu.push(cu.last().unwrap() + l as i32);
+    }
+    cu
+}
+
+/// Fills in `problem.modes` from the mode keys and the seed (lengths and totals are part of the
+/// problem: the kernel needs them). `problem.seq_q`/`seq_k` are the maxima / the capacity.
+pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6d6f_6465_7321);
+    let b = problem.batch;
+    let mut m = Modes {
+        window_left: keys.window_left,
+        window_right: keys.window_right,
+        softcap: keys.softcap.as_ref().and_then(|c| c.parse().ok()),
+        alibi: keys.alibi,
+        ..Modes::default()
+    };
+    let len_q: Vec<usize> = if keys.varlen {
+        (0..b).map(|_| draw_len(&mut rng, problem.seq_q)).collect()
+    } else {
+        vec![problem.seq_q; b]
+    };
+    let mut cu_seqlens_q = None;
+    if keys.varlen {
+        let cu = prefix_sums(&len_q);
+        m.packed_q = Some(*cu.last().unwrap() as usize);
+        cu_seqlens_q = Some(cu);
+    }
+    let mut draw = Draw {
+        len_q,
+        len_k: vec![],
+        used: vec![],
+        cu_seqlens_q,
+        cu_seqlens_k: None,
+        seqused_k: None,
+        block_table: None,
+        num_blocks: 0,
+        alibi_slopes: None,
+    };
+    match keys.cache {
+        None if keys.varlen => {
+            let len_k: Vec<usize> = (0..b).map(|_| draw_len(&mut rng, problem.seq_k)).collect();
+            let cu = prefix_sums(&len_k);
+            m.kv = KvStorage::Packed {
+                total_k: *cu.last().unwrap() as usize,
+            };
+            draw.cu_seqlens_k = Some(cu);
+            draw.len_k = len_k;
+        }
+        None => draw.len_k = vec![problem.seq_k; b],
+        Some(kind) => {
+            if let CacheKind::Paged { block_size } = kind {
+                let max_blocks = problem.seq_k.div_ceil(block_size).max(1);
+                problem.seq_k = max_blocks * block_size;
+                // Spare blocks beyond what the sequences own: pages may be anywhere.
+                let num_blocks = b * max_blocks + 3;
+                let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
+                for i in (1..ids.len()).rev() {
+                    ids.swap(i, rng.gen_range(0..=i));
+                }
+                draw.block_table = Some(ids[..b * max_blocks].to_vec());
+                draw.num_blocks = num_blocks;
+                m.kv = KvStorage::Paged {
+                    num_blocks,
+                    block_size,
+                    max_blocks_per_seq: max_blocks,
+                };
+            }
+            m.seqused_k = true;
+            let room = problem.seq_k.saturating_sub(keys.append);
+            draw.used = (0..b).map(|_| draw_len(&mut rng, room)).collect();
+            draw.len_k = draw.used.iter().map(|u| u + keys.append).collect();
+            draw.seqused_k = Some(draw.used.iter().map(|&u| u as i32).collect());
+            if keys.append > 0 {
+                m.append = Some(keys.append);
+            }
+        }
+    }
+    if let Some(a) = keys.alibi {
+        let n = match a {
+            AlibiSlopes::PerHead => problem.heads_q,
+            AlibiSlopes::PerBatchHead => b * problem.heads_q,
+        };
+        // Positive slopes of the sizes models use (2^-8 .. 1), rounded to what f32 holds.
+        draw.alibi_slopes = Some(
+            (0..n)
+                .map(|_| 2f32.powf(-rng.gen_range(0.0..8.0)))
+                .collect(),
+        );
+    }
+    problem.modes = m;
+    draw
+}
+
+impl Draw {
+    pub fn host_tables(&self) -> HostTables<'_> {
+        HostTables {
+            cu_seqlens_q: self.cu_seqlens_q.as_deref(),
+            cu_seqlens_k: self.cu_seqlens_k.as_deref(),
+            seqused_k: self.seqused_k.as_deref(),
+            block_table: self.block_table.as_deref(),
+            alibi_slopes: self.alibi_slopes.as_deref(),
+        }
+    }
+}
+
+/// Storage-order inputs of a mode case (see `flashcore::HostInputs`).
+pub struct ModeInputs {
+    pub q: ArrayD<f32>,
+    pub k: ArrayD<f32>,
+    pub v: ArrayD<f32>,
+    pub k_new: Option<ArrayD<f32>>,
+    pub v_new: Option<ArrayD<f32>>,
+}
+
+fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
+    let mut s4 = [1usize; 4];
+    s4[4 - shape.len()..].copy_from_slice(shape);
+    random_tensor(dtype, s4, seed)
+        .into_shape_with_order(IxDyn(shape))
+        .expect("same length")
+}
+
+/// Fresh random storage: every slot, used or not, holds a random value (reliability fills the
+/// unused ones with NaN instead).
+pub fn mode_inputs(p: &AttentionProblem, seed: u64) -> ModeInputs {
+    let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
+    let s = seed.wrapping_mul(5);
+    let new_shape = p
+        .modes
+        .append
+        .map(|n| vec![p.batch, n, p.heads_kv, p.head_dim]);
+    ModeInputs {
+        q: random_d(p.dtype, &q_shape, s),
+        k: random_d(p.dtype, &kv_shape, s + 1),
+        v: random_d(p.dtype, &kv_shape, s + 2),
+        k_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 3)),
+        v_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 4)),
+    }
+}
+
+/// Q (or O) rows of sequence b as [heads_q, len_q, d], from storage order.
+pub fn seq_rows(p: &AttentionProblem, draw: &Draw, q: &ArrayD<f32>, b: usize) -> Array3<f32> {
+    match &draw.cu_seqlens_q {
+        Some(cu) => {
+            let (lo, hi) = (cu[b] as usize, cu[b + 1] as usize);
+            q.slice(s![lo..hi, .., ..])
+                .permuted_axes([1, 0, 2])
+                .to_owned()
+        }
+        None => {
+            let q4 = q.view().into_dimensionality::<ndarray::Ix4>().unwrap();
+            to_layout(q4, p.layout).index_axis(Axis(0), b).to_owned()
+        }
+    }
+}
+
+/// LSE of sequence b as [heads_q, len_q].
+pub fn seq_lse(draw: &Draw, lse: &ArrayD<f32>, b: usize) -> Array2<f32> {
+    match &draw.cu_seqlens_q {
+        Some(cu) => lse
+            .slice(s![.., cu[b] as usize..cu[b + 1] as usize])
+            .to_owned(),
+        None => lse
+            .index_axis(Axis(0), b)
+            .into_dimensionality()
+            .unwrap()
+            .to_owned(),
+    }
+}
+
+/// The logical K (or V) sequence b attends to, [heads_kv, len_k, d]: packed rows, the used rows
+/// of its cache (gathered through its pages by the oracle) followed by the appended rows.
+pub fn seq_kv(
+    p: &AttentionProblem,
+    draw: &Draw,
+    storage: &ArrayD<f32>,
+    new: Option<&ArrayD<f32>>,
+    b: usize,
+) -> Array3<f32> {
+    let cached: Array3<f32> = match p.modes.kv {
+        KvStorage::Packed { .. } => {
+            let cu = draw.cu_seqlens_k.as_ref().unwrap();
+            storage
+                .slice(s![cu[b] as usize..cu[b + 1] as usize, .., ..])
+                .permuted_axes([1, 0, 2])
+                .to_owned()
+        }
+        KvStorage::Paged {
+            max_blocks_per_seq, ..
+        } => {
+            let table = draw.block_table.as_ref().unwrap();
+            let row = &table[b * max_blocks_per_seq..(b + 1) * max_blocks_per_seq];
+            flashcore_oracle::gather_paged(
+                storage.view().into_dimensionality().unwrap(),
+                row,
+                draw.used[b],
+            )
+        }
+        KvStorage::Dense => {
+            let k4 = storage
+                .view()
+                .into_dimensionality::<ndarray::Ix4>()
+                .unwrap();
+            let all = to_layout(k4, p.layout).index_axis(Axis(0), b).to_owned();
+            let used = if p.modes.seqused_k {
+                draw.used[b]
+            } else {
+                p.seq_k
+            };
+            all.slice(s![.., ..used, ..]).to_owned()
+        }
+    };
+    match new {
+        Some(new) => {
+            let n = new.view().into_dimensionality::<ndarray::Ix4>().unwrap();
+            let rows: ArrayView3<f32> = n.index_axis(Axis(0), b).permuted_axes([1, 0, 2]);
+            flashcore_oracle::append_rows(cached.view(), rows)
+        }
+        None => cached,
+    }
+}
+
+/// The oracle's problem for sequence b alone.
+pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> OracleProblem {
+    let mut op = OracleProblem::dense(
+        1,
+        p.heads_q,
+        p.heads_kv,
+        draw.len_q[b],
+        draw.len_k[b],
+        p.head_dim,
+        p.causal,
+        p.scale() as f64,
+    );
+    op.window_left = p.modes.window_left;
+    op.window_right = p.modes.window_right;
+    op.softcap = p.modes.softcap.map(|c| c as f64);
+    op.alibi_slopes = draw.alibi_slopes.as_ref().map(|s| {
+        let off = match p.modes.alibi {
+            Some(AlibiSlopes::PerBatchHead) => b * p.heads_q,
+            _ => 0,
+        };
+        s[off..off + p.heads_q].iter().map(|&x| x as f64).collect()
+    });
+    op
+}
+
+/// Judges every sequence of a mode case's outputs; the verdict with the largest ratio (or the
+/// first failure) stands for the case.
+pub fn judge(
+    case: &Case,
+    draw: &Draw,
+    inp: &ModeInputs,
+    out: &flashcore::HostOutputs,
+) -> std::result::Result<Verdict, String> {
+    let p = &case.problem;
+    let mut worst: Option<Verdict> = None;
+    for b in 0..p.batch {
+        let op = seq_oracle_problem(p, draw, b);
+        let q = seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
+        let k = seq_kv(p, draw, &inp.k, inp.k_new.as_ref(), b).insert_axis(Axis(0));
+        let v = seq_kv(p, draw, &inp.v, inp.v_new.as_ref(), b).insert_axis(Axis(0));
+        let o = seq_rows(p, draw, &out.o, b).insert_axis(Axis(0));
+        let lse = seq_lse(draw, &out.lse, b).insert_axis(Axis(0));
+        let v_ = flashcore_oracle::check(
+            &op,
+            precision(p.dtype),
+            q.view(),
+            k.view(),
+            v.view(),
+            o.view(),
+            lse.view(),
+            &Rows::All,
+        );
+        if !v_.pass {
+            return Err(format!("sequence {b}: {}", v_.message));
+        }
+        if worst.as_ref().is_none_or(|w| v_.ratio > w.ratio) {
+            worst = Some(v_);
+        }
+    }
+    // Every row of O and LSE belongs to some sequence unless Q is dense and a sequence is
+    // shorter than seq_q (it is not: dense Q has len_q = seq_q), so no NaN may remain anywhere.
+    let unwritten =
+        out.o.iter().filter(|x| x.is_nan()).count() + out.lse.iter().filter(|x| x.is_nan()).count();
+    if unwritten > 0 && inp.q.iter().all(|x| x.is_finite()) {
+        return Err(format!("{unwritten} output elements are NaN (unwritten?)"));
+    }
+    // After an append the cache must hold the new rows where the next call will read them.
+    if let (Some(kc), Some(k_new)) = (&out.k_cache, &inp.k_new) {
+        for b in 0..p.batch {
+            let got = seq_kv(
+                p,
+                &Draw {
+                    used: draw.len_k.clone(),
+                    ..draw.clone()
+                },
+                kc,
+                None,
+                b,
+            );
+            let want = seq_kv(p, draw, &inp.k, Some(k_new), b);
+            if got != want {
+                return Err(format!(
+                    "sequence {b}: the K cache after the append does not hold the new rows at seqused_k"
+                ));
+            }
+        }
+    }
+    worst.ok_or_else(|| "no sequence to judge".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mode_case_round_trips_and_redraws_the_same_tables() {
+        for line in [
+            "b=3,hq=8,hkv=2,sq=1,sk=300,d=64,dtype=bf16,causal=1,layout=bshd,seed=4,cache=paged,bs=48,append=2",
+            "b=4,hq=2,hkv=1,sq=65,sk=200,d=128,dtype=f16,causal=0,layout=bhsd,seed=9,varlen=1,wl=3,wr=0,softcap=50.5,alibi=batch",
+        ] {
+            let c = Case::parse(line).unwrap();
+            let again = Case::parse(&c.to_arg()).unwrap();
+            assert_eq!(again, c, "{}", c.to_arg());
+            let mut p1 = c.problem.clone();
+            let mut p2 = c.problem.clone();
+            let k = ModeKeys::from_modes(&c.problem.modes);
+            assert_eq!(apply(&mut p1, &k, c.data_seed), apply(&mut p2, &k, c.data_seed));
+            assert_eq!(p1, c.problem);
+        }
+    }
+
+    #[test]
+    fn drawn_tables_pass_the_cores_validation() {
+        for seed in 0..200u64 {
+            let line = match seed % 3 {
+                0 => "b=4,hq=4,hkv=2,sq=33,sk=100,d=64,varlen=1",
+                1 => "b=3,hq=2,sq=5,sk=70,d=64,cache=paged,bs=16,append=3",
+                _ => "b=2,hq=2,sq=40,sk=90,d=64,varlen=1,cache=contig,alibi=head",
+            };
+            let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
+            let mut p = c.problem.clone();
+            let draw = apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), seed);
+            p.validate().unwrap();
+            draw.host_tables().validate(&p).unwrap();
+            let inp = mode_inputs(&p, seed);
+            let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(&p);
+            assert_eq!(inp.q.shape(), q_shape.as_slice());
+            assert_eq!(inp.k.shape(), kv_shape.as_slice());
+            for b in 0..p.batch {
+                let k = seq_kv(&p, &draw, &inp.k, inp.k_new.as_ref(), b);
+                assert_eq!(k.dim(), (p.heads_kv, draw.len_k[b], p.head_dim));
+                assert_eq!(seq_rows(&p, &draw, &inp.q, b).dim().1, draw.len_q[b]);
+            }
+        }
+    }
+}
