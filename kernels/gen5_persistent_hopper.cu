@@ -140,6 +140,8 @@ constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
 constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
+// Producer threads: warp 0 in the modes build (it zeroes tail rows), thread 0 otherwise.
+constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
 // repeats this formula).
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
@@ -768,9 +770,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     if (warpgroup == 0) {
         // ===================================== producer =====================================
         warpgroup_reg_dealloc<PRODUCER_REGS>();
-        // Warp 0 produces: lane 0 issues every TMA and barrier operation, the whole warp zeroes
-        // the rows of a V tile past its sequence's keys (fetch_kv_tile). The other warps idle.
-        if (threadIdx.x < 32) {
+        // Thread 0 produces: it issues every TMA and barrier operation. In the modes build the
+        // whole of warp 0 runs the loop, to zero the rows of a V tile past its sequence's keys
+        // (fetch_kv_tile); the dense build keeps the lone thread (31 lanes polling the barriers
+        // beside it measured a few per cent slower on causal rows). The other warps idle.
+        if (threadIdx.x < PRODUCER_LANES) {
             const int lane = threadIdx.x;
             const bool leader = lane == 0;
             int stage = 0;
@@ -789,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (;;) {
                     t = 0;
                     if (leader) t = take_work(counters);
-                    t = __shfl_sync(0xffffffffu, t, 0);
+                    if constexpr (PRODUCER_LANES > 1) t = __shfl_sync(0xffffffffu, t, 0);
                     done = t >= n_units;
                     if (done) break;
                     w = decode_unit(p, sched, t);
