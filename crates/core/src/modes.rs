@@ -444,3 +444,49 @@ impl HostTables<'_> {
         Ok(())
     }
 }
+
+impl crate::Device {
+    /// The opt-in check of device-resident tables (`docs/MODES.md`): kernels trust the tables'
+    /// contents, so a bad entry would be a wild read. This copies the tables back (a stream
+    /// synchronisation: keep it out of hot loops) and applies [`HostTables::validate`], so a bad
+    /// table gives the same named error as a bad host table, before anything launches.
+    pub fn check_tables(
+        &self,
+        problem: &crate::AttentionProblem,
+        tables: &crate::DeviceTables<'_>,
+    ) -> Result<(), crate::Error> {
+        check_table_lens(problem, tables.lens())?;
+        let stream = self.stream();
+        let back = |t: &Option<cudarc::driver::CudaView<'_, i32>>, what: &str| {
+            t.as_ref()
+                .map(|v| {
+                    stream
+                        .clone_dtoh(v)
+                        .map_err(|e| crate::Error::cuda(format!("copying {what} back"), e))
+                })
+                .transpose()
+        };
+        let cu_q = back(&tables.cu_seqlens_q, "cu_seqlens_q")?;
+        let cu_k = back(&tables.cu_seqlens_k, "cu_seqlens_k")?;
+        let used = back(&tables.seqused_k, "seqused_k")?;
+        let table = back(&tables.block_table, "block_table")?;
+        let slopes = tables
+            .alibi_slopes
+            .as_ref()
+            .map(|v| {
+                stream
+                    .clone_dtoh(v)
+                    .map_err(|e| crate::Error::cuda("copying alibi_slopes back", e))
+            })
+            .transpose()?;
+        HostTables {
+            cu_seqlens_q: cu_q.as_deref(),
+            cu_seqlens_k: cu_k.as_deref(),
+            seqused_k: used.as_deref(),
+            block_table: table.as_deref(),
+            alibi_slopes: slopes.as_deref(),
+        }
+        .validate(problem)?;
+        Ok(())
+    }
+}

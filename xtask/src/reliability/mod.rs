@@ -15,6 +15,9 @@
 //!   elements, judged by the oracle on sampled rows (and every element written).
 //! - `nonfinite`: NaN and ±Inf planted in Q, K and V: no crash or hang, and the output is NaN
 //!   exactly where the f64 reference's is.
+//! - `modes`: the inference modes (docs/MODES.md): NaN in unread cache slots and pages leaves
+//!   the output bit-identical, paged = contiguous and varlen = each sequence alone bit for bit,
+//!   prefix-shared pages, and bad host or device tables rejected with the field named.
 //! - `oom`: more device memory than is free gives an out-of-memory error, and the same `Device`
 //!   then runs a normal case correctly (no leak from the failed call).
 //! - `soak`: 20000 `verify`-style random cases across the generations, zero failures, and
@@ -27,6 +30,7 @@ mod determinism;
 mod device;
 mod grid;
 mod host;
+mod modes;
 mod nonfinite;
 mod oob;
 mod oom;
@@ -53,6 +57,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("determinism", determinism::run),
     ("grid", grid::run),
     ("nonfinite", nonfinite::run),
+    ("modes", modes::run),
     ("oom", oom::run),
     ("soak", soak::run),
 ];
@@ -60,7 +65,7 @@ const CHECKS: &[(&str, Check)] = &[
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
-    /// oom, soak.
+    /// modes, oom, soak.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
     /// Comma-separated generation names (default: all compiled in).
