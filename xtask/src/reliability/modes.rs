@@ -30,8 +30,10 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         let t = Instant::now();
         let _s = step(format!("modes {}", k.name()), args.step_timeout);
         let d = super::dims_for(k.as_ref(), &[128, 64])[0];
-        let probe = Case::parse(&format!("b=1,hq=2,sq=1,sk=64,d={d},cache=paged,bs=16,varlen=1,seed=1"))
-            .expect("parses");
+        let probe = Case::parse(&format!(
+            "b=1,hq=2,sq=1,sk=64,d={d},cache=paged,bs=16,varlen=1,seed=1"
+        ))
+        .expect("parses");
         if let Err(u) = k.supports(&probe.problem, dev.info()) {
             report.add("modes", k.name(), super::Res::Skip, u.reason, t);
             continue;
@@ -49,8 +51,12 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
             "b=3,hq=8,hkv=2,sq=9,sk=700,causal=1,cache=paged,bs=64,append=9",
             "b=2,hq=4,hkv=4,sq=130,sk=500,cache=paged,bs=48,wl=100,softcap=30,alibi=head",
         ] {
-            let case = Case::parse(&format!("{line},d={d},dtype=bf16,seed={}", args.seed)).expect("parses");
-            record(&format!("NaN padding [{line}]"), nan_padding(dev, k.as_ref(), &case));
+            let case = Case::parse(&format!("{line},d={d},dtype=bf16,seed={}", args.seed))
+                .expect("parses");
+            record(
+                &format!("NaN padding [{line}]"),
+                nan_padding(dev, k.as_ref(), &case),
+            );
         }
         for bs in [16, 64] {
             let line = format!(
@@ -58,11 +64,23 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
                 args.seed + 1
             );
             let case = Case::parse(&line).expect("parses");
-            record(&format!("paged = contiguous (bs {bs})"), paged_equals_contiguous(dev, k.as_ref(), &case));
+            record(
+                &format!("paged = contiguous (bs {bs})"),
+                paged_equals_contiguous(dev, k.as_ref(), &case),
+            );
         }
-        record("prefix sharing", prefix_sharing(dev, k.as_ref(), d, args.seed));
-        let line = format!("b=5,hq=4,hkv=2,sq=300,sk=300,d={d},dtype=bf16,causal=1,varlen=1,seed={}", args.seed);
-        record("varlen = alone", varlen_equals_alone(dev, k.as_ref(), &Case::parse(&line).expect("parses")));
+        record(
+            "prefix sharing",
+            prefix_sharing(dev, k.as_ref(), d, args.seed),
+        );
+        let line = format!(
+            "b=5,hq=4,hkv=2,sq=300,sk=300,d={d},dtype=bf16,causal=1,varlen=1,seed={}",
+            args.seed
+        );
+        record(
+            "varlen = alone",
+            varlen_equals_alone(dev, k.as_ref(), &Case::parse(&line).expect("parses")),
+        );
         record("bad tables", bad_tables(dev, k.as_ref(), d));
         report.add_outcome("modes", k.name(), &notes, &fails, t);
     }
@@ -101,14 +119,20 @@ fn same_bits(what: &str, a: &HostOutputs, b: &HostOutputs) -> Result<(), String>
     if oa != ob || la != lb {
         let o_diff = oa.iter().zip(&ob).filter(|(x, y)| x != y).count();
         let l_diff = la.iter().zip(&lb).filter(|(x, y)| x != y).count();
-        return Err(format!("{what}: {o_diff} O and {l_diff} LSE elements differ"));
+        return Err(format!(
+            "{what}: {o_diff} O and {l_diff} LSE elements differ"
+        ));
     }
     Ok(())
 }
 
 fn prepared(case: &Case) -> (AttentionProblem, Draw, ModeInputs) {
     let mut p = case.problem.clone();
-    let draw = mode_case::apply(&mut p, &ModeKeys::from_modes(&case.problem.modes), case.data_seed);
+    let draw = mode_case::apply(
+        &mut p,
+        &ModeKeys::from_modes(&case.problem.modes),
+        case.data_seed,
+    );
     let inp = mode_case::mode_inputs(&p, case.data_seed);
     (p, draw, inp)
 }
@@ -223,7 +247,9 @@ fn paged_equals_contiguous(dev: &Device, k: &dyn Attention, case: &Case) -> Resu
 fn prefix_sharing(dev: &Device, k: &dyn Attention, d: usize, seed: u64) -> Result<String, String> {
     // Three sequences of a 16-row-page cache; all three tables start with the same 4 pages
     // (a shared 64-token prompt), then go their own ways.
-    let line = format!("b=3,hq=4,hkv=2,sq=1,sk=256,d={d},dtype=bf16,causal=1,cache=paged,bs=16,seed={seed}");
+    let line = format!(
+        "b=3,hq=4,hkv=2,sq=1,sk=256,d={d},dtype=bf16,causal=1,cache=paged,bs=16,seed={seed}"
+    );
     let case = Case::parse(&line).expect("parses");
     let (p, mut draw, inp) = prepared(&case);
     let KvStorage::Paged {
@@ -246,7 +272,8 @@ fn prefix_sharing(dev: &Device, k: &dyn Attention, d: usize, seed: u64) -> Resul
         // Sequence b alone: a batch of one with its own table row and length.
         let mut one = p.clone();
         one.batch = 1;
-        let row = &draw.block_table.as_ref().unwrap()[b * max_blocks_per_seq..(b + 1) * max_blocks_per_seq];
+        let row = &draw.block_table.as_ref().unwrap()
+            [b * max_blocks_per_seq..(b + 1) * max_blocks_per_seq];
         let alone_draw = Draw {
             len_q: vec![draw.len_q[b]],
             len_k: vec![draw.len_k[b]],
@@ -264,8 +291,13 @@ fn prefix_sharing(dev: &Device, k: &dyn Attention, d: usize, seed: u64) -> Resul
         };
         let alone = run_inputs(dev, k, &one, &alone_draw, &alone_inp)?;
         let o_all = all.o.index_axis(Axis(0), b).to_owned().insert_axis(Axis(0));
-        let l_all = all.lse.index_axis(Axis(0), b).to_owned().insert_axis(Axis(0));
-        if bits(&o_all.into_dyn()) != bits(&alone.o) || bits(&l_all.into_dyn()) != bits(&alone.lse) {
+        let l_all = all
+            .lse
+            .index_axis(Axis(0), b)
+            .to_owned()
+            .insert_axis(Axis(0));
+        if bits(&o_all.into_dyn()) != bits(&alone.o) || bits(&l_all.into_dyn()) != bits(&alone.lse)
+        {
             return Err(format!("sequence {b} differs from its run alone"));
         }
     }
@@ -297,23 +329,35 @@ fn varlen_equals_alone(dev: &Device, k: &dyn Attention, case: &Case) -> Result<S
         let vv = take(&inp.v, cu_k[b], cu_k[b + 1]);
         let alone = flashcore::forward_host(k, dev, &one, q.view(), kk.view(), vv.view())
             .map_err(|e| e.to_string())?;
-        let o_all = all.o.slice(s![cu_q[b] as usize..cu_q[b + 1] as usize, .., ..]).to_owned();
-        let l_all = all.lse.slice(s![.., cu_q[b] as usize..cu_q[b + 1] as usize]).to_owned();
+        let o_all = all
+            .o
+            .slice(s![cu_q[b] as usize..cu_q[b + 1] as usize, .., ..])
+            .to_owned();
+        let l_all = all
+            .lse
+            .slice(s![.., cu_q[b] as usize..cu_q[b + 1] as usize])
+            .to_owned();
         let o_alone = alone.o.index_axis(Axis(0), 0).to_owned();
         let l_alone = alone.lse.index_axis(Axis(0), 0).to_owned();
         if bits(&o_all.into_dyn()) != bits(&o_alone.into_dyn())
             || bits(&l_all.into_dyn()) != bits(&l_alone.into_dyn())
         {
-            return Err(format!("sequence {b} (len_q {lq}, len_k {lk}) differs from its run alone"));
+            return Err(format!(
+                "sequence {b} (len_q {lq}, len_k {lk}) differs from its run alone"
+            ));
         }
         checked += 1;
     }
-    Ok(format!("{checked} sequences bit-identical to their runs alone"))
+    Ok(format!(
+        "{checked} sequences bit-identical to their runs alone"
+    ))
 }
 
 fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, String> {
-    let case = Case::parse(&format!("b=2,hq=4,hkv=2,sq=1,sk=64,d={d},dtype=bf16,cache=paged,bs=16,seed=3"))
-        .expect("parses");
+    let case = Case::parse(&format!(
+        "b=2,hq=4,hkv=2,sq=1,sk=64,d={d},dtype=bf16,cache=paged,bs=16,seed=3"
+    ))
+    .expect("parses");
     let (p, draw, inp) = prepared(&case);
     let mut bad_table = draw.block_table.clone().unwrap();
     bad_table[0] = 1 << 20; // block ids outside num_blocks
@@ -336,12 +380,23 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
             tables: host,
         },
     ) {
-        Err(Error::Invalid(e @ InvalidProblem::Table { field: "block_table", .. })) => e.to_string(),
-        other => return Err(format!("host path: expected a block_table error, got {other:?}")),
+        Err(Error::Invalid(
+            e @ InvalidProblem::Table {
+                field: "block_table",
+                ..
+            },
+        )) => e.to_string(),
+        other => {
+            return Err(format!(
+                "host path: expected a block_table error, got {other:?}"
+            ))
+        }
     };
     let stream = dev.stream();
     let d_used = stream.clone_htod(&used).map_err(|e| format!("{e:?}"))?;
-    let d_table = stream.clone_htod(&bad_table).map_err(|e| format!("{e:?}"))?;
+    let d_table = stream
+        .clone_htod(&bad_table)
+        .map_err(|e| format!("{e:?}"))?;
     let tables = DeviceTables {
         seqused_k: Some(d_used.as_view()),
         block_table: Some(d_table.as_view()),
@@ -349,15 +404,23 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
     };
     let dev_err = match dev.check_tables(&p, &tables) {
         Err(Error::Invalid(e)) => e.to_string(),
-        other => return Err(format!("device check: expected a block_table error, got {other:?}")),
+        other => {
+            return Err(format!(
+                "device check: expected a block_table error, got {other:?}"
+            ))
+        }
     };
     if dev_err != host_err {
-        return Err(format!("device check says '{dev_err}', host says '{host_err}'"));
+        return Err(format!(
+            "device check says '{dev_err}', host says '{host_err}'"
+        ));
     }
     // And a bad cu_seqlens on the device.
     let vp = Case::parse(&format!("b=2,hq=2,sq=10,sk=10,d={d},varlen=1,seed=4")).expect("parses");
     let (vprob, _, _) = prepared(&vp);
-    let cu = stream.clone_htod(&[0i32, 12, 3]).map_err(|e| format!("{e:?}"))?;
+    let cu = stream
+        .clone_htod(&[0i32, 12, 3])
+        .map_err(|e| format!("{e:?}"))?;
     let total_k = match vprob.modes.kv {
         KvStorage::Packed { total_k } => total_k as i32,
         _ => 0,
@@ -371,7 +434,10 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
         ..Default::default()
     };
     match dev.check_tables(&vprob, &t2) {
-        Err(Error::Invalid(InvalidProblem::Table { field: "cu_seqlens_q", .. })) => {}
+        Err(Error::Invalid(InvalidProblem::Table {
+            field: "cu_seqlens_q",
+            ..
+        })) => {}
         other => return Err(format!("device check of cu_seqlens_q: got {other:?}")),
     }
     Ok(format!("named: {host_err}"))
