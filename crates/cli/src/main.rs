@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 a device/kernel failure, 2 bad input (files, shapes, options).
 
+mod modes;
 mod npy;
 
 use std::path::PathBuf;
@@ -9,8 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use flashcore::{AttentionProblem, DType, Device, Layout};
-use ndarray::Ix4;
+use flashcore::{DType, Device, HostInputs};
+use modes::{Loaded, ModeFlags, RunLayout, Settings};
 
 #[derive(Parser)]
 #[command(
@@ -24,44 +25,54 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 enum Command {
     /// The kernel generations compiled in, with what each takes.
     Kernels,
     /// The CUDA devices visible, with what kernels plan against.
     Devices,
-    /// O = softmax(scale·Q·Kᵀ)·V on .npy inputs (float16 or float32), written as float32 .npy.
+    /// O = softmax(scale·Q·Kᵀ)·V on .npy inputs (float16 or float32), written as float32 .npy;
+    /// varlen, KV cache (contiguous or paged, with appended tokens), sliding windows, softcap and
+    /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache (docs/MODES.md).
     Run {
         /// Generation name (see `flashcore kernels`), or "auto" for the fastest that takes the problem.
         #[arg(long, default_value = "auto")]
         kernel: String,
-        #[arg(long)]
+        /// Queries: 4-D in --layout, or [total_q, heads_q, head_dim] with --layout thd.
+        #[arg(long, value_name = "NPY")]
         q: PathBuf,
-        #[arg(long)]
+        /// Keys: 4-D in --layout (a cache [batch, capacity, ..] with --seqused-k), [total_k, heads_kv, head_dim] with --cu-seqlens-k, or [num_blocks, block_size, heads_kv, head_dim] with --block-table.
+        #[arg(long, value_name = "NPY")]
         k: PathBuf,
-        #[arg(long)]
+        /// Values, shaped as --k.
+        #[arg(long, value_name = "NPY")]
         v: PathBuf,
-        #[arg(long)]
+        /// Output O, float32, shaped as --q.
+        #[arg(long, value_name = "NPY")]
         out: PathBuf,
-        /// Also write the per-row log-sum-exp, float32 [batch, heads_q, seq_q].
-        #[arg(long)]
+        /// Also write the per-row log-sum-exp, float32 [batch, heads_q, seq_q] ([heads_q, total_q] with --layout thd).
+        #[arg(long, value_name = "NPY")]
         lse: Option<PathBuf>,
-        /// Bottom-right aligned causal mask.
+        /// Bottom-right aligned causal mask (window_size[1] = 0).
         #[arg(long)]
         causal: bool,
         /// Softmax scale (default 1/sqrt(head_dim)); 0 and negative values are valid.
         #[arg(long, allow_hyphen_values = true)]
         scale: Option<f32>,
+        /// bshd, bhsd, or thd: packed varlen Q/O [total_tokens, heads, head_dim] (needs --cu-seqlens-q).
         #[arg(long, default_value = "bshd", value_parser = parse_layout)]
-        layout: Layout,
+        layout: RunLayout,
         /// Kernel dtype; inputs are rounded to it.
         #[arg(long, default_value = "f16", value_parser = parse_dtype)]
         dtype: DType,
         #[arg(long, default_value_t = 0)]
         device: usize,
+        #[command(flatten)]
+        modes: ModeFlags,
     },
 }
 
-fn parse_layout(s: &str) -> Result<Layout, String> {
+fn parse_layout(s: &str) -> Result<RunLayout, String> {
     s.parse()
 }
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -153,21 +164,12 @@ fn run(cmd: Command) -> Result<(), Failure> {
             layout,
             dtype,
             device,
+            modes,
         } => {
-            let read = |p: &PathBuf| -> Result<ndarray::Array4<f32>, Failure> {
-                npy::read_f32(p)
-                    .map_err(Failure::Input)?
-                    .into_dimensionality::<Ix4>()
-                    .map_err(|_| {
-                        Failure::Input(anyhow::anyhow!(
-                            "{}: expected a 4-D array ({})",
-                            p.display(),
-                            axes(layout)
-                        ))
-                    })
-            };
+            let input = |e: anyhow::Error| Failure::Input(e);
             // Everything the user can get wrong is checked before the device is opened: the
-            // kernel name, the output paths, the files and their shapes.
+            // kernel name, the flag combination, the output paths, the files, their shapes and
+            // the tables' contents.
             let named = if kernel == "auto" {
                 None
             } else {
@@ -179,42 +181,86 @@ fn run(cmd: Command) -> Result<(), Failure> {
                     ))
                 })?)
             };
-            for path in std::iter::once(&out).chain(lse.as_ref()) {
-                check_writable_dir(path).map_err(Failure::Input)?;
+            let settings = Settings::new(layout, dtype, causal, scale).with_flags(&modes);
+            modes::check_combination(&settings, &modes.given()).map_err(input)?;
+            let outputs = [
+                Some(&out),
+                lse.as_ref(),
+                modes.k_cache_out.as_ref(),
+                modes.v_cache_out.as_ref(),
+            ];
+            for path in outputs.into_iter().flatten() {
+                check_writable_dir(path).map_err(input)?;
             }
-            let (qa, ka, va) = (read(&q)?, read(&k)?, read(&v)?);
-            let problem = problem_from_shapes(
-                qa.shape(),
-                ka.shape(),
-                va.shape(),
-                layout,
-                dtype,
-                causal,
-                scale,
-            )
-            .map_err(Failure::Input)?;
-            // Head dim and dtype need no device to rule out.
-            let takes = |k: &dyn flashcore::Attention| {
+            let f32s =
+                |p: &Option<PathBuf>| p.as_deref().map(npy::read_f32).transpose().map_err(input);
+            let i32s = |p: &Option<PathBuf>| {
+                p.as_deref()
+                    .map(|p| npy::read_i32(p).map(modes::Arr::from))
+                    .transpose()
+                    .map_err(input)
+            };
+            let loaded = Loaded {
+                k_new: f32s(&modes.k_new)?,
+                v_new: f32s(&modes.v_new)?,
+                cu_seqlens_q: i32s(&modes.cu_seqlens_q)?,
+                cu_seqlens_k: i32s(&modes.cu_seqlens_k)?,
+                seqused_k: i32s(&modes.seqused_k)?,
+                block_table: i32s(&modes.block_table)?,
+                alibi_slopes: f32s(&modes.alibi_slopes)?.map(modes::Arr::from),
+                k_cache_out: modes.k_cache_out.is_some(),
+                v_cache_out: modes.v_cache_out.is_some(),
+                ..Loaded::new(
+                    npy::read_f32(&q).map_err(input)?,
+                    npy::read_f32(&k).map_err(input)?,
+                    npy::read_f32(&v).map_err(input)?,
+                )
+            };
+            let problem = modes::build(&settings, &loaded).map_err(input)?;
+            // Head dim, dtype and modes need no device to rule out.
+            let lacks = |k: &dyn flashcore::Attention| -> Option<String> {
                 let c = k.capabilities();
-                c.dtypes.contains(&problem.dtype) && c.head_dims.contains(problem.head_dim)
+                if !c.dtypes.contains(&problem.dtype) || !c.head_dims.contains(problem.head_dim) {
+                    return Some(format!("head dims {}, dtypes {:?}", c.head_dims, c.dtypes));
+                }
+                c.modes
+                    .missing(&problem.modes)
+                    .map(|m| format!("it lacks {m}"))
             };
             match &named {
-                Some(k) if !takes(k.as_ref()) => {
-                    return Err(Failure::Input(anyhow::anyhow!(
-                        "{} does not take {problem} (head dims {}, dtypes {:?})",
-                        k.name(),
-                        k.capabilities().head_dims,
-                        k.capabilities().dtypes
-                    )))
+                Some(k) => {
+                    if let Some(why) = lacks(k.as_ref()) {
+                        return Err(Failure::Input(anyhow::anyhow!(
+                            "{} does not take {problem} ({why})",
+                            k.name()
+                        )));
+                    }
                 }
-                None if !flashcore::kernels().iter().any(|k| takes(k.as_ref())) => {
-                    return Err(Failure::Input(anyhow::anyhow!(
-                        "no compiled-in generation takes head_dim {} with {}",
-                        problem.head_dim,
-                        problem.dtype
-                    )))
+                None => {
+                    let all = flashcore::kernels();
+                    if all.iter().all(|k| lacks(k.as_ref()).is_some()) {
+                        // Name the first generation that takes the head dim and dtype, if any:
+                        // then it is a mode it lacks.
+                        let takes_dims = all.iter().find(|k| {
+                            let c = k.capabilities();
+                            c.dtypes.contains(&problem.dtype)
+                                && c.head_dims.contains(problem.head_dim)
+                        });
+                        let e = match takes_dims {
+                            None => anyhow::anyhow!(
+                                "no compiled-in generation takes head_dim {} with {}",
+                                problem.head_dim,
+                                problem.dtype
+                            ),
+                            Some(k) => anyhow::anyhow!(
+                                "no compiled-in generation takes {problem} with these modes ({}: {})",
+                                k.name(),
+                                lacks(k.as_ref()).unwrap_or_default()
+                            ),
+                        };
+                        return Err(Failure::Input(e));
+                    }
                 }
-                _ => {}
             }
             let dev = Device::open(device).map_err(|e| Failure::Device(e.into()))?;
             let attention = match named {
@@ -231,13 +277,18 @@ fn run(cmd: Command) -> Result<(), Failure> {
                     ))
                 })?,
             };
-            let output = flashcore::forward_host(
+            let output = flashcore::forward_host_modes(
                 attention.as_ref(),
                 &dev,
                 &problem,
-                qa.view(),
-                ka.view(),
-                va.view(),
+                HostInputs {
+                    q: loaded.q.view(),
+                    k: loaded.k.view(),
+                    v: loaded.v.view(),
+                    k_new: loaded.k_new.as_ref().map(|a| a.view()),
+                    v_new: loaded.v_new.as_ref().map(|a| a.view()),
+                    tables: loaded.host_tables(),
+                },
             )
             .map_err(|e| match e {
                 flashcore::Error::Invalid(_) | flashcore::Error::Unsupported(_) => {
@@ -245,9 +296,17 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 }
                 other => Failure::Device(other.into()),
             })?;
-            npy::write_f32(&out, &output.o.into_dyn()).map_err(Failure::Input)?;
+            npy::write_f32(&out, &output.o).map_err(input)?;
             if let Some(path) = lse {
-                npy::write_f32(&path, &output.lse.into_dyn()).map_err(Failure::Input)?;
+                npy::write_f32(&path, &output.lse).map_err(input)?;
+            }
+            for (path, cache) in [
+                (&modes.k_cache_out, &output.k_cache),
+                (&modes.v_cache_out, &output.v_cache),
+            ] {
+                if let (Some(path), Some(cache)) = (path, cache) {
+                    npy::write_f32(path, cache).map_err(input)?;
+                }
             }
             eprintln!(
                 "flashcore: {} on {}: {problem} -> {}",
@@ -279,56 +338,6 @@ fn check_writable_dir(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn axes(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Bshd => "batch, seq, heads, head_dim",
-        Layout::Bhsd => "batch, heads, seq, head_dim",
-    }
-}
-
-/// The problem the three shapes describe in `layout`, or why they do not fit together.
-fn problem_from_shapes(
-    q: &[usize],
-    k: &[usize],
-    v: &[usize],
-    layout: Layout,
-    dtype: DType,
-    causal: bool,
-    scale: Option<f32>,
-) -> Result<AttentionProblem> {
-    let split = |s: &[usize]| match layout {
-        Layout::Bshd => (s[0], s[2], s[1], s[3]),
-        Layout::Bhsd => (s[0], s[1], s[2], s[3]),
-    };
-    let (bq, hq, sq, dq) = split(q);
-    let (bk, hk, sk, dk) = split(k);
-    if k != v {
-        bail!("k has shape {k:?} but v has {v:?}: they must match");
-    }
-    if bq != bk {
-        bail!("q has batch {bq} but k has {bk}");
-    }
-    if dq != dk {
-        bail!("q has head_dim {dq} but k has {dk}");
-    }
-    if hk == 0 || hq % hk != 0 {
-        bail!("q has {hq} heads, not a multiple of k's {hk}");
-    }
-    if let Some(s) = scale {
-        if !s.is_finite() {
-            bail!("--scale {s} is not finite");
-        }
-    }
-    let mut p = AttentionProblem::new(bq, hq, sq, dq)
-        .with_kv(hk, sk)
-        .with_dtype(dtype)
-        .with_causal(causal)
-        .with_layout(layout);
-    p.softmax_scale = scale;
-    p.validate()?;
-    Ok(p)
-}
-
 fn devices() -> Result<()> {
     let n = Device::count()?;
     if n == 0 {
@@ -357,62 +366,4 @@ fn devices() -> Result<()> {
 
 fn bail_if_no_nvrtc() -> bool {
     flashcore::toolkit::ensure_nvrtc().is_err()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shapes_give_the_problem_in_either_layout() {
-        let p = problem_from_shapes(
-            &[2, 10, 8, 64],
-            &[2, 12, 2, 64],
-            &[2, 12, 2, 64],
-            Layout::Bshd,
-            DType::F16,
-            true,
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim),
-            (2, 8, 2, 10, 12, 64)
-        );
-        let p = problem_from_shapes(
-            &[2, 8, 10, 64],
-            &[2, 2, 12, 64],
-            &[2, 2, 12, 64],
-            Layout::Bhsd,
-            DType::F16,
-            false,
-            None,
-        )
-        .unwrap();
-        assert_eq!((p.heads_q, p.seq_q), (8, 10));
-    }
-
-    #[test]
-    fn mismatched_shapes_say_which() {
-        let e = |q: &[usize], k: &[usize], v: &[usize]| {
-            problem_from_shapes(q, k, v, Layout::Bhsd, DType::F16, false, None)
-                .unwrap_err()
-                .to_string()
-        };
-        assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 8], &[1, 2, 4, 8]).contains("must match"));
-        assert!(e(&[1, 2, 3, 8], &[2, 2, 3, 8], &[2, 2, 3, 8]).contains("batch"));
-        assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 16], &[1, 2, 3, 16]).contains("head_dim"));
-        assert!(e(&[1, 3, 3, 8], &[1, 2, 3, 8], &[1, 2, 3, 8]).contains("multiple"));
-        assert!(e(&[1, 2, 3, 0], &[1, 2, 3, 0], &[1, 2, 3, 0]).contains("head_dim is 0"));
-        assert!(problem_from_shapes(
-            &[1, 2, 3, 8],
-            &[1, 2, 3, 8],
-            &[1, 2, 3, 8],
-            Layout::Bhsd,
-            DType::F16,
-            false,
-            Some(f32::NAN)
-        )
-        .is_err());
-    }
 }

@@ -1,4 +1,4 @@
-//! Reading float16/float32 `.npy` tensors and writing float32 ones, with one-line errors.
+//! Reading float16/float32 and int32 `.npy` arrays and writing float32 ones, with one-line errors.
 
 use std::path::Path;
 
@@ -6,14 +6,33 @@ use anyhow::{bail, Context, Result};
 use ndarray::{ArrayD, IxDyn};
 use npyz::{DType as NpyDType, NpyFile, TypeChar, WriterBuilder};
 
-/// A 4-D array read from disk as f32 (float16 files are widened exactly).
+/// An array read from disk as f32 (float16 files are widened exactly).
 pub fn read_f32(path: &Path) -> Result<ArrayD<f32>> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
     parse_f32(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// The `.npy` bytes as an f32 array: Ok or an error, never a panic, whatever the bytes.
-fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
+/// An int32 array read from disk (cu_seqlens, seqused_k, block tables). int64 files are taken
+/// too when every value fits in int32 (numpy's default integer is int64).
+pub fn read_i32(path: &Path) -> Result<ArrayD<i32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    parse_i32(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The parts of a checked header: the reader, the shape and the element size in bytes.
+struct Header<'a> {
+    npy: NpyFile<&'a [u8]>,
+    shape: Vec<usize>,
+    size: u64,
+}
+
+/// Header checks shared by every element type: Ok or an error, never a panic, whatever the
+/// bytes. `accepts` says whether (kind, size) is a dtype this reader takes; `expected` names them.
+fn header<'a>(
+    bytes: &'a [u8],
+    accepts: impl Fn(TypeChar, u64) -> bool,
+    expected: &str,
+) -> Result<Header<'a>> {
     let data_len = precheck(bytes)?;
     let npy =
         NpyFile::new(bytes).map_err(|e| anyhow::anyhow!("not a valid .npy file ({})", flat(&e)))?;
@@ -24,36 +43,31 @@ fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
     let (type_char, size) = match npy.dtype() {
         NpyDType::Plain(ts) => (ts.type_char(), ts.size_field()),
         other => bail!(
-            "unsupported dtype {} (expected float16 or float32)",
+            "unsupported dtype {} (expected {expected})",
             one_line_dtype(&other)
         ),
     };
-    let expected = checked_elements(&shape)
+    let elements = checked_elements(&shape)
         .ok_or_else(|| anyhow::anyhow!("shape {shape:?} has too many elements"))?;
-    if !matches!((type_char, size), (TypeChar::Float, 2 | 4)) {
+    if !accepts(type_char, size) {
         bail!(
-            "dtype {} is not supported (expected float16 or float32)",
+            "dtype {} is not supported (expected {expected})",
             one_line_dtype(&npy.dtype())
         );
     }
     // Checked before reading element by element: a header that promises more than the file holds.
-    if expected
+    if elements
         .checked_mul(size as usize)
         .is_none_or(|need| need > data_len)
     {
         bail!("truncated data: the header says shape {shape:?} of {} bytes each, but {data_len} bytes follow", size);
     }
-    let data: Vec<f32> = match size {
-        4 => npy
-            .into_vec::<f32>()
-            .map_err(|e| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e)))?,
-        _ => npy
-            .into_vec::<half::f16>()
-            .map_err(|e| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e)))?
-            .into_iter()
-            .map(f32::from)
-            .collect(),
-    };
+    Ok(Header { npy, shape, size })
+}
+
+/// Values and shape as an array, if the count matches the header.
+fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>> {
+    let expected = checked_elements(&shape).unwrap_or(usize::MAX);
     if data.len() != expected {
         bail!(
             "holds {} values but its header says shape {shape:?}",
@@ -61,6 +75,53 @@ fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
         );
     }
     ArrayD::from_shape_vec(IxDyn(&shape), data).context("bad shape")
+}
+
+/// The `.npy` bytes as an f32 array: Ok or an error, never a panic, whatever the bytes.
+fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
+    let h = header(
+        bytes,
+        |t, size| matches!((t, size), (TypeChar::Float, 2 | 4)),
+        "float16 or float32",
+    )?;
+    let corrupt = |e: std::io::Error| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e));
+    let data: Vec<f32> = match h.size {
+        4 => h.npy.into_vec::<f32>().map_err(corrupt)?,
+        _ => h
+            .npy
+            .into_vec::<half::f16>()
+            .map_err(corrupt)?
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+    };
+    shaped(h.shape, data)
+}
+
+/// The `.npy` bytes as an i32 array (int32, or int64 with every value in int32's range): Ok or
+/// an error, never a panic, whatever the bytes.
+fn parse_i32(bytes: &[u8]) -> Result<ArrayD<i32>> {
+    let h = header(
+        bytes,
+        |t, size| matches!((t, size), (TypeChar::Int, 4 | 8)),
+        "int32, or int64 within int32's range",
+    )?;
+    let corrupt = |e: std::io::Error| anyhow::anyhow!("truncated or corrupt data ({})", flat(&e));
+    let data: Vec<i32> =
+        match h.size {
+            4 => h.npy.into_vec::<i32>().map_err(corrupt)?,
+            _ => {
+                let wide = h.npy.into_vec::<i64>().map_err(corrupt)?;
+                let mut narrow = Vec::with_capacity(wide.len());
+                for (i, &x) in wide.iter().enumerate() {
+                    narrow.push(i32::try_from(x).map_err(|_| {
+                        anyhow::anyhow!("int64 entry {i} = {x} does not fit in int32")
+                    })?);
+                }
+                narrow
+            }
+        };
+    shaped(h.shape, data)
 }
 
 fn one_line_dtype(d: &NpyDType) -> String {
@@ -153,7 +214,7 @@ fn precheck(bytes: &[u8]) -> Result<usize> {
                 }
                 Err(_) => bail!(
                     "shape {} is not a tuple of non-negative integers",
-                    &after[..=j]
+                    flat(&&after[..=j])
                 ),
             }
         }
@@ -202,6 +263,71 @@ mod tests {
         .unwrap();
         write_f32(&p, &a).unwrap();
         assert_eq!(read_f32(&p).unwrap(), a);
+    }
+
+    /// Writes any array type numpy knows, in C order (what `numpy.save` gives).
+    fn write_any<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(shape)
+            .writer(std::io::BufWriter::new(file))
+            .begin_nd()
+            .unwrap();
+        for x in data {
+            w.push(x).unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn f32_tables_round_trip_in_one_and_two_dims() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("slopes.npy");
+        let a = ArrayD::from_shape_vec(IxDyn(&[3]), vec![0.5f32, 0.25, -0.125]).unwrap();
+        write_f32(&p, &a).unwrap();
+        assert_eq!(read_f32(&p).unwrap(), a);
+        let a =
+            ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![0.5f32, 1.0, 2.0, 4.0, 8.0, 16.0]).unwrap();
+        write_f32(&p, &a).unwrap();
+        assert_eq!(read_f32(&p).unwrap(), a);
+    }
+
+    #[test]
+    fn i32_reads_back_and_i64_is_taken_within_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.npy");
+        let vals = [0i32, 3, 3, 10, i32::MAX, i32::MIN];
+        write_any(&p, &[2, 3], &vals);
+        let a = read_i32(&p).unwrap();
+        assert_eq!(a.shape(), [2, 3]);
+        assert_eq!(a.iter().copied().collect::<Vec<_>>(), vals);
+        write_any(&p, &[4], &[0i64, 5, 12, 20]);
+        assert_eq!(read_i32(&p).unwrap().as_slice().unwrap(), [0, 5, 12, 20]);
+        write_any(&p, &[3], &[0i64, 5, 1 << 31]);
+        let e = read_i32(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("entry 2 = 2147483648 does not fit in int32"),
+            "{e}"
+        );
+        write_any(&p, &[2], &[0i64, -(1 << 40)]);
+        assert!(read_i32(&p).is_err());
+        // Floats, unsigned and narrow ints are not tables.
+        write_any(&p, &[2], &[0.0f32, 1.0]);
+        let e = read_i32(&p).unwrap_err().to_string();
+        assert!(e.contains("<f4") && e.contains("expected int32"), "{e}");
+        write_any(&p, &[2], &[0u32, 1]);
+        assert!(read_i32(&p).unwrap_err().to_string().contains("<u4"));
+        write_any(&p, &[2], &[0i16, 1]);
+        assert!(read_i32(&p).is_err());
+        // And an int32 file is not a float tensor.
+        write_any(&p, &[2], &[0i32, 1]);
+        assert!(read_f32(&p).unwrap_err().to_string().contains("<i4"));
+        // Truncated.
+        write_any(&p, &[64], &[7i32; 64]);
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
+        assert!(read_i32(&p).unwrap_err().to_string().contains("truncated"));
     }
 
     #[test]
@@ -376,6 +502,7 @@ mod fuzz {
         #[test]
         fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
             let _ = parse_f32(&bytes);
+            let _ = parse_i32(&bytes);
         }
 
         #[test]
@@ -387,6 +514,7 @@ mod fuzz {
             bytes.push(0);
             bytes.extend(rest);
             let _ = parse_f32(&bytes);
+            let _ = parse_i32(&bytes);
         }
 
         #[test]
@@ -399,6 +527,30 @@ mod fuzz {
             let bytes = apply(original.clone(), &muts);
             match parse_f32(&bytes) {
                 // Whatever the mutation, a result that reads back is self-consistent.
+                Ok(a) => prop_assert_eq!(a.len(), a.shape().iter().product::<usize>()),
+                Err(e) => prop_assert!(!e.to_string().contains('\n'), "{}", e),
+            }
+        }
+
+        #[test]
+        fn mutated_int_files_never_panic(
+            shape in prop::collection::vec(0usize..6, 0..3),
+            wide in any::<bool>(),
+            muts in prop::collection::vec(mutation(), 1..6),
+        ) {
+            let n: usize = shape.iter().product();
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let tuple = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+            let (descr, data): (&str, Vec<u8>) = if wide {
+                ("<i8", (0..n).flat_map(|i| ((i as i64) << (i % 40)).to_le_bytes()).collect())
+            } else {
+                ("<i4", (0..n).flat_map(|i| (i as i32).to_le_bytes()).collect())
+            };
+            let original = npy_bytes(
+                &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}"),
+                &data,
+            );
+            match parse_i32(&apply(original, &muts)) {
                 Ok(a) => prop_assert_eq!(a.len(), a.shape().iter().product::<usize>()),
                 Err(e) => prop_assert!(!e.to_string().contains('\n'), "{}", e),
             }
@@ -429,8 +581,10 @@ mod fuzz {
         ) {
             let header = format!("{{'descr': '{descr}', 'fortran_order': {fortran}, {extra}'shape': {shape}, }}");
             let _ = parse_f32(&npy_bytes(&header, &data));
+            let _ = parse_i32(&npy_bytes(&header, &data));
             let header = format!("{{'shape': {shape}, 'descr': [('a', '{descr}'), ('shape', '<f4')], 'fortran_order': {fortran}}}");
             let _ = parse_f32(&npy_bytes(&header, &data));
+            let _ = parse_i32(&npy_bytes(&header, &data));
         }
     }
 }

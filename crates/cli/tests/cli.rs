@@ -416,3 +416,340 @@ fn layout_changes_which_axis_is_heads() {
     write_npy(&f.path("q.npy"), &[2, 3, 16, 8], "<f4");
     assert_input_error(&f.run(&[], &["--layout", "bhsd"]), "multiple");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Inference modes (docs/MODES.md): varlen, KV cache, pages, append, windows, softcap, ALiBi
+
+/// An int32 (`<i4`) or int64 (`<i8`) table file with these values.
+fn write_ints(path: &Path, shape: &[usize], values: &[i64], descr: &str) {
+    assert_eq!(shape.iter().product::<usize>(), values.len());
+    let data: Vec<u8> = match descr {
+        "<i4" => values
+            .iter()
+            .flat_map(|&x| (x as i32).to_le_bytes())
+            .collect(),
+        "<i8" => values.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+        other => panic!("no int writer for {other}"),
+    };
+    let header = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}",
+        shape_tuple(shape)
+    );
+    std::fs::write(path, npy_bytes(&header, &data)).unwrap();
+}
+
+/// Good mode files: varlen (3 sequences, packed Q [10, 4, 8], packed K/V [20, 2, 8]) and a
+/// paged cache (batch 2, 5 pages of 16 rows, 2 per sequence, one appended row), ALiBi slopes.
+fn mode_files() -> Files {
+    let f = Files::new();
+    write_npy(&f.path("qp.npy"), &[10, 4, 8], "<f4");
+    write_npy(&f.path("kp.npy"), &[20, 2, 8], "<f4");
+    write_ints(&f.path("cuq.npy"), &[4], &[0, 3, 3, 10], "<i4");
+    write_ints(&f.path("cuk.npy"), &[4], &[0, 5, 12, 20], "<i4");
+    write_npy(&f.path("q1.npy"), &[2, 1, 4, 8], "<f4");
+    write_npy(&f.path("pages.npy"), &[5, 16, 2, 8], "<f4");
+    write_ints(&f.path("table.npy"), &[2, 2], &[3, 1, 0, 4], "<i4");
+    write_ints(&f.path("used.npy"), &[2], &[20, 5], "<i4");
+    write_npy(&f.path("new.npy"), &[2, 1, 2, 8], "<f4");
+    write_npy(&f.path("slopes.npy"), &[4], "<f4");
+    f
+}
+
+impl Files {
+    /// `run --layout thd` on the packed files, with `extra` flags.
+    fn run_varlen(&self, extra: &[&str]) -> Outcome {
+        let (cuq, cuk) = (self.s("cuq.npy"), self.s("cuk.npy"));
+        let mut args = vec![
+            "--layout",
+            "thd",
+            "--cu-seqlens-q",
+            &cuq,
+            "--cu-seqlens-k",
+            &cuk,
+        ];
+        args.extend_from_slice(extra);
+        self.run(&[("q", "qp.npy"), ("k", "kp.npy"), ("v", "kp.npy")], &args)
+    }
+    /// `run` on the paged cache with its table and seqused_k, with `extra` flags.
+    fn run_paged(&self, extra: &[&str]) -> Outcome {
+        let (table, used) = (self.s("table.npy"), self.s("used.npy"));
+        let mut args = vec!["--block-table", &table, "--seqused-k", &used];
+        args.extend_from_slice(extra);
+        self.run(
+            &[("q", "q1.npy"), ("k", "pages.npy"), ("v", "pages.npy")],
+            &args,
+        )
+    }
+}
+
+/// Past input checking: exit 0 with the outputs, or exit 1 in one line for lack of a GPU.
+#[track_caller]
+fn assert_reaches_the_device(o: &Outcome, outputs: &[PathBuf]) {
+    match o.code {
+        0 => {
+            for p in outputs {
+                assert!(p.is_file(), "exit 0 but no {}: {}", p.display(), o.stderr)
+            }
+        }
+        1 => {
+            assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+            assert!(
+                o.stderr.contains("CUDA") || o.stderr.contains("NVRTC"),
+                "{}",
+                o.stderr
+            );
+        }
+        c => panic!("good mode files exit {c}: {}", o.stderr),
+    }
+}
+
+#[test]
+fn varlen_files_reach_the_device() {
+    let f = mode_files();
+    let lse = f.s("lse.npy");
+    let o = f.run_varlen(&["--lse", &lse, "--causal"]);
+    assert_reaches_the_device(&o, &[f.path("o.npy"), f.path("lse.npy")]);
+}
+
+#[test]
+fn paged_append_with_window_softcap_and_alibi_reaches_the_device() {
+    let f = mode_files();
+    let (new, slopes) = (f.s("new.npy"), f.s("slopes.npy"));
+    let (kc, vc) = (f.s("kc.npy"), f.s("vc.npy"));
+    let o = f.run_paged(&[
+        "--k-new",
+        &new,
+        "--v-new",
+        &new,
+        "--k-cache-out",
+        &kc,
+        "--v-cache-out",
+        &vc,
+        "--causal",
+        "--window-left",
+        "8",
+        "--window-right",
+        "-1",
+        "--softcap",
+        "30",
+        "--alibi-slopes",
+        &slopes,
+    ]);
+    assert_reaches_the_device(&o, &[f.path("o.npy"), f.path("kc.npy"), f.path("vc.npy")]);
+}
+
+#[test]
+fn int64_tables_within_range_are_taken() {
+    let f = mode_files();
+    write_ints(&f.path("cuq.npy"), &[4], &[0, 3, 3, 10], "<i8");
+    assert_reaches_the_device(&f.run_varlen(&[]), &[f.path("o.npy")]);
+    write_ints(&f.path("cuq.npy"), &[4], &[0, 3, 3, 1 << 32], "<i8");
+    assert_input_error(&f.run_varlen(&[]), "does not fit in int32");
+}
+
+/// Table contents are checked on the host before any device is opened: exit 2 here, where
+/// there is no GPU, not the exit 1 of a failed device init.
+#[test]
+fn a_bad_table_is_exit_2_before_the_device() {
+    let f = mode_files();
+    write_ints(&f.path("table.npy"), &[2, 2], &[3, 9, 0, 4], "<i4");
+    assert_input_error(
+        &f.run_paged(&[]),
+        "block_table: sequence 0, entry 1: block 9 is outside 0..5",
+    );
+    let f = mode_files();
+    write_ints(&f.path("used.npy"), &[2], &[33, 5], "<i4");
+    assert_input_error(
+        &f.run_paged(&[]),
+        "seqused_k: sequence 0: 33 used rows exceed its capacity 32",
+    );
+    let f = mode_files();
+    write_ints(&f.path("cuq.npy"), &[4], &[0, 3, 2, 10], "<i4");
+    assert_input_error(&f.run_varlen(&[]), "cu_seqlens_q: decreases at entry 2");
+    write_ints(&f.path("cuq.npy"), &[4], &[0, 3, 3, 9], "<i4");
+    assert_input_error(
+        &f.run_varlen(&[]),
+        "cu_seqlens_q: ends at 9, but the packed tensor has 10 rows",
+    );
+    let f = mode_files();
+    write_ints(&f.path("cuk.npy"), &[5], &[0, 5, 12, 20, 20], "<i4");
+    assert_input_error(
+        &f.run_varlen(&[]),
+        "--cu-seqlens-k has 5 entries but --cu-seqlens-q describes 3 sequences (so 4 entries)",
+    );
+    let f = mode_files();
+    let slopes = f.s("slopes.npy");
+    std::fs::write(
+        f.path("slopes.npy"),
+        npy_bytes(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
+            &[0.5f32, f32::NAN, 0.5, 0.5]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+    )
+    .unwrap();
+    assert_input_error(
+        &f.run(&[], &["--alibi-slopes", &slopes]),
+        "alibi_slopes: entry 1 is not finite",
+    );
+}
+
+#[test]
+fn bad_mode_combinations_are_one_line_exit_2() {
+    let f = mode_files();
+    let (table, used, new, cuq, kc) = (
+        f.s("table.npy"),
+        f.s("used.npy"),
+        f.s("new.npy"),
+        f.s("cuq.npy"),
+        f.s("kc.npy"),
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--layout", "thd"], "--layout thd needs --cu-seqlens-q"),
+        (
+            vec!["--cu-seqlens-q", &cuq],
+            "--cu-seqlens-q needs --layout thd",
+        ),
+        (
+            vec!["--block-table", &table],
+            "--block-table needs --seqused-k",
+        ),
+        (vec!["--k-new", &new], "--k-new needs --v-new"),
+        (vec!["--v-new", &new], "--v-new needs --k-new"),
+        (
+            vec!["--k-new", &new, "--v-new", &new],
+            "--k-new needs --seqused-k",
+        ),
+        (vec!["--k-cache-out", &kc], "--k-cache-out needs --k-new"),
+        (
+            vec!["--softcap", "-1"],
+            "--softcap -1 must be finite and >= 0",
+        ),
+        (vec!["--softcap", "inf"], "--softcap inf"),
+        (
+            vec!["--causal", "--window-right", "2"],
+            "--window-right 2 with --causal",
+        ),
+        (vec!["--window-left", "-2"], "--window-left"),
+        (vec!["--window-right", "x"], "--window-right"),
+        // The dense BSHD k/v as a contiguous cache of capacity 16.
+        (
+            vec!["--seqused-k", &used],
+            "seqused_k: sequence 0: 20 used rows exceed its capacity 16",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let o = f.run(&[], &extra);
+        assert_input_error(&o, needle);
+    }
+    // The flag combination is checked before any file is read.
+    let o = f.run(&[("q", "absent.npy")], &["--block-table", &table]);
+    assert_input_error(&o, "--block-table needs --seqused-k");
+    // Three-row seqused_k for a batch of 2.
+    write_ints(&f.path("used3.npy"), &[3], &[1, 2, 3], "<i4");
+    let used3 = f.s("used3.npy");
+    assert_input_error(
+        &f.run(&[], &["--seqused-k", &used3]),
+        "--seqused-k has 3 entries but --q has batch 2",
+    );
+    // Packed K without offsets, offsets for dense K.
+    let cuk = f.s("cuk.npy");
+    assert_input_error(
+        &f.run(&[("k", "kp.npy"), ("v", "kp.npy")], &[]),
+        "need --cu-seqlens-k",
+    );
+    assert_input_error(
+        &f.run(&[], &["--cu-seqlens-k", &cuk]),
+        "--cu-seqlens-k needs packed --k/--v",
+    );
+    // A block size the pages cannot have, and appended rows that do not fit.
+    write_npy(&f.path("pages24.npy"), &[5, 24, 2, 8], "<f4");
+    let o = f.run(
+        &[("q", "q1.npy"), ("k", "pages24.npy"), ("v", "pages24.npy")],
+        &["--block-table", &table, "--seqused-k", &used],
+    );
+    assert_input_error(&o, "block_size: 24 must be a multiple of 16");
+    write_npy(&f.path("new40.npy"), &[2, 40, 2, 8], "<f4");
+    let new40 = f.s("new40.npy");
+    assert_input_error(
+        &f.run_paged(&["--k-new", &new40, "--v-new", &new40]),
+        "k_new: 40 new rows do not fit a cache of capacity 32",
+    );
+    assert_input_error(
+        &f.run_paged(&["--k-new", &new, "--v-new", &new40]),
+        "must match",
+    );
+}
+
+#[test]
+fn table_files_of_the_wrong_kind_are_exit_2() {
+    let f = mode_files();
+    write_npy(&f.path("cuq.npy"), &[4], "<f4");
+    assert_input_error(&f.run_varlen(&[]), "<f4");
+    let f = mode_files();
+    write_ints(&f.path("cuq.npy"), &[2, 2], &[0, 3, 3, 10], "<i4");
+    assert_input_error(
+        &f.run_varlen(&[]),
+        "--cu-seqlens-q: expected a 1-D int32 array",
+    );
+    let bytes = std::fs::read(f.path("table.npy")).unwrap();
+    std::fs::write(f.path("table.npy"), &bytes[..bytes.len() - 2]).unwrap();
+    let o = f.run_paged(&[]);
+    assert_input_error(&o, "table.npy");
+    assert!(o.stderr.contains("truncated"), "{}", o.stderr);
+    std::fs::write(f.path("table.npy"), b"garbage").unwrap();
+    assert_input_error(&f.run_paged(&[]), "not a valid .npy");
+    let f = mode_files();
+    write_ints(&f.path("table.npy"), &[4], &[3, 1, 0, 4], "<i4");
+    assert_input_error(
+        &f.run_paged(&[]),
+        "--block-table: expected a 2-D int32 array",
+    );
+    let f = mode_files();
+    write_npy(&f.path("slopes.npy"), &[3], "<f4");
+    let slopes = f.s("slopes.npy");
+    assert_input_error(
+        &f.run(&[], &["--alibi-slopes", &slopes]),
+        "--alibi-slopes: expected float32 [heads_q] = [4]",
+    );
+}
+
+#[test]
+fn run_help_documents_every_mode_flag_in_one_line() {
+    let o = flashcore(&["run", "--help"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (flag, term) in [
+        ("--cu-seqlens-q", "cu_seqlens_q"),
+        ("--cu-seqlens-k", "cu_seqlens_k"),
+        ("--seqused-k", "seqused_k"),
+        ("--block-table", "block_table"),
+        ("--alibi-slopes", "alibi_slopes"),
+        ("--k-new", "flash_attn_with_kvcache"),
+        ("--v-new", "flash_attn_with_kvcache"),
+        ("--k-cache-out", "--k-new"),
+        ("--v-cache-out", "--v-new"),
+        ("--window-left", "window_size[0]"),
+        ("--window-right", "window_size[1]"),
+        ("--softcap", "softcap"),
+        ("--layout", "thd"),
+    ] {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(flag) && l.contains(&format!("{flag} ")))
+            .unwrap_or_else(|| panic!("no help line for {flag}:\n{}", o.stdout));
+        assert!(line.contains(term), "{flag}: {line:?} should say {term:?}");
+    }
+}
+
+#[test]
+fn a_named_generation_without_the_modes_is_exit_2_before_the_device() {
+    let f = mode_files();
+    write_npy(&f.path("qp.npy"), &[10, 4, 64], "<f4");
+    write_npy(&f.path("kp.npy"), &[20, 2, 64], "<f4");
+    let o = f.run_varlen(&["--kernel", "vectorized"]);
+    assert_input_error(&o, "vectorized does not take");
+    assert!(o.stderr.contains("varlen"), "{}", o.stderr);
+}

@@ -1,0 +1,829 @@
+//! The inference-mode flags of `flashcore run`, in FlashAttention's names (`docs/MODES.md` is the
+//! contract), and the pure step from parsed flags and loaded arrays to an [`AttentionProblem`]
+//! whose tables have passed the core's checks. Nothing here touches a device: `main` runs all of
+//! it before opening one, so a bad combination is exit 2 on any machine, GPU or not.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Result};
+use flashcore::{AlibiSlopes, AttentionProblem, DType, HostTables, KvStorage, Layout, Modes};
+use ndarray::ArrayD;
+
+/// `--layout`: a dense layout of the core, or `thd` (packed varlen Q/O `[total_q, heads, d]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunLayout {
+    Dense(Layout),
+    Thd,
+}
+
+impl FromStr for RunLayout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("thd") {
+            return Ok(RunLayout::Thd);
+        }
+        Layout::from_str(s)
+            .map(RunLayout::Dense)
+            .map_err(|_| format!("unknown layout '{s}' (expected bshd, bhsd or thd)"))
+    }
+}
+
+impl RunLayout {
+    /// The core layout of dense tensors (Q/O when not packed, a contiguous K/V cache): a packed
+    /// problem's dense K/V cache is `[batch, capacity, heads_kv, head_dim]`, as in FlashAttention.
+    pub fn dense(self) -> Layout {
+        match self {
+            RunLayout::Dense(l) => l,
+            RunLayout::Thd => Layout::Bshd,
+        }
+    }
+}
+
+/// A window bound: `-1` (FlashAttention's "unbounded") or a count of positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window(pub Option<usize>);
+
+pub fn parse_window(s: &str) -> Result<Window, String> {
+    match s.trim().parse::<i64>() {
+        Ok(-1) => Ok(Window(None)),
+        Ok(n) if n >= 0 => usize::try_from(n)
+            .map(|n| Window(Some(n)))
+            .map_err(|_| format!("'{s}' is too large")),
+        _ => Err(format!(
+            "'{s}' is not a window size (a count >= 0, or -1 for unbounded)"
+        )),
+    }
+}
+
+/// The mode flags of `flashcore run`, each FlashAttention's argument of the same name.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ModeFlags {
+    /// int32 [batch+1]: offsets of each sequence's rows in the packed --q (cu_seqlens_q; needs --layout thd).
+    #[arg(long, value_name = "NPY")]
+    pub cu_seqlens_q: Option<PathBuf>,
+    /// int32 [batch+1]: offsets of each sequence's rows in packed --k/--v [total_k, heads_kv, head_dim] (cu_seqlens_k).
+    #[arg(long, value_name = "NPY")]
+    pub cu_seqlens_k: Option<PathBuf>,
+    /// int32 [batch]: valid rows of each sequence's KV cache, --k/--v [batch, capacity, heads_kv, head_dim] or paged (seqused_k, cache_seqlens).
+    #[arg(long, value_name = "NPY")]
+    pub seqused_k: Option<PathBuf>,
+    /// int32 [batch, max_blocks_per_seq]: pages of each sequence; --k/--v are a paged cache [num_blocks, block_size, heads_kv, head_dim] (block_table; needs --seqused-k).
+    #[arg(long, value_name = "NPY")]
+    pub block_table: Option<PathBuf>,
+    /// float32 [heads_q] or [batch, heads_q]: ALiBi slopes, bias -slope·|i + len_k - len_q - j| on the scaled score (alibi_slopes).
+    #[arg(long, value_name = "NPY")]
+    pub alibi_slopes: Option<PathBuf>,
+    /// [batch, seqlen_new, heads_kv, head_dim]: keys written into the cache at seqused_k before attending (flash_attn_with_kvcache's k; needs --seqused-k).
+    #[arg(long, value_name = "NPY")]
+    pub k_new: Option<PathBuf>,
+    /// [batch, seqlen_new, heads_kv, head_dim]: values appended with --k-new (flash_attn_with_kvcache's v).
+    #[arg(long, value_name = "NPY")]
+    pub v_new: Option<PathBuf>,
+    /// Write the K cache after the append (float32, --k's shape; needs --k-new).
+    #[arg(long, value_name = "NPY")]
+    pub k_cache_out: Option<PathBuf>,
+    /// Write the V cache after the append (float32, --v's shape; needs --v-new).
+    #[arg(long, value_name = "NPY")]
+    pub v_cache_out: Option<PathBuf>,
+    /// Mask keys more than N positions left of the bottom-right aligned diagonal (window_size[0]; -1 = unbounded).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_window)]
+    pub window_left: Option<Window>,
+    /// Mask keys more than N positions right of the diagonal (window_size[1]; -1 = unbounded; causal is 0).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_window)]
+    pub window_right: Option<Window>,
+    /// Soft-cap the scaled scores to X·tanh(s/X) before the softmax (softcap; 0 = off).
+    #[arg(long, value_name = "X", allow_hyphen_values = true)]
+    pub softcap: Option<f32>,
+}
+
+/// Which optional inputs are present: from the flags before anything is read, or from the
+/// loaded arrays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Given {
+    pub cu_seqlens_q: bool,
+    pub cu_seqlens_k: bool,
+    pub seqused_k: bool,
+    pub block_table: bool,
+    pub k_new: bool,
+    pub v_new: bool,
+    pub k_cache_out: bool,
+    pub v_cache_out: bool,
+}
+
+impl ModeFlags {
+    pub fn given(&self) -> Given {
+        Given {
+            cu_seqlens_q: self.cu_seqlens_q.is_some(),
+            cu_seqlens_k: self.cu_seqlens_k.is_some(),
+            seqused_k: self.seqused_k.is_some(),
+            block_table: self.block_table.is_some(),
+            k_new: self.k_new.is_some(),
+            v_new: self.v_new.is_some(),
+            k_cache_out: self.k_cache_out.is_some(),
+            v_cache_out: self.v_cache_out.is_some(),
+        }
+    }
+}
+
+/// The scalar settings of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub layout: RunLayout,
+    pub dtype: DType,
+    pub causal: bool,
+    pub scale: Option<f32>,
+    pub window_left: Option<usize>,
+    pub window_right: Option<usize>,
+    /// As given: 0 turns it off, as in FlashAttention.
+    pub softcap: Option<f32>,
+}
+
+impl Settings {
+    pub fn new(layout: RunLayout, dtype: DType, causal: bool, scale: Option<f32>) -> Self {
+        Settings {
+            layout,
+            dtype,
+            causal,
+            scale,
+            window_left: None,
+            window_right: None,
+            softcap: None,
+        }
+    }
+
+    pub fn with_flags(mut self, f: &ModeFlags) -> Self {
+        self.window_left = f.window_left.and_then(|w| w.0);
+        self.window_right = f.window_right.and_then(|w| w.0);
+        self.softcap = f.softcap;
+        self
+    }
+}
+
+/// Combinations that are wrong whatever the files hold: checked before any file is read, and
+/// again by [`build`].
+pub fn check_combination(s: &Settings, g: &Given) -> Result<()> {
+    let thd = s.layout == RunLayout::Thd;
+    if thd && !g.cu_seqlens_q {
+        bail!("--layout thd needs --cu-seqlens-q (where each sequence's rows start in the packed --q)");
+    }
+    if !thd && g.cu_seqlens_q {
+        bail!("--cu-seqlens-q needs --layout thd (--q packed as [total_q, heads_q, head_dim])");
+    }
+    if g.block_table && !g.seqused_k {
+        bail!("--block-table needs --seqused-k (how many rows of each sequence's pages are valid)");
+    }
+    if g.block_table && g.cu_seqlens_k {
+        bail!(
+            "--cu-seqlens-k and --block-table exclude each other: K/V are either packed or paged"
+        );
+    }
+    if g.k_new != g.v_new {
+        bail!(if g.k_new {
+            "--k-new needs --v-new (keys and values are appended together)"
+        } else {
+            "--v-new needs --k-new (keys and values are appended together)"
+        });
+    }
+    if g.k_new && !g.seqused_k {
+        bail!("--k-new needs --seqused-k (new rows are written at seqused_k[b])");
+    }
+    if g.k_new && g.cu_seqlens_k {
+        bail!("--k-new needs a KV cache (contiguous, or paged with --block-table), not packed keys (--cu-seqlens-k)");
+    }
+    if g.k_cache_out && !g.k_new {
+        bail!("--k-cache-out needs --k-new (without an append the cache is unchanged)");
+    }
+    if g.v_cache_out && !g.v_new {
+        bail!("--v-cache-out needs --v-new (without an append the cache is unchanged)");
+    }
+    if let Some(x) = s.softcap {
+        if !(x.is_finite() && x >= 0.0) {
+            bail!("--softcap {x} must be finite and >= 0 (0 turns it off)");
+        }
+    }
+    if s.causal && s.window_right.is_some_and(|r| r > 0) {
+        bail!(
+            "--window-right {} with --causal: causal already bounds the window at 0 on the right; give one or the other",
+            s.window_right.unwrap_or(0)
+        );
+    }
+    if let Some(sc) = s.scale {
+        if !sc.is_finite() {
+            bail!("--scale {sc} is not finite");
+        }
+    }
+    Ok(())
+}
+
+/// An array as its shape and standard-order values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arr<T> {
+    pub shape: Vec<usize>,
+    pub data: Vec<T>,
+}
+
+impl<T: Copy> From<ArrayD<T>> for Arr<T> {
+    fn from(a: ArrayD<T>) -> Self {
+        Arr {
+            shape: a.shape().to_vec(),
+            data: a.iter().copied().collect(),
+        }
+    }
+}
+
+/// Every input file, read.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub q: ArrayD<f32>,
+    pub k: ArrayD<f32>,
+    pub v: ArrayD<f32>,
+    pub k_new: Option<ArrayD<f32>>,
+    pub v_new: Option<ArrayD<f32>>,
+    pub cu_seqlens_q: Option<Arr<i32>>,
+    pub cu_seqlens_k: Option<Arr<i32>>,
+    pub seqused_k: Option<Arr<i32>>,
+    pub block_table: Option<Arr<i32>>,
+    pub alibi_slopes: Option<Arr<f32>>,
+    /// Whether the updated caches are to be written (only presence matters here).
+    pub k_cache_out: bool,
+    pub v_cache_out: bool,
+}
+
+impl Loaded {
+    pub fn new(q: ArrayD<f32>, k: ArrayD<f32>, v: ArrayD<f32>) -> Self {
+        Loaded {
+            q,
+            k,
+            v,
+            k_new: None,
+            v_new: None,
+            cu_seqlens_q: None,
+            cu_seqlens_k: None,
+            seqused_k: None,
+            block_table: None,
+            alibi_slopes: None,
+            k_cache_out: false,
+            v_cache_out: false,
+        }
+    }
+
+    pub fn given(&self) -> Given {
+        Given {
+            cu_seqlens_q: self.cu_seqlens_q.is_some(),
+            cu_seqlens_k: self.cu_seqlens_k.is_some(),
+            seqused_k: self.seqused_k.is_some(),
+            block_table: self.block_table.is_some(),
+            k_new: self.k_new.is_some(),
+            v_new: self.v_new.is_some(),
+            k_cache_out: self.k_cache_out,
+            v_cache_out: self.v_cache_out,
+        }
+    }
+
+    /// The tables as the core takes them.
+    pub fn host_tables(&self) -> HostTables<'_> {
+        HostTables {
+            cu_seqlens_q: self.cu_seqlens_q.as_ref().map(|a| a.data.as_slice()),
+            cu_seqlens_k: self.cu_seqlens_k.as_ref().map(|a| a.data.as_slice()),
+            seqused_k: self.seqused_k.as_ref().map(|a| a.data.as_slice()),
+            block_table: self.block_table.as_ref().map(|a| a.data.as_slice()),
+            alibi_slopes: self.alibi_slopes.as_ref().map(|a| a.data.as_slice()),
+        }
+    }
+}
+
+fn axes(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Bshd => "batch, seq, heads, head_dim",
+        Layout::Bhsd => "batch, heads, seq, head_dim",
+    }
+}
+
+/// A 1-D table's values, or why its shape is wrong.
+fn one_d<'a>(flag: &str, a: &'a Arr<i32>, what: &str) -> Result<&'a [i32]> {
+    if a.shape.len() != 1 {
+        bail!(
+            "{flag}: expected a 1-D int32 array {what}, got shape {:?}",
+            a.shape
+        );
+    }
+    Ok(&a.data)
+}
+
+/// Checks packed offsets with the core's own rules (start at 0, non-decreasing, last entry the
+/// packed row count) before anything is sized from them; returns the longest sequence.
+fn check_offsets(cu: &[i32], total: usize, queries: bool) -> Result<usize> {
+    let batch = cu.len().saturating_sub(1);
+    let mut p = AttentionProblem::new(batch, 1, total, 1);
+    let tables = if queries {
+        p.modes.packed_q = Some(total);
+        HostTables {
+            cu_seqlens_q: Some(cu),
+            ..HostTables::default()
+        }
+    } else {
+        p.modes.kv = KvStorage::Packed { total_k: total };
+        HostTables {
+            cu_seqlens_k: Some(cu),
+            ..HostTables::default()
+        }
+    };
+    tables.validate(&p).map_err(|e| anyhow!(e))?;
+    Ok(cu
+        .windows(2)
+        .map(|w| (i64::from(w[1]) - i64::from(w[0])).max(0) as usize)
+        .max()
+        .unwrap_or(0))
+}
+
+/// The problem the loaded arrays describe, with every shape, combination and table checked
+/// (the core's `validate` and `HostTables::validate` included): what `forward_host_modes` takes
+/// with `loaded.host_tables()`. Errors are one line naming the flag or the table field.
+pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
+    check_combination(s, &x.given())?;
+    let (q, k, v) = (x.q.shape(), x.k.shape(), x.v.shape());
+    let kv_layout = s.layout.dense();
+
+    // Q: batch, heads, (max) rows, head_dim, and what the batch size comes from.
+    let (batch, batch_from, hq, seq_q, dq, packed_q) = match s.layout {
+        RunLayout::Dense(layout) => {
+            if q.len() != 4 {
+                bail!(
+                    "--q: expected a 4-D array ({}) with --layout {}, got shape {q:?}{}",
+                    axes(layout),
+                    layout.name(),
+                    if q.len() == 3 {
+                        " (packed queries [total_q, heads_q, head_dim] need --layout thd)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let (b, h, sq, d) = split(q, layout);
+            (b, format!("--q has batch {b}"), h, sq, d, None)
+        }
+        RunLayout::Thd => {
+            if q.len() != 3 {
+                bail!("--q: --layout thd takes a 3-D array [total_q, heads_q, head_dim], got shape {q:?}");
+            }
+            let cu = x
+                .cu_seqlens_q
+                .as_ref()
+                .ok_or_else(|| anyhow!("--layout thd needs --cu-seqlens-q"))?;
+            let cu = one_d("--cu-seqlens-q", cu, "[batch+1]")?;
+            if cu.is_empty() {
+                bail!("--cu-seqlens-q is empty: it needs batch+1 entries, starting at 0");
+            }
+            let max_q = check_offsets(cu, q[0], true)?;
+            let b = cu.len() - 1;
+            (
+                b,
+                format!("--cu-seqlens-q describes {b} sequences"),
+                q[1],
+                max_q,
+                q[2],
+                Some(q[0]),
+            )
+        }
+    };
+    let need_rows = |flag: &str, got: usize| -> Result<()> {
+        if got != batch {
+            bail!("{flag} has {got} rows but {batch_from}");
+        }
+        Ok(())
+    };
+
+    // K/V storage: packed, paged or dense (a plain tensor or a contiguous cache).
+    for (flag, a) in [("--k", k), ("--v", v)] {
+        if !matches!(a.len(), 3 | 4) {
+            bail!(
+                "{flag}: expected a 4-D array ({}), or 3-D packed [total_k, heads_kv, head_dim] with --cu-seqlens-k, got shape {a:?}",
+                axes(kv_layout)
+            );
+        }
+    }
+    if k != v {
+        bail!("k has shape {k:?} but v has {v:?}: they must match");
+    }
+    let (kv, hkv, seq_k, dk) = match (k.len(), &x.block_table, &x.cu_seqlens_k) {
+        (3, Some(_), _) => bail!(
+            "--block-table needs a paged --k/--v [num_blocks, block_size, heads_kv, head_dim], but --k has shape {k:?}"
+        ),
+        (3, None, None) => bail!(
+            "--k has shape {k:?}: 3-D K/V are packed [total_k, heads_kv, head_dim] and need --cu-seqlens-k (dense K/V are 4-D)"
+        ),
+        (3, None, Some(cu)) => {
+            let cu = one_d("--cu-seqlens-k", cu, "[batch+1]")?;
+            if cu.len() != batch + 1 {
+                bail!(
+                    "--cu-seqlens-k has {} entries but {batch_from} (so {} entries)",
+                    cu.len(),
+                    batch + 1
+                );
+            }
+            let max_k = check_offsets(cu, k[0], false)?;
+            (KvStorage::Packed { total_k: k[0] }, k[1], max_k, k[2])
+        }
+        (4, Some(t), _) => {
+            if t.shape.len() != 2 {
+                bail!(
+                    "--block-table: expected a 2-D int32 array [batch, max_blocks_per_seq], got shape {:?}",
+                    t.shape
+                );
+            }
+            need_rows("--block-table", t.shape[0])?;
+            let (num_blocks, block_size, max_blocks) = (k[0], k[1], t.shape[1]);
+            let capacity = max_blocks.checked_mul(block_size).ok_or_else(|| {
+                anyhow!("--block-table: {max_blocks} blocks of {block_size} rows overflow")
+            })?;
+            (
+                KvStorage::Paged {
+                    num_blocks,
+                    block_size,
+                    max_blocks_per_seq: max_blocks,
+                },
+                k[2],
+                capacity,
+                k[3],
+            )
+        }
+        (4, None, Some(_)) => bail!(
+            "--cu-seqlens-k needs packed --k/--v [total_k, heads_kv, head_dim], but --k has shape {k:?}"
+        ),
+        (4, None, None) => {
+            let (bk, h, sk, d) = split(k, kv_layout);
+            if bk != batch {
+                match s.layout {
+                    RunLayout::Dense(_) => bail!("q has batch {batch} but k has {bk}"),
+                    RunLayout::Thd => bail!("{batch_from} but --k has batch {bk}"),
+                }
+            }
+            (KvStorage::Dense, h, sk, d)
+        }
+        (r, _, _) => bail!("--k: a {r}-D array is neither dense, packed nor paged K/V"),
+    };
+    if dq != dk {
+        bail!("q has head_dim {dq} but k has {dk}");
+    }
+    if hkv == 0 || hq % hkv != 0 {
+        bail!("q has {hq} heads, not a multiple of k's {hkv}");
+    }
+
+    let mut modes = Modes {
+        packed_q,
+        kv,
+        window_left: s.window_left,
+        window_right: s.window_right,
+        softcap: s.softcap.filter(|&c| c != 0.0),
+        ..Modes::default()
+    };
+    if let Some(used) = &x.seqused_k {
+        let used = one_d("--seqused-k", used, "[batch]")?;
+        if used.len() != batch {
+            bail!("--seqused-k has {} entries but {batch_from}", used.len());
+        }
+        modes.seqused_k = true;
+    }
+    if let (Some(kn), Some(vn)) = (&x.k_new, &x.v_new) {
+        let (kn, vn) = (kn.shape(), vn.shape());
+        if kn != vn {
+            bail!("--k-new has shape {kn:?} but --v-new has {vn:?}: they must match");
+        }
+        if kn.len() != 4 || kn[0] != batch || kn[2] != hkv || kn[3] != dk {
+            bail!(
+                "--k-new: expected [batch, seqlen_new, heads_kv, head_dim] = [{batch}, *, {hkv}, {dk}], got shape {kn:?}"
+            );
+        }
+        modes.append = Some(kn[1]);
+    }
+    if let Some(a) = &x.alibi_slopes {
+        modes.alibi = Some(match a.shape.as_slice() {
+            [h] if *h == hq => AlibiSlopes::PerHead,
+            [b, h] if *b == batch && *h == hq => AlibiSlopes::PerBatchHead,
+            other => bail!(
+                "--alibi-slopes: expected float32 [heads_q] = [{hq}] or [batch, heads_q] = [{batch}, {hq}], got shape {other:?}"
+            ),
+        });
+    }
+
+    let mut p = AttentionProblem::new(batch, hq, seq_q, dq)
+        .with_kv(hkv, seq_k)
+        .with_dtype(s.dtype)
+        .with_causal(s.causal)
+        .with_layout(kv_layout)
+        .with_modes(modes);
+    p.softmax_scale = s.scale;
+    p.validate()?;
+    // Built from the shapes, so these agree; checked so a disagreement is exit 2, not a
+    // failure after the device is opened.
+    let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(&p);
+    if q != q_shape.as_slice() || k != kv_shape.as_slice() {
+        bail!(
+            "--q {q:?} / --k {k:?} do not match the problem's storage {q_shape:?} / {kv_shape:?}"
+        );
+    }
+    x.host_tables().validate(&p)?;
+    Ok(p)
+}
+
+/// (batch, heads, seq, head_dim) of a 4-D shape in `layout`.
+fn split(s: &[usize], layout: Layout) -> (usize, usize, usize, usize) {
+    match layout {
+        Layout::Bshd => (s[0], s[2], s[1], s[3]),
+        Layout::Bhsd => (s[0], s[1], s[2], s[3]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::IxDyn;
+
+    fn zeros(shape: &[usize]) -> ArrayD<f32> {
+        ArrayD::zeros(IxDyn(shape))
+    }
+    fn ints(shape: &[usize], data: &[i32]) -> Option<Arr<i32>> {
+        assert_eq!(shape.iter().product::<usize>(), data.len());
+        Some(Arr {
+            shape: shape.to_vec(),
+            data: data.to_vec(),
+        })
+    }
+    fn floats(shape: &[usize], data: &[f32]) -> Option<Arr<f32>> {
+        Some(Arr {
+            shape: shape.to_vec(),
+            data: data.to_vec(),
+        })
+    }
+    fn bshd() -> Settings {
+        Settings::new(RunLayout::Dense(Layout::Bshd), DType::F16, false, None)
+    }
+    fn thd() -> Settings {
+        Settings::new(RunLayout::Thd, DType::F16, false, None)
+    }
+    fn dense(q: &[usize], k: &[usize]) -> Loaded {
+        Loaded::new(zeros(q), zeros(k), zeros(k))
+    }
+
+    /// Varlen: 3 sequences of 3, 0 and 7 queries over 5, 7 and 8 keys; GQA 4/2, d 64.
+    fn varlen() -> Loaded {
+        Loaded {
+            cu_seqlens_q: ints(&[4], &[0, 3, 3, 10]),
+            cu_seqlens_k: ints(&[4], &[0, 5, 12, 20]),
+            ..dense(&[10, 4, 64], &[20, 2, 64])
+        }
+    }
+
+    /// Paged: batch 2 of 1 query, 5 blocks of 16 rows, 2 per sequence, 20 and 5 rows used, one
+    /// appended row each.
+    fn paged() -> Loaded {
+        Loaded {
+            seqused_k: ints(&[2], &[20, 5]),
+            block_table: ints(&[2, 2], &[3, 1, 0, 4]),
+            k_new: Some(zeros(&[2, 1, 2, 64])),
+            v_new: Some(zeros(&[2, 1, 2, 64])),
+            ..dense(&[2, 1, 4, 64], &[5, 16, 2, 64])
+        }
+    }
+
+    fn err(s: &Settings, x: &Loaded) -> String {
+        let e = build(s, x).expect_err("should be rejected");
+        let line = format!("{e:#}");
+        assert!(!line.contains('\n'), "not one line: {line}");
+        line
+    }
+
+    #[test]
+    fn dense_shapes_give_the_problem_in_either_layout() {
+        let p = build(
+            &Settings::new(RunLayout::Dense(Layout::Bshd), DType::F16, true, None),
+            &dense(&[2, 10, 8, 64], &[2, 12, 2, 64]),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim),
+            (2, 8, 2, 10, 12, 64)
+        );
+        assert!(p.causal && p.modes.is_dense());
+        let bhsd = Settings::new(RunLayout::Dense(Layout::Bhsd), DType::F16, false, None);
+        let p = build(&bhsd, &dense(&[2, 8, 10, 64], &[2, 2, 12, 64])).unwrap();
+        assert_eq!((p.heads_q, p.seq_q, p.layout), (8, 10, Layout::Bhsd));
+    }
+
+    #[test]
+    fn mismatched_dense_shapes_say_which() {
+        let bhsd = Settings::new(RunLayout::Dense(Layout::Bhsd), DType::F16, false, None);
+        let e = |q: &[usize], k: &[usize], v: &[usize]| {
+            err(&bhsd, &Loaded::new(zeros(q), zeros(k), zeros(v)))
+        };
+        assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 8], &[1, 2, 4, 8]).contains("must match"));
+        assert!(e(&[1, 2, 3, 8], &[2, 2, 3, 8], &[2, 2, 3, 8]).contains("batch"));
+        assert!(e(&[1, 2, 3, 8], &[1, 2, 3, 16], &[1, 2, 3, 16]).contains("head_dim"));
+        assert!(e(&[1, 3, 3, 8], &[1, 2, 3, 8], &[1, 2, 3, 8]).contains("multiple"));
+        assert!(e(&[1, 2, 3, 0], &[1, 2, 3, 0], &[1, 2, 3, 0]).contains("head_dim is 0"));
+        assert!(e(&[2, 3, 8], &[1, 2, 3, 8], &[1, 2, 3, 8]).contains("--layout thd"));
+        assert!(e(&[1, 2, 3, 8], &[1, 1, 2, 3, 8], &[1, 2, 3, 8]).contains("4-D"));
+        let nan_scale = Settings::new(
+            RunLayout::Dense(Layout::Bhsd),
+            DType::F16,
+            false,
+            Some(f32::NAN),
+        );
+        assert!(err(&nan_scale, &dense(&[1, 2, 3, 8], &[1, 2, 3, 8])).contains("not finite"));
+    }
+
+    #[test]
+    fn varlen_sizes_come_from_the_offsets() {
+        let x = varlen();
+        let p = build(&thd(), &x).unwrap();
+        assert_eq!(
+            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim),
+            (3, 4, 2, 7, 8, 64)
+        );
+        assert_eq!(p.modes.packed_q, Some(10));
+        assert_eq!(p.modes.kv, KvStorage::Packed { total_k: 20 });
+        let (q, kv, lse) = flashcore::host::storage_shapes(&p);
+        assert_eq!(
+            (q, kv, lse),
+            (vec![10, 4, 64], vec![20, 2, 64], vec![4, 10])
+        );
+        // Dense Q over packed K is in the contract too.
+        let x = Loaded {
+            cu_seqlens_k: ints(&[3], &[0, 4, 20]),
+            ..dense(&[2, 5, 4, 64], &[20, 2, 64])
+        };
+        let p = build(&bshd(), &x).unwrap();
+        assert_eq!(
+            (p.batch, p.seq_q, p.seq_k, p.modes.packed_q),
+            (2, 5, 16, None)
+        );
+    }
+
+    #[test]
+    fn packed_queries_over_a_contiguous_cache() {
+        let x = Loaded {
+            cu_seqlens_q: ints(&[3], &[0, 2, 5]),
+            seqused_k: ints(&[2], &[10, 64]),
+            ..dense(&[5, 4, 64], &[2, 64, 2, 64])
+        };
+        let p = build(&thd(), &x).unwrap();
+        assert_eq!((p.batch, p.seq_q, p.seq_k), (2, 3, 64));
+        assert_eq!(p.modes.kv, KvStorage::Dense);
+        assert!(p.modes.seqused_k && p.modes.packed_q == Some(5));
+    }
+
+    #[test]
+    fn paged_sizes_come_from_the_pages_and_the_table() {
+        let x = paged();
+        let p = build(&bshd(), &x).unwrap();
+        assert_eq!(
+            p.modes.kv,
+            KvStorage::Paged {
+                num_blocks: 5,
+                block_size: 16,
+                max_blocks_per_seq: 2
+            }
+        );
+        assert_eq!((p.batch, p.seq_q, p.seq_k), (2, 1, 32));
+        assert_eq!(p.modes.append, Some(1));
+        assert!(p.modes.seqused_k);
+    }
+
+    #[test]
+    fn window_softcap_and_alibi_reach_the_modes() {
+        let mut s = bshd().with_flags(&ModeFlags {
+            window_left: Some(parse_window("3").unwrap()),
+            window_right: Some(parse_window("-1").unwrap()),
+            softcap: Some(30.0),
+            ..ModeFlags::default()
+        });
+        let mut x = Loaded {
+            alibi_slopes: floats(&[4], &[0.5, 0.25, 0.125, 0.0625]),
+            ..dense(&[2, 5, 4, 64], &[2, 9, 2, 64])
+        };
+        let p = build(&s, &x).unwrap();
+        assert_eq!(
+            (p.modes.window_left, p.modes.window_right, p.modes.softcap),
+            (Some(3), None, Some(30.0))
+        );
+        assert_eq!(p.modes.alibi, Some(AlibiSlopes::PerHead));
+        x.alibi_slopes = floats(&[2, 4], &[0.5; 8]);
+        assert_eq!(
+            build(&s, &x).unwrap().modes.alibi,
+            Some(AlibiSlopes::PerBatchHead)
+        );
+        // softcap 0 is off, as in FlashAttention.
+        s.softcap = Some(0.0);
+        assert_eq!(build(&s, &x).unwrap().modes.softcap, None);
+        assert!(parse_window("-2").is_err() && parse_window("x").is_err());
+        assert_eq!(parse_window("0"), Ok(Window(Some(0))));
+    }
+
+    /// Every bad combination, shape and table: one line that says what is wrong.
+    #[test]
+    fn every_bad_input_names_what_is_wrong() {
+        type Case = (&'static str, Settings, Loaded, &'static str);
+        let with = |f: &dyn Fn(&mut Loaded), base: Loaded| {
+            let mut x = base;
+            f(&mut x);
+            x
+        };
+        let causal_wr = Settings {
+            causal: true,
+            window_right: Some(3),
+            ..bshd()
+        };
+        let cases: Vec<Case> = vec![
+            ("thd without offsets", thd(), dense(&[10, 4, 64], &[20, 2, 64]), "--layout thd needs --cu-seqlens-q"),
+            ("offsets without thd", bshd(), Loaded { cu_seqlens_q: ints(&[3], &[0, 1, 2]), ..dense(&[2, 1, 4, 64], &[2, 3, 2, 64]) }, "--cu-seqlens-q needs --layout thd"),
+            ("table without seqused", bshd(), with(&|x| x.seqused_k = None, with(&|x| { x.k_new = None; x.v_new = None; }, paged())), "--block-table needs --seqused-k"),
+            ("table and cu_k", bshd(), with(&|x| x.cu_seqlens_k = ints(&[3], &[0, 1, 2]), paged()), "exclude each other"),
+            ("k_new alone", bshd(), with(&|x| x.v_new = None, paged()), "--k-new needs --v-new"),
+            ("v_new alone", bshd(), with(&|x| x.k_new = None, paged()), "--v-new needs --k-new"),
+            ("append without seqused", bshd(), Loaded { k_new: Some(zeros(&[2, 1, 2, 64])), v_new: Some(zeros(&[2, 1, 2, 64])), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--k-new needs --seqused-k"),
+            ("append to packed", thd(), with(&|x| { x.seqused_k = ints(&[3], &[0, 0, 0]); x.k_new = Some(zeros(&[3, 1, 2, 64])); x.v_new = x.k_new.clone(); }, varlen()), "--k-new needs a KV cache"),
+            ("cache out without append", bshd(), with(&|x| x.k_cache_out = true, dense(&[2, 1, 4, 64], &[2, 8, 2, 64])), "--k-cache-out needs --k-new"),
+            ("v cache out without append", bshd(), with(&|x| x.v_cache_out = true, dense(&[2, 1, 4, 64], &[2, 8, 2, 64])), "--v-cache-out needs --v-new"),
+            ("negative softcap", Settings { softcap: Some(-1.0), ..bshd() }, dense(&[2, 1, 4, 64], &[2, 8, 2, 64]), "--softcap -1 must be finite"),
+            ("nan softcap", Settings { softcap: Some(f32::NAN), ..bshd() }, dense(&[2, 1, 4, 64], &[2, 8, 2, 64]), "--softcap NaN"),
+            ("causal and right window", causal_wr, dense(&[2, 1, 4, 64], &[2, 8, 2, 64]), "--window-right 3 with --causal"),
+            // Packed queries and their offsets.
+            ("thd q 4-D", thd(), with(&|x| x.q = zeros(&[1, 10, 4, 64]), varlen()), "--layout thd takes a 3-D array"),
+            ("cu_q 2-D", thd(), with(&|x| x.cu_seqlens_q = ints(&[2, 2], &[0, 3, 3, 10]), varlen()), "--cu-seqlens-q: expected a 1-D"),
+            ("cu_q empty", thd(), with(&|x| x.cu_seqlens_q = ints(&[0], &[]), varlen()), "--cu-seqlens-q is empty"),
+            ("cu_q short", thd(), with(&|x| x.cu_seqlens_q = ints(&[4], &[0, 3, 3, 9]), varlen()), "cu_seqlens_q: ends at 9, but the packed tensor has 10 rows"),
+            ("cu_q decreasing", thd(), with(&|x| x.cu_seqlens_q = ints(&[4], &[0, 3, 2, 10]), varlen()), "cu_seqlens_q: decreases at entry 2"),
+            ("cu_q not at 0", thd(), with(&|x| x.cu_seqlens_q = ints(&[4], &[1, 3, 3, 10]), varlen()), "cu_seqlens_q: must start at 0"),
+            ("cu_k count", thd(), with(&|x| x.cu_seqlens_k = ints(&[3], &[0, 5, 20]), varlen()), "--cu-seqlens-k has 3 entries but --cu-seqlens-q describes 3 sequences (so 4 entries)"),
+            ("cu_k past the end", thd(), with(&|x| x.cu_seqlens_k = ints(&[4], &[0, 5, 12, 21]), varlen()), "cu_seqlens_k: ends at 21"),
+            ("cu_k huge", thd(), with(&|x| x.cu_seqlens_k = ints(&[4], &[0, i32::MAX, i32::MAX, i32::MAX]), varlen()), "cu_seqlens_k: sequence 0 has 2147483647 rows"),
+            ("packed k without offsets", thd(), with(&|x| x.cu_seqlens_k = None, varlen()), "need --cu-seqlens-k"),
+            ("offsets for 4-D k", bshd(), Loaded { cu_seqlens_k: ints(&[3], &[0, 1, 2]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--cu-seqlens-k needs packed --k/--v"),
+            ("thd over a dense k of another batch", thd(), Loaded { cu_seqlens_q: ints(&[4], &[0, 3, 3, 10]), ..dense(&[10, 4, 64], &[2, 8, 2, 64]) }, "--cu-seqlens-q describes 3 sequences but --k has batch 2"),
+            ("packed k heads", thd(), with(&|x| { x.k = zeros(&[20, 3, 64]); x.v = zeros(&[20, 3, 64]); }, varlen()), "not a multiple of k's 3"),
+            // Caches and pages.
+            ("seqused count", bshd(), with(&|x| x.seqused_k = ints(&[3], &[1, 2, 3]), paged()), "--seqused-k has 3 entries but --q has batch 2"),
+            ("seqused 2-D", bshd(), with(&|x| x.seqused_k = ints(&[2, 1], &[1, 2]), paged()), "--seqused-k: expected a 1-D"),
+            ("seqused over capacity", bshd(), Loaded { seqused_k: ints(&[2], &[3, 9]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "seqused_k: sequence 1: 9 used rows exceed its capacity 8"),
+            ("seqused negative", bshd(), Loaded { seqused_k: ints(&[2], &[-1, 2]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "seqused_k: entry 0 is negative"),
+            ("seqused with the append over capacity", bshd(), with(&|x| x.seqused_k = ints(&[2], &[32, 0]), paged()), "seqused_k: sequence 0: 32 used + 1 appended rows exceed its capacity 32"),
+            ("table rows", bshd(), with(&|x| x.block_table = ints(&[3, 2], &[0; 6]), paged()), "--block-table has 3 rows but --q has batch 2"),
+            ("table 1-D", bshd(), with(&|x| x.block_table = ints(&[4], &[0; 4]), paged()), "--block-table: expected a 2-D"),
+            ("block outside the cache", bshd(), with(&|x| x.block_table = ints(&[2, 2], &[3, 9, 0, 4]), paged()), "block_table: sequence 0, entry 1: block 9 is outside 0..5"),
+            ("negative block", bshd(), with(&|x| x.block_table = ints(&[2, 2], &[3, 1, -1, 4]), paged()), "block_table: sequence 1, entry 0: block -1"),
+            ("block size", bshd(), with(&|x| { x.k = zeros(&[5, 24, 2, 64]); x.v = zeros(&[5, 24, 2, 64]); }, paged()), "block_size: 24 must be a multiple of 16"),
+            ("zero block size", bshd(), with(&|x| { x.k = zeros(&[5, 0, 2, 64]); x.v = zeros(&[5, 0, 2, 64]); }, paged()), "block_size: 0"),
+            ("3-D pages", bshd(), with(&|x| { x.k = zeros(&[5, 2, 64]); x.v = zeros(&[5, 2, 64]); }, paged()), "--block-table needs a paged --k/--v"),
+            ("k_new shape", bshd(), with(&|x| { x.k_new = Some(zeros(&[2, 1, 4, 64])); x.v_new = x.k_new.clone(); }, paged()), "--k-new: expected [batch, seqlen_new, heads_kv, head_dim] = [2, *, 2, 64]"),
+            ("k_new vs v_new", bshd(), with(&|x| x.v_new = Some(zeros(&[2, 2, 2, 64])), paged()), "--k-new has shape [2, 1, 2, 64] but --v-new has [2, 2, 2, 64]"),
+            ("append past capacity", bshd(), with(&|x| { x.seqused_k = ints(&[2], &[0, 0]); x.k_new = Some(zeros(&[2, 40, 2, 64])); x.v_new = x.k_new.clone(); }, paged()), "k_new: 40 new rows do not fit a cache of capacity 32"),
+            // Score modifiers.
+            ("alibi shape", bshd(), Loaded { alibi_slopes: floats(&[3], &[0.5; 3]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--alibi-slopes: expected float32 [heads_q] = [4] or [batch, heads_q] = [2, 4], got shape [3]"),
+            ("alibi batch", bshd(), Loaded { alibi_slopes: floats(&[3, 4], &[0.5; 12]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--alibi-slopes: expected"),
+            ("alibi NaN", bshd(), Loaded { alibi_slopes: floats(&[4], &[0.5, 0.5, f32::NAN, 0.5]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "alibi_slopes: entry 2 is not finite"),
+        ];
+        for (what, s, x, needle) in cases {
+            let line = err(&s, &x);
+            assert!(
+                line.contains(needle),
+                "{what}: {line:?} should contain {needle:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn combinations_are_checked_from_the_flags_alone() {
+        let g = Given {
+            block_table: true,
+            ..Given::default()
+        };
+        let e = check_combination(&bshd(), &g).unwrap_err().to_string();
+        assert!(e.contains("--block-table needs --seqused-k"), "{e}");
+        assert!(check_combination(&thd(), &Given::default()).is_err());
+        let ok = Given {
+            cu_seqlens_q: true,
+            seqused_k: true,
+            block_table: true,
+            k_new: true,
+            v_new: true,
+            k_cache_out: true,
+            v_cache_out: true,
+            ..Given::default()
+        };
+        check_combination(&thd(), &ok).unwrap();
+    }
+
+    #[test]
+    fn the_layout_flag_takes_thd() {
+        assert_eq!("thd".parse::<RunLayout>(), Ok(RunLayout::Thd));
+        assert_eq!(
+            "BHSD".parse::<RunLayout>(),
+            Ok(RunLayout::Dense(Layout::Bhsd))
+        );
+        assert!("sbhd"
+            .parse::<RunLayout>()
+            .unwrap_err()
+            .contains("bshd, bhsd or thd"));
+    }
+}
