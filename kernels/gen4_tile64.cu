@@ -79,12 +79,15 @@ constexpr int smem_bytes = (q_in_registers ? 4 : 5) * tile_bytes;
 
 // Blocks per SM the register allocation is sized for (__launch_bounds__ minBlocksPerSM): the
 // largest count that still compiles without spills (ptxas, sm_80..sm_90a). D=128 at 3 blocks
-// (168 registers) spills, so it gets 2 (8 warps per SM); D=256 needs every register.
+// (168 registers) spills, so it gets 2 (8 warps per SM); D=256 needs every register. D=96 held
+// 3 blocks until the inference modes (sequence tables, paged rows, score modifiers) cost it a few
+// registers: at 168 it spilled 12-28 bytes on sm_80, so it gets 2 as well (on sm_86/89 shared
+// memory allowed only 2 blocks of 48 KiB anyway).
 // Overridable with -DFC_TILE64_MIN_BLOCKS=n for tuning runs.
 #ifndef FC_TILE64_MIN_BLOCKS
 #if FC_HEAD_DIM <= 32
 #define FC_TILE64_MIN_BLOCKS 4
-#elif FC_HEAD_DIM <= 96
+#elif FC_HEAD_DIM <= 64
 #define FC_TILE64_MIN_BLOCKS 3
 #elif FC_HEAD_DIM <= 128
 #define FC_TILE64_MIN_BLOCKS 2
@@ -120,22 +123,20 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         const int q_rows = min(q_tile_rows, seq.len_q - q0);
         const KeyTiles kt = visited_key_tiles(p, seq, q0, q_rows, kv_tile_rows);
         const int row_lo = q0 + warp_row0 + group;
-        const KeyRange keys[2] = {key_range(p, seq, row_lo), key_range(p, seq, row_lo + 8)};
-        const bool modified = has_score_mod(p);
-        const ScoreMod mod = score_mod(p, seq, b, h);
+        // (The rows' key ranges and the score modifier are recomputed where they are used, not
+        // kept in registers across the K/V loop: D = 96 has 168 registers and no more.)
 
         const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0);
-        const elem_t* k_base = static_cast<const elem_t*>(p.k);
-        const elem_t* v_base = static_cast<const elem_t*>(p.v);
         const bool paged = p.block_table != nullptr;
-        // Strided K/V: row j at k_ptr + j * row_stride. Paged: every row through the block table.
-        const elem_t* k_ptr = k_base + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
-        const elem_t* v_ptr = v_base + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
+        // Strided K/V: row j at k_ptr + j * row_stride. Paged: every row through the block table,
+        // from the tensor's base (one pointer each either way: D = 96 has no registers to spare).
+        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
+        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
         auto load_k = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged)
                 load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int r) { return k_base + k_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+                    dst, [&](int r) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + (long long)k0 * p.k_row_stride,
                                                                      p.k_row_stride, rows, tid);
@@ -144,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged)
                 load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int r) { return v_base + v_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+                    dst, [&](int r) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + (long long)k0 * p.v_row_stride,
                                                                      p.v_row_stride, rows, tid);
@@ -186,13 +187,14 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
                 else
                     warp_qk_q_in_smem<head_dim, kv_tile_rows>(s, q_tile, warp_row0, smem_base + k_buffer(buf), lane);
 
-                if (modified)
-                    modify_scores(s, mod, row_lo, k0 + 2 * tig);
+                if (has_score_mod(p))
+                    modify_scores(s, score_mod(p, seq, b, h), row_lo, k0 + 2 * tig);
                 else
                     scale_scores(s, p.scale_log2);
                 if (tile_needs_mask(kt, k0, kv_tile_rows)) {  // lengths, causal diagonal, window edges
-                    const int lo[2] = {keys[0].lo - k0, keys[1].lo - k0};
-                    const int hi[2] = {keys[0].hi - k0, keys[1].hi - k0};
+                    const KeyRange r0 = key_range(p, seq, row_lo), r1 = key_range(p, seq, row_lo + 8);
+                    const int lo[2] = {r0.lo - k0, r1.lo - k0};
+                    const int hi[2] = {r0.hi - k0, r1.hi - k0};
                     mask_scores_range(s, 2 * tig, lo, hi);
                 }
                 online_softmax_update(s, o, st);
@@ -224,7 +226,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
             if (row < seq.len_q) {
                 // l = 0 with visible keys means all logits -inf (infinite inputs): NaN, as the
                 // f64 reference; with no visible key it is the defined empty row.
-                const float undefined = (lse[r] == FC_INF && keys[r].hi > keys[r].lo) ? FC_QNAN : 1.f;
+                const KeyRange keys = key_range(p, seq, row);
+                const float undefined = (lse[r] == FC_INF && keys.hi > keys.lo) ? FC_QNAN : 1.f;
                 elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, row);
 #pragma unroll
                 for (int j = 0; j < out_tiles; ++j)

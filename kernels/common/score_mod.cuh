@@ -32,8 +32,18 @@ __device__ __forceinline__ bool has_score_mod(const AttentionParams& p) {
     return p.softcap_pre != 0.f || p.alibi_slopes != nullptr;
 }
 
+// tanh.approx.f32 (sm_75+; what --use_fast_math makes of tanhf anyway, and what FlashAttention
+// uses for softcap). Volatile on purpose: it keeps the tanh of a 64-element score fragment in
+// program order instead of all in flight at once, which on the Hopper consumer was the register
+// pressure that made the modes build spill.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm volatile("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ float logit_log2(const ScoreMod& m, float dot, int row, int key) {
-    float s = m.softcap_pre != 0.f ? tanhf(dot * m.softcap_pre) * m.softcap_log2 : dot * m.scale_log2;
+    float s = m.softcap_pre != 0.f ? tanh_approx(dot * m.softcap_pre) * m.softcap_log2 : dot * m.scale_log2;
     if (m.slope_log2 != 0.f) s -= m.slope_log2 * fabsf((float)(row + m.diag - key));
     return s;
 }
