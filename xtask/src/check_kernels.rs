@@ -7,7 +7,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use flashcore::compile::{compile, CompileRequest};
-use flashcore::{toolkit, AttentionProblem, DeviceInfo, HeadDims};
+use flashcore::{toolkit, AlibiSlopes, AttentionProblem, DeviceInfo, HeadDims, KvStorage, Modes};
 
 /// (compute capability, ptxas arch, opt-in shared memory per block in bytes)
 pub const ARCHES: &[((u32, u32), &str, u32)] = &[
@@ -23,6 +23,28 @@ pub const ARCHES: &[((u32, u32), &str, u32)] = &[
 /// Hopper path's split-KV build; (4, 16, 2048) a large one (more items than CTA slots), for
 /// builds only large problems get, such as the portable path's dynamic schedule.
 pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512), (4, 16, 2048)];
+
+/// A problem with every inference mode on (paged cache with `seqused_k`, window, softcap, ALiBi,
+/// causal): kernels that claim modes compile a separate build for them (e.g. the Hopper path's
+/// `FC_HOPPER_MODES`), and that build must be free of spills too.
+pub fn every_mode_problem(head_dim: usize) -> AttentionProblem {
+    let (batch, heads, block_size, max_blocks_per_seq) = (2, 8, 64, 16);
+    AttentionProblem::new(batch, heads, 512, head_dim)
+        .with_kv(heads / 4, block_size * max_blocks_per_seq)
+        .with_causal(true)
+        .with_modes(Modes {
+            kv: KvStorage::Paged {
+                num_blocks: batch * max_blocks_per_seq,
+                block_size,
+                max_blocks_per_seq,
+            },
+            seqused_k: true,
+            window_left: Some(256),
+            softcap: Some(30.0),
+            alibi: Some(AlibiSlopes::PerHead),
+            ..Modes::default()
+        })
+}
 
 /// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
 const MAX_DUMP_NAME: usize = 200;
@@ -120,7 +142,14 @@ pub struct Row {
 pub fn run(
     json_out: Option<&std::path::Path>,
     dump_ptx: Option<&std::path::Path>,
+    only: Option<&[String]>,
 ) -> Result<Vec<Row>> {
+    if let Some(names) = only {
+        let known: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
+        if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            bail!("unknown kernel {bad:?} (known: {})", known.join(", "));
+        }
+    }
     if let Some(dir) = dump_ptx {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -134,8 +163,12 @@ pub fn run(
     let mut seen = BTreeSet::new();
     let mut failures = Vec::new();
     let passes = std::iter::once(None).chain(VARIANT_ENV.iter().copied().map(Some));
-    for (pass, kernel) in passes.flat_map(|v| flashcore::kernels().into_iter().map(move |k| (v, k)))
-    {
+    let selected = move || {
+        flashcore::kernels()
+            .into_iter()
+            .filter(move |k| only.map_or(true, |names| names.iter().any(|n| n == k.name())))
+    };
+    for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         // Edition 2021: set_var is safe; xtask is single-threaded here.
         match pass {
             Some((var, value)) => std::env::set_var(var, value),
@@ -147,11 +180,15 @@ pub fn run(
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
             for &dtype in caps.dtypes {
-                for (d, &(b, h, s)) in representative_head_dims(&caps.head_dims)
+                let dense_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
-                    .flat_map(|d| PROBLEM_SIZES.iter().map(move |bhs| (d, bhs)))
-                {
-                    let problem = AttentionProblem::new(b, h, s, d).with_dtype(dtype);
+                    .flat_map(|d| PROBLEM_SIZES.iter().map(move |&(b, h, s)| (b, h, s, d)))
+                    .map(|(b, h, s, d)| AttentionProblem::new(b, h, s, d));
+                let mode_problems = representative_head_dims(&caps.head_dims)
+                    .into_iter()
+                    .map(every_mode_problem);
+                for problem in dense_problems.chain(mode_problems) {
+                    let problem = problem.with_dtype(dtype);
                     let Ok(plan) = kernel.plan(&problem, &dev) else {
                         continue;
                     };

@@ -64,6 +64,9 @@ enum Command {
         /// Also write each build's PTX here (to assemble and disassemble, e.g. to look for HGMMA).
         #[arg(long)]
         dump_ptx: Option<PathBuf>,
+        /// Only these generations (comma-separated names), e.g. while tuning one kernel.
+        #[arg(long, value_delimiter = ',')]
+        kernels: Option<Vec<String>>,
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas) into the cache, if no toolkit is found.
     InstallCuda,
@@ -94,7 +97,7 @@ fn main() -> ExitCode {
                 println!("verify: no GPU here ({e}); running the oracle self-check and the kernel compile check instead");
                 verify::oracle_self_check()
                     .map(|n| println!("oracle self-check: {n} problems consistent"))
-                    .and_then(|_| check_kernels::run(None, None).map(|_| ()))
+                    .and_then(|_| check_kernels::run(None, None, None).map(|_| ()))
             }
             Ok(dev) => {
                 let opts = verify::Options {
@@ -111,9 +114,12 @@ fn main() -> ExitCode {
                 verify::run(&dev, &opts).map(|_| ())
             }
         },
-        Command::CheckKernels { json, dump_ptx } => {
-            check_kernels::run(json.as_deref(), dump_ptx.as_deref()).map(|_| ())
-        }
+        Command::CheckKernels {
+            json,
+            dump_ptx,
+            kernels,
+        } => check_kernels::run(json.as_deref(), dump_ptx.as_deref(), kernels.as_deref())
+            .map(|_| ()),
         Command::InstallCuda => cuda_wheels::ensure(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
