@@ -9,8 +9,14 @@ A peer that is not installed is listed under "skipped" with the reason; a peer t
 shape gets a row with "error" instead of a time.
 
 Input: a JSON list of {"batch", "heads", "seq", "head_dim", "causal", "dtype": "f16"|"bf16"}
-(a {"shapes": [...]} object is accepted too). Inputs are random normal, layout B,H,S,D
-contiguous, self-attention (seq_q = seq_k = seq), default scale 1/sqrt(head_dim).
+(a {"shapes": [...]} object is accepted too), each optionally with "heads_kv" (GQA: K/V heads,
+dividing "heads"; default "heads") and "seq_k" (keys per sequence; default "seq"). Inputs are
+random normal, layout B,H,S,D contiguous, default scale 1/sqrt(head_dim). Causal needs
+seq_k = seq: SDPA's is_causal is top-left aligned, flashcore's bottom-right, and they agree only
+on square problems (other causal shapes get an error row). GQA: SDPA is called with
+enable_gqa=True; a backend that refuses it is timed on K/V repeated to "heads" heads
+(repeat_interleave, done once outside the timed calls: what a user of that backend does), and
+its rows say so in "note".
 
 Output:
     {"device": str, "torch": str, "cudnn": str|null, "cuda": str|null, "l2_bytes": int,
@@ -18,7 +24,8 @@ Output:
      "rows": [{"batch", "heads", "seq", "head_dim", "causal", "dtype", "backend",
                "method": "eager"|"graph", "us", "tflops", "rel", "calls", "repeats", "sets"}
               | {<shape fields>, "backend", "error": str}]}
-"us" is the median time of one call in microseconds, "tflops" uses 4*B*H*S^2*D (halved when
+(shape fields always include "heads_kv" and "seq_k"; rows may carry a "note").
+"us" is the median time of one call in microseconds, "tflops" uses 4*B*H*S*S_k*D (halved when
 causal), "rel" is ||out - ref|| / ||ref|| on head (0, 0) against float64 math.
 Backends: "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "fa3".
 
@@ -78,19 +85,25 @@ def load_shapes(path):
         if missing:
             fail(2, f"{path}: shape {i} lacks {', '.join(missing)}")
         shape = {k: s[k] for k in SHAPE_KEYS}
-        for k in ("batch", "heads", "seq", "head_dim"):
+        shape["heads_kv"] = s.get("heads_kv", shape["heads"])
+        shape["seq_k"] = s.get("seq_k", shape["seq"])
+        for k in ("batch", "heads", "heads_kv", "seq", "seq_k", "head_dim"):
             if not isinstance(shape[k], int) or isinstance(shape[k], bool) or shape[k] < 1:
                 fail(2, f"{path}: shape {i}: {k} = {shape[k]!r} is not a positive integer")
         if not isinstance(shape["causal"], bool):
             fail(2, f"{path}: shape {i}: causal = {shape['causal']!r} is not true/false")
         if shape["dtype"] not in DTYPES:
             fail(2, f"{path}: shape {i}: dtype {shape['dtype']!r} is not one of {DTYPES}")
+        if shape["heads"] % shape["heads_kv"]:
+            fail(2, f"{path}: shape {i}: heads_kv {shape['heads_kv']} does not divide "
+                    f"heads {shape['heads']}")
         shapes.append(shape)
     return shapes
 
 
 def flops(shape):
-    f = 4.0 * shape["batch"] * shape["heads"] * shape["seq"] ** 2 * shape["head_dim"]
+    f = (4.0 * shape["batch"] * shape["heads"] * shape["seq"] * shape["seq_k"]
+         * shape["head_dim"])
     return f / 2 if shape["causal"] else f
 
 
@@ -192,6 +205,9 @@ class Bench:
                 # backend's calls (warm-up, timing, graph capture), not per call, so eager times
                 # carry SDPA's own dispatch cost and not the context manager's.
                 def call(q, k, v, causal):
+                    if k.shape[1] != q.shape[1]:
+                        # GQA: only passed when needed, so older torch runs the MHA shapes.
+                        return sdpa(q, k, v, is_causal=causal, enable_gqa=True)
                     return sdpa(q, k, v, is_causal=causal)
                 backends.append((name, lambda _b=backend: sdpa_kernel(_b), call))
 
@@ -236,8 +252,13 @@ class Bench:
         rows = []
         dtype = torch.float16 if shape["dtype"] == "f16" else torch.bfloat16
         b, h, s, d = shape["batch"], shape["heads"], shape["seq"], shape["head_dim"]
+        hkv, sk = shape["heads_kv"], shape["seq_k"]
+        if shape["causal"] and sk != s:
+            why = ("causal with seq_k != seq: SDPA's is_causal is top-left aligned, flashcore's "
+                   "bottom-right, so this would be another problem")
+            return [dict(shape, backend=name, error=why) for name, _, _ in self.backends]
         try:
-            sets = self._input_sets(b, h, s, d, dtype)
+            sets = self._input_sets(b, h, hkv, s, sk, d, dtype)
         except torch.cuda.OutOfMemoryError as e:
             torch.cuda.empty_cache()
             return [dict(shape, backend=name, error=f"out of memory allocating inputs: {e}")
@@ -253,6 +274,11 @@ class Bench:
             try:
                 with context():
                     rows.extend(self._time_backend(shape, name, fn, sets, ref))
+            except Refused as e:
+                if hkv == h or not name.startswith("sdpa"):
+                    rows.append(dict(shape, backend=name, error=short_error(e)))
+                else:
+                    rows.extend(self._time_repeated_kv(shape, name, context, fn, sets, ref, e))
             except Exception as e:  # an unsupported shape, OOM, ...
                 rows.append(dict(shape, backend=name, error=short_error(e)))
             try:
@@ -263,17 +289,44 @@ class Bench:
         torch.cuda.empty_cache()
         return rows
 
-    def _input_sets(self, b, h, s, d, dtype):
+    def _input_sets(self, b, h, hkv, s, sk, d, dtype):
         """Enough independent (q, k, v) sets that rotating through them touches more than twice
         the L2 (each call also writes an output of q's size), within a quarter of free memory."""
         torch = self.torch
-        set_bytes = 4 * b * h * s * d * 2  # q, k, v read + o written
+        q_elems, kv_elems = b * h * s * d, b * hkv * sk * d
+        set_bytes = (2 * q_elems + 2 * kv_elems) * 2  # q, k, v read + o written
         want = max(2, math.ceil(2 * self.l2_bytes / set_bytes) + 1)
-        fit = max(1, int(0.25 * self.free_bytes) // (3 * b * h * s * d * 2))
+        fit = max(1, int(0.25 * self.free_bytes) // ((q_elems + 2 * kv_elems) * 2))
         n = min(want, fit, 2 if self.quick else 1000)
         gen = torch.Generator(device="cuda").manual_seed(0)
-        return [tuple(torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen)
-                      for _ in range(3)) for _ in range(n)]
+        return [(torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen),
+                 torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen),
+                 torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen))
+                for _ in range(n)]
+
+    def _time_repeated_kv(self, shape, name, context, fn, sets, ref, refused):
+        """A backend that refused enable_gqa, timed on K/V repeated to the query heads: the
+        copies are made once, before timing, for the same sets (the repeated K/V only add bytes
+        to the rotation), and the rows carry a note saying so."""
+        torch = self.torch
+        group = shape["heads"] // shape["heads_kv"]
+        note = (f"GQA: K/V repeated to {shape['heads']} heads before timing "
+                f"(enable_gqa refused: {short_error(refused)[:200]})")
+        try:
+            rep = [(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
+                   for q, k, v in sets]
+        except torch.cuda.OutOfMemoryError as e:
+            torch.cuda.empty_cache()
+            return [dict(shape, backend=name, error=f"{note}; out of memory: {e}")]
+        try:
+            with context():
+                rows = self._time_backend(shape, name, fn, rep, ref)
+            return [dict(r, note=note) for r in rows]
+        except Exception as e:
+            return [dict(shape, backend=name, error=f"{short_error(e)} ({note})")]
+        finally:
+            del rep
+            torch.cuda.empty_cache()
 
     def _time_backend(self, shape, name, fn, sets, ref):
         torch = self.torch
@@ -389,14 +442,16 @@ def calls_for(us_per_call, target_ms):
 
 
 def reference_head(torch, qkv, causal):
-    """softmax(q k^T / sqrt(d) + mask) v for batch 0, head 0, in float64 on the GPU, in row
-    chunks so that the score matrix never needs more than ~128 MB."""
+    """softmax(q k^T / sqrt(d) + mask) v for batch 0, head 0 (which reads K/V head 0 under GQA
+    too), in float64 on the GPU, in row chunks so that the score matrix never needs more than
+    ~128 MB. Causal shapes are square (run_shape refuses the others)."""
     q, k, v = (t[0, 0].double() for t in qkv)
     s, d = q.shape
+    sk = k.shape[0]
     scale = 1.0 / math.sqrt(d)
-    chunk = max(1, (128 << 20) // (8 * s))
+    chunk = max(1, (128 << 20) // (8 * sk))
     out = torch.empty_like(q)
-    cols = torch.arange(s, device=q.device)
+    cols = torch.arange(sk, device=q.device)
     for r0 in range(0, s, chunk):
         scores = (q[r0:r0 + chunk] @ k.T) * scale
         if causal:  # square, so top-left and bottom-right alignment agree

@@ -5,9 +5,13 @@
 //!
 //! Pure parts (suites, report, tables, ratios, peer parsing, plot) live in the submodules
 //! `suite`, `report`, `peers` and `plot` and are unit-tested without a GPU; `gpu` holds the
-//! timing code.
+//! timing code. The inference-mode suites (`--suite varlen | paged | window`) build their own
+//! problems and comparisons (`modes`) and run them with the same timing (`modes_gpu`), writing
+//! `bench-<suite>.json` and `.md`.
 
 pub mod gpu;
+pub mod modes;
+pub mod modes_gpu;
 pub mod peers;
 pub mod plot;
 pub mod report;
@@ -33,7 +37,9 @@ pub struct Args {
     /// Generations to time, comma-separated (default: every one compiled in).
     #[arg(long, value_delimiter = ',')]
     pub kernels: Option<Vec<String>>,
-    /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3.
+    /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3;
+    /// varlen, paged, window: the inference-mode suites (bf16, Hq=32, Hkv=8, D=128; --shape,
+    /// --causal, --dtypes and --layout do not apply to them).
     #[arg(long, value_enum, default_value_t = Suite::Ladder)]
     pub suite: Suite,
     /// Explicit B,H,S,D shapes instead of the suite (repeatable: --shape 1,8,512,64 --shape ...).
@@ -117,9 +123,19 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(path) = &args.from_json {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let report: Report =
+        let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if v.get("comparisons").is_some() {
+            let report: modes::ModeReport =
+                serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
+            return modes_gpu::write_and_print(&report, &out_dir);
+        }
+        let report: Report =
+            serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
         return write_and_print(&report, &out_dir);
+    }
+    if args.suite.is_modes() && args.shapes.is_empty() {
+        return modes_gpu::run(&args, &out_dir);
     }
     let dtypes: Vec<DType> = args
         .dtypes
@@ -295,7 +311,7 @@ pub fn run(args: Args) -> Result<()> {
     write_and_print(&report, &out_dir)
 }
 
-fn select_kernels(names: Option<&[String]>) -> Result<Vec<Box<dyn Attention>>> {
+pub(crate) fn select_kernels(names: Option<&[String]>) -> Result<Vec<Box<dyn Attention>>> {
     let all = flashcore::kernels();
     let Some(names) = names else { return Ok(all) };
     let known: Vec<&str> = all.iter().map(|k| k.name()).collect();
@@ -413,8 +429,22 @@ fn bench_shape(
         let k = kernels[i].as_ref();
         bar.set_message(format!("{} @ {}", k.name(), shape.label()));
         let start = Instant::now();
+        let judge = |o: &[u16], l: &[f32]| {
+            check
+                .judge_bits(o, l)
+                .map(|v| (v.ratio, check.rows_checked()))
+        };
         let outcome = gpu::no_panic(k.name(), || {
-            bench_one(device, timer, k, &check, &mut bufs, args, loop_opts)
+            bench_one(
+                device,
+                timer,
+                k,
+                &judge,
+                shape.flops(),
+                &mut bufs,
+                args,
+                loop_opts,
+            )
         })
         .unwrap_or_else(|e| Outcome::Error {
             message: format!("{e:#}"),
@@ -467,25 +497,25 @@ fn prepare(
     Ok((check, bufs))
 }
 
-/// One generation at one shape: check, eager timing, and for short calls graph check and timing.
-fn bench_one(
+/// The oracle's judgement of one output (O bits, LSE as read back): (error ratio, rows judged),
+/// or the one-line reason it is wrong.
+pub(crate) type Judge<'a> =
+    dyn Fn(&[u16], &[f32]) -> std::result::Result<(f64, usize), String> + 'a;
+
+/// One generation on one problem: check, eager timing, and for short calls graph check and
+/// timing. `flops` is what its TFLOP/s are counted on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bench_one(
     device: &Device,
     timer: &Timer,
     k: &dyn Attention,
-    check: &ShapeCheck,
+    judge: &Judge<'_>,
+    flops: f64,
     bufs: &mut Buffers,
     args: &Args,
     loop_opts: &LoopOptions,
 ) -> Result<Outcome> {
     let problem = bufs.problem.clone();
-    let shape = Shape {
-        batch: problem.batch,
-        heads: problem.heads_q,
-        seq: problem.seq_q,
-        head_dim: problem.head_dim,
-        causal: problem.causal,
-        dtype: problem.dtype,
-    };
     // Correctness first (this call also compiles the kernel and warms it up).
     bufs.poison(device, 0)?;
     match bufs.forward(k, device, 0) {
@@ -507,7 +537,7 @@ fn bench_one(
             })
         }
     };
-    let verdict = match check.judge_bits(&o, &lse) {
+    let (ratio, rows_checked) = match judge(&o, &lse) {
         Ok(v) => v,
         Err(message) => return Ok(Outcome::Wrong { message }),
     };
@@ -528,9 +558,7 @@ fn bench_one(
             bufs.poison(device, 0)?;
             graph.launch(device)?;
             let (o, lse) = bufs.read_output(device, 0)?;
-            check
-                .judge_bits(&o, &lse)
-                .map_err(|m| anyhow!("graph replay output is WRONG: {m}"))?;
+            judge(&o, &lse).map_err(|m| anyhow!("graph replay output is WRONG: {m}"))?;
             gpu::time_graph(timer, device, &graph, loop_opts)
         });
         match timed {
@@ -541,8 +569,8 @@ fn bench_one(
             Err(e) => notes.push(format!("graph: {e:#}")),
         }
     }
-    let mut t =
-        Timing::new(&shape, Some(eager.us), graph_us).ok_or_else(|| anyhow!("no time measured"))?;
+    let mut t = Timing::from_flops(flops, Some(eager.us), graph_us)
+        .ok_or_else(|| anyhow!("no time measured"))?;
     t.calls = if t.method == Method::Graph {
         graph_calls
     } else {
@@ -550,11 +578,7 @@ fn bench_one(
     };
     t.repeats = eager.repeats;
     t.sets = bufs.sets.len();
-    t.check = Some(format!(
-        "ok {:.2} ({} rows)",
-        verdict.ratio,
-        check.rows_checked()
-    ));
+    t.check = Some(format!("ok {ratio:.2} ({rows_checked} rows)"));
     if !notes.is_empty() {
         t.note = Some(notes.join("; "));
     }
@@ -606,6 +630,66 @@ mod tests {
         assert_eq!(a.max_seconds_per_kernel, 30.0);
         assert!(Cli::try_parse_from(["bench-all", "--suite", "huge"]).is_err());
         assert!(Cli::try_parse_from(["bench-all", "--shape", "1,2,3"]).is_err());
+    }
+
+    #[test]
+    fn the_mode_suites_parse() {
+        for (name, suite) in [
+            ("varlen", Suite::Varlen),
+            ("paged", Suite::Paged),
+            ("window", Suite::Window),
+        ] {
+            let a = Cli::try_parse_from([
+                "bench-all",
+                "--suite",
+                name,
+                "--kernels",
+                "persistent-hopper",
+            ])
+            .unwrap()
+            .args;
+            assert_eq!(a.suite, suite);
+            assert!(a.suite.is_modes());
+            assert!(suite::suite_bhsd(a.suite).is_empty());
+        }
+        for dense in [Suite::Mission, Suite::Ladder, Suite::Full] {
+            assert!(!dense.is_modes());
+            assert!(!suite::suite_bhsd(dense).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_saved_mode_report_renders_without_a_gpu() {
+        let dir = std::env::temp_dir().join(format!("bench-modes-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("in.json");
+        std::fs::write(
+            &json,
+            serde_json::to_string(&modes::tests::fixture()).unwrap(),
+        )
+        .unwrap();
+        let out = dir.join("out");
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--from-json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        run(a).unwrap();
+        let md = std::fs::read_to_string(out.join("bench-varlen.md")).unwrap();
+        assert!(md.contains("## Comparisons"), "{md}");
+        assert!(
+            md.contains("| varlen | persistent-hopper | eager |"),
+            "{md}"
+        );
+        let back: modes::ModeReport =
+            serde_json::from_str(&std::fs::read_to_string(out.join("bench-varlen.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, modes::tests::fixture());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

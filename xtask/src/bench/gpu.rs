@@ -14,7 +14,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use flashcore::cudarc::driver::{sys, CudaEvent, CudaSlice, DevicePtr, DevicePtrMut, DriverError};
 use flashcore::launch::AttentionParams;
 use flashcore::{
-    Attention, AttentionProblem, AttentionTensors, DType, Device, LaunchPlan, TensorMut, TensorRef,
+    Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, LaunchPlan,
+    TensorMut, TensorRef,
 };
 
 fn cu<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
@@ -95,12 +96,31 @@ pub struct Set {
     lse: CudaSlice<f32>,
 }
 
+/// Host copies of the per-sequence tables a mode problem needs (`docs/MODES.md`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableData {
+    pub cu_seqlens_q: Option<Vec<i32>>,
+    pub cu_seqlens_k: Option<Vec<i32>>,
+    pub seqused_k: Option<Vec<i32>>,
+    pub block_table: Option<Vec<i32>>,
+}
+
+/// Device copies of [`TableData`], shared by every input set (the kernels only read them).
+#[derive(Default)]
+struct DeviceTableData {
+    cu_seqlens_q: Option<CudaSlice<i32>>,
+    cu_seqlens_k: Option<CudaSlice<i32>>,
+    seqused_k: Option<CudaSlice<i32>>,
+    block_table: Option<CudaSlice<i32>>,
+}
+
 /// Pre-allocated input sets for one problem, rotated call to call.
 pub struct Buffers {
     pub problem: AttentionProblem,
     pub sets: Vec<Set>,
     next: usize,
     workspace: Option<CudaSlice<f32>>,
+    tables: DeviceTableData,
 }
 
 impl Buffers {
@@ -148,7 +168,34 @@ impl Buffers {
             sets: all,
             next: 0,
             workspace: None,
+            tables: DeviceTableData::default(),
         })
+    }
+
+    /// [`Buffers::new`] for a problem with inference modes: `q`, `k`, `v` are storage-order bits
+    /// (packed, contiguous cache or pages), `tables` the per-sequence tables it needs.
+    pub fn with_tables(
+        device: &Device,
+        problem: &AttentionProblem,
+        q: &[u16],
+        k: &[u16],
+        v: &[u16],
+        sets: usize,
+        tables: &TableData,
+    ) -> Result<Buffers> {
+        let mut b = Buffers::new(device, problem, q, k, v, sets)?;
+        let s = device.stream();
+        let up = |t: &Option<Vec<i32>>, what: &str| {
+            t.as_ref().map(|t| cu(s.clone_htod(t), what)).transpose()
+        };
+        b.tables = DeviceTableData {
+            cu_seqlens_q: up(&tables.cu_seqlens_q, "uploading cu_seqlens_q")?,
+            cu_seqlens_k: up(&tables.cu_seqlens_k, "uploading cu_seqlens_k")?,
+            seqused_k: up(&tables.seqused_k, "uploading seqused_k")?,
+            block_table: up(&tables.block_table, "uploading block_table")?,
+        };
+        cu(s.synchronize(), "uploading the tables")?;
+        Ok(b)
     }
 
     /// One `forward` call on set `i`.
@@ -178,7 +225,13 @@ impl Buffers {
                 dtype,
             },
             lse: set.lse.as_view_mut(),
-            tables: Default::default(),
+            tables: DeviceTables {
+                cu_seqlens_q: self.tables.cu_seqlens_q.as_ref().map(|t| t.as_view()),
+                cu_seqlens_k: self.tables.cu_seqlens_k.as_ref().map(|t| t.as_view()),
+                seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
+                block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
+                alibi_slopes: None,
+            },
         };
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
     }
@@ -388,6 +441,13 @@ pub fn build_graph(
         (Some(w), n) if n > 0 => w.device_ptr(stream).0,
         _ => 0,
     };
+    let table_ptr = |t: &Option<CudaSlice<i32>>| t.as_ref().map_or(0, |t| t.device_ptr(stream).0);
+    let tables = [
+        table_ptr(&bufs.tables.cu_seqlens_q),
+        table_ptr(&bufs.tables.cu_seqlens_k),
+        table_ptr(&bufs.tables.seqused_k),
+        table_ptr(&bufs.tables.block_table),
+    ];
     let mut g = Graph {
         graph: std::ptr::null_mut(),
         exec: std::ptr::null_mut(),
@@ -409,6 +469,13 @@ pub fn build_graph(
         params.lse = set.lse.device_ptr(stream).0;
         params.num_splits = plan.num_splits.max(1) as i32;
         params.workspace = ws_ptr;
+        // The per-sequence tables, as `launch::run_plan` sets them (no ALiBi in the bench).
+        [
+            params.cu_seqlens_q,
+            params.cu_seqlens_k,
+            params.seqused_k,
+            params.block_table,
+        ] = tables;
         for (launch, function) in plan.launches.iter().zip(&functions) {
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(flashcore::launch::encode_tensor_maps(

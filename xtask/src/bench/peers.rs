@@ -37,6 +37,20 @@ pub fn run_script(
     dir: &Path,
     quick: bool,
 ) -> Result<std::result::Result<Value, String>> {
+    let list: Vec<Value> = shapes.iter().map(|s| s.peer_json()).collect();
+    run_script_on(python, script, &list, dir, "", quick)
+}
+
+/// [`run_script`] on the script's shape objects as given (the mode suites add `heads_kv` and
+/// `seq_k`); its files are `shapes{suffix}.json` and `peers{suffix}.json` under `dir`.
+pub fn run_script_on(
+    python: &str,
+    script: Option<&Path>,
+    list: &[Value],
+    dir: &Path,
+    suffix: &str,
+    quick: bool,
+) -> Result<std::result::Result<Value, String>> {
     let Some(script) = script else {
         return Ok(Err(
             "bench/peers/torch_sdpa.py not found (run from the repository root or pass --peer-script)"
@@ -54,10 +68,9 @@ pub fn run_script(
         Ok(_) => {}
     }
     std::fs::create_dir_all(dir)?;
-    let shapes_path = dir.join("shapes.json");
-    let out_path = dir.join("peers.json");
-    let list: Vec<Value> = shapes.iter().map(|s| s.peer_json()).collect();
-    std::fs::write(&shapes_path, serde_json::to_string_pretty(&list)?)?;
+    let shapes_path = dir.join(format!("shapes{suffix}.json"));
+    let out_path = dir.join(format!("peers{suffix}.json"));
+    std::fs::write(&shapes_path, serde_json::to_string_pretty(list)?)?;
     let _ = std::fs::remove_file(&out_path);
     let mut cmd = Command::new(python);
     cmd.arg(script)
@@ -99,6 +112,11 @@ pub fn run_script(
 
 fn shape_of(v: &Value) -> Option<Shape> {
     let n = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
+    // A row of the mode suites (GQA or seq_k != seq) is not one of these square MHA shapes.
+    let (heads, seq) = (n("heads")?, n("seq")?);
+    if n("heads_kv").is_some_and(|h| h != heads) || n("seq_k").is_some_and(|s| s != seq) {
+        return None;
+    }
     Some(Shape {
         batch: n("batch")?,
         heads: n("heads")?,
@@ -122,12 +140,12 @@ struct Merged {
     eager: Option<EagerRow>,
     graph: Option<(f64, Option<u64>)>,
     errors: Vec<String>,
+    /// The script's remarks on how it ran the shape (e.g. K/V repeated for GQA).
+    notes: Vec<String>,
 }
 
-/// The peer script's JSON as rows (one per shape and backend: its eager and graph rows merged,
-/// the graph time reported when there is one) plus what it says about itself. Rows for shapes
-/// not in `wanted` are dropped.
-pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)> {
+/// What the peer script says about itself (device, versions, backends it could not time).
+pub fn peer_status(v: &Value) -> PeerStatus {
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
     let skipped = v
         .get("skipped")
@@ -145,12 +163,40 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
                 .collect()
         })
         .unwrap_or_default();
-    let status = PeerStatus::Ran {
+    PeerStatus::Ran {
         device: s("device"),
         torch: s("torch"),
         cudnn: v.get("cudnn").and_then(Value::as_str).map(String::from),
         skipped,
-    };
+    }
+}
+
+/// The peer script's JSON as rows (one per shape and backend: its eager and graph rows merged,
+/// the graph time reported when there is one) plus what it says about itself. Rows for shapes
+/// not in `wanted` are dropped.
+pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)> {
+    let merged = merge_peer_rows(v, wanted, shape_of, Shape::flops)?;
+    let rows = merged
+        .into_iter()
+        .map(|(si, backend, outcome)| Row {
+            shape: wanted[si],
+            implementation: backend,
+            source: Source::Peer,
+            outcome,
+        })
+        .collect();
+    Ok((peer_status(v), rows))
+}
+
+/// The merging behind [`parse_peers`] for any kind of shape key: `key_of` reads a row's shape
+/// (None: not a row of ours), `flops_of` gives the FLOPs its TFLOP/s are counted on. Returns
+/// (index in `wanted`, backend, outcome), shape-major, backends in first-seen order.
+pub fn merge_peer_rows<K: PartialEq>(
+    v: &Value,
+    wanted: &[K],
+    key_of: impl Fn(&Value) -> Option<K>,
+    flops_of: impl Fn(&K) -> f64,
+) -> Result<Vec<(usize, String, Outcome)>> {
     let rows_json = v
         .get("rows")
         .and_then(Value::as_array)
@@ -159,7 +205,7 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
     let mut merged: BTreeMap<(usize, usize), (String, Merged)> = BTreeMap::new();
     let mut backend_order: Vec<String> = Vec::new();
     for r in rows_json {
-        let Some(shape) = shape_of(r) else { continue };
+        let Some(shape) = key_of(r) else { continue };
         let Some(si) = wanted.iter().position(|w| *w == shape) else {
             continue;
         };
@@ -192,6 +238,11 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
             continue;
         };
         let calls = r.get("calls").and_then(Value::as_u64);
+        if let Some(n) = r.get("note").and_then(Value::as_str) {
+            if !entry.1.notes.iter().any(|x| x == n) {
+                entry.1.notes.push(n.to_string());
+            }
+        }
         if method == "graph" {
             entry.1.graph = Some((us, calls));
         } else {
@@ -209,8 +260,11 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
     }
     let mut rows = Vec::new();
     for ((si, _), (backend, m)) in merged {
-        let shape = wanted[si];
-        let timing = Timing::new(&shape, m.eager.as_ref().map(|e| e.us), m.graph.map(|g| g.0));
+        let timing = Timing::from_flops(
+            flops_of(&wanted[si]),
+            m.eager.as_ref().map(|e| e.us),
+            m.graph.map(|g| g.0),
+        );
         let outcome = match timing {
             Some(mut t) => {
                 if let Some(e) = &m.eager {
@@ -222,8 +276,9 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
                 if let Some((_, calls)) = m.graph {
                     t.calls = calls.unwrap_or(t.calls);
                 }
-                if !m.errors.is_empty() {
-                    t.note = Some(m.errors.join("; "));
+                let notes: Vec<String> = m.notes.iter().chain(&m.errors).cloned().collect();
+                if !notes.is_empty() {
+                    t.note = Some(notes.join("; "));
                 }
                 Outcome::Timed(t)
             }
@@ -235,14 +290,9 @@ pub fn parse_peers(v: &Value, wanted: &[Shape]) -> Result<(PeerStatus, Vec<Row>)
                 },
             },
         };
-        rows.push(Row {
-            shape,
-            implementation: backend,
-            source: Source::Peer,
-            outcome,
-        });
+        rows.push((si, backend, outcome));
     }
-    Ok((status, rows))
+    Ok(rows)
 }
 
 /// Peer names in the anchor files to the peer script's backend names.
@@ -431,6 +481,45 @@ mod tests {
         assert!(flash.note.as_deref().unwrap().contains("capture failed"));
         assert!(rows[2].shape.causal);
         assert!(matches!(&rows[2].outcome, Outcome::Error { message } if message.contains("nope")));
+    }
+
+    #[test]
+    fn mode_peer_rows_keep_gqa_and_seq_k_apart() {
+        use crate::bench::modes::PeerShape;
+        let gqa = PeerShape {
+            batch: 1,
+            heads: 32,
+            heads_kv: 8,
+            seq: 32768,
+            seq_k: 4096,
+            head_dim: 128,
+            causal: false,
+            dtype: DType::Bf16,
+        };
+        let v: Value = serde_json::from_str(
+            r#"{"device": "H100", "torch": "2.11", "cudnn": null, "skipped": [],
+                "rows": [
+                  {"batch": 1, "heads": 32, "heads_kv": 8, "seq": 32768, "seq_k": 4096, "head_dim": 128,
+                   "causal": false, "dtype": "bf16", "backend": "sdpa_flash", "method": "eager",
+                   "us": 1000.0, "rel": 0.0003, "calls": 20, "repeats": 15, "sets": 2,
+                   "note": "GQA: K/V repeated to 32 heads before timing"},
+                  {"batch": 1, "heads": 32, "heads_kv": 32, "seq": 32768, "seq_k": 4096, "head_dim": 128,
+                   "causal": false, "dtype": "bf16", "backend": "sdpa_flash", "method": "eager", "us": 5.0}
+                ]}"#,
+        )
+        .unwrap();
+        let rows = merge_peer_rows(&v, &[gqa], PeerShape::from_json, |_| 2e9).unwrap();
+        assert_eq!(rows.len(), 1, "the MHA row is another shape");
+        let (i, backend, Outcome::Timed(t)) = &rows[0] else {
+            panic!("{rows:?}")
+        };
+        assert_eq!((*i, backend.as_str()), (0, "sdpa_flash"));
+        assert_eq!(t.us, 1000.0);
+        assert!((t.tflops - 2.0).abs() < 1e-12, "counted on the given FLOPs");
+        assert!(t.note.as_deref().unwrap().contains("repeated"));
+        // And the dense suites do not take rows of GQA or seq_k != seq shapes.
+        let (_, dense) = parse_peers(&v, &mission()).unwrap();
+        assert!(dense.is_empty());
     }
 
     #[test]

@@ -125,6 +125,12 @@ impl Timing {
     /// The reported time is the graph time when there is one: it is the kernel without the
     /// host's launch overhead, for flashcore and peers alike.
     pub fn new(shape: &Shape, eager_us: Option<f64>, graph_us: Option<f64>) -> Option<Timing> {
+        Timing::from_flops(shape.flops(), eager_us, graph_us)
+    }
+
+    /// [`Timing::new`] for a problem whose FLOPs are counted by the caller (the mode suites
+    /// count only the (query, key) pairs a mask lets through).
+    pub fn from_flops(flops: f64, eager_us: Option<f64>, graph_us: Option<f64>) -> Option<Timing> {
         let (method, us) = match (graph_us, eager_us) {
             (Some(g), _) if g > 0.0 => (Method::Graph, g),
             (_, Some(e)) if e > 0.0 => (Method::Eager, e),
@@ -133,7 +139,7 @@ impl Timing {
         Some(Timing {
             method,
             us,
-            tflops: tflops(shape, us),
+            tflops: flops / us / 1e6,
             eager_us,
             graph_us,
             calls: 0,
@@ -143,10 +149,6 @@ impl Timing {
             note: None,
         })
     }
-}
-
-pub fn tflops(shape: &Shape, us: f64) -> f64 {
-    shape.flops() / us / 1e6
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -424,7 +426,34 @@ pub fn render_header(report: &Report) -> String {
             g.join("; ")
         ));
     }
-    match &report.peers {
+    out.push_str(&peers_line(&report.peers));
+    if report.rows.iter().any(|r| r.source == Source::Anchor) {
+        out.push_str(
+            "rows marked (anchor): peer times from an earlier run on the same kind of device (--anchors), not this run\n\n",
+        );
+    }
+    out.push_str(&format!(
+        "method: {} layout; CUDA events around back-to-back calls, >= {} ms per sample, median of {} samples, \
+         inputs rotated over sets whose bytes exceed 2x L2; calls under {} µs are also timed as replays of a \
+         CUDA graph of >= {} calls and reported as such (eager µs beside). Each flashcore generation is checked \
+         against the oracle on {} sampled rows first (check column: error ratio, 1.0 is the limit); a wrong one \
+         gets no number.{}\n\n",
+        s.layout,
+        s.sample_ms,
+        s.repeats,
+        s.graph_threshold_us,
+        s.graph_calls,
+        s.check_rows,
+        if s.quick { " QUICK MODE: smoke numbers only." } else { "" }
+    ));
+    out.push_str(&format!("command: `{}`\n", s.command));
+    out
+}
+
+/// The "peers: ..." paragraph of a header.
+pub fn peers_line(peers: &PeerStatus) -> String {
+    let mut out = String::new();
+    match peers {
         PeerStatus::Ran {
             device,
             torch,
@@ -447,26 +476,6 @@ pub fn render_header(report: &Report) -> String {
         PeerStatus::Missing { reason } => out.push_str(&format!("peers: none ({reason})\n\n")),
         PeerStatus::Off => out.push_str("peers: not run (--no-peers)\n\n"),
     }
-    if report.rows.iter().any(|r| r.source == Source::Anchor) {
-        out.push_str(
-            "rows marked (anchor): peer times from an earlier run on the same kind of device (--anchors), not this run\n\n",
-        );
-    }
-    out.push_str(&format!(
-        "method: {} layout; CUDA events around back-to-back calls, >= {} ms per sample, median of {} samples, \
-         inputs rotated over sets whose bytes exceed 2x L2; calls under {} µs are also timed as replays of a \
-         CUDA graph of >= {} calls and reported as such (eager µs beside). Each flashcore generation is checked \
-         against the oracle on {} sampled rows first (check column: error ratio, 1.0 is the limit); a wrong one \
-         gets no number.{}\n\n",
-        s.layout,
-        s.sample_ms,
-        s.repeats,
-        s.graph_threshold_us,
-        s.graph_calls,
-        s.check_rows,
-        if s.quick { " QUICK MODE: smoke numbers only." } else { "" }
-    ));
-    out.push_str(&format!("command: `{}`\n", s.command));
     out
 }
 

@@ -85,6 +85,22 @@ pub enum Suite {
     Ladder,
     /// The ladder plus small-sequence and many-heads shapes.
     Full,
+    /// Varlen prefill: 16 packed causal sequences (lengths 128..=4096 from --seed), Hq=32,
+    /// Hkv=8, D=128, bf16, against a dense batch of equal real FLOPs and the peers on the padded
+    /// batch.
+    Varlen,
+    /// Paged KV cache (block sizes 16, 64, 256, shuffled tables) against the same contiguous
+    /// cache: decode, chunked prefill (capacity 8192) and a 4096-token prefill.
+    Paged,
+    /// Sliding window 4096 at 32k tokens against full causal 32k and a dense Sk=4096 run.
+    Window,
+}
+
+impl Suite {
+    /// The inference-mode suites (`bench::modes`), which build their own problems.
+    pub fn is_modes(self) -> bool {
+        matches!(self, Suite::Varlen | Suite::Paged | Suite::Window)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -127,6 +143,8 @@ pub fn suite_bhsd(suite: Suite) -> Vec<(usize, usize, usize, usize)> {
         Suite::Mission => MISSION.to_vec(),
         Suite::Ladder => LADDER.to_vec(),
         Suite::Full => LADDER.iter().chain(FULL_EXTRA.iter()).copied().collect(),
+        // Not B,H,S,D lists: see `bench::modes::plan`.
+        Suite::Varlen | Suite::Paged | Suite::Window => vec![],
     }
 }
 

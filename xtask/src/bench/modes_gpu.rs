@@ -1,0 +1,669 @@
+//! The GPU side of the mode suites (`bench-all --suite varlen | paged | window`): inputs in
+//! storage order (packed, contiguous cache, pages), the oracle's references per sequence on
+//! sampled rows, and the dense bench's timing (`bench::bench_one`: check, eager events, graph
+//! replays for short calls). Paged cases hold the keys and values of their contiguous case,
+//! scattered through the block table, and are judged against the same references.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use flashcore::{Attention, AttentionProblem, Device, KvStorage};
+use flashcore_oracle::{OracleProblem, Reference, Rows, Verdict};
+use ndarray::{s, ArrayD, Axis, IxDyn};
+
+use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
+use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
+use super::peers;
+use super::report::{DeviceSummary, Outcome, PeerStatus, Settings, Source};
+use super::Args;
+use crate::case::{precision, random_tensor_parallel};
+use crate::mode_case::{self, Draw};
+
+/// Q, K, V of a case in storage order (`flashcore::host::storage_shapes`), f32 values rounded to
+/// the dtype.
+pub struct StorageInputs {
+    pub q: ArrayD<f32>,
+    pub k: ArrayD<f32>,
+    pub v: ArrayD<f32>,
+}
+
+fn random_storage(p: &AttentionProblem, shape: &[usize], seed: u64) -> ArrayD<f32> {
+    let n: usize = shape.iter().product();
+    random_tensor_parallel(p.dtype, [1, 1, 1, n], seed)
+        .into_shape_with_order(IxDyn(shape))
+        .expect("same length")
+}
+
+pub fn random_inputs(p: &AttentionProblem, seed: u64) -> StorageInputs {
+    let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
+    StorageInputs {
+        q: random_storage(p, &q_shape, seed),
+        k: random_storage(p, &kv_shape, seed ^ 1),
+        v: random_storage(p, &kv_shape, seed ^ 2),
+    }
+}
+
+/// The pages of a paged problem holding what the contiguous cache `[batch, capacity, h, d]`
+/// holds for each sequence (row j of sequence b in block `table[b, j / bs]`, row `j % bs`);
+/// blocks no sequence owns are zero.
+pub fn scatter_to_pages(
+    p: &AttentionProblem,
+    draw: &Draw,
+    contiguous: &ArrayD<f32>,
+) -> ArrayD<f32> {
+    let KvStorage::Paged {
+        num_blocks,
+        block_size,
+        max_blocks_per_seq,
+    } = p.modes.kv
+    else {
+        panic!("scatter_to_pages needs a paged problem");
+    };
+    let table = draw
+        .block_table
+        .as_ref()
+        .expect("paged problems have a table");
+    let capacity = contiguous.shape()[1];
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[num_blocks, block_size, p.heads_kv, p.head_dim]));
+    for b in 0..p.batch {
+        for j in 0..capacity.min(max_blocks_per_seq * block_size) {
+            let blk = table[b * max_blocks_per_seq + j / block_size] as usize;
+            out.slice_mut(s![blk, j % block_size, .., ..])
+                .assign(&contiguous.slice(s![b, j, .., ..]));
+        }
+    }
+    out
+}
+
+struct SeqRef {
+    b: usize,
+    op: OracleProblem,
+    rows: Rows,
+    reference: Reference,
+    low: Reference,
+}
+
+/// The oracle's references for one case and one input set, each sequence as its own batch-1
+/// problem (`mode_case::seq_oracle_problem`) on sampled rows, computed once and used to judge
+/// every generation (and every paged copy of the same data).
+pub struct ModeCheck {
+    problem: AttentionProblem,
+    draw: Draw,
+    seqs: Vec<SeqRef>,
+}
+
+impl ModeCheck {
+    /// At most about `max_rows` rows in all, spread over the sequences (each still gets the
+    /// first and last row of every head: `sample_rows`).
+    pub fn new(
+        p: &AttentionProblem,
+        draw: &Draw,
+        inp: &StorageInputs,
+        max_rows: usize,
+        seed: u64,
+    ) -> ModeCheck {
+        let live: Vec<usize> = (0..p.batch).filter(|&b| draw.len_q[b] > 0).collect();
+        let per = (max_rows / live.len().max(1)).max(1);
+        let seqs = live
+            .into_iter()
+            .map(|b| {
+                let op = mode_case::seq_oracle_problem(p, draw, b);
+                let q = mode_case::seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
+                let k = mode_case::seq_kv(p, draw, &inp.k, None, b).insert_axis(Axis(0));
+                let v = mode_case::seq_kv(p, draw, &inp.v, None, b).insert_axis(Axis(0));
+                let rows = flashcore_oracle::sample_rows(&op, per, seed ^ (b as u64 + 1));
+                let reference =
+                    flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &rows);
+                let low = flashcore_oracle::reference_low_precision(
+                    &op,
+                    precision(p.dtype),
+                    q.view(),
+                    k.view(),
+                    v.view(),
+                    &rows,
+                );
+                SeqRef {
+                    b,
+                    op,
+                    rows,
+                    reference,
+                    low,
+                }
+            })
+            .collect();
+        ModeCheck {
+            problem: p.clone(),
+            draw: draw.clone(),
+            seqs,
+        }
+    }
+
+    pub fn rows_checked(&self) -> usize {
+        self.seqs.iter().map(|s| s.rows.len(&s.op)).sum()
+    }
+
+    /// Judges O (dtype bits, storage order of Q) and LSE as they came back from the device.
+    /// The worst sequence's verdict, or the first failure; no NaN may be left anywhere (the
+    /// outputs were poisoned before the call; every row belongs to a sequence).
+    pub fn judge_bits(&self, o_bits: &[u16], lse: &[f32]) -> std::result::Result<Verdict, String> {
+        let p = &self.problem;
+        let (q_shape, _, lse_shape) = flashcore::host::storage_shapes(p);
+        let (n_o, n_l) = (
+            q_shape.iter().product::<usize>(),
+            lse_shape.iter().product::<usize>(),
+        );
+        if o_bits.len() != n_o || lse.len() != n_l {
+            return Err(format!(
+                "output lengths {} / {} do not match the problem's {n_o} / {n_l}",
+                o_bits.len(),
+                lse.len()
+            ));
+        }
+        let o: Vec<f32> = o_bits.iter().map(|&b| p.dtype.from_bits(b)).collect();
+        let unwritten =
+            o.iter().filter(|x| x.is_nan()).count() + lse.iter().filter(|x| x.is_nan()).count();
+        let o = ArrayD::from_shape_vec(IxDyn(&q_shape), o).expect("length checked");
+        let lse = ArrayD::from_shape_vec(IxDyn(&lse_shape), lse.to_vec()).expect("length checked");
+        let mut worst: Option<Verdict> = None;
+        for s in &self.seqs {
+            let ob = mode_case::seq_rows(p, &self.draw, &o, s.b).insert_axis(Axis(0));
+            let lb = mode_case::seq_lse(&self.draw, &lse, s.b).insert_axis(Axis(0));
+            let v = flashcore_oracle::judge(
+                &s.op,
+                precision(p.dtype),
+                ob.view(),
+                lb.view(),
+                &s.rows,
+                &s.reference,
+                &s.low,
+            );
+            if !v.pass {
+                return Err(format!("sequence {}: {}", s.b, v.message));
+            }
+            if worst.as_ref().is_none_or(|w| v.ratio > w.ratio) {
+                worst = Some(v);
+            }
+        }
+        if unwritten > 0 {
+            return Err(format!(
+                "{unwritten} output elements are NaN (unwritten?) outside the judged rows"
+            ));
+        }
+        worst.ok_or_else(|| "no sequence to judge".into())
+    }
+}
+
+/// Inputs and references of the last case prepared, kept for the paged copies of its data.
+struct Prepared {
+    key: String,
+    inp: StorageInputs,
+    check: ModeCheck,
+}
+
+fn case_seed(seed: u64, key: &str) -> u64 {
+    key.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn prepare_fresh(case: &Case, args: &Args) -> Prepared {
+    let seed = case_seed(args.seed, &case.key);
+    let inp = random_inputs(&case.problem, seed);
+    let check = ModeCheck::new(&case.problem, &case.draw, &inp, args.check_rows, seed);
+    Prepared {
+        key: case.key.clone(),
+        inp,
+        check,
+    }
+}
+
+fn to_bits(p: &AttentionProblem, a: &ArrayD<f32>) -> Vec<u16> {
+    a.iter().map(|&x| p.dtype.to_bits(x)).collect()
+}
+
+fn device_buffers(
+    device: &Device,
+    case: &Case,
+    q: &ArrayD<f32>,
+    k: &ArrayD<f32>,
+    v: &ArrayD<f32>,
+    args: &Args,
+) -> Result<Buffers> {
+    let p = &case.problem;
+    let (qb, kb, vb) = (to_bits(p, q), to_bits(p, k), to_bits(p, v));
+    let set_bytes = (p.q_len() + p.k_len() + p.v_len() + p.o_len()) * 2;
+    let alloc_bytes = set_bytes + p.lse_len() * 4;
+    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
+    let cap = if args.quick { 2 } else { 1000 };
+    let sets = gpu::sets_needed(
+        set_bytes,
+        alloc_bytes,
+        device.info().l2_bytes as usize,
+        free,
+        cap,
+    );
+    let d = &case.draw;
+    let tables = TableData {
+        cu_seqlens_q: d.cu_seqlens_q.clone(),
+        cu_seqlens_k: d.cu_seqlens_k.clone(),
+        seqused_k: d.seqused_k.clone(),
+        block_table: d.block_table.clone(),
+    };
+    Buffers::with_tables(device, p, &qb, &kb, &vb, sets, &tables)
+}
+
+fn row(case: &Case, kernel: &str, outcome: Outcome) -> ModeRow {
+    ModeRow {
+        case: case.key.clone(),
+        implementation: kernel.to_string(),
+        source: Source::Flashcore,
+        outcome,
+    }
+}
+
+/// Checks and times every generation on one case. `base` holds the data of the case this one
+/// copies (or is replaced by this case's fresh data).
+#[allow(clippy::too_many_arguments)]
+fn bench_case(
+    device: &Device,
+    timer: &Timer,
+    kernels: &[Box<dyn Attention>],
+    plan: &modes::SuitePlan,
+    case: &Case,
+    base: &mut Option<Prepared>,
+    args: &Args,
+    loop_opts: &LoopOptions,
+    spent: &mut [f64],
+) -> Vec<ModeRow> {
+    let mut rows: Vec<Option<ModeRow>> = vec![None; kernels.len()];
+    let mut todo = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        if let Err(u) = k.supports(&case.problem, device.info()) {
+            rows[i] = Some(row(
+                case,
+                k.name(),
+                Outcome::Unsupported { reason: u.reason },
+            ));
+        } else if spent[i] >= args.max_seconds_per_kernel {
+            rows[i] = Some(row(
+                case,
+                k.name(),
+                Outcome::Skipped {
+                    reason: format!(
+                        "--max-seconds-per-kernel ({} s) used up",
+                        args.max_seconds_per_kernel
+                    ),
+                },
+            ));
+        } else {
+            todo.push(i);
+        }
+    }
+    if todo.is_empty() {
+        return rows.into_iter().flatten().collect();
+    }
+    let t0 = Instant::now();
+    let source_key = case.data_from.clone().unwrap_or_else(|| case.key.clone());
+    if base.as_ref().is_none_or(|b| b.key != source_key) {
+        let src = plan
+            .cases
+            .iter()
+            .find(|c| c.key == source_key)
+            .expect("data_from names a case of the plan");
+        *base = None; // free the previous inputs first
+        *base = Some(prepare_fresh(src, args));
+    }
+    let prepared = base.as_ref().expect("prepared above");
+    let bufs = match (&case.data_from, case.problem.modes.kv) {
+        (Some(_), KvStorage::Paged { .. }) => {
+            let k = scatter_to_pages(&case.problem, &case.draw, &prepared.inp.k);
+            let v = scatter_to_pages(&case.problem, &case.draw, &prepared.inp.v);
+            device_buffers(device, case, &prepared.inp.q, &k, &v, args)
+        }
+        _ => device_buffers(
+            device,
+            case,
+            &prepared.inp.q,
+            &prepared.inp.k,
+            &prepared.inp.v,
+            args,
+        ),
+    };
+    eprintln!(
+        "  {}: inputs and {} oracle rows in {:.1} s",
+        case.key,
+        prepared.check.rows_checked(),
+        t0.elapsed().as_secs_f64()
+    );
+    let mut bufs = match bufs {
+        Ok(b) => b,
+        Err(e) => {
+            for i in todo {
+                rows[i] = Some(row(
+                    case,
+                    kernels[i].name(),
+                    Outcome::Error {
+                        message: format!("{e:#}"),
+                    },
+                ));
+            }
+            return rows.into_iter().flatten().collect();
+        }
+    };
+    let check = &prepared.check;
+    let judge = |o: &[u16], l: &[f32]| {
+        check
+            .judge_bits(o, l)
+            .map(|v| (v.ratio, check.rows_checked()))
+    };
+    for i in todo {
+        let k = kernels[i].as_ref();
+        let start = Instant::now();
+        let outcome = gpu::no_panic(k.name(), || {
+            super::bench_one(
+                device, timer, k, &judge, case.flops, &mut bufs, args, loop_opts,
+            )
+        })
+        .unwrap_or_else(|e| Outcome::Error {
+            message: format!("{e:#}"),
+        });
+        spent[i] += start.elapsed().as_secs_f64();
+        match &outcome {
+            Outcome::Timed(t) => eprintln!(
+                "  {} {}: {:.1} us, {:.1} TFLOP/s ({})",
+                case.key,
+                k.name(),
+                t.us,
+                t.tflops,
+                t.method.name()
+            ),
+            Outcome::Wrong { message } => {
+                eprintln!("  WRONG {} at {}: {message}", k.name(), case.key)
+            }
+            other => eprintln!("  {} {}: {other:?}", case.key, k.name()),
+        }
+        rows[i] = Some(row(case, k.name(), outcome));
+    }
+    rows.into_iter().flatten().collect()
+}
+
+/// The peers of a plan: their JSON (from the script run now, or `--peers-json`) as rows.
+fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatus, Vec<ModeRow>) {
+    if plan.peers.is_empty() {
+        return (PeerStatus::Off, vec![]);
+    }
+    let v = if let Some(path) = &args.peers_json {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading {}", path.display()))
+            .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))
+            .map(Ok)
+    } else if args.no_peers {
+        return (PeerStatus::Off, vec![]);
+    } else {
+        eprintln!("peers: running the peer script (progress below)");
+        let script = peers::find_script(args.peer_script.as_deref());
+        let list: Vec<serde_json::Value> = plan.peers.iter().map(|p| p.shape.to_json()).collect();
+        peers::run_script_on(
+            &args.python,
+            script.as_deref(),
+            &list,
+            out_dir,
+            &format!("-{}", modes::suite_name(plan.suite)),
+            args.quick,
+        )
+    };
+    let v = match v {
+        Ok(Ok(v)) => v,
+        Ok(Err(reason)) => return (PeerStatus::Missing { reason }, vec![]),
+        Err(e) => {
+            return (
+                PeerStatus::Missing {
+                    reason: format!("{e:#}"),
+                },
+                vec![],
+            )
+        }
+    };
+    let wanted: Vec<PeerShape> = plan.peers.iter().map(|p| p.shape).collect();
+    let flops = |s: &PeerShape| {
+        plan.peers
+            .iter()
+            .find(|p| p.shape == *s)
+            .map_or(s.dense_flops(), |p| p.flops)
+    };
+    match peers::merge_peer_rows(&v, &wanted, PeerShape::from_json, flops) {
+        Ok(rows) => (
+            peers::peer_status(&v),
+            rows.into_iter()
+                .map(|(i, backend, outcome)| ModeRow {
+                    case: plan.peers[i].key.clone(),
+                    implementation: backend,
+                    source: Source::Peer,
+                    outcome,
+                })
+                .collect(),
+        ),
+        Err(e) => (
+            PeerStatus::Missing {
+                reason: format!("peer JSON unreadable: {e:#}"),
+            },
+            vec![],
+        ),
+    }
+}
+
+pub fn json_name(r: &ModeReport) -> String {
+    format!("bench-{}.json", modes::suite_name(r.suite))
+}
+
+/// Writes `bench-<suite>.json` and `.md` under `dir` and prints the header, the comparisons and
+/// the rows.
+pub fn write_and_print(report: &ModeReport, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = json_name(report);
+    let md = json.replace(".json", ".md");
+    std::fs::write(dir.join(&json), serde_json::to_string_pretty(report)?)?;
+    std::fs::write(dir.join(&md), modes::render_markdown(report))?;
+    eprintln!("bench-all: wrote {json} and {md} in {}", dir.display());
+    println!("{}", modes::render_header(report));
+    println!("{}", modes::render_cases(report));
+    println!("{}", modes::render_comparisons(report));
+    print!("{}", modes::render_rows(report));
+    Ok(())
+}
+
+/// `bench-all --suite varlen | paged | window`.
+pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
+    let plan = modes::plan(args.suite, args.seed);
+    let name = modes::suite_name(args.suite);
+    let kernels = super::select_kernels(args.kernels.as_deref())?;
+    eprintln!("bench-all --suite {name}:");
+    for n in &plan.notes {
+        eprintln!("  {n}");
+    }
+    for c in &plan.cases {
+        eprintln!(
+            "  case {}: {} ({:.1} GFLOP real)",
+            c.key,
+            c.label,
+            c.flops / 1e9
+        );
+    }
+    let device = Device::open(args.device).map_err(|e| {
+        anyhow!(
+            "bench-all needs a CUDA GPU: {e}\n(use --from-json FILE to re-render a saved run here)"
+        )
+    })?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let info = device.info().clone();
+    eprintln!(
+        "bench-all: {} (cc {}.{}, {} SMs); {} cases x {} generations ({}); output in {}",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.sm_count,
+        plan.cases.len(),
+        kernels.len(),
+        kernels
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        out_dir.display()
+    );
+    let (repeats, sample_ms) = if args.quick {
+        (args.repeats.min(5), args.sample_ms.min(2.0))
+    } else {
+        (args.repeats, args.sample_ms)
+    };
+    let loop_opts = LoopOptions {
+        repeats,
+        sample_ms,
+        max_seconds: args.max_seconds_per_shape,
+    };
+    let mut cases: Vec<CaseInfo> = plan
+        .cases
+        .iter()
+        .map(|c| CaseInfo {
+            key: c.key.clone(),
+            label: c.label.clone(),
+            flops: c.flops,
+        })
+        .collect();
+    for p in &plan.peers {
+        if !cases.iter().any(|c| c.key == p.key) {
+            cases.push(CaseInfo {
+                key: p.key.clone(),
+                label: p.label.clone(),
+                flops: p.flops,
+            });
+        }
+    }
+    let mut report = ModeReport {
+        suite: args.suite,
+        device: DeviceSummary {
+            name: info.name.clone(),
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes as u64,
+        },
+        settings: Settings {
+            layout: "bshd".into(),
+            repeats,
+            sample_ms,
+            graph_threshold_us: args.graph_threshold_us,
+            graph_calls: args.graph_calls,
+            check_rows: args.check_rows,
+            max_seconds_per_shape: args.max_seconds_per_shape,
+            quick: args.quick,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        },
+        peers: PeerStatus::Off,
+        notes: plan.notes.clone(),
+        cases,
+        rows: vec![],
+        comparisons: plan.comparisons.clone(),
+    };
+    let timer = Timer::new(&device)?;
+    let mut spent = vec![0.0; kernels.len()];
+    let mut base: Option<Prepared> = None;
+    let started = Instant::now();
+    for case in &plan.cases {
+        eprintln!(
+            "[{:.0} s] {}: {}",
+            started.elapsed().as_secs_f64(),
+            case.key,
+            case.label
+        );
+        let rows = bench_case(
+            &device, &timer, &kernels, &plan, case, &mut base, args, &loop_opts, &mut spent,
+        );
+        report.rows.extend(rows);
+        // Partial results survive a crash later in the run.
+        let _ = std::fs::write(
+            out_dir.join(json_name(&report)),
+            serde_json::to_string_pretty(&report)?,
+        );
+    }
+    drop(base);
+    eprintln!("[{:.0} s] flashcore done", started.elapsed().as_secs_f64());
+    let (status, rows) = peer_rows(&plan, args, out_dir);
+    report.peers = status;
+    report.rows.extend(rows);
+    eprintln!("[{:.0} s] peers done", started.elapsed().as_secs_f64());
+    write_and_print(&report, out_dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::modes::{cache_case, KvKind};
+
+    #[test]
+    fn pages_hold_the_contiguous_rows() {
+        let used = [40, 17];
+        let c = cache_case("c", 3, 48, &used, true, KvKind::Contiguous, 9);
+        let pg = cache_case("p", 3, 48, &used, true, KvKind::Paged { block_size: 16 }, 9);
+        let mut p = c.problem.clone();
+        p.head_dim = 4;
+        let inp = random_inputs(&p, 5);
+        let mut pp = pg.problem.clone();
+        pp.head_dim = 4;
+        let pages = scatter_to_pages(&pp, &pg.draw, &inp.k);
+        for (b, &u) in used.iter().enumerate() {
+            let a = mode_case::seq_kv(&p, &c.draw, &inp.k, None, b);
+            let g = mode_case::seq_kv(&pp, &pg.draw, &pages, None, b);
+            assert_eq!(a, g, "sequence {b}");
+            assert_eq!(a.dim().1, u);
+        }
+    }
+
+    #[test]
+    fn a_mode_check_passes_the_reference_and_catches_a_wrong_row() {
+        // A small varlen case judged on the oracle's own f64 answer, rounded to bf16.
+        let c = modes::varlen_case("v", &[5, 0, 9], true);
+        let mut p = c.problem.clone();
+        p.head_dim = 16;
+        let inp = random_inputs(&p, 3);
+        let check = ModeCheck::new(&p, &c.draw, &inp, 64, 1);
+        assert!(check.rows_checked() > 0);
+        let (q_shape, _, lse_shape) = flashcore::host::storage_shapes(&p);
+        let mut o = ArrayD::<f32>::zeros(IxDyn(&q_shape));
+        let mut lse = ArrayD::<f32>::zeros(IxDyn(&lse_shape));
+        let cu = c.draw.cu_seqlens_q.as_ref().unwrap();
+        for (b, &start) in cu[..3].iter().enumerate() {
+            if c.draw.len_q[b] == 0 {
+                continue;
+            }
+            let op = mode_case::seq_oracle_problem(&p, &c.draw, b);
+            let q = mode_case::seq_rows(&p, &c.draw, &inp.q, b).insert_axis(Axis(0));
+            let k = mode_case::seq_kv(&p, &c.draw, &inp.k, None, b).insert_axis(Axis(0));
+            let v = mode_case::seq_kv(&p, &c.draw, &inp.v, None, b).insert_axis(Axis(0));
+            let r = flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &Rows::All);
+            let (ro, rl) = r.to_dense(&op);
+            for h in 0..p.heads_q {
+                for i in 0..c.draw.len_q[b] {
+                    let t = start as usize + i;
+                    for d in 0..p.head_dim {
+                        o[[t, h, d]] = ro[[0, h, i, d]] as f32;
+                    }
+                    lse[[h, t]] = rl[[0, h, i]] as f32;
+                }
+            }
+        }
+        let bits: Vec<u16> = o.iter().map(|&x| p.dtype.to_bits(x)).collect();
+        let l: Vec<f32> = lse.iter().copied().collect();
+        check.judge_bits(&bits, &l).unwrap();
+        let mut bad = bits.clone();
+        let last = bad.len() - 1; // the last row of the last sequence, always judged
+        bad[last] = p.dtype.to_bits(7.0);
+        assert!(check.judge_bits(&bad, &l).is_err());
+        let mut nan = l.clone();
+        nan[0] = f32::NAN;
+        assert!(check.judge_bits(&bits, &nan).is_err());
+    }
+}
