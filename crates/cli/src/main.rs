@@ -309,9 +309,10 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 }
             }
             eprintln!(
-                "flashcore: {} on {}: {problem} -> {}",
+                "flashcore: {} on {}: {problem}{} -> {}",
                 attention.name(),
                 dev.info().name,
+                modes::summary(&problem.modes),
                 out.display()
             );
             Ok(())

@@ -527,6 +527,49 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
     Ok(p)
 }
 
+/// The modes of a problem in a few words for the summary line ("" when dense), e.g.
+/// " [thd total_q=51, paged 15x16, seqused_k, append 3, window (16, -1), softcap 30, alibi]".
+pub fn summary(m: &Modes) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(t) = m.packed_q {
+        parts.push(format!("thd total_q={t}"));
+    }
+    match m.kv {
+        KvStorage::Dense => {}
+        KvStorage::Packed { total_k } => parts.push(format!("packed total_k={total_k}")),
+        KvStorage::Paged {
+            num_blocks,
+            block_size,
+            ..
+        } => parts.push(format!("paged {num_blocks}x{block_size}")),
+    }
+    if m.seqused_k {
+        parts.push("seqused_k".into());
+    }
+    if let Some(n) = m.append {
+        parts.push(format!("append {n}"));
+    }
+    if m.window_left.is_some() || m.window_right.is_some() {
+        let w = |x: Option<usize>| x.map_or("-1".to_string(), |x| x.to_string());
+        parts.push(format!(
+            "window ({}, {})",
+            w(m.window_left),
+            w(m.window_right)
+        ));
+    }
+    if let Some(c) = m.softcap {
+        parts.push(format!("softcap {c}"));
+    }
+    if m.alibi.is_some() {
+        parts.push("alibi".into());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", parts.join(", "))
+    }
+}
+
 /// (batch, heads, seq, head_dim) of a 4-D shape in `layout`.
 fn split(s: &[usize], layout: Layout) -> (usize, usize, usize, usize) {
     match layout {
@@ -688,6 +731,8 @@ mod tests {
         assert_eq!((p.batch, p.seq_q, p.seq_k), (2, 1, 32));
         assert_eq!(p.modes.append, Some(1));
         assert!(p.modes.seqused_k);
+        assert_eq!(summary(&p.modes), " [paged 5x16, seqused_k, append 1]");
+        assert_eq!(summary(&Modes::default()), "");
     }
 
     #[test]
