@@ -41,7 +41,17 @@
 // FC_PORTABLE_L2_SECTION_BYTES (K/V bytes the schedule keeps hot); FC_PORTABLE_HEAD_MAJOR (0|1,
 // default 1: one head per L2 section without causal masking); FC_PORTABLE_DEBUG (every wait
 // bounded: the "empty" signals become mbarriers too, a stuck wait prints and traps);
-// FC_PORTABLE_EMPTY_MBAR (mbarriers for "empty" without the debug build, for an A/B).
+// FC_PORTABLE_EMPTY_MBAR (mbarriers for "empty" without the debug build, for an A/B);
+// FC_PORTABLE_MODES (0|1, default 0: the inference modes of docs/MODES.md, see below).
+//
+// Inference modes (FC_PORTABLE_MODES=1; the plan sets it only for problems that use them, so the
+// dense build is the code above, unchanged): the block info of common/seqlen.cuh gives each
+// item's sequence lengths and the key tiles its rows see (causal, window, per-sequence lengths;
+// tiles outside are never loaded), common/kv_rows.cuh where K/V rows live (strided or paged; rows
+// past the sequence's keys are zero-filled by cp.async, never read), common/score_mod.cuh the
+// logits (softcap, ALiBi). Items whose q tile starts past their sequence's end visit no tile and
+// write nothing. Each consumer warp parks its item's batch, head and lengths in shared memory
+// (MODE_INFO) beside its first row and last tile, and re-reads them per tile.
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -52,6 +62,8 @@
 #include "common/online_softmax.cuh"
 #include "common/pipeline.cuh"
 #include "common/work_counter.cuh"
+#include "common/seqlen.cuh"
+#include "common/kv_rows.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=64 or 128"
@@ -103,6 +115,11 @@
 #ifndef FC_PORTABLE_HEAD_MAJOR
 #define FC_PORTABLE_HEAD_MAJOR 1
 #endif
+// Inference modes (varlen, KV cache, pages, windows, softcap, ALiBi): 1 only for problems that use
+// them (the general block info costs registers and instructions the dense build does without).
+#ifndef FC_PORTABLE_MODES
+#define FC_PORTABLE_MODES 0
+#endif
 
 namespace fcp {
 
@@ -142,8 +159,15 @@ constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
 constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
 constexpr int BAR_BYTES = 256;
+constexpr bool MODES = FC_PORTABLE_MODES;
+// Modes build: per consumer warp, 8 ints after the barrier region (first row, one past the last
+// K/V tile, batch, head, len_q, len_k of its item; see MODE_INFO_*).
+constexpr int OFF_MODE_INFO = OFF_BAR + BAR_BYTES;
+constexpr int MODE_INFO_BYTES = MODES ? 32 * CONSUMER_WARPS : 0;
 // What the host must request (crates/gen5-persistent/src/portable.rs repeats the formula).
-constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES;
+constexpr int SMEM_BYTES = OFF_BAR + BAR_BYTES + MODE_INFO_BYTES;
+// (Entries 0 and 1 are the item_info of the dense build: first row, one past the last K/V tile.)
+enum { MODE_INFO_B = 2, MODE_INFO_H = 3, MODE_INFO_LEN_Q = 4, MODE_INFO_LEN_K = 5 };
 
 // Every synchronised buffer has a slot number `which`:
 //   b = Q buffer b,  Q_STAGES + s = K stage s,  Q_STAGES + STAGES + s = V stage s.
@@ -208,7 +232,9 @@ __device__ __forceinline__ void wait_released(unsigned bars, int which, unsigned
 
 struct Work {
     int b, h, m;   // batch, q head, q tile index
-    int n_blocks;  // K/V tiles [0, n_blocks) this item visits (0: no visible key at all)
+    int kb0;       // first K/V tile this item visits (0 in the dense build)
+    int n_blocks;  // K/V tiles [kb0, kb0 + n_blocks) this item visits (0: no visible key at all, or,
+                   // modes build, the q tile starts past its sequence's end)
 };
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return a / b + (a % b != 0); }
@@ -219,6 +245,24 @@ __device__ __forceinline__ int opaque32(int x) {
     asm volatile("" : "+r"(x));
     return x;
 }
+
+#if FC_PORTABLE_MODES
+__device__ __forceinline__ const int* opaque_ptr(const int* x) {
+    asm volatile("" : "+l"(x));
+    return x;
+}
+
+// seq_info (seqlen.cuh) with the tables' pointers read where it is called: otherwise their null
+// checks are computed once for the whole kernel and held (as predicates) across every K/V loop,
+// which is where ptxas then spills them.
+__device__ __forceinline__ SeqInfo item_seq(const AttentionParams& p, int b) {
+    AttentionParams q = p;
+    q.cu_seqlens_q = opaque_ptr(p.cu_seqlens_q);
+    q.cu_seqlens_k = opaque_ptr(p.cu_seqlens_k);
+    q.seqused_k = opaque_ptr(p.seqused_k);
+    return seq_info(q, b);
+}
+#endif
 
 // causal_key_end (masking.cuh) in 32-bit arithmetic, for rows < seq_q + BM: (row - seq_q) is in
 // [-seq_q, BM), so nothing overflows, and no 64-bit temporaries (sign-extension registers) are
@@ -285,9 +329,21 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     w.b = bh / p.heads_q;
     w.h = bh - w.b * p.heads_q;
     w.m = p.causal ? (nm - 1 - m_idx) : m_idx;
+#if FC_PORTABLE_MODES
+    // Block info (seqlen.cuh): the key tiles some row of the q tile sees (causal, window and the
+    // sequence's lengths); none when the tile starts past the sequence's end (seq_q is the
+    // longest sequence).
+    const SeqInfo seq = item_seq(p, w.b);
+    const int q0 = w.m * BM;
+    const KeyTiles kt = visited_key_tiles(p, seq, q0, min(BM, seq.len_q - q0), BN);
+    w.kb0 = kt.first;
+    w.n_blocks = kt.end - kt.first;
+#else
     // Keys the tile's last valid row sees (the most of any row): tiles past them are skipped.
     const int tile_key_end = key_end(p, min(w.m * BM + BM, seq_q) - 1);
+    w.kb0 = 0;
     w.n_blocks = tile_key_end > 0 ? ceil_div(tile_key_end, BN) : 0;
+#endif
     return w;
 }
 
@@ -383,6 +439,88 @@ __device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const flo
     }
 }
 
+#if FC_PORTABLE_MODES
+// ---- inference modes (FC_PORTABLE_MODES) ------------------------------------------------------
+
+// Producer: Q rows [q0, q0 + BM) of (b, h) into the Q buffer at `dst`, at the sequence's storage
+// rows (packed varlen Q: cu_seqlens_q[b] + row); rows past the sequence's end are zero-filled,
+// never read (they are the next sequence's).
+__device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h, int q0,
+                                            unsigned dst, int lane) {
+    load_tile_async<BM, D, 32>(dst, static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0),
+                               p.q_row_stride, min(BM, seq.len_q - q0), lane);
+}
+
+// Producer: key rows [k0, k0 + BN) of sequence b, kv head h_kv, of K (kIsK) or V into the stage
+// at `dst`, through kv_rows.cuh (strided: dense tensor, contiguous cache, packed varlen; paged:
+// row by row through the block table). Rows at or past len_k (a cache's unused slots, unused
+// pages, the next packed sequence) are zero-filled with no global read: P is 0 there, but
+// 0 * NaN would still reach O. k0 < len_k (the tile holds a visible key).
+template <bool kIsK>
+__device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
+                                             unsigned dst, int lane) {
+    const int rows = min(BN, seq.len_k - k0);
+    const elem_t* base = static_cast<const elem_t*>(kIsK ? p.k : p.v);
+    if (p.block_table != nullptr) {
+        load_tile_rows_async<BN, D, 32>(
+            dst,
+            [&](int r) {
+                return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + r) : v_row_offset(p, seq, b, h_kv, k0 + r));
+            },
+            rows, lane);
+    } else {
+        load_tile_async<BN, D, 32>(dst,
+                                   base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
+                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane);
+    }
+}
+
+// Consumers: the item's lengths as this warp parked them (MODE_INFO; the storage rows are not
+// needed in the K/V loop). Re-read per tile instead of held in registers across it.
+__device__ __forceinline__ SeqInfo parked_seq(const volatile int* mode_info) {
+    SeqInfo s;
+    s.len_q = mode_info[MODE_INFO_LEN_Q];
+    s.len_k = mode_info[MODE_INFO_LEN_K];
+    s.q_row0 = 0;
+    s.k_row0 = 0;
+    return s;
+}
+
+// The key tiles the warp's rows [warp_first, warp_first + WARP_ROWS) see, valid rows only (none
+// when the warp starts past the sequence's end): a tile of the item outside them is only waited
+// for and released (the upper warps of a diagonal tile, the lower ones of a window's first tile).
+__device__ __forceinline__ KeyTiles warp_key_tiles(const AttentionParams& p, const SeqInfo& seq, int warp_first) {
+    return visited_key_tiles(p, seq, warp_first, min(WARP_ROWS, seq.len_q - warp_first), BN);
+}
+
+// Raw q·k of key tile [k0, k0 + BN) to log2-domain logits: score modifiers (softcap, ALiBi) or
+// the plain scale, then the element mask unless every valid row of the warp sees the whole tile.
+// Everything is recomputed here from the parked info, nothing kept across the K/V loop.
+__device__ __forceinline__ void mode_scores(const AttentionParams& p, float (&s)[M_TILES][BN / 8][4],
+                                            const volatile int* mode_info, int warp_first, int k0, int group,
+                                            int tig) {
+    const SeqInfo seq = parked_seq(mode_info);
+    if (has_score_mod(p)) {
+        const ScoreMod mod = score_mod(p, seq, mode_info[MODE_INFO_B], mode_info[MODE_INFO_H]);
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], mod, warp_first + 16 * mt + group, k0 + 2 * tig);
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) scale_scores(s[mt], p.scale_log2);
+    }
+    if (tile_needs_mask(warp_key_tiles(p, seq, warp_first), k0, BN)) {  // lengths, diagonal, window
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+            const int row_lo = warp_first + 16 * mt + group;
+            const KeyRange r0 = key_range(p, seq, row_lo), r1 = key_range(p, seq, row_lo + 8);
+            const int lo[2] = {r0.lo - k0, r1.lo - k0};
+            const int hi[2] = {r0.hi - k0, r1.hi - k0};
+            mask_scores_range(s[mt], 2 * tig, lo, hi);
+        }
+    }
+}
+#endif
+
 }  // namespace fcp
 
 using namespace fcp;
@@ -441,9 +579,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             if (lane == 0) reinterpret_cast<volatile int*>(smem + OFF_ITEM)[qb] = done ? -1 : t;
             if (!done && w.n_blocks > 0) {
                 const int q0 = w.m * BM;
+#if FC_PORTABLE_MODES
+                load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
+#else
                 load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES,
                                            static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0), p.q_row_stride,
                                            min(BM, p.seq_q - q0), lane);
+#endif
             }
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
             if (lane == 0) pl_mbar_arrive(bars + 8 * slot_q(qb));  // release: the item index is visible
@@ -461,12 +603,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             if (q_use >= Q_STAGES) wait_released(bars, slot_q(qb), q_use / Q_STAGES - 1);
             const int q0 = w.m * BM;
             const int h_kv = w.h / p.q_heads_per_kv;
+#if FC_PORTABLE_MODES
+            load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
+#else
             load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
                                        p.q_row_stride, min(BM, p.seq_q - q0), lane);
+#endif
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
             ++q_use;
 #endif
 
+#if FC_PORTABLE_MODES
+            // Tiles [kb0, kb0 + n_blocks): the block info's, as the consumers walk them.
+            const SeqInfo seq = item_seq(p, w.b);
+            for (int n = w.kb0; n < w.kb0 + w.n_blocks; ++n) {
+                const int k0 = n * BN;  // < len_k: the tile holds a key some row sees
+                if (lap > 0) wait_released(bars, slot_k(stage), lap - 1);
+                load_kv_tile<true>(p, seq, w.b, h_kv, k0, sK + stage * KV_BYTES, lane);
+                pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
+                if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
+                load_kv_tile<false>(p, seq, w.b, h_kv, k0, sV + stage * KV_BYTES, lane);
+                pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
+                if (++stage == STAGES) {
+                    stage = 0;
+                    ++lap;
+                }
+            }
+#else
             const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, w.b, h_kv, 0);
             const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, w.b, h_kv, 0);
             for (int n = 0; n < w.n_blocks; ++n) {
@@ -485,6 +648,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     ++lap;
                 }
             }
+#endif
         }
         // Drain: wait for the consumers' release of the last use of every buffer that was ever
         // filled, so that no named barrier is left part-way through a phase when the CTA exits
@@ -514,7 +678,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
     const unsigned k_off = lane_slice0(lane_row_k(lane), lane_chunk_k(lane));  // K
     // The item's shape, parked in this warp's shared-memory slot and re-read per tile (an LDS
     // instead of two registers held across the K/V loop): first query row, number of K/V tiles.
+#if FC_PORTABLE_MODES
+    // Modes build: 8 ints per warp (MODE_INFO); item_info[1] is one past the item's last K/V
+    // tile (the loop starts at its first, kb0), and the item's batch, head and lengths follow.
+    volatile int* item_info = reinterpret_cast<volatile int*>(smem + OFF_MODE_INFO) + 8 * warp;
+    volatile int* mode_info = item_info;
+#else
     volatile int* item_info = reinterpret_cast<volatile int*>(smem + OFF_INFO) + 2 * warp;
+#endif
     // Static schedule: the item is blockIdx.x + k * gridDim.x. Dynamic: whatever the producer put
     // beside the next Q fill.
     unsigned ring = FC_PORTABLE_DYNAMIC ? 0u : (unsigned)blockIdx.x << RING_ITEM_SHIFT;  // see RING_ITEM_SHIFT
@@ -546,13 +717,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             if (w.n_blocks == 0) release(bars, slot_q(qb));  // nothing was loaded; O = 0 below
             if (w.n_blocks > 0) {
                 item_info[0] = w.m * BM + warp_row0;
+#if FC_PORTABLE_MODES
+                item_info[1] = w.kb0 + w.n_blocks;
+                {
+                    const SeqInfo seq = item_seq(p, w.b);
+                    mode_info[MODE_INFO_B] = w.b;
+                    mode_info[MODE_INFO_H] = w.h;
+                    mode_info[MODE_INFO_LEN_Q] = seq.len_q;
+                    mode_info[MODE_INFO_LEN_K] = seq.len_k;
+                }
+#else
                 item_info[1] = w.n_blocks;
+#endif
                 __syncwarp();
 #else
             const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
             if (w.n_blocks > 0) {
                 item_info[0] = w.m * BM + warp_row0;
+#if FC_PORTABLE_MODES
+                item_info[1] = w.kb0 + w.n_blocks;
+                {
+                    const SeqInfo seq = item_seq(p, w.b);
+                    mode_info[MODE_INFO_B] = w.b;
+                    mode_info[MODE_INFO_H] = w.h;
+                    mode_info[MODE_INFO_LEN_Q] = seq.len_q;
+                    mode_info[MODE_INFO_LEN_K] = seq.len_k;
+                }
+#else
                 item_info[1] = w.n_blocks;
+#endif
                 __syncwarp();
 
                 const int qb = ring_q_buffer(ring);
@@ -564,7 +757,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 load_q_slices<Q_REG_SLICES>(q_frag, q_lane);
                 if (Q_ALL_IN_REGISTERS) release(bars, slot_q(qb));  // Q lives in registers now
 
+#if FC_PORTABLE_MODES
+                for (int n = w.kb0; n < item_info[1]; ++n) {
+#else
                 for (int n = 0; n < item_info[1]; ++n) {
+#endif
                     const int stage = (int)(ring & 7u);
                     const unsigned phase = (ring >> 3) & 1u;
                     const int k0 = n * BN;
@@ -574,16 +771,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     // Keys the warp's last valid row sees (the most of its rows): a tile at or past
                     // them is visible to no row of this warp (causal: the upper warps of a diagonal
                     // tile) and is only waited for and released.
+#if FC_PORTABLE_MODES
+                    // (The same from the block info: the tiles the warp's valid rows see.)
+                    const KeyTiles warp_tiles = warp_key_tiles(p, parked_seq(mode_info), warp_first);
+                    const bool warp_sees = n >= warp_tiles.first && n < warp_tiles.end;
+#else
                     const int warp_key_hi =
                         warp_first < p.seq_q ? key_end(p, min(warp_first + WARP_ROWS - 1, p.seq_q - 1)) : 0;
+#endif
 
                     pl_mbar_wait(bars + 8 * slot_k(stage), phase, TAG_K_FULL, stage, n);
+#if FC_PORTABLE_MODES
+                    if (warp_sees) {  // warp-uniform
+#else
                     if (k0 < warp_key_hi) {  // warp-uniform
+#endif
                         float s[M_TILES][BN / 8][4];
                         warp_qk<BN, Q_REG_SLICES>(s, q_frag, q_lane, sK + stage * KV_BYTES + k_off);
                         release(bars, slot_k(stage));
                         if (release_q) release(bars, slot_q(ring_q_buffer_in_use(ring)));
 
+#if FC_PORTABLE_MODES
+                        mode_scores(p, s, mode_info, warp_first, k0, group, tig);  // softcap, ALiBi, masks
+#else
 #pragma unroll
                         for (int mt = 0; mt < M_TILES; ++mt) scale_scores(s[mt], p.scale_log2);
                         // The warp's first row sees the fewest keys: a tile fully visible to it needs
@@ -595,6 +805,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                                 mask_scores(s[mt], 2 * tig, key_end(p, row_lo) - k0, key_end(p, row_lo + 8) - k0);
                             }
                         }
+#endif
 #pragma unroll
                         for (int mt = 0; mt < M_TILES; ++mt) online_softmax_update(s[mt], o[mt], st[mt]);
 
@@ -622,6 +833,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) softmax_finalize(o[mt], st[mt], lse[mt]);  // no key: O = 0, LSE = +inf
         const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
+#if FC_PORTABLE_MODES
+        // The same at the sequence's storage rows (packed varlen O: cu_seqlens_q[b] + row; LSE
+        // [heads_q, total_q]); rows past the sequence's end are never written. A row with l = 0
+        // that sees keys got only -inf logits (infinite inputs): NaN, as the f64 reference; a row
+        // that sees none is the defined empty row (O = 0, LSE = +inf).
+        const SeqInfo seq = item_seq(p, w.b);
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+            const int row_lo = w.m * BM + warp_row0 + 16 * mt + group;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row_lo + 8 * r;
+                if (row < seq.len_q) {
+                    float undefined = 1.f;
+                    if (lse[mt][r] == FC_INF) {  // (the key range only matters for an empty sum)
+                        const KeyRange keys = key_range(p, seq, row);
+                        if (keys.hi > keys.lo) undefined = FC_QNAN;
+                    }
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, row);
+#pragma unroll
+                    for (int j = 0; j < D / 8; ++j)
+                        *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
+                            pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
+                    if (tig == 0 && p.lse != nullptr)
+                        p.lse[seq_lse_offset(p, seq, w.b, w.h, row)] = lse[mt][r] * undefined;
+                }
+            }
+        }
+#else
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
             const int row_lo = w.m * BM + warp_row0 + 16 * mt + group;
@@ -639,5 +879,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 }
             }
         }
+#endif
     }
 }

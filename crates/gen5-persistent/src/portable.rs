@@ -8,10 +8,16 @@
 //! the K/V tiles with 16-byte cp.async into shared-memory rings. "Full" is signalled by mbarriers
 //! that the cp.async hardware completes (`cp.async.mbarrier.arrive.noinc`), "empty" by named
 //! barriers (consumers `bar.arrive`, the producer `bar.sync`s). Runs on sm_80 and later.
+//!
+//! Every inference mode of `docs/MODES.md` (varlen, KV cache with `seqused_k`, pages, append,
+//! windows, softcap, ALiBi) runs in a build of its own (`FC_PORTABLE_MODES=1`), which the plan
+//! asks for only when the problem is not dense: items are (batch, head, q tile) over
+//! `max_seqlen_q` tiles, those past a sequence's end write nothing, and each item visits only
+//! the key tiles its rows see.
 
 use flashcore_core::plan::{Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan};
 use flashcore_core::problem::AttentionProblem;
-use flashcore_core::{DeviceInfo, Unsupported};
+use flashcore_core::{DeviceInfo, ModeSupport, Unsupported};
 
 /// The portable (sm_80+) generation-5 kernel.
 #[derive(Clone, Copy, Debug, Default)]
@@ -40,6 +46,9 @@ pub const BLOCK_N: usize = 64;
 pub const MAX_STAGES: usize = 4;
 /// Barrier and per-warp bookkeeping region at the end of shared memory (BAR_BYTES).
 pub const BAR_BYTES: usize = 256;
+/// Modes build (FC_PORTABLE_MODES): bytes per consumer warp after the barrier region, where each
+/// warp parks its item's first row, last tile, batch, head and lengths (MODE_INFO_BYTES).
+pub const MODE_INFO_BYTES_PER_WARP: usize = 32;
 /// Workspace words the dynamic schedule uses as counters (at the start of the workspace).
 pub const DYNAMIC_COUNTER_WORDS: usize = 2;
 /// The consumers keep the item index in bits 6..31 of one register (RING_ITEM_SHIFT).
@@ -67,6 +76,9 @@ pub struct Config {
     pub ctas_per_sm: usize,
     /// Items taken from a global counter instead of the static round-robin (FC_PORTABLE_DYNAMIC).
     pub dynamic: bool,
+    /// The inference-modes build (FC_PORTABLE_MODES): varlen, KV cache, pages, windows, softcap,
+    /// ALiBi. Only for problems that use them; it adds [`MODE_INFO_BYTES_PER_WARP`] per warp.
+    pub modes: bool,
 }
 
 impl Config {
@@ -77,11 +89,24 @@ impl Config {
         32 * (self.warps as u32 + 1)
     }
     /// Dynamic shared memory; mirrors `SMEM_BYTES` in the kernel:
-    /// Q_STAGES x (BM x D) + 2 x STAGES x (BN x D) elements of 2 bytes, + BAR_BYTES.
+    /// Q_STAGES x (BM x D) + 2 x STAGES x (BN x D) elements of 2 bytes, + BAR_BYTES
+    /// (+ 32 bytes per consumer warp in the modes build).
     pub fn smem_bytes(&self) -> usize {
         let q = self.block_m() * self.head_dim * 2;
         let kv = self.block_n * self.head_dim * 2;
-        self.q_stages * q + 2 * self.stages * kv + BAR_BYTES
+        self.q_stages * q
+            + 2 * self.stages * kv
+            + BAR_BYTES
+            + mode_info_bytes(self.warps, self.modes)
+    }
+}
+
+/// The modes build's per-warp item info (MODE_INFO_BYTES in the kernel); 0 for the dense build.
+pub fn mode_info_bytes(warps: usize, modes: bool) -> usize {
+    if modes {
+        MODE_INFO_BYTES_PER_WARP * warps
+    } else {
+        0
     }
 }
 
@@ -103,6 +128,7 @@ pub fn smem_bytes(
         q_reg_slices: head_dim / 16,
         ctas_per_sm: 1,
         dynamic: false,
+        modes: false,
     }
     .smem_bytes()
 }
@@ -172,9 +198,13 @@ pub fn register_budget(warps: usize, ctas_per_sm: usize) -> usize {
 ///   dynamic schedule) and re-reads the rest per K tile — and double-buffers Q so that the next
 ///   item's Q can load while the current one still reads its buffer.
 /// * The deepest K/V ring of 2..=4 stages that fits the opt-in shared memory.
+/// * `modes` (the FC_PORTABLE_MODES build): the same, except 64-key tiles at D = 64 on sm_90
+///   (the block info and score modifiers do not fit beside a 128-key S tile in 168 registers:
+///   ptxas spills 28 bytes), and 32 bytes more shared memory per warp.
 pub fn choose_config(
     head_dim: usize,
     dynamic: bool,
+    modes: bool,
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
@@ -204,7 +234,8 @@ pub fn choose_config(
     // D = 128, 7 warps: S + O + all of Q fit in the 255-register budget (ptxas: 240), +10 % over
     // 64-key tiles (docs/results/2026-11-23-portable-d128-h100).
     let default_block_n = match (hopper, head_dim, warps) {
-        (true, 64, 4) | (true, 128, 7) => 128,
+        (true, 64, 4) if !modes => 128,
+        (true, 128, 7) => 128,
         _ => BLOCK_N,
     };
     let block_n = ov.block_n.unwrap_or(default_block_n);
@@ -265,7 +296,8 @@ pub fn choose_config(
     };
     let block_m = 16 * m_tiles * warps;
     let fits = |stages: usize, q_stages: usize| {
-        smem_bytes(head_dim, block_m, block_n, stages, q_stages) <= per_cta_limit
+        smem_bytes(head_dim, block_m, block_n, stages, q_stages) + mode_info_bytes(warps, modes)
+            <= per_cta_limit
     };
     let q_stages = match ov.q_stages {
         Some(q) if q == 1 || q == 2 => q,
@@ -303,6 +335,7 @@ pub fn choose_config(
         q_reg_slices,
         ctas_per_sm,
         dynamic,
+        modes,
     };
     let smem = cfg.smem_bytes();
     if smem > per_cta_limit {
@@ -312,8 +345,13 @@ pub fn choose_config(
             NAME,
             format!(
                 "head_dim {head_dim} needs {smem} bytes of shared memory per block ({q_stages} x Q {q} + \
-                 {stages} x (K + V) {} + {BAR_BYTES} barriers), the device allows {per_cta_limit}{}",
+                 {stages} x (K + V) {} + {BAR_BYTES} barriers{}), the device allows {per_cta_limit}{}",
                 2 * kv,
+                if modes {
+                    format!(" + {} item info", mode_info_bytes(warps, modes))
+                } else {
+                    String::new()
+                },
                 if ctas_per_sm > 1 {
                     format!(" per CTA at {ctas_per_sm} CTAs per SM")
                 } else {
@@ -335,7 +373,12 @@ impl PersistentPortable {
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
         let d = problem.head_dim;
-        let static_cfg = choose_config(d, false, device, ov)?;
+        // Inference modes get their own build (FC_PORTABLE_MODES); dense problems keep the dense
+        // one, unchanged.
+        let modes = !problem.modes.is_dense();
+        let static_cfg = choose_config(d, false, modes, device, ov)?;
+        // (Varlen: seq_q is max_seqlen_q, so every sequence's q tiles have an item; those past
+        // a shorter sequence's end finish at once.)
         let items = problem
             .batch
             .saturating_mul(problem.heads_q)
@@ -347,7 +390,7 @@ impl PersistentPortable {
         // counter's atomics are pure overhead.
         // (Only the Q registers differ between the two: the item size, hence `items`, does not.)
         let cfg = if ov.dynamic.unwrap_or(items > slots) {
-            choose_config(d, true, device, ov)?
+            choose_config(d, true, modes, device, ov)?
         } else {
             static_cfg
         };
@@ -396,6 +439,9 @@ impl PersistentPortable {
         if cfg.dynamic {
             defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
         }
+        if cfg.modes {
+            defines.push(("FC_PORTABLE_MODES".to_string(), "1".to_string()));
+        }
         if let Some(head_major) = ov.head_major {
             defines.push((
                 "FC_PORTABLE_HEAD_MAJOR".to_string(),
@@ -433,8 +479,9 @@ impl Attention for PersistentPortable {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
+        // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80. Every inference mode (the
+        // FC_PORTABLE_MODES build).
+        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::ALL)
     }
 
     fn plan(
@@ -781,6 +828,147 @@ mod tests {
             .plan_with(&AttentionProblem::new(1, 2, 960, 64), &h100, &bad, false)
             .unwrap_err();
         assert!(err.reason.contains("WARP_M_TILES=3"), "{err}");
+    }
+
+    /// Paged cache with seqused_k, window, softcap, ALiBi, causal, GQA (as check-kernels'
+    /// every-mode problem).
+    fn every_mode(d: usize) -> AttentionProblem {
+        use flashcore_core::{AlibiSlopes, KvStorage, Modes};
+        AttentionProblem::new(2, 8, 512, d)
+            .with_kv(2, 1024)
+            .with_causal(true)
+            .with_modes(Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 32,
+                    block_size: 64,
+                    max_blocks_per_seq: 16,
+                },
+                seqused_k: true,
+                append: Some(3),
+                window_left: Some(256),
+                softcap: Some(30.0),
+                alibi: Some(AlibiSlopes::PerBatchHead),
+                ..Modes::default()
+            })
+    }
+
+    /// Varlen: packed Q/O (3 sequences, max_seqlen_q 300) and packed K/V.
+    fn varlen(d: usize) -> AttentionProblem {
+        use flashcore_core::{KvStorage, Modes};
+        AttentionProblem::new(3, 4, 300, d)
+            .with_kv(4, 700)
+            .with_modes(Modes {
+                packed_q: Some(555),
+                kv: KvStorage::Packed { total_k: 1200 },
+                window_right: Some(7),
+                ..Modes::default()
+            })
+    }
+
+    #[test]
+    fn modes_build_only_for_mode_problems() {
+        let devices = [
+            DeviceInfo::synthetic_h100(),
+            dev((8, 0), 163),
+            dev((8, 6), 99),
+            dev((8, 9), 99),
+        ];
+        for device in &devices {
+            for d in [64, 128] {
+                // Dense: no FC_PORTABLE_MODES, shared memory as before.
+                for p in [
+                    AttentionProblem::new(2, 8, 1024, d),
+                    AttentionProblem::new(4, 16, 2048, d).with_causal(true),
+                ] {
+                    let l = &plan(&p, device).unwrap().launches[0];
+                    assert!(l.defines.iter().all(|(n, _)| n != "FC_PORTABLE_MODES"));
+                    let warps: usize = define(l, "FC_PORTABLE_WARPS").parse().unwrap();
+                    let block_n: usize = define(l, "FC_PORTABLE_BLOCK_N").parse().unwrap();
+                    let stages: usize = define(l, "FC_PORTABLE_STAGES").parse().unwrap();
+                    let q_stages: usize = define(l, "FC_PORTABLE_Q_STAGES").parse().unwrap();
+                    assert_eq!(
+                        l.dynamic_smem_bytes as usize,
+                        smem_bytes(d, 16 * warps, block_n, stages, q_stages)
+                    );
+                }
+                // Every mode (and varlen): the capabilities pass, the modes build is asked for,
+                // with the per-warp item info after the barriers.
+                for p in [every_mode(d), varlen(d)] {
+                    PersistentPortable
+                        .capabilities()
+                        .check(NAME, &p, device)
+                        .unwrap();
+                    PersistentPortable.supports(&p, device).unwrap();
+                    let l = &plan(&p, device).unwrap().launches[0];
+                    assert_eq!(define(l, "FC_PORTABLE_MODES"), "1");
+                    let warps: usize = define(l, "FC_PORTABLE_WARPS").parse().unwrap();
+                    let block_n: usize = define(l, "FC_PORTABLE_BLOCK_N").parse().unwrap();
+                    let stages: usize = define(l, "FC_PORTABLE_STAGES").parse().unwrap();
+                    let q_stages: usize = define(l, "FC_PORTABLE_Q_STAGES").parse().unwrap();
+                    assert_eq!(
+                        l.dynamic_smem_bytes as usize,
+                        smem_bytes(d, 16 * warps, block_n, stages, q_stages) + 32 * warps
+                    );
+                    assert!(
+                        l.dynamic_smem_bytes <= device.max_shared_memory_per_block_optin,
+                        "{p} on {:?}",
+                        device.compute_capability
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn modes_take_64_key_tiles_at_head_dim_64_on_sm90() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let l = &plan(&every_mode(64), &h100).unwrap().launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_WARPS"), "4");
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "64");
+        // D = 128 keeps its 7 warps and 128-key tiles (255 registers: room for the block info).
+        let l = &plan(&every_mode(128), &h100).unwrap().launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_WARPS"), "7");
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+        // An explicit override still wins.
+        let ov = Overrides {
+            block_n: Some(128),
+            ..Default::default()
+        };
+        let l = &PersistentPortable
+            .plan_with(&every_mode(64), &h100, &ov, false)
+            .unwrap()
+            .launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
+    }
+
+    #[test]
+    fn varlen_items_cover_max_seqlen_q_tiles() {
+        // 3 sequences x 4 heads x ceil(300 / BM) q tiles, whatever each sequence's own length:
+        // the kernel finishes the items past a sequence's end at once.
+        let a100 = dev((8, 0), 163);
+        let p = varlen(128);
+        let l = &plan(&p, &a100).unwrap().launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_WARPS"), "8"); // 128-row items
+        assert_eq!(l.grid, (3 * 4 * 3, 1, 1)); // 36 items < 108 SMs: one CTA each
+        assert!(l.defines.iter().all(|(n, _)| n != "FC_PORTABLE_DYNAMIC"));
+        // sm_90, D = 64: 64-row items, 3 x 4 x 5 = 60.
+        let l = &plan(&varlen(64), &DeviceInfo::synthetic_h100())
+            .unwrap()
+            .launches[0];
+        assert_eq!(l.grid, (60, 1, 1));
+        // Many items: the dynamic schedule, with its counters, in the modes build too.
+        let big = AttentionProblem::new(16, 32, 4096, 128)
+            .with_causal(true)
+            .with_modes(flashcore_core::Modes {
+                packed_q: Some(16 * 4096),
+                ..Default::default()
+            });
+        let plan = plan(&big, &a100).unwrap();
+        let l = &plan.launches[0];
+        assert_eq!(define(l, "FC_PORTABLE_MODES"), "1");
+        assert_eq!(define(l, "FC_PORTABLE_DYNAMIC"), "1");
+        assert_eq!(plan.workspace_counters, DYNAMIC_COUNTER_WORDS);
+        assert_eq!(l.grid, (108, 1, 1));
     }
 
     #[test]
