@@ -759,6 +759,8 @@ pub struct ModeReport {
 pub struct Evaluated {
     pub name: String,
     pub implementation: String,
+    /// The peer a best-peer comparison took.
+    pub peer: Option<String>,
     pub value: Option<f64>,
     pub target: Option<Target>,
     /// Why there is no value.
@@ -823,19 +825,26 @@ impl ModeReport {
                 if !has_row {
                     continue;
                 }
-                let value = self
+                let sides = self
                     .side(&c.num.0, c.num.1, imp)
-                    .and_then(|n| Ok((n, self.side(&c.den.0, c.den.1, imp)?)))
-                    .map(|(n, d)| {
-                        let (n, d) = (n.timing().unwrap(), d.timing().unwrap());
-                        match c.measure {
-                            Measure::Time => n.us / d.us,
-                            Measure::Rate => n.tflops / d.tflops,
-                        }
-                    });
+                    .and_then(|n| Ok((n, self.side(&c.den.0, c.den.1, imp)?)));
+                let peer = sides.as_ref().ok().and_then(|(n, d)| {
+                    [n, d]
+                        .into_iter()
+                        .find(|r| r.source != Source::Flashcore)
+                        .map(|r| r.implementation.clone())
+                });
+                let value = sides.map(|(n, d)| {
+                    let (n, d) = (n.timing().unwrap(), d.timing().unwrap());
+                    match c.measure {
+                        Measure::Time => n.us / d.us,
+                        Measure::Rate => n.tflops / d.tflops,
+                    }
+                });
                 out.push(Evaluated {
                     name: c.name.clone(),
                     implementation: imp.clone(),
+                    peer,
                     value: value.as_ref().ok().copied(),
                     target: c.target,
                     missing: value.err(),
@@ -896,7 +905,10 @@ pub fn render_comparisons(r: &ModeReport) -> String {
         out.push_str(&format!(
             "| {} | {} | {value} | {} | {} |\n",
             cell(&e.name),
-            cell(&e.implementation),
+            cell(&match &e.peer {
+                Some(p) => format!("{} (peer: {p})", e.implementation),
+                None => e.implementation.clone(),
+            }),
             e.target.map_or("—".into(), |t| t.text()),
             cell(&met)
         ));
@@ -1338,6 +1350,8 @@ pub mod tests {
             (hopper[1].value.unwrap() - 1400.0 / 1100.0).abs() < 1e-12,
             "best peer / ours"
         );
+        assert_eq!(hopper[1].peer.as_deref(), Some("sdpa_cudnn"));
+        assert_eq!(hopper[0].peer, None);
         assert!((hopper[2].value.unwrap() - 1100.0 / 980.0).abs() < 1e-12);
         let scalar: Vec<&Evaluated> = e.iter().filter(|x| x.implementation == "scalar").collect();
         assert!(scalar.iter().all(|x| x.value.is_none()));
