@@ -166,7 +166,7 @@ pub fn run(
     let selected = move || {
         flashcore::kernels()
             .into_iter()
-            .filter(move |k| only.map_or(true, |names| names.iter().any(|n| n == k.name())))
+            .filter(move |k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
     };
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         // Edition 2021: set_var is safe; xtask is single-threaded here.
