@@ -503,6 +503,10 @@ fn varlen_plan(seed: u64) -> SuitePlan {
     let seq_eq = s_eq(&lens);
     let varlen = varlen_case("varlen", &lens, true);
     let dense = dense_case("dense-eq", VARLEN_SEQS, seq_eq, seq_eq, true, None);
+    // Diagnostic: the varlen path with every sequence S_eq long. Against dense-eq it isolates the
+    // cost of the varlen machinery (tables, packed rows, modes build) from that of the length mix
+    // (imbalance, the tail of the last wave).
+    let uniform = varlen_case("varlen-uniform", &vec![seq_eq; VARLEN_SEQS], true);
     let padded = peer(
         "padded",
         &format!(
@@ -533,6 +537,13 @@ fn varlen_plan(seed: u64) -> SuitePlan {
             Some(Target::AtLeast(0.95)),
         ),
         cmp(
+            "varlen with every length S_eq / dense (the machinery's cost, without the length mix)",
+            ("varlen-uniform", Side::This),
+            ("dense-eq", Side::This),
+            Measure::Rate,
+            None,
+        ),
+        cmp(
             "best peer on the padded batch: its time / varlen time",
             ("padded", Side::BestPeer),
             ("varlen", Side::This),
@@ -550,7 +561,7 @@ fn varlen_plan(seed: u64) -> SuitePlan {
     SuitePlan {
         suite: Suite::Varlen,
         peers: vec![padded, same_problem_peer(&dense)],
-        cases: vec![varlen, dense],
+        cases: vec![varlen, uniform, dense],
         comparisons,
         notes,
     }
@@ -1168,8 +1179,9 @@ pub mod tests {
         assert!(p.causal && p.dtype == DType::Bf16);
         assert_eq!(p.modes.packed_q, Some(lens.iter().sum()));
         assert_eq!(v.cases[0].draw.cu_seqlens_q, v.cases[0].draw.cu_seqlens_k);
-        let d = &v.cases[1].problem;
+        let d = &v.cases.iter().find(|c| c.key == "dense-eq").unwrap().problem;
         assert_eq!((d.batch, d.seq_q, d.seq_k), (16, s_eq(&lens), s_eq(&lens)));
+        assert!(d.modes.is_dense());
         let padded = &v.peers[0];
         assert_eq!(padded.key, "padded");
         let max = *lens.iter().max().unwrap();
@@ -1257,7 +1269,8 @@ pub mod tests {
     /// A varlen report with every kind of row.
     pub fn fixture() -> ModeReport {
         let p = plan(Suite::Varlen, 0x5eed);
-        let (fv, fd) = (p.cases[0].flops, p.cases[1].flops);
+        let case_flops = |key: &str| p.cases.iter().find(|c| c.key == key).unwrap().flops;
+        let (fv, fd) = (case_flops("varlen"), case_flops("dense-eq"));
         let rows = vec![
             timed("varlen", "persistent-hopper", Source::Flashcore, fv, 1100.0),
             ModeRow {
@@ -1341,18 +1354,20 @@ pub mod tests {
             .iter()
             .filter(|x| x.implementation == "persistent-hopper")
             .collect();
-        assert_eq!(hopper.len(), 3);
+        assert_eq!(hopper.len(), 4);
         let rate = hopper[0].value.unwrap();
         let fv = r.cases[0].flops / 1100.0;
-        let fd = r.cases[1].flops / 980.0;
+        let dense = r.cases.iter().find(|c| c.key == "dense-eq").unwrap();
+        let fd = dense.flops / 980.0;
         assert!((rate - fv / fd).abs() < 1e-12);
         assert!(
-            (hopper[1].value.unwrap() - 1400.0 / 1100.0).abs() < 1e-12,
+            (hopper[2].value.unwrap() - 1400.0 / 1100.0).abs() < 1e-12,
             "best peer / ours"
         );
-        assert_eq!(hopper[1].peer.as_deref(), Some("sdpa_cudnn"));
+        assert_eq!(hopper[2].peer.as_deref(), Some("sdpa_cudnn"));
         assert_eq!(hopper[0].peer, None);
-        assert!((hopper[2].value.unwrap() - 1100.0 / 980.0).abs() < 1e-12);
+        assert!(hopper[1].value.is_none(), "no varlen-uniform row in the fixture");
+        assert!((hopper[3].value.unwrap() - 1100.0 / 980.0).abs() < 1e-12);
         let scalar: Vec<&Evaluated> = e.iter().filter(|x| x.implementation == "scalar").collect();
         assert!(scalar.iter().all(|x| x.value.is_none()));
         assert!(scalar[0]
