@@ -1,0 +1,15 @@
+# Eighth device run: a paged tile that lies inside one page (block_size a multiple of the key
+# tile) loads like a dense tile from its first row (tile64, portable). Verify both again, the
+# reliability modes check (paged = contiguous bit for bit, NaN pages), then the paged suite.
+export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1; X=.carry/xtask; mkdir -p /tmp/v; R=$OUT/run8.txt
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
+for k in tile64 persistent-portable; do
+  (timeout 200 $X verify --kernels $k --cases 1000 > /tmp/v/verify-$k.log 2>&1; echo "$k verify rc=$?" >> /tmp/v/rc.txt) &
+done
+wait
+cat /tmp/v/rc.txt | tee -a $R; grep -h "passed, " /tmp/v/verify-*.log | tee -a $R
+grep -h -A3 "FAIL\|shrunk" /tmp/v/verify-*.log | head -20 | tee -a $R
+timeout 100 $X reliability --only modes --kernels tile64,persistent-portable > $OUT/reliability.log 2>&1; echo "reliability rc=$?" | tee -a $R
+grep -E "^\| modes" $OUT/reliability.log | cut -c1-100 | tee -a $R
+timeout 200 $X bench-all --suite paged --kernels persistent-hopper,persistent-portable,tile64 --out-dir $OUT > $OUT/bench-paged.log 2>&1; echo "bench paged rc=$?" | tee -a $R
+grep -E "^\| (decode|chunk|prefill):" $OUT/bench-paged.md | grep "time / contiguous" | cut -c1-120 | tee -a $R
