@@ -118,8 +118,9 @@ fn main() -> ExitCode {
             json,
             dump_ptx,
             kernels,
-        } => check_kernels::run(json.as_deref(), dump_ptx.as_deref(), kernels.as_deref())
-            .map(|_| ()),
+        } => {
+            check_kernels::run(json.as_deref(), dump_ptx.as_deref(), kernels.as_deref()).map(|_| ())
+        }
         Command::InstallCuda => cuda_wheels::ensure(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),

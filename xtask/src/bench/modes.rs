@@ -1179,7 +1179,12 @@ pub mod tests {
         assert!(p.causal && p.dtype == DType::Bf16);
         assert_eq!(p.modes.packed_q, Some(lens.iter().sum()));
         assert_eq!(v.cases[0].draw.cu_seqlens_q, v.cases[0].draw.cu_seqlens_k);
-        let d = &v.cases.iter().find(|c| c.key == "dense-eq").unwrap().problem;
+        let d = &v
+            .cases
+            .iter()
+            .find(|c| c.key == "dense-eq")
+            .unwrap()
+            .problem;
         assert_eq!((d.batch, d.seq_q, d.seq_k), (16, s_eq(&lens), s_eq(&lens)));
         assert!(d.modes.is_dense());
         let padded = &v.peers[0];
@@ -1366,7 +1371,10 @@ pub mod tests {
         );
         assert_eq!(hopper[2].peer.as_deref(), Some("sdpa_cudnn"));
         assert_eq!(hopper[0].peer, None);
-        assert!(hopper[1].value.is_none(), "no varlen-uniform row in the fixture");
+        assert!(
+            hopper[1].value.is_none(),
+            "no varlen-uniform row in the fixture"
+        );
         assert!((hopper[3].value.unwrap() - 1100.0 / 980.0).abs() < 1e-12);
         let scalar: Vec<&Evaluated> = e.iter().filter(|x| x.implementation == "scalar").collect();
         assert!(scalar.iter().all(|x| x.value.is_none()));
