@@ -506,7 +506,7 @@ fn varlen_plan(seed: u64) -> SuitePlan {
     // Diagnostic: the varlen path with every sequence S_eq long. Against dense-eq it isolates the
     // cost of the varlen machinery (tables, packed rows, modes build) from that of the length mix
     // (imbalance, the tail of the last wave).
-    let uniform = varlen_case("varlen-uniform", &vec![seq_eq; VARLEN_SEQS], true);
+    let uniform = varlen_case("varlen-uniform", &[seq_eq; VARLEN_SEQS], true);
     let padded = peer(
         "padded",
         &format!(
