@@ -16,8 +16,7 @@ __device__ __forceinline__ long long kv_row_offset(const AttentionParams& p, con
                                                    long long batch_stride, long long head_stride,
                                                    long long row_stride) {
     if (p.block_table != nullptr) {
-        // Read-only path: the table does not change during a launch and every head's CTA reads it.
-        const int block = __ldg(&p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size]);
+        const int block = p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size];
         return (long long)block * batch_stride + (long long)(j % p.block_size) * row_stride +
                (long long)h_kv * head_stride;
     }
