@@ -129,14 +129,15 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0);
         const bool paged = p.block_table != nullptr;
         // Strided K/V: row j at k_ptr + j * row_stride. Paged: a tile inside one page is strided
-        // from its first row (one table lookup); smaller pages go row by row. Both from the tensor's base (one pointer each either way: D = 96 has no registers to spare).
+        // from its first row (one table lookup); smaller pages one lookup per 16-row group. Both from the tensor's base (one pointer each either way: D = 96 has no registers to spare).
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
         auto load_k = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int r) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
+                    dst, [&](int g) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
+                    p.k_row_stride, rows, tid);
             else if (paged)  // the tile lies in one page: strided from its first row
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + k_row_offset(p, seq, b, h_kv, k0),
                                                                      p.k_row_stride, rows, tid);
@@ -147,8 +148,9 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         auto load_v = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_rows_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int r) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + r); }, rows, tid);
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
+                    dst, [&](int g) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
+                    p.v_row_stride, rows, tid);
             else if (paged)  // the tile lies in one page: strided from its first row
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + v_row_offset(p, seq, b, h_kv, k0),
                                                                      p.v_row_stride, rows, tid);

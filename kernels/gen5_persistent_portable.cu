@@ -453,7 +453,7 @@ __device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqI
 
 // Producer: key rows [k0, k0 + BN) of sequence b, kv head h_kv, of K (kIsK) or V into the stage
 // at `dst`, through kv_rows.cuh (strided: dense tensor, contiguous cache, packed varlen; paged:
-// row by row through the block table). Rows at or past len_k (a cache's unused slots, unused
+// one lookup per 16-row group, or per tile inside one page). Rows at or past len_k (a cache's unused slots, unused
 // pages, the next packed sequence) are zero-filled with no global read: P is 0 there, but
 // 0 * NaN would still reach O. k0 < len_k (the tile holds a visible key).
 template <bool kIsK>
@@ -463,15 +463,16 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     const elem_t* base = static_cast<const elem_t*>(kIsK ? p.k : p.v);
     // A tile inside one page (block_size a multiple of BN; tiles start at multiples of BN) is
     // strided from its first row and loads like a dense tile: one table lookup per tile. Smaller
-    // pages go row by row (run7: that path's address arithmetic made the producer warp the
+    // pages: one lookup per 16-row group (run7: a lookup per copy made the producer warp the
     // bottleneck, 3.4-5.4x the contiguous time).
     if (p.block_table != nullptr && p.block_size % BN != 0) {
-        load_tile_rows_async<BN, D, 32, 16>(  // the producer warp: 16 page lookups in flight (32 spilled on sm_80)
+        load_tile_groups_async<BN, D, 32, 8>(
             dst,
-            [&](int r) {
-                return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + r) : v_row_offset(p, seq, b, h_kv, k0 + r));
+            [&](int g) {
+                return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
+                                    : v_row_offset(p, seq, b, h_kv, k0 + 16 * g));
             },
-            rows, lane);
+            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane);
     } else {
         load_tile_async<BN, D, 32>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),

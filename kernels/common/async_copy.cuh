@@ -108,38 +108,78 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
     }
 }
 
-// The same fill for rows that are not one stride apart (a paged K/V cache): `row_ptr(r)` gives the
-// global address of row r (r < valid_rows). Every copy bounds-checks its row, like the partial-
-// tile path above; rows at or past valid_rows are zero-filled from row 0's address, unread.
-// The addresses of a batch of copies are computed before any of them is issued: a paged row_ptr
-// reads the block table, and one dependent global load per copy, in turn, made paged tiles cost
-// about twice the strided ones (run5 on the H100); a batch keeps up to kMaxInFlight lookups in
-// flight (a producer warp that loads whole tiles alone can afford more than a block of 128).
-template <int kRows, int kCols, int kThreads, int kMaxInFlight = 8, class RowPtr>
-__device__ __forceinline__ void load_tile_rows_async(unsigned smem_tile, const RowPtr& row_ptr, int valid_rows,
-                                                     int tid) {
+// The same fill for a tile whose rows are strided within 16-row groups while the groups lie
+// anywhere: a paged K/V cache (pages hold a multiple of 16 rows, so a group never straddles two).
+// `group_ptr(g)` is the global address of row 16 g; it is asked only for groups that hold a valid
+// row (rows at or past valid_rows are zero-filled from group 0's address, unread; valid_rows > 0).
+// One page lookup per group: a lookup per 16-byte copy made paged tiles 1.6-5x the strided time
+// (run6/run7 on the H100: the address arithmetic, not the table's latency). Up to kMaxInFlight
+// group lookups are issued before their copies.
+template <int kRows, int kCols, int kThreads, int kMaxInFlight = 8, class GroupPtr>
+__device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const GroupPtr& group_ptr,
+                                                       long long row_stride, int valid_rows, int tid) {
     using Tile = SwizzledTile<kCols>;
-    constexpr int kChunks = kRows * Tile::kChunksPerRow;
-    constexpr int kCopies = kChunks / kThreads;
-    static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
-    // Small tiles come from kernels sized for 3-4 blocks per SM (tile64 at D <= 64): 2 in flight
-    // there, where 4 pointers held at once spilled.
-    constexpr int kBatch = kCopies >= kMaxInFlight ? kMaxInFlight : (kCopies % 2 == 0 ? 2 : 1);
-    static_assert(kCopies % kBatch == 0, "copies must split into whole batches");
+    constexpr int kGroupRows = 16;
+    static_assert(kRows % kGroupRows == 0, "tiles hold whole 16-row groups");
+    constexpr int kGroups = kRows / kGroupRows;
+    constexpr int kGroupChunks = kGroupRows * Tile::kChunksPerRow;
+    constexpr int kCopiesPerGroup = (kGroupChunks + kThreads - 1) / kThreads;
+    // Small tiles come from kernels sized for 3-4 blocks per SM (tile64): 2 in flight there.
+    constexpr int kBatch = kGroups >= kMaxInFlight ? kMaxInFlight : (kGroups % 2 == 0 ? 2 : 1);
+    static_assert(kGroups % kBatch == 0, "groups must split into whole batches");
+    if constexpr (kGroupChunks < kThreads) {
+        // Narrow rows (tile64 at D = 32): the block covers several groups per pass, one each
+        // thread, so each thread looks up one page per pass.
+        static_assert(kThreads % kGroupChunks == 0 && kGroups % (kThreads / kGroupChunks) == 0,
+                      "groups must split evenly over the block");
+        constexpr int kGroupsPerPass = kThreads / kGroupChunks;
+        const int r = (tid % kGroupChunks) / Tile::kChunksPerRow;
+        const int chunk = tid % Tile::kChunksPerRow;
 #pragma unroll 1
-    for (int i0 = 0; i0 < kCopies; i0 += kBatch) {
-        const elem_t* src[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-            const int idx = tid + (i0 + j) * kThreads;
-            const int row = idx / Tile::kChunksPerRow;
-            src[j] = row_ptr(row < valid_rows ? row : 0) + (idx % Tile::kChunksPerRow) * 8;
+        for (int g = tid / kGroupChunks; g < kGroups; g += kGroupsPerPass) {
+            const int row = g * kGroupRows + r;
+            const bool in_bounds = row < valid_rows;
+            const elem_t* src = group_ptr(g * kGroupRows < valid_rows ? g : 0) +
+                                (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
+            cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
+        return;
+    }
+#pragma unroll 1
+    for (int g0 = 0; g0 < kGroups; g0 += kBatch) {
+        const elem_t* base[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) base[j] = group_ptr((g0 + j) * kGroupRows < valid_rows ? g0 + j : 0);
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
-            const int idx = tid + (i0 + j) * kThreads;
-            const int row = idx / Tile::kChunksPerRow;
-            cp_async_16_zfill(smem_tile + Tile::offset(row, idx % Tile::kChunksPerRow) * 2, src[j], row < valid_rows);
+            if constexpr (kThreads % Tile::kChunksPerRow == 0 && kCopiesPerGroup > 1) {
+                // Each thread keeps its column and walks down the group kRowStep rows at a time
+                // (fewer live values than indexing each copy: tile64 D = 256 spilled that way; with
+                // one copy per group there is nothing to walk, and tile64 D = 64 spilled walking).
+                constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+                const int chunk = tid % Tile::kChunksPerRow;
+                int row = (g0 + j) * kGroupRows + tid / Tile::kChunksPerRow;
+                const elem_t* src = base[j] + (long long)(tid / Tile::kChunksPerRow) * row_stride + chunk * 8;
+#pragma unroll
+                for (int i = 0; i < kCopiesPerGroup; ++i) {
+                    const bool in_bounds = row < valid_rows;
+                    cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : base[0], in_bounds);
+                    row += kRowStep;
+                    src += kRowStep * row_stride;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < kCopiesPerGroup; ++i) {
+                    const int idx = tid + i * kThreads;
+                    if (kGroupChunks % kThreads != 0 && idx >= kGroupChunks) break;
+                    const int r = idx / Tile::kChunksPerRow;
+                    const int chunk = idx % Tile::kChunksPerRow;
+                    const int row = (g0 + j) * kGroupRows + r;
+                    const bool in_bounds = row < valid_rows;
+                    const elem_t* src = base[j] + (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
+                    cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
+                }
+            }
         }
     }
 }
