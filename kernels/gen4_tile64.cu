@@ -128,46 +128,36 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
 
         const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0);
         const bool paged = p.block_table != nullptr;
-        // Strided K/V: row j at k_ptr + j * row_stride. Paged: rows through the block table, from
-        // the tensor's base (one pointer each either way: D = 96 has no registers to spare).
+        // Strided K/V: row j at k_ptr + j * row_stride. Paged: a tile inside one page is strided
+        // from its first row (one table lookup); smaller pages one lookup per 16-row group. Both from the tensor's base (one pointer each either way: D = 96 has no registers to spare).
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
-        // A tile inside one page (block_size a multiple of 64) loads strided from its first row;
-        // its page is read one tile ahead (`page`), so the table's latency overlaps the previous
-        // tile's math instead of stalling the warps that issue the copies (run9: 1.13x contiguous
-        // when read at use). Smaller pages: one lookup per 16-row group.
-        const bool one_page = paged && p.block_size % kv_tile_rows == 0;
-        constexpr bool read_page_ahead = head_dim <= 128;  // D = 256 has no register for it (spilled)
-        auto load_k = [&](unsigned dst, int k0, int page) {
+        auto load_k = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
-            if (one_page)
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, k_ptr + kv_paged_offset(p, page, h_kv, k0, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
-                    p.k_row_stride, rows, tid);
-            else if (paged)
+            if (paged && p.block_size % kv_tile_rows != 0)
                 load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
                     dst, [&](int g) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.k_row_stride, rows, tid);
+            else if (paged)  // the tile lies in one page: strided from its first row
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + k_row_offset(p, seq, b, h_kv, k0),
+                                                                     p.k_row_stride, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + (long long)k0 * p.k_row_stride,
                                                                      p.k_row_stride, rows, tid);
         };
-        auto load_v = [&](unsigned dst, int k0, int page) {
+        auto load_v = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
-            if (one_page)
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, v_ptr + kv_paged_offset(p, page, h_kv, k0, p.v_batch_stride, p.v_head_stride, p.v_row_stride),
-                    p.v_row_stride, rows, tid);
-            else if (paged)
+            if (paged && p.block_size % kv_tile_rows != 0)
                 load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
                     dst, [&](int g) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.v_row_stride, rows, tid);
+            else if (paged)  // the tile lies in one page: strided from its first row
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + v_row_offset(p, seq, b, h_kv, k0),
+                                                                     p.v_row_stride, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + (long long)k0 * p.v_row_stride,
                                                                      p.v_row_stride, rows, tid);
         };
-        // The page of key tile n (one_page only; 0 otherwise, unused).
-        auto page_of = [&](int n) { return one_page ? kv_page(p, b, n * kv_tile_rows) : 0; };
 
         float o[out_tiles][4];
         zero_accumulator(o);
@@ -178,12 +168,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
             // Prologue: group 1 = Q + K(first), group 2 = V(first). The previous item ended on a
             // barrier after its last shared-memory read, so every buffer is free.
             load_tile_async<q_tile_rows, head_dim, num_threads>(q_tile, q_ptr, p.q_row_stride, q_rows, tid);
-            const int first_page = page_of(kt.first);
-            load_k(smem_base + k_buffer(0), kt.first * kv_tile_rows, first_page);
+            load_k(smem_base + k_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
-            load_v(smem_base + v_buffer(0), kt.first * kv_tile_rows, first_page);
+            load_v(smem_base + v_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
-            int next_page = read_page_ahead && kt.first + 1 < kt.end ? page_of(kt.first + 1) : 0;
             cp_async_wait<1>();  // Q and K(first) have landed (V(first) may still be in flight)
             __syncthreads();
 
@@ -198,10 +186,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
 
                 // K(n+1) -> K[buf^1]: its previous reader, Q·K(n-1)ᵀ, finished before the
                 // barrier that ended iteration n-1. An empty group keeps the wait counts uniform.
-                const int page = read_page_ahead ? next_page : (has_next ? page_of(n + 1) : 0);
-                if (has_next) load_k(smem_base + k_buffer(buf ^ 1), next_k0, page);
+                if (has_next) load_k(smem_base + k_buffer(buf ^ 1), next_k0);
                 cp_async_commit();
-                const int page_after = read_page_ahead && n + 2 < kt.end ? page_of(n + 2) : 0;  // a tile ahead
 
                 float s[key_tiles][4];
                 if constexpr (q_in_registers)
@@ -225,9 +211,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
                 // V(n) is visible to every warp; every warp is past P·V(n-1), so V[buf^1] is free,
                 // and past its Q fragment load (Q is staged in V buffer 1).
                 __syncthreads();
-                if (has_next) load_v(smem_base + v_buffer(buf ^ 1), next_k0, page);
+                if (has_next) load_v(smem_base + v_buffer(buf ^ 1), next_k0);
                 cp_async_commit();
-                next_page = page_after;
 
                 warp_pv<head_dim, kv_tile_rows>(o, s, smem_base + v_buffer(buf), lane);
 

@@ -10,24 +10,16 @@
 
 #define FC_KV_ROW_GROUP 16
 
-// Paged: the block (page) holding key row j of sequence b, and the offset of row j's head h_kv in
-// it. Split so that a kernel can read the table ahead of use (its latency then overlaps compute).
-__device__ __forceinline__ int kv_page(const AttentionParams& p, int b, int j) {
-    return p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size];
-}
-__device__ __forceinline__ long long kv_paged_offset(const AttentionParams& p, int page, int h_kv, int j,
-                                                     long long batch_stride, long long head_stride,
-                                                     long long row_stride) {
-    return (long long)page * batch_stride + (long long)(j % p.block_size) * row_stride + (long long)h_kv * head_stride;
-}
-
 // Offset of key row j's head h_kv (the same for K and V when their strides agree; each tensor
 // passes its own strides).
 __device__ __forceinline__ long long kv_row_offset(const AttentionParams& p, const SeqInfo& s, int b, int h_kv, int j,
                                                    long long batch_stride, long long head_stride,
                                                    long long row_stride) {
-    if (p.block_table != nullptr)
-        return kv_paged_offset(p, kv_page(p, b, j), h_kv, j, batch_stride, head_stride, row_stride);
+    if (p.block_table != nullptr) {
+        const int block = p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size];
+        return (long long)block * batch_stride + (long long)(j % p.block_size) * row_stride +
+               (long long)h_kv * head_stride;
+    }
     return (long long)b * batch_stride + (s.k_row0 + j) * row_stride + (long long)h_kv * head_stride;
 }
 
