@@ -439,6 +439,23 @@ __device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const flo
     }
 }
 
+// Consumers: what a warp keeps of its item in shared memory (item_info; MODE_INFO in the modes
+// build), written once per item by the warp's lane 0 before its __syncwarp.
+__device__ __forceinline__ void park_item(const AttentionParams& p, const Work& w, int warp_row0,
+                                          volatile int* item_info) {
+    item_info[0] = w.m * BM + warp_row0;
+#if FC_PORTABLE_MODES
+    item_info[1] = w.kb0 + w.n_blocks;
+    const SeqInfo seq = item_seq(p, w.b);
+    item_info[MODE_INFO_B] = w.b;
+    item_info[MODE_INFO_H] = w.h;
+    item_info[MODE_INFO_LEN_Q] = seq.len_q;
+    item_info[MODE_INFO_LEN_K] = seq.len_k;
+#else
+    item_info[1] = w.n_blocks;
+#endif
+}
+
 #if FC_PORTABLE_MODES
 // ---- inference modes (FC_PORTABLE_MODES) ------------------------------------------------------
 
@@ -721,36 +738,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             const Work w = decode(p, t);
             if (w.n_blocks == 0) release(bars, slot_q(qb));  // nothing was loaded; O = 0 below
             if (w.n_blocks > 0) {
-                item_info[0] = w.m * BM + warp_row0;
-#if FC_PORTABLE_MODES
-                item_info[1] = w.kb0 + w.n_blocks;
-                {
-                    const SeqInfo seq = item_seq(p, w.b);
-                    mode_info[MODE_INFO_B] = w.b;
-                    mode_info[MODE_INFO_H] = w.h;
-                    mode_info[MODE_INFO_LEN_Q] = seq.len_q;
-                    mode_info[MODE_INFO_LEN_K] = seq.len_k;
-                }
-#else
-                item_info[1] = w.n_blocks;
-#endif
+                park_item(p, w, warp_row0, item_info);
                 __syncwarp();
 #else
             const Work w = decode(p, (int)(ring >> RING_ITEM_SHIFT));
             if (w.n_blocks > 0) {
-                item_info[0] = w.m * BM + warp_row0;
-#if FC_PORTABLE_MODES
-                item_info[1] = w.kb0 + w.n_blocks;
-                {
-                    const SeqInfo seq = item_seq(p, w.b);
-                    mode_info[MODE_INFO_B] = w.b;
-                    mode_info[MODE_INFO_H] = w.h;
-                    mode_info[MODE_INFO_LEN_Q] = seq.len_q;
-                    mode_info[MODE_INFO_LEN_K] = seq.len_k;
-                }
-#else
-                item_info[1] = w.n_blocks;
-#endif
+                park_item(p, w, warp_row0, item_info);
                 __syncwarp();
 
                 const int qb = ring_q_buffer(ring);
