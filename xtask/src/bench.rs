@@ -115,6 +115,22 @@ const JSON: &str = "bench-all.json";
 const MARKDOWN: &str = "bench-all.md";
 const SVG: &str = "bench-all.svg";
 
+impl Args {
+    /// The timing loop's settings (`--quick` caps them), shared by the dense and mode suites.
+    pub(crate) fn loop_options(&self) -> LoopOptions {
+        let (repeats, sample_ms) = if self.quick {
+            (self.repeats.min(5), self.sample_ms.min(2.0))
+        } else {
+            (self.repeats, self.sample_ms)
+        };
+        LoopOptions {
+            repeats,
+            sample_ms,
+            max_seconds: self.max_seconds_per_shape,
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     let out_dir = args
         .out_dir
@@ -173,16 +189,10 @@ pub fn run(args: Args) -> Result<()> {
             .join(", "),
         out_dir.display()
     );
-    let (repeats, sample_ms) = if args.quick {
-        (args.repeats.min(5), args.sample_ms.min(2.0))
-    } else {
-        (args.repeats, args.sample_ms)
-    };
-    let loop_opts = LoopOptions {
-        repeats,
-        sample_ms,
-        max_seconds: args.max_seconds_per_shape,
-    };
+    let loop_opts = args.loop_options();
+    let LoopOptions {
+        repeats, sample_ms, ..
+    } = loop_opts;
     let mut report = Report {
         device: DeviceSummary {
             name: info.name.clone(),

@@ -17,7 +17,9 @@ use flashcore::{AttentionProblem, DType, KvStorage, Layout, Modes};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::report::{peers_line, DeviceSummary, Outcome, PeerStatus, Settings, Source, Timing};
+use super::report::{
+    cell_within, fmt_us, peers_line, DeviceSummary, Outcome, PeerStatus, Settings, Source, Timing,
+};
 use super::suite::{dtype_name, Suite};
 use crate::mode_case::Draw;
 
@@ -876,22 +878,8 @@ fn outcome_text(o: &Outcome) -> String {
     }
 }
 
-fn fmt_us(us: f64) -> String {
-    if us < 100.0 {
-        format!("{us:.2}")
-    } else {
-        format!("{us:.1}")
-    }
-}
-
 fn cell(s: &str) -> String {
-    let one_line = s.replace(['\n', '\r'], " ").replace('|', "\\|");
-    if one_line.chars().count() > 200 {
-        let cut: String = one_line.chars().take(197).collect();
-        format!("{cut}...")
-    } else {
-        one_line
-    }
+    cell_within(s, 200)
 }
 
 /// The comparisons: one line per (comparison, generation), value against target.

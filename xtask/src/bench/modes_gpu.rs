@@ -512,16 +512,10 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             .join(", "),
         out_dir.display()
     );
-    let (repeats, sample_ms) = if args.quick {
-        (args.repeats.min(5), args.sample_ms.min(2.0))
-    } else {
-        (args.repeats, args.sample_ms)
-    };
-    let loop_opts = LoopOptions {
-        repeats,
-        sample_ms,
-        max_seconds: args.max_seconds_per_shape,
-    };
+    let loop_opts = args.loop_options();
+    let LoopOptions {
+        repeats, sample_ms, ..
+    } = loop_opts;
     let mut cases: Vec<CaseInfo> = plan
         .cases
         .iter()

@@ -245,7 +245,7 @@ fn best<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<(&'a Row, f64)> {
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us < 100.0 {
         format!("{us:.2}")
     } else {
@@ -254,9 +254,14 @@ fn fmt_us(us: f64) -> String {
 }
 
 fn cell(s: &str) -> String {
+    cell_within(s, 160)
+}
+
+/// A markdown table cell: one line, `|` escaped, cut to `max_chars` with "...".
+pub(crate) fn cell_within(s: &str, max_chars: usize) -> String {
     let one_line = s.replace(['\n', '\r'], " ").replace('|', "\\|");
-    if one_line.chars().count() > 160 {
-        let cut: String = one_line.chars().take(157).collect();
+    if one_line.chars().count() > max_chars {
+        let cut: String = one_line.chars().take(max_chars - 3).collect();
         format!("{cut}...")
     } else {
         one_line
