@@ -107,6 +107,19 @@ __device__ __forceinline__ void modify_scores(float (&s)[kKeyTiles][4], const Sc
     }
 }
 
+// The same when the lane's two rows belong to different heads (GQA-packed query tiles: row
+// `group` and row `group + 8` may be two query heads of one KV group, each with its own ALiBi
+// slope and query position).
+template <int kKeyTiles>
+__device__ __forceinline__ void modify_scores_rows(float (&s)[kKeyTiles][4], const ScoreMod (&mod)[2],
+                                                   const int (&row)[2], int key0) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = logit_log2(mod[e >> 1], s[j][e], row[e >> 1], key0 + 8 * j + (e & 1));
+    }
+}
+
 // One online-softmax step for a new tile of (scaled, masked) scores:
 //   m_new = max(m_old, rowmax(s));  alpha = exp2(m_old - m_new)
 //   s     = exp2(s - m_new)          (P, still f32; converted to elem_t only as the P·V operand)

@@ -46,6 +46,12 @@ pub fn every_mode_problem(head_dim: usize) -> AttentionProblem {
         })
 }
 
+/// A decode problem (one query, GQA 32:8, a 4096-key cache): generation 5 plans it with its
+/// split-KV decode kernel and the combine, which no prefill problem reaches.
+pub fn decode_problem(head_dim: usize) -> AttentionProblem {
+    AttentionProblem::new(1, 32, 1, head_dim).with_kv(8, 4096)
+}
+
 /// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
 const MAX_DUMP_NAME: usize = 200;
 
@@ -187,7 +193,10 @@ pub fn run(
                 let mode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
                     .map(every_mode_problem);
-                for problem in dense_problems.chain(mode_problems) {
+                let decode_problems = representative_head_dims(&caps.head_dims)
+                    .into_iter()
+                    .map(decode_problem);
+                for problem in dense_problems.chain(mode_problems).chain(decode_problems) {
                     let problem = problem.with_dtype(dtype);
                     let Ok(plan) = kernel.plan(&problem, &dev) else {
                         continue;

@@ -7,8 +7,13 @@
 //! - [`Persistent`] ("persistent"): picks the Hopper path on compute capability 9.0 when it
 //!   takes the problem, the portable path otherwise.
 //!
-//! Design and barrier protocols: docs/generations/gen5-persistent.md.
+//! - Decode-shaped problems (the queries per KV head fit one 16-row tile) take neither
+//!   persistent kernel: both paths plan the split-KV, GQA-packed decode kernel of [`decode`]
+//!   (kernels/gen5_decode.cu, mma.sync, sm_80+).
+//!
+//! Design and barrier protocols: docs/generations/gen5-persistent.md and gen5-decode.md.
 
+pub mod decode;
 pub mod hopper;
 pub mod portable;
 

@@ -489,6 +489,12 @@ impl Attention for PersistentPortable {
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
+        self.capabilities().check(NAME, problem, device)?;
+        let decode_cfg =
+            crate::decode::DecodeConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+        if crate::decode::takes(problem, &decode_cfg) {
+            return crate::decode::plan(NAME, problem, device, &decode_cfg);
+        }
         self.plan_with(
             problem,
             device,

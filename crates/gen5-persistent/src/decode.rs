@@ -1,0 +1,429 @@
+//! The decode plan both generation-5 paths share (`kernels/gen5_decode.cu`): split keys across
+//! CTAs (FlashDecoding) with the query heads of a KV group packed into one 16-row MMA tile
+//! (FlashAttention-3's pack-GQA).
+//!
+//! The persistent kernels give one CTA a (batch, head, 128-row q tile) item and its whole key
+//! range. With one query per sequence that item holds one real row of 128, and B·Hq items leave
+//! most SMs idle (B = 1, Sk = 32768: 32 CTAs on 132 SMs). A decode problem, whose queries per KV
+//! head fit one 16-row tile, is planned here instead: one CTA per (sequence, KV head, packed q
+//! tile, key split), as many splits as fill the GPU once, and a combine kernel when there is more
+//! than one split. Design and measurements: `docs/generations/gen5-decode.md`.
+//!
+//! Environment (for A/B runs and the verify sweep):
+//! - `FLASHCORE_DECODE=auto|off|force`: auto (default) plans decode problems here; off never;
+//!   force plans every problem with a head dim it is built for here (the sweep's way through
+//!   this kernel at every shape; slow for long queries, never wrong).
+//! - `FLASHCORE_DECODE_SPLITS=N` (1..=[`MAX_SPLITS`]): force the split count.
+
+use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
+
+/// Kernel file and entry points.
+pub const SOURCE: &str = "gen5_decode.cu";
+pub const SPLIT_ENTRY: &str = "attention_decode_split";
+pub const COMBINE_ENTRY: &str = "attention_decode_combine";
+/// Head dims the kernel is built for (`FC_HEAD_DIM`).
+pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// Packed query rows per CTA (`q_tile_rows`: one m16 MMA tile).
+pub const Q_TILE_ROWS: usize = 16;
+/// Keys per K/V tile of the ring (`kv_tile_rows`), 16 per warp.
+pub const KV_TILE_ROWS: usize = 64;
+pub const WARPS: u32 = 4;
+/// Rows the combine kernel merges per block (one per warp).
+pub const COMBINE_ROWS_PER_BLOCK: usize = 4;
+/// Largest split count (forced or chosen).
+pub const MAX_SPLITS: usize = 256;
+/// A split gets at least this many key tiles when the plan chooses: fewer and the fixed cost
+/// (Q load, pipeline fill, the partial's write and the combine) outweighs the keys it streams.
+pub const MIN_TILES_PER_SPLIT: usize = 4;
+/// Largest workspace a decode plan asks for; more splits than fit are not taken.
+pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeMode {
+    /// Decode-shaped problems (queries per KV head fit one tile) take this plan.
+    #[default]
+    Auto,
+    /// Never (the persistent kernels take everything).
+    Off,
+    /// Every problem with a supported head dim.
+    Force,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeConfig {
+    pub mode: DecodeMode,
+    /// Forced split count; `None` lets [`auto_splits`] choose.
+    pub splits: Option<usize>,
+}
+
+impl DecodeConfig {
+    pub fn from_env() -> Result<Self, String> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let mut c = DecodeConfig::default();
+        if let Some(v) = lookup("FLASHCORE_DECODE") {
+            c.mode = match v.trim() {
+                "" | "auto" => DecodeMode::Auto,
+                "0" | "off" => DecodeMode::Off,
+                "force" => DecodeMode::Force,
+                other => {
+                    return Err(format!(
+                        "FLASHCORE_DECODE={other}: expected auto, off or force"
+                    ))
+                }
+            };
+        }
+        if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
+                _ => {
+                    return Err(format!(
+                        "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS}"
+                    ))
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// Ring depth (`FC_DECODE_STAGES`): 3 slots of 64-key K and V at D = 128 (96 KiB, two CTAs per
+/// SM on an H100), 4 at D = 64 (64 KiB, three); fewer where the device's shared memory is
+/// smaller (sm_86/89: 99 KiB per block), down to the 2 a ring needs.
+pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
+    let preferred = if head_dim <= 64 { 4 } else { 3 };
+    (2..=preferred)
+        .rev()
+        .find(|&s| smem_bytes(head_dim, s) <= device.max_shared_memory_per_block_optin as usize)
+        .unwrap_or(2)
+}
+
+/// Dynamic shared memory (`smem_bytes` in the kernel): the K/V ring, the packed Q tile, each
+/// warp's per-row (max, sum).
+pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
+    stages * 2 * KV_TILE_ROWS * head_dim * 2 + Q_TILE_ROWS * head_dim * 2 + 4 * Q_TILE_ROWS * 2 * 4
+}
+
+/// CTAs of this kernel one SM holds: shared memory (each block also reserves 1 KiB; an SM has
+/// the opt-in limit plus that) and the registers `__launch_bounds__` sizes for, at most 4.
+pub fn ctas_per_sm(head_dim: usize, device: &DeviceInfo) -> usize {
+    let per_block = smem_bytes(head_dim, stages(head_dim, device)) + 1024;
+    let per_sm = device.max_shared_memory_per_block_optin as usize + 1024;
+    (per_sm / per_block).clamp(1, min_blocks(head_dim))
+}
+
+/// `FC_DECODE_MIN_BLOCKS`: the blocks per SM the register allocation is sized for.
+pub fn min_blocks(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        3
+    } else {
+        2
+    }
+}
+
+/// Packed q tiles per (sequence, KV head): `seq_q · G` packed rows, 16 per tile.
+pub fn packed_q_tiles(problem: &AttentionProblem) -> usize {
+    (problem.seq_q * problem.q_heads_per_kv()).div_ceil(Q_TILE_ROWS)
+}
+
+/// Work units before splitting: (sequence, KV head, packed q tile).
+pub fn units(problem: &AttentionProblem) -> usize {
+    problem
+        .batch
+        .saturating_mul(problem.heads_kv)
+        .saturating_mul(packed_q_tiles(problem))
+}
+
+/// Key tiles the longest unit visits at most (a window bounds it; the masks' exact ranges are
+/// the kernel's).
+pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
+    let mut keys = problem.seq_k + problem.modes.append.unwrap_or(0);
+    if let Some(w) = problem.modes.window_left {
+        keys = keys.min(w.saturating_add(problem.seq_q).saturating_add(1));
+    }
+    keys.div_ceil(KV_TILE_ROWS)
+}
+
+/// Splits per unit when the environment does not force a count: enough to fill every CTA slot
+/// of the GPU once (rounded down, so all units start together), never so many that a split gets
+/// fewer than [`MIN_TILES_PER_SPLIT`] key tiles; 1 when the units alone fill the GPU.
+pub fn auto_splits(units: usize, key_tiles: usize, slots: usize) -> usize {
+    if units == 0 || units >= slots {
+        return 1;
+    }
+    (slots / units)
+        .min(key_tiles / MIN_TILES_PER_SPLIT)
+        .clamp(1, MAX_SPLITS)
+}
+
+/// f32 words of workspace a plan with `splits > 1` needs: per (unit, split, packed row) an O row
+/// of `head_dim` and one LSE (the kernel's `partial_row` / `partial_lse_base`).
+pub fn workspace_f32(units: usize, splits: usize, head_dim: usize) -> Option<usize> {
+    units
+        .checked_mul(splits)?
+        .checked_mul(Q_TILE_ROWS)?
+        .checked_mul(head_dim + 1)
+}
+
+/// Whether this plan takes the problem: a supported head dim, and (unless forced) queries per
+/// KV head that fit one packed tile.
+pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
+    HEAD_DIMS.contains(&problem.head_dim)
+        && match cfg.mode {
+            DecodeMode::Off => false,
+            DecodeMode::Force => true,
+            DecodeMode::Auto => problem.seq_q * problem.q_heads_per_kv() <= Q_TILE_ROWS,
+        }
+}
+
+/// The split and (with more than one split) combine launches. `kernel` names the path asking,
+/// for the reason of an `Unsupported`.
+pub fn plan(
+    kernel: &'static str,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    cfg: &DecodeConfig,
+) -> Result<LaunchPlan, Unsupported> {
+    let d = problem.head_dim;
+    if !HEAD_DIMS.contains(&d) {
+        return Err(Unsupported::new(
+            kernel,
+            format!("the decode kernel is built for head_dim 64 and 128, not {d}"),
+        ));
+    }
+    let stages = stages(d, device);
+    let smem = smem_bytes(d, stages);
+    if smem > device.max_shared_memory_per_block_optin as usize {
+        return Err(Unsupported::new(
+            kernel,
+            format!(
+                "the decode kernel needs {smem} bytes of shared memory per block, the device \
+                 allows {}",
+                device.max_shared_memory_per_block_optin
+            ),
+        ));
+    }
+    let units = units(problem);
+    let slots = device.sm_count as usize * ctas_per_sm(d, device);
+    let mut splits = cfg
+        .splits
+        .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), slots));
+    let mut workspace = 0;
+    while splits > 1 {
+        match workspace_f32(units, splits, d) {
+            Some(ws) if ws <= MAX_WORKSPACE_BYTES / 4 && units * splits <= i32::MAX as usize => {
+                workspace = ws;
+                break;
+            }
+            _ => splits /= 2,
+        }
+    }
+    let defines = vec![
+        ("FC_HEAD_DIM".to_string(), d.to_string()),
+        ("FC_DECODE_STAGES".to_string(), stages.to_string()),
+        (
+            "FC_DECODE_MIN_BLOCKS".to_string(),
+            min_blocks(d).to_string(),
+        ),
+    ];
+    let mut launches = vec![KernelLaunch {
+        source: SOURCE,
+        entry: SPLIT_ENTRY,
+        defines: defines.clone(),
+        grid: (flashcore_core::launch::linear_grid(units * splits), 1, 1),
+        block: (WARPS * 32, 1, 1),
+        dynamic_smem_bytes: smem as u32,
+        tensor_maps: None,
+    }];
+    if splits > 1 {
+        launches.push(KernelLaunch {
+            source: SOURCE,
+            entry: COMBINE_ENTRY,
+            defines,
+            grid: (
+                flashcore_core::launch::linear_grid(
+                    (units * Q_TILE_ROWS).div_ceil(COMBINE_ROWS_PER_BLOCK),
+                ),
+                1,
+                1,
+            ),
+            block: (COMBINE_ROWS_PER_BLOCK as u32 * 32, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+        });
+    }
+    Ok(LaunchPlan {
+        launches,
+        workspace_f32: workspace,
+        workspace_counters: 0,
+        num_splits: splits as u32,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashcore_core::{KvStorage, Modes};
+
+    fn decode_problem(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize) -> AttentionProblem {
+        AttentionProblem::new(b, hq, sq, 128).with_kv(hkv, sk)
+    }
+
+    #[test]
+    fn shared_memory_and_occupancy_on_the_h100() {
+        let h100 = DeviceInfo::synthetic_h100();
+        assert_eq!(smem_bytes(128, 3), 98304 + 4096 + 512);
+        assert_eq!(smem_bytes(64, 4), 65536 + 2048 + 512);
+        assert_eq!(ctas_per_sm(128, &h100), 2);
+        assert_eq!(ctas_per_sm(64, &h100), 3);
+        assert_eq!((stages(128, &h100), stages(64, &h100)), (3, 4));
+        // sm_86: 99 KiB opt-in: D = 128 drops to 2 stages (69 KiB, one block), D = 64 to 3
+        // (51 KiB, one block).
+        let sm86 = DeviceInfo::synthetic_sm86();
+        assert_eq!((stages(128, &sm86), stages(64, &sm86)), (2, 4));
+        assert_eq!(ctas_per_sm(128, &sm86), 1);
+        assert_eq!(ctas_per_sm(64, &sm86), 1);
+        let p = AttentionProblem::new(1, 32, 1, 128).with_kv(8, 4096);
+        let plan = super::plan("t", &p, &sm86, &DecodeConfig::default()).unwrap();
+        assert!(plan.launches[0].dynamic_smem_bytes <= sm86.max_shared_memory_per_block_optin);
+    }
+
+    #[test]
+    fn splits_fill_the_gpu_once_and_keep_four_tiles_each() {
+        // 264 slots on the H100 at D = 128.
+        assert_eq!(auto_splits(8, 512, 264), 33); // (1,32,8,1,32768)
+        assert_eq!(auto_splits(64, 128, 264), 4); // (8,32,8,1,8192)
+        assert_eq!(auto_splits(256, 64, 264), 1); // (32,32,8,1,4096): the units fill it
+        assert_eq!(auto_splits(512, 32, 264), 1);
+        assert_eq!(auto_splits(8, 8, 264), 2); // short keys: at least 4 tiles a split
+        assert_eq!(auto_splits(8, 3, 264), 1);
+        assert_eq!(auto_splits(0, 100, 264), 1);
+        assert_eq!(auto_splits(1, 100_000, 264), 264.min(MAX_SPLITS));
+    }
+
+    #[test]
+    fn decode_rows_are_planned_with_splits_and_a_combine() {
+        let dev = DeviceInfo::synthetic_h100();
+        let cfg = DecodeConfig::default();
+        let p = decode_problem(1, 32, 8, 1, 32768).with_dtype(flashcore_core::DType::Bf16);
+        assert!(takes(&p, &cfg));
+        let plan = super::plan("t", &p, &dev, &cfg).unwrap();
+        assert_eq!(plan.num_splits, 33);
+        assert_eq!(plan.launches.len(), 2);
+        assert_eq!(plan.launches[0].grid.0, 8 * 33);
+        assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
+        assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
+        assert_eq!(plan.launches[1].grid.0, (8 * 16 / 4) as u32);
+        assert_eq!(plan.workspace_f32, 8 * 33 * 16 * 129);
+        assert_eq!(plan.workspace_counters, 0);
+        // The units fill the GPU: one split, no combine, no workspace.
+        let p = decode_problem(32, 32, 8, 1, 4096);
+        let plan = super::plan("t", &p, &dev, &cfg).unwrap();
+        assert_eq!(
+            (plan.num_splits, plan.launches.len(), plan.workspace_f32),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn gqa_packing_decides_what_counts_as_decode() {
+        let cfg = DecodeConfig::default();
+        // 4 query heads per KV head: up to 4 queries per sequence fit 16 packed rows.
+        assert!(takes(&decode_problem(8, 32, 8, 4, 8192), &cfg));
+        assert!(!takes(&decode_problem(8, 32, 8, 5, 8192), &cfg));
+        assert!(!takes(&decode_problem(4, 32, 8, 128, 8192), &cfg));
+        // MHA: 16 queries.
+        assert!(takes(&decode_problem(8, 32, 32, 16, 8192), &cfg));
+        // Head dims off the list never.
+        let p = AttentionProblem::new(1, 1, 1, 96);
+        assert!(!takes(&p, &cfg));
+        let forced = DecodeConfig {
+            mode: DecodeMode::Force,
+            splits: None,
+        };
+        assert!(takes(&decode_problem(4, 32, 8, 128, 8192), &forced));
+        let off = DecodeConfig {
+            mode: DecodeMode::Off,
+            splits: None,
+        };
+        assert!(!takes(&decode_problem(8, 32, 8, 1, 8192), &off));
+    }
+
+    #[test]
+    fn a_window_bounds_the_key_tiles() {
+        let mut p = decode_problem(1, 32, 8, 1, 32768);
+        assert_eq!(max_key_tiles(&p), 512);
+        p.modes = Modes {
+            window_left: Some(1000),
+            ..Modes::default()
+        };
+        assert_eq!(max_key_tiles(&p), 1002usize.div_ceil(64));
+        p.modes = Modes {
+            kv: KvStorage::Dense,
+            seqused_k: true,
+            append: Some(1),
+            ..Modes::default()
+        };
+        assert_eq!(max_key_tiles(&p), 32769usize.div_ceil(64));
+    }
+
+    #[test]
+    fn forced_splits_and_the_workspace_cap() {
+        let dev = DeviceInfo::synthetic_h100();
+        let cfg = DecodeConfig {
+            mode: DecodeMode::Auto,
+            splits: Some(7),
+        };
+        let p = decode_problem(2, 4, 2, 1, 100);
+        let plan = super::plan("t", &p, &dev, &cfg).unwrap();
+        assert_eq!(plan.num_splits, 7);
+        assert_eq!(plan.workspace_f32, workspace_f32(4, 7, 128).unwrap());
+        // A forced count whose workspace would pass 1 GiB is halved until it fits.
+        let big = decode_problem(4096, 64, 64, 1, 100);
+        let cfg = DecodeConfig {
+            mode: DecodeMode::Auto,
+            splits: Some(256),
+        };
+        let plan = super::plan("t", &big, &dev, &cfg).unwrap();
+        assert!(plan.workspace_f32 * 4 <= MAX_WORKSPACE_BYTES);
+        assert!(plan.num_splits < 256 && plan.num_splits >= 1);
+    }
+
+    #[test]
+    fn the_environment_is_parsed_strictly() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            DecodeConfig::from_lookup(env(&[])).unwrap(),
+            DecodeConfig::default()
+        );
+        let c = DecodeConfig::from_lookup(env(&[
+            ("FLASHCORE_DECODE", "force"),
+            ("FLASHCORE_DECODE_SPLITS", " 5 "),
+        ]))
+        .unwrap();
+        assert_eq!((c.mode, c.splits), (DecodeMode::Force, Some(5)));
+        assert_eq!(
+            DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "off")]))
+                .unwrap()
+                .mode,
+            DecodeMode::Off
+        );
+        for bad in ["0", "257", "x", "-1", ""] {
+            let e = DecodeConfig::from_lookup(|k| {
+                (k == "FLASHCORE_DECODE_SPLITS").then(|| bad.to_string())
+            })
+            .unwrap_err();
+            assert!(e.contains("FLASHCORE_DECODE_SPLITS"), "{e}");
+        }
+        assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "sometimes")])).is_err());
+    }
+}

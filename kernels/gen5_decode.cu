@@ -1,0 +1,370 @@
+// Generation 5, decode: split keys across CTAs, query heads of a KV group packed into one tile
+// (FlashDecoding with FlashAttention-3's pack-GQA). Both gen-5 paths plan it for problems whose
+// queries per KV head fit one 16-row MMA tile (decode, speculative decoding): there the
+// persistent kernels give one CTA a whole key range and fill 1 of 128 MMA rows, while this one
+// streams K/V through every SM at once and reads each KV head once per group.
+//
+// Work unit (one CTA): (batch b, KV head h_kv, packed q tile, key split). Packed row r of a
+// sequence is query row r / G of query head h_kv * G + r % G (G = heads_q / heads_kv); a tile is
+// 16 packed rows, so K/V of a group are read once for all its heads. The unit's key tiles (the
+// visited range of seqlen.cuh, cut into num_splits balanced pieces) stream through a
+// FC_DECODE_STAGES-deep cp.async ring of 64-key K and V tiles; warp w owns keys [16 w, 16 w + 16)
+// of every tile and keeps its own online-softmax state and 16 x D accumulator:
+//
+//   prologue: Q (16 packed rows, gathered per row) + the first STAGES-1 K/V tiles
+//   per tile t: wait tile t; barrier; issue tile t+STAGES-1 into the slot tile t-1 used;
+//               S = Q·K_wᵀ (16 x 16), score modifier, masks, online softmax, O_w += P·V_w
+//   epilogue:   the four warps' (max, sum, O) merged through shared memory; one split: O and
+//               LSE written; several: the split's normalised O (f32) and log2-LSE go to the
+//               workspace and attention_decode_combine merges them, splits in order.
+//
+// Masks, score modifiers and K/V addressing are the shared headers' (seqlen.cuh, score_mod.cuh,
+// kv_rows.cuh, async_copy.cuh), so every inference mode holds under splitting; a split never
+// crosses a sequence (a unit belongs to one sequence).
+//
+// Dynamic shared memory (bytes), T = 64 * D * 2 (one 64-key tile):
+//   [0, STAGES * 2T)            K/V ring: stage i = K at 2T i, V at 2T i + T
+//                               (reused by the epilogue for the warps' f32 accumulators: 4 * 16 * D * 4 <= 2T * STAGES)
+//   [STAGES * 2T, + 16 * D * 2) the packed Q tile
+//   [.., + 4 * 16 * 2 * 4)      each warp's per-row (max, sum)
+// Keep in sync with crates/gen5-persistent/src/decode.rs (smem_bytes).
+#include "common/params.cuh"
+#include "common/types.cuh"
+#include "common/masking.cuh"
+#include "common/seqlen.cuh"
+#include "common/kv_rows.cuh"
+#include "common/smem_layout.cuh"
+#include "common/mma.cuh"
+#include "common/async_copy.cuh"
+#include "common/online_softmax.cuh"
+#include "common/work_item.cuh"
+
+#ifndef FC_HEAD_DIM
+#error "compile with -DFC_HEAD_DIM=<64|128>"
+#endif
+#ifndef FC_DECODE_STAGES
+#define FC_DECODE_STAGES 3
+#endif
+#ifndef FC_DECODE_MIN_BLOCKS
+#define FC_DECODE_MIN_BLOCKS 2
+#endif
+
+namespace decode {
+
+constexpr int head_dim = FC_HEAD_DIM;
+static_assert(head_dim == 64 || head_dim == 128, "the decode kernel is built for head_dim 64 and 128");
+constexpr int stages = FC_DECODE_STAGES;
+static_assert(stages >= 2, "a ring needs two slots");
+
+constexpr int q_tile_rows = 16;  // packed rows: one mma M extent
+constexpr int kv_tile_rows = 64;
+constexpr int num_warps = 4;
+constexpr int num_threads = 32 * num_warps;
+constexpr int warp_keys = kv_tile_rows / num_warps;  // 16 keys of every tile per warp
+constexpr int out_tiles = head_dim / 8;
+
+using Tile = SwizzledTile<head_dim>;
+constexpr int kv_tile_bytes = Tile::bytes(kv_tile_rows);
+constexpr int ring_bytes = stages * 2 * kv_tile_bytes;
+constexpr int q_offset = ring_bytes;
+constexpr int stats_offset = q_offset + Tile::bytes(q_tile_rows);
+constexpr int smem_bytes = stats_offset + num_warps * q_tile_rows * 2 * 4;
+static_assert(num_warps * q_tile_rows * head_dim * 4 <= ring_bytes, "the merge reuses the ring");
+
+__device__ __forceinline__ unsigned k_slot(int slot) { return slot * 2 * kv_tile_bytes; }
+__device__ __forceinline__ unsigned v_slot(int slot) { return slot * 2 * kv_tile_bytes + kv_tile_bytes; }
+
+// A work unit's place: the sequence, KV head and packed q tile; the split comes on top.
+struct Unit {
+    int b, h_kv, q_tile;
+};
+
+__device__ __forceinline__ int packed_q_tiles(const AttentionParams& p) {
+    return ceil_div(p.seq_q * p.q_heads_per_kv, q_tile_rows);
+}
+
+__device__ __forceinline__ Unit unit_of(const AttentionParams& p, long long u) {
+    const int tiles = packed_q_tiles(p);
+    Unit x;
+    x.q_tile = (int)(u % tiles);
+    const long long bh = u / tiles;
+    x.h_kv = (int)(bh % p.heads_kv);
+    x.b = (int)(bh / p.heads_kv);
+    return x;
+}
+
+// Packed row r of a sequence: query row r / G of head h_kv * G + r % G.
+struct PackedRow {
+    int q_row, head;
+};
+__device__ __forceinline__ PackedRow packed_row(const AttentionParams& p, int h_kv, int r) {
+    PackedRow x;
+    x.q_row = r / p.q_heads_per_kv;
+    x.head = h_kv * p.q_heads_per_kv + r % p.q_heads_per_kv;
+    return x;
+}
+
+// Key tiles [lo, hi) of split s out of n splits of the visited range: balanced, sizes differ by
+// at most one, empty only when the range has fewer tiles than splits.
+__device__ __forceinline__ void split_tiles(const KeyTiles& kt, int s, int n, int& lo, int& hi) {
+    const long long tiles = kt.end - kt.first;
+    lo = kt.first + (int)(tiles * s / n);
+    hi = kt.first + (int)(tiles * (s + 1) / n);
+}
+
+// Workspace: per (unit, split, packed row) a normalised f32 O row, then all the log2-LSEs.
+__device__ __forceinline__ long long partial_row(const AttentionParams& p, long long u, int s, int r) {
+    return (u * p.num_splits + s) * q_tile_rows + r;
+}
+__device__ __forceinline__ long long partial_lse_base(const AttentionParams& p, long long units) {
+    return units * p.num_splits * q_tile_rows * head_dim;
+}
+
+// One row's result, whoever produces it: O unnormalised by l, log2-domain max m.
+// l = 0 with visible keys means every logit was -inf (infinite inputs): NaN, as the f64
+// reference; with no visible key it is the defined empty row (O = 0, LSE = +inf).
+__device__ __forceinline__ float final_scale(float l, bool sees_keys) {
+    if (l != 0.f) return 1.f / l;
+    return sees_keys ? FC_QNAN : 0.f;
+}
+__device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
+    if (l != 0.f) return (m + __log2f(l)) * FC_LN2;
+    return sees_keys ? FC_QNAN : FC_INF;
+}
+
+}  // namespace decode
+
+using namespace decode;
+
+extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
+    attention_decode_split(const __grid_constant__ AttentionParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned smem_base = shared_address(smem);
+    const unsigned q_tile = smem_base + q_offset;
+    float* stats = reinterpret_cast<float*>(smem + stats_offset);  // [warp][row][max, sum]
+    float* merged = reinterpret_cast<float*>(smem);                 // [warp][row][d], epilogue only
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int group = lane / 4;
+    const int tig = lane % 4;
+    const int splits = p.num_splits;
+    const int group_size = p.q_heads_per_kv;
+
+    const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
+    for (long long work = blockIdx.x; work < units * splits; work += gridDim.x) {
+        const long long u = work / splits;
+        const int split = (int)(work % splits);
+        const Unit unit = unit_of(p, u);
+        const int b = unit.b, h_kv = unit.h_kv;
+        const SeqInfo seq = seq_info(p, b);
+        const int packed_rows = seq.len_q * group_size;
+        const int r0 = unit.q_tile * q_tile_rows;
+        if (r0 >= packed_rows) continue;  // past this sequence's queries: block-uniform
+        const int rows = min(q_tile_rows, packed_rows - r0);
+        const int q_first = r0 / group_size, q_last = (r0 + rows - 1) / group_size;
+        const KeyTiles kt = visited_key_tiles(p, seq, q_first, q_last - q_first + 1, kv_tile_rows);
+        int kb0, kb1;
+        split_tiles(kt, split, splits, kb0, kb1);
+        const int n_tiles = kb1 - kb0;
+
+        // This lane's two packed rows (group, group + 8) as query rows and heads.
+        const PackedRow lane_row[2] = {packed_row(p, h_kv, r0 + group), packed_row(p, h_kv, r0 + group + 8)};
+        const int q_row[2] = {lane_row[0].q_row, lane_row[1].q_row};
+
+        const bool paged = p.block_table != nullptr;
+        const elem_t* k_base = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
+        const elem_t* v_base = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
+        // One 64-key tile of K or V: strided, inside one page (strided from its first row), or
+        // one page lookup per 16-row group.
+        auto load_kv = [&](unsigned dst, const elem_t* base, long long row_stride, bool is_k, int k0) {
+            const int valid = min(kv_tile_rows, seq.len_k - k0);
+            auto row_offset = [&](int j) {
+                return is_k ? k_row_offset(p, seq, b, h_kv, j) : v_row_offset(p, seq, b, h_kv, j);
+            };
+            if (paged && p.block_size % kv_tile_rows != 0)
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 4>(
+                    dst, [&](int g) { return base + row_offset(k0 + 16 * g); }, row_stride, valid, tid);
+            else if (paged)
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + row_offset(k0), row_stride, valid,
+                                                                     tid);
+            else
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + (long long)k0 * row_stride,
+                                                                     row_stride, valid, tid);
+        };
+        auto load_stage = [&](int slot, int tile) {
+            const int k0 = tile * kv_tile_rows;
+            load_kv(smem_base + k_slot(slot), k_base, p.k_row_stride, true, k0);
+            load_kv(smem_base + v_slot(slot), v_base, p.v_row_stride, false, k0);
+        };
+
+        float o[out_tiles][4];
+        zero_accumulator(o);
+        SoftmaxRows st;
+        softmax_init(st);
+
+        if (n_tiles > 0) {
+            // Q: packed rows gathered one 16-byte chunk at a time (each row is its own head's
+            // row); rows past the sequence's queries are zero-filled, never read.
+            constexpr int q_chunks = q_tile_rows * Tile::kChunksPerRow;
+            for (int i = tid; i < q_chunks; i += num_threads) {
+                const int r = i / Tile::kChunksPerRow, chunk = i % Tile::kChunksPerRow;
+                const bool valid = r < rows;
+                const PackedRow pr = packed_row(p, h_kv, r0 + (valid ? r : 0));
+                const elem_t* src =
+                    static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, pr.head, pr.q_row) + chunk * 8;
+                cp_async_16_zfill(q_tile + Tile::offset(r, chunk) * 2, src, valid);
+            }
+            load_stage(0, kb0);
+            cp_async_commit();
+#pragma unroll
+            for (int i = 1; i < stages - 1; ++i) {
+                if (i < n_tiles) load_stage(i, kb0 + i);
+                cp_async_commit();
+            }
+
+            FragA q_frag[head_dim / 16];
+            for (int t = 0; t < n_tiles; ++t) {
+                cp_async_wait<stages - 2>();  // tile t (and Q) have landed
+                // Tile t is visible to every warp, and every warp is past tile t-1, whose slot
+                // the next load reuses.
+                __syncthreads();
+                if (t == 0) load_q_fragments<head_dim>(q_frag, q_tile, 0, lane);
+                if (t + stages - 1 < n_tiles) load_stage((t + stages - 1) % stages, kb0 + t + stages - 1);
+                cp_async_commit();
+
+                const int slot = t % stages;
+                const int tile_k0 = (kb0 + t) * kv_tile_rows;
+                const int k0 = tile_k0 + warp * warp_keys;  // this warp's first key
+                const unsigned warp_rows = warp * warp_keys * head_dim * 2;
+                float s[warp_keys / 8][4];
+                warp_qk<head_dim, warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
+                if (has_score_mod(p)) {
+                    const ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head),
+                                             score_mod(p, seq, b, lane_row[1].head)};
+                    modify_scores_rows(s, mod, q_row, k0 + 2 * tig);
+                } else {
+                    scale_scores(s, p.scale_log2);
+                }
+                if (tile_needs_mask(kt, tile_k0, kv_tile_rows)) {  // lengths, causal, window edges
+                    const KeyRange a = key_range(p, seq, q_row[0]), c = key_range(p, seq, q_row[1]);
+                    const int lo[2] = {a.lo - k0, c.lo - k0};
+                    const int hi[2] = {a.hi - k0, c.hi - k0};
+                    mask_scores_range(s, 2 * tig, lo, hi);
+                }
+                online_softmax_update(s, o, st);
+                warp_pv<head_dim, warp_keys>(o, s, smem_base + v_slot(slot) + warp_rows, lane);
+            }
+            cp_async_wait<0>();
+            __syncthreads();  // every warp is done with the ring: the merge may overwrite it
+        }
+
+        // Merge the four warps' key slices: each row's (max, sum) and unnormalised O.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = group + 8 * r;
+            const float l = quad_sum(st.row_sum[r]);
+            if (tig == 0) {
+                stats[(warp * q_tile_rows + row) * 2] = st.row_max[r];
+                stats[(warp * q_tile_rows + row) * 2 + 1] = l;
+            }
+#pragma unroll
+            for (int j = 0; j < out_tiles; ++j)
+                *reinterpret_cast<float2*>(&merged[(warp * q_tile_rows + row) * head_dim + 8 * j + 2 * tig]) =
+                    make_float2(o[j][2 * r], o[j][2 * r + 1]);
+        }
+        __syncthreads();
+
+        for (int i = tid; i < q_tile_rows * head_dim / 2; i += num_threads) {
+            const int row = i / (head_dim / 2);
+            const int col = 2 * (i % (head_dim / 2));
+            if (row >= rows) continue;
+            float m = -FC_INF;
+#pragma unroll
+            for (int w = 0; w < num_warps; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
+            float l = 0.f, o0 = 0.f, o1 = 0.f;
+#pragma unroll
+            for (int w = 0; w < num_warps; ++w) {
+                const float mw = stats[(w * q_tile_rows + row) * 2];
+                const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
+                // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
+                // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
+                // must the row be.
+                const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
+                const float2 ow = *reinterpret_cast<const float2*>(&merged[(w * q_tile_rows + row) * head_dim + col]);
+                l += weight * lw;
+                o0 += weight * ow.x;
+                o1 += weight * ow.y;
+            }
+            const PackedRow pr = packed_row(p, h_kv, r0 + row);
+            if (splits == 1) {
+                const KeyRange keys = key_range(p, seq, pr.q_row);
+                const bool sees_keys = keys.hi > keys.lo;
+                const float scale = final_scale(l, sees_keys);
+                elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
+                *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
+                if (col == 0 && p.lse != nullptr)
+                    p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
+            } else {
+                // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
+                const float inv = l != 0.f ? 1.f / l : 0.f;
+                const long long slot = partial_row(p, u, split, row);
+                *reinterpret_cast<float2*>(&p.workspace[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
+                if (col == 0) p.workspace[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+            }
+        }
+        __syncthreads();  // the stats and merge area are free for the next unit
+    }
+}
+
+// Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
+// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row.
+extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const __grid_constant__ AttentionParams p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int splits = p.num_splits;
+    const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
+    const long long lse_base = partial_lse_base(p, units);
+    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64) or 4 (D = 128) adjacent columns
+    for (long long row_id = (long long)blockIdx.x * 4 + warp; row_id < units * q_tile_rows;
+         row_id += (long long)gridDim.x * 4) {
+        const long long u = row_id / q_tile_rows;
+        const int row = (int)(row_id % q_tile_rows);
+        const Unit unit = unit_of(p, u);
+        const SeqInfo seq = seq_info(p, unit.b);
+        const int r = unit.q_tile * q_tile_rows + row;
+        if (r >= seq.len_q * p.q_heads_per_kv) continue;  // warp-uniform
+        const PackedRow pr = packed_row(p, unit.h_kv, r);
+
+        float m = -FC_INF;
+        for (int s = lane; s < splits; s += 32) m = fmaxf(m, p.workspace[lse_base + partial_row(p, u, s, row)]);
+        for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+        float sum = 0.f;
+        if (m != -FC_INF)
+            for (int s = lane; s < splits; s += 32) sum += fast_exp2(p.workspace[lse_base + partial_row(p, u, s, row)] - m);
+        for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+        // sum is 0 exactly when no split saw a visible key (every lse_s = -inf); NaN propagates.
+        const float lse2 = m + __log2f(sum);
+
+        float acc[cols] = {};
+        if (sum != 0.f) {
+            for (int s = 0; s < splits; ++s) {
+                const long long slot = partial_row(p, u, s, row);
+                const float weight = fast_exp2(p.workspace[lse_base + slot] - lse2);
+                const float* src = &p.workspace[slot * head_dim + cols * lane];
+#pragma unroll
+                for (int c = 0; c < cols; ++c) acc[c] += weight * src[c];
+            }
+        }
+        const KeyRange keys = key_range(p, seq, pr.q_row);
+        const bool sees_keys = keys.hi > keys.lo;
+        const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
+        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row) + cols * lane;
+#pragma unroll
+        for (int c = 0; c < cols; c += 2)
+            *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
+        if (lane == 0 && p.lse != nullptr)
+            p.lse[seq_lse_offset(p, seq, unit.b, pr.head, pr.q_row)] =
+                sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
+    }
+}
