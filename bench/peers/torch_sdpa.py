@@ -2,6 +2,7 @@
 """Times the peer attention kernels that flashcore is compared with, for `cargo xtask bench-all`.
 
     python3 bench/peers/torch_sdpa.py --shapes shapes.json --out peers.json [--quick]
+        [--decode] [--backends sdpa_flash,sdpa_cudnn,...]
 
 Peers: PyTorch SDPA forced onto one backend at a time (FlashAttention-2, cuDNN, memory-efficient)
 and, when `flash_attn_interface` (FlashAttention-3, Hopper) or `flash_attn3_jax` imports, FA3.
@@ -38,6 +39,15 @@ Method (the same as flashcore's own benchmarks, so the numbers compare):
     timed as CUDA-graph replays of 50 captured calls: both rows are reported. "Under 50 us" is
     judged on the graph time (eager times include the host's per-call overhead).
 
+--decode (`cargo xtask bench-all --suite decode`): the method of the decode anchor file
+(shared/anchors/h100-decode-peers.txt), for memory-bound shapes whose every set is already larger
+than the L2: at least 3 input sets rotated (more if 2x L2 needs them), 30 calls captured in one
+CUDA graph, the graph replayed 11 times with each replay timed by events, the median per call
+reported as a "graph" row (no eager row). Rows also carry "gbps": K and V bytes read
+(2*B*H_kv*S_k*D*2) / time.
+
+--backends NAME,...: time only these peers (others are not looked for, nor listed as skipped).
+
 Exit status: 0 on success (even if some rows are errors), 2 for bad arguments or a malformed
 shapes file, 3 when torch or CUDA is missing (one line on stderr says which).
 """
@@ -58,6 +68,11 @@ GRAPH_THRESHOLD_US = 50.0  # a call shorter than this also gets a "graph" row
 # timed as graph replays, and the graph row is kept when the graph says the call is short.
 GRAPH_PROBE_US = 250.0
 GRAPH_CALLS = 50  # calls captured in one graph
+# --decode: the decode anchor file's method.
+DECODE_SETS = 3
+DECODE_GRAPH_CALLS = 30
+DECODE_REPLAYS = 11
+BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "fa3")
 
 
 def fail(code, message):
@@ -101,6 +116,10 @@ def load_shapes(path):
     return shapes
 
 
+def kv_bytes(shape):
+    return 2 * shape["batch"] * shape["heads_kv"] * shape["seq_k"] * shape["head_dim"] * 2
+
+
 def flops(shape):
     f = (4.0 * shape["batch"] * shape["heads"] * shape["seq"] * shape["seq_k"]
          * shape["head_dim"])
@@ -112,7 +131,18 @@ def main():
     ap.add_argument("--shapes", required=True, help="JSON list of shapes")
     ap.add_argument("--out", required=True, help="where to write the results JSON")
     ap.add_argument("--quick", action="store_true", help="smoke mode: few, short samples")
+    ap.add_argument("--decode", action="store_true",
+                    help=f"graph replays only: >= {DECODE_SETS} sets, {DECODE_GRAPH_CALLS} calls "
+                         f"captured, {DECODE_REPLAYS} replays, median per call")
+    ap.add_argument("--backends", default=None,
+                    help=f"comma-separated peers to time (of {', '.join(BACKENDS)}; default all)")
     args = ap.parse_args()
+    backends = None
+    if args.backends is not None:
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown:
+            fail(2, f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
     shapes = load_shapes(args.shapes)
 
     try:
@@ -125,7 +155,7 @@ def main():
 
     # Expected refusals are reported in the rows (see _time_backend), not as warnings.
     warnings.filterwarnings("ignore", category=UserWarning)
-    bench = Bench(torch, quick=args.quick)
+    bench = Bench(torch, quick=args.quick, decode=args.decode, wanted=backends)
     rows = []
     for shape in shapes:
         shape_rows = bench.run_shape(shape)
@@ -133,6 +163,8 @@ def main():
         # Progress on stderr: stdout stays clean for a caller that might parse it.
         for r in shape_rows:
             what = r.get("error") or f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
+            if "gbps" in r:
+                what += f" {r['gbps']:.0f} GB/s"
             print(f"[peers] {shape} {r['backend']}/{r.get('method', '-')}: {what}", file=sys.stderr)
 
     result = {
@@ -142,6 +174,7 @@ def main():
         "cuda": torch.version.cuda,
         "l2_bytes": bench.l2_bytes,
         "quick": args.quick,
+        "decode": args.decode,
         "skipped": bench.skipped,
         "rows": rows,
     }
@@ -162,9 +195,11 @@ def finite_or_null(x):
 
 
 class Bench:
-    def __init__(self, torch, quick):
+    def __init__(self, torch, quick, decode=False, wanted=None):
         self.torch = torch
         self.quick = quick
+        self.decode = decode
+        self.wanted = wanted  # None: every backend
         # Sample length and count: the project's method, or a fast smoke version of it.
         self.target_ms = 2.0 if quick else 20.0
         self.repeats = 5 if quick else 15
@@ -182,18 +217,22 @@ class Bench:
         runs inside `with context():` (which selects the SDPA backend)."""
         torch = self.torch
         backends = []
+        wanted = (lambda name: self.wanted is None or name in self.wanted)
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
         except ImportError as e:
             reason = f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel ({e})"
             for name in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
-                self.skipped.append({"backend": name, "reason": reason})
+                if wanted(name):
+                    self.skipped.append({"backend": name, "reason": reason})
             SDPBackend = None
         if SDPBackend is not None:
             sdpa = torch.nn.functional.scaled_dot_product_attention
             for name, attr in (("sdpa_flash", "FLASH_ATTENTION"),
                                ("sdpa_cudnn", "CUDNN_ATTENTION"),
                                ("sdpa_efficient", "EFFICIENT_ATTENTION")):
+                if not wanted(name):
+                    continue
                 backend = getattr(SDPBackend, attr, None)
                 if backend is None:
                     self.skipped.append({"backend": name,
@@ -211,7 +250,7 @@ class Bench:
                     return sdpa(q, k, v, is_causal=causal)
                 backends.append((name, lambda _b=backend: sdpa_kernel(_b), call))
 
-        fa3 = self._find_fa3()
+        fa3 = self._find_fa3() if wanted("fa3") else None
         if fa3 is not None:
             backends.append(("fa3", contextlib.nullcontext, fa3))
         return backends
@@ -295,7 +334,8 @@ class Bench:
         torch = self.torch
         q_elems, kv_elems = b * h * s * d, b * hkv * sk * d
         set_bytes = (2 * q_elems + 2 * kv_elems) * 2  # q, k, v read + o written
-        want = max(2, math.ceil(2 * self.l2_bytes / set_bytes) + 1)
+        want = max(DECODE_SETS if self.decode else 2,
+                   math.ceil(2 * self.l2_bytes / set_bytes) + 1)
         fit = max(1, int(0.25 * self.free_bytes) // ((q_elems + 2 * kv_elems) * 2))
         n = min(want, fit, 2 if self.quick else 1000)
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -352,6 +392,12 @@ class Bench:
         rel = rel_error(torch, out[0, 0], ref)
         del out
 
+        if self.decode:
+            us_g, calls_g, replays = self._time_graph_fixed(fn, sets, causal)
+            return [dict(shape, backend=name, rel=rel, repeats=replays, sets=len(sets),
+                         method="graph", us=us_g, tflops=flops(shape) / us_g / 1e6,
+                         gbps=kv_bytes(shape) / us_g / 1e3, calls=calls_g)]
+
         per_call_us = self._time_eager(fn, sets, causal, calls=3, repeats=1)
         calls = calls_for(per_call_us, self.target_ms)
         us = self._time_eager(fn, sets, causal, calls, self.repeats)
@@ -391,20 +437,7 @@ class Bench:
         graph and times replays the same way; returns (us per call, calls per sample)."""
         torch = self.torch
         n_calls = max(GRAPH_CALLS, len(sets))
-        # Warm up on a side stream first: some backends (cuDNN) build plans on first use, which
-        # must not happen inside the capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for i in range(3):
-                fn(*sets[i % len(sets)], causal)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(n_calls):
-                fn(*sets[i % len(sets)], causal)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph = self._capture(fn, sets, causal, n_calls)
 
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -423,6 +456,45 @@ class Bench:
             samples.append(start.elapsed_time(end) * 1e3 / (replays * n_calls))
         del graph
         return statistics.median(samples), replays * n_calls
+
+    def _capture(self, fn, sets, causal, n_calls):
+        """A CUDA graph of n_calls calls, call i on set i % len(sets), warmed up (outside the
+        capture, on a side stream) and replayed once."""
+        torch = self.torch
+        # Warm up on a side stream first: some backends (cuDNN) build plans on first use, which
+        # must not happen inside the capture.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for i in range(3):
+                fn(*sets[i % len(sets)], causal)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(n_calls):
+                fn(*sets[i % len(sets)], causal)
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph
+
+    def _time_graph_fixed(self, fn, sets, causal):
+        """--decode: DECODE_GRAPH_CALLS calls in one graph, DECODE_REPLAYS replays each timed by
+        events; returns (median us per call, calls per sample, samples)."""
+        torch = self.torch
+        n_calls = max(DECODE_GRAPH_CALLS, len(sets))
+        replays = 3 if self.quick else DECODE_REPLAYS
+        graph = self._capture(fn, sets, causal, n_calls)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(replays):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3 / n_calls)
+        del graph
+        return statistics.median(samples), n_calls, replays
 
 
 class Refused(Exception):

@@ -7,8 +7,11 @@
 //! `suite`, `report`, `peers` and `plot` and are unit-tested without a GPU; `gpu` holds the
 //! timing code. The inference-mode suites (`--suite varlen | paged | window`) build their own
 //! problems and comparisons (`modes`) and run them with the same timing (`modes_gpu`), writing
-//! `bench-<suite>.json` and `.md`.
+//! `bench-<suite>.json` and `.md`. So does `--suite decode` (`decode`: decode, chunked-prefill
+//! and speculative rows on contiguous and paged caches as graph replays, in GB/s of K/V against a
+//! device-to-device copy of the same bytes and against the peers in the same run).
 
+pub mod decode;
 pub mod gpu;
 pub mod modes;
 pub mod modes_gpu;
@@ -39,7 +42,10 @@ pub struct Args {
     pub kernels: Option<Vec<String>>,
     /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3;
     /// varlen, paged, window: the inference-mode suites (bf16, Hq=32, Hkv=8, D=128; --shape,
-    /// --causal, --dtypes and --layout do not apply to them).
+    /// --causal, --dtypes and --layout do not apply to them); decode: eight decode / chunked
+    /// prefill / speculative rows (bf16, D=128) on contiguous and paged (block 64) caches, as
+    /// graph replays, in GB/s against a device-to-device copy and the peers (non-causal unless
+    /// --causal on; --anchors DIR adds the decode anchors, ../shared/anchors if present).
     #[arg(long, value_enum, default_value_t = Suite::Ladder)]
     pub suite: Suite,
     /// Explicit B,H,S,D shapes instead of the suite (repeatable: --shape 1,8,512,64 --shape ...).
@@ -90,7 +96,8 @@ pub struct Args {
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
     /// Directory of anchor files (peer timings from an earlier run, e.g. shared/anchors): added
-    /// as "(anchor)" rows for the shapes they cover.
+    /// as "(anchor)" rows for the shapes they cover (--suite decode: a cross-check column; it
+    /// looks in ../shared/anchors and shared/anchors when this is not given).
     #[arg(long)]
     pub anchors: Option<PathBuf>,
     /// Skip the cuBLAS GEMM reference (no "% GEMM" column).
@@ -142,8 +149,15 @@ pub fn run(args: Args) -> Result<()> {
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         if v.get("comparisons").is_some() {
-            let report: modes::ModeReport =
+            let mut report: modes::ModeReport =
                 serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
+            // A decode run made where the anchor file was not (a device machine) gets its
+            // cross-check column here; --anchors replaces the saved anchors.
+            if let Some(d) = report.decode.as_mut() {
+                if d.anchors.is_empty() || args.anchors.is_some() {
+                    modes_gpu::decode_anchors(d, &args);
+                }
+            }
             return modes_gpu::write_and_print(&report, &out_dir);
         }
         let report: Report =
@@ -648,6 +662,7 @@ mod tests {
             ("varlen", Suite::Varlen),
             ("paged", Suite::Paged),
             ("window", Suite::Window),
+            ("decode", Suite::Decode),
         ] {
             let a = Cli::try_parse_from([
                 "bench-all",
@@ -666,6 +681,97 @@ mod tests {
             assert!(!dense.is_modes());
             assert!(!suite::suite_bhsd(dense).is_empty());
         }
+    }
+
+    #[test]
+    fn the_decode_suite_parses() {
+        let a = Cli::try_parse_from(["bench-all", "--suite", "decode"])
+            .unwrap()
+            .args;
+        assert_eq!(a.suite, Suite::Decode);
+        assert!(a.suite.is_modes());
+        assert_eq!(modes::suite_name(a.suite), "decode");
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--suite",
+            "decode",
+            "--causal",
+            "on",
+            "--anchors",
+            "../shared/anchors",
+            "--kernels",
+            "persistent-hopper,tile64",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.causal, CausalSel::On);
+        assert_eq!(a.anchors.as_deref(), Some(Path::new("../shared/anchors")));
+        // The plan the runner takes for it.
+        let p = modes::plan(a.suite, a.seed);
+        assert_eq!(p.suite, Suite::Decode);
+        assert_eq!(p.cases.len(), 24);
+    }
+
+    #[test]
+    fn a_saved_decode_report_renders_without_a_gpu() {
+        let dir = std::env::temp_dir().join(format!("bench-decode-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("in.json");
+        std::fs::write(
+            &json,
+            serde_json::to_string(&decode::tests::fixture()).unwrap(),
+        )
+        .unwrap();
+        let out = dir.join("out");
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--from-json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        run(a).unwrap();
+        let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
+        assert!(md.contains("# flashcore bench-all --suite decode"), "{md}");
+        assert!(md.contains("### Copy ceiling"), "{md}");
+        let back: modes::ModeReport =
+            serde_json::from_str(&std::fs::read_to_string(out.join("bench-decode.json")).unwrap())
+                .unwrap();
+        assert_eq!(back, decode::tests::fixture());
+        // A run saved without anchors gets them when re-rendered with --anchors.
+        let mut bare = decode::tests::fixture();
+        let d = bare.decode.as_mut().unwrap();
+        d.anchors.clear();
+        d.anchors_note = Some("no anchors".into());
+        std::fs::write(&json, serde_json::to_string(&bare).unwrap()).unwrap();
+        let anchors = dir.join("anchors");
+        std::fs::create_dir_all(&anchors).unwrap();
+        std::fs::write(
+            anchors.join("h100-decode-peers.txt"),
+            "B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_cudnn      94.2 us     2850 GB/s\n",
+        )
+        .unwrap();
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--from-json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--anchors",
+            anchors.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        run(a).unwrap();
+        let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
+        assert!(
+            md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("h100-decode-peers.txt (1 number)"), "{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

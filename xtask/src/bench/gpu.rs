@@ -351,6 +351,75 @@ pub fn time_eager(
     })
 }
 
+/// A device-to-device copy of `bytes` (cuMemcpyDtoDAsync between two device buffers), timed like
+/// the eager calls: CUDA events around back-to-back copies, median per copy. Source/destination
+/// pairs are rotated so that the bytes one pass touches exceed twice the L2 (`sets_needed`, at
+/// most `max_pairs`); the sources hold random bytes. Returns the timing and the pairs used.
+pub fn time_copy(
+    timer: &Timer,
+    device: &Device,
+    bytes: usize,
+    max_pairs: usize,
+    opts: &LoopOptions,
+) -> Result<(Sampled, usize)> {
+    let s = device.stream();
+    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
+    let pairs = sets_needed(
+        2 * bytes,
+        2 * bytes,
+        device.info().l2_bytes as usize,
+        free,
+        max_pairs,
+    );
+    // 16 MiB of random bytes, repeated through each source (a zero source would do as well on
+    // memory without compression; this does not depend on that).
+    let chunk_len = bytes.clamp(1, 16 << 20);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let chunk: Vec<u8> = (0..chunk_len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut srcs = Vec::with_capacity(pairs);
+    let mut dsts = Vec::with_capacity(pairs);
+    for _ in 0..pairs {
+        let mut src = cu(s.alloc_zeros::<u8>(bytes), "allocating a copy source")?;
+        let mut at = 0;
+        while at < bytes {
+            let n = chunk_len.min(bytes - at);
+            let mut view = src.slice_mut(at..at + n);
+            cu(
+                s.memcpy_htod(&chunk[..n], &mut view),
+                "filling a copy source",
+            )?;
+            at += n;
+        }
+        srcs.push(src);
+        dsts.push(cu(
+            s.alloc_zeros::<u8>(bytes),
+            "allocating a copy destination",
+        )?);
+    }
+    cu(s.synchronize(), "filling the copy buffers")?;
+    let mut next = 0usize;
+    let mut copy = |n: u64| -> Result<()> {
+        for _ in 0..n {
+            let i = next % pairs;
+            next += 1;
+            cu(s.memcpy_dtod(&srcs[i], &mut dsts[i]), "cuMemcpyDtoDAsync")?;
+        }
+        Ok(())
+    };
+    copy(3)?;
+    let per_copy_us = timer.time_ms(device, || copy(3))? * 1e3 / 3.0;
+    let sampled = sample_loop(timer, device, per_copy_us, opts, 1, &mut copy)?;
+    cu(s.synchronize(), "finishing the copies")?;
+    Ok((sampled, pairs))
+}
+
 /// An instantiated CUDA graph of `calls` attention calls.
 pub struct Graph {
     graph: sys::CUgraph,

@@ -12,11 +12,15 @@
 //!   64 and 256 with shuffled block tables, on the same keys and values.
 //! - window: a sliding window of 4096 at 32k tokens against the full causal run and against a
 //!   dense non-causal run with Sk = 4096 (the same number of visible keys per query).
+//!
+//! `--suite decode` builds its plan in `bench::decode` from the pieces here (`cache_case_heads`,
+//! `dense_case_heads`) and adds its own part to the report ([`ModeReport::decode`]).
 
 use flashcore::{AttentionProblem, DType, KvStorage, Layout, Modes};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::decode::DecodeInfo;
 use super::report::{
     cell_within, fmt_us, peers_line, DeviceSummary, Outcome, PeerStatus, Settings, Source, Timing,
 };
@@ -41,6 +45,10 @@ pub const PREFILL_SEQ: usize = 4096;
 pub const BLOCK_SIZES: [usize; 3] = [16, 64, 256];
 /// Blocks in the pool beyond the ones the sequences own (pages may be anywhere).
 pub const SPARE_BLOCKS: usize = 7;
+
+/// A `--graph-threshold-us` at or above this (the decode suite's) times every call as graph
+/// replays too.
+pub const GRAPH_ALWAYS_US: f64 = 1e9;
 
 pub const WINDOW_SEQ: usize = 32768;
 pub const WINDOW_LEFT: usize = 4096;
@@ -321,8 +329,41 @@ pub struct SuitePlan {
 }
 
 fn base_problem(batch: usize, seq_q: usize, seq_k: usize, causal: bool) -> AttentionProblem {
-    AttentionProblem::new(batch, HEADS_Q, seq_q, HEAD_DIM)
-        .with_kv(HEADS_KV, seq_k)
+    heads_problem(Heads::SUITES, batch, seq_q, seq_k, causal)
+}
+
+/// Query heads, KV heads and head dimension of a problem (the mode suites all use
+/// [`Heads::SUITES`]; the decode suite varies them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    pub q: usize,
+    pub kv: usize,
+    pub dim: usize,
+}
+
+impl Heads {
+    /// Hq = 32, Hkv = 8, D = 128.
+    pub const SUITES: Heads = Heads {
+        q: HEADS_Q,
+        kv: HEADS_KV,
+        dim: HEAD_DIM,
+    };
+
+    fn text(self) -> String {
+        format!("Hq={} Hkv={} D={} {DTYPE}", self.q, self.kv, self.dim)
+    }
+}
+
+/// A bf16 problem in BSHD order with these heads.
+pub fn heads_problem(
+    heads: Heads,
+    batch: usize,
+    seq_q: usize,
+    seq_k: usize,
+    causal: bool,
+) -> AttentionProblem {
+    AttentionProblem::new(batch, heads.q, seq_q, heads.dim)
+        .with_kv(heads.kv, seq_k)
         .with_dtype(DTYPE)
         .with_causal(causal)
         .with_layout(Layout::Bshd)
@@ -355,7 +396,7 @@ fn case(key: &str, label: String, problem: AttentionProblem, draw: Draw) -> Case
 }
 
 fn heads_text() -> String {
-    format!("Hq={HEADS_Q} Hkv={HEADS_KV} D={HEAD_DIM} {DTYPE}")
+    Heads::SUITES.text()
 }
 
 /// A dense (no tables) case: B, Sq, Sk, causal, optional left window.
@@ -375,6 +416,26 @@ pub fn dense_case(
         heads_text(),
         if causal { " causal" } else { "" },
         window_left.map_or(String::new(), |w| format!(" window_left={w}"))
+    );
+    case(key, label, p, d)
+}
+
+/// A dense (no modes) non-windowed case with these heads: K and V `[B, Sk, Hkv, D]`, the same
+/// memory as a contiguous cache of capacity Sk that is full.
+pub fn dense_case_heads(
+    key: &str,
+    heads: Heads,
+    batch: usize,
+    seq_q: usize,
+    seq_k: usize,
+    causal: bool,
+) -> Case {
+    let p = heads_problem(heads, batch, seq_q, seq_k, causal);
+    let d = dense_draw(&p);
+    let label = format!(
+        "B={batch} {} Sq={seq_q} Sk={seq_k}{}, dense K/V (no modes)",
+        heads.text(),
+        if causal { " causal" } else { "" }
     );
     case(key, label, p, d)
 }
@@ -417,8 +478,23 @@ pub fn cache_case(
     kv: KvKind,
     seed: u64,
 ) -> Case {
+    cache_case_heads(key, Heads::SUITES, seq_q, capacity, used, causal, kv, seed)
+}
+
+/// [`cache_case`] with other heads than the suites' 32/8/128.
+#[allow(clippy::too_many_arguments)]
+pub fn cache_case_heads(
+    key: &str,
+    heads: Heads,
+    seq_q: usize,
+    capacity: usize,
+    used: &[usize],
+    causal: bool,
+    kv: KvKind,
+    seed: u64,
+) -> Case {
     let batch = used.len();
-    let mut p = base_problem(batch, seq_q, capacity, causal);
+    let mut p = heads_problem(heads, batch, seq_q, capacity, causal);
     let mut d = Draw {
         len_k: used.to_vec(),
         used: used.to_vec(),
@@ -448,7 +524,7 @@ pub fn cache_case(
     );
     let label = format!(
         "B={batch} {} Sq={seq_q}{}, cache {capacity} {storage}, seqused_k {lo}..={hi}",
-        heads_text(),
+        heads.text(),
         if causal { " causal" } else { "" }
     );
     case(key, label, p, d)
@@ -489,6 +565,7 @@ pub fn plan(suite: Suite, seed: u64) -> SuitePlan {
         Suite::Varlen => varlen_plan(seed),
         Suite::Paged => paged_plan(seed),
         Suite::Window => window_plan(),
+        Suite::Decode => super::decode::plan(seed, false),
         Suite::Mission | Suite::Ladder | Suite::Full => SuitePlan {
             suite,
             cases: vec![],
@@ -765,6 +842,9 @@ pub struct ModeReport {
     pub cases: Vec<CaseInfo>,
     pub rows: Vec<ModeRow>,
     pub comparisons: Vec<Comparison>,
+    /// The decode suite's rows, copy ceilings and anchors (`bench::decode`); absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeInfo>,
 }
 
 /// One evaluated comparison.
@@ -992,12 +1072,16 @@ pub fn render_header(r: &ModeReport) -> String {
     out.push_str(&peers_line(&r.peers));
     out.push_str(&format!(
         "method: the dense bench's: CUDA events around back-to-back calls, >= {} ms per sample, median of {} samples, \
-         inputs rotated over sets whose bytes exceed 2x L2; calls under {} µs also as CUDA-graph replays of >= {} calls. \
+         inputs rotated over sets whose bytes exceed 2x L2; {} as CUDA-graph replays of >= {} calls. \
          Each flashcore row is checked against the oracle first (each sequence judged alone, on sampled rows; \
          check column: error ratio, 1.0 is the limit); a wrong one gets no number. TFLOP/s count only the pairs the masks let through.{}\n\n",
         s.sample_ms,
         s.repeats,
-        s.graph_threshold_us,
+        if s.graph_threshold_us >= GRAPH_ALWAYS_US {
+            "every call also".to_string()
+        } else {
+            format!("calls under {} µs also", s.graph_threshold_us)
+        },
         s.graph_calls,
         if s.quick { " QUICK MODE: smoke numbers only." } else { "" }
     ));
@@ -1016,16 +1100,21 @@ pub fn suite_name(s: Suite) -> &'static str {
         Suite::Varlen => "varlen",
         Suite::Paged => "paged",
         Suite::Window => "window",
+        Suite::Decode => "decode",
     }
 }
 
 pub fn render_markdown(r: &ModeReport) -> String {
+    // The decode suite's own table holds its comparisons (and its two targets).
+    let (title, middle) = match &r.decode {
+        Some(d) => ("Decode", super::decode::render(r, d)),
+        None => ("Comparisons", render_comparisons(r)),
+    };
     format!(
-        "# flashcore bench-all --suite {}\n\n{}\n## Cases\n\n{}\n## Comparisons\n\n{}\n## All rows\n\n{}",
+        "# flashcore bench-all --suite {}\n\n{}\n## Cases\n\n{}\n## {title}\n\n{middle}\n## All rows\n\n{}",
         suite_name(r.suite),
         render_header(r),
         render_cases(r),
-        render_comparisons(r),
         render_rows(r)
     )
 }
@@ -1336,6 +1425,7 @@ pub mod tests {
             cases,
             rows,
             comparisons: p.comparisons.clone(),
+            decode: None,
         }
     }
 

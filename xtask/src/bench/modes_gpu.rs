@@ -1,8 +1,10 @@
-//! The GPU side of the mode suites (`bench-all --suite varlen | paged | window`): inputs in
-//! storage order (packed, contiguous cache, pages), the oracle's references per sequence on
+//! The GPU side of the mode suites (`bench-all --suite varlen | paged | window | decode`): inputs
+//! in storage order (packed, contiguous cache, pages), the oracle's references per sequence on
 //! sampled rows, and the dense bench's timing (`bench::bench_one`: check, eager events, graph
-//! replays for short calls). Paged cases hold the keys and values of their contiguous case,
-//! scattered through the block table, and are judged against the same references.
+//! replays for short calls, for every call in the decode suite). Paged cases hold the keys and
+//! values of their contiguous case, scattered through the block table, and are judged against the
+//! same references. The decode suite also times its device-to-device copies (the bandwidth
+//! ceiling) and reads its anchors here.
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,10 +14,12 @@ use flashcore::{Attention, AttentionProblem, Device, KvStorage};
 use flashcore_oracle::{OracleProblem, Reference, Rows, Verdict};
 use ndarray::{s, ArrayD, Axis, IxDyn};
 
+use super::decode::{self, CopyTiming, DecodeInfo};
 use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
 use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
 use super::peers;
 use super::report::{DeviceSummary, Outcome, PeerStatus, Settings, Source};
+use super::suite::{CausalSel, Suite};
 use super::Args;
 use crate::case::{precision, random_tensor_parallel};
 use crate::mode_case::{self, Draw};
@@ -404,13 +408,19 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
         eprintln!("peers: running the peer script (progress below)");
         let script = peers::find_script(args.peer_script.as_deref());
         let list: Vec<serde_json::Value> = plan.peers.iter().map(|p| p.shape.to_json()).collect();
-        peers::run_script_on(
+        let extra: &[&str] = if plan.suite == Suite::Decode {
+            &decode::PEER_ARGS
+        } else {
+            &[]
+        };
+        peers::run_script_with(
             &args.python,
             script.as_deref(),
             &list,
             out_dir,
             &format!("-{}", modes::suite_name(plan.suite)),
             args.quick,
+            extra,
         )
     };
     let v = match v {
@@ -468,14 +478,96 @@ pub fn write_and_print(report: &ModeReport, dir: &Path) -> Result<()> {
     eprintln!("bench-all: wrote {json} and {md} in {}", dir.display());
     println!("{}", modes::render_header(report));
     println!("{}", modes::render_cases(report));
-    println!("{}", modes::render_comparisons(report));
+    match &report.decode {
+        Some(d) => println!("{}", decode::render(report, d)),
+        None => println!("{}", modes::render_comparisons(report)),
+    }
     print!("{}", modes::render_rows(report));
     Ok(())
 }
 
-/// `bench-all --suite varlen | paged | window`.
+/// The decode suite's copies: one per distinct K+V byte count. A copy that fails leaves a note.
+fn copy_ceilings(
+    device: &Device,
+    timer: &Timer,
+    info: &mut DecodeInfo,
+    args: &Args,
+    loop_opts: &LoopOptions,
+) {
+    let mut notes = Vec::new();
+    for bytes in decode::copy_sizes(info) {
+        let timed = gpu::no_panic("copy", || {
+            gpu::time_copy(
+                timer,
+                device,
+                bytes as usize,
+                if args.quick { 2 } else { 8 },
+                loop_opts,
+            )
+        });
+        match timed {
+            Ok((s, pairs)) => {
+                eprintln!(
+                    "  copy {} MiB: {:.1} us, read {:.0} GB/s (ceiling), traffic {:.0} GB/s",
+                    bytes >> 20,
+                    s.us,
+                    decode::ceiling_gbps(bytes, s.us),
+                    2.0 * decode::gbps(bytes, s.us)
+                );
+                info.copies.push(CopyTiming {
+                    bytes,
+                    us: s.us,
+                    calls: s.calls,
+                    repeats: s.repeats,
+                    pairs,
+                });
+            }
+            Err(e) => {
+                eprintln!("  copy {} MiB failed: {e:#}", bytes >> 20);
+                notes.push(format!("{} MiB: {e:#}", bytes >> 20));
+            }
+        }
+    }
+    if !notes.is_empty() {
+        info.copy_note = Some(notes.join("; "));
+    }
+}
+
+/// The decode anchors (`--anchors DIR`, else `../shared/anchors` or `shared/anchors`).
+pub(crate) fn decode_anchors(info: &mut DecodeInfo, args: &Args) {
+    let Some(dir) = decode::anchor_dir(args.anchors.as_deref()) else {
+        info.anchors_note =
+            Some("no anchors: pass --anchors DIR (the directory of h100-decode-peers.txt)".into());
+        return;
+    };
+    match decode::load_anchors(&dir) {
+        Ok((a, note)) => {
+            info.anchors = a;
+            info.anchors_note = Some(note);
+        }
+        Err(e) => info.anchors_note = Some(format!("anchors not loaded: {e:#}")),
+    }
+}
+
+/// `bench-all --suite varlen | paged | window | decode`.
 pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
-    let plan = modes::plan(args.suite, args.seed);
+    let is_decode = args.suite == Suite::Decode;
+    // Decode: non-causal unless `--causal on`; every call timed as graph replays too.
+    let decode_causal = args.causal == CausalSel::On;
+    let decode_args;
+    let args = if is_decode {
+        let mut a = args.clone();
+        a.graph_threshold_us = modes::GRAPH_ALWAYS_US;
+        decode_args = a;
+        &decode_args
+    } else {
+        args
+    };
+    let plan = if is_decode {
+        decode::plan(args.seed, decode_causal)
+    } else {
+        modes::plan(args.suite, args.seed)
+    };
     let name = modes::suite_name(args.suite);
     let kernels = super::select_kernels(args.kernels.as_deref())?;
     eprintln!("bench-all --suite {name}:");
@@ -561,8 +653,14 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         cases,
         rows: vec![],
         comparisons: plan.comparisons.clone(),
+        decode: is_decode.then(|| decode::info(decode_causal)),
     };
     let timer = Timer::new(&device)?;
+    if let Some(info) = report.decode.as_mut() {
+        eprintln!("copies (the bandwidth ceiling):");
+        copy_ceilings(&device, &timer, info, args, &loop_opts);
+        decode_anchors(info, args);
+    }
     let mut spent = vec![0.0; kernels.len()];
     let mut base: Option<Prepared> = None;
     let started = Instant::now();

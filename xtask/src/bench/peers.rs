@@ -51,6 +51,20 @@ pub fn run_script_on(
     suffix: &str,
     quick: bool,
 ) -> Result<std::result::Result<Value, String>> {
+    run_script_with(python, script, list, dir, suffix, quick, &[])
+}
+
+/// [`run_script_on`] with more arguments for the script (the decode suite's `--decode
+/// --backends ...`).
+pub fn run_script_with(
+    python: &str,
+    script: Option<&Path>,
+    list: &[Value],
+    dir: &Path,
+    suffix: &str,
+    quick: bool,
+    extra: &[&str],
+) -> Result<std::result::Result<Value, String>> {
     let Some(script) = script else {
         return Ok(Err(
             "bench/peers/torch_sdpa.py not found (run from the repository root or pass --peer-script)"
@@ -82,6 +96,7 @@ pub fn run_script_on(
     if quick {
         cmd.arg("--quick");
     }
+    cmd.args(extra);
     // stderr (the script's progress lines) goes straight to ours; stdout is not used.
     let out = cmd
         .stdout(std::process::Stdio::null())
@@ -127,7 +142,8 @@ fn shape_of(v: &Value) -> Option<Shape> {
     })
 }
 
-struct EagerRow {
+/// One timed row of the script (eager or graph).
+struct TimedRow {
     us: f64,
     rel: Option<f64>,
     calls: Option<u64>,
@@ -137,8 +153,8 @@ struct EagerRow {
 
 #[derive(Default)]
 struct Merged {
-    eager: Option<EagerRow>,
-    graph: Option<(f64, Option<u64>)>,
+    eager: Option<TimedRow>,
+    graph: Option<TimedRow>,
     errors: Vec<String>,
     /// The script's remarks on how it ran the shape (e.g. K/V repeated for GQA).
     notes: Vec<String>,
@@ -243,19 +259,17 @@ pub fn merge_peer_rows<K: PartialEq>(
                 entry.1.notes.push(n.to_string());
             }
         }
+        let timed = TimedRow {
+            us,
+            rel: r.get("rel").and_then(Value::as_f64),
+            calls,
+            repeats: r.get("repeats").and_then(Value::as_u64).map(|x| x as usize),
+            sets: r.get("sets").and_then(Value::as_u64).map(|x| x as usize),
+        };
         if method == "graph" {
-            entry.1.graph = Some((us, calls));
+            entry.1.graph = Some(timed);
         } else {
-            let rel = r.get("rel").and_then(Value::as_f64);
-            let reps = r.get("repeats").and_then(Value::as_u64).map(|x| x as usize);
-            let sets = r.get("sets").and_then(Value::as_u64).map(|x| x as usize);
-            entry.1.eager = Some(EagerRow {
-                us,
-                rel,
-                calls,
-                repeats: reps,
-                sets,
-            });
+            entry.1.eager = Some(timed);
         }
     }
     let mut rows = Vec::new();
@@ -263,18 +277,20 @@ pub fn merge_peer_rows<K: PartialEq>(
         let timing = Timing::from_flops(
             flops_of(&wanted[si]),
             m.eager.as_ref().map(|e| e.us),
-            m.graph.map(|g| g.0),
+            m.graph.as_ref().map(|g| g.us),
         );
         let outcome = match timing {
             Some(mut t) => {
-                if let Some(e) = &m.eager {
+                // The eager row's check and counts; a graph-only row (the decode method) has its
+                // own.
+                if let Some(e) = m.eager.as_ref().or(m.graph.as_ref()) {
                     t.check = e.rel.map(|r| format!("rel {r:.1e}"));
                     t.repeats = e.repeats.unwrap_or(0);
                     t.sets = e.sets.unwrap_or(0);
                     t.calls = e.calls.unwrap_or(0);
                 }
-                if let Some((_, calls)) = m.graph {
-                    t.calls = calls.unwrap_or(t.calls);
+                if let Some(g) = &m.graph {
+                    t.calls = g.calls.unwrap_or(t.calls);
                 }
                 let notes: Vec<String> = m.notes.iter().chain(&m.errors).cloned().collect();
                 if !notes.is_empty() {
@@ -520,6 +536,31 @@ mod tests {
         // And the dense suites do not take rows of GQA or seq_k != seq shapes.
         let (_, dense) = parse_peers(&v, &mission()).unwrap();
         assert!(dense.is_empty());
+    }
+
+    #[test]
+    fn graph_only_rows_keep_their_check_and_counts() {
+        // What `torch_sdpa.py --decode` writes: one graph row, no eager row.
+        use crate::bench::modes::PeerShape;
+        let shape = crate::bench::decode::ROWS[1].peer_shape();
+        let v: Value = serde_json::from_str(
+            r#"{"device": "H100", "torch": "2.11", "cudnn": "91900", "decode": true, "skipped": [],
+                "rows": [
+                  {"batch": 8, "heads": 32, "heads_kv": 8, "seq": 1, "seq_k": 8192, "head_dim": 128,
+                   "causal": false, "dtype": "bf16", "backend": "sdpa_cudnn", "method": "graph",
+                   "us": 94.2, "tflops": 0.09, "gbps": 2850.0, "rel": 0.0004, "calls": 30,
+                   "repeats": 11, "sets": 3}
+                ]}"#,
+        )
+        .unwrap();
+        let rows = merge_peer_rows(&v, &[shape], PeerShape::from_json, |_| 1e9).unwrap();
+        let (_, backend, Outcome::Timed(t)) = &rows[0] else {
+            panic!("{rows:?}")
+        };
+        assert_eq!(backend, "sdpa_cudnn");
+        assert_eq!((t.method, t.us, t.eager_us), (Method::Graph, 94.2, None));
+        assert_eq!((t.calls, t.repeats, t.sets), (30, 11, 3));
+        assert_eq!(t.check.as_deref(), Some("rel 4.0e-4"));
     }
 
     #[test]

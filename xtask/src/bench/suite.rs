@@ -94,12 +94,19 @@ pub enum Suite {
     Paged,
     /// Sliding window 4096 at 32k tokens against full causal 32k and a dense Sk=4096 run.
     Window,
+    /// Decode and its neighbours (Sq = 1, 4, 128 against caches of 2k..32k keys, GQA and MHA),
+    /// each on a contiguous and a paged (block 64) cache, as graph replays, beside the peers and
+    /// a device-to-device copy of the same bytes (the bandwidth ceiling).
+    Decode,
 }
 
 impl Suite {
     /// The inference-mode suites (`bench::modes`), which build their own problems.
     pub fn is_modes(self) -> bool {
-        matches!(self, Suite::Varlen | Suite::Paged | Suite::Window)
+        matches!(
+            self,
+            Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode
+        )
     }
 }
 
@@ -144,7 +151,7 @@ pub fn suite_bhsd(suite: Suite) -> Vec<(usize, usize, usize, usize)> {
         Suite::Ladder => LADDER.to_vec(),
         Suite::Full => LADDER.iter().chain(FULL_EXTRA.iter()).copied().collect(),
         // Not B,H,S,D lists: see `bench::modes::plan`.
-        Suite::Varlen | Suite::Paged | Suite::Window => vec![],
+        Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode => vec![],
     }
 }
 

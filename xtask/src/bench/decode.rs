@@ -1,0 +1,1182 @@
+//! The decode suite of `bench-all` (`--suite decode`, issue 12): what it runs, the bandwidth
+//! arithmetic (K/V bytes read, GB/s, percent of the copy ceiling, speed against the best peer),
+//! the anchor file it cross-checks with, and its table. Nothing here touches a GPU; `modes_gpu`
+//! times the cases, the copies and the peers.
+//!
+//! - Eight rows (B, Hq, Hkv, Sq, Sk, D), bf16, non-causal unless `--causal on`: decode (Sq = 1)
+//!   from one long sequence to many short ones, GQA 4:1 and 8:1 and MHA, a chunked prefill
+//!   (Sq = 128) and speculative decoding (Sq = 4).
+//! - Each row on every flashcore generation three times: a contiguous cache (`seqused_k` = Sk for
+//!   every sequence, capacity Sk), a paged cache (block 64, shuffled table: the `paged` suite's
+//!   `cache_case`) holding the same keys and values, and the plain dense problem (no modes, the
+//!   same memory as the full contiguous cache; no target, it shows what the modes cost).
+//! - The peers (`torch_sdpa.py --decode`) run each row on contiguous K/V `[B, Hkv, Sk, D]`; the
+//!   paged rows compare with the same peer numbers.
+//! - A device-to-device copy of each row's K+V byte count is the measured ceiling: its read
+//!   bandwidth, N / t (the copy also writes N bytes).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use flashcore::DType;
+use serde::{Deserialize, Serialize};
+
+use super::modes::{
+    cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, ModeReport, PeerCase,
+    PeerShape, Side, SuitePlan, Target, DTYPE,
+};
+use super::report::{cell_within, fmt_us, Outcome, Source};
+use super::suite::Suite;
+
+/// One row of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeShape {
+    pub batch: usize,
+    pub heads_q: usize,
+    pub heads_kv: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub head_dim: usize,
+    /// What the row stands for.
+    pub what: &'static str,
+}
+
+const fn row(
+    batch: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    seq_q: usize,
+    seq_k: usize,
+    what: &'static str,
+) -> DecodeShape {
+    DecodeShape {
+        batch,
+        heads_q,
+        heads_kv,
+        seq_q,
+        seq_k,
+        head_dim: 128,
+        what,
+    }
+}
+
+/// The issue's rows, in its order.
+pub const ROWS: [DecodeShape; 8] = [
+    row(1, 32, 8, 1, 32768, "decode, one long sequence"),
+    row(8, 32, 8, 1, 8192, "decode"),
+    row(32, 32, 8, 1, 4096, "decode"),
+    row(64, 32, 8, 1, 2048, "decode, many short sequences"),
+    row(16, 64, 8, 1, 8192, "decode, GQA 8:1"),
+    row(8, 32, 32, 1, 8192, "decode, MHA"),
+    row(4, 32, 8, 128, 8192, "chunked prefill"),
+    row(8, 32, 8, 4, 8192, "speculative decoding"),
+];
+
+/// Page size of the paged cache.
+pub const BLOCK_SIZE: usize = 64;
+/// Rows with at least this much K/V (128 MiB) must reach [`CEILING_TARGET`] of the copy.
+pub const BIG_KV_BYTES: u64 = 128 << 20;
+/// Fraction of the copy ceiling the big rows must reach.
+pub const CEILING_TARGET: f64 = 0.90;
+/// Best peer time / flashcore time every row must reach, contiguous and paged.
+pub const PEER_TARGET: f64 = 1.05;
+
+/// How a flashcore case of a row stores K and V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    Contiguous,
+    Paged,
+    Dense,
+}
+
+impl Storage {
+    pub const ALL: [Storage; 3] = [Storage::Contiguous, Storage::Paged, Storage::Dense];
+
+    /// The case key's suffix.
+    pub fn suffix(self) -> String {
+        match self {
+            Storage::Contiguous => "contig".into(),
+            Storage::Paged => format!("paged-{BLOCK_SIZE}"),
+            Storage::Dense => "dense".into(),
+        }
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            Storage::Contiguous => "contiguous".into(),
+            Storage::Paged => format!("paged {BLOCK_SIZE}"),
+            Storage::Dense => "dense".into(),
+        }
+    }
+
+    /// Whether the issue's targets apply (contiguous and paged; dense is a diagnostic).
+    pub fn has_targets(self) -> bool {
+        !matches!(self, Storage::Dense)
+    }
+}
+
+impl DecodeShape {
+    /// "b8-hq32-hkv8-sq1-sk8192-d128": the peers' case key, and the flashcore cases' prefix.
+    pub fn key(&self) -> String {
+        format!(
+            "b{}-hq{}-hkv{}-sq{}-sk{}-d{}",
+            self.batch, self.heads_q, self.heads_kv, self.seq_q, self.seq_k, self.head_dim
+        )
+    }
+
+    pub fn case_key(&self, storage: Storage) -> String {
+        format!("{}/{}", self.key(), storage.suffix())
+    }
+
+    /// Bytes of K and V a call must read: 2 · B · Hkv · Sk · D · 2 (bf16).
+    pub fn kv_bytes(&self) -> u64 {
+        kv_bytes(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+    }
+
+    pub fn heads(&self) -> Heads {
+        Heads {
+            q: self.heads_q,
+            kv: self.heads_kv,
+            dim: self.head_dim,
+        }
+    }
+
+    /// The problem as the peers run it: contiguous K/V, never causal (SDPA's is_causal is
+    /// top-left aligned, flashcore's bottom-right; they agree only when Sq = Sk).
+    pub fn peer_shape(&self) -> PeerShape {
+        PeerShape {
+            batch: self.batch,
+            heads: self.heads_q,
+            heads_kv: self.heads_kv,
+            seq: self.seq_q,
+            seq_k: self.seq_k,
+            head_dim: self.head_dim,
+            causal: false,
+            dtype: DTYPE,
+        }
+    }
+}
+
+/// Bytes of K and V (2 bytes an element) for B sequences of Sk keys, Hkv heads of D.
+pub fn kv_bytes(batch: usize, heads_kv: usize, seq_k: usize, head_dim: usize) -> u64 {
+    2 * (batch * heads_kv * seq_k * head_dim) as u64 * 2
+}
+
+/// GB/s (10^9 bytes a second) of `bytes` moved in `us` microseconds.
+pub fn gbps(bytes: u64, us: f64) -> f64 {
+    bytes as f64 / us / 1e3
+}
+
+/// The ceiling a kernel reading `bytes` is held to: the read bandwidth of a device-to-device copy
+/// of the same bytes, N / t. (The copy writes N bytes as well; its total traffic is 2N / t.)
+pub fn ceiling_gbps(bytes: u64, copy_us: f64) -> f64 {
+    gbps(bytes, copy_us)
+}
+
+/// `rate` as a percentage of `ceiling`.
+pub fn percent_of(rate: f64, ceiling: f64) -> f64 {
+    100.0 * rate / ceiling
+}
+
+/// Best peer time / our time: above 1 means faster than every peer.
+pub fn vs_peer(peer_us: f64, our_us: f64) -> f64 {
+    peer_us / our_us
+}
+
+/// What `--suite decode` runs. `causal` makes the flashcore cases causal (bottom-right: each of
+/// the Sq queries sees the keys up to its own position at the end of the cache); the peers stay
+/// non-causal, since SDPA cannot take that mask.
+pub fn plan(seed: u64, causal: bool) -> SuitePlan {
+    let mut cases = Vec::new();
+    let mut peers = Vec::new();
+    let mut comparisons = Vec::new();
+    for r in &ROWS {
+        let used = vec![r.seq_k; r.batch];
+        let contig_key = r.case_key(Storage::Contiguous);
+        for storage in Storage::ALL {
+            let key = r.case_key(storage);
+            let mut c = match storage {
+                Storage::Contiguous => cache_case_heads(
+                    &key,
+                    r.heads(),
+                    r.seq_q,
+                    r.seq_k,
+                    &used,
+                    causal,
+                    KvKind::Contiguous,
+                    seed,
+                ),
+                Storage::Paged => cache_case_heads(
+                    &key,
+                    r.heads(),
+                    r.seq_q,
+                    r.seq_k,
+                    &used,
+                    causal,
+                    KvKind::Paged {
+                        block_size: BLOCK_SIZE,
+                    },
+                    seed,
+                ),
+                Storage::Dense => {
+                    dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal)
+                }
+            };
+            if storage != Storage::Contiguous {
+                // Same keys and values (and oracle references) as the contiguous cache.
+                c.data_from = Some(contig_key.clone());
+            }
+            comparisons.push(Comparison {
+                name: format!("{}: best peer time / {} time", r.key(), storage.text()),
+                num: (r.key(), Side::BestPeer),
+                den: (key, Side::This),
+                measure: Measure::Time,
+                target: storage
+                    .has_targets()
+                    .then_some(Target::AtLeast(PEER_TARGET)),
+            });
+            cases.push(c);
+        }
+        let shape = r.peer_shape();
+        peers.push(PeerCase {
+            key: r.key(),
+            label: format!(
+                "{} ({}); contiguous K/V [B, Hkv, Sk, D], enable_gqa",
+                shape.label(),
+                r.what
+            ),
+            shape,
+            flops: shape.dense_flops(),
+        });
+    }
+    let mut notes = vec![
+        format!(
+            "flashcore: each row on a contiguous cache (seqused_k = Sk, capacity Sk), a paged one (block {BLOCK_SIZE}, shuffled table, the same keys and values) and as the plain dense problem (no modes; no target, it shows what the modes cost)"
+        ),
+        "peers: PyTorch SDPA flash and cuDNN (and FA3 where it imports) on contiguous K/V [B, Hkv, Sk, D] with enable_gqa; the paged rows compare with the same peer numbers (no peer takes a paged cache)".into(),
+    ];
+    if causal {
+        notes.push("--causal on: the flashcore cases are causal (bottom-right aligned); the peers stay non-causal (SDPA's is_causal is top-left aligned), so rows with Sq > 1 compare different masks".into());
+    }
+    SuitePlan {
+        suite: Suite::Decode,
+        cases,
+        peers,
+        comparisons,
+        notes,
+    }
+}
+
+/// One row as the report keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeRowInfo {
+    /// The peers' case key; the flashcore cases are `<key>/<storage suffix>`.
+    pub key: String,
+    pub shape: PeerShape,
+    pub what: String,
+    pub kv_bytes: u64,
+    /// (storage, flashcore case key).
+    pub cases: Vec<(Storage, String)>,
+}
+
+/// A device-to-device copy timed in the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyTiming {
+    /// Bytes copied (read once and written once).
+    pub bytes: u64,
+    /// Median microseconds per copy.
+    pub us: f64,
+    /// Copies per sample.
+    pub calls: u64,
+    pub repeats: usize,
+    /// Source/destination pairs rotated copy to copy.
+    pub pairs: usize,
+}
+
+/// A peer number from the anchor file (`B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash
+/// 95.5 us 2811 GB/s`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeAnchor {
+    pub shape: PeerShape,
+    pub backend: String,
+    pub us: f64,
+    /// As the file gives it.
+    pub gbps: Option<f64>,
+    pub file: String,
+}
+
+/// The decode suite's part of the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeInfo {
+    pub causal: bool,
+    pub rows: Vec<DecodeRowInfo>,
+    pub copies: Vec<CopyTiming>,
+    /// Why a copy time is missing, if one is.
+    pub copy_note: Option<String>,
+    pub anchors: Vec<DecodeAnchor>,
+    /// Where the anchors came from, or why there are none.
+    pub anchors_note: Option<String>,
+    /// How the peers were timed (from the method the script was asked for).
+    pub peer_method: String,
+}
+
+/// The peer script's method for this suite (the anchor file's).
+pub const PEER_ARGS: [&str; 3] = ["--decode", "--backends", "sdpa_flash,sdpa_cudnn,fa3"];
+pub const PEER_METHOD: &str = "torch_sdpa.py --decode: 3 input sets rotated, 30 calls captured in one CUDA graph, 11 replays each timed by events, median per call (the anchor file's method)";
+
+/// The report's decode part before anything is timed.
+pub fn info(causal: bool) -> DecodeInfo {
+    DecodeInfo {
+        causal,
+        rows: ROWS
+            .iter()
+            .map(|r| DecodeRowInfo {
+                key: r.key(),
+                shape: r.peer_shape(),
+                what: r.what.into(),
+                kv_bytes: r.kv_bytes(),
+                cases: Storage::ALL.iter().map(|&s| (s, r.case_key(s))).collect(),
+            })
+            .collect(),
+        copies: vec![],
+        copy_note: None,
+        anchors: vec![],
+        anchors_note: None,
+        peer_method: PEER_METHOD.into(),
+    }
+}
+
+/// The distinct byte counts the copies are timed at, in first-row order.
+pub fn copy_sizes(info: &DecodeInfo) -> Vec<u64> {
+    let mut v: Vec<u64> = Vec::new();
+    for r in &info.rows {
+        if !v.contains(&r.kv_bytes) {
+            v.push(r.kv_bytes);
+        }
+    }
+    v
+}
+
+impl DecodeInfo {
+    pub fn copy(&self, bytes: u64) -> Option<&CopyTiming> {
+        self.copies.iter().find(|c| c.bytes == bytes)
+    }
+
+    /// The ceiling for a row of `bytes`, GB/s.
+    pub fn ceiling(&self, bytes: u64) -> Option<f64> {
+        self.copy(bytes).map(|c| ceiling_gbps(bytes, c.us))
+    }
+
+    fn anchors_for<'a>(&'a self, shape: &'a PeerShape) -> impl Iterator<Item = &'a DecodeAnchor> {
+        self.anchors.iter().filter(move |a| a.shape == *shape)
+    }
+}
+
+/// Parses one anchor file. Lines need B=, Hq=, Hkv=, Sq=, Sk=, D= and "<µs> us"; the dtype is the
+/// `bf16`/`f16` word (else bf16 when the file name or a `#` line says so, else f16), the backend
+/// the first other word, causal only with a `causal=1` word. Other lines (the dense anchors'
+/// `H=` lines among them) are skipped.
+pub fn parse_anchors(file: &str, text: &str) -> Vec<DecodeAnchor> {
+    let header_bf16 = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with('#'))
+        .any(|l| l.contains("bf16") || l.contains("bfloat16"));
+    let default_dtype = if file.contains("bf16") || header_bf16 {
+        DType::Bf16
+    } else {
+        DType::F16
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let toks: Vec<&str> = line.split_whitespace().collect();
+        let kv = |k: &str| {
+            toks.iter()
+                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let (Some(b), Some(hq), Some(hkv), Some(sq), Some(sk), Some(d)) =
+            (kv("B"), kv("Hq"), kv("Hkv"), kv("Sq"), kv("Sk"), kv("D"))
+        else {
+            continue;
+        };
+        let number_before = |unit: &str| {
+            toks.iter()
+                .position(|t| *t == unit)
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| toks[i].parse::<f64>().ok())
+        };
+        let Some(us) = number_before("us") else {
+            continue;
+        };
+        let dtype = toks
+            .iter()
+            .find_map(|t| t.parse::<DType>().ok())
+            .unwrap_or(default_dtype);
+        let causal = kv("causal").is_some_and(|c| c != 0);
+        let Some(backend) = toks.iter().find(|t| {
+            !t.contains('=')
+                && t.parse::<DType>().is_err()
+                && t.parse::<f64>().is_err()
+                && t.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        }) else {
+            continue;
+        };
+        out.push(DecodeAnchor {
+            shape: PeerShape {
+                batch: b,
+                heads: hq,
+                heads_kv: hkv,
+                seq: sq,
+                seq_k: sk,
+                head_dim: d,
+                causal,
+                dtype,
+            },
+            backend: backend.to_string(),
+            us,
+            gbps: number_before("GB/s"),
+            file: file.into(),
+        });
+    }
+    out
+}
+
+/// Where to look for anchors: `--anchors DIR`, else `../shared/anchors` or `shared/anchors`
+/// under the current directory where one exists.
+pub fn anchor_dir(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(d) = explicit {
+        return Some(d.to_path_buf());
+    }
+    ["../shared/anchors", "shared/anchors"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_dir())
+}
+
+/// The decode anchors of every `*.txt` under `dir`, and a note naming the files they came from.
+pub fn load_anchors(dir: &Path) -> Result<(Vec<DecodeAnchor>, String)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the anchors directory {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    let mut used = Vec::new();
+    for f in &files {
+        let name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let found = parse_anchors(&name, &text);
+        if !found.is_empty() {
+            let n = found.len();
+            let s = if n == 1 { "" } else { "s" };
+            used.push(format!("{} ({n} number{s})", f.display()));
+            all.extend(found);
+        }
+    }
+    let note = if used.is_empty() {
+        format!("no decode anchors in {}", dir.display())
+    } else {
+        format!("anchors: {}", used.join(", "))
+    };
+    Ok((all, note))
+}
+
+/// The fastest live peer on a row: (backend, µs).
+pub fn best_peer<'a>(r: &'a ModeReport, key: &str) -> Option<(&'a str, f64)> {
+    r.rows
+        .iter()
+        .filter(|x| x.case == key && x.source == Source::Peer)
+        .filter_map(|x| x.timing().map(|t| (x.implementation.as_str(), t.us)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// One (row, generation, storage) of the decode table, evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeLine {
+    pub row: String,
+    pub implementation: String,
+    pub storage: Storage,
+    pub kv_bytes: u64,
+    /// Why there is no time (wrong, unsupported, ...), when there is none.
+    pub missing: Option<String>,
+    pub us: Option<f64>,
+    pub gbps: Option<f64>,
+    pub ceiling_percent: Option<f64>,
+    /// None: no target at this row (small K/V, dense) or no number.
+    pub ceiling_met: Option<bool>,
+    pub peer: Option<(String, f64)>,
+    pub vs_peer: Option<f64>,
+    pub peer_met: Option<bool>,
+}
+
+/// The table's lines: per row, per storage, the flashcore generations in report order.
+pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
+    let mut impls: Vec<&str> = Vec::new();
+    for x in r.rows.iter().filter(|x| x.source == Source::Flashcore) {
+        if !impls.contains(&x.implementation.as_str()) {
+            impls.push(&x.implementation);
+        }
+    }
+    let mut out = Vec::new();
+    for row in &d.rows {
+        let ceiling = d.ceiling(row.kv_bytes);
+        let peer = best_peer(r, &row.key);
+        for (storage, case) in &row.cases {
+            for imp in &impls {
+                let Some(x) = r.rows.iter().find(|x| {
+                    x.case == *case && x.source == Source::Flashcore && x.implementation == *imp
+                }) else {
+                    continue;
+                };
+                let us = x.timing().map(|t| t.us);
+                let gb = us.map(|us| gbps(row.kv_bytes, us));
+                let pct = gb.zip(ceiling).map(|(g, c)| percent_of(g, c));
+                let ratio = us.zip(peer).map(|(us, (_, p))| vs_peer(p, us));
+                let ceiling_applies = storage.has_targets() && row.kv_bytes >= BIG_KV_BYTES;
+                out.push(DecodeLine {
+                    row: row.key.clone(),
+                    implementation: imp.to_string(),
+                    storage: *storage,
+                    kv_bytes: row.kv_bytes,
+                    missing: match &x.outcome {
+                        Outcome::Timed(_) => None,
+                        Outcome::Wrong { message } => Some(format!("WRONG: {message}")),
+                        Outcome::Unsupported { reason } => Some(format!("unsupported: {reason}")),
+                        Outcome::Error { message } => Some(format!("error: {message}")),
+                        Outcome::Skipped { reason } => Some(format!("skipped: {reason}")),
+                    },
+                    us,
+                    gbps: gb,
+                    ceiling_percent: pct,
+                    ceiling_met: pct
+                        .filter(|_| ceiling_applies)
+                        .map(|p| p >= 100.0 * CEILING_TARGET),
+                    peer: peer.map(|(n, us)| (n.to_string(), us)),
+                    vs_peer: ratio,
+                    peer_met: ratio
+                        .filter(|_| storage.has_targets())
+                        .map(|v| v >= PEER_TARGET),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn cell(s: &str) -> String {
+    cell_within(s, 200)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn met(m: Option<bool>, has_target: bool) -> &'static str {
+    match (m, has_target) {
+        (Some(true), _) => "yes",
+        (Some(false), _) => "NO",
+        (None, true) => "— (no number)",
+        (None, false) => "—",
+    }
+}
+
+fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    x.map(f).unwrap_or_else(|| "—".into())
+}
+
+fn row_label(row: &DecodeRowInfo) -> String {
+    let s = &row.shape;
+    format!(
+        "B={} Hq={} Hkv={} Sq={} Sk={} D={} ({})",
+        s.batch, s.heads, s.heads_kv, s.seq, s.seq_k, s.head_dim, row.what
+    )
+}
+
+/// The decode section: method, the table per (row, generation, storage) with both targets, the
+/// per-generation tally, the peers with the anchors beside them, and the copies.
+pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "GB/s = K and V bytes a call must read (2·B·Hkv·Sk·D·2) / its time. Copy ceiling: a device-to-device copy (cuMemcpyDtoDAsync) of the same N bytes between two buffers in the same run, CUDA events around back-to-back copies, median; the ceiling is its read bandwidth N / t (the copy also writes N bytes: its total traffic, 2N / t, is in the copy table). \
+         flashcore: CUDA-graph replays (see the method above), every case checked by the oracle first. Peers: {}. \
+         Targets (issue 12): ≥ {:.0} % of the copy ceiling at rows with ≥ {} MiB of K/V; ≥ {:.2}× the best peer (best peer time / ours) at every row, contiguous and paged. The dense rows have no target.{}\n\n",
+        d.peer_method,
+        100.0 * CEILING_TARGET,
+        BIG_KV_BYTES >> 20,
+        PEER_TARGET,
+        if d.causal { " Causal (--causal on) flashcore cases." } else { "" }
+    ));
+    out.push_str(&format!(
+        "| row | K/V MiB | implementation | storage | µs | GB/s | % of copy | ≥ {:.0} % | best peer | × best peer | ≥ {:.2}× |\n",
+        100.0 * CEILING_TARGET,
+        PEER_TARGET
+    ));
+    out.push_str("|---|---:|---|---|---:|---:|---:|---|---|---:|---|\n");
+    let all = lines(r, d);
+    for l in &all {
+        let row = d
+            .rows
+            .iter()
+            .find(|x| x.key == l.row)
+            .expect("a row of the info");
+        let ceiling_applies = l.storage.has_targets() && l.kv_bytes >= BIG_KV_BYTES;
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            cell(&row_label(row)),
+            mib(l.kv_bytes),
+            cell(&l.implementation),
+            l.storage.text(),
+            match (&l.us, &l.missing) {
+                (Some(us), _) => fmt_us(*us),
+                (None, Some(m)) => cell(m),
+                (None, None) => "—".into(),
+            },
+            opt(l.gbps, |g| format!("{g:.0}")),
+            opt(l.ceiling_percent, |p| format!("{p:.0} %")),
+            met(l.ceiling_met, ceiling_applies),
+            l.peer
+                .as_ref()
+                .map(|(n, us)| format!("{n} {}", fmt_us(*us)))
+                .unwrap_or_else(|| "—".into()),
+            opt(l.vs_peer, |v| format!("{v:.2}×")),
+            met(l.peer_met, l.storage.has_targets()),
+        ));
+    }
+    out.push('\n');
+    // Per generation: how many (row, storage) pairs with a target meet it.
+    let mut impls: Vec<&str> = Vec::new();
+    for l in &all {
+        if !impls.contains(&l.implementation.as_str()) {
+            impls.push(&l.implementation);
+        }
+    }
+    for imp in impls {
+        let mine: Vec<&DecodeLine> = all
+            .iter()
+            .filter(|l| l.implementation == imp && l.storage.has_targets())
+            .collect();
+        let tally = |f: fn(&DecodeLine) -> Option<bool>, applies: fn(&DecodeLine) -> bool| {
+            let with: Vec<&&DecodeLine> = mine.iter().filter(|l| applies(l)).collect();
+            let yes = with.iter().filter(|l| f(l) == Some(true)).count();
+            let none = with.iter().filter(|l| f(l).is_none()).count();
+            let mut s = format!("{yes} of {} (row, storage) pairs", with.len());
+            if none > 0 {
+                s.push_str(&format!(" ({none} without a number)"));
+            }
+            s
+        };
+        out.push_str(&format!(
+            "- {imp}: ≥ {:.0} % of the copy at {}; ≥ {:.2}× the best peer at {}\n",
+            100.0 * CEILING_TARGET,
+            tally(|l| l.ceiling_met, |l| l.kv_bytes >= BIG_KV_BYTES),
+            PEER_TARGET,
+            tally(|l| l.peer_met, |_| true),
+        ));
+    }
+    out.push_str(&render_peers(r, d));
+    out.push_str(&render_copies(d));
+    out
+}
+
+/// The peers per row beside the anchor numbers.
+fn render_peers(r: &ModeReport, d: &DecodeInfo) -> String {
+    let mut out = String::from(
+        "\n### Peers and anchors\n\n| row | peer | µs | GB/s | % of copy | anchor µs | anchor GB/s | this run / anchor |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for row in &d.rows {
+        let ceiling = d.ceiling(row.kv_bytes);
+        let mut backends: Vec<&str> = Vec::new();
+        for x in r
+            .rows
+            .iter()
+            .filter(|x| x.case == row.key && x.source != Source::Flashcore)
+        {
+            if !backends.contains(&x.implementation.as_str()) {
+                backends.push(&x.implementation);
+            }
+        }
+        for a in d.anchors_for(&row.shape) {
+            if !backends.contains(&a.backend.as_str()) {
+                backends.push(&a.backend);
+            }
+        }
+        for b in backends {
+            let live = r.rows.iter().find(|x| {
+                x.case == row.key && x.source != Source::Flashcore && x.implementation == b
+            });
+            let anchor = d.anchors_for(&row.shape).find(|a| a.backend == b);
+            let us = live.and_then(|x| x.timing()).map(|t| t.us);
+            let live_cell = match (us, live) {
+                (Some(us), _) => fmt_us(us),
+                (None, Some(x)) => cell(&match &x.outcome {
+                    Outcome::Error { message } => format!("error: {message}"),
+                    other => format!("{other:?}"),
+                }),
+                (None, None) => "not run".into(),
+            };
+            let g = us.map(|us| gbps(row.kv_bytes, us));
+            out.push_str(&format!(
+                "| {} | {b} | {live_cell} | {} | {} | {} | {} | {} |\n",
+                cell(&row_label(row)),
+                opt(g, |g| format!("{g:.0}")),
+                opt(g.zip(ceiling).map(|(g, c)| percent_of(g, c)), |p| format!(
+                    "{p:.0} %"
+                )),
+                opt(anchor.map(|a| a.us), fmt_us),
+                opt(anchor.and_then(|a| a.gbps), |g| format!("{g:.0}")),
+                opt(us.zip(anchor).map(|(u, a)| u / a.us), |x| format!("{x:.2}")),
+            ));
+        }
+    }
+    if let Some(n) = &d.anchors_note {
+        out.push_str(&format!("\n{n}\n"));
+    }
+    out
+}
+
+/// The copies: bytes, time, the ceiling (read GB/s) and the total traffic.
+fn render_copies(d: &DecodeInfo) -> String {
+    let mut out = String::from(
+        "\n### Copy ceiling\n\n| K/V MiB | copy µs | ceiling: read GB/s (N / t) | traffic GB/s (2N / t) | copies per sample | samples | pairs rotated |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for bytes in copy_sizes(d) {
+        match d.copy(bytes) {
+            Some(c) => out.push_str(&format!(
+                "| {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+                mib(bytes),
+                fmt_us(c.us),
+                ceiling_gbps(bytes, c.us),
+                2.0 * gbps(bytes, c.us),
+                c.calls,
+                c.repeats,
+                c.pairs
+            )),
+            None => out.push_str(&format!("| {} | — | — | — | — | — | — |\n", mib(bytes))),
+        }
+    }
+    if let Some(n) = &d.copy_note {
+        out.push_str(&format!("\ncopy: {}\n", cell(n)));
+    }
+    out
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use crate::bench::modes::{CaseInfo, ModeRow};
+    use crate::bench::report::{DeviceSummary, PeerStatus, Settings, Timing};
+    use flashcore::KvStorage;
+
+    #[test]
+    fn the_rows_are_the_issues() {
+        let got: Vec<(usize, usize, usize, usize, usize, usize)> = ROWS
+            .iter()
+            .map(|r| (r.batch, r.heads_q, r.heads_kv, r.seq_q, r.seq_k, r.head_dim))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 32, 8, 1, 32768, 128),
+                (8, 32, 8, 1, 8192, 128),
+                (32, 32, 8, 1, 4096, 128),
+                (64, 32, 8, 1, 2048, 128),
+                (16, 64, 8, 1, 8192, 128),
+                (8, 32, 32, 1, 8192, 128),
+                (4, 32, 8, 128, 8192, 128),
+                (8, 32, 8, 4, 8192, 128),
+            ]
+        );
+        let keys: Vec<String> = ROWS.iter().map(|r| r.key()).collect();
+        let mut dedup = keys.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), keys.len(), "keys are unique");
+        assert_eq!(ROWS[1].key(), "b8-hq32-hkv8-sq1-sk8192-d128");
+    }
+
+    #[test]
+    fn bytes_and_rates() {
+        // 2 · 8 · 8 · 8192 · 128 · 2 = 256 MiB.
+        assert_eq!(ROWS[1].kv_bytes(), 268_435_456);
+        assert_eq!(ROWS[0].kv_bytes(), 128 << 20);
+        assert_eq!(ROWS[5].kv_bytes(), 1 << 30);
+        // The anchor file's numbers: 95.5 µs at B=8 Sk=8192 is 2811 GB/s.
+        assert_eq!(gbps(ROWS[1].kv_bytes(), 95.5).round(), 2811.0);
+        assert_eq!(gbps(ROWS[2].kv_bytes(), 177.7).round(), 3021.0);
+        assert_eq!(ceiling_gbps(1_000_000, 1000.0), 1.0);
+        assert_eq!(percent_of(1.5, 2.0), 75.0);
+        assert_eq!(vs_peer(105.0, 100.0), 1.05);
+        // Every row has at least 128 MiB, so every row has the ceiling target.
+        assert!(ROWS.iter().all(|r| r.kv_bytes() >= BIG_KV_BYTES));
+        let i = info(false);
+        assert_eq!(
+            copy_sizes(&i),
+            [128 << 20, 256 << 20, 512 << 20, 1 << 30],
+            "one copy per distinct size"
+        );
+    }
+
+    #[test]
+    fn the_plan_has_contiguous_paged_and_dense_cases_on_the_same_data() {
+        let p = plan(0x5eed, false);
+        assert_eq!(p.cases.len(), 3 * ROWS.len());
+        assert_eq!(p.peers.len(), ROWS.len());
+        for (r, three) in ROWS.iter().zip(p.cases.chunks(3)) {
+            let [c, pg, dn] = three else { panic!() };
+            assert_eq!(c.key, r.case_key(Storage::Contiguous));
+            assert_eq!(pg.key, format!("{}/paged-64", r.key()));
+            assert_eq!(dn.key, format!("{}/dense", r.key()));
+            for x in three {
+                let q = &x.problem;
+                assert_eq!(
+                    (q.batch, q.heads_q, q.heads_kv, q.seq_q, q.head_dim),
+                    (r.batch, r.heads_q, r.heads_kv, r.seq_q, r.head_dim)
+                );
+                assert!(!q.causal && q.dtype == DType::Bf16);
+                assert_eq!(x.draw.len_k, vec![r.seq_k; r.batch]);
+                assert_eq!(x.flops, r.peer_shape().dense_flops(), "{}", x.key);
+            }
+            assert_eq!(c.problem.seq_k, r.seq_k);
+            assert_eq!(c.problem.modes.kv, KvStorage::Dense);
+            assert!(c.problem.modes.seqused_k);
+            assert_eq!(c.draw.seqused_k, Some(vec![r.seq_k as i32; r.batch]));
+            let KvStorage::Paged {
+                block_size,
+                max_blocks_per_seq,
+                num_blocks,
+            } = pg.problem.modes.kv
+            else {
+                panic!("{} is paged", pg.key)
+            };
+            assert_eq!((block_size, max_blocks_per_seq), (64, r.seq_k / 64));
+            let table = pg.draw.block_table.as_ref().unwrap();
+            let mut seen = table.clone();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), table.len(), "no block owned twice");
+            assert!(table.iter().all(|&b| (b as usize) < num_blocks));
+            assert!(dn.problem.modes.is_dense());
+            assert!(dn.draw.seqused_k.is_none());
+            assert_eq!(pg.data_from.as_deref(), Some(c.key.as_str()));
+            assert_eq!(dn.data_from.as_deref(), Some(c.key.as_str()));
+            assert_eq!(c.data_from, None);
+        }
+        for x in &p.cases {
+            x.problem
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+            x.draw
+                .host_tables()
+                .validate(&x.problem)
+                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+        }
+        // Targets on contiguous and paged only.
+        let with: Vec<&str> = p
+            .comparisons
+            .iter()
+            .filter(|c| c.target == Some(Target::AtLeast(1.05)))
+            .map(|c| c.den.0.as_str())
+            .collect();
+        assert_eq!(with.len(), 2 * ROWS.len());
+        assert!(with.iter().all(|k| !k.ends_with("/dense")));
+        assert!(p.peers.iter().all(|x| !x.shape.causal));
+        // --causal on: flashcore causal, peers not.
+        let c = plan(0x5eed, true);
+        assert!(c.cases.iter().all(|x| x.problem.causal));
+        assert!(c.peers.iter().all(|x| !x.shape.causal));
+        assert!(c.notes.iter().any(|n| n.contains("--causal on")));
+    }
+
+    const ANCHORS: &str = "# Decode / KV-cache shapes on an H100 80GB HBM3, PyTorch 2.11+cu130, cuDNN 9.19, bf16.\n\
+# Q [B,Hq,Sq,D], K/V [B,Hkv,Sk,D] contiguous, F.scaled_dot_product_attention(enable_gqa=True, is_causal=False),\n\
+#   190 us (8,1,8192), 338 us (1,1,32768), 378 us (32,1,4096), 105 us (4,128,8192).\n\
+B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash      95.5 us     2811 GB/s\n\
+B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_cudnn      94.2 us     2850 GB/s\n\
+B=4 Hq=32 Hkv=8 Sq=128 Sk=8192 D=128 bf16 sdpa_cudnn     108.6 us     1236 GB/s\n\
+B=4 H=16 S=2048 D=64 causal=0 cudnn  162.4 us  423.1 TFLOP/s rel=2.71e-04\n\
+garbage line\n";
+
+    #[test]
+    fn anchor_lines_parse() {
+        let a = parse_anchors("h100-decode-peers.txt", ANCHORS);
+        assert_eq!(a.len(), 3, "{a:#?}");
+        assert_eq!(a[0].shape, ROWS[1].peer_shape());
+        assert_eq!(
+            (a[0].backend.as_str(), a[0].us, a[0].gbps),
+            ("sdpa_flash", 95.5, Some(2811.0))
+        );
+        assert_eq!(a[1].backend, "sdpa_cudnn");
+        assert_eq!(a[2].shape, ROWS[6].peer_shape());
+        assert_eq!(a[2].file, "h100-decode-peers.txt");
+        // The dense anchor files have no decode lines.
+        let dense = "B=1 H=8 S=512 D=64 causal=0 cudnn  21.2 us  25.3 TFLOP/s rel=2.74e-04\n";
+        assert!(parse_anchors("h100-torch-sdpa-fp16.txt", dense).is_empty());
+        // A causal word and another dtype.
+        let c = parse_anchors(
+            "x.txt",
+            "B=1 Hq=8 Hkv=8 Sq=4 Sk=4 D=64 f16 causal=1 sdpa_flash 3.0 us\n",
+        );
+        assert_eq!(c.len(), 1);
+        assert!(c[0].shape.causal);
+        assert_eq!(c[0].shape.dtype, DType::F16);
+        assert_eq!(c[0].gbps, None);
+    }
+
+    #[test]
+    fn anchor_files_load_from_a_directory() {
+        let dir = std::env::temp_dir().join(format!("decode-anchors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("h100-decode-peers.txt"), ANCHORS).unwrap();
+        std::fs::write(
+            dir.join("h100-torch-sdpa-fp16.txt"),
+            "B=1 H=8 S=512 D=64 causal=0 cudnn 21.2 us\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("notes.md"), ANCHORS).unwrap();
+        let (a, note) = load_anchors(&dir).unwrap();
+        assert_eq!(a.len(), 3);
+        assert!(note.contains("h100-decode-peers.txt (3 numbers)"), "{note}");
+        assert!(!note.contains("fp16"), "{note}");
+        assert_eq!(anchor_dir(Some(&dir)), Some(dir.clone()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(load_anchors(&dir).is_err());
+    }
+
+    #[test]
+    fn the_shared_decode_anchors_parse_if_present() {
+        for dir in ["/work/shared/anchors", "../../shared/anchors"] {
+            let dir = Path::new(dir);
+            if !dir.join("h100-decode-peers.txt").is_file() {
+                continue;
+            }
+            let (a, _) = load_anchors(dir).unwrap();
+            assert!(a.len() >= 8, "{}", a.len());
+            for x in &a {
+                if let Some(g) = x.gbps {
+                    // The file's GB/s is our formula on its µs.
+                    let kv = kv_bytes(x.shape.batch, x.shape.heads_kv, x.shape.seq_k, 128);
+                    assert!((gbps(kv, x.us) / g - 1.0).abs() < 0.01, "{x:?}");
+                }
+                assert!(ROWS.iter().any(|r| r.peer_shape() == x.shape), "{x:?}");
+            }
+            return;
+        }
+    }
+
+    fn timed(case: &str, imp: &str, source: Source, us: f64) -> ModeRow {
+        let mut t = Timing::from_flops(1e9, None, Some(us)).unwrap();
+        t.check = (source == Source::Flashcore).then(|| "ok 0.30 (512 rows)".to_string());
+        ModeRow {
+            case: case.into(),
+            implementation: imp.into(),
+            source,
+            outcome: Outcome::Timed(t),
+        }
+    }
+
+    /// A decode report: two rows timed (one fast, one slow), one wrong, the rest missing.
+    pub fn fixture() -> ModeReport {
+        let p = plan(0x5eed, false);
+        let mut d = info(false);
+        d.copies = vec![
+            CopyTiming {
+                bytes: 128 << 20,
+                us: 100.0,
+                calls: 200,
+                repeats: 15,
+                pairs: 2,
+            },
+            CopyTiming {
+                bytes: 256 << 20,
+                us: 190.0,
+                calls: 100,
+                repeats: 15,
+                pairs: 2,
+            },
+        ];
+        d.copy_note = Some("512 MiB and 1024 MiB not timed in this fixture".into());
+        d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
+        d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
+        let (r0, r1) = (ROWS[0], ROWS[1]);
+        let rows = vec![
+            // 128 MiB at 60 µs against a 100 µs copy: 167 % of the ceiling.
+            timed(
+                &r0.case_key(Storage::Contiguous),
+                "persistent-hopper",
+                Source::Flashcore,
+                60.0,
+            ),
+            timed(
+                &r0.case_key(Storage::Paged),
+                "persistent-hopper",
+                Source::Flashcore,
+                64.0,
+            ),
+            ModeRow {
+                case: r0.case_key(Storage::Dense),
+                implementation: "persistent-hopper".into(),
+                source: Source::Flashcore,
+                outcome: Outcome::Wrong {
+                    message: "sequence 0: error ratio 3.1".into(),
+                },
+            },
+            // 256 MiB at 200 µs against a 190 µs copy: 95 %; peers at 94.2 µs: 0.47x.
+            timed(
+                &r1.case_key(Storage::Contiguous),
+                "persistent-hopper",
+                Source::Flashcore,
+                200.0,
+            ),
+            ModeRow {
+                case: r1.case_key(Storage::Paged),
+                implementation: "persistent-hopper".into(),
+                source: Source::Flashcore,
+                outcome: Outcome::Unsupported {
+                    reason: "paged: no".into(),
+                },
+            },
+            timed(&r0.key(), "sdpa_flash", Source::Peer, 66.0),
+            timed(&r0.key(), "sdpa_cudnn", Source::Peer, 70.0),
+            timed(&r1.key(), "sdpa_flash", Source::Peer, 96.0),
+            timed(&r1.key(), "sdpa_cudnn", Source::Peer, 94.2),
+            ModeRow {
+                case: r1.key(),
+                implementation: "fa3".into(),
+                source: Source::Peer,
+                outcome: Outcome::Error {
+                    message: "RuntimeError: nope".into(),
+                },
+            },
+        ];
+        let mut cases: Vec<CaseInfo> = p
+            .cases
+            .iter()
+            .map(|c| CaseInfo {
+                key: c.key.clone(),
+                label: c.label.clone(),
+                flops: c.flops,
+            })
+            .collect();
+        cases.extend(p.peers.iter().map(|c| CaseInfo {
+            key: c.key.clone(),
+            label: c.label.clone(),
+            flops: c.flops,
+        }));
+        ModeReport {
+            suite: Suite::Decode,
+            device: DeviceSummary {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                compute_capability: "9.0".into(),
+                sm_count: 132,
+                l2_bytes: 50 << 20,
+            },
+            settings: Settings {
+                layout: "bshd".into(),
+                repeats: 15,
+                sample_ms: 20.0,
+                graph_threshold_us: crate::bench::modes::GRAPH_ALWAYS_US,
+                graph_calls: 50,
+                check_rows: 512,
+                max_seconds_per_shape: 2.0,
+                quick: false,
+                command: "xtask bench-all --suite decode".into(),
+            },
+            peers: PeerStatus::Ran {
+                device: "NVIDIA H100 80GB HBM3".into(),
+                torch: "2.11.0+cu130".into(),
+                cudnn: Some("91900".into()),
+                skipped: vec![],
+            },
+            notes: p.notes.clone(),
+            cases,
+            rows,
+            comparisons: p.comparisons.clone(),
+            decode: Some(d),
+        }
+    }
+
+    #[test]
+    fn lines_carry_the_ceiling_and_the_peer_ratio() {
+        let r = fixture();
+        let d = r.decode.as_ref().unwrap();
+        let l = lines(&r, d);
+        assert_eq!(l.len(), 5, "{l:#?}");
+        let c0 = &l[0];
+        assert_eq!((c0.storage, c0.us), (Storage::Contiguous, Some(60.0)));
+        assert!((c0.ceiling_percent.unwrap() - 100.0 * 100.0 / 60.0).abs() < 1e-9);
+        assert_eq!(c0.ceiling_met, Some(true));
+        assert_eq!(c0.peer, Some(("sdpa_flash".to_string(), 66.0)));
+        assert!((c0.vs_peer.unwrap() - 1.1).abs() < 1e-12);
+        assert_eq!(c0.peer_met, Some(true));
+        let p0 = &l[1];
+        assert!((p0.vs_peer.unwrap() - 66.0 / 64.0).abs() < 1e-12);
+        assert_eq!(p0.peer_met, Some(false), "1.03 < 1.05");
+        let dense = &l[2];
+        assert_eq!(dense.storage, Storage::Dense);
+        assert!(dense.missing.as_deref().unwrap().starts_with("WRONG"));
+        assert_eq!((dense.ceiling_met, dense.peer_met), (None, None));
+        let c1 = &l[3];
+        assert!((c1.ceiling_percent.unwrap() - 95.0).abs() < 1e-9);
+        assert_eq!(c1.ceiling_met, Some(true));
+        assert_eq!(c1.peer.as_ref().unwrap().0, "sdpa_cudnn");
+        assert_eq!(c1.peer_met, Some(false));
+        assert!(l[4].missing.as_deref().unwrap().contains("unsupported"));
+        assert_eq!(best_peer(&r, &ROWS[2].key()), None);
+    }
+
+    #[test]
+    fn decode_markdown_layout() {
+        let r = fixture();
+        let md = crate::bench::modes::render_markdown(&r);
+        assert!(md.contains("## Decode"), "{md}");
+        assert!(!md.contains("## Comparisons"), "{md}");
+        assert!(md.contains("every call also as CUDA-graph replays"), "{md}");
+        assert!(md.contains(
+            "| B=1 Hq=32 Hkv=8 Sq=1 Sk=32768 D=128 (decode, one long sequence) | 128 | persistent-hopper | contiguous | 60.00 | 2237 | 167 % | yes | sdpa_flash 66.00 | 1.10× | yes |"
+        ), "{md}");
+        assert!(md.contains("| paged 64 | 64.00 |"), "{md}");
+        assert!(md.contains("| 1.03× | NO |"), "{md}");
+        assert!(
+            md.contains("- persistent-hopper: ≥ 90 % of the copy at 3 of 4 (row, storage) pairs (1 without a number); ≥ 1.05× the best peer at 1 of 4 (row, storage) pairs (1 without a number)"),
+            "{md}"
+        );
+        // Peers beside the anchors: live 94.2 against the anchor's 94.2.
+        assert!(
+            md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("| fa3 | error: RuntimeError: nope |"), "{md}");
+        // An anchor without a live row still shows.
+        assert!(
+            md.contains("(chunked prefill) | sdpa_cudnn | not run | — | — | 108.6 | 1236 | — |"),
+            "{md}"
+        );
+        // Copies: ceiling and traffic.
+        assert!(
+            md.contains("| 128 | 100.0 | 1342 | 2684 | 200 | 15 | 2 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 512 | — |"), "{md}");
+        insta::assert_snapshot!("bench_decode_table", md);
+    }
+
+    #[test]
+    fn decode_report_round_trips_through_json() {
+        let r = fixture();
+        let j = serde_json::to_string_pretty(&r).unwrap();
+        assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), r);
+        // A report of another suite has no decode part, and one without the field reads back.
+        let v = crate::bench::modes::tests::fixture();
+        let j = serde_json::to_string(&v).unwrap();
+        assert!(!j.contains("\"decode\""));
+        assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), v);
+    }
+}
