@@ -86,6 +86,10 @@ pub struct Args {
     /// Do not run the peers.
     #[arg(long)]
     pub no_peers: bool,
+    /// Mode suites: run only the cases whose key contains this text (repeatable), e.g.
+    /// `--case sk32768` for one decode row (tuning runs; the report then covers those cases).
+    #[arg(long = "case")]
+    pub case_filter: Vec<String>,
     /// Use this peers.json (from an earlier run of the peer script) instead of running it.
     #[arg(long)]
     pub peers_json: Option<PathBuf>,

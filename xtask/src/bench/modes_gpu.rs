@@ -563,11 +563,17 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     } else {
         args
     };
-    let plan = if is_decode {
+    let mut plan = if is_decode {
         decode::plan(args.seed, decode_causal)
     } else {
         modes::plan(args.suite, args.seed)
     };
+    if !args.case_filter.is_empty() {
+        plan.cases
+            .retain(|c| args.case_filter.iter().any(|f| c.key.contains(f.as_str())));
+        plan.peers
+            .retain(|c| args.case_filter.iter().any(|f| c.key.contains(f.as_str())));
+    }
     let name = modes::suite_name(args.suite);
     let kernels = super::select_kernels(args.kernels.as_deref())?;
     eprintln!("bench-all --suite {name}:");

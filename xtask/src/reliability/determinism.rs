@@ -34,6 +34,20 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
                 args,
                 report,
             );
+            // Decode: the split-KV plan (splits combined in order, no atomics) must be as
+            // repeatable as the rest; one query, GQA 32:8, a 8192-key cache.
+            let p = AttentionProblem::new(8, 32, 1, d)
+                .with_kv(8, 8192)
+                .with_dtype(flashcore::DType::Bf16);
+            repeat(
+                dev,
+                k.as_ref(),
+                &p,
+                args.persistent_runs,
+                format!("{} (decode)", k.name()),
+                args,
+                report,
+            );
         }
     }
 }
