@@ -853,7 +853,11 @@ mod tests {
         assert_eq!(registry.lock().unwrap().len(), 2);
         drop(b);
         let _c: Arc<ModuleCache> = shared_by_key(&registry, 0xc);
-        assert_eq!(registry.lock().unwrap().len(), 2, "the dead entry of 0xb is dropped");
+        assert_eq!(
+            registry.lock().unwrap().len(),
+            2,
+            "the dead entry of 0xb is dropped"
+        );
     }
 
     #[test]
@@ -862,6 +866,9 @@ mod tests {
         let b = 0x2000 as sys::CUcontext;
         assert!(check_same_context(a, a).is_ok());
         let e = check_same_context(a, b).unwrap_err().to_string();
-        assert!(e.contains("another") || e.contains("its own context"), "{e}");
+        assert!(
+            e.contains("another") || e.contains("its own context"),
+            "{e}"
+        );
     }
 }

@@ -171,8 +171,11 @@ pub struct HostOutputs<E = f32> {
     pub v_cache: Option<ArrayD<E>>,
 }
 
-/// Expected storage shapes of Q (and O), K (and V) for a problem.
-pub fn storage_shapes(problem: &AttentionProblem) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+/// Storage shapes of Q (and O), K (and V), and LSE.
+pub type StorageShapes = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// Expected storage shapes of Q (and O), K (and V) and LSE for a problem.
+pub fn storage_shapes(problem: &AttentionProblem) -> StorageShapes {
     let p = problem;
     let (b, hq, hkv, sq, sk, d) = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim);
     let q = match p.modes.packed_q {
@@ -214,10 +217,10 @@ fn check_shape_d<E>(
 /// itself when it is standard-layout and already holds them (`f16`/`bf16` of the dtype),
 /// converted otherwise (f32 rounded, or a non-contiguous view gathered).
 pub fn host_bits<'x, E: HostElement>(
-    a: &'x ArrayViewD<'_, E>,
+    a: &ArrayViewD<'x, E>,
     dtype: DType,
 ) -> std::borrow::Cow<'x, [u16]> {
-    match a.as_slice().and_then(E::as_bits) {
+    match a.to_slice().and_then(E::as_bits) {
         Some(bits) => std::borrow::Cow::Borrowed(bits),
         None => a.iter().map(|&x| x.to_dtype_bits(dtype)).collect(),
     }
@@ -230,7 +233,7 @@ pub fn check_host_inputs<E: HostElement>(
     kernel: &'static str,
     problem: &AttentionProblem,
     inputs: &HostInputs<'_, E>,
-) -> Result<(Vec<usize>, Vec<usize>, Vec<usize>), Error> {
+) -> Result<StorageShapes, Error> {
     problem.validate()?;
     if problem.custom_strides.is_some() {
         return Err(Error::Unsupported(crate::error::Unsupported::new(
@@ -425,7 +428,9 @@ mod tests {
     use ndarray::{ArrayD, IxDyn};
 
     fn values(n: usize) -> Vec<f32> {
-        (0..n).map(|i| ((i * 37) % 101) as f32 / 7.0 - 7.0).collect()
+        (0..n)
+            .map(|i| ((i * 37) % 101) as f32 / 7.0 - 7.0)
+            .collect()
     }
 
     #[test]
@@ -552,10 +557,7 @@ mod tests {
         assert!(
             matches!(
                 e,
-                Error::Invalid(InvalidProblem::Mode {
-                    field: "k_new",
-                    ..
-                })
+                Error::Invalid(InvalidProblem::Mode { field: "k_new", .. })
             ),
             "{e}"
         );

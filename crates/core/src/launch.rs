@@ -190,12 +190,7 @@ fn prepare(
     let caps = attention.capabilities();
     caps.check(attention.name(), problem, device.info())?;
     let plan = attention.plan(problem, device.info())?;
-    check_pointer_alignment(
-        attention.name(),
-        caps.alignment_elems,
-        tensors,
-        stream,
-    )?;
+    check_pointer_alignment(attention.name(), caps.alignment_elems, tensors, stream)?;
     Ok(plan)
 }
 
@@ -464,7 +459,14 @@ pub fn run_plan_on(
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,
             };
-            launch_one(device, stream, problem.dtype, launch, &params, maps.as_ref())?;
+            launch_one(
+                device,
+                stream,
+                problem.dtype,
+                launch,
+                &params,
+                maps.as_ref(),
+            )?;
         }
         Ok(())
     })
