@@ -861,6 +861,14 @@ mod tests {
     }
 
     #[test]
+    fn a_device_can_be_shared_between_threads() {
+        // A framework keeps one Device per CUDA device in ops that must be Send + Sync.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Device>();
+        send_sync::<Workspaces<CudaSlice<f32>>>();
+    }
+
+    #[test]
     fn a_stream_of_another_context_is_refused() {
         let a = 0x1000 as sys::CUcontext;
         let b = 0x2000 as sys::CUcontext;

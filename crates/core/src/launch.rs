@@ -427,6 +427,7 @@ pub fn run_plan_on(
     plan: &LaunchPlan,
     t: &mut AttentionTensors<'_>,
 ) -> Result<(), Error> {
+    device.check_stream(stream)?;
     if problem.is_empty_output() {
         return Ok(());
     }
