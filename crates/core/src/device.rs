@@ -1,9 +1,9 @@
 //! The one place that owns the CUDA context, the stream and the compiled modules.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
-use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 
 use crate::compile::{self, CompileRequest};
@@ -74,26 +74,98 @@ struct LoadedFunction {
     smem_optin: u32,
 }
 
-/// A CUDA device with its context, one stream, and the modules compiled for it.
+/// The modules and functions loaded into one CUDA context, and what loading them cost. Shared by
+/// every [`Device`] on that context (see [`module_cache_for`]): a module is compiled and loaded
+/// once per context, however many streams or `Device` values use it.
+#[derive(Default)]
+struct ModuleCache {
+    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<(String, String), LoadedFunction>>,
+    stats: Mutex<CompileStats>,
+}
+
+/// The live module caches, by `CUcontext` handle. An entry is only a weak reference: a cache
+/// lives as long as some `Device` on its context does, and while it lives, so does the context
+/// (the `Device` holds it), so the handle cannot have been reused by another context.
+static MODULE_CACHES: Mutex<Vec<(usize, Weak<ModuleCache>)>> = Mutex::new(Vec::new());
+
+/// The cache of the context `ctx`: the one other `Device`s on it already use, or a new one.
+fn module_cache_for(ctx: &CudaContext) -> Arc<ModuleCache> {
+    shared_by_key(&MODULE_CACHES, ctx.cu_ctx() as usize)
+}
+
+/// The live `T` registered under `key`, or a new default one registered there; forgets dead
+/// entries on the way.
+fn shared_by_key<T: Default>(registry: &Mutex<Vec<(usize, Weak<T>)>>, key: usize) -> Arc<T> {
+    let mut entries = registry.lock().unwrap();
+    entries.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(live) = entries
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return live;
+    }
+    let fresh = Arc::new(T::default());
+    entries.push((key, Arc::downgrade(&fresh)));
+    fresh
+}
+
+/// A CUDA device: its context, a default stream, the context's compiled modules and one scratch
+/// buffer per stream.
+///
+/// Made by [`Device::open`] (the device's primary context, its default stream) or
+/// [`Device::from_stream`] (a framework's context and stream, taken as they are); another stream
+/// of the same context for one call with [`crate::Attention::forward_on`], or for every call made
+/// through a view with [`Device::with_stream`]. Every `Device` on one context shares that
+/// context's modules (a process-wide cache keyed by context), so a kernel compiles and loads once
+/// per context. Nothing on the launch path synchronises the host with the device; see
+/// `docs/ARCHITECTURE.md` ("Device and streams") for the few places that can.
 pub struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
-    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<(String, String), LoadedFunction>>,
-    stats: Mutex<CompileStats>,
-    workspace: Mutex<Workspace>,
+    modules: Arc<ModuleCache>,
+    workspaces: Arc<Workspaces<CudaSlice<f32>>>,
 }
 
-/// The scratch buffer behind `params.workspace` (see the contract on [`crate::LaunchPlan`]).
-#[derive(Default)]
-struct Workspace {
-    buf: Option<CudaSlice<f32>>,
+/// What the workspace bookkeeping needs of its buffer: a `CudaSlice<f32>` on the device, a fake
+/// in the tests (which run without a GPU).
+trait ScratchBuffer {
+    /// Length in f32 words.
+    fn words(&self) -> usize;
+    /// Whether the buffer holds the only handle left to the stream it was allocated on: nobody
+    /// can queue work on that stream any more, so the buffer can go (freed in stream order).
+    fn stream_orphaned(&self) -> bool;
+}
+
+impl ScratchBuffer for CudaSlice<f32> {
+    fn words(&self) -> usize {
+        self.len()
+    }
+    fn stream_orphaned(&self) -> bool {
+        Arc::strong_count(self.stream()) == 1
+    }
+}
+
+/// The scratch buffer behind `params.workspace` on one stream (see the contract on
+/// [`crate::LaunchPlan`]).
+struct Workspace<B> {
+    buf: Option<B>,
     /// How many leading words are known to be zero when the next launch on the stream starts.
     zero_prefix: usize,
 }
 
-impl Workspace {
+impl<B> Default for Workspace<B> {
+    fn default() -> Self {
+        Workspace {
+            buf: None,
+            zero_prefix: 0,
+        }
+    }
+}
+
+impl<B: ScratchBuffer> Workspace<B> {
     /// Whether the buffer must be zeroed before a plan whose first `counters` words must be zero.
     fn needs_zeroing(&self, counters: usize) -> bool {
         self.zero_prefix < counters
@@ -103,6 +175,140 @@ impl Workspace {
     /// leave the counters zero and may have written anything after them.
     fn after_plan(&mut self, counters: usize, ok: bool) {
         self.zero_prefix = if ok { counters } else { 0 };
+    }
+
+    /// The buffer for a plan of `len` words whose first `counters` must be zero when it starts:
+    /// (re)allocated zeroed by `alloc_zeroed` when missing or shorter than `len` (the old one is
+    /// dropped first), zeroed by `zero` when `counters` reaches past the words known zero.
+    fn prepare<E>(
+        &mut self,
+        len: usize,
+        counters: usize,
+        alloc_zeroed: impl FnOnce(usize) -> Result<B, E>,
+        zero: impl FnOnce(&mut B) -> Result<(), E>,
+    ) -> Result<&mut B, E> {
+        if self.buf.as_ref().is_none_or(|b| b.words() < len) {
+            self.buf = None;
+            self.zero_prefix = 0;
+            let buf = alloc_zeroed(len)?;
+            self.zero_prefix = buf.words();
+            self.buf = Some(buf);
+        }
+        if self.needs_zeroing(counters) {
+            let buf = self.buf.as_mut().expect("allocated above");
+            // Until the memset is queued nothing is known zero (a failed memset leaves it so).
+            self.zero_prefix = 0;
+            zero(buf)?;
+            self.zero_prefix = buf.words();
+        }
+        Ok(self.buf.as_mut().expect("allocated above"))
+    }
+
+    /// Whether nothing would be lost by forgetting this workspace: no buffer, or one whose
+    /// stream nobody else holds.
+    fn disposable(&self) -> bool {
+        self.buf.as_ref().is_none_or(|b| b.stream_orphaned())
+    }
+}
+
+/// Which stream a workspace belongs to: the raw `CUstream` handle, and for the per-thread
+/// default stream (`CU_STREAM_PER_THREAD`, one handle value naming a different stream on every
+/// host thread) the thread too. Two keys are equal only if they name the same stream, so two
+/// kernels in flight on different streams never share a buffer. A handle cannot be reused while
+/// its workspace lives: the buffer holds the stream (an owned stream is destroyed only after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct StreamKey {
+    handle: usize,
+    thread: Option<std::thread::ThreadId>,
+}
+
+/// `CU_STREAM_PER_THREAD` (cuda.h), the handle cudarc's `per_thread_stream` uses.
+const CU_STREAM_PER_THREAD: usize = 0x2;
+
+impl StreamKey {
+    fn of_handle(handle: usize) -> Self {
+        StreamKey {
+            handle,
+            thread: (handle == CU_STREAM_PER_THREAD).then(|| std::thread::current().id()),
+        }
+    }
+
+    fn of(stream: &CudaStream) -> Self {
+        Self::of_handle(stream.cu_stream() as usize)
+    }
+}
+
+/// One [`Workspace`] per stream. A call holds its stream's workspace (its own lock) from the
+/// first memset to the last launch of its plan, so two calls on one stream queue their plans
+/// whole, one after the other, and calls on different streams never wait for each other here.
+struct Workspaces<B> {
+    map: Mutex<HashMap<StreamKey, Arc<Mutex<Workspace<B>>>>>,
+}
+
+impl<B> Default for Workspaces<B> {
+    fn default() -> Self {
+        Workspaces {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<B: ScratchBuffer> Workspaces<B> {
+    /// The workspace of the stream `key`, made on first use. Forgets, on the way, the
+    /// workspaces of streams nobody holds any more (see [`Workspaces::trim`]).
+    fn for_stream(&self, key: StreamKey) -> Arc<Mutex<Workspace<B>>> {
+        let (entry, _dropped) = {
+            let mut map = self.map.lock().unwrap();
+            let dropped = Self::take_disposable(&mut map, Some(key));
+            let entry = map.entry(key).or_default().clone();
+            (entry, dropped)
+        };
+        // `_dropped` frees here, outside the map's lock (each buffer in its own stream's order).
+        entry
+    }
+
+    /// Drops the workspaces that are not in use by a call and whose stream nobody else holds;
+    /// returns how many. (`for_stream` does this on every call; the reliability check calls it
+    /// before reading free memory.)
+    fn trim(&self) -> usize {
+        let dropped = Self::take_disposable(&mut self.map.lock().unwrap(), None);
+        dropped.len()
+    }
+
+    fn take_disposable(
+        map: &mut HashMap<StreamKey, Arc<Mutex<Workspace<B>>>>,
+        keep: Option<StreamKey>,
+    ) -> Vec<Arc<Mutex<Workspace<B>>>> {
+        let gone: Vec<StreamKey> = map
+            .iter()
+            .filter(|(k, ws)| {
+                Some(**k) != keep
+                    // Nobody is mid-call with it (a call holds a clone), so the lock is free.
+                    && Arc::strong_count(ws) == 1
+                    && ws.try_lock().is_ok_and(|w| w.disposable())
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        gone.iter().filter_map(|k| map.remove(k)).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+}
+
+/// An error unless `stream` belongs to the device's context.
+fn check_same_context(device: sys::CUcontext, stream: sys::CUcontext) -> Result<(), Error> {
+    if device == stream {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            context: "running on a caller's stream".into(),
+            message: format!(
+                "the stream belongs to CUDA context {stream:p}, the device to {device:p}: \
+                 a Device runs only on streams of its own context"
+            ),
+        })
     }
 }
 
@@ -121,7 +327,8 @@ impl Device {
         Ok(n.max(0) as usize)
     }
 
-    /// Opens device `ordinal` (its primary context) and reads what kernels plan against.
+    /// Opens device `ordinal` (its primary context, on its default stream) and reads what
+    /// kernels plan against.
     pub fn open(ordinal: usize) -> Result<Device, Error> {
         let n = Self::count()?;
         if ordinal >= n {
@@ -130,54 +337,78 @@ impl Device {
             )));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::cuda("creating the context", e))?;
-        let attr = |a: Attr| -> Result<i32, Error> {
-            ctx.attribute(a)
-                .map_err(|e| Error::cuda(format!("reading {a:?}"), e))
-        };
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| Error::cuda("reading the compute capability", e))?;
-        let info = DeviceInfo {
-            ordinal,
-            name: ctx
-                .name()
-                .map_err(|e| Error::cuda("reading the device name", e))?,
-            compute_capability: (major as u32, minor as u32),
-            sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-            max_shared_memory_per_block: attr(
-                Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
-            )? as u32,
-            max_shared_memory_per_block_optin: attr(
-                Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-            )? as u32,
-            l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u32,
-            total_memory: ctx
-                .total_mem()
-                .map_err(|e| Error::cuda("reading total memory", e))?,
-        };
         let stream = ctx.default_stream();
+        Self::on(ctx, stream)
+    }
+
+    /// A device on the caller's stream and its context (`stream.context()`), e.g. the stream of
+    /// a framework's tensors: every call of this `Device` queues its work there, in order with
+    /// the caller's own, without synchronising and without copies. The context's compiled
+    /// modules are shared with every other `Device` on it. Reads the device's attributes (no
+    /// device work).
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Device, Error> {
+        let ctx = stream.context().clone();
+        Self::on(ctx, stream)
+    }
+
+    fn on(ctx: Arc<CudaContext>, stream: Arc<CudaStream>) -> Result<Device, Error> {
+        let info = read_info(&ctx)?;
         Ok(Device {
+            modules: module_cache_for(&ctx),
+            workspaces: Arc::default(),
             ctx,
             stream,
             info,
-            modules: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
-            stats: Mutex::new(CompileStats::default()),
-            workspace: Mutex::new(Workspace::default()),
         })
+    }
+
+    /// This device with `stream` (of the same context) as its stream: a cheap view that shares
+    /// the modules and the per-stream workspaces, for running any call (the host path,
+    /// `forward_with_kvcache`, `check_tables`, `synchronize`) on another stream. For one
+    /// `forward` there is [`crate::Attention::forward_on`].
+    pub fn with_stream(&self, stream: Arc<CudaStream>) -> Result<Device, Error> {
+        check_same_context(self.ctx.cu_ctx(), stream.context().cu_ctx())?;
+        Ok(Device {
+            ctx: self.ctx.clone(),
+            stream,
+            info: self.info.clone(),
+            modules: self.modules.clone(),
+            workspaces: self.workspaces.clone(),
+        })
+    }
+
+    /// An error unless `stream` belongs to this device's context.
+    pub(crate) fn check_stream(&self, stream: &CudaStream) -> Result<(), Error> {
+        check_same_context(self.ctx.cu_ctx(), stream.context().cu_ctx())
     }
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
     }
+    /// The stream calls run on unless given another (`forward_on`).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
+    /// Compile and load statistics of this device's context (shared by every `Device` on it).
     pub fn compile_stats(&self) -> CompileStats {
-        self.stats.lock().unwrap().clone()
+        self.modules.stats.lock().unwrap().clone()
+    }
+
+    /// Frees the scratch buffers of streams that nobody but this device holds any more (a
+    /// caller's stream that was dropped), in each stream's order; returns how many. Calls do
+    /// this on their own as they go; call it before reading free memory.
+    pub fn trim_workspaces(&self) -> usize {
+        // Freeing queues cuMemFreeAsync, which wants the context current.
+        let _ = self.ctx.bind_to_thread();
+        self.workspaces.trim()
+    }
+
+    /// How many streams have a scratch buffer (or its bookkeeping) on this device.
+    pub fn workspace_streams(&self) -> usize {
+        self.workspaces.len()
     }
 
     /// NVRTC architecture for this device.
@@ -219,7 +450,7 @@ impl Device {
         let module_key = format!("{source}|{:?}", req.options());
         let fkey = (module_key.clone(), entry.to_string());
         {
-            let funcs = self.functions.lock().unwrap();
+            let funcs = self.modules.functions.lock().unwrap();
             if let Some(f) = funcs.get(&fkey) {
                 if f.smem_optin >= dynamic_smem {
                     return Ok(f.function.clone());
@@ -227,7 +458,7 @@ impl Device {
             }
         }
         let module = {
-            let mut modules = self.modules.lock().unwrap();
+            let mut modules = self.modules.modules.lock().unwrap();
             if let Some(m) = modules.get(&module_key) {
                 m.clone()
             } else {
@@ -239,7 +470,7 @@ impl Device {
                         .map_err(|e| {
                             Error::cuda(format!("loading the prebuilt module for {source}"), e)
                         })?;
-                    let mut s = self.stats.lock().unwrap();
+                    let mut s = self.modules.stats.lock().unwrap();
                     s.prebuilt += 1;
                     s.module_load_millis += t.elapsed().as_secs_f64() * 1e3;
                     modules.insert(module_key.clone(), m.clone());
@@ -251,7 +482,7 @@ impl Device {
                     .ctx
                     .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
                     .map_err(|e| Error::cuda(format!("loading the module for {source}"), e))?;
-                let mut s = self.stats.lock().unwrap();
+                let mut s = self.modules.stats.lock().unwrap();
                 s.module_load_millis += t.elapsed().as_secs_f64() * 1e3;
                 if compiled.from_disk_cache {
                     s.from_disk_cache += 1;
@@ -308,7 +539,7 @@ impl Device {
                 )
                 .map_err(|e| Error::cuda(format!("opting {entry} in to {dynamic_smem} bytes of shared memory"), e))?;
         }
-        self.functions.lock().unwrap().insert(
+        self.modules.functions.lock().unwrap().insert(
             fkey,
             LoadedFunction {
                 function: function.clone(),
@@ -318,17 +549,26 @@ impl Device {
         Ok(function)
     }
 
-    /// The f32 scratch buffer of at least `len` elements behind `params.workspace`, reused
-    /// across calls, for `f` to enqueue a plan's launches with. Its first `counters` words are
-    /// zero when those launches start; the rest is *not* cleared (contract on
-    /// [`crate::LaunchPlan`]). The buffer is zeroed when it is (re)allocated, and again only when
-    /// `counters` reaches past the words known to be zero, i.e. when an earlier plan with a
+    /// The f32 scratch buffer of `stream` of at least `len` elements behind `params.workspace`,
+    /// reused across calls on that stream, for `f` to enqueue a plan's launches with. Its first
+    /// `counters` words are zero when those launches start; the rest is *not* cleared (contract
+    /// on [`crate::LaunchPlan`]). The buffer is zeroed when it is (re)allocated, and again only
+    /// when `counters` reaches past the words known to be zero, i.e. when an earlier plan with a
     /// smaller counter region may have written scratch there. A plan run over and over (a
     /// benchmark loop, a CUDA graph, a model's layers) therefore costs no memset after its first
-    /// call. Calls are serialised by the lock and run on the device's one stream, so "known zero"
-    /// holds in stream order.
+    /// call.
+    ///
+    /// One buffer per stream: kernels in flight on two streams never share counters or partials.
+    /// Calls on one stream are serialised by that workspace's lock from the memset to the last
+    /// launch, so "known zero" holds in the stream's order. The buffer is allocated, zeroed and
+    /// freed (when it grows, or when its stream is gone) on its own stream with cudarc's
+    /// stream-ordered `cuMemAllocAsync`/`cuMemFreeAsync`, so a free never overtakes a kernel
+    /// still using it, and nothing here waits for the device. (On a device without stream-ordered
+    /// allocation cudarc falls back to `cuMemAlloc`, and to a stream synchronisation before
+    /// `cuMemFree`: only when a buffer grows or goes.)
     pub(crate) fn with_workspace<R>(
         &self,
+        stream: &Arc<CudaStream>,
         len: usize,
         counters: usize,
         f: impl FnOnce(u64) -> Result<R, Error>,
@@ -338,30 +578,30 @@ impl Device {
             return f(0);
         }
         let counters = counters.min(len);
-        let mut ws = self.workspace.lock().unwrap();
-        if ws.buf.as_ref().is_none_or(|w| w.len() < len) {
-            ws.buf = None;
-            ws.zero_prefix = 0;
-            let buf = self
-                .stream
-                .alloc_zeros::<f32>(len)
-                .map_err(|_| Error::OutOfMemory {
-                    what: "the split-KV workspace".into(),
-                    bytes: len * 4,
-                })?;
-            ws.zero_prefix = buf.len();
-            ws.buf = Some(buf);
-        }
-        if ws.needs_zeroing(counters) {
-            let buf = ws.buf.as_mut().unwrap();
-            self.stream
-                .memset_zeros(buf)
-                .map_err(|e| Error::cuda("zeroing the workspace", e))?;
-            ws.zero_prefix = buf.len();
-        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Error::cuda("binding the context", e))?;
+        let entry = self.workspaces.for_stream(StreamKey::of(stream));
+        let mut ws = entry.lock().unwrap();
         let r = {
-            let buf = ws.buf.as_mut().unwrap();
-            let (ptr, _sync) = buf.device_ptr(&self.stream);
+            let buf = ws.prepare(
+                len,
+                counters,
+                |n| {
+                    stream
+                        .alloc_zeros::<f32>(n)
+                        .map_err(|_| Error::OutOfMemory {
+                            what: "the kernel workspace".into(),
+                            bytes: n * 4,
+                        })
+                },
+                |buf| {
+                    stream
+                        .memset_zeros(buf)
+                        .map_err(|e| Error::cuda("zeroing the workspace", e))
+                },
+            )?;
+            let (ptr, _record) = buf.device_ptr(stream);
             f(ptr)
         };
         // What the launches leave: the counters back at zero (the kernels' side of the contract),
@@ -371,14 +611,64 @@ impl Device {
     }
 }
 
+/// What kernels plan against, read from the context's device (attribute queries only).
+fn read_info(ctx: &CudaContext) -> Result<DeviceInfo, Error> {
+    let attr = |a: Attr| -> Result<i32, Error> {
+        ctx.attribute(a)
+            .map_err(|e| Error::cuda(format!("reading {a:?}"), e))
+    };
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| Error::cuda("reading the compute capability", e))?;
+    Ok(DeviceInfo {
+        ordinal: ctx.ordinal(),
+        name: ctx
+            .name()
+            .map_err(|e| Error::cuda("reading the device name", e))?,
+        compute_capability: (major as u32, minor as u32),
+        sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        max_shared_memory_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?
+            as u32,
+        max_shared_memory_per_block_optin: attr(
+            Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as u32,
+        l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u32,
+        total_memory: ctx
+            .total_mem()
+            .map_err(|e| Error::cuda("reading total memory", e))?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Workspace;
+    use super::*;
+
+    /// A scratch buffer without a GPU: its length, and a stand-in for the stream it holds.
+    struct Fake {
+        words: usize,
+        stream: Arc<()>,
+    }
+
+    impl ScratchBuffer for Fake {
+        fn words(&self) -> usize {
+            self.words
+        }
+        fn stream_orphaned(&self) -> bool {
+            Arc::strong_count(&self.stream) == 1
+        }
+    }
+
+    fn fake(words: usize) -> Fake {
+        Fake {
+            words,
+            stream: Arc::new(()),
+        }
+    }
 
     #[test]
     fn workspace_is_zeroed_only_when_counters_may_sit_on_scratch() {
         // Freshly allocated (alloc_zeros) buffer of 1000 words.
-        let mut ws = Workspace {
+        let mut ws = Workspace::<Fake> {
             buf: None,
             zero_prefix: 1000,
         };
@@ -402,5 +692,191 @@ mod tests {
         ws.zero_prefix = 1000;
         ws.after_plan(256, false);
         assert!(ws.needs_zeroing(1));
+    }
+
+    /// `prepare` on a fake buffer, counting allocations (with their lengths) and memsets.
+    fn prepare(
+        ws: &mut Workspace<Fake>,
+        len: usize,
+        counters: usize,
+        log: &mut Vec<String>,
+    ) -> Result<usize, ()> {
+        let log = std::cell::RefCell::new(log);
+        ws.prepare(
+            len,
+            counters,
+            |n| {
+                log.borrow_mut().push(format!("alloc {n}"));
+                Ok(fake(n))
+            },
+            |_| {
+                log.borrow_mut().push("memset".into());
+                Ok(())
+            },
+        )
+        .map(|b| b.words)
+    }
+
+    #[test]
+    fn prepare_allocates_grows_and_zeroes_only_when_needed() {
+        let mut ws = Workspace::<Fake>::default();
+        let mut log = Vec::new();
+        // First plan: allocated zeroed, no memset on top.
+        assert_eq!(prepare(&mut ws, 2, 2, &mut log), Ok(2));
+        ws.after_plan(2, true);
+        // The same plan again (a dynamic schedule's two counters): nothing at all.
+        assert_eq!(prepare(&mut ws, 2, 2, &mut log), Ok(2));
+        ws.after_plan(2, true);
+        assert_eq!(log, ["alloc 2"]);
+        // A split plan needing 600 words, 256 of them counters: grows (fresh zeroed buffer).
+        assert_eq!(prepare(&mut ws, 600, 256, &mut log), Ok(600));
+        ws.after_plan(256, true);
+        assert_eq!(log, ["alloc 2", "alloc 600"]);
+        // A smaller plan fits: no allocation, and its 2 counters lie inside the known-zero 256.
+        assert_eq!(prepare(&mut ws, 2, 2, &mut log), Ok(600));
+        ws.after_plan(2, true);
+        assert_eq!(log.len(), 2);
+        // Back to 256 counters: the small plan may have used words 2.. as scratch, so they are
+        // zeroed first.
+        assert_eq!(prepare(&mut ws, 600, 256, &mut log), Ok(600));
+        assert_eq!(log, ["alloc 2", "alloc 600", "memset"]);
+        assert_eq!(ws.zero_prefix, 600);
+    }
+
+    #[test]
+    fn failed_allocation_or_memset_leaves_nothing_known_zero() {
+        let mut ws = Workspace::<Fake>::default();
+        let mut log = Vec::new();
+        prepare(&mut ws, 8, 2, &mut log).unwrap();
+        ws.after_plan(2, true);
+        // Growing fails: the old buffer is gone (freed before the new one was asked for).
+        let r = ws.prepare(16, 2, |_| Err("oom"), |_| Ok(()));
+        assert_eq!(r.err(), Some("oom"));
+        assert!(ws.buf.is_none());
+        assert_eq!(ws.zero_prefix, 0);
+        // The next call allocates again.
+        assert_eq!(prepare(&mut ws, 16, 2, &mut log), Ok(16));
+        ws.after_plan(0, true);
+        // A memset that fails: nothing is known zero, so the next call tries again.
+        let r = ws.prepare(16, 4, |_| Ok(fake(16)), |_| Err("memset"));
+        assert_eq!(r.err(), Some("memset"));
+        assert!(ws.needs_zeroing(1));
+        prepare(&mut ws, 16, 4, &mut log).unwrap();
+        assert_eq!(log.last().map(String::as_str), Some("memset"));
+    }
+
+    #[test]
+    fn each_stream_gets_its_own_workspace() {
+        let w = Workspaces::<Fake>::default();
+        let a = StreamKey::of_handle(0x1000);
+        let b = StreamKey::of_handle(0x2000);
+        let wa = w.for_stream(a);
+        let wb = w.for_stream(b);
+        assert!(!Arc::ptr_eq(&wa, &wb));
+        assert!(Arc::ptr_eq(&wa, &w.for_stream(a)));
+        // Bookkeeping is per stream: a memset on one says nothing about the other.
+        wa.lock().unwrap().buf = Some(fake(8));
+        wa.lock().unwrap().zero_prefix = 8;
+        assert!(wb.lock().unwrap().needs_zeroing(2));
+        assert!(!wa.lock().unwrap().needs_zeroing(2));
+        assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn the_per_thread_stream_is_a_different_stream_on_each_thread() {
+        let here = StreamKey::of_handle(CU_STREAM_PER_THREAD);
+        let there = std::thread::spawn(|| StreamKey::of_handle(CU_STREAM_PER_THREAD))
+            .join()
+            .unwrap();
+        assert_ne!(here, there);
+        assert_eq!(here, StreamKey::of_handle(CU_STREAM_PER_THREAD));
+        // Any other handle names one stream whatever the thread.
+        let other = std::thread::spawn(|| StreamKey::of_handle(0x1234))
+            .join()
+            .unwrap();
+        assert_eq!(other, StreamKey::of_handle(0x1234));
+        assert_eq!(StreamKey::of_handle(0).thread, None);
+    }
+
+    #[test]
+    fn workspaces_of_dropped_streams_are_freed_but_not_those_in_use() {
+        let w = Workspaces::<Fake>::default();
+        let (s1, s2, s3) = (Arc::new(()), Arc::new(()), Arc::new(()));
+        let k = |i: usize| StreamKey::of_handle(0x1000 * i);
+        for (i, s) in [(1, &s1), (2, &s2), (3, &s3)] {
+            w.for_stream(k(i)).lock().unwrap().buf = Some(Fake {
+                words: 4,
+                stream: s.clone(),
+            });
+        }
+        // A stream with bookkeeping but no buffer yet (a plan without workspace never makes one,
+        // but a failed allocation leaves one).
+        let _ = w.for_stream(k(4));
+        assert_eq!(w.len(), 4);
+        // Everyone still holds streams 1-3: only the empty entry goes.
+        assert_eq!(w.trim(), 1);
+        assert_eq!(w.len(), 3);
+        // The caller drops stream 1 and 2, but a call on stream 2 is in flight (holds its entry).
+        drop(s1);
+        drop(s2);
+        // Taking stream 2's workspace forgets stream 1's on the way; a trim then keeps 2's.
+        let in_flight = w.for_stream(k(2));
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.trim(), 0);
+        assert_eq!(w.len(), 2);
+        drop(in_flight);
+        // A call on stream 3 forgets stream 2 on the way, never its own stream.
+        drop(s3);
+        let own = w.for_stream(k(3));
+        assert_eq!(w.len(), 1);
+        assert!(own.lock().unwrap().buf.is_some());
+        drop(own);
+        assert_eq!(w.trim(), 1);
+        assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn module_caches_are_shared_per_context_while_one_lives() {
+        let registry = Mutex::new(Vec::new());
+        let a: Arc<ModuleCache> = shared_by_key(&registry, 0xa);
+        let a2: Arc<ModuleCache> = shared_by_key(&registry, 0xa);
+        let b: Arc<ModuleCache> = shared_by_key(&registry, 0xb);
+        assert!(Arc::ptr_eq(&a, &a2));
+        assert!(!Arc::ptr_eq(&a, &b));
+        a.stats.lock().unwrap().compiled = 3;
+        assert_eq!(a2.stats.lock().unwrap().compiled, 3);
+        // Once every Device on the context is gone, the entry is forgotten: a context later made
+        // at the same address starts empty.
+        drop((a, a2));
+        let a3: Arc<ModuleCache> = shared_by_key(&registry, 0xa);
+        assert_eq!(a3.stats.lock().unwrap().compiled, 0);
+        assert_eq!(registry.lock().unwrap().len(), 2);
+        drop(b);
+        let _c: Arc<ModuleCache> = shared_by_key(&registry, 0xc);
+        assert_eq!(
+            registry.lock().unwrap().len(),
+            2,
+            "the dead entry of 0xb is dropped"
+        );
+    }
+
+    #[test]
+    fn a_device_can_be_shared_between_threads() {
+        // A framework keeps one Device per CUDA device in ops that must be Send + Sync.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Device>();
+        send_sync::<Workspaces<CudaSlice<f32>>>();
+    }
+
+    #[test]
+    fn a_stream_of_another_context_is_refused() {
+        let a = 0x1000 as sys::CUcontext;
+        let b = 0x2000 as sys::CUcontext;
+        assert!(check_same_context(a, a).is_ok());
+        let e = check_same_context(a, b).unwrap_err().to_string();
+        assert!(
+            e.contains("another") || e.contains("its own context"),
+            "{e}"
+        );
     }
 }

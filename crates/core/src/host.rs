@@ -1,5 +1,6 @@
-//! The convenience path: host ndarrays in, host ndarrays out. Inputs are f32 values rounded to
-//! the problem's dtype on upload; outputs come back as f32.
+//! The convenience path: host ndarrays in, host ndarrays out, in f32 (rounded to the problem's
+//! dtype on upload, widened back) or in the problem's own 16-bit type (`half::f16` /
+//! `half::bf16`, uploaded as they are, no widening and, for standard-layout arrays, no copy).
 
 use ndarray::{Array3, Array4, ArrayD, ArrayView4, ArrayViewD};
 
@@ -10,10 +11,77 @@ use crate::plan::Attention;
 use crate::problem::{AttentionProblem, DType};
 use crate::tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
-/// Output of a host-side call: O in the problem's layout order, LSE as [batch, heads_q, seq_q].
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// An element type of host arrays: `f32`, rounded to the problem's dtype on upload (outputs
+/// widened back), or `half::f16` / `half::bf16`, taken as they are by a problem of that dtype
+/// (outputs in it too; any other dtype is a `DTypeMismatch`).
+pub trait HostElement: sealed::Sealed + Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The dtype these values already are, or `None` (f32: rounded to either).
+    const DTYPE: Option<DType>;
+    /// The value as `dtype`'s bits (`dtype` is `Self::DTYPE` where that is set).
+    fn to_dtype_bits(self, dtype: DType) -> u16;
+    /// `dtype`'s bits as a value of this type.
+    fn from_dtype_bits(bits: u16, dtype: DType) -> Self;
+    /// Contiguous values that already are 16-bit patterns, borrowed as such (no copy).
+    fn as_bits(values: &[Self]) -> Option<&[u16]>;
+}
+
+impl HostElement for f32 {
+    const DTYPE: Option<DType> = None;
+    fn to_dtype_bits(self, dtype: DType) -> u16 {
+        dtype.to_bits(self)
+    }
+    fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
+        dtype.from_bits(bits)
+    }
+    fn as_bits(_: &[Self]) -> Option<&[u16]> {
+        None
+    }
+}
+
+impl HostElement for half::f16 {
+    const DTYPE: Option<DType> = Some(DType::F16);
+    fn to_dtype_bits(self, dtype: DType) -> u16 {
+        debug_assert_eq!(dtype, DType::F16);
+        self.to_bits()
+    }
+    fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
+        debug_assert_eq!(dtype, DType::F16);
+        half::f16::from_bits(bits)
+    }
+    fn as_bits(values: &[Self]) -> Option<&[u16]> {
+        use half::slice::HalfFloatSliceExt;
+        Some(values.reinterpret_cast())
+    }
+}
+
+impl HostElement for half::bf16 {
+    const DTYPE: Option<DType> = Some(DType::Bf16);
+    fn to_dtype_bits(self, dtype: DType) -> u16 {
+        debug_assert_eq!(dtype, DType::Bf16);
+        self.to_bits()
+    }
+    fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
+        debug_assert_eq!(dtype, DType::Bf16);
+        half::bf16::from_bits(bits)
+    }
+    fn as_bits(values: &[Self]) -> Option<&[u16]> {
+        use half::slice::HalfFloatSliceExt;
+        Some(values.reinterpret_cast())
+    }
+}
+
+/// Output of a host-side call: O in the problem's layout order and the inputs' element type,
+/// LSE (always f32) as [batch, heads_q, seq_q].
 #[derive(Clone, Debug)]
-pub struct HostOutput {
-    pub o: Array4<f32>,
+pub struct HostOutput<E = f32> {
+    pub o: Array4<E>,
     pub lse: Array3<f32>,
 }
 
@@ -27,19 +95,21 @@ pub fn nan_bits(dtype: DType) -> u16 {
 }
 
 /// Converts an array to the dtype's bits in standard (row-major) order.
-pub fn to_bits(dtype: DType, a: &ArrayView4<f32>) -> Vec<u16> {
-    a.iter().map(|&x| dtype.to_bits(x)).collect()
+pub fn to_bits<E: HostElement>(dtype: DType, a: &ArrayView4<E>) -> Vec<u16> {
+    a.iter().map(|&x| x.to_dtype_bits(dtype)).collect()
 }
 
-/// Runs `attention` on host arrays laid out as the problem's `layout` says (dense).
-pub fn forward_host<'a>(
+/// Runs `attention` on host arrays laid out as the problem's `layout` says (dense), on the
+/// device's stream, and waits for the result. `E` is `f32` (rounded to the problem's dtype) or
+/// the problem's own `half::f16` / `half::bf16` (taken as is); O comes back as `E`.
+pub fn forward_host<'a, E: HostElement>(
     attention: &(impl Attention + ?Sized),
     device: &Device,
     problem: &AttentionProblem,
-    q: ArrayView4<'a, f32>,
-    k: ArrayView4<'a, f32>,
-    v: ArrayView4<'a, f32>,
-) -> Result<HostOutput, Error> {
+    q: ArrayView4<'a, E>,
+    k: ArrayView4<'a, E>,
+    v: ArrayView4<'a, E>,
+) -> Result<HostOutput<E>, Error> {
     let out = forward_host_modes(
         attention,
         device,
@@ -65,18 +135,20 @@ pub fn forward_host<'a>(
 ///   `[total_k, heads_kv, head_dim]` packed, or `[num_blocks, block_size, heads_kv, head_dim]` paged;
 /// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends;
 /// - `tables`: the per-sequence tables the modes need, validated before anything launches.
-pub struct HostInputs<'a> {
-    pub q: ArrayViewD<'a, f32>,
-    pub k: ArrayViewD<'a, f32>,
-    pub v: ArrayViewD<'a, f32>,
-    pub k_new: Option<ArrayViewD<'a, f32>>,
-    pub v_new: Option<ArrayViewD<'a, f32>>,
+///
+/// Elements are `f32` or the problem's 16-bit type ([`HostElement`]), all of one type.
+pub struct HostInputs<'a, E = f32> {
+    pub q: ArrayViewD<'a, E>,
+    pub k: ArrayViewD<'a, E>,
+    pub v: ArrayViewD<'a, E>,
+    pub k_new: Option<ArrayViewD<'a, E>>,
+    pub v_new: Option<ArrayViewD<'a, E>>,
     pub tables: HostTables<'a>,
 }
 
-impl<'a> HostInputs<'a> {
+impl<'a, E> HostInputs<'a, E> {
     /// Q, K, V with no append and no tables (a dense problem's inputs).
-    pub fn new(q: ArrayViewD<'a, f32>, k: ArrayViewD<'a, f32>, v: ArrayViewD<'a, f32>) -> Self {
+    pub fn new(q: ArrayViewD<'a, E>, k: ArrayViewD<'a, E>, v: ArrayViewD<'a, E>) -> Self {
         HostInputs {
             q,
             k,
@@ -89,17 +161,21 @@ impl<'a> HostInputs<'a> {
 }
 
 /// Outputs in storage order: O shaped like Q, LSE `[batch, heads_q, seq_q]` or `[heads_q, total_q]`;
-/// after an append, the caches as they are after the call.
+/// after an append, the caches as they are after the call. O and the caches are in the inputs'
+/// element type, LSE in f32.
 #[derive(Clone, Debug)]
-pub struct HostOutputs {
-    pub o: ArrayD<f32>,
+pub struct HostOutputs<E = f32> {
+    pub o: ArrayD<E>,
     pub lse: ArrayD<f32>,
-    pub k_cache: Option<ArrayD<f32>>,
-    pub v_cache: Option<ArrayD<f32>>,
+    pub k_cache: Option<ArrayD<E>>,
+    pub v_cache: Option<ArrayD<E>>,
 }
 
-/// Expected storage shapes of Q (and O), K (and V) for a problem.
-pub fn storage_shapes(problem: &AttentionProblem) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+/// Storage shapes of Q (and O), K (and V), and LSE.
+pub type StorageShapes = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// Expected storage shapes of Q (and O), K (and V) and LSE for a problem.
+pub fn storage_shapes(problem: &AttentionProblem) -> StorageShapes {
     let p = problem;
     let (b, hq, hkv, sq, sk, d) = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim);
     let q = match p.modes.packed_q {
@@ -122,9 +198,9 @@ pub fn storage_shapes(problem: &AttentionProblem) -> (Vec<usize>, Vec<usize>, Ve
     (q, kv, lse)
 }
 
-fn check_shape_d(
+fn check_shape_d<E>(
     tensor: &'static str,
-    a: &ArrayViewD<f32>,
+    a: &ArrayViewD<E>,
     expected: &[usize],
 ) -> Result<(), InvalidProblem> {
     if a.shape() != expected {
@@ -137,19 +213,41 @@ fn check_shape_d(
     Ok(())
 }
 
-/// Runs `attention` on host arrays of any mode; see [`HostInputs`].
-pub fn forward_host_modes(
-    attention: &(impl Attention + ?Sized),
-    device: &Device,
+/// An array's elements as `dtype`'s bits in standard (row-major) order: borrowed from the array
+/// itself when it is standard-layout and already holds them (`f16`/`bf16` of the dtype),
+/// converted otherwise (f32 rounded, or a non-contiguous view gathered).
+pub fn host_bits<'x, E: HostElement>(
+    a: &ArrayViewD<'x, E>,
+    dtype: DType,
+) -> std::borrow::Cow<'x, [u16]> {
+    match a.to_slice().and_then(E::as_bits) {
+        Some(bits) => std::borrow::Cow::Borrowed(bits),
+        None => a.iter().map(|&x| x.to_dtype_bits(dtype)).collect(),
+    }
+}
+
+/// Everything the host path checks before touching the device: the problem, dense layouts
+/// only, the element type against the dtype, every array's shape, the tables. Returns the
+/// storage shapes of Q (and O), K (and V) and LSE.
+pub fn check_host_inputs<E: HostElement>(
+    kernel: &'static str,
     problem: &AttentionProblem,
-    inputs: HostInputs<'_>,
-) -> Result<HostOutputs, Error> {
+    inputs: &HostInputs<'_, E>,
+) -> Result<StorageShapes, Error> {
     problem.validate()?;
     if problem.custom_strides.is_some() {
         return Err(Error::Unsupported(crate::error::Unsupported::new(
-            attention.name(),
+            kernel,
             "the host path takes dense layouts only; use device tensors for custom strides",
         )));
+    }
+    if let Some(got) = E::DTYPE.filter(|&d| d != problem.dtype) {
+        return Err(InvalidProblem::DTypeMismatch {
+            tensor: "q",
+            got,
+            expected: problem.dtype,
+        }
+        .into());
     }
     let (q_shape, kv_shape, lse_shape) = storage_shapes(problem);
     check_shape_d("q", &inputs.q, &q_shape)?;
@@ -180,6 +278,19 @@ pub fn forward_host_modes(
         }
     }
     inputs.tables.validate(problem)?;
+    Ok((q_shape, kv_shape, lse_shape))
+}
+
+/// Runs `attention` on host arrays of any mode (see [`HostInputs`]) on the device's stream, and
+/// waits for the result (a synchronisation of that stream: this is the convenience path; device
+/// tensors and `Attention::forward_on` queue work without waiting).
+pub fn forward_host_modes<E: HostElement>(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    inputs: HostInputs<'_, E>,
+) -> Result<HostOutputs<E>, Error> {
+    let (q_shape, kv_shape, lse_shape) = check_host_inputs(attention.name(), problem, &inputs)?;
 
     let stream = device.stream();
     let dtype = problem.dtype;
@@ -187,10 +298,10 @@ pub fn forward_host_modes(
         what: what.to_string(),
         bytes,
     };
-    let up = |a: &ArrayViewD<f32>, what: &str| {
-        let bits: Vec<u16> = a.iter().map(|&x| dtype.to_bits(x)).collect();
+    let up = |a: &ArrayViewD<E>, what: &str| {
+        let bits = host_bits(a, dtype);
         stream
-            .clone_htod(&bits)
+            .clone_htod(&*bits)
             .map_err(|_| oom(what, bits.len() * 2))
     };
     let up_i32 = |t: Option<&[i32]>, what: &str| {
@@ -284,7 +395,10 @@ pub fn forward_host_modes(
         let bits = stream
             .clone_dtoh(d)
             .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
-        let vals: Vec<f32> = bits.iter().map(|&x| dtype.from_bits(x)).collect();
+        let vals: Vec<E> = bits
+            .into_iter()
+            .map(|x| E::from_dtype_bits(x, dtype))
+            .collect();
         Ok::<_, Error>(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
     };
     let o = down(&d_o, &q_shape, "O")?;
@@ -305,4 +419,147 @@ pub fn forward_host_modes(
         k_cache,
         v_cache,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+    use ndarray::{ArrayD, IxDyn};
+
+    fn values(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37) % 101) as f32 / 7.0 - 7.0)
+            .collect()
+    }
+
+    #[test]
+    fn half_elements_round_trip_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let h = f16::from_bits(bits);
+            assert_eq!(h.to_dtype_bits(DType::F16), bits);
+            assert_eq!(f16::from_dtype_bits(bits, DType::F16).to_bits(), bits);
+            let b = bf16::from_bits(bits);
+            assert_eq!(b.to_dtype_bits(DType::Bf16), bits);
+            assert_eq!(bf16::from_dtype_bits(bits, DType::Bf16).to_bits(), bits);
+        }
+        // f32 keeps today's meaning: rounded to the dtype, widened back.
+        assert_eq!(1.0f32.to_dtype_bits(DType::F16), 0x3c00);
+        assert_eq!(1.0f32.to_dtype_bits(DType::Bf16), 0x3f80);
+        assert_eq!(f32::from_dtype_bits(0x3c00, DType::F16), 1.0);
+        assert_eq!(f32::from_dtype_bits(0x3f80, DType::Bf16), 1.0);
+    }
+
+    #[test]
+    fn half_arrays_upload_the_same_bits_as_f32_without_widening_or_copying() {
+        let v = values(2 * 3 * 4 * 8);
+        let shape = IxDyn(&[2, 3, 4, 8]);
+        let a32 = ArrayD::from_shape_vec(shape.clone(), v.clone()).unwrap();
+        for dtype in DType::ALL {
+            let from_f32 = host_bits(&a32.view(), dtype).into_owned();
+            let same = match dtype {
+                DType::F16 => {
+                    let a = a32.mapv(f16::from_f32);
+                    let view = a.view();
+                    let bits = host_bits(&view, dtype);
+                    // Borrowed from the array's own storage: no widening, no copy.
+                    assert!(matches!(bits, std::borrow::Cow::Borrowed(_)));
+                    assert_eq!(bits.as_ptr() as usize, a.as_ptr() as usize);
+                    bits.into_owned()
+                }
+                DType::Bf16 => {
+                    let a = a32.mapv(bf16::from_f32);
+                    let view = a.view();
+                    let bits = host_bits(&view, dtype);
+                    assert!(matches!(bits, std::borrow::Cow::Borrowed(_)));
+                    bits.into_owned()
+                }
+            };
+            assert_eq!(same, from_f32, "{dtype}");
+        }
+        // f32 is always converted.
+        assert!(matches!(
+            host_bits(&a32.view(), DType::F16),
+            std::borrow::Cow::Owned(_)
+        ));
+    }
+
+    #[test]
+    fn a_non_contiguous_half_view_is_gathered_in_logical_order() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[4, 6]), values(24))
+            .unwrap()
+            .mapv(f16::from_f32);
+        let t = a.t();
+        let bits = host_bits(&t, DType::F16);
+        assert!(matches!(bits, std::borrow::Cow::Owned(_)));
+        let expected: Vec<u16> = t.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(&*bits, &expected[..]);
+    }
+
+    fn dense_inputs<E: Clone + Default>(p: &AttentionProblem) -> [ArrayD<E>; 3] {
+        let (q, kv, _) = storage_shapes(p);
+        [
+            ArrayD::from_elem(IxDyn(&q), E::default()),
+            ArrayD::from_elem(IxDyn(&kv), E::default()),
+            ArrayD::from_elem(IxDyn(&kv), E::default()),
+        ]
+    }
+
+    #[test]
+    fn half_arrays_must_match_the_problem_dtype_f32_takes_either() {
+        for dtype in DType::ALL {
+            let p = AttentionProblem::new(2, 4, 33, 64)
+                .with_kv(2, 65)
+                .with_dtype(dtype);
+            let [q, k, v] = dense_inputs::<f32>(&p);
+            check_host_inputs("k", &p, &HostInputs::new(q.view(), k.view(), v.view())).unwrap();
+
+            let [q, k, v] = dense_inputs::<f16>(&p);
+            let r = check_host_inputs("k", &p, &HostInputs::new(q.view(), k.view(), v.view()));
+            let [q, k, v] = dense_inputs::<bf16>(&p);
+            let rb = check_host_inputs("k", &p, &HostInputs::new(q.view(), k.view(), v.view()));
+            let (ok, bad, got) = match dtype {
+                DType::F16 => (r, rb, DType::Bf16),
+                DType::Bf16 => (rb, r, DType::F16),
+            };
+            let (q_shape, kv_shape, lse_shape) = ok.unwrap();
+            assert_eq!(q_shape, p.layout.shape(2, 4, 33, 64).to_vec());
+            assert_eq!(kv_shape, p.layout.shape(2, 2, 65, 64).to_vec());
+            assert_eq!(lse_shape, vec![2, 4, 33]);
+            match bad {
+                Err(Error::Invalid(InvalidProblem::DTypeMismatch {
+                    tensor: "q",
+                    got: g,
+                    expected,
+                })) => assert_eq!((g, expected), (got, dtype)),
+                other => panic!("{dtype}: expected a DTypeMismatch, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn half_arrays_get_the_same_shape_and_append_checks() {
+        let p = AttentionProblem::new(1, 2, 8, 64).with_dtype(DType::Bf16);
+        let [q, k, v] = dense_inputs::<bf16>(&p);
+        let short = ArrayD::from_elem(IxDyn(&[1, 7, 2, 64]), bf16::ZERO);
+        let e = check_host_inputs("k", &p, &HostInputs::new(q.view(), short.view(), v.view()))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Invalid(InvalidProblem::ShapeMismatch { tensor: "k", .. })
+            ),
+            "{e}"
+        );
+        let mut inputs = HostInputs::new(q.view(), k.view(), v.view());
+        inputs.k_new = Some(k.view());
+        let e = check_host_inputs("k", &p, &inputs).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Invalid(InvalidProblem::Mode { field: "k_new", .. })
+            ),
+            "{e}"
+        );
+    }
 }

@@ -2,9 +2,10 @@
 //! tensor maps, shared-memory opt-in and error checks, shared by every generation.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::driver::sys;
-use cudarc::driver::{DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::device::Device;
 use crate::error::{Error, InvalidProblem, Unsupported};
@@ -139,14 +140,30 @@ pub fn tiles(n: usize, tile: usize) -> usize {
     n.div_ceil(tile)
 }
 
-/// Validates, plans and launches `attention` on `tensors`. Asynchronous: returns once the
-/// launches are queued (call `Device::synchronize` to surface faults).
+/// Validates, plans and launches `attention` on `tensors`, on the device's stream.
+/// Asynchronous: returns once the launches are queued (call `Device::synchronize` to surface
+/// faults).
 pub fn forward(
     attention: &(impl Attention + ?Sized),
     device: &Device,
     problem: &AttentionProblem,
     tensors: &mut AttentionTensors<'_>,
 ) -> Result<(), Error> {
+    forward_on(attention, device, device.stream(), problem, tensors)
+}
+
+/// [`forward`] on `stream` (of the device's context) instead of the device's stream, e.g. the
+/// stream a framework runs the surrounding layers on. Nothing waits for the device: the launches
+/// are queued on `stream` behind whatever the caller queued there, with the stream's own scratch
+/// buffer (`Device::with_workspace`), so calls on different streams may run at once.
+pub fn forward_on(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    tensors: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    device.check_stream(stream)?;
     if problem.modes.append.is_some() {
         return Err(InvalidProblem::Mode {
             field: "k_new",
@@ -156,14 +173,15 @@ pub fn forward(
         }
         .into());
     }
-    let plan = prepare(attention, device, problem, tensors)?;
-    run_plan(device, problem, &plan, tensors)
+    let plan = prepare(attention, device, stream, problem, tensors)?;
+    run_plan_on(device, stream, problem, &plan, tensors)
 }
 
 /// Every check of a call, in order; returns the plan. Launches nothing.
 fn prepare(
     attention: &(impl Attention + ?Sized),
     device: &Device,
+    stream: &CudaStream,
     problem: &AttentionProblem,
     tensors: &AttentionTensors<'_>,
 ) -> Result<LaunchPlan, Error> {
@@ -172,12 +190,7 @@ fn prepare(
     let caps = attention.capabilities();
     caps.check(attention.name(), problem, device.info())?;
     let plan = attention.plan(problem, device.info())?;
-    check_pointer_alignment(
-        attention.name(),
-        caps.alignment_elems,
-        tensors,
-        device.stream(),
-    )?;
+    check_pointer_alignment(attention.name(), caps.alignment_elems, tensors, stream)?;
     Ok(plan)
 }
 
@@ -200,8 +213,8 @@ pub fn forward_with_kvcache(
     k_cache: &mut TensorMut<'_>,
     v_cache: &mut TensorMut<'_>,
     new: KvAppend<'_>,
-    o: TensorMut<'_>,
-    lse: cudarc::driver::CudaViewMut<'_, f32>,
+    mut o: TensorMut<'_>,
+    mut lse: cudarc::driver::CudaViewMut<'_, f32>,
     tables: crate::tensors::DeviceTables<'_>,
 ) -> Result<(), Error> {
     let Some(seqlen_new) = problem.modes.append else {
@@ -230,6 +243,40 @@ pub fn forward_with_kvcache(
             .into());
         }
     }
+    let stream = device.stream().clone();
+    // Every check (the attention call's included) before the first launch.
+    let plan = {
+        let tensors = kv_tensors(&q, k_cache, v_cache, &mut o, &mut lse, &tables);
+        prepare(attention, device, &stream, problem, &tensors)?
+    };
+    if seqlen_new > 0 && problem.batch > 0 {
+        let mut params = AttentionParams::from_problem(problem);
+        let _tables = set_table_pointers(&mut params, &tables, &stream);
+        // The append writes the caches: their uses are recorded as writes, after the launch.
+        let (k, _wk) = k_cache.data.device_ptr_mut(&stream);
+        let (v, _wv) = v_cache.data.device_ptr_mut(&stream);
+        params.k = k;
+        params.v = v;
+        let (k_new, _a) = new.k_new.data.device_ptr(&stream);
+        let (v_new, _b) = new.v_new.data.device_ptr(&stream);
+        let append = KernelLaunch {
+            source: "core_append_kv.cu",
+            entry: "append_kv",
+            defines: vec![],
+            grid: (linear_grid(tiles(needed, 256)), 1, 1),
+            block: (256, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+        };
+        launch_with_args(
+            device,
+            &stream,
+            problem.dtype,
+            &append,
+            &params,
+            &[k_new, v_new],
+        )?;
+    }
     let mut tensors = AttentionTensors {
         q,
         k: TensorRef {
@@ -244,51 +291,94 @@ pub fn forward_with_kvcache(
         lse,
         tables,
     };
-    let plan = prepare(attention, device, problem, &tensors)?;
-    if seqlen_new > 0 && problem.batch > 0 {
-        let stream = device.stream().clone();
-        let mut params = AttentionParams::from_problem(problem);
-        set_pointers(&mut params, &mut tensors, &stream);
-        let (k_new, _a) = new.k_new.data.device_ptr(&stream);
-        let (v_new, _b) = new.v_new.data.device_ptr(&stream);
-        let append = KernelLaunch {
-            source: "core_append_kv.cu",
-            entry: "append_kv",
-            defines: vec![],
-            grid: (linear_grid(tiles(needed, 256)), 1, 1),
-            block: (256, 1, 1),
-            dynamic_smem_bytes: 0,
-            tensor_maps: None,
-        };
-        launch_with_args(device, problem.dtype, &append, &params, &[k_new, v_new])?;
-    }
-    run_plan(device, problem, &plan, &mut tensors)
+    run_plan_on(device, &stream, problem, &plan, &mut tensors)
 }
 
-/// The tensors' and tables' device addresses into the parameter block.
-fn set_pointers(
+/// The attention call's tensors of `forward_with_kvcache`, reborrowed for its checks (the
+/// caches are then taken mutably for the append).
+fn kv_tensors<'s>(
+    q: &'s TensorRef<'_>,
+    k_cache: &'s TensorMut<'_>,
+    v_cache: &'s TensorMut<'_>,
+    o: &'s mut TensorMut<'_>,
+    lse: &'s mut cudarc::driver::CudaViewMut<'_, f32>,
+    tables: &'s crate::tensors::DeviceTables<'_>,
+) -> AttentionTensors<'s> {
+    let view = |t: &'s TensorMut<'_>| TensorRef {
+        data: t.data.as_view(),
+        dtype: t.dtype,
+    };
+    let table = |t: &'s Option<cudarc::driver::CudaView<'_, i32>>| t.as_ref().map(|v| v.slice(..));
+    AttentionTensors {
+        q: TensorRef {
+            data: q.data.slice(..),
+            dtype: q.dtype,
+        },
+        k: view(k_cache),
+        v: view(v_cache),
+        o: TensorMut {
+            data: o.data.slice_mut(..),
+            dtype: o.dtype,
+        },
+        lse: lse.slice_mut(..),
+        tables: crate::tensors::DeviceTables {
+            cu_seqlens_q: table(&tables.cu_seqlens_q),
+            cu_seqlens_k: table(&tables.cu_seqlens_k),
+            seqused_k: table(&tables.seqused_k),
+            block_table: table(&tables.block_table),
+            alibi_slopes: tables.alibi_slopes.as_ref().map(|v| v.slice(..)),
+        },
+    }
+}
+
+/// The tensors' and tables' device addresses into the parameter block. The returned guards
+/// record each tensor's use on `stream` (cudarc's read/write events, which order other streams
+/// behind this call) when dropped: hold them until the plan's last launch is queued.
+fn set_pointers<'s>(
     params: &mut AttentionParams,
-    t: &mut AttentionTensors<'_>,
-    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
-) {
-    // The addresses stay valid while `t` lives; the SyncOnDrop guards only record stream use.
-    params.q = t.q.data.device_ptr(stream).0;
-    params.k = t.k.data.device_ptr(stream).0;
-    params.v = t.v.data.device_ptr(stream).0;
-    params.o = t.o.data.device_ptr_mut(stream).0;
-    params.lse = t.lse.device_ptr_mut(stream).0;
-    let tb = &t.tables;
-    let ptr = |v: &Option<cudarc::driver::CudaView<'_, i32>>| {
-        v.as_ref().map_or(0, |v| v.device_ptr(stream).0)
+    t: &'s mut AttentionTensors<'_>,
+    stream: &'s CudaStream,
+) -> Vec<SyncOnDrop<'s>> {
+    let mut guards = Vec::with_capacity(10);
+    let mut keep = |(ptr, guard): (u64, SyncOnDrop<'s>)| {
+        guards.push(guard);
+        ptr
+    };
+    params.q = keep(t.q.data.device_ptr(stream));
+    params.k = keep(t.k.data.device_ptr(stream));
+    params.v = keep(t.v.data.device_ptr(stream));
+    params.o = keep(t.o.data.device_ptr_mut(stream));
+    params.lse = keep(t.lse.device_ptr_mut(stream));
+    guards.extend(set_table_pointers(params, &t.tables, stream));
+    guards
+}
+
+/// The tables' device addresses into the parameter block (0 for a table the problem lacks), with
+/// their guards (see [`set_pointers`]).
+fn set_table_pointers<'s>(
+    params: &mut AttentionParams,
+    tb: &'s crate::tensors::DeviceTables<'_>,
+    stream: &'s CudaStream,
+) -> Vec<SyncOnDrop<'s>> {
+    let mut guards = Vec::with_capacity(5);
+    let mut ptr = |v: &'s Option<cudarc::driver::CudaView<'_, i32>>| match v {
+        Some(v) => {
+            let (p, g) = v.device_ptr(stream);
+            guards.push(g);
+            p
+        }
+        None => 0,
     };
     params.cu_seqlens_q = ptr(&tb.cu_seqlens_q);
     params.cu_seqlens_k = ptr(&tb.cu_seqlens_k);
     params.seqused_k = ptr(&tb.seqused_k);
     params.block_table = ptr(&tb.block_table);
-    params.alibi_slopes = tb
-        .alibi_slopes
-        .as_ref()
-        .map_or(0, |v| v.device_ptr(stream).0);
+    if let Some(v) = &tb.alibi_slopes {
+        let (p, g) = v.device_ptr(stream);
+        guards.push(g);
+        params.alibi_slopes = p;
+    }
+    guards
 }
 
 fn check_pointer_alignment(
@@ -318,19 +408,32 @@ fn check_pointer_alignment(
     Ok(())
 }
 
-/// Launches a plan on already-validated tensors.
+/// Launches a plan on already-validated tensors, on the device's stream.
 pub fn run_plan(
     device: &Device,
     problem: &AttentionProblem,
     plan: &LaunchPlan,
     t: &mut AttentionTensors<'_>,
 ) -> Result<(), Error> {
+    run_plan_on(device, device.stream(), problem, plan, t)
+}
+
+/// Launches a plan on already-validated tensors, on `stream` (of the device's context), with
+/// that stream's workspace. Queues work only: no host synchronisation.
+pub fn run_plan_on(
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    plan: &LaunchPlan,
+    t: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    device.check_stream(stream)?;
     if problem.is_empty_output() {
         return Ok(());
     }
-    let stream = device.stream().clone();
     let mut params = AttentionParams::from_problem(problem);
-    set_pointers(&mut params, t, &stream);
+    // Dropped (recording the tensors' use on `stream`) after the last launch below is queued.
+    let _uses = set_pointers(&mut params, t, stream);
     params.num_splits = plan.num_splits.max(1) as i32;
 
     if problem.modes.packed_q == Some(0) {
@@ -347,17 +450,24 @@ pub fn run_plan(
             dynamic_smem_bytes: 0,
             tensor_maps: None,
         };
-        return launch_one(device, problem.dtype, &fill, &params, None);
+        return launch_one(device, stream, problem.dtype, &fill, &params, None);
     }
 
-    device.with_workspace(plan.workspace_f32, plan.workspace_counters, |ws| {
+    device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,
             };
-            launch_one(device, problem.dtype, launch, &params, maps.as_ref())?;
+            launch_one(
+                device,
+                stream,
+                problem.dtype,
+                launch,
+                &params,
+                maps.as_ref(),
+            )?;
         }
         Ok(())
     })
@@ -366,6 +476,7 @@ pub fn run_plan(
 /// A core kernel that takes device pointers after the parameter block (e.g. `append_kv`).
 fn launch_with_args(
     device: &Device,
+    stream: &CudaStream,
     dtype: DType,
     launch: &KernelLaunch,
     params: &AttentionParams,
@@ -382,11 +493,12 @@ fn launch_with_args(
     for p in extra {
         args.push(p as *const u64 as *mut c_void);
     }
-    launch_raw(device, launch, &function, &mut args)
+    launch_raw(device, stream, launch, &function, &mut args)
 }
 
 fn launch_one(
     device: &Device,
+    stream: &CudaStream,
     dtype: DType,
     launch: &KernelLaunch,
     params: &AttentionParams,
@@ -405,11 +517,12 @@ fn launch_one(
             args.push(m as *const sys::CUtensorMap as *mut c_void);
         }
     }
-    launch_raw(device, launch, &function, &mut args)
+    launch_raw(device, stream, launch, &function, &mut args)
 }
 
 fn launch_raw(
     device: &Device,
+    stream: &CudaStream,
     launch: &KernelLaunch,
     function: &cudarc::driver::CudaFunction,
     args: &mut [*mut c_void],
@@ -421,14 +534,15 @@ fn launch_raw(
     // SAFETY: `args` points at live values whose layout matches the kernel's parameter list
     // (AttentionParams mirrors params.cuh; tensor maps are the driver's own type), and every
     // pointer inside `params` was taken from a view that outlives this call's queued work
-    // (the views' SyncOnDrop guards in run_plan record the stream's use).
+    // (the views' SyncOnDrop guards, held by run_plan_on until its last launch is queued,
+    // record the stream's use).
     unsafe {
         cudarc::driver::result::launch_kernel(
             function.cu_function(),
             launch.grid,
             launch.block,
             launch.dynamic_smem_bytes,
-            device.stream().cu_stream(),
+            stream.cu_stream(),
             args,
         )
     }

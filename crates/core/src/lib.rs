@@ -20,8 +20,10 @@ pub mod toolkit;
 
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, InvalidProblem, Unsupported};
-pub use host::{forward_host, forward_host_modes, HostInputs, HostOutput, HostOutputs};
-pub use launch::{forward_with_kvcache, KvAppend};
+pub use host::{
+    forward_host, forward_host_modes, HostElement, HostInputs, HostOutput, HostOutputs,
+};
+pub use launch::{forward_on, forward_with_kvcache, KvAppend};
 pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
 pub use plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,

@@ -242,7 +242,8 @@ impl KernelLaunch {
 /// How to run one problem: launches in order on one stream.
 ///
 /// **Workspace contract.** `params.workspace` points to `workspace_f32` words of device scratch
-/// that the core keeps across calls (one buffer per [`Device`], reused and grown as needed). It
+/// that the core keeps across calls (one buffer per stream of a [`Device`], reused and grown as
+/// needed; the plans of one stream run one after another, so they never share it in flight). It
 /// is *not* cleared per call (a memset per call would cost about as much as a whole small
 /// problem inside a CUDA graph). Its first `workspace_counters` words are the exception: the core
 /// guarantees they are zero when the plan's first launch starts (it zeroes the buffer when it
@@ -303,5 +304,20 @@ pub trait Attention: Send + Sync {
         tensors: &mut AttentionTensors<'_>,
     ) -> Result<(), Error> {
         crate::launch::forward(self, device, problem, tensors)
+    }
+
+    /// [`Attention::forward`] on `stream` instead of the device's stream: `stream` must belong
+    /// to the device's context (a framework's stream, or one of several streams a caller keeps
+    /// busy at once). Queues the launches behind the caller's work on `stream` and returns; the
+    /// call gets `stream`'s own scratch buffer, so calls in flight on different streams never
+    /// share one.
+    fn forward_on(
+        &self,
+        device: &Device,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        problem: &AttentionProblem,
+        tensors: &mut AttentionTensors<'_>,
+    ) -> Result<(), Error> {
+        crate::launch::forward_on(self, device, stream, problem, tensors)
     }
 }

@@ -22,6 +22,10 @@
 //!   then runs a normal case correctly (no leak from the failed call).
 //! - `soak`: 20000 `verify`-style random cases across the generations, zero failures, and
 //!   device free memory before and after within a tolerance.
+//! - `streams`: several host threads, each with its own stream of the device's context
+//!   (`Device::from_stream`, `Device::with_stream`, `Attention::forward_on`), run a mix of
+//!   problems (the persistent generations' workspace counters included) at once; every output
+//!   bit-identical to a sequential run, and no device memory lost once the streams are gone.
 //!
 //! A watchdog turns a hang into exit code 3 with the step that hung. docs/RELIABILITY.md.
 
@@ -35,6 +39,7 @@ mod nonfinite;
 mod oob;
 mod oom;
 mod soak;
+mod streams;
 mod watchdog;
 
 use std::path::PathBuf;
@@ -60,12 +65,13 @@ const CHECKS: &[(&str, Check)] = &[
     ("modes", modes::run),
     ("oom", oom::run),
     ("soak", soak::run),
+    ("streams", streams::run),
 ];
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
-    /// modes, oom, soak.
+    /// modes, oom, soak, streams.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
     /// Comma-separated generation names (default: all compiled in).
@@ -89,6 +95,20 @@ pub struct Args {
     /// Device memory `soak` may lose between before and after (MiB).
     #[arg(long, default_value_t = 64)]
     pub leak_tolerance_mib: usize,
+    /// Host threads of `streams`, each calling on its own stream of the device's context.
+    #[arg(long, default_value_t = 4)]
+    pub streams_threads: usize,
+    /// Calls each `streams` thread makes (the mix's problems in its own order).
+    #[arg(long, default_value_t = 300)]
+    pub streams_iterations: usize,
+    /// Stop the `streams` threads after this many seconds if their calls are not done (0: no
+    /// limit).
+    #[arg(long, default_value_t = 0)]
+    pub streams_seconds: u64,
+    /// Device memory `streams` may lose between after its sequential pass and after its
+    /// threads' streams are gone (MiB).
+    #[arg(long, default_value_t = 16)]
+    pub streams_slack_mib: usize,
     /// Skip the two tensors past 2^31 elements in `grid` (each needs ~9 GB of device memory
     /// and up to ~40 GB of host memory for the oracle).
     #[arg(long)]
