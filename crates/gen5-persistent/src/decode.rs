@@ -35,6 +35,11 @@ pub const MAX_SPLITS: usize = 256;
 /// A split gets at least this many key tiles when the plan chooses: fewer and the fixed cost
 /// (Q load, pipeline fill, the partial's write and the combine) outweighs the keys it streams.
 pub const MIN_TILES_PER_SPLIT: usize = 4;
+/// Past one CTA per SM, a split is only cut further while it keeps this many key tiles (2048
+/// keys). Measured (run3): at (1,32,8,1,32768) 16 splits (one CTA per SM, 32 tiles each) took
+/// 52.4 µs and 33 splits (two per SM, 15-16 tiles) 56.8; at (8,32,8,1,8192) 4 splits (32 tiles)
+/// 96.4 µs, 8 splits 99.4.
+pub const MIN_TILES_PER_EXTRA_SPLIT: usize = 32;
 /// Largest workspace a decode plan asks for; more splits than fit are not taken.
 pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
 
@@ -146,16 +151,20 @@ pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
     keys.div_ceil(KV_TILE_ROWS)
 }
 
-/// Splits per unit when the environment does not force a count: enough to fill every CTA slot
-/// of the GPU once (rounded down, so all units start together), never so many that a split gets
-/// fewer than [`MIN_TILES_PER_SPLIT`] key tiles; 1 when the units alone fill the GPU.
-pub fn auto_splits(units: usize, key_tiles: usize, slots: usize) -> usize {
+/// Splits per unit when the environment does not force a count, the larger of:
+/// - enough to give every SM one CTA (`sm_count / units`, rounded down so all start together),
+///   as long as a split keeps [`MIN_TILES_PER_SPLIT`] key tiles;
+/// - up to every CTA slot (`slots / units`), as long as a split keeps
+///   [`MIN_TILES_PER_EXTRA_SPLIT`] key tiles.
+///
+/// 1 when the units alone fill the GPU.
+pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize, slots: usize) -> usize {
     if units == 0 || units >= slots {
         return 1;
     }
-    (slots / units)
-        .min(key_tiles / MIN_TILES_PER_SPLIT)
-        .clamp(1, MAX_SPLITS)
+    let one_per_sm = (sm_count / units).min(key_tiles / MIN_TILES_PER_SPLIT);
+    let every_slot = (slots / units).min(key_tiles / MIN_TILES_PER_EXTRA_SPLIT);
+    one_per_sm.max(every_slot).clamp(1, MAX_SPLITS)
 }
 
 /// f32 words of workspace a plan with `splits > 1` needs: per (unit, split, packed row) an O row
@@ -209,7 +218,14 @@ pub fn plan(
     let slots = device.sm_count as usize * ctas_per_sm(d, device);
     let mut splits = cfg
         .splits
-        .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), slots));
+        .unwrap_or_else(|| {
+            auto_splits(
+                units,
+                max_key_tiles(problem),
+                device.sm_count as usize,
+                slots,
+            )
+        });
     let mut workspace = 0;
     while splits > 1 {
         match workspace_f32(units, splits, d) {
@@ -291,16 +307,18 @@ mod tests {
     }
 
     #[test]
-    fn splits_fill_the_gpu_once_and_keep_four_tiles_each() {
-        // 264 slots on the H100 at D = 128.
-        assert_eq!(auto_splits(8, 512, 264), 33); // (1,32,8,1,32768)
-        assert_eq!(auto_splits(64, 128, 264), 4); // (8,32,8,1,8192)
-        assert_eq!(auto_splits(256, 64, 264), 1); // (32,32,8,1,4096): the units fill it
-        assert_eq!(auto_splits(512, 32, 264), 1);
-        assert_eq!(auto_splits(8, 8, 264), 2); // short keys: at least 4 tiles a split
-        assert_eq!(auto_splits(8, 3, 264), 1);
-        assert_eq!(auto_splits(0, 100, 264), 1);
-        assert_eq!(auto_splits(1, 100_000, 264), 264.min(MAX_SPLITS));
+    fn splits_fill_every_sm_then_every_slot_with_long_splits() {
+        // H100, D = 128: 132 SMs, 264 slots.
+        let h = |units, tiles| auto_splits(units, tiles, 132, 264);
+        assert_eq!(h(8, 512), 16); // (1,32,8,1,32768): one CTA per SM, 32 tiles each
+        assert_eq!(h(64, 128), 4); // (8,32,8,1,8192): two per SM, 32 tiles each
+        assert_eq!(h(128, 128), 2); // (16,64,8,1,8192)
+        assert_eq!(h(256, 64), 1); // (32,32,8,1,4096): the units fill it
+        assert_eq!(h(512, 32), 1);
+        assert_eq!(h(8, 32), 8); // B = 1, 2048 keys: every SM's worth, 4 tiles each
+        assert_eq!(h(8, 3), 1); // too short to split
+        assert_eq!(h(0, 100), 1);
+        assert_eq!(h(1, 100_000), MAX_SPLITS);
     }
 
     #[test]
@@ -310,13 +328,13 @@ mod tests {
         let p = decode_problem(1, 32, 8, 1, 32768).with_dtype(flashcore_core::DType::Bf16);
         assert!(takes(&p, &cfg));
         let plan = super::plan("t", &p, &dev, &cfg).unwrap();
-        assert_eq!(plan.num_splits, 33);
+        assert_eq!(plan.num_splits, 16);
         assert_eq!(plan.launches.len(), 2);
-        assert_eq!(plan.launches[0].grid.0, 8 * 33);
+        assert_eq!(plan.launches[0].grid.0, 8 * 16);
         assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
         assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
         assert_eq!(plan.launches[1].grid.0, (8 * 16 / 4) as u32);
-        assert_eq!(plan.workspace_f32, 8 * 33 * 16 * 129);
+        assert_eq!(plan.workspace_f32, 8 * 16 * 16 * 129);
         assert_eq!(plan.workspace_counters, 0);
         // The units fill the GPU: one split, no combine, no workspace.
         let p = decode_problem(32, 32, 8, 1, 4096);
