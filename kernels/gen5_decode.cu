@@ -319,13 +319,31 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 }
 
 // Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
-// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row.
+// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row. Split s's
+// LSE is read once, by lane s % 32; the weights then go through shared memory, so the O pass is
+// a stream of independent loads (four in flight per lane) rather than a chain of LSE and O round
+// trips per split.
+constexpr int max_splits = 256;  // decode.rs MAX_SPLITS
+constexpr int lse_per_lane = max_splits / 32;
+template <int N>
+struct FloatVec;
+template <>
+struct FloatVec<2> {
+    using type = float2;
+};
+template <>
+struct FloatVec<4> {
+    using type = float4;
+};
+
 extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const __grid_constant__ AttentionParams p) {
+    __shared__ float split_weight[4][max_splits];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     const long long lse_base = partial_lse_base(p, units);
     constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64) or 4 (D = 128) adjacent columns
+    using Cols = typename FloatVec<cols>::type;
     for (long long row_id = (long long)blockIdx.x * 4 + warp; row_id < units * q_tile_rows;
          row_id += (long long)gridDim.x * 4) {
         const long long u = row_id / q_tile_rows;
@@ -336,26 +354,41 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
         if (r >= seq.len_q * p.q_heads_per_kv) continue;  // warp-uniform
         const PackedRow pr = packed_row(p, unit.h_kv, r);
 
+        float lse_s[lse_per_lane];
         float m = -FC_INF;
-        for (int s = lane; s < splits; s += 32) m = fmaxf(m, p.workspace[lse_base + partial_row(p, u, s, row)]);
+#pragma unroll
+        for (int i = 0; i < lse_per_lane; ++i) {
+            const int s = lane + 32 * i;
+            lse_s[i] = s < splits ? p.workspace[lse_base + partial_row(p, u, s, row)] : -FC_INF;
+            m = fmaxf(m, lse_s[i]);
+        }
         for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
         float sum = 0.f;
-        if (m != -FC_INF)
-            for (int s = lane; s < splits; s += 32) sum += fast_exp2(p.workspace[lse_base + partial_row(p, u, s, row)] - m);
+        if (m != -FC_INF) {
+#pragma unroll
+            for (int i = 0; i < lse_per_lane; ++i) sum += fast_exp2(lse_s[i] - m);  // 2^-inf = 0
+        }
         for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
         // sum is 0 exactly when no split saw a visible key (every lse_s = -inf); NaN propagates.
         const float lse2 = m + __log2f(sum);
+#pragma unroll
+        for (int i = 0; i < lse_per_lane; ++i)
+            if (lane + 32 * i < splits) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
+        __syncwarp();
 
         float acc[cols] = {};
         if (sum != 0.f) {
+#pragma unroll 4
             for (int s = 0; s < splits; ++s) {
-                const long long slot = partial_row(p, u, s, row);
-                const float weight = fast_exp2(p.workspace[lse_base + slot] - lse2);
-                const float* src = &p.workspace[slot * head_dim + cols * lane];
+                const Cols v =
+                    *reinterpret_cast<const Cols*>(&p.workspace[partial_row(p, u, s, row) * head_dim + cols * lane]);
+                const float w = split_weight[warp][s];
+                const float* vf = reinterpret_cast<const float*>(&v);
 #pragma unroll
-                for (int c = 0; c < cols; ++c) acc[c] += weight * src[c];
+                for (int c = 0; c < cols; ++c) acc[c] += w * vf[c];
             }
         }
+        __syncwarp();  // the weights are read before the next row overwrites them
         const KeyRange keys = key_range(p, seq, pr.q_row);
         const bool sees_keys = keys.hi > keys.lo;
         const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
