@@ -35,11 +35,6 @@ pub const MAX_SPLITS: usize = 256;
 /// A split gets at least this many key tiles when the plan chooses: fewer and the fixed cost
 /// (Q load, pipeline fill, the partial's write and the combine) outweighs the keys it streams.
 pub const MIN_TILES_PER_SPLIT: usize = 4;
-/// Past one CTA per SM, a split is only cut further while it keeps this many key tiles (2048
-/// keys). Measured (run3): at (1,32,8,1,32768) 16 splits (one CTA per SM, 32 tiles each) took
-/// 52.4 µs and 33 splits (two per SM, 15-16 tiles) 56.8; at (8,32,8,1,8192) 4 splits (32 tiles)
-/// 96.4 µs, 8 splits 99.4.
-pub const MIN_TILES_PER_EXTRA_SPLIT: usize = 32;
 /// Largest workspace a decode plan asks for; more splits than fit are not taken.
 pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
 
@@ -151,20 +146,22 @@ pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
     keys.div_ceil(KV_TILE_ROWS)
 }
 
-/// Splits per unit when the environment does not force a count, the larger of:
-/// - enough to give every SM one CTA (`sm_count / units`, rounded down so all start together),
-///   as long as a split keeps [`MIN_TILES_PER_SPLIT`] key tiles;
-/// - up to every CTA slot (`slots / units`), as long as a split keeps
-///   [`MIN_TILES_PER_EXTRA_SPLIT`] key tiles.
+/// Splits per unit when the environment does not force a count: enough to give every SM one CTA
+/// (`sm_count / units`, rounded down so all start together), as long as a split keeps
+/// [`MIN_TILES_PER_SPLIT`] key tiles; 1 when the units alone give every SM one.
 ///
-/// 1 when the units alone fill the GPU.
-pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize, slots: usize) -> usize {
-    if units == 0 || units >= slots {
+/// Not more: a second CTA per SM (the shared memory allows two at D = 128) measured slower
+/// every time, because one CTA's ring already keeps enough loads in flight and every extra split
+/// adds its fixed cost (Q load, ring fill, partial write, one more combine input). Run3:
+/// (1,32,8,1,32768) 52.4 µs at 16 splits, 56.8 at 33; run6: (16,64,8,1,8192) 174.5 µs at 1 split
+/// (128 CTAs), 183.0 at 2.
+pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize) -> usize {
+    if units == 0 || units >= sm_count {
         return 1;
     }
-    let one_per_sm = (sm_count / units).min(key_tiles / MIN_TILES_PER_SPLIT);
-    let every_slot = (slots / units).min(key_tiles / MIN_TILES_PER_EXTRA_SPLIT);
-    one_per_sm.max(every_slot).clamp(1, MAX_SPLITS)
+    (sm_count / units)
+        .min(key_tiles / MIN_TILES_PER_SPLIT)
+        .clamp(1, MAX_SPLITS)
 }
 
 /// f32 words of workspace a plan with `splits > 1` needs: per (unit, split, packed row) an O row
@@ -215,17 +212,9 @@ pub fn plan(
         ));
     }
     let units = units(problem);
-    let slots = device.sm_count as usize * ctas_per_sm(d, device);
     let mut splits = cfg
         .splits
-        .unwrap_or_else(|| {
-            auto_splits(
-                units,
-                max_key_tiles(problem),
-                device.sm_count as usize,
-                slots,
-            )
-        });
+        .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), device.sm_count as usize));
     let mut workspace = 0;
     while splits > 1 {
         match workspace_f32(units, splits, d) {
@@ -307,18 +296,17 @@ mod tests {
     }
 
     #[test]
-    fn splits_fill_every_sm_then_every_slot_with_long_splits() {
-        // H100, D = 128: 132 SMs, 264 slots.
-        let h = |units, tiles| auto_splits(units, tiles, 132, 264);
-        assert_eq!(h(8, 512), 16); // (1,32,8,1,32768): one CTA per SM, 32 tiles each
-        assert_eq!(h(64, 128), 4); // (8,32,8,1,8192): two per SM, 32 tiles each
-        assert_eq!(h(128, 128), 2); // (16,64,8,1,8192)
+    fn splits_give_every_sm_one_cta() {
+        // H100: 132 SMs.
+        let h = |units, tiles| auto_splits(units, tiles, 132);
+        assert_eq!(h(8, 512), 16); // (1,32,8,1,32768): 128 CTAs, 32 tiles each
+        assert_eq!(h(64, 128), 2); // (8,32,8,1,8192)
+        assert_eq!(h(128, 128), 1); // (16,64,8,1,8192)
         assert_eq!(h(256, 64), 1); // (32,32,8,1,4096): the units fill it
-        assert_eq!(h(512, 32), 1);
-        assert_eq!(h(8, 32), 8); // B = 1, 2048 keys: every SM's worth, 4 tiles each
+        assert_eq!(h(8, 32), 8); // B = 1, 2048 keys: 4 tiles each
         assert_eq!(h(8, 3), 1); // too short to split
         assert_eq!(h(0, 100), 1);
-        assert_eq!(h(1, 100_000), MAX_SPLITS);
+        assert_eq!(h(1, 100_000), 132);
     }
 
     #[test]
