@@ -1,7 +1,8 @@
 //! `cargo xtask bench-all`: every compiled-in generation on a shape suite, checked by the oracle
 //! and then timed with CUDA events, beside the peers (PyTorch SDPA backends, FA3 when present)
-//! timed by `bench/peers/torch_sdpa.py` with the same method, and against the device's cuBLAS
-//! GEMM rate. Writes JSON, markdown and an SVG plot under `target/bench/` (or `--out-dir`).
+//! timed by `bench/peers/torch_sdpa.py` with the same method, FA3 through the flash-attn3-jax
+//! wheel timed by `bench/peers/fa3_jax.py` in a second process (`--fa3-path`), and against the
+//! device's cuBLAS GEMM rate. Writes JSON, markdown and an SVG plot under `target/bench/` (or `--out-dir`).
 //!
 //! Pure parts (suites, report, tables, ratios, peer parsing, plot) live in the submodules
 //! `suite`, `report`, `peers` and `plot` and are unit-tested without a GPU; `gpu` holds the
@@ -99,6 +100,17 @@ pub struct Args {
     /// The peer script (default: bench/peers/torch_sdpa.py under the current directory).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
+    /// Do not run the FA3 peer process (bench/peers/fa3_jax.py: FlashAttention-3 through the
+    /// flash-attn3-jax wheel, run after the torch script when `import jax, flash_attn3_jax` works).
+    #[arg(long)]
+    pub no_fa3: bool,
+    /// Directory put first on PYTHONPATH for the FA3 peer process, e.g. where `pip install
+    /// --no-deps --target DIR flash_attn3_jax-*.whl` put the wheel (default: $FLASHCORE_FA3_PATH).
+    #[arg(long)]
+    pub fa3_path: Option<PathBuf>,
+    /// Python for the FA3 peer process (default: --python).
+    #[arg(long)]
+    pub fa3_python: Option<String>,
     /// Directory of anchor files (peer timings from an earlier run, e.g. shared/anchors): added
     /// as "(anchor)" rows for the shapes they cover (--suite decode: a cross-check column; it
     /// looks in ../shared/anchors and shared/anchors when this is not given).
@@ -127,6 +139,12 @@ const MARKDOWN: &str = "bench-all.md";
 const SVG: &str = "bench-all.svg";
 
 impl Args {
+    /// The FA3 peer process's options (`--no-fa3`, `--fa3-python`, `--fa3-path` or
+    /// $FLASHCORE_FA3_PATH).
+    pub(crate) fn fa3_options(&self) -> peers::Fa3Options {
+        peers::Fa3Options::new(self.no_fa3, self.fa3_python.clone(), self.fa3_path.clone())
+    }
+
     /// The timing loop's settings (`--quick` caps them), shared by the dense and mode suites.
     pub(crate) fn loop_options(&self) -> LoopOptions {
         let (repeats, sample_ms) = if self.quick {
@@ -304,13 +322,18 @@ pub fn run(args: Args) -> Result<()> {
     } else if !args.no_peers {
         eprintln!("peers: running the peer script (progress below)");
         let script = peers::find_script(args.peer_script.as_deref());
-        match peers::run_script(
-            &args.python,
-            script.as_deref(),
-            &shapes,
-            &out_dir,
-            args.quick,
-        ) {
+        let list: Vec<serde_json::Value> = shapes.iter().map(|s| s.peer_json()).collect();
+        let fa3 = args.fa3_options();
+        let run = peers::PeerRun {
+            python: &args.python,
+            script: script.as_deref(),
+            dir: &out_dir,
+            suffix: "",
+            quick: args.quick,
+            extra: &[],
+            fa3: &fa3,
+        };
+        match run.run(&list) {
             Ok(Ok(v)) => match peers::parse_peers(&v, &shapes) {
                 Ok((status, rows)) => {
                     report.peers = status;
@@ -622,6 +645,27 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    #[test]
+    fn fa3_flags_parse() {
+        let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+        assert!(!a.no_fa3 && a.fa3_path.is_none() && a.fa3_python.is_none());
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--fa3-path",
+            "/tmp/fa3pkg",
+            "--fa3-python",
+            "/usr/bin/python3.12",
+        ])
+        .unwrap()
+        .args;
+        let o = a.fa3_options();
+        assert_eq!(o.path.as_deref(), Some(Path::new("/tmp/fa3pkg")));
+        assert_eq!(o.python.as_deref(), Some("/usr/bin/python3.12"));
+        assert!(!o.off);
+        let a = Cli::try_parse_from(["bench-all", "--no-fa3"]).unwrap().args;
+        assert!(a.fa3_options().off);
     }
 
     #[test]

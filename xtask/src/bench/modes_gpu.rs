@@ -413,15 +413,18 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
         } else {
             &[]
         };
-        peers::run_script_with(
-            &args.python,
-            script.as_deref(),
-            &list,
-            out_dir,
-            &format!("-{}", modes::suite_name(plan.suite)),
-            args.quick,
+        let fa3 = args.fa3_options();
+        let suffix = format!("-{}", modes::suite_name(plan.suite));
+        peers::PeerRun {
+            python: &args.python,
+            script: script.as_deref(),
+            dir: out_dir,
+            suffix: &suffix,
+            quick: args.quick,
             extra,
-        )
+            fa3: &fa3,
+        }
+        .run(&list)
     };
     let v = match v {
         Ok(Ok(v)) => v,

@@ -1,7 +1,10 @@
-//! The peers: running `bench/peers/torch_sdpa.py` and reading its JSON, and reading the anchor
-//! files (peer timings from an earlier run on the same kind of device, `--anchors DIR`).
+//! The peers: running `bench/peers/torch_sdpa.py` and, as a second python process,
+//! `bench/peers/fa3_jax.py` (FlashAttention-3 through the flash-attn3-jax wheel: JAX and torch do
+//! not share a runtime), merging their JSON, and reading the anchor files (peer timings from an
+//! earlier run on the same kind of device, `--anchors DIR`).
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,35 +30,10 @@ pub fn find_script(explicit: Option<&Path>) -> Option<PathBuf> {
     built.is_file().then_some(built)
 }
 
-/// Runs the peer script on `shapes` with files under `dir`. `Ok(Err(reason))` when peers cannot
-/// run here (no torch, no CUDA for torch, no script): the table says why. `Err` for a script
-/// that ran and failed otherwise.
-pub fn run_script(
-    python: &str,
-    script: Option<&Path>,
-    shapes: &[Shape],
-    dir: &Path,
-    quick: bool,
-) -> Result<std::result::Result<Value, String>> {
-    let list: Vec<Value> = shapes.iter().map(|s| s.peer_json()).collect();
-    run_script_on(python, script, &list, dir, "", quick)
-}
-
-/// [`run_script`] on the script's shape objects as given (the mode suites add `heads_kv` and
-/// `seq_k`); its files are `shapes{suffix}.json` and `peers{suffix}.json` under `dir`.
-pub fn run_script_on(
-    python: &str,
-    script: Option<&Path>,
-    list: &[Value],
-    dir: &Path,
-    suffix: &str,
-    quick: bool,
-) -> Result<std::result::Result<Value, String>> {
-    run_script_with(python, script, list, dir, suffix, quick, &[])
-}
-
-/// [`run_script_on`] with more arguments for the script (the decode suite's `--decode
-/// --backends ...`).
+/// Runs the torch peer script on the shape objects `list` with files `shapes{suffix}.json` and
+/// `peers{suffix}.json` under `dir`, with more arguments for the script (the decode suite's
+/// `--decode --backends ...`). `Ok(Err(reason))` when peers cannot run here (no torch, no CUDA
+/// for torch, no script): the table says why. `Err` for a script that ran and failed otherwise.
 pub fn run_script_with(
     python: &str,
     script: Option<&Path>,
@@ -123,6 +101,337 @@ pub fn run_script_with(
     Ok(Ok(serde_json::from_str(&text).with_context(|| {
         format!("parsing {}", out_path.display())
     })?))
+}
+
+/// The FA3 (JAX) peer process: whether it runs, with which python, and what goes first on its
+/// PYTHONPATH.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fa3Options {
+    /// `--no-fa3`: not run (the torch script's own "fa3" entry stays as it is).
+    pub off: bool,
+    /// `--fa3-python`: its python (default: the torch script's).
+    pub python: Option<String>,
+    /// `--fa3-path`, else `$FLASHCORE_FA3_PATH`: a directory put first on PYTHONPATH, e.g. where
+    /// `pip install --no-deps --target DIR flash_attn3_jax-*.whl` put the wheel.
+    pub path: Option<PathBuf>,
+}
+
+/// The variable `--fa3-path` falls back to.
+pub const FA3_PATH_ENV: &str = "FLASHCORE_FA3_PATH";
+
+impl Fa3Options {
+    pub fn new(off: bool, python: Option<String>, path: Option<PathBuf>) -> Fa3Options {
+        let path = path.or_else(|| {
+            std::env::var_os(FA3_PATH_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        Fa3Options { off, python, path }
+    }
+
+    /// The environment of the probe and the script: PYTHONPATH with `path` first, and JAX told
+    /// not to take most of the GPU up front (flashcore's process holds a context on it too).
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        let mut env = vec![
+            ("XLA_PYTHON_CLIENT_PREALLOCATE", OsString::from("false")),
+            ("PYTHONUNBUFFERED", OsString::from("1")),
+            // XLA's C++ logging at warning and above only.
+            ("TF_CPP_MIN_LOG_LEVEL", OsString::from("1")),
+        ];
+        if let Some(dir) = &self.path {
+            let mut pp = dir.as_os_str().to_os_string();
+            if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+                pp.push(":");
+                pp.push(old);
+            }
+            env.push(("PYTHONPATH", pp));
+        }
+        env
+    }
+}
+
+/// `fa3_jax.py` beside the torch script, else under the current directory, else beside the
+/// xtask sources this binary was built from.
+pub fn find_fa3_script(torch_script: Option<&Path>) -> Option<PathBuf> {
+    if let Some(dir) = torch_script.and_then(Path::parent) {
+        let p = dir.join("fa3_jax.py");
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    let rel = Path::new("bench/peers/fa3_jax.py");
+    if rel.is_file() {
+        return Some(rel.to_path_buf());
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    built.is_file().then_some(built)
+}
+
+/// Both peer processes of one run: the torch script, then the FA3 one, their JSON merged
+/// ([`merge_fa3`]).
+pub struct PeerRun<'a> {
+    pub python: &'a str,
+    /// The torch script (`fa3_jax.py` is looked for beside it).
+    pub script: Option<&'a Path>,
+    pub dir: &'a Path,
+    /// Files are `shapes{suffix}.json`, `peers{suffix}.json` and `peers-fa3{suffix}.json`.
+    pub suffix: &'a str,
+    pub quick: bool,
+    /// More arguments for the torch script; `--decode` among them is passed on to FA3's.
+    pub extra: &'a [&'a str],
+    pub fa3: &'a Fa3Options,
+}
+
+impl PeerRun<'_> {
+    /// `Ok(Err(reason))` when neither process gave rows; a failure of the FA3 process alone
+    /// becomes its "skipped" entry beside the torch rows.
+    pub fn run(&self, list: &[Value]) -> Result<std::result::Result<Value, String>> {
+        let torch = match run_script_with(
+            self.python,
+            self.script,
+            list,
+            self.dir,
+            self.suffix,
+            self.quick,
+            self.extra,
+        ) {
+            Ok(r) => r,
+            Err(e) => Err(format!("{e:#}")),
+        };
+        if self.fa3.off {
+            return Ok(torch);
+        }
+        eprintln!("peers: running the FA3 (JAX) peer script (progress below)");
+        let l2 = torch
+            .as_ref()
+            .ok()
+            .and_then(|v| v.get("l2_bytes"))
+            .and_then(Value::as_u64);
+        let decode = self.extra.contains(&"--decode");
+        let script = find_fa3_script(self.script);
+        let fa3 = match run_fa3(self, script.as_deref(), list, decode, l2) {
+            Ok(r) => r,
+            Err(e) => Err(format!("{e:#}")),
+        };
+        if let Err(reason) = &fa3 {
+            eprintln!("peers: FA3 (JAX) not timed: {reason}");
+        }
+        Ok(merge_fa3(torch, fa3))
+    }
+}
+
+/// The last non-empty line of a process's stderr (its error, for a python traceback).
+fn last_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Runs `fa3_jax.py` when `import jax, flash_attn3_jax` works with the run's environment.
+/// `Ok(Err(reason))` for every way it can fail to give rows (it must not take the torch rows
+/// down with it).
+fn run_fa3(
+    run: &PeerRun,
+    script: Option<&Path>,
+    list: &[Value],
+    decode: bool,
+    l2_bytes: Option<u64>,
+) -> Result<std::result::Result<Value, String>> {
+    let Some(script) = script else {
+        return Ok(Err("bench/peers/fa3_jax.py not found".into()));
+    };
+    let python = run.fa3.python.as_deref().unwrap_or(run.python);
+    let env = run.fa3.env();
+    let on_path = match &run.fa3.path {
+        Some(p) => format!(" (PYTHONPATH starts with {})", p.display()),
+        None => format!(" (no --fa3-path / ${FA3_PATH_ENV})"),
+    };
+    let probe = Command::new(python)
+        .args(["-c", "import jax, flash_attn3_jax"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output();
+    match probe {
+        Err(e) => return Ok(Err(format!("{python} could not be started: {e}"))),
+        Ok(o) if !o.status.success() => {
+            return Ok(Err(format!(
+                "{python} -c 'import jax, flash_attn3_jax' failed{on_path}: {}",
+                last_line(&o.stderr)
+            )));
+        }
+        Ok(_) => {}
+    }
+    std::fs::create_dir_all(run.dir)?;
+    let shapes_path = run.dir.join(format!("shapes-fa3{}.json", run.suffix));
+    let out_path = run.dir.join(format!("peers-fa3{}.json", run.suffix));
+    std::fs::write(&shapes_path, serde_json::to_string_pretty(list)?)?;
+    let _ = std::fs::remove_file(&out_path);
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .arg("--shapes")
+        .arg(&shapes_path)
+        .arg("--out")
+        .arg(&out_path)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    if run.quick {
+        cmd.arg("--quick");
+    }
+    if decode {
+        cmd.arg("--decode");
+    }
+    if let Some(l2) = l2_bytes {
+        cmd.arg("--l2-bytes").arg(l2.to_string());
+    }
+    let status = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .with_context(|| format!("starting {python} {}", script.display()))?;
+    match status.code() {
+        Some(0) => {}
+        Some(3) => {
+            return Ok(Err(format!(
+                "{} exited 3: jax, flash_attn3_jax or a GPU for JAX missing (its message is above)",
+                script.display()
+            )))
+        }
+        other => {
+            return Ok(Err(format!(
+                "{} failed with exit status {other:?} (its messages are above)",
+                script.display()
+            )))
+        }
+    }
+    let text = match std::fs::read_to_string(&out_path) {
+        Ok(t) => t,
+        Err(e) => return Ok(Err(format!("reading {}: {e}", out_path.display()))),
+    };
+    Ok(serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", out_path.display())))
+}
+
+/// The torch script's JSON with the FA3 script's merged in: FA3's rows appended (renamed
+/// "fa3-jax" if the torch script timed an "fa3" of its own, flash_attn_interface), the torch
+/// script's "fa3" skip entry (which only says that flash_attn3_jax imports) replaced, and the
+/// versions put where the header shows them. Either side may have failed (`Err(reason)`): the
+/// reason becomes a "skipped" entry of the other; `Err` only when both did.
+pub fn merge_fa3(
+    torch: std::result::Result<Value, String>,
+    fa3: std::result::Result<Value, String>,
+) -> std::result::Result<Value, String> {
+    let fa3_label = |f: &Value| {
+        let s = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+        format!(
+            "JAX {}, flash_attn3_jax {} (fa3)",
+            s("jax"),
+            s("flash_attn3_jax")
+        )
+    };
+    let skip =
+        |backend: &str, reason: &str| serde_json::json!({"backend": backend, "reason": reason});
+    match (torch, fa3) {
+        (Ok(mut t), Ok(f)) => {
+            let torch_rows = t
+                .get("rows")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let torch_has_fa3 = torch_rows
+                .iter()
+                .any(|r| r.get("backend").and_then(Value::as_str) == Some("fa3"));
+            let mut rows = torch_rows;
+            for r in f
+                .get("rows")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let mut r = r.clone();
+                if torch_has_fa3 {
+                    r["backend"] = Value::from("fa3-jax");
+                }
+                rows.push(r);
+            }
+            let mut skipped: Vec<Value> = t
+                .get("skipped")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            skipped.retain(|s| s.get("backend").and_then(Value::as_str) != Some("fa3"));
+            skipped.extend(
+                f.get("skipped")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            let torch_version = t.get("torch").and_then(Value::as_str).unwrap_or("?");
+            t["torch"] = Value::from(format!("{torch_version}; {}", fa3_label(&f)));
+            t["rows"] = Value::Array(rows);
+            t["skipped"] = Value::Array(skipped);
+            t["fa3"] = header_of(&f);
+            Ok(t)
+        }
+        (Ok(mut t), Err(reason)) => {
+            let mut skipped: Vec<Value> = t
+                .get("skipped")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let reason = format!("fa3_jax.py: {reason}");
+            match skipped
+                .iter_mut()
+                .find(|s| s.get("backend").and_then(Value::as_str) == Some("fa3"))
+            {
+                Some(s) => {
+                    let old = s.get("reason").and_then(Value::as_str).unwrap_or("");
+                    s["reason"] = Value::from(if old.is_empty() {
+                        reason
+                    } else {
+                        format!("{old}; {reason}")
+                    });
+                }
+                None => skipped.push(skip("fa3", &reason)),
+            }
+            t["skipped"] = Value::Array(skipped);
+            Ok(t)
+        }
+        (Err(reason), Ok(f)) => {
+            let mut skipped = vec![skip("torch", &reason)];
+            skipped.extend(
+                f.get("skipped")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            Ok(serde_json::json!({
+                "device": f.get("device").cloned().unwrap_or(Value::from("?")),
+                "torch": format!("none; {}", fa3_label(&f)),
+                "cudnn": null,
+                "l2_bytes": f.get("l2_bytes").cloned().unwrap_or(Value::Null),
+                "quick": f.get("quick").cloned().unwrap_or(Value::Null),
+                "decode": f.get("decode").cloned().unwrap_or(Value::Null),
+                "skipped": skipped,
+                "rows": f.get("rows").cloned().unwrap_or(Value::Array(vec![])),
+                "fa3": header_of(&f),
+            }))
+        }
+        (Err(torch), Err(fa3)) => Err(format!("{torch}; FA3 (JAX): {fa3}")),
+    }
+}
+
+/// A peer JSON without its rows (what the FA3 script says about itself, kept in the merge).
+fn header_of(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "rows")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 fn shape_of(v: &Value) -> Option<Shape> {
@@ -611,16 +920,301 @@ mod tests {
         assert!(rows.len() >= 20, "{}", rows.len());
     }
 
+    /// What `fa3_jax.py` writes: an eager and a loop ("graph") row per shape, or an error row.
+    const FA3_JSON: &str = r#"{"device": "NVIDIA H100 80GB HBM3", "jax": "0.11.2", "jaxlib": "0.11.2",
+        "flash_attn3_jax": "0.2.3", "runtime": "jax", "l2_bytes": 52428800, "quick": false,
+        "decode": false, "method": "...", "skipped": [],
+        "rows": [
+          {"batch": 1, "heads": 8, "heads_kv": 8, "seq": 512, "seq_k": 512, "head_dim": 64,
+           "causal": false, "dtype": "f16", "backend": "fa3", "method": "eager", "us": 25.0,
+           "tflops": 21.5, "rel": 0.000275, "calls": 800, "repeats": 15, "sets": 51,
+           "num_splits": 4, "note": "num_splits=4 (fastest of 1,2,4); graph = 2040 calls in one jitted lax.fori_loop (XLA, not a CUDA graph)"},
+          {"batch": 1, "heads": 8, "heads_kv": 8, "seq": 512, "seq_k": 512, "head_dim": 64,
+           "causal": false, "dtype": "f16", "backend": "fa3", "method": "graph", "us": 8.0,
+           "tflops": 67.1, "rel": 0.000275, "calls": 2040, "repeats": 15, "sets": 51,
+           "num_splits": 4, "loop_copies": 0,
+           "note": "num_splits=4 (fastest of 1,2,4); graph = 2040 calls in one jitted lax.fori_loop (XLA, not a CUDA graph)"},
+          {"batch": 1, "heads": 8, "heads_kv": 8, "seq": 512, "seq_k": 512, "head_dim": 64,
+           "causal": true, "dtype": "f16", "backend": "fa3", "error": "XlaRuntimeError: boom"}
+        ]}"#;
+
+    fn torch_json() -> Value {
+        serde_json::from_str(
+            r#"{"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "cudnn": "91900",
+                "l2_bytes": 52428800, "quick": false,
+                "skipped": [{"backend": "fa3", "reason": "flash_attn_interface: ModuleNotFoundError; flash_attn3_jax imports, but ..."},
+                            {"backend": "sdpa_efficient", "reason": "not wanted"}],
+                "rows": [
+                  {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+                   "backend": "sdpa_cudnn", "method": "graph", "us": 9.37, "rel": 0.000274,
+                   "calls": 2150, "repeats": 15, "sets": 51}
+                ]}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn fa3_rows_join_the_torch_rows_as_a_peer() {
+        let fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
+        let v = merge_fa3(Ok(torch_json()), Ok(fa3)).unwrap();
+        let (status, rows) = parse_peers(&v, &mission()).unwrap();
+        let PeerStatus::Ran { torch, skipped, .. } = status else {
+            panic!("{status:?}")
+        };
+        assert_eq!(
+            torch,
+            "2.11.0+cu130; JAX 0.11.2, flash_attn3_jax 0.2.3 (fa3)"
+        );
+        // The torch script's "imports, but not timed" entry is gone; its others stay.
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].backend, "sdpa_efficient");
+        let names: Vec<(&str, bool)> = rows
+            .iter()
+            .map(|r| (r.implementation.as_str(), r.shape.causal))
+            .collect();
+        assert_eq!(
+            names,
+            [("sdpa_cudnn", false), ("fa3", false), ("fa3", true)]
+        );
+        let t = rows[1].timing().unwrap();
+        assert_eq!(
+            (t.method, t.us, t.eager_us),
+            (Method::Graph, 8.0, Some(25.0))
+        );
+        assert_eq!((t.calls, t.sets), (2040, 51));
+        assert_eq!(t.check.as_deref(), Some("rel 2.8e-4"));
+        assert!(t.note.as_deref().unwrap().contains("fori_loop"));
+        assert!(matches!(&rows[2].outcome, Outcome::Error { message } if message.contains("boom")));
+        assert_eq!(v["fa3"]["jax"], "0.11.2");
+        assert!(v["fa3"].get("rows").is_none());
+    }
+
+    #[test]
+    fn fa3_is_the_best_peer_where_it_is_fastest() {
+        let fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
+        let v = merge_fa3(Ok(torch_json()), Ok(fa3)).unwrap();
+        let (status, rows) = parse_peers(&v, &mission()).unwrap();
+        let mut report = crate::bench::report::tests::fixture();
+        report.peers = status;
+        report.rows.retain(|r| r.source == Source::Flashcore);
+        report.rows.extend(rows);
+        let (best, us) = report.best_peer(&mission()[0]).unwrap();
+        assert_eq!((best.implementation.as_str(), us), ("fa3", 8.0));
+        let md = crate::bench::report::render_markdown(&report);
+        assert!(
+            md.contains("JAX 0.11.2, flash_attn3_jax 0.2.3 (fa3)"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn a_torch_fa3_keeps_its_name_and_the_jax_one_is_renamed() {
+        let mut t = torch_json();
+        t["rows"].as_array_mut().unwrap().push(serde_json::json!({
+            "batch": 1, "heads": 8, "seq": 512, "head_dim": 64, "causal": false, "dtype": "f16",
+            "backend": "fa3", "method": "eager", "us": 30.0}));
+        let fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
+        let v = merge_fa3(Ok(t), Ok(fa3)).unwrap();
+        let (_, rows) = parse_peers(&v, &mission()).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.implementation.as_str()).collect();
+        assert_eq!(names, ["sdpa_cudnn", "fa3", "fa3-jax", "fa3-jax"]);
+        assert_eq!(rows[1].timing().unwrap().us, 30.0);
+        assert_eq!(rows[2].timing().unwrap().us, 8.0);
+    }
+
+    #[test]
+    fn a_failed_fa3_process_is_a_skip_reason_beside_the_torch_rows() {
+        let v = merge_fa3(Ok(torch_json()), Err("import jax failed: No module".into())).unwrap();
+        let (status, rows) = parse_peers(&v, &mission()).unwrap();
+        assert_eq!(rows.len(), 1);
+        let PeerStatus::Ran { skipped, .. } = status else {
+            panic!("{status:?}")
+        };
+        let fa3 = skipped.iter().find(|s| s.backend == "fa3").unwrap();
+        assert!(
+            fa3.reason.starts_with("flash_attn_interface"),
+            "{}",
+            fa3.reason
+        );
+        assert!(fa3
+            .reason
+            .ends_with("fa3_jax.py: import jax failed: No module"));
+        // Without a torch "fa3" entry (--backends without fa3) one is added.
+        let mut t = torch_json();
+        t["skipped"] = serde_json::json!([]);
+        let v = merge_fa3(Ok(t), Err("nope".into())).unwrap();
+        assert_eq!(
+            v["skipped"],
+            serde_json::json!([{"backend": "fa3", "reason": "fa3_jax.py: nope"}])
+        );
+    }
+
+    #[test]
+    fn fa3_rows_stand_alone_when_torch_is_missing() {
+        let fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
+        let v = merge_fa3(Err("python3 -c 'import torch' failed".into()), Ok(fa3)).unwrap();
+        let (status, rows) = parse_peers(&v, &mission()).unwrap();
+        assert_eq!(rows.len(), 2);
+        let PeerStatus::Ran {
+            device,
+            torch,
+            cudnn,
+            skipped,
+        } = status
+        else {
+            panic!("{status:?}")
+        };
+        assert_eq!(device, "NVIDIA H100 80GB HBM3");
+        assert!(torch.starts_with("none; JAX 0.11.2"));
+        assert_eq!(cudnn, None);
+        assert_eq!(skipped[0].backend, "torch");
+        let both = merge_fa3(Err("a".into()), Err("b".into())).unwrap_err();
+        assert_eq!(both, "a; FA3 (JAX): b");
+    }
+
+    #[test]
+    fn fa3_decode_rows_merge_on_the_gqa_shapes() {
+        use crate::bench::modes::PeerShape;
+        let shape = crate::bench::decode::ROWS[1].peer_shape();
+        let fa3 = serde_json::json!({
+        "jax": "0.11.2", "flash_attn3_jax": "0.2.3", "skipped": [],
+        "rows": [
+          {"batch": shape.batch, "heads": shape.heads, "heads_kv": shape.heads_kv,
+           "seq": shape.seq, "seq_k": shape.seq_k, "head_dim": shape.head_dim,
+           "causal": false, "dtype": "bf16", "backend": "fa3", "method": "eager",
+           "us": 120.0, "rel": 0.0004, "calls": 30, "repeats": 11, "sets": 3, "gbps": 2000.0},
+          {"batch": shape.batch, "heads": shape.heads, "heads_kv": shape.heads_kv,
+           "seq": shape.seq, "seq_k": shape.seq_k, "head_dim": shape.head_dim,
+           "causal": false, "dtype": "bf16", "backend": "fa3", "method": "graph",
+           "us": 90.0, "rel": 0.0004, "calls": 30, "repeats": 11, "sets": 3, "gbps": 2900.0,
+           "num_splits": 8}
+        ]});
+        let v = merge_fa3(Ok(torch_json()), Ok(fa3)).unwrap();
+        let rows = merge_peer_rows(&v, &[shape], PeerShape::from_json, |_| 1e9).unwrap();
+        assert_eq!(rows.len(), 1, "the dense torch row is another shape");
+        let (_, backend, Outcome::Timed(t)) = &rows[0] else {
+            panic!("{rows:?}")
+        };
+        assert_eq!(backend, "fa3");
+        assert_eq!(
+            (t.method, t.us, t.eager_us),
+            (Method::Graph, 90.0, Some(120.0))
+        );
+    }
+
+    #[test]
+    fn fa3_options_put_the_wheel_dir_first_and_keep_jax_from_preallocating() {
+        let o = Fa3Options::new(false, None, Some(PathBuf::from("/tmp/fa3pkg")));
+        let env = o.env();
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            get("XLA_PYTHON_CLIENT_PREALLOCATE").as_deref(),
+            Some(std::ffi::OsStr::new("false"))
+        );
+        let pp = get("PYTHONPATH").unwrap();
+        assert!(pp.to_string_lossy().starts_with("/tmp/fa3pkg"), "{pp:?}");
+        let none = Fa3Options {
+            off: false,
+            python: None,
+            path: None,
+        };
+        assert!(none.env().iter().all(|(k, _)| *k != "PYTHONPATH"));
+    }
+
+    #[test]
+    fn the_fa3_script_is_found_beside_the_torch_one() {
+        let torch = find_script(None).expect("bench/peers/torch_sdpa.py in this checkout");
+        let fa3 = find_fa3_script(Some(&torch)).unwrap();
+        assert!(fa3.ends_with("bench/peers/fa3_jax.py"), "{}", fa3.display());
+        assert!(find_fa3_script(None).is_some());
+    }
+
+    #[test]
+    fn an_fa3_python_without_jax_is_a_reason_not_an_error() {
+        let list: Vec<Value> = mission().iter().map(|s| s.peer_json()).collect();
+        let dir = std::env::temp_dir().join(format!("fa3-probe-{}", std::process::id()));
+        let fa3 = Fa3Options {
+            off: false,
+            python: Some("/nonexistent/python3".into()),
+            path: None,
+        };
+        let run = PeerRun {
+            python: "/nonexistent/python3",
+            script: None,
+            dir: &dir,
+            suffix: "",
+            quick: true,
+            extra: &[],
+            fa3: &fa3,
+        };
+        let script = find_fa3_script(None);
+        let r = run_fa3(&run, script.as_deref(), &list, false, None).unwrap();
+        assert!(r.unwrap_err().contains("could not be started"));
+        // Both missing: one reason for the table.
+        let both = run.run(&list).unwrap().unwrap_err();
+        assert!(
+            both.contains("torch_sdpa.py not found") && both.contains("FA3 (JAX)"),
+            "{both}"
+        );
+    }
+
+    /// The whole FA3 path (probe, script, JSON, merge) on a machine without a GPU: with
+    /// `FLASHCORE_FA3_TEST_PATH` naming a PYTHONPATH that has CPU JAX and a stand-in
+    /// `flash_attn3_jax` (same functions, jnp math) and `FA3_JAX_PLATFORM=cpu`. Skipped otherwise.
+    #[test]
+    fn fa3_script_runs_under_a_stand_in_wheel_if_one_is_given() {
+        let Some(pp) = std::env::var_os("FLASHCORE_FA3_TEST_PATH") else {
+            return;
+        };
+        let shape = Shape {
+            batch: 1,
+            heads: 4,
+            seq: 64,
+            head_dim: 64,
+            causal: true,
+            dtype: DType::Bf16,
+        };
+        let list = vec![shape.peer_json()];
+        let dir = std::env::temp_dir().join(format!("fa3-stand-in-{}", std::process::id()));
+        let fa3 = Fa3Options {
+            off: false,
+            python: None,
+            path: Some(PathBuf::from(pp)),
+        };
+        let torch = find_script(None);
+        let run = PeerRun {
+            python: "python3",
+            script: torch.as_deref(),
+            dir: &dir,
+            suffix: "-t",
+            quick: true,
+            extra: &[],
+            fa3: &fa3,
+        };
+        let v = run_fa3(&run, find_fa3_script(None).as_deref(), &list, false, None)
+            .unwrap()
+            .unwrap();
+        let v = merge_fa3(Err("no torch here".into()), Ok(v)).unwrap();
+        let (_, rows) = parse_peers(&v, &[shape]).unwrap();
+        assert_eq!(rows[0].implementation, "fa3");
+        let t = rows[0].timing().unwrap();
+        assert!(t.us > 0.0 && t.check.is_some(), "{t:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn without_a_script_peers_are_missing_with_a_reason() {
-        let r = run_script("python3", None, &mission(), Path::new("/tmp"), true).unwrap();
+        let list: Vec<Value> = mission().iter().map(|s| s.peer_json()).collect();
+        let r = run_script_with("python3", None, &list, Path::new("/tmp"), "", true, &[]).unwrap();
         assert!(r.unwrap_err().contains("torch_sdpa.py not found"));
-        let r = run_script(
+        let r = run_script_with(
             "/nonexistent/python3",
             Some(Path::new("x.py")),
-            &mission(),
+            &list,
             Path::new("/tmp"),
+            "",
             true,
+            &[],
         )
         .unwrap();
         assert!(r.unwrap_err().contains("could not be started"));
