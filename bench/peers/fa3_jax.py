@@ -14,7 +14,8 @@ mask, which is flashcore's: unlike SDPA, causal rows with seq_k != seq are timed
 
 Output: the schema of torch_sdpa.py, backend "fa3":
     {"device", "jax", "jaxlib", "flash_attn3_jax", "runtime": "jax", "l2_bytes", "quick",
-     "decode", "method": str, "skipped": [], "rows": [{<shape fields>, "backend": "fa3",
+     "decode", "method": str, "skipped": [], "complete": bool (the file is rewritten after
+     every shape; false: the run died part way), "rows": [{<shape fields>, "backend": "fa3",
      "method": "eager"|"graph", "us", "tflops", "rel", "calls", "repeats", "sets",
      "num_splits", "note", ["gbps"]} | {<shape fields>, "backend": "fa3", "error": str}]}
 
@@ -162,7 +163,7 @@ def main():
     shapes = load_shapes(args.shapes)
 
     # Before jax is imported: JAX must not grab most of the GPU (another process, flashcore's
-    # bench, holds a context on it), and must not hide a kernel failure behind async errors.
+    # bench, holds a context on it).
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import jax
@@ -185,18 +186,6 @@ def main():
 
     bench = Bench(jax, flash_attn3_jax, gpus[0], quick=args.quick, decode=args.decode,
                   l2_bytes=args.l2_bytes)
-    rows = []
-    for shape in shapes:
-        shape_rows = bench.run_shape(shape)
-        rows.extend(shape_rows)
-        for r in shape_rows:
-            what = r.get("error") or (f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
-                                      f" splits {r.get('num_splits')}")
-            if "gbps" in r:
-                what += f" {r['gbps']:.0f} GB/s"
-            print(f"[fa3-jax] {shape} {r['backend']}/{r.get('method', '-')}: {what}",
-                  file=sys.stderr)
-
     try:
         import jaxlib
         jaxlib_version = jaxlib.__version__
@@ -217,11 +206,34 @@ def main():
                    "wall clock / calls, median; eager = back-to-back jitted calls from Python, "
                    "wall clock / calls, median; graph reported only where faster"),
         "skipped": [],
-        "rows": rows,
+        "complete": False,
+        "rows": [],
     }
-    with open(args.out, "w") as f:
+    for i, shape in enumerate(shapes):
+        shape_rows = bench.run_shape(shape)
+        result["rows"].extend(shape_rows)
+        for r in shape_rows:
+            what = r.get("error") or (f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
+                                      f" splits {r.get('num_splits')}")
+            if "gbps" in r:
+                what += f" {r['gbps']:.0f} GB/s"
+            print(f"[fa3-jax] {shape} {r['backend']}/{r.get('method', '-')}: {what}",
+                  file=sys.stderr)
+        # Written after every shape: a crash later (a CUDA fault kills the process) keeps the
+        # rows so far, which the caller reads with "complete": false.
+        result["complete"] = i + 1 == len(shapes)
+        write_json(args.out, result)
+    if not shapes:
+        result["complete"] = True
+        write_json(args.out, result)
+
+
+def write_json(path, result):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
         json.dump(finite_or_null(result), f, indent=1, allow_nan=False)
         f.write("\n")
+    os.replace(tmp, path)
 
 
 class Bench:

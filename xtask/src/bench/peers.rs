@@ -290,26 +290,44 @@ fn run_fa3(
         .stderr(std::process::Stdio::inherit())
         .status()
         .with_context(|| format!("starting {python} {}", script.display()))?;
+    let read = || -> std::result::Result<Value, String> {
+        let text = std::fs::read_to_string(&out_path)
+            .map_err(|e| format!("reading {}: {e}", out_path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", out_path.display()))
+    };
     match status.code() {
-        Some(0) => {}
-        Some(3) => {
-            return Ok(Err(format!(
-                "{} exited 3: jax, flash_attn3_jax or a GPU for JAX missing (its message is above)",
-                script.display()
-            )))
-        }
+        Some(0) => Ok(read()),
+        Some(3) => Ok(Err(format!(
+            "{} exited 3: jax, flash_attn3_jax or a GPU for JAX missing (its message is above)",
+            script.display()
+        ))),
         other => {
-            return Ok(Err(format!(
+            let why = format!(
                 "{} failed with exit status {other:?} (its messages are above)",
                 script.display()
-            )))
+            );
+            // It writes its JSON after every shape: the rows before the failure are kept.
+            Ok(match read() {
+                Ok(v) => Ok(with_partial_note(v, &why)),
+                Err(_) => Err(why),
+            })
         }
     }
-    let text = match std::fs::read_to_string(&out_path) {
-        Ok(t) => t,
-        Err(e) => return Ok(Err(format!("reading {}: {e}", out_path.display()))),
-    };
-    Ok(serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", out_path.display())))
+}
+
+/// The JSON of an FA3 run that died part way: its rows so far, and a "skipped" entry that says
+/// so (the shapes after the last row have no FA3 row).
+fn with_partial_note(mut v: Value, why: &str) -> Value {
+    let n = v.get("rows").and_then(Value::as_array).map_or(0, Vec::len);
+    let note = serde_json::json!({
+        "backend": "fa3",
+        "reason": format!("{why}; the {n} rows before it are kept, later shapes have none"),
+    });
+    match v.get_mut("skipped").and_then(Value::as_array_mut) {
+        Some(a) => a.push(note),
+        None => v["skipped"] = Value::Array(vec![note]),
+    }
+    v
 }
 
 /// The torch script's JSON with the FA3 script's merged in: FA3's rows appended (renamed
@@ -1099,6 +1117,26 @@ mod tests {
         assert_eq!(
             (t.method, t.us, t.eager_us),
             (Method::Graph, 90.0, Some(120.0))
+        );
+    }
+
+    #[test]
+    fn a_crashed_fa3_run_keeps_its_rows_and_says_so() {
+        let mut fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
+        fa3["complete"] = Value::Bool(false);
+        let fa3 = with_partial_note(fa3, "fa3_jax.py failed with exit status None");
+        let v = merge_fa3(Ok(torch_json()), Ok(fa3)).unwrap();
+        let (status, rows) = parse_peers(&v, &mission()).unwrap();
+        assert_eq!(rows.iter().filter(|r| r.implementation == "fa3").count(), 2);
+        let PeerStatus::Ran { skipped, .. } = status else {
+            panic!("{status:?}")
+        };
+        let fa3 = skipped.iter().find(|s| s.backend == "fa3").unwrap();
+        assert!(fa3.reason.contains("exit status None"), "{}", fa3.reason);
+        assert!(
+            fa3.reason.contains("the 3 rows before it are kept"),
+            "{}",
+            fa3.reason
         );
     }
 
