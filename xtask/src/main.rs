@@ -68,7 +68,7 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         kernels: Option<Vec<String>>,
     },
-    /// Install the pinned CUDA wheels (NVRTC, headers, ptxas) into the cache, if no toolkit is found.
+    /// Install the pinned CUDA wheels (NVRTC, headers, ptxas, nvcc + nvvm) into the cache, if no toolkit is found.
     InstallCuda,
     /// Check and time every generation on a shape suite beside the peers and cuBLAS.
     BenchAll(Box<bench::Args>),
@@ -121,7 +121,7 @@ fn main() -> ExitCode {
         } => {
             check_kernels::run(json.as_deref(), dump_ptx.as_deref(), kernels.as_deref()).map(|_| ())
         }
-        Command::InstallCuda => cuda_wheels::ensure(),
+        Command::InstallCuda => cuda_wheels::install(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
         Command::Sanitize(args) => sanitize::main(args),
