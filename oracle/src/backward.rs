@@ -135,9 +135,21 @@ fn check_shapes(
     let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
     let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
     assert_eq!(q.shape(), qs, "Q must be [batch, heads_q, seq_q, head_dim]");
-    assert_eq!(d_o.shape(), qs, "dO must be [batch, heads_q, seq_q, head_dim]");
-    assert_eq!(k.shape(), ks, "K must be [batch, heads_kv, seq_k, head_dim]");
-    assert_eq!(v.shape(), ks, "V must be [batch, heads_kv, seq_k, head_dim]");
+    assert_eq!(
+        d_o.shape(),
+        qs,
+        "dO must be [batch, heads_q, seq_q, head_dim]"
+    );
+    assert_eq!(
+        k.shape(),
+        ks,
+        "K must be [batch, heads_kv, seq_k, head_dim]"
+    );
+    assert_eq!(
+        v.shape(),
+        ks,
+        "V must be [batch, heads_kv, seq_k, head_dim]"
+    );
 }
 
 /// One (batch, kv head): dQ of its query heads, dK and dV.
@@ -164,13 +176,7 @@ fn run<T: Num>(
         .collect();
     let do_task = |&(b, kvh): &(usize, usize)| -> TaskOut<T> {
         let (dq, dk, dv) = group(p, &q, &k, &v, &d_o, b, kvh, round, low);
-        TaskOut {
-            b,
-            kvh,
-            dq,
-            dk,
-            dv,
-        }
+        TaskOut { b, kvh, dq, dk, dv }
     };
     let work = p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim.max(1);
     let threads = std::thread::available_parallelism()
@@ -289,9 +295,7 @@ fn group<T: Num>(
         // low-precision program (torch's softmax backward).
         let dvec: Vec<T> = if low {
             (0..sq)
-                .map(|i| {
-                    (0..sk).fold(T::zero(), |a, j| a + pm[[i, j]] * dp[[i, j]])
-                })
+                .map(|i| (0..sk).fold(T::zero(), |a, j| a + pm[[i, j]] * dp[[i, j]]))
                 .collect()
         } else {
             let o = pm.dot(&vv);
@@ -569,7 +573,13 @@ mod tests {
     }
 
     /// `L = Σ O ∘ dO` from the f64 forward reference, so `∂L/∂x` are the gradients.
-    fn loss(p: &OracleProblem, q: &Array4<f32>, k: &Array4<f32>, v: &Array4<f32>, d_o: &Array4<f32>) -> f64 {
+    fn loss(
+        p: &OracleProblem,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        d_o: &Array4<f32>,
+    ) -> f64 {
         let r = reference_f64(p, q.view(), k.view(), v.view(), &Rows::All);
         let (o, _) = r.to_dense(p);
         o.iter().zip(d_o.iter()).map(|(a, &b)| a * b as f64).sum()
@@ -605,7 +615,7 @@ mod tests {
             OracleProblem::dense(1, 2, 2, 4, 5, 3, false, 0.7),
             OracleProblem::dense(2, 2, 1, 5, 3, 2, true, 1.1), // causal, seq_q > seq_k: empty rows
             OracleProblem::dense(1, 4, 2, 3, 6, 3, true, -0.6), // causal, GQA, negative scale
-            OracleProblem::dense(1, 3, 1, 4, 4, 4, true, 0.5),  // MQA, square causal
+            OracleProblem::dense(1, 3, 1, 4, 4, 4, true, 0.5), // MQA, square causal
             OracleProblem::dense(1, 2, 2, 1, 7, 2, false, 2.0), // a single query row
         ]
     }
@@ -653,7 +663,13 @@ mod tests {
         // seq_k 0: nothing at all.
         let p0 = OracleProblem::dense(1, 1, 1, 3, 0, 2, false, 1.0);
         let inp = inputs(&p0, 1);
-        let g = gradients_f64(&p0, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        let g = gradients_f64(
+            &p0,
+            inp.q.view(),
+            inp.k.view(),
+            inp.v.view(),
+            inp.d_o.view(),
+        );
         assert!(g.dq.iter().all(|&x| x == 0.0) && g.dk.is_empty());
         // Causal seq_q 2 < seq_k 5 never leaves a key unseen (the last row sees all).
         let p = OracleProblem::dense(1, 1, 1, 2, 5, 2, true, 1.0);
@@ -676,9 +692,15 @@ mod tests {
         let m = gradients_f64(&mha, inp.q.view(), k4.view(), v4.view(), inp.d_o.view());
         let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
         for ((b, h, s, c), &x) in g.dk.indexed_iter() {
-            assert!(close(x, m.dk[[b, 2 * h, s, c]] + m.dk[[b, 2 * h + 1, s, c]]));
+            assert!(close(
+                x,
+                m.dk[[b, 2 * h, s, c]] + m.dk[[b, 2 * h + 1, s, c]]
+            ));
             let y = g.dv[[b, h, s, c]];
-            assert!(close(y, m.dv[[b, 2 * h, s, c]] + m.dv[[b, 2 * h + 1, s, c]]));
+            assert!(close(
+                y,
+                m.dv[[b, 2 * h, s, c]] + m.dv[[b, 2 * h + 1, s, c]]
+            ));
         }
         assert!(g.dq.iter().zip(m.dq.iter()).all(|(a, b)| close(*a, *b)));
     }
@@ -703,9 +725,8 @@ mod tests {
                     inp.v.view(),
                     inp.d_o.view(),
                 );
-                let f32s = |g: &Gradients| {
-                    [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)))
-                };
+                let f32s =
+                    |g: &Gradients| [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
                 let [a, b, c] = f32s(&rf);
                 let v = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
                 assert!(v.pass, "{prec} rounded f64: {v}");
@@ -718,7 +739,10 @@ mod tests {
                 let allowed = v.tensors[1].allowed as f32;
                 b[[0, 0, 3, 1]] += 10.0 * allowed;
                 let bad = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
-                assert!(!bad.pass && bad.worst == Some(("dK", [0, 0, 3, 1])), "{bad}");
+                assert!(
+                    !bad.pass && bad.worst == Some(("dK", [0, 0, 3, 1])),
+                    "{bad}"
+                );
                 b[[0, 0, 3, 1]] -= 10.0 * allowed;
                 c[[0, 0, 0, 0]] = f32::NAN;
                 let bad = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
@@ -731,7 +755,15 @@ mod tests {
         let mut dq = rf.dq.mapv(|x| x as f32);
         dq[[0, 0, 1, 0]] = 1e-30; // row 1 sees no key
         let (dk, dv) = (rf.dk.mapv(|x| x as f32), rf.dv.mapv(|x| x as f32));
-        let v = judge_backward(&p, Precision::F16, dq.view(), dk.view(), dv.view(), &rf, &rf);
+        let v = judge_backward(
+            &p,
+            Precision::F16,
+            dq.view(),
+            dk.view(),
+            dv.view(),
+            &rf,
+            &rf,
+        );
         assert!(!v.pass && v.empty_mismatch == 1, "{v}");
     }
 
@@ -746,9 +778,8 @@ mod tests {
         assert_eq!(backward_floor(Precision::Bf16, &a), 4.0 / 128.0);
         // FlashAttention-3's expression, evaluated in the dtype, gives the same.
         let x = 5.0f32;
-        let fa3 = |prec: Precision| {
-            2.0 * ((prec.round(prec.round(x + 0.3) - 0.3) - x).abs() as f64)
-        };
+        let fa3 =
+            |prec: Precision| 2.0 * ((prec.round(prec.round(x + 0.3) - 0.3) - x).abs() as f64);
         assert!(fa3(Precision::F16) <= 4.0 / 1024.0);
     }
 }
