@@ -176,7 +176,10 @@ fn the_scalar_backward_emulation_passes_random_problems() {
         let (pass, ratio) = run(&p, prec, n, Bug::None);
         if std::env::var("BWD_EMU_COUNT").is_ok() {
             if !pass {
-                println!("fail d={} sq={} sk={} causal={} {prec} ratio {ratio:.3}", p.head_dim, p.seq_q, p.seq_k, p.causal);
+                println!(
+                    "fail d={} sq={} sk={} causal={} {prec} ratio {ratio:.3}",
+                    p.head_dim, p.seq_q, p.seq_k, p.causal
+                );
             }
             worst = worst.max(ratio);
             continue;
@@ -195,4 +198,42 @@ fn the_rule_catches_a_top_left_mask_and_a_missing_d() {
         assert!(!run(&p, prec, 1, Bug::TopLeftCausal).0, "{prec} top-left");
         assert!(!run(&p, prec, 1, Bug::NoD).0, "{prec} no D");
     }
+}
+
+/// By hand (`--ignored`): head_dim 1 on the shapes of verify's edge list, 4 seeds each.
+#[test]
+#[ignore]
+fn head_dim_one_on_the_edge_shapes() {
+    let mut shapes: Vec<(usize, usize, bool)> = vec![
+        (1, 1, false),
+        (1, 1, true),
+        (1, 777, false),
+        (1, 777, true),
+        (777, 1, false),
+        (777, 1, true),
+        (65, 130, true),
+        (130, 65, true),
+        (200, 1000, true),
+        (1000, 200, true),
+    ];
+    for n in [
+        15usize, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257,
+    ] {
+        shapes.push((n, n, false));
+        shapes.push((n, n, true));
+    }
+    let mut fails = 0;
+    for (i, &(sq, sk, causal)) in shapes.iter().enumerate() {
+        for seed in 0..4u64 {
+            let (hq, hkv) = [(2, 2), (8, 2), (4, 1)][i % 3];
+            let p = OracleProblem::dense(1 + i % 2, hq, hkv, sq, sk, 1, causal, 1.0);
+            let prec = Precision::ALL[(i + seed as usize) % 2];
+            let (pass, ratio) = run(&p, prec, 1000 + 16 * i as u64 + seed, Bug::None);
+            if !pass {
+                fails += 1;
+                println!("fail sq={sq} sk={sk} causal={causal} hq={hq} hkv={hkv} {prec} ratio {ratio:.3}");
+            }
+        }
+    }
+    println!("{fails} of {} failed", shapes.len() * 4);
 }
