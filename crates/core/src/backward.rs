@@ -562,6 +562,46 @@ mod tests {
     }
 
     #[test]
+    fn the_c_block_has_the_rust_fields_in_order() {
+        // Field names of `struct BackwardParams` in the embedded header, in declaration order.
+        let src = crate::compile::kernel_source("common/backward_params.cuh").unwrap();
+        let body = &src[src.find("struct BackwardParams {").unwrap()..];
+        let body = &body[..body.find("};").unwrap()];
+        let mut fields = Vec::new();
+        for line in body.lines().skip(1) {
+            let decl = line.split("//").next().unwrap().trim();
+            let Some(decl) = decl.strip_suffix(';') else {
+                continue;
+            };
+            for part in decl.split(',') {
+                let name = part.split_whitespace().last().unwrap();
+                fields.push(name.trim_start_matches('*').to_string());
+            }
+        }
+        let rust = [
+            "d_o",
+            "dq",
+            "dk",
+            "dv",
+            "do_batch_stride",
+            "do_head_stride",
+            "do_row_stride",
+            "dq_batch_stride",
+            "dq_head_stride",
+            "dq_row_stride",
+            "dk_batch_stride",
+            "dk_head_stride",
+            "dk_row_stride",
+            "dv_batch_stride",
+            "dv_head_stride",
+            "dv_row_stride",
+        ];
+        assert_eq!(fields, rust);
+        // Every field is 8 bytes on both sides: 16 fields, 128 bytes.
+        assert_eq!(std::mem::size_of::<BackwardParams>(), 8 * rust.len());
+    }
+
+    #[test]
     fn params_take_the_gradient_strides_from_their_tensors() {
         let p = AttentionProblem::new(2, 4, 10, 8).with_kv(2, 6);
         let b = BackwardParams::from_problem(&p);
