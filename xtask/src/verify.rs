@@ -605,7 +605,13 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             tallies.push(tally);
             continue;
         }
-        let edges = if opts.edge { edge_cases(&caps) } else { vec![] };
+        let edges = if opts.edge {
+            let mut e = edge_cases(&caps);
+            e.extend(backward_edge_cases(&caps));
+            e
+        } else {
+            vec![]
+        };
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
         let bar = ProgressBar::new(total as u64);
         bar.set_style(
@@ -687,6 +693,24 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
     }
     print_compile_stats(device);
     finish(tallies, opts)
+}
+
+/// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
+/// with seq_k > seq_q causal, one query row over many keys with MQA (every key's dK/dV sums a
+/// single row per head), and many query rows over one key (dV sums them all).
+fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
+    [
+        "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
+        "b=1,hq=2,sq=64,sk=64,d=32,scale=0,seed=9002",
+        "b=1,hq=3,hkv=1,sq=129,sk=257,d=100,causal=1,dtype=bf16,scale=0.5,seed=9003",
+        "b=2,hq=8,hkv=1,sq=1,sk=300,d=128,causal=1,seed=9004",
+        "b=1,hq=4,hkv=2,sq=500,sk=1,d=64,dtype=bf16,seed=9005",
+        "b=3,hq=2,sq=33,sk=65,d=256,layout=bhsd,causal=1,seed=9006",
+    ]
+    .iter()
+    .map(|a| Case::parse(a).expect("the backward edge list parses"))
+    .filter(|c| caps.head_dims.contains(c.problem.head_dim))
+    .collect()
 }
 
 /// The backward oracle without a GPU: on small random problems the f64 gradients rounded to the
@@ -943,5 +967,8 @@ mod tests {
             assert!(c.problem.seq_q <= 300 && c.problem.seq_k <= 300);
             flashcore::backward::validate_backward(&c.problem).unwrap();
         }
+        let edges = backward_edge_cases(&caps);
+        assert_eq!(edges.len(), 6);
+        assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
     }
 }
