@@ -8,6 +8,8 @@
 //! * [`judge`] / [`check`]: `max|kernel - f64| <= 2 · max|low_precision - f64| + floor`, for O
 //!   and LSE separately, with [`F16_ABS_FLOOR`] = 2^-12 and [`BF16_ABS_FLOOR`] = 2^-9, plus exact
 //!   rules for empty rows and NaN.
+//! * [`gradients_f64`] / [`gradients_low_precision`] / [`judge_backward`]: dQ, dK, dV of the
+//!   backward pass and the same rule applied to each (`docs/ORACLE.md`, "The backward pass").
 //! * [`sample_rows`]: which rows to judge on large problems.
 //! * Inference modes (`docs/MODES.md`): windows, softcap and ALiBi are fields of
 //!   [`OracleProblem`]; a varlen batch or KV cache is judged one sequence at a time over the
@@ -16,11 +18,16 @@
 //! This crate depends on no other flashcore crate on purpose: the judge must not share code (and
 //! so bugs) with what it judges.
 
+mod backward;
 mod judge;
 mod problem;
 mod reference;
 mod storage;
 
+pub use backward::{
+    backward_floor, check_backward, gradients_f64, gradients_low_precision, judge_backward,
+    BackwardVerdict, Gradients, TensorVerdict,
+};
 pub use judge::{check, judge, Verdict, BF16_ABS_FLOOR, F16_ABS_FLOOR, LOW_PRECISION_FACTOR};
 pub use problem::{sample_rows, OracleProblem, Precision, Rows};
 pub use reference::{

@@ -53,3 +53,21 @@ fn full_size_rows_all() {
         println!("causal={causal}: f64 {t64:?}, low precision {tlp:?}");
     }
 }
+
+#[test]
+#[ignore = "timing; run in release"]
+fn backward_largest_verify_shape() {
+    use flashcore_oracle::{gradients_f64, gradients_low_precision};
+    // The largest dense problem `verify --pass bwd` draws at its default max seq (512).
+    let p = OracleProblem::dense(4, 16, 4, 512, 512, 256, false, 1.0 / 16.0);
+    let (q, k, v) = inputs(&p);
+    let d_o = q.mapv(|x| -x);
+    let t = Instant::now();
+    let g = gradients_f64(&p, q.view(), k.view(), v.view(), d_o.view());
+    let t64 = t.elapsed();
+    let t = Instant::now();
+    let l = gradients_low_precision(&p, Precision::F16, q.view(), k.view(), v.view(), d_o.view());
+    let tlp = t.elapsed();
+    assert_eq!(g.dq.shape(), l.dq.shape());
+    println!("backward (4,16:4,512,512,256): f64 {t64:?}, low precision {tlp:?}");
+}

@@ -2,7 +2,7 @@
 //! generation and judged by the oracle. A case prints as one `--case` argument that reruns it.
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{Attention, AttentionProblem, DType, Device, Error, Layout};
+use flashcore::{Attention, AttentionBackward, AttentionProblem, DType, Device, Error, Layout};
 use flashcore_oracle::{OracleProblem, Precision, Rows, Verdict};
 use ndarray::{Array4, Axis};
 use rand::SeedableRng;
@@ -228,6 +228,94 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
         Outcome::Pass(verdict)
     } else {
         Outcome::Fail(verdict.message.clone(), Some(verdict))
+    }
+}
+
+/// The outcome of a backward case.
+pub enum BwdOutcome {
+    Pass(flashcore_oracle::BackwardVerdict),
+    Fail(String, Option<flashcore_oracle::BackwardVerdict>),
+    Skipped(String),
+}
+
+/// dO of a backward case: fresh standard normal values (their own seed stream), logical order.
+pub fn grad_output(case: &Case) -> Array4<f32> {
+    let p = &case.problem;
+    random_tensor(
+        p.dtype,
+        [p.batch, p.heads_q, p.seq_q, p.head_dim],
+        case.data_seed.wrapping_mul(3).wrapping_add(0x0bad_5eed),
+    )
+}
+
+/// Runs one backward case and judges dQ, dK, dV by the oracle's backward rule. O and LSE come
+/// from the GPU forward of the generation of the same name (the scalar forward if there is
+/// none), as a training step would feed them; dO is fresh random. The gradients are poisoned
+/// with NaN before the launch (`backward_host`) and every element is judged, so an element never
+/// written fails.
+pub fn run_backward_case(
+    kernel: &dyn AttentionBackward,
+    device: &Device,
+    case: &Case,
+) -> BwdOutcome {
+    let p = &case.problem;
+    if let Err(u) = kernel.supports_backward(p, device.info()) {
+        return BwdOutcome::Skipped(u.reason);
+    }
+    if !p.modes.is_dense() {
+        return BwdOutcome::Skipped("the backward pass takes dense problems only".into());
+    }
+    let Some(forward) = flashcore::kernel(kernel.name()).or_else(|| flashcore::kernel("scalar"))
+    else {
+        return BwdOutcome::Fail("no forward kernel to produce O and LSE".into(), None);
+    };
+    let inp = inputs(case);
+    let d_o = grad_output(case);
+    fn l(a: &Array4<f32>, layout: Layout) -> ndarray::ArrayView4<'_, f32> {
+        to_layout(a.view(), layout)
+    }
+    let fwd = match flashcore::forward_host(
+        forward.as_ref(),
+        device,
+        p,
+        l(&inp.q, p.layout),
+        l(&inp.k, p.layout),
+        l(&inp.v, p.layout),
+    ) {
+        Ok(o) => o,
+        Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(format!("forward: {}", u.reason)),
+        Err(e) => return BwdOutcome::Fail(format!("forward error: {e}"), None),
+    };
+    let grads = match flashcore::backward_host(
+        kernel,
+        device,
+        p,
+        l(&inp.q, p.layout),
+        l(&inp.k, p.layout),
+        l(&inp.v, p.layout),
+        fwd.o.view(),
+        l(&d_o, p.layout),
+        fwd.lse.view(),
+    ) {
+        Ok(g) => g,
+        Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(u.reason),
+        Err(e) => return BwdOutcome::Fail(format!("error: {e}"), None),
+    };
+    let verdict = flashcore_oracle::check_backward(
+        &case.oracle_problem(),
+        precision(p.dtype),
+        inp.q.view(),
+        inp.k.view(),
+        inp.v.view(),
+        d_o.view(),
+        to_layout(grads.dq.view(), p.layout),
+        to_layout(grads.dk.view(), p.layout),
+        to_layout(grads.dv.view(), p.layout),
+    );
+    if verdict.pass {
+        BwdOutcome::Pass(verdict)
+    } else {
+        BwdOutcome::Fail(verdict.message.clone(), Some(verdict))
     }
 }
 

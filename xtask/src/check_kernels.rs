@@ -168,6 +168,131 @@ pub fn run(
     let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
     let mut failures = Vec::new();
+    // Compiles one launch of a plan (once per define set, arch and dtype) and checks ptxas's report.
+    let mut check_launch = |kernel_name: &'static str,
+                            problem: &AttentionProblem,
+                            launch: flashcore::KernelLaunch,
+                            arch: &str,
+                            smem_limit: u32,
+                            dtype: flashcore::DType|
+     -> Result<()> {
+        let key = format!(
+            "{}|{}|{:?}|{arch}|{dtype}",
+            launch.source, launch.entry, launch.defines
+        );
+        if !seen.insert(key) {
+            return Ok(());
+        }
+        let virtual_arch = arch.replace("sm_", "compute_");
+        let req = CompileRequest {
+            source: launch.source,
+            dtype,
+            defines: &launch.defines,
+            arch: &virtual_arch,
+        };
+        let defines: Vec<String> = launch
+            .defines
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let mut row = Row {
+            kernel: kernel_name.into(),
+            source: launch.source.into(),
+            entry: launch.entry.into(),
+            arch: arch.into(),
+            dtype: dtype.name().into(),
+            defines: defines.join(" "),
+            dynamic_smem: launch.dynamic_smem_bytes,
+            resources: None,
+            problem: problem.to_string(),
+        };
+        let compiled = match compile(&req) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!(
+                    "{} {} {arch} {dtype}: {e}",
+                    kernel_name, launch.source
+                ));
+                rows.push(row);
+                return Ok(());
+            }
+        };
+        if let Some(dir) = dump_ptx {
+            // One file per build, named so a reader can find it (e.g. for cuobjdump).
+            let mut name = format!(
+                "{}-{arch}-{dtype}-{}.ptx",
+                launch.entry,
+                defines.join("_").replace(['=', ' '], "")
+            );
+            if name.len() > MAX_DUMP_NAME {
+                // Long define lists pass the file-name limit (255 bytes): keep
+                // the readable head and make it unique with a hash of the whole
+                // name (the same build gets the same file across source changes,
+                // so two dumps can be compared file by file).
+                let hash = fnv1a(&name);
+                name.truncate(MAX_DUMP_NAME - 24);
+                name = format!("{name}-{hash:016x}.ptx");
+            }
+            std::fs::write(dir.join(&name), &compiled.ptx)
+                .with_context(|| format!("writing {name}"))?;
+        }
+        if let Some(ptxas) = &ptxas {
+            let dir = std::env::temp_dir().join(format!("flashcore-ptxas-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let ptx_path = dir.join(format!("{}.ptx", compiled.cache_key));
+            std::fs::write(&ptx_path, &compiled.ptx)?;
+            let out = Command::new(ptxas)
+                .arg(format!("-arch={arch}"))
+                .arg("-v")
+                .arg(&ptx_path)
+                .arg("-o")
+                .arg(dir.join("out.cubin"))
+                .output()
+                .context("running ptxas")?;
+            let report = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let _ = std::fs::remove_file(&ptx_path);
+            if !out.status.success() {
+                failures.push(format!(
+                    "ptxas failed for {} {arch} {dtype}:\n{report}",
+                    launch.source
+                ));
+            } else if let Some(r) = parse_ptxas(&report, launch.entry) {
+                if r.spill_stores + r.spill_loads > 0 {
+                    failures.push(format!(
+                        "{} {} {arch} {dtype} {}: spills ({} B stores, {} B loads)",
+                        kernel_name, launch.entry, row.defines, r.spill_stores, r.spill_loads
+                    ));
+                }
+                if r.static_smem + launch.dynamic_smem_bytes > smem_limit {
+                    failures.push(format!(
+                        "{} {} {arch}: {} B static + {} B dynamic shared memory exceeds {smem_limit} B",
+                        kernel_name,
+                        launch.entry,
+                        r.static_smem,
+                        launch.dynamic_smem_bytes
+                    ));
+                }
+                if report.contains("C7508") || report.contains("setmaxnreg ignored") {
+                    failures.push(format!(
+                        "{} {arch}: ptxas ignored setmaxnreg:\n{report}",
+                        launch.entry
+                    ));
+                }
+                row.resources = Some(r);
+            } else {
+                failures.push(format!(
+                    "no ptxas report for {} in:\n{report}",
+                    launch.entry
+                ));
+            }
+        }
+        rows.push(row);
+        Ok(())
+    };
     let passes = std::iter::once(None).chain(VARIANT_ENV.iter().copied().map(Some));
     let selected = move || {
         flashcore::kernels()
@@ -205,128 +330,7 @@ pub fn run(
                         continue;
                     }
                     for launch in plan.launches {
-                        let key = format!(
-                            "{}|{}|{:?}|{arch}|{dtype}",
-                            launch.source, launch.entry, launch.defines
-                        );
-                        if !seen.insert(key) {
-                            continue;
-                        }
-                        let virtual_arch = arch.replace("sm_", "compute_");
-                        let req = CompileRequest {
-                            source: launch.source,
-                            dtype,
-                            defines: &launch.defines,
-                            arch: &virtual_arch,
-                        };
-                        let defines: Vec<String> = launch
-                            .defines
-                            .iter()
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect();
-                        let mut row = Row {
-                            kernel: kernel.name().into(),
-                            source: launch.source.into(),
-                            entry: launch.entry.into(),
-                            arch: arch.into(),
-                            dtype: dtype.name().into(),
-                            defines: defines.join(" "),
-                            dynamic_smem: launch.dynamic_smem_bytes,
-                            resources: None,
-                            problem: problem.to_string(),
-                        };
-                        let compiled = match compile(&req) {
-                            Ok(c) => c,
-                            Err(e) => {
-                                failures.push(format!(
-                                    "{} {} {arch} {dtype}: {e}",
-                                    kernel.name(),
-                                    launch.source
-                                ));
-                                rows.push(row);
-                                continue;
-                            }
-                        };
-                        if let Some(dir) = dump_ptx {
-                            // One file per build, named so a reader can find it (e.g. for cuobjdump).
-                            let mut name = format!(
-                                "{}-{arch}-{dtype}-{}.ptx",
-                                launch.entry,
-                                defines.join("_").replace(['=', ' '], "")
-                            );
-                            if name.len() > MAX_DUMP_NAME {
-                                // Long define lists pass the file-name limit (255 bytes): keep
-                                // the readable head and make it unique with a hash of the whole
-                                // name (the same build gets the same file across source changes,
-                                // so two dumps can be compared file by file).
-                                let hash = fnv1a(&name);
-                                name.truncate(MAX_DUMP_NAME - 24);
-                                name = format!("{name}-{hash:016x}.ptx");
-                            }
-                            std::fs::write(dir.join(&name), &compiled.ptx)
-                                .with_context(|| format!("writing {name}"))?;
-                        }
-                        if let Some(ptxas) = &ptxas {
-                            let dir = std::env::temp_dir()
-                                .join(format!("flashcore-ptxas-{}", std::process::id()));
-                            std::fs::create_dir_all(&dir)?;
-                            let ptx_path = dir.join(format!("{}.ptx", compiled.cache_key));
-                            std::fs::write(&ptx_path, &compiled.ptx)?;
-                            let out = Command::new(ptxas)
-                                .arg(format!("-arch={arch}"))
-                                .arg("-v")
-                                .arg(&ptx_path)
-                                .arg("-o")
-                                .arg(dir.join("out.cubin"))
-                                .output()
-                                .context("running ptxas")?;
-                            let report = format!(
-                                "{}{}",
-                                String::from_utf8_lossy(&out.stdout),
-                                String::from_utf8_lossy(&out.stderr)
-                            );
-                            let _ = std::fs::remove_file(&ptx_path);
-                            if !out.status.success() {
-                                failures.push(format!(
-                                    "ptxas failed for {} {arch} {dtype}:\n{report}",
-                                    launch.source
-                                ));
-                            } else if let Some(r) = parse_ptxas(&report, launch.entry) {
-                                if r.spill_stores + r.spill_loads > 0 {
-                                    failures.push(format!(
-                                        "{} {} {arch} {dtype} {}: spills ({} B stores, {} B loads)",
-                                        kernel.name(),
-                                        launch.entry,
-                                        row.defines,
-                                        r.spill_stores,
-                                        r.spill_loads
-                                    ));
-                                }
-                                if r.static_smem + launch.dynamic_smem_bytes > smem_limit {
-                                    failures.push(format!(
-                                        "{} {} {arch}: {} B static + {} B dynamic shared memory exceeds {smem_limit} B",
-                                        kernel.name(),
-                                        launch.entry,
-                                        r.static_smem,
-                                        launch.dynamic_smem_bytes
-                                    ));
-                                }
-                                if report.contains("C7508") || report.contains("setmaxnreg ignored")
-                                {
-                                    failures.push(format!(
-                                        "{} {arch}: ptxas ignored setmaxnreg:\n{report}",
-                                        launch.entry
-                                    ));
-                                }
-                                row.resources = Some(r);
-                            } else {
-                                failures.push(format!(
-                                    "no ptxas report for {} in:\n{report}",
-                                    launch.entry
-                                ));
-                            }
-                        }
-                        rows.push(row);
+                        check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
                     }
                 }
             }
@@ -335,6 +339,32 @@ pub fn run(
     VARIANT_ENV
         .iter()
         .for_each(|(var, _)| std::env::remove_var(var));
+    // Backward kernels: the plans of dense problems (they take no modes).
+    for kernel in flashcore::backward_kernels()
+        .into_iter()
+        .filter(|k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
+    {
+        let caps = kernel.capabilities();
+        for &(cc, arch, smem_limit) in ARCHES {
+            let dev = synthetic_device(cc, smem_limit);
+            for &dtype in caps.dtypes {
+                for d in representative_head_dims(&caps.head_dims) {
+                    for &(b, h, s) in PROBLEM_SIZES {
+                        let problem = AttentionProblem::new(b, h, s, d).with_dtype(dtype);
+                        if kernel.supports_backward(&problem, &dev).is_err() {
+                            continue;
+                        }
+                        let Ok(plan) = kernel.plan_backward(&problem, &dev) else {
+                            continue;
+                        };
+                        for launch in plan.launches {
+                            check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
     print_table(&rows);
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

@@ -28,6 +28,9 @@ struct Cli {
 enum Command {
     /// Property-based and edge-case tests of every generation against the oracle.
     Verify {
+        /// The forward (O, LSE) or the backward (dQ, dK, dV).
+        #[arg(long, value_enum, default_value_t = verify::Pass::Fwd)]
+        pass: verify::Pass,
         /// Random cases per kernel.
         #[arg(long, default_value_t = 200)]
         cases: usize,
@@ -48,9 +51,10 @@ enum Command {
         /// Do not shrink the first failing case.
         #[arg(long)]
         no_shrink: bool,
-        /// Longest seq_q / seq_k drawn.
-        #[arg(long, default_value_t = 1100)]
-        max_seq: usize,
+        /// Longest seq_q / seq_k drawn (default 1100 forward, 512 backward: the f64 gradients
+        /// cost the CPU about six times a forward reference of all rows).
+        #[arg(long)]
+        max_seq: Option<usize>,
         /// Write the tallies as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Verify {
+            pass,
             cases,
             seed,
             kernels,
@@ -95,12 +100,20 @@ fn main() -> ExitCode {
         } => match Device::open(device) {
             Err(e) => {
                 println!("verify: no GPU here ({e}); running the oracle self-check and the kernel compile check instead");
-                verify::oracle_self_check()
-                    .map(|n| println!("oracle self-check: {n} problems consistent"))
-                    .and_then(|_| check_kernels::run(None, None, None).map(|_| ()))
+                match pass {
+                    verify::Pass::Fwd => verify::oracle_self_check()
+                        .map(|n| println!("oracle self-check: {n} problems consistent"))
+                        .and_then(|_| check_kernels::run(None, None, None).map(|_| ())),
+                    verify::Pass::Bwd => verify::oracle_backward_self_check()
+                        .map(|n| println!("oracle backward self-check: {n} problems consistent"))
+                        .and_then(|_| {
+                            check_kernels::run(None, None, kernels.as_deref()).map(|_| ())
+                        }),
+                }
             }
             Ok(dev) => {
                 let opts = verify::Options {
+                    pass,
                     cases,
                     seed,
                     kernels,
@@ -109,7 +122,10 @@ fn main() -> ExitCode {
                     single_case: case,
                     shrink: !no_shrink,
                     json,
-                    max_seq,
+                    max_seq: max_seq.unwrap_or(match pass {
+                        verify::Pass::Fwd => 1100,
+                        verify::Pass::Bwd => 512,
+                    }),
                 };
                 verify::run(&dev, &opts).map(|_| ())
             }

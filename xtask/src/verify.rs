@@ -13,10 +13,20 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use crate::case::{run_case, Case, Outcome};
+use crate::case::{run_backward_case, run_case, BwdOutcome, Case, Outcome};
 use crate::mode_case::{CacheKind, ModeKeys};
 
+/// Which pass `verify` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pass {
+    /// The forward (O, LSE) of every generation.
+    Fwd,
+    /// The backward (dQ, dK, dV) of every backward kernel.
+    Bwd,
+}
+
 pub struct Options {
+    pub pass: Pass,
     pub cases: usize,
     pub seed: u64,
     pub kernels: Option<Vec<String>>,
@@ -60,6 +70,28 @@ impl Tally {
                 }
             }
             Outcome::Skipped(_) => self.skipped += 1,
+        }
+    }
+
+    fn record_bwd(&mut self, case: &Case, outcome: &BwdOutcome) {
+        match outcome {
+            BwdOutcome::Pass(v) => {
+                self.passed += 1;
+                if v.ratio > self.worst_ratio {
+                    self.worst_ratio = v.ratio;
+                    self.worst_case = Some(case.to_arg());
+                }
+            }
+            BwdOutcome::Fail(msg, v) => {
+                self.failed += 1;
+                if let Some(v) = v {
+                    self.worst_ratio = self.worst_ratio.max(v.ratio);
+                }
+                if self.failures.len() < 20 {
+                    self.failures.push(format!("{}: {msg}", case.to_arg()));
+                }
+            }
+            BwdOutcome::Skipped(_) => self.skipped += 1,
         }
     }
 }
@@ -346,8 +378,15 @@ fn h_min(h: &HeadDims) -> usize {
 }
 
 /// Shrinks a failing case with proptest's value tree: simplest case that still fails.
-fn shrink(kernel: &dyn Attention, device: &Device, mut tree: impl ValueTree<Value = Case>) -> Case {
-    let fails = |c: &Case| matches!(run_case(kernel, device, c), Outcome::Fail(..));
+fn shrink(kernel: &dyn Attention, device: &Device, tree: impl ValueTree<Value = Case>) -> Case {
+    shrink_with(
+        &|c: &Case| matches!(run_case(kernel, device, c), Outcome::Fail(..)),
+        tree,
+    )
+}
+
+/// Shrinks with any failure test (the forward's or the backward's).
+fn shrink_with(fails: &dyn Fn(&Case) -> bool, mut tree: impl ValueTree<Value = Case>) -> Case {
     let mut best = tree.current();
     let mut steps = 0;
     while steps < 200 && tree.simplify() {
@@ -368,6 +407,9 @@ fn shrink(kernel: &dyn Attention, device: &Device, mut tree: impl ValueTree<Valu
 }
 
 pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
+    if opts.pass == Pass::Bwd {
+        return run_backward(device, opts);
+    }
     let kernels: Vec<Box<dyn Attention>> = flashcore::kernels()
         .into_iter()
         .filter(|k| {
@@ -499,6 +541,228 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
     }
     print_compile_stats(device);
     finish(tallies, opts)
+}
+
+/// `verify --pass bwd`: the backward kernels on the forward's edge list and random dense
+/// problems (`dense_case_strategy`: the forward sweep's shapes without inference modes), each
+/// judged by the oracle's backward rule; the first failure is shrunk.
+fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
+    let kernels: Vec<Box<dyn flashcore::AttentionBackward>> = flashcore::backward_kernels()
+        .into_iter()
+        .filter(|k| {
+            opts.kernels
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == k.name()))
+        })
+        .collect();
+    if kernels.is_empty() {
+        let names: Vec<&str> = flashcore::backward_kernels()
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        bail!(
+            "no backward kernel matches {:?}; compiled in: {}",
+            opts.kernels,
+            names.join(", ")
+        );
+    }
+    println!(
+        "verify --pass bwd: device {} (cc {}.{}), seed {}, {} random cases per kernel{}, max seq {}",
+        device.info().name,
+        device.info().compute_capability.0,
+        device.info().compute_capability.1,
+        opts.seed,
+        if opts.random { opts.cases } else { 0 },
+        if opts.edge { " + edge list" } else { "" },
+        opts.max_seq
+    );
+    let mut tallies = Vec::new();
+    for k in &kernels {
+        let start = Instant::now();
+        let caps = k.capabilities();
+        let mut tally = Tally {
+            kernel: format!("{} (bwd)", k.name()),
+            ..Default::default()
+        };
+        let rerun = |case: &Case| {
+            format!(
+                "cargo xtask verify --pass bwd --kernels {} --case '{}'",
+                k.name(),
+                case.to_arg()
+            )
+        };
+        if let Some(arg) = &opts.single_case {
+            let case = Case::parse(arg)?;
+            let outcome = run_backward_case(k.as_ref(), device, &case);
+            match &outcome {
+                BwdOutcome::Pass(v) => {
+                    println!("{}: PASS ratio {:.3} ({})", k.name(), v.ratio, v.message)
+                }
+                BwdOutcome::Fail(m, _) => println!("{}: FAIL {m}", k.name()),
+                BwdOutcome::Skipped(r) => println!("{}: SKIPPED {r}", k.name()),
+            }
+            tally.record_bwd(&case, &outcome);
+            tallies.push(tally);
+            continue;
+        }
+        let edges = if opts.edge {
+            let mut e = edge_cases(&caps);
+            e.extend(backward_edge_cases(&caps));
+            e
+        } else {
+            vec![]
+        };
+        let total = edges.len() + if opts.random { opts.cases } else { 0 };
+        let bar = ProgressBar::new(total as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
+            )
+            .unwrap()
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("{} bwd", k.name()));
+        for case in &edges {
+            let outcome = run_backward_case(k.as_ref(), device, case);
+            if let BwdOutcome::Fail(m, _) = &outcome {
+                bar.println(format!(
+                    "FAIL {} bwd edge: {m}\n  rerun: {}",
+                    k.name(),
+                    rerun(case)
+                ));
+            }
+            tally.record_bwd(case, &outcome);
+            bar.set_message(format!("{} failed", tally.failed));
+            bar.inc(1);
+        }
+        if opts.random {
+            let seed = opts.seed ^ fxhash(k.name()) ^ 0xb4c4_3a2d;
+            let mut seed_bytes = [0u8; 32];
+            seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+            let mut runner = TestRunner::new_with_rng(
+                Config {
+                    cases: opts.cases as u32,
+                    ..Config::default()
+                },
+                TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+            );
+            let strategy = dense_case_strategy(&caps, opts.max_seq);
+            let mut shrunk_one = false;
+            for _ in 0..opts.cases {
+                let tree = strategy
+                    .new_tree(&mut runner)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let case = tree.current();
+                let outcome = run_backward_case(k.as_ref(), device, &case);
+                if let BwdOutcome::Fail(m, _) = &outcome {
+                    bar.println(format!(
+                        "FAIL {} bwd: {m}\n  case: {}",
+                        k.name(),
+                        case.to_arg()
+                    ));
+                    if opts.shrink && !shrunk_one {
+                        shrunk_one = true;
+                        let fails = |c: &Case| {
+                            matches!(
+                                run_backward_case(k.as_ref(), device, c),
+                                BwdOutcome::Fail(..)
+                            )
+                        };
+                        let small = shrink_with(&fails, tree);
+                        bar.println(format!("  shrunk to: {}", rerun(&small)));
+                        tally.failures.push(format!("shrunk: {}", small.to_arg()));
+                    }
+                }
+                tally.record_bwd(&case, &outcome);
+                bar.set_message(format!("{} failed", tally.failed));
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        tally.seconds = start.elapsed().as_secs_f64();
+        println!(
+            "{:>20}: {} passed, {} failed, {} skipped, worst ratio {:.3} ({:.1} s)",
+            tally.kernel,
+            tally.passed,
+            tally.failed,
+            tally.skipped,
+            tally.worst_ratio,
+            tally.seconds
+        );
+        tallies.push(tally);
+    }
+    print_compile_stats(device);
+    finish(tallies, opts)
+}
+
+/// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
+/// with seq_k > seq_q causal, one query row over many keys with MQA (every key's dK/dV sums a
+/// single row per head), and many query rows over one key (dV sums them all).
+fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
+    [
+        "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
+        "b=1,hq=2,sq=64,sk=64,d=32,scale=0,seed=9002",
+        "b=1,hq=3,hkv=1,sq=129,sk=257,d=100,causal=1,dtype=bf16,scale=0.5,seed=9003",
+        "b=2,hq=8,hkv=1,sq=1,sk=300,d=128,causal=1,seed=9004",
+        "b=1,hq=4,hkv=2,sq=500,sk=1,d=64,dtype=bf16,seed=9005",
+        "b=3,hq=2,sq=33,sk=65,d=256,layout=bhsd,causal=1,seed=9006",
+    ]
+    .iter()
+    .map(|a| Case::parse(a).expect("the backward edge list parses"))
+    .filter(|c| caps.head_dims.contains(c.problem.head_dim))
+    .collect()
+}
+
+/// The backward oracle without a GPU: on small random problems the f64 gradients rounded to the
+/// dtype and the low-precision program's gradients pass the rule, and a gradient off by 1.0
+/// fails it.
+pub fn oracle_backward_self_check() -> Result<usize> {
+    use flashcore_oracle::{gradients_f64, gradients_low_precision, judge_backward};
+    let mut checked = 0;
+    for seed in 0..16u64 {
+        let case = Case {
+            problem: AttentionProblem::new(
+                1 + seed as usize % 2,
+                4,
+                1 + (seed as usize * 7) % 40,
+                16,
+            )
+            .with_kv(
+                if seed % 2 == 0 { 4 } else { 2 },
+                1 + (seed as usize * 13) % 50,
+            )
+            .with_causal(seed % 3 == 0)
+            .with_dtype(DType::ALL[seed as usize % 2]),
+            data_seed: seed,
+        };
+        let inp = crate::case::inputs(&case);
+        let d_o = crate::case::grad_output(&case);
+        let op = case.oracle_problem();
+        let prec = crate::case::precision(case.problem.dtype);
+        let (q, k, v, g) = (inp.q.view(), inp.k.view(), inp.v.view(), d_o.view());
+        let rf = gradients_f64(&op, q, k, v, g);
+        let lp = gradients_low_precision(&op, prec, q, k, v, g);
+        let [dq, dk, mut dv] = [&rf.dq, &rf.dk, &rf.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
+        let verdict = judge_backward(&op, prec, dq.view(), dk.view(), dv.view(), &rf, &lp);
+        if !verdict.pass {
+            bail!(
+                "oracle backward self-check: the rounded f64 gradients fail their own rule on {}: {}",
+                case.to_arg(),
+                verdict.message
+            );
+        }
+        if let Some(x) = dv.iter_mut().next() {
+            *x += 1.0;
+        }
+        if judge_backward(&op, prec, dq.view(), dk.view(), dv.view(), &rf, &lp).pass {
+            bail!(
+                "oracle backward self-check: a dV off by 1.0 passed on {}",
+                case.to_arg()
+            );
+        }
+        checked += 1;
+    }
+    Ok(checked)
 }
 
 /// First-use versus cached compile cost: NVRTC runs only for modules missing from the disk cache.
@@ -684,5 +948,27 @@ mod tests {
     #[test]
     fn the_oracle_self_check_passes() {
         assert!(oracle_self_check().unwrap() > 0);
+    }
+
+    #[test]
+    fn the_oracle_backward_self_check_passes() {
+        assert!(oracle_backward_self_check().unwrap() > 0);
+    }
+
+    #[test]
+    fn backward_cases_are_dense_and_in_bounds() {
+        let caps = flashcore::backward_kernels()[0].capabilities();
+        assert_eq!(caps.modes, ModeSupport::NONE);
+        let mut runner = TestRunner::deterministic();
+        let s = dense_case_strategy(&caps, 300);
+        for _ in 0..200 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(c.problem.modes.is_dense());
+            assert!(c.problem.seq_q <= 300 && c.problem.seq_k <= 300);
+            flashcore::backward::validate_backward(&c.problem).unwrap();
+        }
+        let edges = backward_edge_cases(&caps);
+        assert_eq!(edges.len(), 6);
+        assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
     }
 }

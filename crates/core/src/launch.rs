@@ -520,7 +520,7 @@ fn launch_one(
     launch_raw(device, stream, launch, &function, &mut args)
 }
 
-fn launch_raw(
+pub(crate) fn launch_raw(
     device: &Device,
     stream: &CudaStream,
     launch: &KernelLaunch,

@@ -1,12 +1,14 @@
 //! flashcore-core: what every attention generation shares.
 //!
 //! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation.
+//! - [`backward`]: the backward pass ([`AttentionBackward`]: dQ, dK, dV), its tensors and host path.
 //! - [`plan`]: the [`Attention`] trait a generation implements, and its launch plan types.
 //! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
 //! - [`compile`]: embedded kernel sources, NVRTC compilation, the on-disk PTX cache.
 //! - [`launch`]: parameter block, tensor maps, launches; [`host`]: ndarray in, ndarray out.
 //! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
 
+pub mod backward;
 pub mod compile;
 pub mod device;
 pub mod error;
@@ -18,6 +20,9 @@ pub mod problem;
 pub mod tensors;
 pub mod toolkit;
 
+pub use backward::{
+    backward_host, backward_on, AttentionBackward, BackwardParams, BackwardTensors, HostGradients,
+};
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, InvalidProblem, Unsupported};
 pub use host::{

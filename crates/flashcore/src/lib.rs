@@ -43,6 +43,24 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     v
 }
 
+/// Every backward kernel compiled in (`AttentionBackward`), fastest first. Today only the
+/// scalar baseline (`kernels/gen1_scalar_bwd.cu`).
+#[allow(clippy::vec_init_then_push)]
+pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
+    #[cfg(feature = "aot")]
+    aot::install();
+    #[allow(unused_mut)]
+    let mut v: Vec<Box<dyn AttentionBackward>> = Vec::new();
+    #[cfg(feature = "scalar")]
+    v.push(Box::new(flashcore_scalar::Scalar));
+    v
+}
+
+/// The backward kernel called `name`, if compiled in.
+pub fn backward_kernel(name: &str) -> Option<Box<dyn AttentionBackward>> {
+    backward_kernels().into_iter().find(|k| k.name() == name)
+}
+
 /// The generation called `name`, if compiled in. "persistent" is generation 5 with its path
 /// chosen from the device's compute capability (Hopper on sm_90, portable otherwise).
 pub fn kernel(name: &str) -> Option<Box<dyn Attention>> {

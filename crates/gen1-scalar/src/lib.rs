@@ -5,11 +5,17 @@
 //! lengths and any strides, and every inference mode (varlen, KV cache, pages, windows, softcap,
 //! ALiBi: `docs/MODES.md`): it is the GPU-side correctness anchor the faster generations are
 //! compared with.
+//!
+//! It is also the scalar backward (`kernels/gen1_scalar_bwd.cu`, [`AttentionBackward`]): D per
+//! row into the workspace, then one block per (batch, kv head, key) for dK and dV and one per
+//! (batch, head, query row) for dQ, deterministic (no atomics). Dense problems, every dtype,
+//! head dim 1..=256, causal, GQA, any lengths and strides.
 
+use flashcore_core::backward::{per_item, per_thread};
 use flashcore_core::launch::linear_grid;
 use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KernelLaunch,
-    LaunchPlan, Layout, ModeSupport, Unsupported,
+    Attention, AttentionBackward, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims,
+    KernelLaunch, LaunchPlan, Layout, ModeSupport, Unsupported,
 };
 
 /// Threads per block; must match SCALAR_THREADS in the kernel.
@@ -58,9 +64,75 @@ impl Attention for Scalar {
     }
 }
 
+/// Threads per block of the backward kernels; must match SCALAR_BWD_THREADS.
+const BWD_THREADS: u32 = 128;
+
+impl AttentionBackward for Scalar {
+    fn name(&self) -> &'static str {
+        "scalar"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            modes: ModeSupport::NONE,
+            ..Attention::capabilities(self)
+        }
+    }
+
+    /// D (one thread per query row, into the workspace), dK/dV (one block per key), dQ (one
+    /// block per query row). The workspace holds D only, `batch · heads_q · seq_q` words,
+    /// written whole by the first launch before the others read it: no counters.
+    fn plan_backward(
+        &self,
+        problem: &AttentionProblem,
+        _device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        AttentionBackward::capabilities(self).require_head_dim("scalar", problem.head_dim)?;
+        let rows = problem.batch * problem.heads_q * problem.seq_q;
+        let keys = problem.batch * problem.heads_kv * problem.seq_k;
+        const SRC: &str = "gen1_scalar_bwd.cu";
+        Ok(LaunchPlan {
+            launches: vec![
+                per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS),
+                per_item(SRC, "bwd_scalar_dk_dv", keys, BWD_THREADS),
+                per_item(SRC, "bwd_scalar_dq", rows, BWD_THREADS),
+            ],
+            workspace_f32: rows,
+            workspace_counters: 0,
+            num_splits: 1,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backward_plan_is_three_launches_with_d_in_the_workspace() {
+        let p = AttentionProblem::new(2, 8, 100, 64).with_kv(2, 300);
+        let plan = Scalar
+            .plan_backward(&p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            ["bwd_scalar_dot_do_o", "bwd_scalar_dk_dv", "bwd_scalar_dq"]
+        );
+        assert_eq!(
+            plan.launches[0].grid.0,
+            (2 * 8 * 100usize).div_ceil(128) as u32
+        );
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 300);
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 100);
+        assert_eq!((plan.workspace_f32, plan.workspace_counters), (1600, 0));
+        assert!(Scalar
+            .supports_backward(
+                &AttentionProblem::new(1, 1, 8, 257),
+                &DeviceInfo::synthetic_h100()
+            )
+            .is_err());
+    }
 
     #[test]
     fn one_block_per_row_even_past_the_grid_y_limit() {

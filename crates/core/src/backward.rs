@@ -1,0 +1,614 @@
+//! The backward pass: dQ, dK and dV from Q, K, V, O, dO and the forward's LSE.
+//!
+//! A sibling of [`Attention`](crate::Attention): a generation implements
+//! [`AttentionBackward`] (`name`, `capabilities`, `plan_backward`) and the core validates,
+//! compiles and launches, as for the forward. Every launch of a backward plan takes two
+//! parameter blocks by value: the forward's `AttentionParams` (Q, K, V, O, LSE, workspace,
+//! shapes, strides, scale) and [`BackwardParams`] (dO, dQ, dK, dV and their strides;
+//! `kernels/common/backward_params.cuh`).
+//!
+//! **Layouts.** dO has O's strides and dQ Q's; dK and dV have K's and V's (dense problems: the
+//! problem's layout). **Workspace.** A plan's preprocessing (`D = rowsum(dO ∘ O)`) and any f32
+//! dQ accumulator live in the plan's workspace under the contract on [`LaunchPlan`]: not
+//! cleared per call, only its first `workspace_counters` words are zero at the start and must
+//! be left zero. **Modes.** Dense problems only (no varlen, cache, window, softcap or ALiBi).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
+use ndarray::{Array4, ArrayView3, ArrayView4};
+
+use crate::device::{Device, DeviceInfo};
+use crate::error::{Error, InvalidProblem, Unsupported};
+use crate::host::{nan_bits, HostElement};
+use crate::launch::{linear_grid, tiles, AttentionParams};
+use crate::plan::{Capabilities, KernelLaunch, LaunchPlan};
+use crate::problem::{AttentionProblem, DType, TensorStrides};
+use crate::tensors::{TensorMut, TensorRef};
+
+/// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BackwardParams {
+    pub d_o: u64,
+    pub dq: u64,
+    pub dk: u64,
+    pub dv: u64,
+    pub do_batch_stride: i64,
+    pub do_head_stride: i64,
+    pub do_row_stride: i64,
+    pub dq_batch_stride: i64,
+    pub dq_head_stride: i64,
+    pub dq_row_stride: i64,
+    pub dk_batch_stride: i64,
+    pub dk_head_stride: i64,
+    pub dk_row_stride: i64,
+    pub dv_batch_stride: i64,
+    pub dv_head_stride: i64,
+    pub dv_row_stride: i64,
+}
+
+// The C side is 128 bytes: 4 pointers, 12 i64 strides.
+const _: () = assert!(std::mem::size_of::<BackwardParams>() == 128);
+
+impl BackwardParams {
+    /// The strides (pointers are filled in at launch): dO like O, dQ like Q, dK like K, dV like V.
+    pub fn from_problem(p: &AttentionProblem) -> Self {
+        let s = p.strides();
+        let t = |st: TensorStrides| [st.batch as i64, st.head as i64, st.row as i64];
+        let [do_batch_stride, do_head_stride, do_row_stride] = t(s.o);
+        let [dq_batch_stride, dq_head_stride, dq_row_stride] = t(s.q);
+        let [dk_batch_stride, dk_head_stride, dk_row_stride] = t(s.k);
+        let [dv_batch_stride, dv_head_stride, dv_row_stride] = t(s.v);
+        BackwardParams {
+            do_batch_stride,
+            do_head_stride,
+            do_row_stride,
+            dq_batch_stride,
+            dq_head_stride,
+            dq_row_stride,
+            dk_batch_stride,
+            dk_head_stride,
+            dk_row_stride,
+            dv_batch_stride,
+            dv_head_stride,
+            dv_row_stride,
+            ..Default::default()
+        }
+    }
+}
+
+/// Device tensors of one backward call: Q, K, V, O, dO (the problem's dtype) and the forward's
+/// f32 LSE `[batch, heads_q, seq_q]` in; dQ, dK, dV (the problem's dtype) out.
+pub struct BackwardTensors<'a> {
+    pub q: TensorRef<'a>,
+    pub k: TensorRef<'a>,
+    pub v: TensorRef<'a>,
+    pub o: TensorRef<'a>,
+    pub d_o: TensorRef<'a>,
+    pub lse: CudaView<'a, f32>,
+    pub dq: TensorMut<'a>,
+    pub dk: TensorMut<'a>,
+    pub dv: TensorMut<'a>,
+}
+
+impl BackwardTensors<'_> {
+    /// Lengths and dtypes against the problem (see [`check_backward_buffers`]).
+    pub fn check(&self, p: &AttentionProblem) -> Result<(), InvalidProblem> {
+        check_backward_buffers(
+            p,
+            [
+                self.q.data.len(),
+                self.k.data.len(),
+                self.v.data.len(),
+                self.o.data.len(),
+                self.d_o.data.len(),
+                self.lse.len(),
+                self.dq.data.len(),
+                self.dk.data.len(),
+                self.dv.data.len(),
+            ],
+            [
+                self.q.dtype,
+                self.k.dtype,
+                self.v.dtype,
+                self.o.dtype,
+                self.d_o.dtype,
+                self.dq.dtype,
+                self.dk.dtype,
+                self.dv.dtype,
+            ],
+        )
+    }
+}
+
+/// Names of the buffers [`check_backward_buffers`] takes, in order (LSE sits between dO and dQ).
+pub const BACKWARD_BUFFERS: [&str; 9] = ["q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv"];
+
+/// What [`BackwardTensors::check`] checks, on plain numbers: `lens` are the elements of
+/// [`BACKWARD_BUFFERS`], `dtypes` the tags of Q, K, V, O, dO, dQ, dK, dV. Dense strides need
+/// exact lengths; custom strides may sit in larger buffers.
+pub fn check_backward_buffers(
+    p: &AttentionProblem,
+    lens: [usize; 9],
+    dtypes: [DType; 8],
+) -> Result<(), InvalidProblem> {
+    let exact = p.custom_strides.is_none();
+    let needed = [
+        p.q_len(),
+        p.k_len(),
+        p.v_len(),
+        p.o_len(),
+        p.o_len(),
+        p.lse_len(),
+        p.q_len(),
+        p.k_len(),
+        p.v_len(),
+    ];
+    for ((tensor, got), needed) in BACKWARD_BUFFERS.into_iter().zip(lens).zip(needed) {
+        if got < needed || (exact && got != needed) {
+            return Err(InvalidProblem::LengthMismatch {
+                tensor,
+                got,
+                needed,
+            });
+        }
+    }
+    let names = ["q", "k", "v", "o", "d_o", "dq", "dk", "dv"];
+    for (tensor, got) in names.into_iter().zip(dtypes) {
+        if got != p.dtype {
+            return Err(InvalidProblem::DTypeMismatch {
+                tensor,
+                got,
+                expected: p.dtype,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The problem checks of a backward call beyond `AttentionProblem::validate`: dense problems
+/// only, and dQ (Q's strides), dK and dV (K's and V's) must not alias their own elements, as O
+/// must not (blocks would race to write them).
+pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
+    p.validate()?;
+    if !p.modes.is_dense() {
+        return Err(InvalidProblem::Mode {
+            field: "modes",
+            reason: "the backward pass takes dense problems only (no varlen, KV cache, window, \
+                     softcap or ALiBi)"
+                .into(),
+        });
+    }
+    let s = p.strides();
+    for (st, heads, seq) in [
+        (s.q, p.heads_q, p.seq_q),
+        (s.k, p.heads_kv, p.seq_k),
+        (s.v, p.heads_kv, p.seq_k),
+    ] {
+        let mut axes = [
+            ("batch", st.batch, p.batch),
+            ("head", st.head, heads),
+            ("row", st.row, seq),
+        ];
+        axes.sort_by_key(|a| a.1);
+        let mut span = p.head_dim as u128;
+        for (axis, stride, n) in axes {
+            if n <= 1 {
+                continue;
+            }
+            if (stride as u128) < span {
+                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
+            }
+            span += stride as u128 * (n as u128 - 1);
+        }
+    }
+    Ok(())
+}
+
+/// A backward kernel. A generation implements `name`, `capabilities` and `plan_backward`; the
+/// core supplies validation, compilation, buffers and the launch.
+pub trait AttentionBackward: Send + Sync {
+    /// Short stable name (the generation's name, e.g. "scalar").
+    fn name(&self) -> &'static str;
+
+    /// What the backward kernel takes (its `modes` are always none: dense problems only).
+    fn capabilities(&self) -> Capabilities;
+
+    /// The launches of one backward call, each taking `(AttentionParams, BackwardParams)`.
+    fn plan_backward(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported>;
+
+    /// Whether this kernel takes the problem on this device, and why not.
+    fn supports_backward(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<(), Unsupported> {
+        self.capabilities().check(self.name(), problem, device)?;
+        self.plan_backward(problem, device).map(|_| ())
+    }
+
+    /// Runs on device buffers, on the device's stream. Validates everything first; a rejected
+    /// call launches nothing. Asynchronous, like `Attention::forward`.
+    fn backward(
+        &self,
+        device: &Device,
+        problem: &AttentionProblem,
+        tensors: &mut BackwardTensors<'_>,
+    ) -> Result<(), Error> {
+        backward_on(self, device, device.stream(), problem, tensors)
+    }
+}
+
+/// Validates, plans and launches a backward call on `stream` (of the device's context).
+pub fn backward_on(
+    kernel: &(impl AttentionBackward + ?Sized),
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    t: &mut BackwardTensors<'_>,
+) -> Result<(), Error> {
+    device.check_stream(stream)?;
+    validate_backward(problem)?;
+    t.check(problem)?;
+    let caps = kernel.capabilities();
+    caps.check(kernel.name(), problem, device.info())?;
+    let plan = kernel.plan_backward(problem, device.info())?;
+    let bytes = (caps.alignment_elems * 2) as u64;
+    if bytes > 2 {
+        let ptrs = [
+            ("q", t.q.data.device_ptr(stream).0),
+            ("k", t.k.data.device_ptr(stream).0),
+            ("v", t.v.data.device_ptr(stream).0),
+            ("o", t.o.data.device_ptr(stream).0),
+            ("d_o", t.d_o.data.device_ptr(stream).0),
+            ("dq", t.dq.data.device_ptr(stream).0),
+            ("dk", t.dk.data.device_ptr(stream).0),
+            ("dv", t.dv.data.device_ptr(stream).0),
+        ];
+        for (name, ptr) in ptrs {
+            if ptr % bytes != 0 {
+                return Err(Unsupported::new(
+                    kernel.name(),
+                    format!("{name} base address {ptr:#x} is not {bytes}-byte aligned"),
+                )
+                .into());
+            }
+        }
+    }
+    if problem.batch == 0 || problem.heads_q == 0 {
+        return Ok(()); // nothing to write
+    }
+    let mut params = AttentionParams::from_problem(problem);
+    let mut bwd = BackwardParams::from_problem(problem);
+    // The guards record each tensor's use on `stream` when dropped, after the last launch.
+    let (ptr, g_q) = t.q.data.device_ptr(stream);
+    params.q = ptr;
+    let (ptr, g_k) = t.k.data.device_ptr(stream);
+    params.k = ptr;
+    let (ptr, g_v) = t.v.data.device_ptr(stream);
+    params.v = ptr;
+    let (ptr, g_o) = t.o.data.device_ptr(stream);
+    params.o = ptr;
+    let (ptr, g_lse) = t.lse.device_ptr(stream);
+    params.lse = ptr;
+    let (ptr, g_do) = t.d_o.data.device_ptr(stream);
+    bwd.d_o = ptr;
+    let (ptr, g_dq) = t.dq.data.device_ptr_mut(stream);
+    bwd.dq = ptr;
+    let (ptr, g_dk) = t.dk.data.device_ptr_mut(stream);
+    bwd.dk = ptr;
+    let (ptr, g_dv) = t.dv.data.device_ptr_mut(stream);
+    bwd.dv = ptr;
+    let guards = [g_q, g_k, g_v, g_o, g_lse, g_do, g_dq, g_dk, g_dv];
+    let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
+        params.workspace = ws;
+        for launch in &plan.launches {
+            let function = device.function(
+                launch.source,
+                launch.entry,
+                problem.dtype,
+                &launch.defines,
+                launch.dynamic_smem_bytes,
+            )?;
+            let mut args: Vec<*mut c_void> = vec![
+                &params as *const AttentionParams as *mut c_void,
+                &bwd as *const BackwardParams as *mut c_void,
+            ];
+            crate::launch::launch_raw(device, stream, launch, &function, &mut args)?;
+        }
+        Ok(())
+    });
+    drop(guards);
+    result
+}
+
+/// A launch of a grid-stride backward kernel over `items` work items, `threads` per block.
+pub fn per_item(
+    source: &'static str,
+    entry: &'static str,
+    items: usize,
+    threads: u32,
+) -> KernelLaunch {
+    KernelLaunch {
+        source,
+        entry,
+        defines: vec![],
+        grid: (linear_grid(items), 1, 1),
+        block: (threads, 1, 1),
+        dynamic_smem_bytes: 0,
+        tensor_maps: None,
+    }
+}
+
+/// Blocks of `threads` threads for `items` items, one item per thread (grid-stride).
+pub fn per_thread(
+    source: &'static str,
+    entry: &'static str,
+    items: usize,
+    threads: u32,
+) -> KernelLaunch {
+    per_item(source, entry, tiles(items, threads as usize), threads)
+}
+
+/// dQ, dK, dV of a host call, in the problem's layout order and the inputs' element type.
+#[derive(Clone, Debug)]
+pub struct HostGradients<E = f32> {
+    pub dq: Array4<E>,
+    pub dk: Array4<E>,
+    pub dv: Array4<E>,
+}
+
+/// The backward on host arrays laid out as the problem's (dense) `layout` says: Q, O, dO like
+/// Q, K and V like K, `lse` `[batch, heads_q, seq_q]` as the forward returned it. Outputs are
+/// poisoned with NaN before the launch (an element never written comes back NaN). Waits for
+/// the result.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_host<E: HostElement>(
+    kernel: &(impl AttentionBackward + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    q: ArrayView4<'_, E>,
+    k: ArrayView4<'_, E>,
+    v: ArrayView4<'_, E>,
+    o: ArrayView4<'_, E>,
+    d_o: ArrayView4<'_, E>,
+    lse: ArrayView3<'_, f32>,
+) -> Result<HostGradients<E>, Error> {
+    validate_backward(problem)?;
+    if problem.custom_strides.is_some() {
+        return Err(Unsupported::new(
+            kernel.name(),
+            "the host path takes dense layouts only; use device tensors for custom strides",
+        )
+        .into());
+    }
+    let dtype = problem.dtype;
+    if let Some(got) = E::DTYPE.filter(|&d| d != dtype) {
+        return Err(InvalidProblem::DTypeMismatch {
+            tensor: "q",
+            got,
+            expected: dtype,
+        }
+        .into());
+    }
+    let p = problem;
+    let q_shape = p.layout.shape(p.batch, p.heads_q, p.seq_q, p.head_dim);
+    let kv_shape = p.layout.shape(p.batch, p.heads_kv, p.seq_k, p.head_dim);
+    for (tensor, got, expected) in [
+        ("q", q.shape(), &q_shape[..]),
+        ("k", k.shape(), &kv_shape[..]),
+        ("v", v.shape(), &kv_shape[..]),
+        ("o", o.shape(), &q_shape[..]),
+        ("d_o", d_o.shape(), &q_shape[..]),
+        ("lse", lse.shape(), &[p.batch, p.heads_q, p.seq_q][..]),
+    ] {
+        if got != expected {
+            return Err(InvalidProblem::ShapeMismatch {
+                tensor,
+                got: got.to_vec(),
+                expected: expected.to_vec(),
+            }
+            .into());
+        }
+    }
+    let stream = device.stream();
+    let oom = |what: &str, bytes: usize| Error::OutOfMemory {
+        what: what.to_string(),
+        bytes,
+    };
+    let up = |a: ArrayView4<E>, what: &str| {
+        let bits = crate::host::host_bits(&a.into_dyn(), dtype);
+        stream
+            .clone_htod(&*bits)
+            .map_err(|_| oom(what, bits.len() * 2))
+    };
+    let dq_ = up(q, "q")?;
+    let dk_ = up(k, "k")?;
+    let dv_ = up(v, "v")?;
+    let do_ = up(o, "o")?;
+    let ddo = up(d_o, "d_o")?;
+    let lse_host: Vec<f32> = lse.iter().copied().collect();
+    let dlse = stream
+        .clone_htod(&lse_host)
+        .map_err(|_| oom("lse", lse_host.len() * 4))?;
+    let poisoned = |n: usize, what: &str| {
+        stream
+            .clone_htod(&vec![nan_bits(dtype); n])
+            .map_err(|_| oom(what, n * 2))
+    };
+    let n_q: usize = q_shape.iter().product();
+    let n_kv: usize = kv_shape.iter().product();
+    let mut g_q = poisoned(n_q, "dq")?;
+    let mut g_k = poisoned(n_kv, "dk")?;
+    let mut g_v = poisoned(n_kv, "dv")?;
+    fn r(d: &cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
+        TensorRef {
+            data: d.as_view(),
+            dtype,
+        }
+    }
+    fn w(d: &mut cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorMut<'_> {
+        let data: CudaViewMut<'_, u16> = d.as_view_mut();
+        TensorMut { data, dtype }
+    }
+    {
+        let mut t = BackwardTensors {
+            q: r(&dq_, dtype),
+            k: r(&dk_, dtype),
+            v: r(&dv_, dtype),
+            o: r(&do_, dtype),
+            d_o: r(&ddo, dtype),
+            lse: dlse.as_view(),
+            dq: w(&mut g_q, dtype),
+            dk: w(&mut g_k, dtype),
+            dv: w(&mut g_v, dtype),
+        };
+        kernel.backward(device, problem, &mut t)?;
+    }
+    device.synchronize()?;
+    let down = |d: &cudarc::driver::CudaSlice<u16>, shape: [usize; 4], what: &str| {
+        let bits = stream
+            .clone_dtoh(d)
+            .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
+        let vals: Vec<E> = bits
+            .into_iter()
+            .map(|x| E::from_dtype_bits(x, dtype))
+            .collect();
+        Ok::<_, Error>(Array4::from_shape_vec(shape, vals).expect("length matches"))
+    };
+    Ok(HostGradients {
+        dq: down(&g_q, q_shape, "dQ")?,
+        dk: down(&g_k, kv_shape, "dK")?,
+        dv: down(&g_v, kv_shape, "dV")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modes::Modes;
+    use crate::problem::{Layout, ProblemStrides};
+
+    fn lens(p: &AttentionProblem) -> [usize; 9] {
+        [
+            p.q_len(),
+            p.k_len(),
+            p.v_len(),
+            p.o_len(),
+            p.o_len(),
+            p.lse_len(),
+            p.q_len(),
+            p.k_len(),
+            p.v_len(),
+        ]
+    }
+
+    #[test]
+    fn buffers_are_checked_by_name() {
+        let p = AttentionProblem::new(2, 4, 33, 64).with_kv(2, 65);
+        let ok = [p.dtype; 8];
+        check_backward_buffers(&p, lens(&p), ok).unwrap();
+        for i in 0..9 {
+            let mut l = lens(&p);
+            l[i] -= 1;
+            match check_backward_buffers(&p, l, ok) {
+                Err(InvalidProblem::LengthMismatch { tensor, .. }) => {
+                    assert_eq!(tensor, BACKWARD_BUFFERS[i])
+                }
+                other => panic!("{i}: {other:?}"),
+            }
+        }
+        let mut d = ok;
+        d[6] = DType::Bf16;
+        assert!(matches!(
+            check_backward_buffers(&p, lens(&p), d),
+            Err(InvalidProblem::DTypeMismatch { tensor: "dk", .. })
+        ));
+    }
+
+    #[test]
+    fn modes_and_aliasing_gradients_are_rejected() {
+        let p = AttentionProblem::new(1, 2, 8, 16).with_modes(Modes {
+            window_left: Some(2),
+            ..Modes::default()
+        });
+        assert!(matches!(
+            validate_backward(&p),
+            Err(InvalidProblem::Mode { .. })
+        ));
+        let mut p = AttentionProblem::new(1, 2, 8, 16).with_layout(Layout::Bhsd);
+        validate_backward(&p).unwrap();
+        let s = p.strides();
+        // K's heads share rows: reading is fine for the forward, but dK would alias.
+        p.custom_strides = Some(ProblemStrides {
+            k: TensorStrides {
+                batch: s.k.batch,
+                head: 0,
+                row: s.k.row,
+            },
+            ..s
+        });
+        p.validate().unwrap();
+        assert!(matches!(
+            validate_backward(&p),
+            Err(InvalidProblem::OverlappingOutput { .. })
+        ));
+    }
+
+    #[test]
+    fn the_c_block_has_the_rust_fields_in_order() {
+        // Field names of `struct BackwardParams` in the embedded header, in declaration order.
+        let src = crate::compile::kernel_source("common/backward_params.cuh").unwrap();
+        let body = &src[src.find("struct BackwardParams {").unwrap()..];
+        let body = &body[..body.find("};").unwrap()];
+        let mut fields = Vec::new();
+        for line in body.lines().skip(1) {
+            let decl = line.split("//").next().unwrap().trim();
+            let Some(decl) = decl.strip_suffix(';') else {
+                continue;
+            };
+            for part in decl.split(',') {
+                let name = part.split_whitespace().last().unwrap();
+                fields.push(name.trim_start_matches('*').to_string());
+            }
+        }
+        let rust = [
+            "d_o",
+            "dq",
+            "dk",
+            "dv",
+            "do_batch_stride",
+            "do_head_stride",
+            "do_row_stride",
+            "dq_batch_stride",
+            "dq_head_stride",
+            "dq_row_stride",
+            "dk_batch_stride",
+            "dk_head_stride",
+            "dk_row_stride",
+            "dv_batch_stride",
+            "dv_head_stride",
+            "dv_row_stride",
+        ];
+        assert_eq!(fields, rust);
+        // Every field is 8 bytes on both sides: 16 fields, 128 bytes.
+        assert_eq!(std::mem::size_of::<BackwardParams>(), 8 * rust.len());
+    }
+
+    #[test]
+    fn params_take_the_gradient_strides_from_their_tensors() {
+        let p = AttentionProblem::new(2, 4, 10, 8).with_kv(2, 6);
+        let b = BackwardParams::from_problem(&p);
+        let s = p.strides();
+        assert_eq!(b.dq_row_stride, s.q.row as i64);
+        assert_eq!(b.do_batch_stride, s.o.batch as i64);
+        assert_eq!(b.dk_head_stride, s.k.head as i64);
+        assert_eq!(b.dv_row_stride, s.v.row as i64);
+    }
+}

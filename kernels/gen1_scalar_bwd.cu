@@ -1,0 +1,212 @@
+// Generation 1 backward: the scalar baseline of dQ, dK, dV, slow and obviously right.
+//
+// Three launches, in order, on one stream (docs/generations/gen1-scalar.md, "Backward"):
+//   1. bwd_scalar_dot_do_o: one thread per query row, D_i = rowsum(dO_i ∘ O_i) in f32 into the
+//      plan's workspace (written whole before it is read: no counters, nothing to clear).
+//   2. bwd_scalar_dk_dv: one block per (batch, kv head, key j). For every query head of the
+//      group and every row i that sees key j (bottom-right causal), recompute
+//      p_ij = exp(scale·q_i·k_j − LSE_i) from the forward's LSE, dp_ij = dO_i·v_j and
+//      ds_ij = p_ij·(dp_ij − D_i); dV_j = Σ p_ij dO_i, dK_j = scale · Σ ds_ij q_i.
+//   3. bwd_scalar_dq: one block per (batch, query head, row i): dQ_i = scale · Σ_j ds_ij k_j
+//      over the keys row i sees.
+// Each output element is summed by one thread in a fixed order: deterministic, no atomics.
+// Rows are processed SCALAR_BWD_THREADS at a time (one thread per row or key computes the
+// scalars p, ds by plain dot products), then each thread accumulates its own columns
+// (tid, tid + 128) in f32 registers. A row that sees no key gets dQ = 0, a key no row sees
+// dK = dV = 0 (its loops are empty).
+#include "common/types.cuh"
+#include "common/tensor_index.cuh"
+#include "common/masking.cuh"
+#include "common/backward_params.cuh"
+
+#define SCALAR_BWD_THREADS 128
+#define SCALAR_BWD_MAX_HEAD_DIM 256
+#define SCALAR_BWD_COLS (SCALAR_BWD_MAX_HEAD_DIM / SCALAR_BWD_THREADS)
+#define FC_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ long long do_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.do_batch_stride + (long long)h * g.do_head_stride + (long long)row * g.do_row_stride;
+}
+__device__ __forceinline__ long long dq_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dq_batch_stride + (long long)h * g.dq_head_stride + (long long)row * g.dq_row_stride;
+}
+__device__ __forceinline__ long long dk_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dk_batch_stride + (long long)h * g.dk_head_stride + (long long)row * g.dk_row_stride;
+}
+__device__ __forceinline__ long long dv_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dv_batch_stride + (long long)h * g.dv_head_stride + (long long)row * g.dv_row_stride;
+}
+
+// p_ij from the raw dot product and the row's natural-log LSE (log2 domain: one exp2).
+__device__ __forceinline__ float prob(const AttentionParams& p, float dot, float lse) {
+    return exp2f(dot * p.scale_log2 - lse * FC_LOG2E);
+}
+
+extern "C" __global__ void __launch_bounds__(SCALAR_BWD_THREADS)
+bwd_scalar_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    const elem_t* o = static_cast<const elem_t*>(p.o);
+    const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
+    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+    for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        const int row = (int)(r % p.seq_q);
+        const int head = (int)((r / p.seq_q) % p.heads_q);
+        const int batch = (int)(r / ((long long)p.seq_q * p.heads_q));
+        const long long ob = o_offset(p, batch, head, row), db = do_offset(g, batch, head, row);
+        float acc = 0.0f;
+        for (int c = 0; c < p.head_dim; ++c) acc += to_float(d_o[db + c]) * to_float(o[ob + c]);
+        p.workspace[lse_offset(p, batch, head, row)] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SCALAR_BWD_THREADS)
+bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    __shared__ float k_row[SCALAR_BWD_MAX_HEAD_DIM];
+    __shared__ float v_row[SCALAR_BWD_MAX_HEAD_DIM];
+    __shared__ float ps[SCALAR_BWD_THREADS];
+    __shared__ float dss[SCALAR_BWD_THREADS];
+
+    const elem_t* q = static_cast<const elem_t*>(p.q);
+    const elem_t* k = static_cast<const elem_t*>(p.k);
+    const elem_t* v = static_cast<const elem_t*>(p.v);
+    const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
+    elem_t* dk = static_cast<elem_t*>(g.dk);
+    elem_t* dv = static_cast<elem_t*>(g.dv);
+    const float* dvec = p.workspace;
+    const int tid = threadIdx.x;
+    const long long keys = (long long)p.batch * p.heads_kv * p.seq_k;
+
+    for (long long key_id = blockIdx.x; key_id < keys; key_id += gridDim.x) {
+        const int key = (int)(key_id % p.seq_k);
+        const int kv_head = (int)((key_id / p.seq_k) % p.heads_kv);
+        const int batch = (int)(key_id / ((long long)p.seq_k * p.heads_kv));
+        const long long kb = k_offset(p, batch, kv_head, key), vb = v_offset(p, batch, kv_head, key);
+        for (int c = tid; c < p.head_dim; c += SCALAR_BWD_THREADS) {
+            k_row[c] = to_float(k[kb + c]);
+            v_row[c] = to_float(v[vb + c]);
+        }
+        __syncthreads();
+
+        // Row i sees key j iff j <= i + seq_k - seq_q (causal), so the rows from first_row on.
+        long long first = p.causal ? (long long)key - ((long long)p.seq_k - p.seq_q) : 0;
+        const int first_row = first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first);
+
+        float dk_acc[SCALAR_BWD_COLS], dv_acc[SCALAR_BWD_COLS];
+#pragma unroll
+        for (int m = 0; m < SCALAR_BWD_COLS; ++m) dk_acc[m] = dv_acc[m] = 0.0f;
+
+        for (int h = kv_head * p.q_heads_per_kv; h < (kv_head + 1) * p.q_heads_per_kv; ++h) {
+            for (int chunk = first_row; chunk < p.seq_q; chunk += SCALAR_BWD_THREADS) {
+                const int row = chunk + tid;
+                float pr = 0.0f, ds = 0.0f;
+                if (row < p.seq_q) {
+                    const long long qb = q_offset(p, batch, h, row), db = do_offset(g, batch, h, row);
+                    float dot = 0.0f, dp = 0.0f;
+                    for (int c = 0; c < p.head_dim; ++c) {
+                        dot += to_float(q[qb + c]) * k_row[c];
+                        dp += to_float(d_o[db + c]) * v_row[c];
+                    }
+                    const long long r = lse_offset(p, batch, h, row);
+                    pr = prob(p, dot, p.lse[r]);
+                    ds = pr * (dp - dvec[r]);
+                }
+                ps[tid] = pr;
+                dss[tid] = ds;
+                __syncthreads();
+                const int n = min(SCALAR_BWD_THREADS, p.seq_q - chunk);
+#pragma unroll
+                for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
+                    const int c = tid + m * SCALAR_BWD_THREADS;
+                    if (c < p.head_dim) {
+                        float a = dv_acc[m], b = dk_acc[m];
+                        for (int t = 0; t < n; ++t) {
+                            a += ps[t] * to_float(d_o[do_offset(g, batch, h, chunk + t) + c]);
+                            b += dss[t] * to_float(q[q_offset(p, batch, h, chunk + t) + c]);
+                        }
+                        dv_acc[m] = a;
+                        dk_acc[m] = b;
+                    }
+                }
+                __syncthreads();  // ps and dss are rewritten by the next chunk
+            }
+        }
+        const long long gk = dk_offset(g, batch, kv_head, key), gv = dv_offset(g, batch, kv_head, key);
+#pragma unroll
+        for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
+            const int c = tid + m * SCALAR_BWD_THREADS;
+            if (c < p.head_dim) {
+                dk[gk + c] = from_float(dk_acc[m] * p.softmax_scale);
+                dv[gv + c] = from_float(dv_acc[m]);
+            }
+        }
+        __syncthreads();  // k_row and v_row are rewritten for the next key
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SCALAR_BWD_THREADS)
+bwd_scalar_dq(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    __shared__ float q_row[SCALAR_BWD_MAX_HEAD_DIM];
+    __shared__ float do_row[SCALAR_BWD_MAX_HEAD_DIM];
+    __shared__ float dss[SCALAR_BWD_THREADS];
+
+    const elem_t* q = static_cast<const elem_t*>(p.q);
+    const elem_t* k = static_cast<const elem_t*>(p.k);
+    const elem_t* v = static_cast<const elem_t*>(p.v);
+    const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
+    elem_t* dq = static_cast<elem_t*>(g.dq);
+    const int tid = threadIdx.x;
+    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+
+    for (long long row_id = blockIdx.x; row_id < rows; row_id += gridDim.x) {
+        const int row = (int)(row_id % p.seq_q);
+        const int head = (int)((row_id / p.seq_q) % p.heads_q);
+        const int batch = (int)(row_id / ((long long)p.seq_q * p.heads_q));
+        const int kv_head = head / p.q_heads_per_kv;
+        const long long qb = q_offset(p, batch, head, row), db = do_offset(g, batch, head, row);
+        for (int c = tid; c < p.head_dim; c += SCALAR_BWD_THREADS) {
+            q_row[c] = to_float(q[qb + c]);
+            do_row[c] = to_float(d_o[db + c]);
+        }
+        __syncthreads();
+        const long long r = lse_offset(p, batch, head, row);
+        const float lse = p.lse[r], d_i = p.workspace[r];
+        const int key_end = causal_key_end(p, row);  // 0 for a row that sees no key
+
+        float acc[SCALAR_BWD_COLS];
+#pragma unroll
+        for (int m = 0; m < SCALAR_BWD_COLS; ++m) acc[m] = 0.0f;
+        for (int chunk = 0; chunk < key_end; chunk += SCALAR_BWD_THREADS) {
+            const int key = chunk + tid;
+            float ds = 0.0f;
+            if (key < key_end) {
+                const long long kb = k_offset(p, batch, kv_head, key), vb = v_offset(p, batch, kv_head, key);
+                float dot = 0.0f, dp = 0.0f;
+                for (int c = 0; c < p.head_dim; ++c) {
+                    dot += q_row[c] * to_float(k[kb + c]);
+                    dp += do_row[c] * to_float(v[vb + c]);
+                }
+                ds = prob(p, dot, lse) * (dp - d_i);
+            }
+            dss[tid] = ds;
+            __syncthreads();
+            const int n = min(SCALAR_BWD_THREADS, key_end - chunk);
+#pragma unroll
+            for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
+                const int c = tid + m * SCALAR_BWD_THREADS;
+                if (c < p.head_dim) {
+                    float a = acc[m];
+                    for (int t = 0; t < n; ++t) a += dss[t] * to_float(k[k_offset(p, batch, kv_head, chunk + t) + c]);
+                    acc[m] = a;
+                }
+            }
+            __syncthreads();  // dss is rewritten by the next chunk
+        }
+        const long long gq = dq_offset(g, batch, head, row);
+#pragma unroll
+        for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
+            const int c = tid + m * SCALAR_BWD_THREADS;
+            if (c < p.head_dim) dq[gq + c] = from_float(acc[m] * p.softmax_scale);
+        }
+        __syncthreads();  // q_row and do_row are rewritten for the next row
+    }
+}

@@ -1,0 +1,785 @@
+//! Gradients of attention (`docs/ORACLE.md`, "The backward pass"): dQ, dK and dV in f64 by the
+//! analytic formulas, the same computed the way PyTorch's math path does in fp16/bf16, and the
+//! tolerance rule applied to each of the three.
+//!
+//! With `P = softmax(S)`, `S = scale · Q Kᵀ` over the visible keys and `dO` the gradient of the
+//! output, per (batch, query head):
+//!
+//! ```text
+//! dV = Pᵀ dO      dP = dO Vᵀ      D_i = rowsum(dO ∘ O)_i      dS = P ∘ (dP − D)
+//! dQ = scale · dS K                dK = scale · dSᵀ Q
+//! ```
+//!
+//! With GQA, dK and dV of a kv head are the sums over the query heads of its group. Masked keys
+//! have `P = 0`, so a row that sees no key contributes nothing, and a key no row sees gets
+//! `dK = dV = 0` exactly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ndarray::{s, Array2, Array4, ArrayView4, LinalgScalar};
+
+use crate::judge::LOW_PRECISION_FACTOR;
+use crate::problem::{OracleProblem, Precision};
+
+/// dQ `[batch, heads_q, seq_q, head_dim]`, dK and dV `[batch, heads_kv, seq_k, head_dim]`, in
+/// logical order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradients {
+    pub dq: Array4<f64>,
+    pub dk: Array4<f64>,
+    pub dv: Array4<f64>,
+}
+
+impl Gradients {
+    /// The three tensors with their names, in the order dQ, dK, dV.
+    pub fn named(&self) -> [(&'static str, &Array4<f64>); 3] {
+        [("dQ", &self.dq), ("dK", &self.dk), ("dV", &self.dv)]
+    }
+}
+
+/// Float type of one reference's arithmetic.
+trait Num: LinalgScalar + Send + Sync + PartialOrd + std::fmt::Debug {
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn exp(self) -> Self;
+    fn neg_inf() -> Self;
+    fn is_nan(self) -> bool;
+}
+
+impl Num for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    fn neg_inf() -> Self {
+        f64::NEG_INFINITY
+    }
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+impl Num for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn exp(self) -> Self {
+        f32::exp(self)
+    }
+    fn neg_inf() -> Self {
+        f32::NEG_INFINITY
+    }
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+/// The gradients in f64 from the given f32 values (already representable in the kernel dtype),
+/// by the analytic formulas above. `d_o` is `[batch, heads_q, seq_q, head_dim]`. Windows and
+/// ALiBi are taken through the problem's key ranges and bias; softcap is not (panics). Inputs
+/// are expected finite: masked keys are weighted by an exact 0 inside the products, so a NaN in
+/// a masked K/V row would reach the gradients (unlike the forward reference). Panics on shape
+/// mismatch.
+pub fn gradients_f64(
+    p: &OracleProblem,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    d_o: ArrayView4<f32>,
+) -> Gradients {
+    run(p, q, k, v, d_o, &|x: f64| x, false)
+}
+
+/// The gradients a plain PyTorch fp16/bf16 program gets by autograd through the forward of
+/// [`crate::reference_low_precision`] (FlashAttention's `attention_ref` without upcast): every
+/// matmul accumulates in f32 and every op's result is rounded to `precision`:
+///
+/// * forward: `S = round(acc(q·k) · scale)` (minus the ALiBi bias), `P = round(softmax_f32(S))`;
+/// * `dV_h = round(acc(Pᵀ dO))`, `dP = round(acc(dO Vᵀ))`;
+/// * `dS = round(P ∘ (dP − rowsum(P ∘ dP)))` in f32 (torch's softmax backward, which uses
+///   `rowsum(P ∘ dP)`, equal to `D` in exact arithmetic);
+/// * `dQ = round(acc(dS K) · scale)`, `dK_h = round(acc(dSᵀ Q) · scale)`;
+/// * with GQA (K/V repeated over the group, as `attention_ref` does), `dK = round(Σ_h dK_h)` and
+///   `dV = round(Σ_h dV_h)` summed in f32.
+pub fn gradients_low_precision(
+    p: &OracleProblem,
+    precision: Precision,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    d_o: ArrayView4<f32>,
+) -> Gradients {
+    run(p, q, k, v, d_o, &|x: f32| precision.round(x), true)
+}
+
+fn check_shapes(
+    p: &OracleProblem,
+    q: &ArrayView4<f32>,
+    k: &ArrayView4<f32>,
+    v: &ArrayView4<f32>,
+    d_o: &ArrayView4<f32>,
+) {
+    p.group_size();
+    assert!(
+        p.softcap.is_none(),
+        "the backward references do not take softcap"
+    );
+    let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
+    let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
+    assert_eq!(q.shape(), qs, "Q must be [batch, heads_q, seq_q, head_dim]");
+    assert_eq!(
+        d_o.shape(),
+        qs,
+        "dO must be [batch, heads_q, seq_q, head_dim]"
+    );
+    assert_eq!(
+        k.shape(),
+        ks,
+        "K must be [batch, heads_kv, seq_k, head_dim]"
+    );
+    assert_eq!(
+        v.shape(),
+        ks,
+        "V must be [batch, heads_kv, seq_k, head_dim]"
+    );
+}
+
+/// One (batch, kv head): dQ of its query heads, dK and dV.
+struct TaskOut<T> {
+    b: usize,
+    kvh: usize,
+    dq: Vec<Array2<T>>,
+    dk: Array2<T>,
+    dv: Array2<T>,
+}
+
+fn run<T: Num>(
+    p: &OracleProblem,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    d_o: ArrayView4<f32>,
+    round: &(dyn Fn(T) -> T + Sync),
+    low: bool,
+) -> Gradients {
+    check_shapes(p, &q, &k, &v, &d_o);
+    let tasks: Vec<(usize, usize)> = (0..p.batch)
+        .flat_map(|b| (0..p.heads_kv).map(move |h| (b, h)))
+        .collect();
+    let do_task = |&(b, kvh): &(usize, usize)| -> TaskOut<T> {
+        let (dq, dk, dv) = group(p, &q, &k, &v, &d_o, b, kvh, round, low);
+        TaskOut { b, kvh, dq, dk, dv }
+    };
+    let work = p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim.max(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(tasks.len());
+    let outs: Vec<TaskOut<T>> = if threads <= 1 || work < (1 << 20) {
+        tasks.iter().map(do_task).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let t = next.fetch_add(1, Ordering::Relaxed);
+                            if t >= tasks.len() {
+                                break mine;
+                            }
+                            mine.push(do_task(&tasks[t]));
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("oracle worker panicked"))
+                .collect()
+        })
+    };
+    let d = p.head_dim;
+    let mut g = Gradients {
+        dq: Array4::zeros((p.batch, p.heads_q, p.seq_q, d)),
+        dk: Array4::zeros((p.batch, p.heads_kv, p.seq_k, d)),
+        dv: Array4::zeros((p.batch, p.heads_kv, p.seq_k, d)),
+    };
+    let group_size = p.group_size();
+    for t in outs {
+        for (n, dq) in t.dq.iter().enumerate() {
+            g.dq.slice_mut(s![t.b, t.kvh * group_size + n, .., ..])
+                .assign(&dq.mapv(T::to_f64));
+        }
+        g.dk.slice_mut(s![t.b, t.kvh, .., ..])
+            .assign(&t.dk.mapv(T::to_f64));
+        g.dv.slice_mut(s![t.b, t.kvh, .., ..])
+            .assign(&t.dv.mapv(T::to_f64));
+    }
+    g
+}
+
+/// The gradients of one (batch, kv head) and its group of query heads.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn group<T: Num>(
+    p: &OracleProblem,
+    q: &ArrayView4<f32>,
+    k: &ArrayView4<f32>,
+    v: &ArrayView4<f32>,
+    d_o: &ArrayView4<f32>,
+    b: usize,
+    kvh: usize,
+    round: &(dyn Fn(T) -> T + Sync),
+    low: bool,
+) -> (Vec<Array2<T>>, Array2<T>, Array2<T>) {
+    let (sq, sk, d) = (p.seq_q, p.seq_k, p.head_dim);
+    let load = |a: ndarray::ArrayView2<f32>| a.mapv(|x| round(T::from_f64(x as f64)));
+    let kk = load(k.slice(s![b, kvh, .., ..]));
+    let vv = load(v.slice(s![b, kvh, .., ..]));
+    let scale = T::from_f64(p.scale);
+    let g = p.group_size();
+    let mut dq_out = Vec::with_capacity(g);
+    // Per-head dK/dV (rounded per op in the low-precision program), summed over the group.
+    let mut dk_sum = Array2::<T>::zeros((sk, d));
+    let mut dv_sum = Array2::<T>::zeros((sk, d));
+    for h in kvh * g..(kvh + 1) * g {
+        let qq = load(q.slice(s![b, h, .., ..]));
+        let dout = load(d_o.slice(s![b, h, .., ..]));
+        // S then P, row by row over the visible keys; masked entries are exactly 0.
+        let raw = qq.dot(&kk.t());
+        let mut pm = Array2::<T>::zeros((sq, sk));
+        let slope = p.slope(b, h);
+        for i in 0..sq {
+            let (lo, hi) = p.key_range(i);
+            if lo == hi {
+                continue;
+            }
+            let diag = i as f64 + sk as f64 - sq as f64;
+            let mut row: Vec<T> = (lo..hi)
+                .map(|j| {
+                    let bias = if slope == 0.0 {
+                        0.0
+                    } else {
+                        slope * (diag - j as f64).abs()
+                    };
+                    round(raw[[i, j]] * scale - T::from_f64(bias))
+                })
+                .collect();
+            let mut m = T::neg_inf();
+            for &x in &row {
+                if x > m || x.is_nan() {
+                    m = x;
+                }
+            }
+            let mut sum = T::zero();
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
+                sum = sum + *x;
+            }
+            for (j, x) in (lo..hi).zip(row) {
+                pm[[i, j]] = round(x / sum);
+            }
+        }
+        let dv_h = pm.t().dot(&dout).mapv(round);
+        let dp = dout.dot(&vv.t()).mapv(round);
+        // D: rowsum(dO ∘ O) in f64 (the kernels' preprocessing); rowsum(P ∘ dP) in the
+        // low-precision program (torch's softmax backward).
+        let dvec: Vec<T> = if low {
+            (0..sq)
+                .map(|i| (0..sk).fold(T::zero(), |a, j| a + pm[[i, j]] * dp[[i, j]]))
+                .collect()
+        } else {
+            let o = pm.dot(&vv);
+            (0..sq)
+                .map(|i| (0..d).fold(T::zero(), |a, c| a + dout[[i, c]] * o[[i, c]]))
+                .collect()
+        };
+        let mut ds = Array2::<T>::zeros((sq, sk));
+        for i in 0..sq {
+            let (lo, hi) = p.key_range(i);
+            for j in lo..hi {
+                ds[[i, j]] = round(pm[[i, j]] * (dp[[i, j]] - dvec[i]));
+            }
+        }
+        let dq_h = ds.dot(&kk).mapv(|x| round(x * scale));
+        let dk_h = ds.t().dot(&qq).mapv(|x| round(x * scale));
+        dk_sum = dk_sum + dk_h;
+        dv_sum = dv_sum + dv_h;
+        dq_out.push(dq_h);
+    }
+    (dq_out, dk_sum.mapv(round), dv_sum.mapv(round))
+}
+
+/// The absolute floor of the backward rule for one tensor: FlashAttention-3's
+/// `2·max|(x + 0.3 − 0.3) − x|` over the f64 reference gradient, i.e. one ulp of the dtype at
+/// `max|x| + 0.3`, never below the forward floor ([`Precision::abs_floor`], one ulp at 0.3).
+pub fn backward_floor(precision: Precision, reference: &Array4<f64>) -> f64 {
+    let max = reference
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |m, x| m.max(x.abs()));
+    let fraction_bits = match precision {
+        Precision::F16 => 10,
+        Precision::Bf16 => 7,
+    };
+    let ulp = 2f64.powi((max + 0.3).log2().floor() as i32 - fraction_bits);
+    ulp.max(precision.abs_floor())
+}
+
+/// The judgement of one gradient tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorVerdict {
+    pub name: &'static str,
+    pub max_err: f64,
+    pub low_precision_err: f64,
+    pub floor: f64,
+    /// `LOW_PRECISION_FACTOR · low_precision_err + floor`.
+    pub allowed: f64,
+}
+
+/// The outcome of judging dQ, dK and dV.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackwardVerdict {
+    pub pass: bool,
+    /// dQ, dK, dV in that order.
+    pub tensors: [TensorVerdict; 3],
+    /// `max(max_err / allowed)` over the three tensors (pass needs <= 1).
+    pub ratio: f64,
+    /// Kernel NaN where the reference is not NaN (also outputs never written: the harness
+    /// poisons them with NaN).
+    pub unwritten_or_nan: usize,
+    /// Reference NaN where the kernel is not NaN.
+    pub nan_mismatch: usize,
+    /// Elements that nothing contributes to (a dQ row that sees no key, a dK/dV row no query
+    /// row sees) where the kernel is not exactly 0 (either sign).
+    pub empty_mismatch: usize,
+    /// The first counted mismatch, else the element with the largest err/allowed:
+    /// (tensor name, [batch, head, row, col]).
+    pub worst: Option<(&'static str, [usize; 4])>,
+    pub message: String,
+}
+
+impl std::fmt::Display for BackwardVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Judges kernel gradients (f32 in logical order: dQ `[b, hq, sq, d]`, dK and dV
+/// `[b, hkv, sk, d]`) against the references, with the one rule applied to each tensor:
+///
+/// `max|kernel − f64| ≤ 2 · max|low_precision − f64| + floor`, `floor` = [`backward_floor`],
+///
+/// plus exact rules: elements nothing contributes to must be exactly 0, kernel NaN where the
+/// reference is not fails, reference NaN where the kernel is not fails. Panics on shape mismatch.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_backward(
+    p: &OracleProblem,
+    precision: Precision,
+    dq: ArrayView4<f32>,
+    dk: ArrayView4<f32>,
+    dv: ArrayView4<f32>,
+    reference: &Gradients,
+    low_precision: &Gradients,
+) -> BackwardVerdict {
+    // Which rows receive anything: query rows that see a key, keys some query row sees.
+    let row_live: Vec<bool> = (0..p.seq_q).map(|r| p.visible_keys(r) > 0).collect();
+    let mut key_live = vec![false; p.seq_k];
+    for r in 0..p.seq_q {
+        let (lo, hi) = p.key_range(r);
+        key_live[lo..hi].iter_mut().for_each(|x| *x = true);
+    }
+    let kernels = [dq.view(), dk.view(), dv.view()];
+    let mut unwritten = (0usize, None);
+    let mut nan_mm = (0usize, None);
+    let mut empty_mm = (0usize, None);
+    let count = |c: &mut (usize, Option<_>), at| {
+        c.0 += 1;
+        c.1.get_or_insert(at);
+    };
+    let mut worst_ratio = -1.0f64;
+    let mut worst_ok = None;
+    let mut verdicts = Vec::with_capacity(3);
+    for (t, ((name, rf), lp)) in reference
+        .named()
+        .into_iter()
+        .zip(low_precision.named().map(|(_, a)| a))
+        .enumerate()
+    {
+        let kernel = &kernels[t];
+        assert_eq!(kernel.shape(), rf.shape(), "kernel {name} shape");
+        let live: &[bool] = if t == 0 { &row_live } else { &key_live };
+        let lp_err = lp
+            .iter()
+            .zip(rf.iter())
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        let floor = backward_floor(precision, rf);
+        let allowed = LOW_PRECISION_FACTOR * lp_err + floor;
+        let mut max_err = 0.0f64;
+        for ((idx, &kv), &rv) in kernel.indexed_iter().zip(rf.iter()) {
+            let at = (name, [idx.0, idx.1, idx.2, idx.3]);
+            let kv = kv as f64;
+            if rv.is_nan() {
+                if !kv.is_nan() {
+                    count(&mut nan_mm, at);
+                }
+                continue;
+            }
+            if kv.is_nan() {
+                count(&mut unwritten, at);
+                continue;
+            }
+            if !live[idx.2] {
+                if kv != 0.0 {
+                    count(&mut empty_mm, at);
+                }
+                continue;
+            }
+            let err = if kv == rv { 0.0 } else { (kv - rv).abs() };
+            max_err = max_err.max(err);
+            if err / allowed > worst_ratio {
+                worst_ratio = err / allowed;
+                worst_ok = Some(at);
+            }
+        }
+        verdicts.push(TensorVerdict {
+            name,
+            max_err,
+            low_precision_err: lp_err,
+            floor,
+            allowed,
+        });
+    }
+    let tensors: [TensorVerdict; 3] = verdicts.try_into().expect("three tensors");
+    let ratio = tensors
+        .iter()
+        .map(|t| t.max_err / t.allowed)
+        .fold(0.0, f64::max);
+    let within = tensors.iter().all(|t| t.max_err <= t.allowed);
+    let pass = within && unwritten.0 == 0 && nan_mm.0 == 0 && empty_mm.0 == 0;
+    let worst = unwritten.1.or(nan_mm.1).or(empty_mm.1).or(worst_ok);
+    let loc = |(n, [b, h, r, c]): (&str, [usize; 4])| format!("{n}[{b},{h},{r},{c}]");
+    let summary = tensors
+        .iter()
+        .map(|t| {
+            format!(
+                "{} err {:.3e} / allowed {:.3e} (low-precision {:.3e}, floor {:.2e})",
+                t.name, t.max_err, t.allowed, t.low_precision_err, t.floor
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let summary = format!("{summary}, ratio {ratio:.3} ({precision})");
+    let message = if pass {
+        format!("pass: {summary}")
+    } else {
+        let mut why = Vec::new();
+        if let (n @ 1.., Some(at)) = unwritten {
+            why.push(format!(
+                "{n} kernel NaN where the reference is finite (unwritten or NaN), first {}",
+                loc(at)
+            ));
+        }
+        if let (n @ 1.., Some(at)) = nan_mm {
+            why.push(format!(
+                "{n} finite kernel values where the reference is NaN, first {}",
+                loc(at)
+            ));
+        }
+        if let (n @ 1.., Some(at)) = empty_mm {
+            why.push(format!(
+                "{n} nonzero values where nothing contributes (no visible key / unseen key), first {}",
+                loc(at)
+            ));
+        }
+        if !within {
+            why.push(format!(
+                "error over the limit, worst at {}",
+                worst_ok.map(loc).unwrap_or_default()
+            ));
+        }
+        format!("FAIL: {}; {summary}", why.join("; "))
+    };
+    BackwardVerdict {
+        pass,
+        tensors,
+        ratio,
+        unwritten_or_nan: unwritten.0,
+        nan_mismatch: nan_mm.0,
+        empty_mismatch: empty_mm.0,
+        worst,
+        message,
+    }
+}
+
+/// Computes both references and judges the kernel gradients with [`judge_backward`].
+#[allow(clippy::too_many_arguments)]
+pub fn check_backward(
+    p: &OracleProblem,
+    precision: Precision,
+    q: ArrayView4<f32>,
+    k: ArrayView4<f32>,
+    v: ArrayView4<f32>,
+    d_o: ArrayView4<f32>,
+    dq: ArrayView4<f32>,
+    dk: ArrayView4<f32>,
+    dv: ArrayView4<f32>,
+) -> BackwardVerdict {
+    let reference = gradients_f64(p, q.view(), k.view(), v.view(), d_o.view());
+    let low = gradients_low_precision(p, precision, q, k, v, d_o);
+    judge_backward(p, precision, dq, dk, dv, &reference, &low)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::reference_f64;
+    use crate::Rows;
+    use rand::{Rng, SeedableRng};
+
+    fn random(shape: [usize; 4], rng: &mut rand::rngs::StdRng, prec: Precision) -> Array4<f32> {
+        Array4::from_shape_fn(shape, |_| prec.round(rng.gen_range(-1.5f32..1.5)))
+    }
+
+    struct Inputs {
+        q: Array4<f32>,
+        k: Array4<f32>,
+        v: Array4<f32>,
+        d_o: Array4<f32>,
+    }
+
+    fn inputs(p: &OracleProblem, seed: u64) -> Inputs {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
+        let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
+        let f = Precision::F16;
+        Inputs {
+            q: random(qs, &mut rng, f),
+            k: random(ks, &mut rng, f),
+            v: random(ks, &mut rng, f),
+            d_o: random(qs, &mut rng, f),
+        }
+    }
+
+    /// `L = Σ O ∘ dO` from the f64 forward reference, so `∂L/∂x` are the gradients.
+    fn loss(
+        p: &OracleProblem,
+        q: &Array4<f32>,
+        k: &Array4<f32>,
+        v: &Array4<f32>,
+        d_o: &Array4<f32>,
+    ) -> f64 {
+        let r = reference_f64(p, q.view(), k.view(), v.view(), &Rows::All);
+        let (o, _) = r.to_dense(p);
+        o.iter().zip(d_o.iter()).map(|(a, &b)| a * b as f64).sum()
+    }
+
+    /// Central differences of the f64 forward. The step 2^-10 added to a dtype value is exact
+    /// in f32 (inputs have at most 11 significant bits and magnitude < 2), so the difference
+    /// quotient divides by the true step; its truncation error is O(step²).
+    fn finite_differences(p: &OracleProblem, inp: &Inputs) -> Gradients {
+        let h = 1.0f32 / 1024.0;
+        let grad = |which: usize| -> Array4<f64> {
+            let base = [&inp.q, &inp.k, &inp.v][which];
+            let mut out = Array4::<f64>::zeros(base.raw_dim());
+            for (idx, _) in base.indexed_iter() {
+                let at = |delta: f32| {
+                    let mut t = [inp.q.clone(), inp.k.clone(), inp.v.clone()];
+                    t[which][idx] += delta;
+                    loss(p, &t[0], &t[1], &t[2], &inp.d_o)
+                };
+                out[idx] = (at(h) - at(-h)) / (2.0 * h as f64);
+            }
+            out
+        };
+        Gradients {
+            dq: grad(0),
+            dk: grad(1),
+            dv: grad(2),
+        }
+    }
+
+    fn configs() -> Vec<OracleProblem> {
+        vec![
+            OracleProblem::dense(1, 2, 2, 4, 5, 3, false, 0.7),
+            OracleProblem::dense(2, 2, 1, 5, 3, 2, true, 1.1), // causal, seq_q > seq_k: empty rows
+            OracleProblem::dense(1, 4, 2, 3, 6, 3, true, -0.6), // causal, GQA, negative scale
+            OracleProblem::dense(1, 3, 1, 4, 4, 4, true, 0.5), // MQA, square causal
+            OracleProblem::dense(1, 2, 2, 1, 7, 2, false, 2.0), // a single query row
+        ]
+    }
+
+    #[test]
+    fn analytic_gradients_match_finite_differences() {
+        for (n, p) in configs().iter().enumerate() {
+            let inp = inputs(p, 100 + n as u64);
+            let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+            let fd = finite_differences(p, &inp);
+            for ((name, a), (_, f)) in g.named().into_iter().zip(fd.named()) {
+                let scale = f.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+                let err = a
+                    .iter()
+                    .zip(f.iter())
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                assert!(
+                    err <= 2e-5 * scale,
+                    "config {n} {p:?}: {name} differs from finite differences by {err:e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rows_and_keys_nothing_reaches_are_exactly_zero() {
+        // Causal, seq_q 5 > seq_k 3: rows 0 and 1 see no key.
+        let p = OracleProblem::dense(1, 2, 2, 5, 3, 4, true, 0.5);
+        let inp = inputs(&p, 7);
+        for g in [
+            gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view()),
+            gradients_low_precision(
+                &p,
+                Precision::Bf16,
+                inp.q.view(),
+                inp.k.view(),
+                inp.v.view(),
+                inp.d_o.view(),
+            ),
+        ] {
+            assert!(g.dq.slice(s![.., .., 0..2, ..]).iter().all(|&x| x == 0.0));
+            assert!(g.dq.slice(s![.., .., 2.., ..]).iter().any(|&x| x != 0.0));
+        }
+        // seq_k 0: nothing at all.
+        let p0 = OracleProblem::dense(1, 1, 1, 3, 0, 2, false, 1.0);
+        let inp = inputs(&p0, 1);
+        let g = gradients_f64(
+            &p0,
+            inp.q.view(),
+            inp.k.view(),
+            inp.v.view(),
+            inp.d_o.view(),
+        );
+        assert!(g.dq.iter().all(|&x| x == 0.0) && g.dk.is_empty());
+        // Causal seq_q 2 < seq_k 5 never leaves a key unseen (the last row sees all).
+        let p = OracleProblem::dense(1, 1, 1, 2, 5, 2, true, 1.0);
+        let inp = inputs(&p, 2);
+        let g = gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        assert!(g.dv.slice(s![0, 0, 4, ..]).iter().any(|&x| x != 0.0));
+    }
+
+    #[test]
+    fn gqa_sums_over_the_group() {
+        // GQA 4:2 equals MHA with K/V repeated, dK/dV summed over the repeats.
+        let p = OracleProblem::dense(1, 4, 2, 4, 5, 3, true, 0.8);
+        let inp = inputs(&p, 11);
+        let rep = |a: &Array4<f32>| {
+            Array4::from_shape_fn((1, 4, 5, 3), |(b, h, s, c)| a[[b, h / 2, s, c]])
+        };
+        let mha = OracleProblem::dense(1, 4, 4, 4, 5, 3, true, 0.8);
+        let g = gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        let (k4, v4) = (rep(&inp.k), rep(&inp.v));
+        let m = gradients_f64(&mha, inp.q.view(), k4.view(), v4.view(), inp.d_o.view());
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        for ((b, h, s, c), &x) in g.dk.indexed_iter() {
+            assert!(close(
+                x,
+                m.dk[[b, 2 * h, s, c]] + m.dk[[b, 2 * h + 1, s, c]]
+            ));
+            let y = g.dv[[b, h, s, c]];
+            assert!(close(
+                y,
+                m.dv[[b, 2 * h, s, c]] + m.dv[[b, 2 * h + 1, s, c]]
+            ));
+        }
+        assert!(g.dq.iter().zip(m.dq.iter()).all(|(a, b)| close(*a, *b)));
+    }
+
+    #[test]
+    fn the_rule_passes_both_references_and_fails_a_perturbation() {
+        for (n, p) in [
+            OracleProblem::dense(2, 4, 2, 37, 29, 16, true, 0.25),
+            OracleProblem::dense(1, 2, 1, 20, 64, 32, false, 0.18),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for prec in Precision::ALL {
+                let inp = inputs(p, 40 + n as u64);
+                let rf = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+                let lp = gradients_low_precision(
+                    p,
+                    prec,
+                    inp.q.view(),
+                    inp.k.view(),
+                    inp.v.view(),
+                    inp.d_o.view(),
+                );
+                let f32s =
+                    |g: &Gradients| [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
+                let [a, b, c] = f32s(&rf);
+                let v = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
+                assert!(v.pass, "{prec} rounded f64: {v}");
+                let [a, b, c] = f32s(&lp);
+                let v = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
+                assert!(v.pass && v.ratio <= 0.5 + 1e-9, "{prec} low precision: {v}");
+                // 10x the allowed error on one dK element fails; so does a NaN hole in dV and a
+                // nonzero dQ in a row that sees no key.
+                let [a, mut b, mut c] = f32s(&rf);
+                let allowed = v.tensors[1].allowed as f32;
+                b[[0, 0, 3, 1]] += 10.0 * allowed;
+                let bad = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
+                assert!(
+                    !bad.pass && bad.worst == Some(("dK", [0, 0, 3, 1])),
+                    "{bad}"
+                );
+                b[[0, 0, 3, 1]] -= 10.0 * allowed;
+                c[[0, 0, 0, 0]] = f32::NAN;
+                let bad = judge_backward(p, prec, a.view(), b.view(), c.view(), &rf, &lp);
+                assert!(!bad.pass && bad.unwritten_or_nan == 1, "{bad}");
+            }
+        }
+        let p = OracleProblem::dense(1, 1, 1, 6, 4, 2, true, 1.0);
+        let inp = inputs(&p, 3);
+        let rf = gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        let mut dq = rf.dq.mapv(|x| x as f32);
+        dq[[0, 0, 1, 0]] = 1e-30; // row 1 sees no key
+        let (dk, dv) = (rf.dk.mapv(|x| x as f32), rf.dv.mapv(|x| x as f32));
+        let v = judge_backward(
+            &p,
+            Precision::F16,
+            dq.view(),
+            dk.view(),
+            dv.view(),
+            &rf,
+            &rf,
+        );
+        assert!(!v.pass && v.empty_mismatch == 1, "{v}");
+    }
+
+    #[test]
+    fn the_floor_is_one_ulp_at_the_largest_gradient_plus_point_three() {
+        let a = Array4::from_elem((1, 1, 1, 1), 0.0);
+        assert_eq!(backward_floor(Precision::F16, &a), crate::F16_ABS_FLOOR);
+        assert_eq!(backward_floor(Precision::Bf16, &a), crate::BF16_ABS_FLOOR);
+        let a = Array4::from_elem((1, 1, 1, 1), -5.0);
+        // 5.3 lies in [4, 8): f16 ulp 2^2 · 2^-10, bf16 2^2 · 2^-7.
+        assert_eq!(backward_floor(Precision::F16, &a), 4.0 / 1024.0);
+        assert_eq!(backward_floor(Precision::Bf16, &a), 4.0 / 128.0);
+        // FlashAttention-3's expression, evaluated in the dtype, gives the same.
+        let x = 5.0f32;
+        let fa3 =
+            |prec: Precision| 2.0 * ((prec.round(prec.round(x + 0.3) - 0.3) - x).abs() as f64);
+        assert!(fa3(Precision::F16) <= 4.0 / 1024.0);
+    }
+}
