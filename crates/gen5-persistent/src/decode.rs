@@ -216,16 +216,14 @@ pub fn plan(
     }
     let units = units(problem);
     let slots = device.sm_count as usize * ctas_per_sm(d, device);
-    let mut splits = cfg
-        .splits
-        .unwrap_or_else(|| {
-            auto_splits(
-                units,
-                max_key_tiles(problem),
-                device.sm_count as usize,
-                slots,
-            )
-        });
+    let mut splits = cfg.splits.unwrap_or_else(|| {
+        auto_splits(
+            units,
+            max_key_tiles(problem),
+            device.sm_count as usize,
+            slots,
+        )
+    });
     let mut workspace = 0;
     while splits > 1 {
         match workspace_f32(units, splits, d) {
