@@ -224,7 +224,10 @@ impl Options {
         seqlen_k_for_window: usize,
     ) -> Result<(bool, Modes), ArgError> {
         if !self.softmax_scale.is_finite() {
-            return bail(format!("softmax_scale {} is not finite", self.softmax_scale));
+            return bail(format!(
+                "softmax_scale {} is not finite",
+                self.softmax_scale
+            ));
         }
         let m = masking(
             self.window_size_left,
@@ -328,10 +331,7 @@ pub fn dense_problem(
 }
 
 /// The batch size a cu_seqlens table of these dims describes (`batch + 1` entries).
-pub fn cu_seqlens_batch(
-    seqlens_q: &[usize],
-    seqlens_k: &[usize],
-) -> Result<usize, ArgError> {
+pub fn cu_seqlens_batch(seqlens_q: &[usize], seqlens_k: &[usize]) -> Result<usize, ArgError> {
     let n_q = match seqlens_q {
         [n] => *n,
         _ => return bail(format!("seqlens_q must be of rank 1, got {seqlens_q:?}")),
@@ -415,7 +415,10 @@ fn paged_cache(
         return bail(format!("shape mismatch k {:?} and v {:?}", k.dims, v.dims));
     }
     if d != head_dim {
-        return bail(format!("head dim of q ({head_dim}) and k {:?} differ", k.dims));
+        return bail(format!(
+            "head dim of q ({head_dim}) and k {:?} differ",
+            k.dims
+        ));
     }
     if let Some(p) = page_block_size {
         if p != block_size {
@@ -509,7 +512,9 @@ pub fn kvcache_problem(
     q.inner_contiguous()?;
     let [b, s_q, h_q, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
     if seqused_k != [b] {
-        return bail(format!("seqused_k must have shape ({b}), got {seqused_k:?}"));
+        return bail(format!(
+            "seqused_k must have shape ({b}), got {seqused_k:?}"
+        ));
     }
     let (kv, h_kv, capacity, kv_strides) = match block_table {
         Some(table) => {
@@ -594,7 +599,16 @@ pub fn kvcache_problem(
         v: kv_strides.1,
         o: dense_o(q.dims),
     };
-    problem(b, (h_q, h_kv), (s_q, capacity), d, opts, causal, strides, modes)
+    problem(
+        b,
+        (h_q, h_kv),
+        (s_q, capacity),
+        d,
+        opts,
+        causal,
+        strides,
+        modes,
+    )
 }
 
 #[cfg(test)]
@@ -602,7 +616,9 @@ mod tests {
     use super::*;
 
     fn dense(dims: &[usize]) -> Vec<usize> {
-        (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect()
+        (0..dims.len())
+            .map(|i| dims[i + 1..].iter().product())
+            .collect()
     }
 
     fn opts() -> Options {

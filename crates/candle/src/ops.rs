@@ -141,10 +141,7 @@ fn alloc_out<T: CudaDType + DeviceRepr>(
     Ok((o, lse))
 }
 
-fn out_view<T: DeviceRepr>(
-    o: &mut CudaSlice<T>,
-    dtype: flashcore::DType,
-) -> Result<TensorMut<'_>> {
+fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Result<TensorMut<'_>> {
     let n = o.len();
     // SAFETY: as in `half_view`.
     let data = unsafe { o.transmute_mut::<u16>(n) }.ok_or_else(|| error("16-bit view"))?;
@@ -354,7 +351,12 @@ impl FlashAttnVarLen {
         let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
         let tables = DeviceTables {
-            cu_seqlens_q: Some(table_i32(cuda(&cu_q.0, "seqlens_q")?, cu_q.1, dev, "seqlens_q")?),
+            cu_seqlens_q: Some(table_i32(
+                cuda(&cu_q.0, "seqlens_q")?,
+                cu_q.1,
+                dev,
+                "seqlens_q",
+            )?),
             cu_seqlens_k: match &used {
                 None => Some(table_i32(
                     cuda(&cu_k.0, "seqlens_k")?,
@@ -446,7 +448,9 @@ impl Alias {
     /// # Safety
     /// `ptr` must address `len` 16-bit elements of a live allocation that outlives the alias.
     unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
-        Alias(ManuallyDrop::new(stream.upgrade_device_ptr::<u16>(ptr, len)))
+        Alias(ManuallyDrop::new(
+            stream.upgrade_device_ptr::<u16>(ptr, len),
+        ))
     }
 }
 
@@ -513,7 +517,11 @@ impl FlashAttnKvCache {
         ] {
             if let Some(t) = t {
                 if t.dtype() != q.dtype() {
-                    candle_core::bail!("dtype mismatch: q is {:?} but {name} is {:?}", q.dtype(), t.dtype());
+                    candle_core::bail!(
+                        "dtype mismatch: q is {:?} but {name} is {:?}",
+                        q.dtype(),
+                        t.dtype()
+                    );
                 }
             }
         }
@@ -521,7 +529,12 @@ impl FlashAttnKvCache {
         let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
         let tables = DeviceTables {
-            seqused_k: Some(table_i32(cuda(&used.0, "seqused_k")?, used.1, dev, "seqused_k")?),
+            seqused_k: Some(table_i32(
+                cuda(&used.0, "seqused_k")?,
+                used.1,
+                dev,
+                "seqused_k",
+            )?),
             block_table: match &table {
                 Some((s, l)) => Some(table_i32(cuda(s, "block_table")?, l, dev, "block_table")?),
                 None => None,
@@ -560,21 +573,22 @@ impl FlashAttnKvCache {
                 };
                 let mut k_alias = alias(kc_s, kc.1)?;
                 let mut v_alias = alias(vc_s, vc.1)?;
-                let contiguous16 = |s: &'_ CudaStorage, l: &Layout, name: &str| -> Result<CudaView<'_, u16>> {
-                    let Some((a, b)) = l.contiguous_offsets() else {
-                        candle_core::bail!("{name} must be contiguous")
+                let contiguous16 =
+                    |s: &'_ CudaStorage, l: &Layout, name: &str| -> Result<CudaView<'_, u16>> {
+                        let Some((a, b)) = l.contiguous_offsets() else {
+                            candle_core::bail!("{name} must be contiguous")
+                        };
+                        let v = s.as_cuda_slice::<T>()?.slice(a..b);
+                        // SAFETY: as in `half_view`.
+                        unsafe { v.transmute::<u16>(b - a) }.ok_or_else(|| error("16-bit view"))
                     };
-                    let v = s.as_cuda_slice::<T>()?.slice(a..b);
-                    // SAFETY: as in `half_view`.
-                    unsafe { v.transmute::<u16>(b - a) }.ok_or_else(|| error("16-bit view"))
-                };
                 let q16 = half_view::<T>(q, q_l)?;
                 let kn16 = contiguous16(kn_s, kn.1, "k_new")?;
                 let vn16 = contiguous16(vn_s, vn.1, "v_new")?;
                 let n_o = o.len();
                 // SAFETY: as in `half_view`.
-                let mut o16 = unsafe { o.transmute_mut::<u16>(n_o) }
-                    .ok_or_else(|| error("16-bit view"))?;
+                let mut o16 =
+                    unsafe { o.transmute_mut::<u16>(n_o) }.ok_or_else(|| error("16-bit view"))?;
                 let (n_k, n_v) = (k_alias.0.len(), v_alias.0.len());
                 let mut k_cache = TensorMut {
                     data: k_alias.0.slice_mut(..n_k),
