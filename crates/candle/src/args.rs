@@ -260,6 +260,7 @@ fn check_heads(heads_q: usize, heads_kv: usize) -> Result<(), ArgError> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn problem(
     batch: usize,
     heads: (usize, usize),
