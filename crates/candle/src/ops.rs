@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
+    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, DeviceSlice,
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, DeviceId};
 use candle_core::{
@@ -54,6 +54,24 @@ fn half_view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaVie
     let v = slice.slice(l.start_offset()..);
     // SAFETY: f16 and bf16 are 16-bit; flashcore reads them as raw 16-bit words tagged by dtype.
     unsafe { v.transmute::<u16>(v.len()) }.ok_or_else(|| error("16-bit view"))
+}
+
+/// A contiguous tensor (`k_new`, `v_new`) as flashcore's 16-bit view of exactly its elements.
+fn contiguous16<'a, T: CudaDType>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    name: &str,
+) -> Result<CudaView<'a, u16>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{name} must be contiguous")
+    };
+    let v = s.as_cuda_slice::<T>()?.slice(a..b);
+    // SAFETY: as in `half_view`.
+    unsafe { v.transmute::<u16>(b - a) }.ok_or_else(|| error("16-bit view"))
+}
+
+fn reslice<'a, E>(t: &'a Option<CudaView<'_, E>>) -> Option<CudaView<'a, E>> {
+    t.as_ref().map(|v| v.slice(..))
 }
 
 fn cuda<'a>(s: &'a StorageRef<'_>, name: &str) -> Result<&'a CudaStorage> {
@@ -147,8 +165,6 @@ fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Res
     let data = unsafe { o.transmute_mut::<u16>(n) }.ok_or_else(|| error("16-bit view"))?;
     Ok(TensorMut { data, dtype })
 }
-
-use candle_core::cuda_backend::cudarc::driver::DeviceSlice;
 
 /// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
 pub struct FlashAttn {
@@ -552,12 +568,6 @@ impl FlashAttnKvCache {
         let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
         let device = flashcore_device(dev)?;
         let stream = dev.cuda_stream();
-        let q_view = || -> Result<TensorRef<'_>> {
-            Ok(TensorRef {
-                data: half_view::<T>(q, q_l)?,
-                dtype,
-            })
-        };
         match (&self.k_new, &self.v_new) {
             (Some(k_new), Some(v_new)) => {
                 let kn = k_new.storage_and_layout();
@@ -573,18 +583,9 @@ impl FlashAttnKvCache {
                 };
                 let mut k_alias = alias(kc_s, kc.1)?;
                 let mut v_alias = alias(vc_s, vc.1)?;
-                let contiguous16 =
-                    |s: &'_ CudaStorage, l: &Layout, name: &str| -> Result<CudaView<'_, u16>> {
-                        let Some((a, b)) = l.contiguous_offsets() else {
-                            candle_core::bail!("{name} must be contiguous")
-                        };
-                        let v = s.as_cuda_slice::<T>()?.slice(a..b);
-                        // SAFETY: as in `half_view`.
-                        unsafe { v.transmute::<u16>(b - a) }.ok_or_else(|| error("16-bit view"))
-                    };
                 let q16 = half_view::<T>(q, q_l)?;
-                let kn16 = contiguous16(kn_s, kn.1, "k_new")?;
-                let vn16 = contiguous16(vn_s, vn.1, "v_new")?;
+                let kn16 = contiguous16::<T>(kn_s, kn.1, "k_new")?;
+                let vn16 = contiguous16::<T>(vn_s, vn.1, "v_new")?;
                 let n_o = o.len();
                 // SAFETY: as in `half_view`.
                 let mut o16 =
@@ -598,14 +599,13 @@ impl FlashAttnKvCache {
                     data: v_alias.0.slice_mut(..n_v),
                     dtype,
                 };
-                let reslice = |t: &Option<CudaView<'_, i32>>| t.as_ref().map(|v| v.slice(..));
                 run(&problem, &device, |kern| {
                     // forward_with_kvcache checks everything before its first launch, so a
                     // generation that answers Unsupported has written nothing.
                     let t = DeviceTables {
                         seqused_k: reslice(&tables.seqused_k),
                         block_table: reslice(&tables.block_table),
-                        alibi_slopes: tables.alibi_slopes.as_ref().map(|v| v.slice(..)),
+                        alibi_slopes: reslice(&tables.alibi_slopes),
                         ..Default::default()
                     };
                     flashcore::forward_with_kvcache(
@@ -639,7 +639,10 @@ impl FlashAttnKvCache {
             }
             _ => {
                 let mut tensors = AttentionTensors {
-                    q: q_view()?,
+                    q: TensorRef {
+                        data: half_view::<T>(q, q_l)?,
+                        dtype,
+                    },
                     k: TensorRef {
                         data: half_view::<T>(kc_s, kc.1)?,
                         dtype,
