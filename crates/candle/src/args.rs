@@ -235,7 +235,13 @@ impl Options {
             seqlen_k_for_window,
         );
         let alibi = match self.alibi_dims {
-            Some(d) => Some(alibi(&d[..self.alibi_rank.min(2)], batch, heads_q)?),
+            Some(_) if self.alibi_rank > 2 => {
+                return bail(format!(
+                    "alibi_slopes must be of rank 1 or 2, got rank {}",
+                    self.alibi_rank
+                ))
+            }
+            Some(d) => Some(alibi(&d[..self.alibi_rank], batch, heads_q)?),
             None => None,
         };
         Ok((
