@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, DeviceSlice,
+    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, DeviceId};
 use candle_core::{
@@ -49,7 +49,10 @@ fn view<'a>(name: &'static str, l: &'a Layout) -> View<'a> {
 }
 
 /// Q/K/V data from `start_offset` to the end of the buffer, as flashcore's 16-bit view.
-fn half_view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, u16>> {
+fn half_view<'a, T: CudaDType + 'static>(
+    s: &'a CudaStorage,
+    l: &Layout,
+) -> Result<CudaView<'a, u16>> {
     let slice = s.as_cuda_slice::<T>()?;
     let v = slice.slice(l.start_offset()..);
     // SAFETY: f16 and bf16 are 16-bit; flashcore reads them as raw 16-bit words tagged by dtype.
@@ -57,7 +60,7 @@ fn half_view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaVie
 }
 
 /// A contiguous tensor (`k_new`, `v_new`) as flashcore's 16-bit view of exactly its elements.
-fn contiguous16<'a, T: CudaDType>(
+fn contiguous16<'a, T: CudaDType + 'static>(
     s: &'a CudaStorage,
     l: &Layout,
     name: &str,
@@ -147,7 +150,7 @@ fn run(
 }
 
 /// Output O (`q`'s shape, contiguous) and the f32 LSE flashcore writes beside it.
-fn alloc_out<T: CudaDType + DeviceRepr>(
+fn alloc_out<T: CudaDType + DeviceRepr + 'static>(
     dev: &CudaDevice,
     problem: &AttentionProblem,
     shape: &Shape,
@@ -187,7 +190,7 @@ impl FlashAttn {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn fwd<T: CudaDType + DeviceRepr>(
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
         q: &CudaStorage,
@@ -311,7 +314,7 @@ impl FlashAttnVarLen {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn fwd<T: CudaDType + DeviceRepr>(
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
         q: &CudaStorage,
@@ -495,7 +498,7 @@ pub struct FlashAttnKvCache {
 }
 
 impl FlashAttnKvCache {
-    fn fwd<T: CudaDType + DeviceRepr>(
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
         q: &CudaStorage,

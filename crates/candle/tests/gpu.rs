@@ -555,8 +555,8 @@ mod gpu {
                 )?;
                 let (qc, knc, vnc) = (cpu32(&q)?, cpu32(&k_new)?, cpu32(&v_new)?);
                 let mut want = Vec::new();
-                for i in 0..b {
-                    let u = used[i] as usize;
+                for (i, &u) in used.iter().enumerate() {
+                    let u = u as usize;
                     let cat = |c: &Tensor, n: &Tensor| -> Result<Tensor> {
                         Tensor::cat(&[c.get(i)?.narrow(0, 0, u)?, n.get(i)?], 0)
                     };
