@@ -10,6 +10,8 @@
 # carrying the real libraries' sonames. The stubs only satisfy the linker: at run time the real
 # libraries must be found (the driver's libcuda.so.1, and CUDA 13 libnvrtc.so.13,
 # libcublas.so.13, libcublasLt.so.13, libcurand.so.10, libcudart.so.13 on LD_LIBRARY_PATH).
+# Run it before the first build with the feature: cudarc's build script records the search paths
+# that exist when it runs (a stale build needs `cargo clean -p cudarc`).
 set -euo pipefail
 
 W="${CUDA_WHEELS:-$HOME/.cache/flashcore/cuda-wheels/nvidia/cu13}"
