@@ -126,8 +126,10 @@ pub fn ensure_nvrtc() -> Result<String, Error> {
                     }
                 }
             }
-            // SAFETY: probing for a library by name.
-            if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            if library_present(&[
+                &format!("libnvrtc.so.{CUDA_MAJOR}"),
+                "libnvrtc.so",
+            ]) {
                 return Ok("libnvrtc (system library path)".to_string());
             }
             Err(format!(
@@ -143,8 +145,19 @@ pub fn ensure_nvrtc() -> Result<String, Error> {
 
 /// Whether the CUDA driver library can be opened (false on machines without a GPU driver).
 pub fn driver_present() -> bool {
-    // SAFETY: probing for a library by name.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    library_present(&["libcuda.so.1", "libcuda.so"])
+}
+
+/// Whether one of `names` can be opened by the dynamic loader. Probed with libloading rather
+/// than cudarc's `is_culib_present`, which exists only when cudarc loads libraries at run time:
+/// with candle's `cuda` feature in the build, cudarc links them instead (`dynamic-linking`), and
+/// the core must compile under either mode (see crates/candle/README section in the README).
+fn library_present(names: &[&str]) -> bool {
+    names.iter().any(|name| {
+        // SAFETY: opening NVIDIA's own libraries runs their initialisers only; the handle is
+        // dropped (the library stays loaded if something else holds it).
+        unsafe { libloading::Library::new(*name) }.is_ok()
+    })
 }
 
 /// NVRTC's (major, minor) version.

@@ -1,0 +1,691 @@
+//! The candle side: `CustomOp`s that take candle's CUDA storage, build the flashcore problem
+//! (`crate::args`), and queue flashcore's kernels on candle's own stream.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
+};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, DeviceId};
+use candle_core::{
+    CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
+};
+use flashcore::{
+    Attention, AttentionProblem, AttentionTensors, DeviceTables, KvAppend, TensorMut, TensorRef,
+};
+use half::{bf16, f16};
+
+use crate::args::{self, ArgError, Options, View};
+
+fn error(e: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::msg(format!("flashcore: {e}"))
+}
+
+impl From<ArgError> for candle_core::Error {
+    fn from(e: ArgError) -> Self {
+        error(e)
+    }
+}
+
+/// One flashcore `Device` per candle CUDA device (candle's `DeviceId`: one context and stream),
+/// made with `Device::from_stream` on candle's stream, so every call queues behind candle's own
+/// work there. Compiled modules are cached per context by flashcore itself.
+pub fn flashcore_device(dev: &CudaDevice) -> Result<Arc<flashcore::Device>> {
+    static DEVICES: OnceLock<Mutex<HashMap<DeviceId, Arc<flashcore::Device>>>> = OnceLock::new();
+    let mut map = DEVICES.get_or_init(Default::default).lock().unwrap();
+    if let Some(d) = map.get(&dev.id()) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(flashcore::Device::from_stream(dev.cuda_stream()).map_err(error)?);
+    map.insert(dev.id(), d.clone());
+    Ok(d)
+}
+
+fn view<'a>(name: &'static str, l: &'a Layout) -> View<'a> {
+    View::new(name, l.dims(), l.stride())
+}
+
+/// Q/K/V data from `start_offset` to the end of the buffer, as flashcore's 16-bit view.
+fn half_view<'a, T: CudaDType + 'static>(
+    s: &'a CudaStorage,
+    l: &Layout,
+) -> Result<CudaView<'a, u16>> {
+    let slice = s.as_cuda_slice::<T>()?;
+    let v = slice.slice(l.start_offset()..);
+    // SAFETY: f16 and bf16 are 16-bit; flashcore reads them as raw 16-bit words tagged by dtype.
+    unsafe { v.transmute::<u16>(v.len()) }.ok_or_else(|| error("16-bit view"))
+}
+
+/// A contiguous tensor (`k_new`, `v_new`) as flashcore's 16-bit view of exactly its elements.
+fn contiguous16<'a, T: CudaDType + 'static>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    name: &str,
+) -> Result<CudaView<'a, u16>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{name} must be contiguous")
+    };
+    let v = s.as_cuda_slice::<T>()?.slice(a..b);
+    // SAFETY: as in `half_view`.
+    unsafe { v.transmute::<u16>(b - a) }.ok_or_else(|| error("16-bit view"))
+}
+
+fn reslice<'a, E>(t: &'a Option<CudaView<'_, E>>) -> Option<CudaView<'a, E>> {
+    t.as_ref().map(|v| v.slice(..))
+}
+
+fn cuda<'a>(s: &'a StorageRef<'_>, name: &str) -> Result<&'a CudaStorage> {
+    match &**s {
+        Storage::Cuda(c) => Ok(c),
+        _ => candle_core::bail!("{name} must be a cuda tensor"),
+    }
+}
+
+/// A u32/i32 table (cu_seqlens, seqused_k, block table), contiguous, as i32.
+fn table_i32<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    dev: &CudaDevice,
+    name: &str,
+) -> Result<CudaView<'a, i32>> {
+    if !s.device().same_device(dev) {
+        candle_core::bail!("{name} is on another device than q");
+    }
+    let Some((o1, o2)) = l.contiguous_offsets() else {
+        candle_core::bail!("{name} has to be contiguous")
+    };
+    let v = match s.dtype() {
+        DType::U32 => {
+            let v = s.as_cuda_slice::<u32>()?.slice(o1..o2);
+            // SAFETY: same size; entries are below 2^31 by flashcore's contract on the tables.
+            unsafe { v.transmute::<i32>(o2 - o1) }
+        }
+        DType::I32 => Some(s.as_cuda_slice::<i32>()?.slice(o1..o2)),
+        dt => candle_core::bail!("{name} must be u32 or i32, got {dt:?}"),
+    };
+    v.ok_or_else(|| error(format!("{name} view")))
+}
+
+fn alibi_view<'a>(s: &'a CudaStorage, l: &Layout, dev: &CudaDevice) -> Result<CudaView<'a, f32>> {
+    if s.dtype() != DType::F32 {
+        candle_core::bail!(
+            "DType mismatch alibi_slopes {:?}, expected {:?}",
+            s.dtype(),
+            DType::F32
+        );
+    }
+    if !s.device().same_device(dev) {
+        candle_core::bail!("alibi_slopes is on another device than q");
+    }
+    let Some((o1, o2)) = l.contiguous_offsets() else {
+        candle_core::bail!("alibi_slopes has to be contiguous")
+    };
+    Ok(s.as_cuda_slice::<f32>()?.slice(o1..o2))
+}
+
+fn dtype_of(name: &str, q: DType, k: DType, v: DType) -> Result<flashcore::DType> {
+    Ok(args::dtype_of(name, q.as_str(), k.as_str(), v.as_str())?)
+}
+
+/// Runs `f` with the fastest compiled-in generation first (`flashcore::best_for`'s order),
+/// falling through to the next one only where a generation answers `Unsupported` before
+/// launching anything (e.g. a strided view whose base breaks its 16-byte alignment); the error
+/// lists every generation's reason when none takes the call.
+fn run(
+    problem: &AttentionProblem,
+    device: &flashcore::Device,
+    mut f: impl FnMut(&dyn Attention) -> std::result::Result<(), flashcore::Error>,
+) -> Result<()> {
+    let mut kernels = flashcore::kernels();
+    if let Some(best) = flashcore::best_for(problem, device.info()) {
+        kernels.retain(|k| k.name() != best.name());
+        kernels.insert(0, best);
+    }
+    flashcore::first_that_takes(kernels, |k| f(k))
+        .map(|_| ())
+        .map_err(error)
+}
+
+/// Output O (`q`'s shape, contiguous) and the f32 LSE flashcore writes beside it.
+fn alloc_out<T: CudaDType + DeviceRepr + 'static>(
+    dev: &CudaDevice,
+    problem: &AttentionProblem,
+    shape: &Shape,
+) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
+    // SAFETY: every element of O and LSE is written by the kernels (rows that see no key get
+    // O = 0, LSE = +inf).
+    let o = unsafe { dev.alloc::<T>(shape.elem_count())? };
+    let lse = unsafe { dev.alloc::<f32>(problem.lse_len().max(1))? };
+    Ok((o, lse))
+}
+
+fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Result<TensorMut<'_>> {
+    let n = o.len();
+    // SAFETY: as in `half_view`.
+    let data = unsafe { o.transmute_mut::<u16>(n) }.ok_or_else(|| error("16-bit view"))?;
+    Ok(TensorMut { data, dtype })
+}
+
+/// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
+pub struct FlashAttn {
+    pub softmax_scale: f32,
+    pub alibi_slopes: Option<Tensor>,
+    pub window_size_left: Option<usize>,
+    pub window_size_right: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+impl FlashAttn {
+    fn options(&self, dtype: flashcore::DType) -> Options {
+        let mut o = Options::new(dtype, self.softmax_scale)
+            .with_window(self.window_size_left, self.window_size_right)
+            .with_softcap(self.softcap);
+        if let Some(a) = &self.alibi_slopes {
+            o = o.with_alibi(a.dims());
+        }
+        o
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let dev = q.device();
+        let problem = args::dense_problem(
+            &view("q", q_l),
+            &view("k", k_l),
+            &view("v", v_l),
+            &self.options(dtype),
+        )?;
+        let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        let alibi_slopes = match &alibi {
+            Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
+            None => None,
+        };
+        let shape = q_l.shape().clone();
+        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
+        let device = flashcore_device(dev)?;
+        let stream = dev.cuda_stream();
+        {
+            let mut tensors = AttentionTensors {
+                q: TensorRef {
+                    data: half_view::<T>(q, q_l)?,
+                    dtype,
+                },
+                k: TensorRef {
+                    data: half_view::<T>(k, k_l)?,
+                    dtype,
+                },
+                v: TensorRef {
+                    data: half_view::<T>(v, v_l)?,
+                    dtype,
+                },
+                o: out_view(&mut o, dtype)?,
+                lse: lse.slice_mut(..),
+                tables: DeviceTables {
+                    alibi_slopes,
+                    ..Default::default()
+                },
+            };
+            run(&problem, &device, |kern| {
+                kern.forward_on(&device, &stream, &problem, &mut tensors)
+            })?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+    }
+}
+
+macro_rules! by_dtype {
+    ($self:ident, $name:expr, $q:ident, $k:ident, $v:ident, $($arg:expr),*) => {{
+        let dtype = dtype_of($name, $q.dtype(), $k.dtype(), $v.dtype())?;
+        match dtype {
+            flashcore::DType::F16 => $self.fwd::<f16>(dtype, $($arg),*),
+            flashcore::DType::Bf16 => $self.fwd::<bf16>(dtype, $($arg),*),
+        }
+    }};
+}
+
+impl candle_core::CustomOp3 for FlashAttn {
+    fn name(&self) -> &'static str {
+        "flashcore-flash-attn"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        by_dtype!(self, "flash-attn", q, k, v, q, q_l, k, k_l, v, v_l)
+    }
+}
+
+/// candle-flash-attn's `FlashAttnVarLen`: packed `(total, h, d)` tensors with cumulative
+/// sequence lengths, or (with a block table) a paged K/V cache.
+pub struct FlashAttnVarLen {
+    pub softmax_scale: f32,
+    pub max_seqlen_q: usize,
+    pub max_seqlen_k: usize,
+    pub seqlens_q: Tensor,
+    pub seqlens_k: Tensor,
+    pub block_table: Option<Tensor>,
+    pub mm_prefix_ranges: Option<Tensor>,
+    pub page_block_size: Option<usize>,
+    pub alibi_slopes: Option<Tensor>,
+    pub window_size_left: Option<usize>,
+    pub window_size_right: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+impl FlashAttnVarLen {
+    fn options(&self, dtype: flashcore::DType) -> Options {
+        let mut o = Options::new(dtype, self.softmax_scale)
+            .with_window(self.window_size_left, self.window_size_right)
+            .with_softcap(self.softcap);
+        if let Some(a) = &self.alibi_slopes {
+            o = o.with_alibi(a.dims());
+        }
+        o
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        if self.mm_prefix_ranges.is_some() {
+            candle_core::bail!(
+                "flashcore: mm_prefix_ranges (ranges that bypass the causal/window mask) are not \
+                 implemented by flashcore's kernels"
+            );
+        }
+        let dev = q.device();
+        let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())?;
+        let opts = self.options(dtype);
+        let problem = match &self.block_table {
+            None => args::varlen_problem(
+                &view("q", q_l),
+                &view("k", k_l),
+                &view("v", v_l),
+                batch,
+                self.max_seqlen_q,
+                self.max_seqlen_k,
+                &opts,
+            )?,
+            Some(table) => args::paged_varlen_problem(
+                &view("q", q_l),
+                &view("k", k_l),
+                &view("v", v_l),
+                table.dims(),
+                batch,
+                self.max_seqlen_q,
+                self.max_seqlen_k,
+                self.page_block_size.unwrap_or(0),
+                &opts,
+            )?,
+        };
+        // Paged: flashcore reads each sequence's key count from seqused_k, which is the
+        // difference of consecutive cumulative seqlens_k (computed on the device, no sync).
+        let seqused = match &self.block_table {
+            Some(_) => {
+                let s = &self.seqlens_k;
+                Some((s.narrow(0, 1, batch)? - s.narrow(0, 0, batch)?)?.contiguous()?)
+            }
+            None => None,
+        };
+        let cu_q = self.seqlens_q.storage_and_layout();
+        let cu_k = self.seqlens_k.storage_and_layout();
+        let used = seqused.as_ref().map(|t| t.storage_and_layout());
+        let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
+        let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        let tables = DeviceTables {
+            cu_seqlens_q: Some(table_i32(
+                cuda(&cu_q.0, "seqlens_q")?,
+                cu_q.1,
+                dev,
+                "seqlens_q",
+            )?),
+            cu_seqlens_k: match &used {
+                None => Some(table_i32(
+                    cuda(&cu_k.0, "seqlens_k")?,
+                    cu_k.1,
+                    dev,
+                    "seqlens_k",
+                )?),
+                Some(_) => None,
+            },
+            seqused_k: match &used {
+                Some((s, l)) => Some(table_i32(cuda(s, "seqused_k")?, l, dev, "seqused_k")?),
+                None => None,
+            },
+            block_table: match &table {
+                Some((s, l)) => Some(table_i32(cuda(s, "block_table")?, l, dev, "block_table")?),
+                None => None,
+            },
+            alibi_slopes: match &alibi {
+                Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
+                None => None,
+            },
+        };
+        let shape = q_l.shape().clone();
+        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
+        let device = flashcore_device(dev)?;
+        let stream = dev.cuda_stream();
+        {
+            let mut tensors = AttentionTensors {
+                q: TensorRef {
+                    data: half_view::<T>(q, q_l)?,
+                    dtype,
+                },
+                k: TensorRef {
+                    data: half_view::<T>(k, k_l)?,
+                    dtype,
+                },
+                v: TensorRef {
+                    data: half_view::<T>(v, v_l)?,
+                    dtype,
+                },
+                o: out_view(&mut o, dtype)?,
+                lse: lse.slice_mut(..),
+                tables,
+            };
+            run(&problem, &device, |kern| {
+                kern.forward_on(&device, &stream, &problem, &mut tensors)
+            })?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+    }
+}
+
+impl candle_core::CustomOp3 for FlashAttnVarLen {
+    fn name(&self) -> &'static str {
+        "flashcore-flash-attn-varlen"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        by_dtype!(self, "flash-attn-varlen", q, k, v, q, q_l, k, k_l, v, v_l)
+    }
+}
+
+/// A writable alias of a candle tensor's device memory, never freed by us: the KV cache is
+/// written in place by the append, while candle holds the storage (under its read lock; all
+/// work is queued on candle's one stream, so candle's own readers are ordered behind it).
+struct Alias(ManuallyDrop<CudaSlice<u16>>);
+
+impl Alias {
+    /// # Safety
+    /// `ptr` must address `len` 16-bit elements of a live allocation that outlives the alias.
+    unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
+        Alias(ManuallyDrop::new(
+            stream.upgrade_device_ptr::<u16>(ptr, len),
+        ))
+    }
+}
+
+impl Drop for Alias {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `leak` gives the memory back to its owner without freeing.
+        let s = unsafe { ManuallyDrop::take(&mut self.0) };
+        let _ = s.leak();
+    }
+}
+
+/// `flash_attn_with_kvcache`: attention of `q` over a contiguous or paged KV cache with
+/// per-sequence lengths `seqused_k`, optionally appending `k_new`/`v_new` first.
+pub struct FlashAttnKvCache {
+    pub k_cache: Tensor,
+    pub v_cache: Tensor,
+    pub k_new: Option<Tensor>,
+    pub v_new: Option<Tensor>,
+    pub seqused_k: Tensor,
+    pub block_table: Option<Tensor>,
+    pub alibi_slopes: Option<Tensor>,
+    pub softmax_scale: f32,
+    pub window_size_left: Option<usize>,
+    pub window_size_right: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+impl FlashAttnKvCache {
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        q: &CudaStorage,
+        q_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let dev = q.device();
+        let mut opts = Options::new(dtype, self.softmax_scale)
+            .with_window(self.window_size_left, self.window_size_right)
+            .with_softcap(self.softcap);
+        if let Some(a) = &self.alibi_slopes {
+            opts = opts.with_alibi(a.dims());
+        }
+        let new_layouts = match (&self.k_new, &self.v_new) {
+            (Some(k), Some(v)) => Some((k.layout().clone(), v.layout().clone())),
+            (None, None) => None,
+            _ => candle_core::bail!("k_new and v_new must be given together"),
+        };
+        let new_views = new_layouts
+            .as_ref()
+            .map(|(k, v)| (view("k_new", k), view("v_new", v)));
+        let problem = args::kvcache_problem(
+            &view("q", q_l),
+            &view("k_cache", self.k_cache.layout()),
+            &view("v_cache", self.v_cache.layout()),
+            self.seqused_k.dims(),
+            self.block_table.as_ref().map(|t| t.dims()),
+            new_views.as_ref().map(|(k, v)| (k, v)),
+            &opts,
+        )?;
+        for (name, t) in [
+            ("k_cache", Some(&self.k_cache)),
+            ("v_cache", Some(&self.v_cache)),
+            ("k_new", self.k_new.as_ref()),
+            ("v_new", self.v_new.as_ref()),
+        ] {
+            if let Some(t) = t {
+                if t.dtype() != q.dtype() {
+                    candle_core::bail!(
+                        "dtype mismatch: q is {:?} but {name} is {:?}",
+                        q.dtype(),
+                        t.dtype()
+                    );
+                }
+            }
+        }
+        let used = self.seqused_k.storage_and_layout();
+        let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
+        let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        let tables = DeviceTables {
+            seqused_k: Some(table_i32(
+                cuda(&used.0, "seqused_k")?,
+                used.1,
+                dev,
+                "seqused_k",
+            )?),
+            block_table: match &table {
+                Some((s, l)) => Some(table_i32(cuda(s, "block_table")?, l, dev, "block_table")?),
+                None => None,
+            },
+            alibi_slopes: match &alibi {
+                Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
+                None => None,
+            },
+            ..Default::default()
+        };
+        let kc = self.k_cache.storage_and_layout();
+        let vc = self.v_cache.storage_and_layout();
+        let (kc_s, vc_s) = (cuda(&kc.0, "k_cache")?, cuda(&vc.0, "v_cache")?);
+        let shape = q_l.shape().clone();
+        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
+        let device = flashcore_device(dev)?;
+        let stream = dev.cuda_stream();
+        match (&self.k_new, &self.v_new) {
+            (Some(k_new), Some(v_new)) => {
+                let kn = k_new.storage_and_layout();
+                let vn = v_new.storage_and_layout();
+                let (kn_s, vn_s) = (cuda(&kn.0, "k_new")?, cuda(&vn.0, "v_new")?);
+                // Aliases of the caches, written by the append.
+                let alias = |s: &CudaStorage, l: &Layout| -> Result<Alias> {
+                    let v = half_view::<T>(s, l)?;
+                    let (ptr, _guard) = v.device_ptr(&stream);
+                    // SAFETY: the view lies inside the cache's allocation, which the storage
+                    // guards (`kc`, `vc`) keep alive past the alias.
+                    Ok(unsafe { Alias::new(&stream, ptr, v.len()) })
+                };
+                let mut k_alias = alias(kc_s, kc.1)?;
+                let mut v_alias = alias(vc_s, vc.1)?;
+                let q16 = half_view::<T>(q, q_l)?;
+                let kn16 = contiguous16::<T>(kn_s, kn.1, "k_new")?;
+                let vn16 = contiguous16::<T>(vn_s, vn.1, "v_new")?;
+                let n_o = o.len();
+                // SAFETY: as in `half_view`.
+                let mut o16 =
+                    unsafe { o.transmute_mut::<u16>(n_o) }.ok_or_else(|| error("16-bit view"))?;
+                let (n_k, n_v) = (k_alias.0.len(), v_alias.0.len());
+                let mut k_cache = TensorMut {
+                    data: k_alias.0.slice_mut(..n_k),
+                    dtype,
+                };
+                let mut v_cache = TensorMut {
+                    data: v_alias.0.slice_mut(..n_v),
+                    dtype,
+                };
+                run(&problem, &device, |kern| {
+                    // forward_with_kvcache checks everything before its first launch, so a
+                    // generation that answers Unsupported has written nothing.
+                    let t = DeviceTables {
+                        seqused_k: reslice(&tables.seqused_k),
+                        block_table: reslice(&tables.block_table),
+                        alibi_slopes: reslice(&tables.alibi_slopes),
+                        ..Default::default()
+                    };
+                    flashcore::forward_with_kvcache(
+                        kern,
+                        &device,
+                        &problem,
+                        TensorRef {
+                            data: q16.slice(..),
+                            dtype,
+                        },
+                        &mut k_cache,
+                        &mut v_cache,
+                        KvAppend {
+                            k_new: TensorRef {
+                                data: kn16.slice(..),
+                                dtype,
+                            },
+                            v_new: TensorRef {
+                                data: vn16.slice(..),
+                                dtype,
+                            },
+                        },
+                        TensorMut {
+                            data: o16.slice_mut(..),
+                            dtype,
+                        },
+                        lse.slice_mut(..),
+                        t,
+                    )
+                })?;
+            }
+            _ => {
+                let mut tensors = AttentionTensors {
+                    q: TensorRef {
+                        data: half_view::<T>(q, q_l)?,
+                        dtype,
+                    },
+                    k: TensorRef {
+                        data: half_view::<T>(kc_s, kc.1)?,
+                        dtype,
+                    },
+                    v: TensorRef {
+                        data: half_view::<T>(vc_s, vc.1)?,
+                        dtype,
+                    },
+                    o: out_view(&mut o, dtype)?,
+                    lse: lse.slice_mut(..),
+                    tables,
+                };
+                run(&problem, &device, |kern| {
+                    kern.forward_on(&device, &stream, &problem, &mut tensors)
+                })?;
+            }
+        }
+        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+    }
+}
+
+impl candle_core::CustomOp1 for FlashAttnKvCache {
+    fn name(&self) -> &'static str {
+        "flashcore-flash-attn-with-kvcache"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+    }
+
+    fn cuda_fwd(&self, q: &CudaStorage, q_l: &Layout) -> Result<(CudaStorage, Shape)> {
+        let dtype = dtype_of(
+            "flash-attn-with-kvcache",
+            q.dtype(),
+            self.k_cache.dtype(),
+            self.v_cache.dtype(),
+        )?;
+        match dtype {
+            flashcore::DType::F16 => self.fwd::<f16>(dtype, q, q_l),
+            flashcore::DType::Bf16 => self.fwd::<bf16>(dtype, q, q_l),
+        }
+    }
+}

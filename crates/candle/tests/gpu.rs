@@ -1,0 +1,628 @@
+//! candle-flash-attn-style tests of every function against a float32 candle reference
+//! (matmul-softmax on the CPU, from the same rounded inputs), over dtypes, causal, windows,
+//! softcap, ALiBi, strided views, varlen, paged and the KV cache. They need the `cuda` feature
+//! and a CUDA device, and skip with a message otherwise.
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn gpu_tests_skipped_without_cuda_feature() {
+    eprintln!(
+        "flashcore-candle GPU tests skipped: built without the `cuda` feature \
+         (run `cargo test -p flashcore-candle --features cuda` on a machine with a GPU)"
+    );
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use fc::candle::{DType, Device, Result, Tensor};
+    use flashcore_candle as fc;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn device() -> Option<Device> {
+        match Device::new_cuda(0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("flashcore-candle GPU test skipped: no CUDA device ({e})");
+                None
+            }
+        }
+    }
+
+    fn randn(rng: &mut StdRng, shape: &[usize], scale: f32) -> Vec<f32> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|_| {
+                // Box-Muller
+                let (u, v): (f32, f32) = (rng.gen_range(1e-7..1.0), rng.gen());
+                scale * (-2.0 * u.ln()).sqrt() * (2.0 * std::f32::consts::PI * v).cos()
+            })
+            .collect()
+    }
+
+    fn tensor(
+        rng: &mut StdRng,
+        shape: &[usize],
+        scale: f32,
+        dtype: DType,
+        dev: &Device,
+    ) -> Result<Tensor> {
+        Tensor::from_vec(randn(rng, shape, scale), shape, dev)?.to_dtype(dtype)
+    }
+
+    /// What masks and modifies the logits, in FlashAttention's terms (docs/MODES.md).
+    #[derive(Clone, Debug, Default)]
+    struct Spec {
+        scale: f32,
+        window_left: Option<usize>,
+        window_right: Option<usize>,
+        softcap: Option<f32>,
+        slopes: Option<Vec<f32>>,
+    }
+
+    /// candle-flash-attn's window arguments as the reference sees them: a size larger than the
+    /// key length counts as none; `(None, Some(0))` is causal.
+    fn spec(
+        scale: f32,
+        left: Option<usize>,
+        right: Option<usize>,
+        seqlen_k: usize,
+        softcap: Option<f32>,
+        slopes: Option<Vec<f32>>,
+    ) -> Spec {
+        Spec {
+            scale,
+            window_left: left.filter(|&w| w <= seqlen_k),
+            window_right: right.filter(|&w| w <= seqlen_k),
+            softcap: softcap.filter(|&c| c > 0.0),
+            slopes,
+        }
+    }
+
+    /// One sequence: q `(sq, hq, d)`, k/v `(sk, hkv, d)` f32 on the CPU; returns `(sq, hq, d)`.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, s: &Spec) -> Result<Vec<f32>> {
+        let (sq, hq, d) = q.dims3()?;
+        let (sk, hkv, _) = k.dims3()?;
+        let g = hq / hkv;
+        let rep = |t: &Tensor| -> Result<Tensor> {
+            t.transpose(0, 1)?
+                .unsqueeze(1)?
+                .expand((hkv, g, sk, d))?
+                .reshape((hq, sk, d))
+        };
+        let (kr, vr) = (rep(k)?, rep(v)?);
+        let qh = q.transpose(0, 1)?.contiguous()?;
+        let mut scores = (qh.matmul(&kr.t()?)? * s.scale as f64)?;
+        if let Some(c) = s.softcap {
+            scores = ((scores / c as f64)?.tanh()? * c as f64)?;
+        }
+        let off = sk as i64 - sq as i64;
+        let mut bias = vec![0f32; hq * sq * sk];
+        let mut visible_row = vec![false; hq * sq];
+        for h in 0..hq {
+            for i in 0..sq {
+                for j in 0..sk {
+                    let (i, j) = (i as i64, j as i64);
+                    let diag = i + off;
+                    let ok = s.window_left.is_none_or(|w| j >= diag - w as i64)
+                        && s.window_right.is_none_or(|w| j <= diag + w as i64);
+                    let idx = (h * sq + i as usize) * sk + j as usize;
+                    bias[idx] = if !ok {
+                        f32::NEG_INFINITY
+                    } else {
+                        visible_row[h * sq + i as usize] = true;
+                        match &s.slopes {
+                            Some(sl) => -sl[h] * (diag - j).abs() as f32,
+                            None => 0.0,
+                        }
+                    };
+                }
+            }
+        }
+        let bias = Tensor::from_vec(bias, (hq, sq, sk), &Device::Cpu)?;
+        let p = candle_nn::ops::softmax_last_dim(&(scores + bias)?)?;
+        let o = p.matmul(&vr)?.transpose(0, 1)?.contiguous()?; // (sq, hq, d)
+        let mut o = o.flatten_all()?.to_vec1::<f32>()?;
+        for i in 0..sq {
+            for h in 0..hq {
+                if !visible_row[h * sq + i] {
+                    o[(i * hq + h) * d..][..d].fill(0.0);
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    fn cpu32(t: &Tensor) -> Result<Tensor> {
+        t.to_dtype(DType::F32)?.to_device(&Device::Cpu)
+    }
+
+    fn tolerance(dtype: DType) -> f32 {
+        match dtype {
+            DType::BF16 => 3e-2,
+            _ => 1e-2,
+        }
+    }
+
+    fn compare(what: &str, got: &Tensor, want: &[f32], dtype: DType) -> Result<()> {
+        let got = cpu32(got)?.flatten_all()?.to_vec1::<f32>()?;
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let (mut worst, mut at) = (0f32, 0);
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let e = (g - w).abs();
+            if e.is_nan() || e > worst {
+                worst = if e.is_nan() { f32::INFINITY } else { e };
+                at = i;
+            }
+        }
+        let tol = tolerance(dtype);
+        assert!(
+            worst <= tol,
+            "{what}: max |flashcore - reference| = {worst} at {at} (got {}, want {}), tolerance {tol}",
+            got[at],
+            want[at]
+        );
+        Ok(())
+    }
+
+    /// Reference for batched `(b, s, h, d)` tensors.
+    fn reference_batched(q: &Tensor, k: &Tensor, v: &Tensor, s: &Spec) -> Result<Vec<f32>> {
+        let (q, k, v) = (cpu32(q)?, cpu32(k)?, cpu32(v)?);
+        let mut out = Vec::new();
+        for b in 0..q.dim(0)? {
+            out.extend(reference(&q.get(b)?, &k.get(b)?, &v.get(b)?, s)?);
+        }
+        Ok(out)
+    }
+
+    const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
+    // (batch, seq_q, seq_k, heads_q, heads_kv, head_dim)
+    const SHAPES: [(usize, usize, usize, usize, usize, usize); 4] = [
+        (2, 37, 37, 4, 4, 64),
+        (1, 20, 53, 8, 2, 128),
+        (2, 1, 70, 4, 1, 64),
+        (1, 65, 65, 2, 2, 32),
+    ];
+
+    #[test]
+    fn flash_attn_causal_and_not() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(1);
+        for dtype in DTYPES {
+            for (b, sq, sk, hq, hkv, d) in SHAPES {
+                let q = tensor(&mut rng, &[b, sq, hq, d], 1.0, dtype, &dev)?;
+                let k = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let v = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let scale = 1.0 / (d as f32).sqrt();
+                for causal in [false, true] {
+                    let got = fc::flash_attn(&q, &k, &v, scale, causal)?;
+                    assert_eq!(got.dims(), q.dims());
+                    assert_eq!(got.dtype(), dtype);
+                    let right = causal.then_some(0);
+                    let want =
+                        reference_batched(&q, &k, &v, &spec(scale, None, right, sk, None, None))?;
+                    compare(
+                        &format!(
+                            "flash_attn {dtype:?} {:?} causal={causal}",
+                            (b, sq, sk, hq, hkv, d)
+                        ),
+                        &got,
+                        &want,
+                        dtype,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn flash_attn_windowed_alibi_softcap() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(2);
+        let windows = [
+            (Some(8), Some(0)),
+            (Some(5), Some(3)),
+            (None, Some(2)),
+            (Some(10), None),
+            (Some(1000), Some(0)), // larger than seq_k: plain causal
+        ];
+        for dtype in DTYPES {
+            for (b, sq, sk, hq, hkv, d) in SHAPES {
+                let q = tensor(&mut rng, &[b, sq, hq, d], 1.0, dtype, &dev)?;
+                let k = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let v = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let slopes: Vec<f32> = (0..hq).map(|h| 0.5f32.powi(h as i32 + 1)).collect();
+                let alibi = Tensor::from_vec(slopes.clone(), hq, &dev)?;
+                let scale = 1.0 / (d as f32).sqrt();
+                let tag = format!("{dtype:?} {:?}", (b, sq, sk, hq, hkv, d));
+                for (l, r) in windows {
+                    let got = fc::flash_attn_windowed(&q, &k, &v, scale, l, r)?;
+                    let want = reference_batched(&q, &k, &v, &spec(scale, l, r, sk, None, None))?;
+                    compare(&format!("windowed {tag} {l:?} {r:?}"), &got, &want, dtype)?;
+
+                    let got = fc::flash_attn_alibi_windowed(&q, &k, &v, &alibi, scale, l, r)?;
+                    let s = spec(scale, l, r, sk, None, Some(slopes.clone()));
+                    let want = reference_batched(&q, &k, &v, &s)?;
+                    compare(
+                        &format!("alibi_windowed {tag} {l:?} {r:?}"),
+                        &got,
+                        &want,
+                        dtype,
+                    )?;
+
+                    for (alibi_arg, sl) in [(None, None), (Some(&alibi), Some(slopes.clone()))] {
+                        let got = fc::flash_attn_alibi_windowed_softcap(
+                            &q, &k, &v, alibi_arg, scale, l, r, 0.5,
+                        )?;
+                        let want =
+                            reference_batched(&q, &k, &v, &spec(scale, l, r, sk, Some(0.5), sl))?;
+                        compare(&format!("softcap {tag} {l:?} {r:?}"), &got, &want, dtype)?;
+                    }
+                }
+                for causal in [false, true] {
+                    let got = fc::flash_attn_alibi(&q, &k, &v, &alibi, scale, causal)?;
+                    let right = causal.then_some(0);
+                    let s = spec(scale, None, right, sk, None, Some(slopes.clone()));
+                    let want = reference_batched(&q, &k, &v, &s)?;
+                    compare(&format!("alibi {tag} causal={causal}"), &got, &want, dtype)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn strided_views() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(3);
+        let (b, s, h, d) = (2, 33, 4, 64);
+        for dtype in DTYPES {
+            // q, k, v as head slices of one packed qkv tensor (b, s, 3h, d).
+            let qkv = tensor(&mut rng, &[b, s, 3 * h, d], 1.0, dtype, &dev)?;
+            let (q, k, v) = (
+                qkv.narrow(2, 0, h)?,
+                qkv.narrow(2, h, h)?,
+                qkv.narrow(2, 2 * h, h)?,
+            );
+            assert!(!q.is_contiguous());
+            let got = fc::flash_attn(&q, &k, &v, 0.125, true)?;
+            let want = reference_batched(&q, &k, &v, &spec(0.125, None, Some(0), s, None, None))?;
+            compare(&format!("qkv views {dtype:?}"), &got, &want, dtype)?;
+            // (b, h, s, d) tensors transposed to (b, s, h, d).
+            let t = |rng: &mut StdRng| -> Result<Tensor> {
+                tensor(rng, &[b, h, s, d], 1.0, dtype, &dev)?.transpose(1, 2)
+            };
+            let (q, k, v) = (t(&mut rng)?, t(&mut rng)?, t(&mut rng)?);
+            let got = fc::flash_attn(&q, &k, &v, 0.125, false)?;
+            let want = reference_batched(&q, &k, &v, &spec(0.125, None, None, s, None, None))?;
+            compare(&format!("transposed {dtype:?}"), &got, &want, dtype)?;
+            // A head dim that is not contiguous is refused, not computed wrongly.
+            let bad = tensor(&mut rng, &[b, s, d, h], 1.0, dtype, &dev)?.transpose(2, 3)?;
+            let err = fc::flash_attn(&bad, &bad, &bad, 0.125, false).unwrap_err();
+            assert!(err.to_string().contains("contiguous"), "{err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn refusals() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let q = Tensor::zeros((1, 4, 2, 64), DType::F32, &dev)?;
+        let err = fc::flash_attn(&q, &q, &q, 0.125, false).unwrap_err();
+        assert!(err.to_string().contains("f16/bf16"), "{err}");
+        let h = q.to_dtype(DType::F16)?;
+        let b = q.to_dtype(DType::BF16)?;
+        assert!(fc::flash_attn(&h, &b, &h, 0.125, false).is_err());
+        Ok(())
+    }
+
+    /// Packed `(total, h, d)` tensors split by cumulative lengths.
+    fn split(t: &Tensor, cu: &[u32]) -> Result<Vec<Tensor>> {
+        cu.windows(2)
+            .map(|w| t.narrow(0, w[0] as usize, (w[1] - w[0]) as usize))
+            .collect()
+    }
+
+    #[test]
+    fn varlen_all_variants() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(4);
+        let cu_q: Vec<u32> = vec![0, 5, 17, 40, 41];
+        let cu_k: Vec<u32> = vec![0, 9, 20, 50, 90];
+        let (max_q, max_k) = (23, 40);
+        let (hq, hkv, d) = (8, 2, 64);
+        let seqlens_q = Tensor::new(cu_q.as_slice(), &dev)?;
+        let seqlens_k = Tensor::new(cu_k.as_slice(), &dev)?;
+        let slopes: Vec<f32> = (0..hq).map(|h| 0.3f32.powi(h as i32 + 1)).collect();
+        let alibi = Tensor::from_vec(slopes.clone(), hq, &dev)?;
+        for dtype in DTYPES {
+            let q = tensor(&mut rng, &[41, hq, d], 1.0, dtype, &dev)?;
+            let k = tensor(&mut rng, &[90, hkv, d], 1.0, dtype, &dev)?;
+            let v = tensor(&mut rng, &[90, hkv, d], 1.0, dtype, &dev)?;
+            let (qc, kc, vc) = (cpu32(&q)?, cpu32(&k)?, cpu32(&v)?);
+            let (qs, ks, vs) = (split(&qc, &cu_q)?, split(&kc, &cu_k)?, split(&vc, &cu_k)?);
+            let want = |l: Option<usize>,
+                        r: Option<usize>,
+                        cap: Option<f32>,
+                        sl: Option<Vec<f32>>|
+             -> Result<Vec<f32>> {
+                let mut out = Vec::new();
+                for i in 0..qs.len() {
+                    out.extend(reference(
+                        &qs[i],
+                        &ks[i],
+                        &vs[i],
+                        &spec(0.125, l, r, max_k, cap, sl.clone()),
+                    )?);
+                }
+                Ok(out)
+            };
+            let tag = format!("varlen {dtype:?}");
+            for causal in [false, true] {
+                let r = causal.then_some(0);
+                let got = fc::flash_attn_varlen(
+                    &q, &k, &v, &seqlens_q, &seqlens_k, max_q, max_k, 0.125, causal,
+                )?;
+                compare(
+                    &format!("{tag} causal={causal}"),
+                    &got,
+                    &want(None, r, None, None)?,
+                    dtype,
+                )?;
+                let got = fc::flash_attn_varlen_alibi(
+                    &q, &k, &v, &alibi, &seqlens_q, &seqlens_k, max_q, max_k, 0.125, causal,
+                )?;
+                compare(
+                    &format!("{tag} alibi causal={causal}"),
+                    &got,
+                    &want(None, r, None, Some(slopes.clone()))?,
+                    dtype,
+                )?;
+            }
+            for (l, r) in [(Some(4), Some(0)), (Some(6), Some(2)), (None, Some(1))] {
+                let got = fc::flash_attn_varlen_windowed(
+                    &q, &k, &v, &seqlens_q, &seqlens_k, max_q, max_k, 0.125, l, r,
+                )?;
+                compare(
+                    &format!("{tag} window {l:?} {r:?}"),
+                    &got,
+                    &want(l, r, None, None)?,
+                    dtype,
+                )?;
+                let got = fc::flash_attn_varlen_alibi_windowed(
+                    &q, &k, &v, &alibi, &seqlens_q, &seqlens_k, max_q, max_k, 0.125, l, r,
+                )?;
+                compare(
+                    &format!("{tag} alibi window {l:?} {r:?}"),
+                    &got,
+                    &want(l, r, None, Some(slopes.clone()))?,
+                    dtype,
+                )?;
+                let got = fc::flash_attn_varlen_alibi_windowed_softcap(
+                    &q,
+                    &k,
+                    &v,
+                    Some(&alibi),
+                    &seqlens_q,
+                    &seqlens_k,
+                    max_q,
+                    max_k,
+                    0.125,
+                    l,
+                    r,
+                    0.7,
+                )?;
+                compare(
+                    &format!("{tag} alibi softcap window {l:?} {r:?}"),
+                    &got,
+                    &want(l, r, Some(0.7), Some(slopes.clone()))?,
+                    dtype,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn varlen_paged() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(5);
+        let (hq, hkv, d, page) = (4, 2, 128, 32);
+        let cu_q: Vec<u32> = vec![0, 3, 4, 20];
+        let cu_k: Vec<u32> = vec![0, 40, 41, 141];
+        let (max_q, max_k) = (16, 100);
+        let max_blocks = 4;
+        let num_blocks = 14;
+        // A shuffled block table: sequence b's block j is table[b][j].
+        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+        for i in (1..ids.len()).rev() {
+            ids.swap(i, rng.gen_range(0..=i));
+        }
+        let table: Vec<u32> = ids[..3 * max_blocks].to_vec();
+        let block_table = Tensor::from_vec(table.clone(), (3, max_blocks), &dev)?;
+        let seqlens_q = Tensor::new(cu_q.as_slice(), &dev)?;
+        let seqlens_k = Tensor::new(cu_k.as_slice(), &dev)?;
+        for dtype in DTYPES {
+            let q = tensor(&mut rng, &[20, hq, d], 1.0, dtype, &dev)?;
+            let kp = tensor(&mut rng, &[num_blocks, page, hkv, d], 1.0, dtype, &dev)?;
+            let vp = tensor(&mut rng, &[num_blocks, page, hkv, d], 1.0, dtype, &dev)?;
+            let (qc, kpc, vpc) = (cpu32(&q)?, cpu32(&kp)?, cpu32(&vp)?);
+            let qs = split(&qc, &cu_q)?;
+            let gather = |pages: &Tensor, b: usize, len: usize| -> Result<Tensor> {
+                let rows: Vec<Tensor> = (0..max_blocks)
+                    .map(|j| pages.get(table[b * max_blocks + j] as usize))
+                    .collect::<Result<_>>()?;
+                Tensor::cat(&rows, 0)?.narrow(0, 0, len)
+            };
+            for (l, r, cap) in [
+                (None, None, None),
+                (None, Some(0), None),
+                (Some(7), Some(0), Some(0.6)),
+                (Some(20), Some(5), None),
+            ] {
+                let got = fc::flash_attn_varlen_paged_windowed(
+                    &q,
+                    &kp,
+                    &vp,
+                    &seqlens_q,
+                    &seqlens_k,
+                    &block_table,
+                    None,
+                    max_q,
+                    max_k,
+                    0.125,
+                    l,
+                    r,
+                    page,
+                    cap,
+                )?;
+                let mut want = Vec::new();
+                for b in 0..3 {
+                    let len = (cu_k[b + 1] - cu_k[b]) as usize;
+                    let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
+                    want.extend(reference(
+                        &qs[b],
+                        &kb,
+                        &vb,
+                        &spec(0.125, l, r, max_k, cap, None),
+                    )?);
+                }
+                compare(
+                    &format!("paged {dtype:?} {l:?} {r:?} softcap {cap:?}"),
+                    &got,
+                    &want,
+                    dtype,
+                )?;
+            }
+            // mm_prefix_ranges are refused with the reason.
+            let ranges = Tensor::zeros((3, 1, 2), DType::I32, &dev)?;
+            let err = fc::flash_attn_varlen_paged_windowed(
+                &q,
+                &kp,
+                &vp,
+                &seqlens_q,
+                &seqlens_k,
+                &block_table,
+                Some(&ranges),
+                max_q,
+                max_k,
+                0.125,
+                None,
+                Some(0),
+                page,
+                None,
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains("mm_prefix_ranges"), "{err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn kvcache_append_contiguous_and_paged() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(6);
+        let (b, hq, hkv, d, cap) = (2, 8, 2, 64, 128);
+        let used: Vec<u32> = vec![10, 77];
+        let seqused_k = Tensor::new(used.as_slice(), &dev)?;
+        for dtype in DTYPES {
+            for s_new in [0usize, 1, 3] {
+                let k_cache = tensor(&mut rng, &[b, cap, hkv, d], 1.0, dtype, &dev)?;
+                let v_cache = tensor(&mut rng, &[b, cap, hkv, d], 1.0, dtype, &dev)?;
+                let q = tensor(&mut rng, &[b, s_new.max(1), hq, d], 1.0, dtype, &dev)?;
+                let k_new = tensor(&mut rng, &[b, s_new, hkv, d], 1.0, dtype, &dev)?;
+                let v_new = tensor(&mut rng, &[b, s_new, hkv, d], 1.0, dtype, &dev)?;
+                let (kn, vn) = if s_new > 0 {
+                    (Some(&k_new), Some(&v_new))
+                } else {
+                    (None, None)
+                };
+                // Expected cache contents after the append, from host copies taken before.
+                let (kc0, vc0) = (cpu32(&k_cache)?, cpu32(&v_cache)?);
+                let got = fc::flash_attn_with_kvcache(
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    kn,
+                    vn,
+                    &seqused_k,
+                    None,
+                    None,
+                    0.125,
+                    None,
+                    Some(0),
+                    None,
+                )?;
+                let (qc, knc, vnc) = (cpu32(&q)?, cpu32(&k_new)?, cpu32(&v_new)?);
+                let mut want = Vec::new();
+                for (i, &u) in used.iter().enumerate() {
+                    let u = u as usize;
+                    let cat = |c: &Tensor, n: &Tensor| -> Result<Tensor> {
+                        Tensor::cat(&[c.get(i)?.narrow(0, 0, u)?, n.get(i)?], 0)
+                    };
+                    let (kb, vb) = (cat(&kc0, &knc)?, cat(&vc0, &vnc)?);
+                    want.extend(reference(
+                        &qc.get(i)?,
+                        &kb,
+                        &vb,
+                        &spec(0.125, None, Some(0), cap, None, None),
+                    )?);
+                    if s_new > 0 {
+                        // The new rows are now in the cache at seqused_k[b].
+                        let written = cpu32(&k_cache)?.get(i)?.narrow(0, u, s_new)?;
+                        let diff = (written - knc.get(i)?)?
+                            .abs()?
+                            .max_all()?
+                            .to_scalar::<f32>()?;
+                        assert_eq!(diff, 0.0, "k_new written into the cache");
+                    }
+                }
+                compare(
+                    &format!("kvcache {dtype:?} s_new={s_new}"),
+                    &got,
+                    &want,
+                    dtype,
+                )?;
+            }
+            // Paged cache, no append, GQA, sliding window.
+            let (page, blocks) = (64, 6);
+            let kp = tensor(&mut rng, &[blocks, page, hkv, d], 1.0, dtype, &dev)?;
+            let vp = tensor(&mut rng, &[blocks, page, hkv, d], 1.0, dtype, &dev)?;
+            let table: Vec<u32> = vec![5, 0, 3, 1, 2, 4];
+            let block_table = Tensor::from_vec(table.clone(), (2, 3), &dev)?;
+            let q = tensor(&mut rng, &[b, 1, hq, d], 1.0, dtype, &dev)?;
+            let got = fc::flash_attn_with_kvcache(
+                &q,
+                &kp,
+                &vp,
+                None,
+                None,
+                &seqused_k,
+                Some(&block_table),
+                None,
+                0.125,
+                Some(16),
+                Some(0),
+                None,
+            )?;
+            let (kpc, vpc, qc) = (cpu32(&kp)?, cpu32(&vp)?, cpu32(&q)?);
+            let mut want = Vec::new();
+            for i in 0..b {
+                let g = |p: &Tensor| -> Result<Tensor> {
+                    let rows: Vec<Tensor> = (0..3)
+                        .map(|j| p.get(table[i * 3 + j] as usize))
+                        .collect::<Result<_>>()?;
+                    Tensor::cat(&rows, 0)?.narrow(0, 0, used[i] as usize)
+                };
+                want.extend(reference(
+                    &qc.get(i)?,
+                    &g(&kpc)?,
+                    &g(&vpc)?,
+                    &spec(0.125, Some(16), Some(0), 3 * page, None, None),
+                )?);
+            }
+            compare(&format!("kvcache paged {dtype:?}"), &got, &want, dtype)?;
+        }
+        Ok(())
+    }
+}
