@@ -760,16 +760,16 @@ mod tests {
         assert_eq!(p.cases.len(), 24);
     }
 
-    #[test]
-    fn a_saved_decode_report_renders_without_a_gpu() {
-        let dir = std::env::temp_dir().join(format!("bench-decode-test-{}", std::process::id()));
+    /// Writes `report` as a saved JSON report into a fresh temporary folder and renders it with
+    /// `bench-all --from-json` (no GPU); returns the folder and the output folder inside it.
+    fn render_saved_report(
+        tag: &str,
+        report: &modes::ModeReport,
+    ) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("in.json");
-        std::fs::write(
-            &json,
-            serde_json::to_string(&decode::tests::fixture()).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(&json, serde_json::to_string(report).unwrap()).unwrap();
         let out = dir.join("out");
         let a = Cli::try_parse_from([
             "bench-all",
@@ -781,6 +781,13 @@ mod tests {
         .unwrap()
         .args;
         run(a).unwrap();
+        (dir, out)
+    }
+
+    #[test]
+    fn a_saved_decode_report_renders_without_a_gpu() {
+        let (dir, out) = render_saved_report("bench-decode-test", &decode::tests::fixture());
+        let json = dir.join("in.json");
         let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
         assert!(md.contains("# flashcore bench-all --suite decode"), "{md}");
         assert!(md.contains("### Copy ceiling"), "{md}");
@@ -824,25 +831,7 @@ mod tests {
 
     #[test]
     fn a_saved_mode_report_renders_without_a_gpu() {
-        let dir = std::env::temp_dir().join(format!("bench-modes-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let json = dir.join("in.json");
-        std::fs::write(
-            &json,
-            serde_json::to_string(&modes::tests::fixture()).unwrap(),
-        )
-        .unwrap();
-        let out = dir.join("out");
-        let a = Cli::try_parse_from([
-            "bench-all",
-            "--from-json",
-            json.to_str().unwrap(),
-            "--out-dir",
-            out.to_str().unwrap(),
-        ])
-        .unwrap()
-        .args;
-        run(a).unwrap();
+        let (dir, out) = render_saved_report("bench-modes-test", &modes::tests::fixture());
         let md = std::fs::read_to_string(out.join("bench-varlen.md")).unwrap();
         assert!(md.contains("## Comparisons"), "{md}");
         assert!(
