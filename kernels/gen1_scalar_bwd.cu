@@ -24,19 +24,6 @@
 #define SCALAR_BWD_COLS (SCALAR_BWD_MAX_HEAD_DIM / SCALAR_BWD_THREADS)
 #define FC_LOG2E 1.4426950408889634f
 
-__device__ __forceinline__ long long do_offset(const BackwardParams& g, int b, int h, int row) {
-    return (long long)b * g.do_batch_stride + (long long)h * g.do_head_stride + (long long)row * g.do_row_stride;
-}
-__device__ __forceinline__ long long dq_offset(const BackwardParams& g, int b, int h, int row) {
-    return (long long)b * g.dq_batch_stride + (long long)h * g.dq_head_stride + (long long)row * g.dq_row_stride;
-}
-__device__ __forceinline__ long long dk_offset(const BackwardParams& g, int b, int h, int row) {
-    return (long long)b * g.dk_batch_stride + (long long)h * g.dk_head_stride + (long long)row * g.dk_row_stride;
-}
-__device__ __forceinline__ long long dv_offset(const BackwardParams& g, int b, int h, int row) {
-    return (long long)b * g.dv_batch_stride + (long long)h * g.dv_head_stride + (long long)row * g.dv_row_stride;
-}
-
 // p_ij from the raw dot product and the row's natural-log LSE (log2 domain: one exp2).
 __device__ __forceinline__ float prob(const AttentionParams& p, float dot, float lse) {
     return exp2f(dot * p.scale_log2 - lse * FC_LOG2E);

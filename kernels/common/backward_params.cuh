@@ -15,3 +15,17 @@ struct BackwardParams {
     long long dk_batch_stride, dk_head_stride, dk_row_stride;
     long long dv_batch_stride, dv_head_stride, dv_row_stride;
 };
+
+// Element offsets of row `row` of (batch b, head h) in dO, dQ, dK, dV (64-bit, as tensor_index.cuh).
+__device__ __forceinline__ long long do_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.do_batch_stride + (long long)h * g.do_head_stride + (long long)row * g.do_row_stride;
+}
+__device__ __forceinline__ long long dq_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dq_batch_stride + (long long)h * g.dq_head_stride + (long long)row * g.dq_row_stride;
+}
+__device__ __forceinline__ long long dk_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dk_batch_stride + (long long)h * g.dk_head_stride + (long long)row * g.dk_row_stride;
+}
+__device__ __forceinline__ long long dv_offset(const BackwardParams& g, int b, int h, int row) {
+    return (long long)b * g.dv_batch_stride + (long long)h * g.dv_head_stride + (long long)row * g.dv_row_stride;
+}

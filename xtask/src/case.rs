@@ -250,7 +250,7 @@ pub fn grad_output(case: &Case) -> Array4<f32> {
 
 /// Runs one backward case and judges dQ, dK, dV by the oracle's backward rule. O and LSE come
 /// from the GPU forward of the generation of the same name (the scalar forward if there is
-/// none), as a training step would feed them; dO is fresh random. The gradients are poisoned
+/// none or it does not take the problem), as a training step would feed them; dO is fresh random. The gradients are poisoned
 /// with NaN before the launch (`backward_host`) and every element is judged, so an element never
 /// written fails.
 pub fn run_backward_case(
@@ -265,7 +265,11 @@ pub fn run_backward_case(
     if !p.modes.is_dense() {
         return BwdOutcome::Skipped("the backward pass takes dense problems only".into());
     }
-    let Some(forward) = flashcore::kernel(kernel.name()).or_else(|| flashcore::kernel("scalar"))
+    // The forward of the same generation when it takes the problem (the portable backward is
+    // built for head dims its forward is not), else the scalar one.
+    let Some(forward) = flashcore::kernel(kernel.name())
+        .filter(|f| f.supports(p, device.info()).is_ok())
+        .or_else(|| flashcore::kernel("scalar"))
     else {
         return BwdOutcome::Fail("no forward kernel to produce O and LSE".into(), None);
     };

@@ -43,14 +43,17 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     v
 }
 
-/// Every backward kernel compiled in (`AttentionBackward`), fastest first. Today only the
-/// scalar baseline (`kernels/gen1_scalar_bwd.cu`).
+/// Every backward kernel compiled in (`AttentionBackward`), fastest first: generation 5's
+/// portable mma.sync backward (`kernels/gen5_portable_bwd.cu`), then the scalar baseline
+/// (`kernels/gen1_scalar_bwd.cu`).
 #[allow(clippy::vec_init_then_push)]
 pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[cfg(feature = "aot")]
     aot::install();
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn AttentionBackward>> = Vec::new();
+    #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PersistentPortable));
     #[cfg(feature = "scalar")]
     v.push(Box::new(flashcore_scalar::Scalar));
     v

@@ -14,6 +14,8 @@
 //!   force plans every problem with a head dim it is built for here (the sweep's way through
 //!   this kernel at every shape; slow for long queries, never wrong).
 //! - `FLASHCORE_DECODE_SPLITS=N` (1..=[`MAX_SPLITS`]): force the split count.
+//! - `FLASHCORE_DECODE_SPLITS=sweep`: a split count drawn per problem (see [`sweep_splits`]), so
+//!   one verify sweep covers the whole range of counts, each case reproducible from its shape.
 
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
@@ -54,6 +56,8 @@ pub struct DecodeConfig {
     pub mode: DecodeMode,
     /// Forced split count; `None` lets [`auto_splits`] choose.
     pub splits: Option<usize>,
+    /// Draw the split count per problem ([`sweep_splits`]); overrides `splits`.
+    pub sweep: bool,
 }
 
 impl DecodeConfig {
@@ -76,11 +80,15 @@ impl DecodeConfig {
             };
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
+            if v.trim() == "sweep" {
+                c.sweep = true;
+                return Ok(c);
+            }
             match v.trim().parse::<usize>() {
                 Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
                 _ => {
                     return Err(format!(
-                        "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS}"
+                        "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
                     ))
                 }
             }
@@ -164,6 +172,22 @@ pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize) -> usize {
         .clamp(1, MAX_SPLITS)
 }
 
+/// The split count of `FLASHCORE_DECODE_SPLITS=sweep`: drawn from a hash of the problem, half
+/// the time in 1..=[`MAX_SPLITS`] (counts past the key tiles leave splits empty, which the
+/// combine must skip) and half the time in 1..=key tiles + 1 (the counts a real plan uses).
+pub fn sweep_splits(problem: &AttentionProblem) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{problem:?}").hash(&mut h);
+    let h = h.finish() as usize;
+    let range = if h % 2 == 0 {
+        MAX_SPLITS
+    } else {
+        (max_key_tiles(problem) + 1).min(MAX_SPLITS)
+    };
+    1 + (h / 2) % range
+}
+
 /// f32 words of workspace a plan with `splits > 1` needs: per (unit, split, packed row) an O row
 /// of `head_dim` and one LSE (the kernel's `partial_row` / `partial_lse_base`).
 pub fn workspace_f32(units: usize, splits: usize, head_dim: usize) -> Option<usize> {
@@ -212,9 +236,12 @@ pub fn plan(
         ));
     }
     let units = units(problem);
-    let mut splits = cfg
-        .splits
-        .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), device.sm_count as usize));
+    let mut splits = if cfg.sweep {
+        sweep_splits(problem)
+    } else {
+        cfg.splits
+            .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), device.sm_count as usize))
+    };
     let mut workspace = 0;
     while splits > 1 {
         match workspace_f32(units, splits, d) {
@@ -348,11 +375,13 @@ mod tests {
         let forced = DecodeConfig {
             mode: DecodeMode::Force,
             splits: None,
+            sweep: false,
         };
         assert!(takes(&decode_problem(4, 32, 8, 128, 8192), &forced));
         let off = DecodeConfig {
             mode: DecodeMode::Off,
             splits: None,
+            sweep: false,
         };
         assert!(!takes(&decode_problem(8, 32, 8, 1, 8192), &off));
     }
@@ -381,6 +410,7 @@ mod tests {
         let cfg = DecodeConfig {
             mode: DecodeMode::Auto,
             splits: Some(7),
+            sweep: false,
         };
         let p = decode_problem(2, 4, 2, 1, 100);
         let plan = super::plan("t", &p, &dev, &cfg).unwrap();
@@ -391,6 +421,7 @@ mod tests {
         let cfg = DecodeConfig {
             mode: DecodeMode::Auto,
             splits: Some(256),
+            sweep: false,
         };
         let plan = super::plan("t", &big, &dev, &cfg).unwrap();
         assert!(plan.workspace_f32 * 4 <= MAX_WORKSPACE_BYTES);
@@ -431,5 +462,34 @@ mod tests {
             assert!(e.contains("FLASHCORE_DECODE_SPLITS"), "{e}");
         }
         assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "sometimes")])).is_err());
+        assert!(
+            DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_SPLITS", "sweep")]))
+                .unwrap()
+                .sweep
+        );
+    }
+
+    #[test]
+    fn the_sweep_covers_one_to_the_maximum_and_is_reproducible() {
+        let mut seen = std::collections::BTreeSet::new();
+        for sk in 1..600 {
+            let p = AttentionProblem::new(1 + sk % 3, 8, 1 + sk % 5, 128).with_kv(2, 7 * sk);
+            let n = sweep_splits(&p);
+            assert!((1..=MAX_SPLITS).contains(&n));
+            assert_eq!(n, sweep_splits(&p));
+            seen.insert(n);
+        }
+        assert!(
+            seen.contains(&1) && *seen.last().unwrap() > MAX_SPLITS / 2,
+            "{seen:?}"
+        );
+        let cfg = DecodeConfig {
+            mode: DecodeMode::Force,
+            splits: None,
+            sweep: true,
+        };
+        let p = AttentionProblem::new(2, 8, 1, 128).with_kv(2, 4000);
+        let plan = super::plan("t", &p, &DeviceInfo::synthetic_h100(), &cfg).unwrap();
+        assert_eq!(plan.num_splits as usize, sweep_splits(&p));
     }
 }

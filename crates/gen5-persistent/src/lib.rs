@@ -13,6 +13,7 @@
 //!
 //! Design and barrier protocols: docs/generations/gen5-persistent.md and gen5-decode.md.
 
+pub mod backward;
 pub mod decode;
 pub mod hopper;
 pub mod portable;

@@ -1,0 +1,146 @@
+//! The portable path's backward pass (`kernels/gen5_portable_bwd.cu`, mma.sync, sm_80+):
+//! D = rowsum(dO ∘ O), then dK/dV per 64-key tile, then dQ per 64-row query tile. Deterministic:
+//! no atomics, each gradient element summed by one warp in a fixed order. Design and
+//! measurements: `docs/generations/gen5-portable-bwd.md`.
+
+use flashcore_core::backward::AttentionBackward;
+use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::{
+    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
+    Unsupported,
+};
+
+use crate::PersistentPortable;
+
+pub const SOURCE: &str = "gen5_portable_bwd.cu";
+/// Head dims the backward is built for: above 128 the dK and dV accumulators of a warp's 16
+/// keys do not fit its registers (the scalar backward takes those).
+pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128];
+const WARPS: u32 = 4;
+const THREADS: u32 = 32 * WARPS;
+/// Keys per dK/dV block and queries per dQ block (16 per warp), and the dQ kernel's key tile.
+pub const KEY_TILE_ROWS: usize = 64;
+pub const QUERY_TILE_ROWS: usize = 64;
+
+/// Query rows per step of the dK/dV kernel (`dkdv_query_rows`).
+pub fn dkdv_query_rows(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        64
+    } else {
+        32
+    }
+}
+
+/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors.
+pub fn dkdv_smem_bytes(head_dim: usize) -> usize {
+    let rows = dkdv_query_rows(head_dim);
+    2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4
+}
+
+/// `dq_smem_bytes`: Q and dO tiles, two (K, V) buffers.
+pub fn dq_smem_bytes(head_dim: usize) -> usize {
+    2 * QUERY_TILE_ROWS * head_dim * 2 + 4 * KEY_TILE_ROWS * head_dim * 2
+}
+
+impl AttentionBackward for PersistentPortable {
+    fn name(&self) -> &'static str {
+        "persistent-portable"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::NONE)
+    }
+
+    /// Three launches; the workspace holds D (`batch · heads_q · seq_q` words), written whole by
+    /// the first launch before the others read it: no counters.
+    fn plan_backward(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let name = AttentionBackward::name(self);
+        let d = problem.head_dim;
+        AttentionBackward::capabilities(self).require_head_dim(name, d)?;
+        let smem = [dkdv_smem_bytes(d), dq_smem_bytes(d)];
+        let limit = device.max_shared_memory_per_block_optin as usize;
+        if let Some(&need) = smem.iter().find(|&&s| s > limit) {
+            return Err(Unsupported::new(
+                name,
+                format!("needs {need} bytes of shared memory per block; the device allows {limit}"),
+            ));
+        }
+        let defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
+        let launch = |entry: &'static str, items: usize, smem: usize| KernelLaunch {
+            source: SOURCE,
+            entry,
+            defines: defines.clone(),
+            grid: (linear_grid(items), 1, 1),
+            block: (THREADS, 1, 1),
+            dynamic_smem_bytes: smem as u32,
+            tensor_maps: None,
+        };
+        let p = problem;
+        let rows = p.batch * p.heads_q * p.seq_q;
+        let key_items = p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS);
+        let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
+        Ok(LaunchPlan {
+            launches: vec![
+                launch("bwd_portable_dot_do_o", tiles(rows, WARPS as usize), 0),
+                launch("bwd_portable_dk_dv", key_items, smem[0]),
+                launch("bwd_portable_dq", query_items, smem[1]),
+            ],
+            workspace_f32: rows,
+            workspace_counters: 0,
+            num_splits: 1,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_is_three_launches_sized_by_tiles() {
+        let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
+        let plan = PersistentPortable
+            .plan_backward(&p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            [
+                "bwd_portable_dot_do_o",
+                "bwd_portable_dk_dv",
+                "bwd_portable_dq"
+            ]
+        );
+        assert_eq!(
+            plan.launches[0].grid.0,
+            (2 * 8 * 100usize).div_ceil(4) as u32
+        );
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 5); // 300 keys: 5 tiles of 64
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2); // 100 rows: 2 tiles of 64
+        assert_eq!(plan.workspace_f32, 1600);
+        // K, V (16 KiB each), 2 x (Q, dO) of 32 rows (8 KiB each), 4 x 32 floats.
+        assert_eq!(plan.launches[1].dynamic_smem_bytes, 32768 + 32768 + 512);
+        assert_eq!(plan.launches[2].dynamic_smem_bytes, 6 * 16384);
+    }
+
+    #[test]
+    fn unbuilt_head_dims_and_small_devices_are_refused_with_the_reason() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let e = PersistentPortable
+            .supports_backward(&AttentionProblem::new(1, 2, 64, 256), &h100)
+            .unwrap_err();
+        assert!(e.to_string().contains("head_dim 256"), "{e}");
+        let small = DeviceInfo {
+            max_shared_memory_per_block_optin: 64 * 1024,
+            ..h100
+        };
+        let e = PersistentPortable
+            .plan_backward(&AttentionProblem::new(1, 2, 64, 128), &small)
+            .unwrap_err();
+        assert!(e.to_string().contains("shared memory"), "{e}");
+    }
+}
