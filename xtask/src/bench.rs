@@ -515,23 +515,7 @@ fn prepare(
     problem: &flashcore::AttentionProblem,
     args: &Args,
 ) -> Result<(ShapeCheck, Buffers)> {
-    let seed = args.seed
-        ^ (shape.batch as u64) << 48
-        ^ (shape.heads as u64) << 40
-        ^ (shape.seq as u64) << 16
-        ^ (shape.head_dim as u64) << 4
-        ^ shape.causal as u64;
-    let dims = |heads, seq| [problem.batch, heads, seq, problem.head_dim];
-    let dt = problem.dtype;
-    let q = random_tensor_parallel(dt, dims(problem.heads_q, problem.seq_q), seed);
-    let k = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 1);
-    let v = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 2);
-    let check = ShapeCheck::new(problem, q.view(), k.view(), v.view(), args.check_rows, seed);
-    let bits = |a: &ndarray::Array4<f32>| {
-        flashcore::host::to_bits(dt, &to_layout(a.view(), problem.layout))
-    };
-    let (qb, kb, vb) = (bits(&q), bits(&k), bits(&v));
-    drop((q, k, v));
+    let (check, [qb, kb, vb]) = shape_inputs(shape, problem, args);
     let elems = problem.q_len() + problem.k_len() + problem.v_len() + problem.o_len();
     let set_bytes = elems * 2;
     let alloc_bytes = set_bytes + problem.lse_len() * 4;
@@ -546,6 +530,35 @@ fn prepare(
     );
     let bufs = Buffers::new(device, problem, &qb, &kb, &vb, sets)?;
     Ok((check, bufs))
+}
+
+/// The seed of a shape's inputs (`--seed` mixed with the shape).
+pub(crate) fn shape_seed(seed: u64, shape: &Shape) -> u64 {
+    seed ^ (shape.batch as u64) << 48
+        ^ (shape.heads as u64) << 40
+        ^ (shape.seq as u64) << 16
+        ^ (shape.head_dim as u64) << 4
+        ^ shape.causal as u64
+}
+
+/// Q, K, V of a shape (random normal, seeded by the shape) as dtype bits in the problem's
+/// layout order, and the oracle's forward references on sampled rows.
+pub(crate) fn shape_inputs(
+    shape: &Shape,
+    problem: &flashcore::AttentionProblem,
+    args: &Args,
+) -> (ShapeCheck, [Vec<u16>; 3]) {
+    let seed = shape_seed(args.seed, shape);
+    let dims = |heads, seq| [problem.batch, heads, seq, problem.head_dim];
+    let dt = problem.dtype;
+    let q = random_tensor_parallel(dt, dims(problem.heads_q, problem.seq_q), seed);
+    let k = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 1);
+    let v = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 2);
+    let check = ShapeCheck::new(problem, q.view(), k.view(), v.view(), args.check_rows, seed);
+    let bits = |a: &ndarray::Array4<f32>| {
+        flashcore::host::to_bits(dt, &to_layout(a.view(), problem.layout))
+    };
+    (check, [bits(&q), bits(&k), bits(&v)])
 }
 
 /// The oracle's judgement of one output (O bits, LSE as read back): (error ratio, rows judged),
