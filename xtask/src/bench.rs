@@ -11,6 +11,8 @@
 //! `bench-<suite>.json` and `.md`. So does `--suite decode` (`decode`: decode, chunked-prefill
 //! and speculative rows on contiguous and paged caches as graph replays, in GB/s of K/V against a
 //! device-to-device copy of the same bytes and against the peers in the same run).
+//! `--pass bwd | fwdbwd` times the backward kernels instead (`backward`, pure, and
+//! `backward_gpu`), writing `bench-bwd.json` / `bench-fwdbwd.json` and `.md`.
 
 pub mod backward;
 pub mod backward_gpu;
@@ -40,7 +42,8 @@ use suite::{CausalSel, Shape, Suite};
 /// Options of `cargo xtask bench-all`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Generations to time, comma-separated (default: every one compiled in).
+    /// Generations to time, comma-separated (default: every one compiled in); backward kernels
+    /// with --pass bwd | fwdbwd.
     #[arg(long, value_delimiter = ',')]
     pub kernels: Option<Vec<String>>,
     /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3;
