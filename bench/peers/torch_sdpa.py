@@ -2,7 +2,7 @@
 """Times the peer attention kernels that flashcore is compared with, for `cargo xtask bench-all`.
 
     python3 bench/peers/torch_sdpa.py --shapes shapes.json --out peers.json [--quick]
-        [--decode] [--backends sdpa_flash,sdpa_cudnn,...]
+        [--decode | --backward] [--backends sdpa_flash,sdpa_cudnn,...]
 
 Peers: PyTorch SDPA forced onto one backend at a time (FlashAttention-2, cuDNN, memory-efficient)
 and, when `flash_attn_interface` (FlashAttention-3, Hopper) or `flash_attn3_jax` imports, FA3.
@@ -45,6 +45,16 @@ than the L2: at least 3 input sets rotated (more if 2x L2 needs them), 30 calls 
 CUDA graph, the graph replayed 11 times with each replay timed by events, the median per call
 reported as a "graph" row (no eager row). Rows also carry "gbps": K and V bytes read
 (2*B*H_kv*S_k*D*2) / time.
+
+--backward (`cargo xtask bench-all --pass bwd | fwdbwd`): the method of the backward anchor file
+(shared/anchors/h100-backward-peers.txt) with this script's sampling. Q, K, V require grad and each
+input set has its own random dO. Per backend, samples of `fwd` (the forward alone, autograd on)
+and of `fwd + torch.autograd.grad(out, (q, k, v), dO)` alternate, each sample CUDA events around
+back-to-back calls lasting >= 20 ms, sets rotated as above; "fwd_us" and "fwdbwd_us" are the
+medians and "bwd_us" = fwdbwd_us - fwd_us. One "eager" row per backend with those three times,
+"tflops" on 2.5x the forward FLOPs (bwd), "fwdbwd_tflops" on 3.5x, "rel" of the output and
+"grad_rel" {"dq", "dk", "dv"} of head (0, 0) against float64 gradients of sum(O * dO) (null
+under GQA), "calls" (fwd + grad calls per sample) and "calls_fwd". No graph rows.
 
 --backends NAME,...: time only these peers (others are not looked for, nor listed as skipped).
 
@@ -134,6 +144,8 @@ def main():
     ap.add_argument("--decode", action="store_true",
                     help=f"graph replays only: >= {DECODE_SETS} sets, {DECODE_GRAPH_CALLS} calls "
                          f"captured, {DECODE_REPLAYS} replays, median per call")
+    ap.add_argument("--backward", action="store_true",
+                    help="time fwd and fwd + autograd.grad; bwd = the difference")
     ap.add_argument("--backends", default=None,
                     help=f"comma-separated peers to time (of {', '.join(BACKENDS)}; default all)")
     args = ap.parse_args()
@@ -143,6 +155,8 @@ def main():
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             fail(2, f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
+    if args.decode and args.backward:
+        fail(2, "--decode and --backward do not go together")
     shapes = load_shapes(args.shapes)
 
     try:
@@ -155,14 +169,21 @@ def main():
 
     # Expected refusals are reported in the rows (see _time_backend), not as warnings.
     warnings.filterwarnings("ignore", category=UserWarning)
-    bench = Bench(torch, quick=args.quick, decode=args.decode, wanted=backends)
+    bench = Bench(torch, quick=args.quick, decode=args.decode, wanted=backends,
+                  backward=args.backward)
     rows = []
     for shape in shapes:
         shape_rows = bench.run_shape(shape)
         rows.extend(shape_rows)
         # Progress on stderr: stdout stays clean for a caller that might parse it.
         for r in shape_rows:
-            what = r.get("error") or f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
+            if "error" in r:
+                what = r["error"]
+            elif args.backward:
+                what = (f"fwd {r['fwd_us']:.1f} us, fwd+grad {r['fwdbwd_us']:.1f} us, "
+                        f"bwd {r['bwd_us']:.1f} us rel {r['rel']} grad_rel {r['grad_rel']}")
+            else:
+                what = f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
             if "gbps" in r:
                 what += f" {r['gbps']:.0f} GB/s"
             print(f"[peers] {shape} {r['backend']}/{r.get('method', '-')}: {what}", file=sys.stderr)
@@ -175,6 +196,7 @@ def main():
         "l2_bytes": bench.l2_bytes,
         "quick": args.quick,
         "decode": args.decode,
+        "backward": args.backward,
         "skipped": bench.skipped,
         "rows": rows,
     }
@@ -195,10 +217,11 @@ def finite_or_null(x):
 
 
 class Bench:
-    def __init__(self, torch, quick, decode=False, wanted=None):
+    def __init__(self, torch, quick, decode=False, wanted=None, backward=False):
         self.torch = torch
         self.quick = quick
         self.decode = decode
+        self.backward = backward
         self.wanted = wanted  # None: every backend
         # Sample length and count: the project's method, or a fast smoke version of it.
         self.target_ms = 2.0 if quick else 20.0
@@ -278,8 +301,10 @@ class Bench:
             # so it would not be measured the same way as everything else here: reported, not
             # timed.
             reasons.append("flash_attn3_jax imports, but a JAX kernel is not timed by this "
-                           "torch-based script (different runtime: bench/peers/fa3_jax.py "
-                           "times it in its own process)")
+                           "torch-based script (different runtime: " +
+                           ("its backward comes from the anchors, h100-backward-peers.txt)"
+                            if self.backward else
+                            "bench/peers/fa3_jax.py times it in its own process)"))
         except Exception as e:
             reasons.append(f"flash_attn3_jax: {type(e).__name__}: {e}")
         self.skipped.append({"backend": "fa3", "reason": "; ".join(reasons)})
@@ -304,18 +329,24 @@ class Bench:
             return [dict(shape, backend=name, error=f"out of memory allocating inputs: {e}")
                     for name, _, _ in self.backends]
         try:
-            ref = reference_head(torch, sets[0], shape["causal"])
+            if self.backward:
+                # dK, dV of K/V head 0 sum over its query heads: head 0 alone is the whole
+                # gradient only without GQA.
+                ref = reference_head_grads(torch, sets[0], shape["causal"], hkv == h)
+            else:
+                ref = reference_head(torch, sets[0], shape["causal"])
         except Exception as e:  # e.g. out of memory on a very long sequence: time it anyway
             print(f"[peers] {shape}: no float64 reference ({short_error(e)}); rel = null",
                   file=sys.stderr)
             ref = None
             torch.cuda.empty_cache()
+        time_one = self._time_backward if self.backward else self._time_backend
         for name, context, fn in self.backends:
             try:
                 with context():
-                    rows.extend(self._time_backend(shape, name, fn, sets, ref))
+                    rows.extend(time_one(shape, name, fn, sets, ref))
             except Refused as e:
-                if hkv == h or not name.startswith("sdpa"):
+                if self.backward or hkv == h or not name.startswith("sdpa"):
                     rows.append(dict(shape, backend=name, error=short_error(e)))
                 else:
                     rows.extend(self._time_repeated_kv(shape, name, context, fn, sets, ref, e))
@@ -331,19 +362,32 @@ class Bench:
 
     def _input_sets(self, b, h, hkv, s, sk, d, dtype):
         """Enough independent (q, k, v) sets that rotating through them touches more than twice
-        the L2 (each call also writes an output of q's size), within a quarter of free memory."""
+        the L2 (each call also writes an output of q's size), within a quarter of free memory.
+        --backward: (q, k, v, dO) sets, q, k, v requiring grad; a call also reads O and dO and
+        writes dQ, dK, dV."""
         torch = self.torch
         q_elems, kv_elems = b * h * s * d, b * hkv * sk * d
-        set_bytes = (2 * q_elems + 2 * kv_elems) * 2  # q, k, v read + o written
+        if self.backward:
+            set_bytes = (4 * q_elems + 4 * kv_elems) * 2
+            held = (2 * q_elems + 2 * kv_elems) * 2
+        else:
+            set_bytes = (2 * q_elems + 2 * kv_elems) * 2  # q, k, v read + o written
+            held = (q_elems + 2 * kv_elems) * 2
         want = max(DECODE_SETS if self.decode else 2,
                    math.ceil(2 * self.l2_bytes / set_bytes) + 1)
-        fit = max(1, int(0.25 * self.free_bytes) // ((q_elems + 2 * kv_elems) * 2))
+        fit = max(1, int(0.25 * self.free_bytes) // held)
         n = min(want, fit, 2 if self.quick else 1000)
         gen = torch.Generator(device="cuda").manual_seed(0)
-        return [(torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen),
-                 torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen),
-                 torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen))
-                for _ in range(n)]
+
+        def one():
+            q = torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen)
+            k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
+            v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
+            if not self.backward:
+                return (q, k, v)
+            d_o = torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen)
+            return (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), d_o)
+        return [one() for _ in range(n)]
 
     def _time_repeated_kv(self, shape, name, context, fn, sets, ref, refused):
         """A backend that refused enable_gqa, timed on K/V repeated to the query heads: the
@@ -369,17 +413,18 @@ class Bench:
             del rep
             torch.cuda.empty_cache()
 
-    def _time_backend(self, shape, name, fn, sets, ref):
+    def _first_call(self, call):
+        """call()'s result, synchronized; raises Refused if the backend refuses the shape. SDPA
+        says why only through UserWarnings ("Flash attention requires ... head_dim <= 256"),
+        and raises a bare "No available kernel": the warnings go into the error row instead of
+        onto stderr."""
         torch = self.torch
-        causal = shape["causal"]
-        # First call: raises if the backend refuses the shape. SDPA says why only through
-        # UserWarnings ("Flash attention requires ... head_dim <= 256"), and raises a bare "No
-        # available kernel": the warnings go into the error row instead of onto stderr.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                out = fn(*sets[0], causal)
+                result = call()
                 torch.cuda.synchronize()
+                return result
             except Exception as e:
                 why = []
                 for w in caught:
@@ -390,6 +435,11 @@ class Bench:
                             and "runtime disabled" not in text):
                         why.append(text)
                 raise Refused("; ".join([short_error(e)] + why)) from e
+
+    def _time_backend(self, shape, name, fn, sets, ref):
+        torch = self.torch
+        causal = shape["causal"]
+        out = self._first_call(lambda: fn(*sets[0], causal))
         rel = rel_error(torch, out[0, 0], ref)
         del out
 
@@ -415,6 +465,51 @@ class Bench:
             except Exception as e:
                 rows.append(dict(shape, backend=name, method="graph", error=short_error(e)))
         return rows
+
+    def _time_backward(self, shape, name, fn, sets, ref):
+        """--backward: the first call checked (output and gradients against `ref`, gradients
+        finite), then alternating samples of fwd and fwd + grad; one row."""
+        torch = self.torch
+        causal = shape["causal"]
+
+        def fwd(q, k, v, d_o, causal):
+            return fn(q, k, v, causal)
+
+        def fwd_grad(q, k, v, d_o, causal):
+            return torch.autograd.grad(fn(q, k, v, causal), (q, k, v), d_o)
+
+        q, k, v, d_o = sets[0]
+        out, grads = self._first_call(
+            lambda: (lambda o: (o, torch.autograd.grad(o, (q, k, v), d_o)))(fn(q, k, v, causal)))
+        ref_out, ref_grads = ref if ref is not None else (None, None)
+        rel = rel_error(torch, out[0, 0].detach(), ref_out)
+        grad_rel = None
+        if ref_grads is not None:
+            grad_rel = {n: rel_error(torch, g[0, 0], r)
+                        for n, g, r in zip(("dq", "dk", "dv"), grads, ref_grads)}
+        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        del out, grads
+        if not finite:
+            return [dict(shape, backend=name, rel=rel, grad_rel=grad_rel,
+                         error="non-finite gradients on the first call")]
+
+        calls_f = calls_for(self._time_eager(fwd, sets, causal, calls=3, repeats=1),
+                            self.target_ms)
+        calls_fb = calls_for(self._time_eager(fwd_grad, sets, causal, calls=3, repeats=1),
+                             self.target_ms)
+        fwd_samples, fb_samples = [], []
+        for _ in range(self.repeats):  # alternating: a drift of clocks hits both alike
+            fwd_samples.append(self._time_eager(fwd, sets, causal, calls_f, 1))
+            fb_samples.append(self._time_eager(fwd_grad, sets, causal, calls_fb, 1))
+        fwd_us = statistics.median(fwd_samples)
+        fb_us = statistics.median(fb_samples)
+        bwd_us = fb_us - fwd_us
+        f = flops(shape)
+        return [dict(shape, backend=name, method="eager", fwd_us=fwd_us, fwdbwd_us=fb_us,
+                     bwd_us=bwd_us,
+                     tflops=2.5 * f / bwd_us / 1e6 if bwd_us > 0 else None,
+                     fwdbwd_tflops=3.5 * f / fb_us / 1e6, rel=rel, grad_rel=grad_rel,
+                     calls=calls_fb, calls_fwd=calls_f, repeats=self.repeats, sets=len(sets))]
 
     def _time_eager(self, fn, sets, causal, calls, repeats):
         """Median over `repeats` samples of (event time of `calls` back-to-back calls) / calls,
@@ -532,6 +627,39 @@ def reference_head(torch, qkv, causal):
             scores.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
         out[r0:r0 + chunk] = torch.softmax(scores, dim=-1) @ v
     return out
+
+
+def reference_head_grads(torch, sets0, causal, with_grads):
+    """(O, (dQ, dK, dV)) of batch 0, head 0 in float64 for the loss sum(O * dO), in row chunks
+    (as reference_head): per chunk P = softmax(q k^T / sqrt(d) + mask), dV += P^T dO,
+    dS = P * (dO v^T - rowsum(dO * O)), dQ = dS k / sqrt(d), dK += dS^T q / sqrt(d). The
+    gradients are None when not `with_grads` (GQA)."""
+    q, k, v, d_o = (t[0, 0].detach().double() for t in sets0)
+    s, d = q.shape
+    sk = k.shape[0]
+    scale = 1.0 / math.sqrt(d)
+    chunk = max(1, (128 << 20) // (8 * sk))
+    cols = torch.arange(sk, device=q.device)
+    out = torch.empty_like(q)
+    dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for r0 in range(0, s, chunk):
+        r1 = min(r0 + chunk, s)
+        scores = (q[r0:r1] @ k.T) * scale
+        if causal:  # square, so top-left and bottom-right alignment agree
+            rows = torch.arange(r0, r1, device=q.device)
+            scores.masked_fill_(cols[None, :] > rows[:, None], float("-inf"))
+        p = torch.softmax(scores, dim=-1)
+        del scores
+        out[r0:r1] = p @ v
+        if not with_grads:
+            continue
+        g = d_o[r0:r1]
+        dv += p.T @ g
+        ds = p * (g @ v.T - (g * out[r0:r1]).sum(dim=-1, keepdim=True))
+        del p
+        dq[r0:r1] = (ds @ k) * scale
+        dk += (ds.T @ q[r0:r1]) * scale
+    return out, ((dq, dk, dv) if with_grads else None)
 
 
 def rel_error(torch, out, ref):

@@ -11,7 +11,11 @@
 //! `bench-<suite>.json` and `.md`. So does `--suite decode` (`decode`: decode, chunked-prefill
 //! and speculative rows on contiguous and paged caches as graph replays, in GB/s of K/V against a
 //! device-to-device copy of the same bytes and against the peers in the same run).
+//! `--pass bwd | fwdbwd` times the backward kernels instead (`backward`, pure, and
+//! `backward_gpu`), writing `bench-bwd.json` / `bench-fwdbwd.json` and `.md`.
 
+pub mod backward;
+pub mod backward_gpu;
 pub mod decode;
 pub mod gpu;
 pub mod modes;
@@ -38,7 +42,8 @@ use suite::{CausalSel, Shape, Suite};
 /// Options of `cargo xtask bench-all`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Generations to time, comma-separated (default: every one compiled in).
+    /// Generations to time, comma-separated (default: every one compiled in); backward kernels
+    /// with --pass bwd | fwdbwd.
     #[arg(long, value_delimiter = ',')]
     pub kernels: Option<Vec<String>>,
     /// Shape suite: mission = (1,8,512,64); ladder = six shapes up to S=16384; full = ladder + 3;
@@ -54,6 +59,16 @@ pub struct Args {
     pub shapes: Vec<(usize, usize, usize, usize)>,
     #[arg(long, value_enum, default_value_t = CausalSel::Both)]
     pub causal: CausalSel,
+    /// What is timed: fwd, the forward; bwd, the backward alone (dQ, dK, dV; TFLOP/s on 2.5x
+    /// the forward's FLOPs; peers as fwd + autograd.grad minus fwd; FA3 from the anchors);
+    /// fwdbwd, forward then backward (3.5x). bwd and fwdbwd write bench-<pass>.json and .md,
+    /// and --kernels names backward kernels there.
+    #[arg(long, value_enum, default_value_t = backward::Pass::Fwd)]
+    pub pass: backward::Pass,
+    /// --pass bwd | fwdbwd: the forward that makes O and LSE, and that fwdbwd times (default:
+    /// the fastest compiled-in forward that takes the problem).
+    #[arg(long)]
+    pub fwd_kernel: Option<String>,
     /// Comma-separated dtypes.
     #[arg(long, value_delimiter = ',', default_value = "f16")]
     pub dtypes: Vec<String>,
@@ -170,6 +185,17 @@ pub fn run(args: Args) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if v.get("pass").is_some() {
+            let mut report: backward::BackwardReport =
+                serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
+            // A run made where the anchor file was not (a device machine) gets its anchors here;
+            // --anchors replaces the saved ones.
+            if args.anchors.is_some() || !report.rows.iter().any(|r| r.source == Source::Anchor) {
+                let shapes = report.shapes();
+                backward_gpu::add_anchors(&mut report, &shapes, args.anchors.as_deref());
+            }
+            return backward_gpu::write_and_print(&report, &out_dir);
+        }
         if v.get("comparisons").is_some() {
             let mut report: modes::ModeReport =
                 serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
@@ -185,6 +211,9 @@ pub fn run(args: Args) -> Result<()> {
         let report: Report =
             serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
         return write_and_print(&report, &out_dir);
+    }
+    if args.pass != backward::Pass::Fwd {
+        return backward_gpu::run(&args, &out_dir);
     }
     if args.suite.is_modes() && args.shapes.is_empty() {
         return modes_gpu::run(&args, &out_dir);
@@ -515,23 +544,7 @@ fn prepare(
     problem: &flashcore::AttentionProblem,
     args: &Args,
 ) -> Result<(ShapeCheck, Buffers)> {
-    let seed = args.seed
-        ^ (shape.batch as u64) << 48
-        ^ (shape.heads as u64) << 40
-        ^ (shape.seq as u64) << 16
-        ^ (shape.head_dim as u64) << 4
-        ^ shape.causal as u64;
-    let dims = |heads, seq| [problem.batch, heads, seq, problem.head_dim];
-    let dt = problem.dtype;
-    let q = random_tensor_parallel(dt, dims(problem.heads_q, problem.seq_q), seed);
-    let k = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 1);
-    let v = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 2);
-    let check = ShapeCheck::new(problem, q.view(), k.view(), v.view(), args.check_rows, seed);
-    let bits = |a: &ndarray::Array4<f32>| {
-        flashcore::host::to_bits(dt, &to_layout(a.view(), problem.layout))
-    };
-    let (qb, kb, vb) = (bits(&q), bits(&k), bits(&v));
-    drop((q, k, v));
+    let (check, [qb, kb, vb]) = shape_inputs(shape, problem, args);
     let elems = problem.q_len() + problem.k_len() + problem.v_len() + problem.o_len();
     let set_bytes = elems * 2;
     let alloc_bytes = set_bytes + problem.lse_len() * 4;
@@ -546,6 +559,35 @@ fn prepare(
     );
     let bufs = Buffers::new(device, problem, &qb, &kb, &vb, sets)?;
     Ok((check, bufs))
+}
+
+/// The seed of a shape's inputs (`--seed` mixed with the shape).
+pub(crate) fn shape_seed(seed: u64, shape: &Shape) -> u64 {
+    seed ^ (shape.batch as u64) << 48
+        ^ (shape.heads as u64) << 40
+        ^ (shape.seq as u64) << 16
+        ^ (shape.head_dim as u64) << 4
+        ^ shape.causal as u64
+}
+
+/// Q, K, V of a shape (random normal, seeded by the shape) as dtype bits in the problem's
+/// layout order, and the oracle's forward references on sampled rows.
+pub(crate) fn shape_inputs(
+    shape: &Shape,
+    problem: &flashcore::AttentionProblem,
+    args: &Args,
+) -> (ShapeCheck, [Vec<u16>; 3]) {
+    let seed = shape_seed(args.seed, shape);
+    let dims = |heads, seq| [problem.batch, heads, seq, problem.head_dim];
+    let dt = problem.dtype;
+    let q = random_tensor_parallel(dt, dims(problem.heads_q, problem.seq_q), seed);
+    let k = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 1);
+    let v = random_tensor_parallel(dt, dims(problem.heads_kv, problem.seq_k), seed ^ 2);
+    let check = ShapeCheck::new(problem, q.view(), k.view(), v.view(), args.check_rows, seed);
+    let bits = |a: &ndarray::Array4<f32>| {
+        flashcore::host::to_bits(dt, &to_layout(a.view(), problem.layout))
+    };
+    (check, [bits(&q), bits(&k), bits(&v)])
 }
 
 /// The oracle's judgement of one output (O bits, LSE as read back): (error ratio, rows judged),
@@ -826,6 +868,113 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("h100-decode-peers.txt (1 number)"), "{md}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_backward_passes_parse() {
+        let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+        assert_eq!(a.pass, backward::Pass::Fwd);
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--pass",
+            "bwd",
+            "--kernels",
+            "scalar,persistent-portable",
+            "--shape",
+            "4,16,2048,64",
+            "--case",
+            "c1",
+            "--fwd-kernel",
+            "persistent-hopper",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.pass, backward::Pass::Bwd);
+        assert_eq!(a.fwd_kernel.as_deref(), Some("persistent-hopper"));
+        assert_eq!(a.case_filter, ["c1"]);
+        let a = Cli::try_parse_from(["bench-all", "--pass", "fwdbwd"])
+            .unwrap()
+            .args;
+        assert_eq!(a.pass, backward::Pass::Fwdbwd);
+        assert!(Cli::try_parse_from(["bench-all", "--pass", "backward"]).is_err());
+        let Err(e) = backward_gpu::select_backward_kernels(Some(&["nope".to_string()])) else {
+            panic!("an unknown backward kernel was accepted");
+        };
+        assert!(
+            e.to_string().contains("no backward kernel called 'nope'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn backward_pass_arguments_are_checked_before_the_gpu() {
+        let err = |argv: &[&str]| {
+            let a = Cli::try_parse_from(argv).unwrap().args;
+            format!("{:#}", run(a).unwrap_err())
+        };
+        let e = err(&["bench-all", "--pass", "bwd", "--suite", "decode"]);
+        assert!(e.contains("dense problems only"), "{e}");
+        let e = err(&["bench-all", "--pass", "bwd", "--case", "s123456"]);
+        assert!(e.contains("matches no shape"), "{e}");
+        let e = err(&["bench-all", "--pass", "fwdbwd", "--kernels", "nope"]);
+        assert!(e.contains("no backward kernel called 'nope'"), "{e}");
+        let e = err(&["bench-all", "--pass", "bwd", "--fwd-kernel", "nope"]);
+        assert!(e.contains("--fwd-kernel"), "{e}");
+    }
+
+    #[test]
+    fn a_saved_backward_report_renders_without_a_gpu() {
+        let dir = std::env::temp_dir().join(format!("bench-bwd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Saved where no anchor file was: re-rendered with --anchors, FA3's rows join.
+        let mut saved = backward::tests::fixture();
+        saved.rows.retain(|r| r.source != Source::Anchor);
+        let json = dir.join("in.json");
+        std::fs::write(&json, serde_json::to_string(&saved).unwrap()).unwrap();
+        let anchors = dir.join("anchors");
+        std::fs::create_dir_all(&anchors).unwrap();
+        std::fs::write(
+            anchors.join("h100-backward-peers.txt"),
+            "# fa3-jax: wall clock around 10 jitted calls
+             B=4 H=16 S=2048 D=64 causal=1 fa3-jax   fwd     141.7 us bwd     389.9 us  bwd  220.3 TFLOP/s
+",
+        )
+        .unwrap();
+        let out = dir.join("out");
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--from-json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+            "--anchors",
+            anchors.to_str().unwrap(),
+        ])
+        .unwrap()
+        .args;
+        run(a).unwrap();
+        let md = std::fs::read_to_string(out.join("bench-bwd.md")).unwrap();
+        assert!(md.starts_with("# flashcore bench-all --pass bwd"), "{md}");
+        assert!(
+            md.contains("| 4,16,2048,64 | f16 | yes | fa3-jax (anchor) | 389.9 | 220.3 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("> h100-backward-peers.txt: fa3-jax: wall clock"),
+            "{md}"
+        );
+        let back: backward::BackwardReport =
+            serde_json::from_str(&std::fs::read_to_string(out.join("bench-bwd.json")).unwrap())
+                .unwrap();
+        assert_eq!(back.pass, backward::Pass::Bwd);
+        assert_eq!(
+            back.rows
+                .iter()
+                .filter(|r| r.source == Source::Anchor)
+                .count(),
+            1
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -89,11 +89,11 @@ impl Timer {
 
 /// One input set: Q, K, V, and the outputs a call writes.
 pub struct Set {
-    q: CudaSlice<u16>,
-    k: CudaSlice<u16>,
-    v: CudaSlice<u16>,
-    o: CudaSlice<u16>,
-    lse: CudaSlice<f32>,
+    pub(crate) q: CudaSlice<u16>,
+    pub(crate) k: CudaSlice<u16>,
+    pub(crate) v: CudaSlice<u16>,
+    pub(crate) o: CudaSlice<u16>,
+    pub(crate) lse: CudaSlice<f32>,
 }
 
 /// Host copies of the per-sequence tables a mode problem needs (`docs/MODES.md`).
@@ -330,14 +330,25 @@ pub fn time_eager(
     kernel: &dyn Attention,
     opts: &LoopOptions,
 ) -> Result<Sampled> {
-    let one = timer.time_ms(device, || bufs.forward_next(kernel, device))?;
+    time_calls(timer, device, opts, || bufs.forward_next(kernel, device))
+}
+
+/// Eager timing of any call that queues its work on the device's stream (the backward bench's
+/// backward, or forward then backward): back-to-back calls between events, median per call.
+pub fn time_calls(
+    timer: &Timer,
+    device: &Device,
+    opts: &LoopOptions,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Sampled> {
+    let one = timer.time_ms(device, &mut call)?;
     // Estimate from 3 calls unless one call is already long (slow generations at big shapes).
     let per_call_us = if one > 5.0 {
         one * 1e3
     } else {
         timer.time_ms(device, || {
             for _ in 0..3 {
-                bufs.forward_next(kernel, device)?;
+                call()?;
             }
             Ok(())
         })? * 1e3
@@ -345,7 +356,7 @@ pub fn time_eager(
     };
     sample_loop(timer, device, per_call_us, opts, 1, |calls| {
         for _ in 0..calls {
-            bufs.forward_next(kernel, device)?;
+            call()?;
         }
         Ok(())
     })

@@ -452,7 +452,7 @@ fn header_of(v: &Value) -> Value {
     }
 }
 
-fn shape_of(v: &Value) -> Option<Shape> {
+pub(crate) fn shape_of(v: &Value) -> Option<Shape> {
     let n = |k: &str| v.get(k)?.as_u64().map(|x| x as usize);
     // A row of the mode suites (GQA or seq_k != seq) is not one of these square MHA shapes.
     let (heads, seq) = (n("heads")?, n("seq")?);
@@ -639,7 +639,7 @@ pub fn merge_peer_rows<K: PartialEq>(
 }
 
 /// Peer names in the anchor files to the peer script's backend names.
-fn anchor_backend(name: &str, file: &str) -> String {
+pub(crate) fn anchor_backend(name: &str, file: &str) -> String {
     match name {
         "flash" => "sdpa_flash".into(),
         "cudnn" => "sdpa_cudnn".into(),
@@ -666,6 +666,10 @@ pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f6
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
         let toks: Vec<&str> = line.split_whitespace().collect();
+        // A backward anchor line (`... fwd N us bwd M us`): its fwd is not a forward anchor.
+        if toks.contains(&"bwd") {
+            continue;
+        }
         let kv = |k: &str| {
             toks.iter()
                 .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
@@ -921,6 +925,17 @@ mod tests {
             (t.method, t.us, t.eager_us),
             (Method::Graph, 9.37, Some(21.2))
         );
+    }
+
+    /// The backward file's `fwd` column was measured with the backward's method (10 calls,
+    /// jax wall clock): it must not stand in for the forward anchors of the same shapes.
+    #[test]
+    fn backward_anchor_lines_are_not_forward_anchors() {
+        let bwd = "# Backward on an H100 80GB HBM3, fp16
+                   B=1 H=8 S=512 D=64 causal=0 fa3-jax   fwd     14.5 us bwd     60.4 us  bwd  11.1 TFLOP/s
+                   B=1 H=8 S=512 D=64 causal=0 cudnn     fwd     20.5 us bwd     53.1 us  bwd  12.6 TFLOP/s
+";
+        assert!(parse_anchor_file("h100-backward-peers.txt", bwd).is_empty());
     }
 
     #[test]

@@ -268,7 +268,7 @@ pub(crate) fn cell_within(s: &str, max_chars: usize) -> String {
     }
 }
 
-fn yes_no(b: bool) -> &'static str {
+pub(crate) fn yes_no(b: bool) -> &'static str {
     if b {
         "yes"
     } else {

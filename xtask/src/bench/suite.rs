@@ -50,6 +50,14 @@ impl Shape {
         )
     }
 
+    /// "b4-h16-s2048-d64-f16-c1": what `--case` matches in the backward passes.
+    pub fn key(&self) -> String {
+        format!(
+            "b{}-h{}-s{}-d{}-{}-c{}",
+            self.batch, self.heads, self.seq, self.head_dim, self.dtype, self.causal as u8
+        )
+    }
+
     /// The peer script's shape object.
     pub fn peer_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -183,6 +191,20 @@ pub fn expand(
     out
 }
 
+/// The shapes whose [`Shape::key`] contains one of `filters` (all of them when there is none).
+pub fn filter_by_key(shapes: Vec<Shape>, filters: &[String]) -> Vec<Shape> {
+    if filters.is_empty() {
+        return shapes;
+    }
+    shapes
+        .into_iter()
+        .filter(|s| {
+            let key = s.key();
+            filters.iter().any(|f| key.contains(f.as_str()))
+        })
+        .collect()
+}
+
 /// Parses `--shape B,H,S,D` (also `BxHxSxD`).
 pub fn parse_bhsd(s: &str) -> Result<(usize, usize, usize, usize), String> {
     let parts: Vec<&str> = s.split([',', 'x', 'X']).map(str::trim).collect();
@@ -230,6 +252,25 @@ mod tests {
         let s = expand(&MISSION, CausalSel::Both, &[DType::F16]);
         assert_eq!(s[0].flops(), 4.0 * 8.0 * 512.0 * 512.0 * 64.0);
         assert_eq!(s[1].flops(), s[0].flops() / 2.0);
+    }
+
+    #[test]
+    fn case_filters_match_shape_keys() {
+        let all = expand(&LADDER, CausalSel::Both, &[DType::F16]);
+        assert_eq!(all[3].key(), "b4-h16-s2048-d64-f16-c1");
+        assert_eq!(filter_by_key(all.clone(), &[]).len(), 12);
+        let picked = filter_by_key(all.clone(), &["s2048-d128".into(), "b1-h8-".into()]);
+        let keys: Vec<String> = picked.iter().map(Shape::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "b1-h8-s512-d64-f16-c0",
+                "b1-h8-s512-d64-f16-c1",
+                "b4-h16-s2048-d128-f16-c0",
+                "b4-h16-s2048-d128-f16-c1"
+            ]
+        );
+        assert_eq!(filter_by_key(all, &["c1".into()]).len(), 6);
     }
 
     #[test]
