@@ -180,7 +180,7 @@ pub fn sweep_splits(problem: &AttentionProblem) -> usize {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{problem:?}").hash(&mut h);
     let h = h.finish() as usize;
-    let range = if h % 2 == 0 {
+    let range = if h.is_multiple_of(2) {
         MAX_SPLITS
     } else {
         (max_key_tiles(problem) + 1).min(MAX_SPLITS)
