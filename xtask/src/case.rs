@@ -268,17 +268,34 @@ pub struct BackwardInputs {
     pub forward: flashcore::HostOutput<f32>,
 }
 
-/// Makes a case's backward inputs; `Err` is the outcome to report when that is not possible.
+/// Why a case has no backward inputs.
+#[derive(Clone, Debug)]
+pub enum NoInputs {
+    /// The forward does not take the problem.
+    Unsupported(String),
+    /// There is no forward, or it failed.
+    Failed(String),
+}
+
+impl From<NoInputs> for BwdOutcome {
+    fn from(n: NoInputs) -> BwdOutcome {
+        match n {
+            NoInputs::Unsupported(r) => BwdOutcome::Skipped(r),
+            NoInputs::Failed(m) => BwdOutcome::Fail(m, None),
+        }
+    }
+}
+
+/// Makes a case's backward inputs.
 pub fn backward_inputs(
     backward_name: &str,
     device: &Device,
     case: &Case,
-) -> std::result::Result<BackwardInputs, BwdOutcome> {
+) -> std::result::Result<BackwardInputs, NoInputs> {
     let p = &case.problem;
     let Some(forward) = forward_for_backward(backward_name, p, device.info()) else {
-        return Err(BwdOutcome::Fail(
+        return Err(NoInputs::Failed(
             "no forward kernel to produce O and LSE".into(),
-            None,
         ));
     };
     let inputs = inputs(case);
@@ -296,8 +313,8 @@ pub fn backward_inputs(
             d_o,
             forward,
         }),
-        Err(Error::Unsupported(u)) => Err(BwdOutcome::Skipped(format!("forward: {}", u.reason))),
-        Err(e) => Err(BwdOutcome::Fail(format!("forward error: {e}"), None)),
+        Err(Error::Unsupported(u)) => Err(NoInputs::Unsupported(format!("forward: {}", u.reason))),
+        Err(e) => Err(NoInputs::Failed(format!("forward error: {e}"))),
     }
 }
 
@@ -319,7 +336,7 @@ pub fn run_backward_case(
     }
     let bi = match backward_inputs(kernel.name(), device, case) {
         Ok(b) => b,
-        Err(outcome) => return outcome,
+        Err(why) => return why.into(),
     };
     let inp = &bi.inputs;
     fn l(a: &Array4<f32>, layout: Layout) -> ndarray::ArrayView4<'_, f32> {
