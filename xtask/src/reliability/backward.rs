@@ -940,6 +940,32 @@ mod tests {
     }
 
     #[test]
+    fn every_padded_problem_validates_and_the_kernels_that_take_it_dense_take_it_padded() {
+        let dev = DeviceInfo::synthetic_h100();
+        for k in flashcore::backward_kernels() {
+            for (i, p) in padding_problems(&k.capabilities()).iter().enumerate() {
+                let places = Places::padded(p, paddings(i));
+                let pp = with_places(p, &places);
+                flashcore::backward::validate_backward(&pp).unwrap_or_else(|e| panic!("{p}: {e}"));
+                // Each buffer holds its tensor from its front offset (what the check passes).
+                let lens = [
+                    (places.q, pp.q_len()),
+                    (places.k, pp.k_len()),
+                    (places.v, pp.v_len()),
+                    (places.o, pp.o_len()),
+                ];
+                for (pl, need) in lens {
+                    assert!(pl.len - pl.front >= need, "{p}");
+                }
+                if k.supports_backward(p, &dev).is_ok() {
+                    k.supports_backward(&pp, &dev)
+                        .unwrap_or_else(|u| panic!("{} {p}: {}", k.name(), u.reason));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn padded_strides_are_valid_distinct_per_tensor_and_aligned() {
         let p = AttentionProblem::new(2, 4, 65, 64)
             .with_kv(2, 130)
