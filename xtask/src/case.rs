@@ -248,11 +248,80 @@ pub fn grad_output(case: &Case) -> Array4<f32> {
     )
 }
 
+/// The forward that feeds a backward kernel O and LSE: the generation of the same name if it
+/// takes the problem, else the scalar one (the backward is judged, not the forward).
+pub fn forward_for_backward(
+    backward_name: &str,
+    problem: &AttentionProblem,
+    device: &flashcore::DeviceInfo,
+) -> Option<Box<dyn Attention>> {
+    flashcore::kernel(backward_name)
+        .filter(|k| k.supports(problem, device).is_ok())
+        .or_else(|| flashcore::kernel("scalar"))
+}
+
+/// Everything a backward call reads, on the host: the case's inputs and dO in logical order,
+/// O (the problem's layout order) and LSE from a GPU forward ([`forward_for_backward`]).
+pub struct BackwardInputs {
+    pub inputs: Inputs,
+    pub d_o: Array4<f32>,
+    pub forward: flashcore::HostOutput<f32>,
+}
+
+/// Why a case has no backward inputs.
+#[derive(Clone, Debug)]
+pub enum NoInputs {
+    /// The forward does not take the problem.
+    Unsupported(String),
+    /// There is no forward, or it failed.
+    Failed(String),
+}
+
+impl From<NoInputs> for BwdOutcome {
+    fn from(n: NoInputs) -> BwdOutcome {
+        match n {
+            NoInputs::Unsupported(r) => BwdOutcome::Skipped(r),
+            NoInputs::Failed(m) => BwdOutcome::Fail(m, None),
+        }
+    }
+}
+
+/// Makes a case's backward inputs.
+pub fn backward_inputs(
+    backward_name: &str,
+    device: &Device,
+    case: &Case,
+) -> std::result::Result<BackwardInputs, NoInputs> {
+    let p = &case.problem;
+    let Some(forward) = forward_for_backward(backward_name, p, device.info()) else {
+        return Err(NoInputs::Failed(
+            "no forward kernel to produce O and LSE".into(),
+        ));
+    };
+    let inputs = inputs(case);
+    let d_o = grad_output(case);
+    match flashcore::forward_host(
+        forward.as_ref(),
+        device,
+        p,
+        to_layout(inputs.q.view(), p.layout),
+        to_layout(inputs.k.view(), p.layout),
+        to_layout(inputs.v.view(), p.layout),
+    ) {
+        Ok(forward) => Ok(BackwardInputs {
+            inputs,
+            d_o,
+            forward,
+        }),
+        Err(Error::Unsupported(u)) => Err(NoInputs::Unsupported(format!("forward: {}", u.reason))),
+        Err(e) => Err(NoInputs::Failed(format!("forward error: {e}"))),
+    }
+}
+
 /// Runs one backward case and judges dQ, dK, dV by the oracle's backward rule. O and LSE come
-/// from the GPU forward of the generation of the same name (the scalar forward if there is
-/// none or it does not take the problem), as a training step would feed them; dO is fresh random. The gradients are poisoned
-/// with NaN before the launch (`backward_host`) and every element is judged, so an element never
-/// written fails.
+/// from a GPU forward ([`backward_inputs`]), as a training step would feed them; dO is fresh
+/// random. The gradients are poisoned with NaN before the launch (`backward_host`) and every
+/// element is judged, so an element never written fails.
 pub fn run_backward_case(
     kernel: &dyn AttentionBackward,
     device: &Device,
@@ -265,31 +334,14 @@ pub fn run_backward_case(
     if !p.modes.is_dense() {
         return BwdOutcome::Skipped("the backward pass takes dense problems only".into());
     }
-    // The forward of the same generation when it takes the problem (the portable backward is
-    // built for head dims its forward is not), else the scalar one.
-    let Some(forward) = flashcore::kernel(kernel.name())
-        .filter(|f| f.supports(p, device.info()).is_ok())
-        .or_else(|| flashcore::kernel("scalar"))
-    else {
-        return BwdOutcome::Fail("no forward kernel to produce O and LSE".into(), None);
+    let bi = match backward_inputs(kernel.name(), device, case) {
+        Ok(b) => b,
+        Err(why) => return why.into(),
     };
-    let inp = inputs(case);
-    let d_o = grad_output(case);
+    let inp = &bi.inputs;
     fn l(a: &Array4<f32>, layout: Layout) -> ndarray::ArrayView4<'_, f32> {
         to_layout(a.view(), layout)
     }
-    let fwd = match flashcore::forward_host(
-        forward.as_ref(),
-        device,
-        p,
-        l(&inp.q, p.layout),
-        l(&inp.k, p.layout),
-        l(&inp.v, p.layout),
-    ) {
-        Ok(o) => o,
-        Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(format!("forward: {}", u.reason)),
-        Err(e) => return BwdOutcome::Fail(format!("forward error: {e}"), None),
-    };
     let grads = match flashcore::backward_host(
         kernel,
         device,
@@ -297,9 +349,9 @@ pub fn run_backward_case(
         l(&inp.q, p.layout),
         l(&inp.k, p.layout),
         l(&inp.v, p.layout),
-        fwd.o.view(),
-        l(&d_o, p.layout),
-        fwd.lse.view(),
+        bi.forward.o.view(),
+        l(&bi.d_o, p.layout),
+        bi.forward.lse.view(),
     ) {
         Ok(g) => g,
         Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(u.reason),
@@ -311,7 +363,7 @@ pub fn run_backward_case(
         inp.q.view(),
         inp.k.view(),
         inp.v.view(),
-        d_o.view(),
+        bi.d_o.view(),
         to_layout(grads.dq.view(), p.layout),
         to_layout(grads.dk.view(), p.layout),
         to_layout(grads.dv.view(), p.layout),

@@ -1,10 +1,12 @@
 //! `cargo xtask sanitize`: runs this very binary under NVIDIA compute-sanitizer (memcheck,
-//! racecheck, synccheck, initcheck) on a small sweep of every generation, and prints a
-//! tool × kernel table of the errors each reports. Exits non-zero if any tool reports an error,
-//! a sweep case fails the oracle, or a run does not finish.
+//! racecheck, synccheck, initcheck) on a small sweep of every generation's forward and every
+//! backward kernel, and prints a tool × kernel table of the errors each reports. Exits non-zero
+//! if any tool reports an error, a sweep case fails the oracle, or a run does not finish.
 //!
-//! Each (tool, kernel) is one child process: `compute-sanitizer --tool T --error-exitcode 86
-//! <this binary> sanitize --inner --kernels K --tool T`. An error is detected both ways: the
+//! Each (tool, pass, kernel) is one child process: `compute-sanitizer --tool T --error-exitcode
+//! 86 <this binary> sanitize --inner --pass P --kernels K --tool T`; `--pass fwd,bwd` (the
+//! default) picks the forward sweep, the backward sweep or both. A backward case runs a forward
+//! first for O and LSE (`case::backward_inputs`), so its child also sees that forward. An error is detected both ways: the
 //! "ERROR SUMMARY: N errors" line (and racecheck's "RACECHECK SUMMARY ... (N errors") and the
 //! exit code 86. The inner run is a handful of small cases (fewer for racecheck, which is slow),
 //! each judged by the oracle. Full logs go to `--logs` (default target/sanitize).
@@ -15,9 +17,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flashcore::{Attention, AttentionProblem, DType, Device, Layout};
+use flashcore::{Attention, AttentionProblem, Capabilities, DType, Device, Layout};
 
-use crate::case::{run_case, Case, Outcome};
+use crate::case::{run_backward_case, run_case, BwdOutcome, Case, Outcome};
+use crate::verify::Pass;
 
 pub const TOOLS: &[&str] = &["memcheck", "racecheck", "synccheck", "initcheck"];
 
@@ -33,9 +36,13 @@ pub struct Args {
         default_value = "memcheck,racecheck,synccheck,initcheck"
     )]
     pub tools: Vec<String>,
-    /// Comma-separated generation names (default: all compiled in).
+    /// Comma-separated generation names (default: all compiled in; a name without a backward
+    /// kernel only takes part in the forward pass, and the other way round).
     #[arg(long, value_delimiter = ',')]
     pub kernels: Option<Vec<String>>,
+    /// Comma-separated passes: fwd (each generation's forward), bwd (each backward kernel).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd,bwd")]
+    pub pass: Vec<Pass>,
     /// The compute-sanitizer executable (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin).
     #[arg(long)]
     pub sanitizer: Option<PathBuf>,
@@ -64,7 +71,17 @@ pub fn main(args: Args) -> Result<()> {
             bail!("unknown sanitizer tool '{t}' (tools: {})", TOOLS.join(", "));
         }
     }
-    let kernels = selected(&args.kernels)?;
+    check_names(&args.kernels)?;
+    // (pass, kernel) pairs, each a child per tool.
+    let mut runs: Vec<(Pass, String)> = Vec::new();
+    for &pass in &args.pass {
+        if !runs.iter().any(|r| r.0 == pass) {
+            for k in selected(&args.kernels, pass) {
+                runs.push((pass, k));
+            }
+        }
+    }
+    let rows: Vec<String> = runs.iter().map(|(p, k)| row_label(*p, k)).collect();
     let sanitizer = match &args.sanitizer {
         Some(p) if p.is_file() => p.clone(),
         Some(p) => bail!("--sanitizer {}: no such file", p.display()),
@@ -82,20 +99,20 @@ pub fn main(args: Args) -> Result<()> {
         exe.display(),
         sanitizer.display(),
         args.tools.join(","),
-        kernels.join(","),
+        rows.join(","),
         args.logs.display()
     );
     let mut cells: Vec<(String, String, Cell)> = Vec::new();
     for tool in &args.tools {
-        for k in &kernels {
+        for ((pass, k), row) in runs.iter().zip(&rows) {
             let t = Instant::now();
-            let cell = run_one(&sanitizer, &exe, tool, k, &args);
+            let cell = run_one(&sanitizer, &exe, tool, *pass, k, &args);
             println!(
-                "{tool:<10} {k:<20} {}  ({:.0} s)",
+                "{tool:<10} {row:<26} {}  ({:.0} s)",
                 cell.describe(),
                 t.elapsed().as_secs_f64()
             );
-            cells.push((tool.clone(), k.clone(), cell));
+            cells.push((tool.clone(), row.clone(), cell));
         }
     }
     println!();
@@ -109,7 +126,7 @@ pub fn main(args: Args) -> Result<()> {
         print!("---|");
     }
     println!();
-    for k in &kernels {
+    for k in &rows {
         print!("| {k} |");
         for t in &args.tools {
             let c = cells.iter().find(|c| &c.0 == t && &c.1 == k).unwrap();
@@ -138,21 +155,57 @@ pub fn main(args: Args) -> Result<()> {
     }
 }
 
-fn selected(names: &Option<Vec<String>>) -> Result<Vec<String>> {
-    let all: Vec<String> = flashcore::kernels()
-        .iter()
-        .map(|k| k.name().to_string())
-        .collect();
-    match names {
-        None => Ok(all),
-        Some(v) => {
-            for n in v {
-                if !all.contains(n) {
-                    bail!("unknown kernel '{n}' (compiled in: {})", all.join(", "));
-                }
-            }
-            Ok(v.clone())
+/// The compiled-in kernels of a pass: generations (forward) or backward kernels.
+fn compiled_in(pass: Pass) -> Vec<String> {
+    match pass {
+        Pass::Fwd => flashcore::kernels()
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect(),
+        Pass::Bwd => flashcore::backward_kernels()
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect(),
+    }
+}
+
+/// Every `--kernels` name is a forward or a backward kernel.
+fn check_names(names: &Option<Vec<String>>) -> Result<()> {
+    let mut all = compiled_in(Pass::Fwd);
+    for k in compiled_in(Pass::Bwd) {
+        if !all.contains(&k) {
+            all.push(k);
         }
+    }
+    for n in names.iter().flatten() {
+        if !all.contains(n) {
+            bail!("unknown kernel '{n}' (compiled in: {})", all.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// The kernels of `pass` that `--kernels` names (all of them without it), in its order.
+fn selected(names: &Option<Vec<String>>, pass: Pass) -> Vec<String> {
+    let all = compiled_in(pass);
+    match names {
+        None => all,
+        Some(v) => v.iter().filter(|n| all.contains(n)).cloned().collect(),
+    }
+}
+
+fn pass_name(pass: Pass) -> &'static str {
+    match pass {
+        Pass::Fwd => "fwd",
+        Pass::Bwd => "bwd",
+    }
+}
+
+/// The table row (and log name part) of a kernel in a pass: "scalar", "scalar (bwd)".
+fn row_label(pass: Pass, kernel: &str) -> String {
+    match pass {
+        Pass::Fwd => kernel.to_string(),
+        Pass::Bwd => format!("{kernel} (bwd)"),
     }
 }
 
@@ -263,17 +316,45 @@ impl Cell {
     }
 }
 
-fn run_one(sanitizer: &Path, exe: &Path, tool: &str, kernel: &str, args: &Args) -> Cell {
-    let mut cmd = Command::new(sanitizer);
-    cmd.args(["--tool", tool])
-        .args(["--error-exitcode", &ERROR_EXITCODE.to_string()])
-        .args(["--print-limit", "50"]);
+/// compute-sanitizer's arguments for one (tool, pass, kernel) child, this binary's path first.
+fn child_args(exe: &Path, tool: &str, pass: Pass, kernel: &str, device: usize) -> Vec<String> {
+    let mut v: Vec<String> = ["--tool", tool, "--error-exitcode"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    v.push(ERROR_EXITCODE.to_string());
+    v.extend(["--print-limit", "50"].map(String::from));
     if tool == "memcheck" {
-        cmd.args(["--leak-check", "full"]);
+        v.extend(["--leak-check", "full"].map(String::from));
     }
-    cmd.arg(exe)
-        .args(["sanitize", "--inner", "--kernels", kernel, "--tool", tool])
-        .args(["--device", &args.device.to_string()])
+    v.push(exe.display().to_string());
+    v.extend(
+        [
+            "sanitize",
+            "--inner",
+            "--pass",
+            pass_name(pass),
+            "--kernels",
+            kernel,
+            "--tool",
+            tool,
+        ]
+        .map(String::from),
+    );
+    v.extend(["--device".to_string(), device.to_string()]);
+    v
+}
+
+fn run_one(
+    sanitizer: &Path,
+    exe: &Path,
+    tool: &str,
+    pass: Pass,
+    kernel: &str,
+    args: &Args,
+) -> Cell {
+    let mut cmd = Command::new(sanitizer);
+    cmd.args(child_args(exe, tool, pass, kernel, args.device))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -312,7 +393,10 @@ fn run_one(sanitizer: &Path, exe: &Path, tool: &str, kernel: &str, args: &Args) 
         String::from_utf8_lossy(&t_out.join().unwrap_or_default()),
         String::from_utf8_lossy(&t_err.join().unwrap_or_default())
     );
-    let log = args.logs.join(format!("{tool}-{kernel}.log"));
+    let log = match pass {
+        Pass::Fwd => args.logs.join(format!("{tool}-{kernel}.log")),
+        Pass::Bwd => args.logs.join(format!("{tool}-{kernel}-bwd.log")),
+    };
     let _ = std::fs::write(&log, &text);
     let Some(status) = status else {
         return Cell::TimedOut(args.timeout);
@@ -406,18 +490,8 @@ pub fn parse_sweep(text: &str) -> Option<Sweep> {
 /// layouts), at one or two head dims. Racecheck gets the first six shapes at one head dim.
 pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
     let caps = k.capabilities();
-    let mut dims: Vec<usize> = [64usize, 128]
-        .into_iter()
-        .filter(|d| caps.head_dims.contains(*d))
-        .collect();
-    if dims.is_empty() {
-        dims = crate::check_kernels::representative_head_dims(&caps.head_dims);
-        dims.truncate(1);
-    }
     let race = tool == "racecheck";
-    if race {
-        dims.truncate(1);
-    }
+    let dims = sweep_dims(&caps, race);
     let gqa = caps.gqa;
     let c = caps.causal;
     // (batch, hq, hkv, sq, sk, causal, dtype index, layout)
@@ -474,48 +548,146 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
     out
 }
 
+/// Head dims of a sweep: 64 and 128 where taken, else the first representative; racecheck
+/// (slow) one.
+fn sweep_dims(caps: &Capabilities, race: bool) -> Vec<usize> {
+    let mut dims: Vec<usize> = [64usize, 128]
+        .into_iter()
+        .filter(|d| caps.head_dims.contains(*d))
+        .collect();
+    if dims.is_empty() {
+        dims = crate::check_kernels::representative_head_dims(&caps.head_dims);
+        dims.truncate(1);
+    }
+    if race {
+        dims.truncate(1);
+    }
+    dims
+}
+
+/// The small backward sweep: GQA and causal with tails past tile sizes, causal with seq_q above
+/// seq_k (rows with no key) and below it, a single row and key, no keys, both dtypes and
+/// layouts. Racecheck gets the first five shapes at one head dim.
+pub fn backward_sweep_cases(caps: &Capabilities, tool: &str) -> Vec<Case> {
+    let race = tool == "racecheck";
+    let (gqa, c) = (caps.gqa, caps.causal);
+    let kv = |hq: usize, group: usize| if gqa { hq / group } else { hq };
+    // (batch, hq, hkv, sq, sk, causal, dtype index, layout)
+    let mut shapes = vec![
+        (1, 4, kv(4, 2), 65, 130, c, 0, Layout::Bshd),
+        (1, 4, kv(4, 4), 130, 65, c, 1, Layout::Bhsd),
+        (1, 2, 2, 1, 1, false, 0, Layout::Bshd),
+        (1, 2, kv(2, 2), 33, 0, c, 1, Layout::Bhsd),
+        (2, 4, kv(4, 2), 129, 129, c, 0, Layout::Bhsd),
+        (1, 2, 2, 17, 200, false, 1, Layout::Bshd),
+        (2, 4, kv(4, 2), 257, 193, c, 1, Layout::Bshd),
+    ];
+    if race {
+        shapes.truncate(5);
+    }
+    let mut out = Vec::new();
+    for d in sweep_dims(caps, race) {
+        for (i, &(b, hq, hkv, sq, sk, causal, dt, layout)) in shapes.iter().enumerate() {
+            let dtype = caps.dtypes[dt % caps.dtypes.len()];
+            let layout = if caps.layouts.contains(&layout) {
+                layout
+            } else {
+                caps.layouts[0]
+            };
+            out.push(Case {
+                problem: AttentionProblem::new(b, hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_causal(causal)
+                    .with_dtype(dtype)
+                    .with_layout(layout),
+                data_seed: 800 + i as u64,
+            });
+        }
+    }
+    out
+}
+
+/// One case's line and tally in the inner sweep.
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+impl Tally {
+    fn pass(&mut self, label: &str, case: &Case, ratio: f64, t: Instant) {
+        self.passed += 1;
+        println!(
+            "sanitize-case {label} {}: pass ratio {ratio:.3} ({:.1} s)",
+            case.to_arg(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+
+    fn skip(&mut self, label: &str, case: &Case, why: &str) {
+        self.skipped += 1;
+        println!("sanitize-case {label} {}: skipped ({why})", case.to_arg());
+    }
+
+    fn fail(&mut self, label: &str, case: &Case, why: &str) {
+        self.failed += 1;
+        println!("sanitize-case {label} {}: FAIL {why}", case.to_arg());
+    }
+}
+
 fn inner(args: &Args) -> Result<()> {
-    let names = selected(&args.kernels)?;
+    check_names(&args.kernels)?;
     let tool = args.tool.clone().unwrap_or_default();
     let dev = Device::open(args.device).context("opening the device")?;
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for k in flashcore::kernels()
-        .into_iter()
-        .filter(|k| names.iter().any(|n| n == k.name()))
-    {
-        for case in sweep_cases(k.as_ref(), &tool) {
-            let t = Instant::now();
-            match run_case(k.as_ref(), &dev, &case) {
-                Outcome::Pass(v) => {
-                    passed += 1;
-                    println!(
-                        "sanitize-case {} {}: pass ratio {:.3} ({:.1} s)",
-                        k.name(),
-                        case.to_arg(),
-                        v.ratio,
-                        t.elapsed().as_secs_f64()
-                    );
-                }
-                Outcome::Skipped(r) => {
-                    skipped += 1;
-                    println!(
-                        "sanitize-case {} {}: skipped ({r})",
-                        k.name(),
-                        case.to_arg()
-                    );
-                }
-                Outcome::Fail(m, _) => {
-                    failed += 1;
-                    println!("sanitize-case {} {}: FAIL {m}", k.name(), case.to_arg());
+    let mut tally = Tally::default();
+    if args.pass.contains(&Pass::Fwd) {
+        inner_forward(args, &tool, &dev, &mut tally);
+    }
+    if args.pass.contains(&Pass::Bwd) {
+        let names = selected(&args.kernels, Pass::Bwd);
+        for k in flashcore::backward_kernels()
+            .into_iter()
+            .filter(|k| names.iter().any(|n| n == k.name()))
+        {
+            let label = row_label(Pass::Bwd, k.name());
+            for case in backward_sweep_cases(&k.capabilities(), &tool) {
+                let t = Instant::now();
+                match run_backward_case(k.as_ref(), &dev, &case) {
+                    BwdOutcome::Pass(v) => tally.pass(&label, &case, v.ratio, t),
+                    BwdOutcome::Skipped(r) => tally.skip(&label, &case, &r),
+                    BwdOutcome::Fail(m, _) => tally.fail(&label, &case, &m),
                 }
             }
         }
     }
+    let Tally {
+        passed,
+        failed,
+        skipped,
+    } = tally;
     println!("sanitize-sweep: {passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
         bail!("{failed} sweep case(s) failed");
     }
     Ok(())
+}
+
+fn inner_forward(args: &Args, tool: &str, dev: &Device, tally: &mut Tally) {
+    let names = selected(&args.kernels, Pass::Fwd);
+    for k in flashcore::kernels()
+        .into_iter()
+        .filter(|k| names.iter().any(|n| n == k.name()))
+    {
+        for case in sweep_cases(k.as_ref(), tool) {
+            let t = Instant::now();
+            match run_case(k.as_ref(), dev, &case) {
+                Outcome::Pass(v) => tally.pass(k.name(), &case, v.ratio, t),
+                Outcome::Skipped(r) => tally.skip(k.name(), &case, &r),
+                Outcome::Fail(m, _) => tally.fail(k.name(), &case, &m),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -612,5 +784,82 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
                     || !k.capabilities().causal
             );
         }
+    }
+
+    #[test]
+    fn every_backward_kernel_has_a_small_sweep_with_gqa_causal_and_tails() {
+        let kernels = flashcore::backward_kernels();
+        assert!(!kernels.is_empty());
+        for k in kernels {
+            let caps = k.capabilities();
+            let full = backward_sweep_cases(&caps, "memcheck");
+            let race = backward_sweep_cases(&caps, "racecheck");
+            assert!(!race.is_empty() && race.len() < full.len(), "{}", k.name());
+            for c in full.iter().chain(&race) {
+                flashcore::backward::validate_backward(&c.problem).unwrap();
+                let p = &c.problem;
+                assert!(p.batch * p.heads_q * p.seq_q * p.seq_k <= 1 << 20);
+            }
+            let p = |c: &Case| c.problem.clone();
+            // GQA and causal together, with lengths that are no multiple of a tile.
+            assert!(full
+                .iter()
+                .map(p)
+                .any(|p| (p.heads_q > p.heads_kv || !caps.gqa)
+                    && (p.causal || !caps.causal)
+                    && p.seq_q % 16 != 0
+                    && p.seq_k % 16 != 0));
+            assert!(full.iter().map(p).any(|p| p.seq_k == 0));
+            assert!(full.iter().map(p).any(|p| p.seq_q > p.seq_k && p.causal) || !caps.causal);
+            assert!(race.iter().map(p).any(|p| p.heads_q > p.heads_kv) || !caps.gqa);
+        }
+    }
+
+    #[test]
+    fn children_name_their_pass_and_kernels_are_selected_per_pass() {
+        let exe = Path::new("/x/xtask");
+        let a = child_args(exe, "memcheck", Pass::Bwd, "scalar", 1);
+        let joined = a.join(" ");
+        assert!(joined.starts_with("--tool memcheck --error-exitcode 86"));
+        assert!(joined.contains("--leak-check full"));
+        assert!(joined.ends_with(
+            "/x/xtask sanitize --inner --pass bwd --kernels scalar --tool memcheck --device 1"
+        ));
+        let r = child_args(exe, "racecheck", Pass::Fwd, "tile64", 0).join(" ");
+        assert!(r.contains("--pass fwd --kernels tile64 --tool racecheck") && !r.contains("leak"));
+        assert_eq!(row_label(Pass::Bwd, "scalar"), "scalar (bwd)");
+        assert_eq!(row_label(Pass::Fwd, "scalar"), "scalar");
+        assert!(check_names(&Some(vec!["nope".into()])).is_err());
+        check_names(&Some(vec!["scalar".into()])).unwrap();
+        let only = Some(vec!["scalar".to_string()]);
+        assert_eq!(selected(&only, Pass::Bwd), ["scalar"]);
+        assert_eq!(selected(&only, Pass::Fwd), ["scalar"]);
+        assert_eq!(
+            selected(&None, Pass::Bwd).len(),
+            flashcore::backward_kernels().len()
+        );
+        // A generation with no backward kernel takes part in the forward pass only.
+        let fwd_only: Vec<String> = compiled_in(Pass::Fwd)
+            .into_iter()
+            .filter(|k| !compiled_in(Pass::Bwd).contains(k))
+            .collect();
+        if let Some(k) = fwd_only.first() {
+            assert!(selected(&Some(vec![k.clone()]), Pass::Bwd).is_empty());
+        }
+    }
+
+    #[test]
+    fn both_passes_by_default_and_either_alone() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        use clap::Parser;
+        let a = Cli::try_parse_from(["x"]).unwrap().args;
+        assert_eq!(a.pass, [Pass::Fwd, Pass::Bwd]);
+        let a = Cli::try_parse_from(["x", "--pass", "bwd"]).unwrap().args;
+        assert_eq!(a.pass, [Pass::Bwd]);
+        assert!(Cli::try_parse_from(["x", "--pass", "sideways"]).is_err());
     }
 }

@@ -38,7 +38,7 @@ pub(super) fn alloc_f32(dev: &Device, what: &str, n: usize) -> Result<CudaSlice<
     unsafe { dev.stream().alloc::<f32>(n.max(1)) }.map_err(oom(what, n * 4))
 }
 
-fn memset16(dev: &Device, buf: &mut CudaSlice<u16>, bits: u16) -> Result<(), Error> {
+pub(super) fn memset16(dev: &Device, buf: &mut CudaSlice<u16>, bits: u16) -> Result<(), Error> {
     let n = buf.len();
     let stream = dev.stream().clone();
     dev.context()

@@ -115,6 +115,16 @@ impl Synth {
         a
     }
 
+    /// Heads `heads` of batch `b` alone, as a `[1, heads.len(), seq, head_dim]` tensor (the
+    /// inputs of one GQA group, for the oracle).
+    pub(super) fn block(&self, b: usize, heads: std::ops::Range<usize>) -> Array4<f32> {
+        let [_, nh, ns, d] = self.dims;
+        let first = (b * nh + heads.start) * ns * d;
+        let n = heads.len() * ns * d;
+        let v: Vec<f32> = (first..first + n).map(|i| self.at(i)).collect();
+        Array4::from_shape_vec([1, heads.len(), ns, d], v).expect("length matches")
+    }
+
     /// The tensor as dtype bits in a dense layout's memory order.
     pub(super) fn dense_bits(&self, layout: Layout) -> Vec<u16> {
         let [_, nh, ns, d] = self.dims;
@@ -152,6 +162,34 @@ pub(super) fn count_nan_bits(dtype: DType, bits: &[u16]) -> usize {
         let hs: Vec<_> = bits
             .chunks(per)
             .map(|c| s.spawn(move || c.iter().filter(|&&b| is_nan_bits(dtype, b)).count()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+/// A NaN with a payload no kernel produces: fills padding a kernel must never write, so a
+/// write of any value (a canonical NaN included) shows.
+pub(super) fn padding_sentinel(dtype: DType) -> u16 {
+    match dtype {
+        DType::F16 => 0x7e5a,
+        DType::Bf16 => 0x7fda,
+    }
+}
+
+/// Inf or NaN (either sign, any payload).
+pub(super) fn is_nonfinite_bits(dtype: DType, b: u16) -> bool {
+    match dtype {
+        DType::F16 => (b & 0x7c00) == 0x7c00,
+        DType::Bf16 => (b & 0x7f80) == 0x7f80,
+    }
+}
+
+pub(super) fn count_nonfinite_bits(dtype: DType, bits: &[u16]) -> usize {
+    let per = bits.len().div_ceil(threads()).max(1 << 16);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = bits
+            .chunks(per)
+            .map(|c| s.spawn(move || c.iter().filter(|&&b| is_nonfinite_bits(dtype, b)).count()))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     })
@@ -227,6 +265,9 @@ mod tests {
                 }
             }
         }
+        let block = s.block(1, 1..3);
+        assert_eq!(block.shape(), &[1, 2, 6, 8]);
+        assert_eq!(block, full.slice(ndarray::s![1..2, 1..3, .., ..]));
     }
 
     #[test]
@@ -237,8 +278,22 @@ mod tests {
             assert!(!is_nan_bits(dt, dt.to_bits(1.5)));
             assert!(is_nan_bits(dt, dt.to_bits(f32::NAN)));
         }
-        assert!(is_nan_bits(DType::F16, 0x7e5a) && is_nan_bits(DType::Bf16, 0x7fda));
+        for dt in DType::ALL {
+            let s = padding_sentinel(dt);
+            assert!(is_nan_bits(dt, s) && s != flashcore::host::nan_bits(dt));
+            assert_ne!(s, dt.to_bits(f32::NAN));
+        }
         let v = vec![0u16, 0x7e00, 0x3c00, 0xfe00];
         assert_eq!(count_nan_bits(DType::F16, &v), 2);
+        for dt in DType::ALL {
+            for x in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                assert!(is_nonfinite_bits(dt, dt.to_bits(x)));
+            }
+            for x in [0.0, -0.0, 1.5, -65504.0, 1e-7] {
+                assert!(!is_nonfinite_bits(dt, dt.to_bits(x)), "{dt} {x}");
+            }
+        }
+        let v = vec![0u16, 0x7c00, 0x3c00, 0xfc00, 0x7e5a];
+        assert_eq!(count_nonfinite_bits(DType::F16, &v), 3);
     }
 }

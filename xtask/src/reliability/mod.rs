@@ -26,9 +26,14 @@
 //!   (`Device::from_stream`, `Device::with_stream`, `Attention::forward_on`), run a mix of
 //!   problems (the persistent generations' workspace counters included) at once; every output
 //!   bit-identical to a sequential run, and no device memory lost once the streams are gone.
+//! - `backward`: every backward kernel: NaN padding around Q, K, V, O, dO and LSE leaves dQ, dK,
+//!   dV bit-identical and the gradients' padding untouched; 1000 runs bit-identical; batch·heads
+//!   and sequences past 65535 and tensors past 2^31 elements finite and, on chosen GQA groups,
+//!   passing the oracle (or refused as unsupported).
 //!
 //! A watchdog turns a hang into exit code 3 with the step that hung. docs/RELIABILITY.md.
 
+mod backward;
 mod badinput;
 mod determinism;
 mod device;
@@ -66,12 +71,13 @@ const CHECKS: &[(&str, Check)] = &[
     ("oom", oom::run),
     ("soak", soak::run),
     ("streams", streams::run),
+    ("backward", backward::run),
 ];
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
-    /// modes, oom, soak, streams.
+    /// modes, oom, soak, streams, backward.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
     /// Comma-separated generation names (default: all compiled in).
@@ -83,6 +89,9 @@ pub struct Args {
     /// Repeated runs of the persistent generation's large causal case in `determinism`.
     #[arg(long, default_value_t = 1000)]
     pub persistent_runs: usize,
+    /// Repeated runs of each backward kernel's GQA causal problem in `backward`.
+    #[arg(long, default_value_t = 1000)]
+    pub backward_runs: usize,
     /// Random cases in `soak`, spread over the generations.
     #[arg(long, default_value_t = 20000)]
     pub soak_cases: usize,
@@ -110,7 +119,8 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     pub streams_slack_mib: usize,
     /// Skip the two tensors past 2^31 elements in `grid` (each needs ~9 GB of device memory
-    /// and up to ~40 GB of host memory for the oracle).
+    /// and up to ~40 GB of host memory for the oracle) and the two backward problems past 2^31
+    /// in `backward` (~20 GB of device memory each).
     #[arg(long)]
     pub no_huge: bool,
     #[arg(long, default_value_t = 0x5eed)]
@@ -223,9 +233,16 @@ impl Report {
 fn selected_kernels(names: &Option<Vec<String>>) -> Result<Vec<Box<dyn Attention>>> {
     let all = flashcore::kernels();
     if let Some(names) = names {
+        // A name may be a backward kernel only (the `backward` check selects by it too).
+        let backward = flashcore::backward_kernels();
         for n in names {
-            if !all.iter().any(|k| k.name() == n) {
-                let have: Vec<&str> = all.iter().map(|k| k.name()).collect();
+            if !all.iter().any(|k| k.name() == n) && !backward.iter().any(|k| k.name() == n) {
+                let mut have: Vec<&str> = all.iter().map(|k| k.name()).collect();
+                for k in &backward {
+                    if !have.contains(&k.name()) {
+                        have.push(k.name());
+                    }
+                }
                 bail!("unknown kernel '{n}' (compiled in: {})", have.join(", "));
             }
         }
@@ -242,12 +259,16 @@ fn selected_kernels(names: &Option<Vec<String>>) -> Result<Vec<Box<dyn Attention
 
 /// Head dims to try for a kernel: those of `wanted` it takes, else its first representative.
 fn dims_for(k: &dyn Attention, wanted: &[usize]) -> Vec<usize> {
-    let h = k.capabilities().head_dims;
+    dims_in(&k.capabilities().head_dims, wanted)
+}
+
+/// [`dims_for`] on a kernel's head dims (forward or backward).
+fn dims_in(h: &flashcore::HeadDims, wanted: &[usize]) -> Vec<usize> {
     let v: Vec<usize> = wanted.iter().copied().filter(|&d| h.contains(d)).collect();
     if !v.is_empty() {
         return v;
     }
-    crate::check_kernels::representative_head_dims(&h)
+    crate::check_kernels::representative_head_dims(h)
         .into_iter()
         .take(1)
         .collect()

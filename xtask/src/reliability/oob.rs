@@ -3,11 +3,11 @@
 use std::time::Instant;
 
 use flashcore::{
-    Attention, AttentionProblem, DType, Device, Error, Layout, ProblemStrides, TensorStrides,
+    Attention, AttentionProblem, Device, Error, Layout, ProblemStrides, TensorStrides,
 };
 
 use super::device::{upload, DevCase};
-use super::host::{is_nan_bits, offset, Synth};
+use super::host::{is_nan_bits, offset, padding_sentinel, Synth};
 use super::watchdog::{progress, step};
 use super::{dims_for, heads_for, Args, Report, Res};
 
@@ -121,10 +121,7 @@ fn oob_one(
     let dt = p.dtype;
     let nan = flashcore::host::nan_bits(dt);
     // Padding sentinels the kernel must never write: NaNs with a payload no kernel produces.
-    let o_sentinel: u16 = match dt {
-        DType::F16 => 0x7e5a,
-        DType::Bf16 => 0x7fda,
-    };
+    let o_sentinel = padding_sentinel(dt);
     let lse_sentinel: u32 = 0x7fc0_5a5a;
     let sq_ = Synth::new(seed, dt, [b, hq, sq, d]);
     let sk_ = Synth::new(seed + 1, dt, [b, hkv, sk, d]);
