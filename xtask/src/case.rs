@@ -249,7 +249,8 @@ pub fn grad_output(case: &Case) -> Array4<f32> {
 }
 
 /// The forward that feeds a backward kernel O and LSE: the generation of the same name if it
-/// takes the problem, else the scalar one (the backward is judged, not the forward).
+/// takes the problem, else the fastest one that does, else the scalar one (the backward is
+/// judged, not the forward).
 pub fn forward_for_backward(
     backward_name: &str,
     problem: &AttentionProblem,
@@ -257,6 +258,7 @@ pub fn forward_for_backward(
 ) -> Option<Box<dyn Attention>> {
     flashcore::kernel(backward_name)
         .filter(|k| k.supports(problem, device).is_ok())
+        .or_else(|| flashcore::best_for(problem, device))
         .or_else(|| flashcore::kernel("scalar"))
 }
 

@@ -151,7 +151,12 @@ pub fn run(
     only: Option<&[String]>,
 ) -> Result<Vec<Row>> {
     if let Some(names) = only {
-        let known: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
+        let mut known: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
+        for k in flashcore::backward_kernels() {
+            if !known.contains(&k.name()) {
+                known.push(k.name());
+            }
+        }
         if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
             bail!("unknown kernel {bad:?} (known: {})", known.join(", "));
         }

@@ -221,6 +221,12 @@ pub trait AttentionBackward: Send + Sync {
     /// What the backward kernel takes (its `modes` are always none: dense problems only).
     fn capabilities(&self) -> Capabilities;
 
+    /// Whether repeated calls on the same inputs give bit-identical gradients (no atomics, or
+    /// ordered ones). A kernel that trades this for speed says so here.
+    fn deterministic(&self) -> bool {
+        true
+    }
+
     /// The launches of one backward call, each taking `(AttentionParams, BackwardParams)`.
     fn plan_backward(
         &self,

@@ -43,9 +43,11 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
     v
 }
 
-/// Every backward kernel compiled in (`AttentionBackward`), fastest first: generation 5's
-/// portable mma.sync backward (`kernels/gen5_portable_bwd.cu`), then the scalar baseline
-/// (`kernels/gen1_scalar_bwd.cu`).
+/// Every backward kernel compiled in (`AttentionBackward`), fastest first as measured on the
+/// H100 (docs/generations/gen5-portable-bwd.md): generation 5's portable mma.sync backward
+/// (`kernels/gen5_portable_bwd.cu`, deterministic), the same with FlashAttention-2's atomic dQ
+/// (not deterministic, and slower as written), then the scalar baseline
+/// (`kernels/gen1_scalar_bwd.cu`). [`AttentionBackward::deterministic`] tells them apart.
 #[allow(clippy::vec_init_then_push)]
 pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[cfg(feature = "aot")]
@@ -54,6 +56,8 @@ pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     let mut v: Vec<Box<dyn AttentionBackward>> = Vec::new();
     #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PersistentPortable));
+    #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PortableAtomicBackward));
     #[cfg(feature = "scalar")]
     v.push(Box::new(flashcore_scalar::Scalar));
     v
@@ -180,10 +184,27 @@ pub fn first_that_takes<T>(
     kernels: impl IntoIterator<Item = Box<dyn Attention>>,
     mut f: impl FnMut(&dyn Attention) -> Result<T, Error>,
 ) -> Result<(&'static str, T), Error> {
+    first_taking(kernels, |k| k.name(), |k| f(k), "generation")
+}
+
+/// [`first_that_takes`] over backward kernels ([`backward_kernels`]' order).
+pub fn first_backward_that_takes<T>(
+    kernels: impl IntoIterator<Item = Box<dyn AttentionBackward>>,
+    mut f: impl FnMut(&dyn AttentionBackward) -> Result<T, Error>,
+) -> Result<(&'static str, T), Error> {
+    first_taking(kernels, |k| k.name(), |k| f(k), "backward kernel")
+}
+
+fn first_taking<K: ?Sized, T>(
+    kernels: impl IntoIterator<Item = Box<K>>,
+    name: impl Fn(&K) -> &'static str,
+    mut f: impl FnMut(&K) -> Result<T, Error>,
+    what: &str,
+) -> Result<(&'static str, T), Error> {
     let mut reasons = Vec::new();
     for k in kernels {
         match f(k.as_ref()) {
-            Ok(t) => return Ok((k.name(), t)),
+            Ok(t) => return Ok((name(k.as_ref()), t)),
             Err(Error::Unsupported(u)) => reasons.push(format!("{}: {}", u.kernel, u.reason)),
             Err(e) => return Err(e),
         }
@@ -191,12 +212,9 @@ pub fn first_that_takes<T>(
     Err(Error::Unsupported(Unsupported::new(
         "auto",
         if reasons.is_empty() {
-            "no generation is compiled in".to_string()
+            format!("no {what} is compiled in")
         } else {
-            format!(
-                "no compiled-in generation takes it ({})",
-                reasons.join("; ")
-            )
+            format!("no compiled-in {what} takes it ({})", reasons.join("; "))
         },
     )))
 }

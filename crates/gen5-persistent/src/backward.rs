@@ -1,7 +1,13 @@
-//! The portable path's backward pass (`kernels/gen5_portable_bwd.cu`, mma.sync, sm_80+):
-//! D = rowsum(dO ∘ O), then dK/dV per 64-key tile, then dQ per 64-row query tile. Deterministic:
-//! no atomics, each gradient element summed by one warp in a fixed order. Design and
-//! measurements: `docs/generations/gen5-portable-bwd.md`.
+//! The portable path's backward pass (`kernels/gen5_portable_bwd.cu`, mma.sync, sm_80+), in two
+//! schedules:
+//! - [`PersistentPortable`] ("persistent-portable"): D = rowsum(dO ∘ O), then dK/dV per 64-key
+//!   tile, then dQ per 64-row query tile. Deterministic: no atomics, each gradient element summed
+//!   by one warp in a fixed order.
+//! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule, dQ
+//!   added by the dK/dV pass into an f32 workspace with atomics, then rounded (fewer products; the
+//!   last bits of dQ vary from run to run).
+//!
+//! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
 use flashcore_core::backward::AttentionBackward;
 use flashcore_core::launch::{linear_grid, tiles};
@@ -31,15 +37,92 @@ pub fn dkdv_query_rows(head_dim: usize) -> usize {
     }
 }
 
-/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors.
-pub fn dkdv_smem_bytes(head_dim: usize) -> usize {
+/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors; with
+/// atomic dQ also the step's dSᵀ tile.
+pub fn dkdv_smem_bytes(head_dim: usize, atomic_dq: bool) -> usize {
     let rows = dkdv_query_rows(head_dim);
-    2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4
+    let ds = if atomic_dq {
+        KEY_TILE_ROWS * rows * 2
+    } else {
+        0
+    };
+    2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4 + ds
 }
 
 /// `dq_smem_bytes`: Q and dO tiles, two (K, V) buffers.
 pub fn dq_smem_bytes(head_dim: usize) -> usize {
     2 * QUERY_TILE_ROWS * head_dim * 2 + 4 * KEY_TILE_ROWS * head_dim * 2
+}
+
+/// The portable backward with dQ accumulated in f32 by atomics (FlashAttention-2's schedule).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortableAtomicBackward;
+
+/// Both schedules' launches; the workspace holds D (`batch · heads_q · seq_q` words) and, with
+/// atomic dQ, the f32 dQ accumulator after it (`head_dim` words a row), both written whole by
+/// the first launch before the others read them: no counters.
+fn plan(
+    name: &'static str,
+    caps: Capabilities,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    atomic_dq: bool,
+) -> Result<LaunchPlan, Unsupported> {
+    let d = problem.head_dim;
+    caps.require_head_dim(name, d)?;
+    let dkdv_smem = dkdv_smem_bytes(d, atomic_dq);
+    let smem = [dkdv_smem, if atomic_dq { 0 } else { dq_smem_bytes(d) }];
+    let limit = device.max_shared_memory_per_block_optin as usize;
+    if let Some(&need) = smem.iter().find(|&&s| s > limit) {
+        return Err(Unsupported::new(
+            name,
+            format!("needs {need} bytes of shared memory per block; the device allows {limit}"),
+        ));
+    }
+    let mut defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
+    if atomic_dq {
+        defines.push(("FC_BWD_ATOMIC_DQ".to_string(), "1".to_string()));
+    }
+    let launch = |entry: &'static str, items: usize, smem: usize| KernelLaunch {
+        source: SOURCE,
+        entry,
+        defines: defines.clone(),
+        grid: (linear_grid(items), 1, 1),
+        block: (THREADS, 1, 1),
+        dynamic_smem_bytes: smem as u32,
+        tensor_maps: None,
+    };
+    let p = problem;
+    let rows = p.batch * p.heads_q * p.seq_q;
+    let row_warps = tiles(rows, WARPS as usize);
+    let key_items = p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS);
+    let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
+    let (dq_launch, workspace) = if atomic_dq {
+        let accumulator = rows
+            .checked_mul(d)
+            .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
+        // The accumulator starts 16-byte aligned (the kernel's `dq_accumulator`).
+        (
+            launch("bwd_portable_dq_convert", row_warps, 0),
+            rows.next_multiple_of(4) + accumulator,
+        )
+    } else {
+        (launch("bwd_portable_dq", query_items, smem[1]), rows)
+    };
+    Ok(LaunchPlan {
+        launches: vec![
+            launch("bwd_portable_dot_do_o", row_warps, 0),
+            launch("bwd_portable_dk_dv", key_items, dkdv_smem),
+            dq_launch,
+        ],
+        workspace_f32: workspace,
+        workspace_counters: 0,
+        num_splits: 1,
+    })
+}
+
+fn capabilities() -> Capabilities {
+    Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::NONE)
 }
 
 impl AttentionBackward for PersistentPortable {
@@ -48,51 +131,43 @@ impl AttentionBackward for PersistentPortable {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::NONE)
+        capabilities()
     }
 
-    /// Three launches; the workspace holds D (`batch · heads_q · seq_q` words), written whole by
-    /// the first launch before the others read it: no counters.
     fn plan_backward(
         &self,
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
-        let name = AttentionBackward::name(self);
-        let d = problem.head_dim;
-        AttentionBackward::capabilities(self).require_head_dim(name, d)?;
-        let smem = [dkdv_smem_bytes(d), dq_smem_bytes(d)];
-        let limit = device.max_shared_memory_per_block_optin as usize;
-        if let Some(&need) = smem.iter().find(|&&s| s > limit) {
-            return Err(Unsupported::new(
-                name,
-                format!("needs {need} bytes of shared memory per block; the device allows {limit}"),
-            ));
-        }
-        let defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
-        let launch = |entry: &'static str, items: usize, smem: usize| KernelLaunch {
-            source: SOURCE,
-            entry,
-            defines: defines.clone(),
-            grid: (linear_grid(items), 1, 1),
-            block: (THREADS, 1, 1),
-            dynamic_smem_bytes: smem as u32,
-            tensor_maps: None,
-        };
-        let p = problem;
-        let rows = p.batch * p.heads_q * p.seq_q;
-        let key_items = p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS);
-        let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
-        Ok(LaunchPlan {
-            launches: vec![
-                launch("bwd_portable_dot_do_o", tiles(rows, WARPS as usize), 0),
-                launch("bwd_portable_dk_dv", key_items, smem[0]),
-                launch("bwd_portable_dq", query_items, smem[1]),
-            ],
-            workspace_f32: rows,
-            workspace_counters: 0,
-            num_splits: 1,
-        })
+        plan(
+            AttentionBackward::name(self),
+            capabilities(),
+            problem,
+            device,
+            false,
+        )
+    }
+}
+
+impl AttentionBackward for PortableAtomicBackward {
+    fn name(&self) -> &'static str {
+        "persistent-portable-atomic"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    fn deterministic(&self) -> bool {
+        false
+    }
+
+    fn plan_backward(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        plan(self.name(), capabilities(), problem, device, true)
     }
 }
 
@@ -125,6 +200,39 @@ mod tests {
         // K, V (16 KiB each), 2 x (Q, dO) of 32 rows (8 KiB each), 4 x 32 floats.
         assert_eq!(plan.launches[1].dynamic_smem_bytes, 32768 + 32768 + 512);
         assert_eq!(plan.launches[2].dynamic_smem_bytes, 6 * 16384);
+
+        let atomic = PortableAtomicBackward
+            .plan_backward(&p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        let entries: Vec<_> = atomic.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            [
+                "bwd_portable_dot_do_o",
+                "bwd_portable_dk_dv",
+                "bwd_portable_dq_convert"
+            ]
+        );
+        // D, then the f32 dQ accumulator; the dK/dV pass also holds a 64 x 32 dSᵀ tile.
+        assert_eq!(atomic.workspace_f32, 1600 + 1600 * 128);
+        let odd = AttentionProblem::new(1, 1, 1, 32);
+        let plan = PortableAtomicBackward
+            .plan_backward(&odd, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        assert_eq!(
+            plan.workspace_f32,
+            4 + 32,
+            "the accumulator starts 16-byte aligned"
+        );
+        assert_eq!(
+            atomic.launches[1].dynamic_smem_bytes,
+            32768 + 32768 + 512 + 4096
+        );
+        assert!(atomic.launches[1]
+            .defines
+            .iter()
+            .any(|(k, _)| k == "FC_BWD_ATOMIC_DQ"));
+        assert!(!PortableAtomicBackward.deterministic() && PersistentPortable.deterministic());
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod decode;
 pub mod hopper;
 pub mod portable;
 
+pub use backward::PortableAtomicBackward;
 use flashcore_core::{
     Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, LaunchPlan, Unsupported,
 };

@@ -507,8 +507,25 @@ fn padding_one(
     let mut c = BwdBuffers::from_host(dev, &pp, &hb, &padded, 16).map_err(e)?;
     let got = c.run(k, dev).map_err(|err| format!("padded run: {err}"))?;
     let sentinel = padding_sentinel(p.dtype);
+    // A kernel that is not deterministic (atomic dQ) may round dQ differently in the two runs:
+    // there dQ must be written everywhere and leave its padding alone, not match bit for bit.
+    let loose_dq = !k.deterministic();
+    let got_dq = padded.grads()[0].gather(&got[0]);
+    if loose_dq && count_nan_bits(p.dtype, &got_dq) > 0 {
+        return Err(format!(
+            "padded run left {} dQ elements NaN (unwritten)",
+            count_nan_bits(p.dtype, &got_dq)
+        ));
+    }
     let why: Vec<String> = (0..3)
-        .map(|i| compare_padded(&clean[i], &padded.grads()[i], &got[i], sentinel))
+        .map(|i| {
+            let want = if loose_dq && i == 0 {
+                &got_dq
+            } else {
+                &clean[i]
+            };
+            compare_padded(want, &padded.grads()[i], &got[i], sentinel)
+        })
         .zip(GRADS)
         .filter(|(d, _)| !d.is_clean())
         .map(|(d, name)| d.describe(name))
@@ -551,6 +568,12 @@ fn determinism(
     let label = format!("{} [determinism d={}]", k.name(), p.head_dim);
     let t = Instant::now();
     let _s = step(format!("{CHECK} {label}"), args.step_timeout);
+    if !k.deterministic() {
+        let why = "not deterministic by design (dQ accumulated with f32 atomics); its \
+                   deterministic schedule is checked under its own name";
+        report.add(CHECK, &label, Res::Skip, why.to_string(), t);
+        return;
+    }
     if let Err(u) = k.supports_backward(p, dev.info()) {
         report.add(CHECK, &label, Res::Skip, u.reason, t);
         return;
