@@ -76,6 +76,7 @@ mod api {
     /// `flash_attn`). `q`: `(batch, seq_len_q, num_heads_q, head_size)`, `k`/`v`:
     /// `(batch, seq_len_kv, num_heads_kv, head_size)` with `num_heads_kv` dividing
     /// `num_heads_q` (GQA/MQA). Returns `(batch, seq_len_q, num_heads_q, head_size)`.
+    /// Differentiable: candle's autograd gets dQ, dK, dV from flashcore's backward kernels.
     pub fn flash_attn(
         q: &Tensor,
         k: &Tensor,

@@ -14,7 +14,8 @@ use candle_core::{
     CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
 };
 use flashcore::{
-    Attention, AttentionProblem, AttentionTensors, DeviceTables, KvAppend, TensorMut, TensorRef,
+    Attention, AttentionProblem, AttentionTensors, BackwardTensors, DeviceTables, KvAppend,
+    TensorMut, TensorRef,
 };
 use half::{bf16, f16};
 
@@ -170,6 +171,7 @@ fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Res
 }
 
 /// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
+#[derive(Clone)]
 pub struct FlashAttn {
     pub softmax_scale: f32,
     pub alibi_slopes: Option<Tensor>,
@@ -282,6 +284,157 @@ impl candle_core::CustomOp3 for FlashAttn {
         v_l: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         by_dtype!(self, "flash-attn", q, k, v, q, q_l, k, k_l, v, v_l)
+    }
+
+    /// dQ, dK, dV through flashcore's backward kernels (dense attention, causal or not; windows,
+    /// softcap and ALiBi have no backward yet and are refused). Q, K, V, O and dO are made
+    /// contiguous; the three gradients come back from one op as one buffer.
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let op = FlashAttnGrads {
+            attn: self.clone(),
+            o: res.contiguous()?,
+            d_o: grad_res.contiguous()?,
+        };
+        let g = q.apply_op3_no_bwd(&k, &v, &op)?;
+        let (nq, nk) = (q.elem_count(), k.elem_count());
+        Ok((
+            Some(g.narrow(0, 0, nq)?.reshape(q.shape())?),
+            Some(g.narrow(0, nq, nk)?.reshape(k.shape())?),
+            Some(g.narrow(0, nq + nk, nk)?.reshape(v.shape())?),
+        ))
+    }
+}
+
+/// The backward of [`FlashAttn`] as an op of (Q, K, V), holding O and dO: its output is dQ, dK
+/// and dV back to back (flat). The forward's LSE is not kept by the forward op (candle-flash-attn's
+/// ops are stateless), so it is recomputed here by the same forward kernel choice.
+struct FlashAttnGrads {
+    attn: FlashAttn,
+    o: Tensor,
+    d_o: Tensor,
+}
+
+impl FlashAttnGrads {
+    #[allow(clippy::too_many_arguments)]
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let dev = q.device();
+        let problem = args::dense_problem(
+            &view("q", q_l),
+            &view("k", k_l),
+            &view("v", v_l),
+            &self.attn.options(dtype),
+        )?;
+        if !problem.modes.is_dense() {
+            candle_core::bail!(
+                "flashcore: the backward pass takes dense attention (causal or not) only; \
+                 sliding windows, softcap and ALiBi have no backward yet"
+            );
+        }
+        let device = flashcore_device(dev)?;
+        let stream = dev.cuda_stream();
+        let (mut o_again, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
+        {
+            let mut tensors = AttentionTensors {
+                q: TensorRef {
+                    data: half_view::<T>(q, q_l)?,
+                    dtype,
+                },
+                k: TensorRef {
+                    data: half_view::<T>(k, k_l)?,
+                    dtype,
+                },
+                v: TensorRef {
+                    data: half_view::<T>(v, v_l)?,
+                    dtype,
+                },
+                o: out_view(&mut o_again, dtype)?,
+                lse: lse.slice_mut(..),
+                tables: DeviceTables::default(),
+            };
+            run(&problem, &device, |kern| {
+                kern.forward_on(&device, &stream, &problem, &mut tensors)
+            })?;
+        }
+        let (o_s, o_l) = self.o.storage_and_layout();
+        let (do_s, do_l) = self.d_o.storage_and_layout();
+        let (nq, nk) = (q_l.shape().elem_count(), k_l.shape().elem_count());
+        // SAFETY: the backward kernels write every element of dQ, dK and dV.
+        let mut grads = unsafe { dev.alloc::<T>(nq + 2 * nk)? };
+        {
+            // SAFETY: as in `half_view`.
+            let mut all = unsafe { grads.transmute_mut::<u16>(nq + 2 * nk) }
+                .ok_or_else(|| error("16-bit view"))?;
+            let (dq, mut rest) = all.split_at_mut(nq);
+            let (dk, dv) = rest.split_at_mut(nk);
+            let r = |data| TensorRef { data, dtype };
+            let w = |data| TensorMut { data, dtype };
+            let mut t = BackwardTensors {
+                q: r(half_view::<T>(q, q_l)?),
+                k: r(half_view::<T>(k, k_l)?),
+                v: r(half_view::<T>(v, v_l)?),
+                o: r(half_view::<T>(cuda(&o_s, "o")?, o_l)?),
+                d_o: r(half_view::<T>(cuda(&do_s, "d_o")?, do_l)?),
+                lse: lse.slice(..),
+                dq: w(dq),
+                dk: w(dk),
+                dv: w(dv),
+            };
+            flashcore::first_backward_that_takes(flashcore::backward_kernels(), |kern| {
+                flashcore::backward::backward_on(kern, &device, &stream, &problem, &mut t)
+            })
+            .map_err(error)?;
+        }
+        Ok((
+            CudaStorage::wrap_cuda_slice(grads, dev.clone()),
+            Shape::from(nq + 2 * nk),
+        ))
+    }
+}
+
+impl candle_core::CustomOp3 for FlashAttnGrads {
+    fn name(&self) -> &'static str {
+        "flashcore-flash-attn-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        by_dtype!(self, "flash-attn backward", q, k, v, q, q_l, k, k_l, v, v_l)
     }
 }
 
