@@ -114,6 +114,14 @@ __device__ __forceinline__ int first_query_seeing(const AttentionParams& p, int 
     return first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first);
 }
 
+// (batch, head, row) of flat query row r, the index of lse_offset and the workspace's D vector.
+struct QueryRow {
+    int batch, head, row;
+};
+__device__ __forceinline__ QueryRow query_row(const AttentionParams& p, long long r) {
+    return {(int)(r / ((long long)p.seq_q * p.heads_q)), (int)((r / p.seq_q) % p.heads_q), (int)(r % p.seq_q)};
+}
+
 // Stores a warp's 16 x head_dim f32 accumulator rows (rows row0 + group, + 8) times `scale` into
 // a row-major gradient tensor; rows at or past `valid_rows` are not written. Each quad writes 16
 // contiguous bytes per n8 tile.
@@ -192,9 +200,7 @@ bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_co
     const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
     const long long warps = (long long)gridDim.x * num_warps;
     for (long long r = (long long)blockIdx.x * num_warps + threadIdx.x / 32; r < rows; r += warps) {
-        const int row = (int)(r % p.seq_q);
-        const int head = (int)((r / p.seq_q) % p.heads_q);
-        const int batch = (int)(r / ((long long)p.seq_q * p.heads_q));
+        const auto [batch, head, row] = query_row(p, r);
         const elem2_t* o_row = reinterpret_cast<const elem2_t*>(o + o_offset(p, batch, head, row));
         const elem2_t* do_row = reinterpret_cast<const elem2_t*>(d_o + do_offset(g, batch, head, row));
         float acc = 0.f;
@@ -369,9 +375,7 @@ bwd_portable_dq_convert(const __grid_constant__ AttentionParams p, const __grid_
     const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
     const long long warps = (long long)gridDim.x * num_warps;
     for (long long r = (long long)blockIdx.x * num_warps + threadIdx.x / 32; r < rows; r += warps) {
-        const int row = (int)(r % p.seq_q);
-        const int head = (int)((r / p.seq_q) % p.heads_q);
-        const int batch = (int)(r / ((long long)p.seq_q * p.heads_q));
+        const auto [batch, head, row] = query_row(p, r);
         const float2* acc = reinterpret_cast<const float2*>(dq_accumulator(p, rows) + r * head_dim);
         elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, batch, head, row));
         for (int c = lane; c < head_dim / 2; c += 32) {

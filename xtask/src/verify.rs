@@ -957,7 +957,10 @@ mod tests {
 
     #[test]
     fn backward_cases_are_dense_and_in_bounds() {
-        let caps = flashcore::backward_kernels()[0].capabilities();
+        // The scalar backward takes every head dim, so the whole edge list applies to it.
+        let caps = flashcore::backward_kernel("scalar")
+            .expect("the scalar backward is compiled in")
+            .capabilities();
         assert_eq!(caps.modes, ModeSupport::NONE);
         let mut runner = TestRunner::deterministic();
         let s = dense_case_strategy(&caps, 300);

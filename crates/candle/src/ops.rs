@@ -191,8 +191,9 @@ impl FlashAttn {
         o
     }
 
+    /// The problem, O and LSE of one forward call (the op's output, and what its backward needs).
     #[allow(clippy::too_many_arguments)]
-    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+    fn forward_with_lse<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
         q: &CudaStorage,
@@ -201,7 +202,7 @@ impl FlashAttn {
         k_l: &Layout,
         v: &CudaStorage,
         v_l: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
+    ) -> Result<(AttentionProblem, CudaSlice<T>, CudaSlice<f32>)> {
         let dev = q.device();
         let problem = args::dense_problem(
             &view("q", q_l),
@@ -214,8 +215,7 @@ impl FlashAttn {
             Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
             None => None,
         };
-        let shape = q_l.shape().clone();
-        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
+        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
         let device = flashcore_device(dev)?;
         let stream = dev.cuda_stream();
         {
@@ -243,7 +243,25 @@ impl FlashAttn {
                 kern.forward_on(&device, &stream, &problem, &mut tensors)
             })?;
         }
-        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+        Ok((problem, o, lse))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (_, o, _) = self.forward_with_lse::<T>(dtype, q, q_l, k, k_l, v, v_l)?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(o, q.device().clone()),
+            q_l.shape().clone(),
+        ))
     }
 }
 
@@ -335,12 +353,10 @@ impl FlashAttnGrads {
         v_l: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let dev = q.device();
-        let problem = args::dense_problem(
-            &view("q", q_l),
-            &view("k", k_l),
-            &view("v", v_l),
-            &self.attn.options(dtype),
-        )?;
+        // The forward again, for the LSE (its O is dropped: dO·O takes the caller's O).
+        let (problem, _, lse) = self
+            .attn
+            .forward_with_lse::<T>(dtype, q, q_l, k, k_l, v, v_l)?;
         if !problem.modes.is_dense() {
             candle_core::bail!(
                 "flashcore: the backward pass takes dense attention (causal or not) only; \
@@ -349,29 +365,6 @@ impl FlashAttnGrads {
         }
         let device = flashcore_device(dev)?;
         let stream = dev.cuda_stream();
-        let (mut o_again, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
-        {
-            let mut tensors = AttentionTensors {
-                q: TensorRef {
-                    data: half_view::<T>(q, q_l)?,
-                    dtype,
-                },
-                k: TensorRef {
-                    data: half_view::<T>(k, k_l)?,
-                    dtype,
-                },
-                v: TensorRef {
-                    data: half_view::<T>(v, v_l)?,
-                    dtype,
-                },
-                o: out_view(&mut o_again, dtype)?,
-                lse: lse.slice_mut(..),
-                tables: DeviceTables::default(),
-            };
-            run(&problem, &device, |kern| {
-                kern.forward_on(&device, &stream, &problem, &mut tensors)
-            })?;
-        }
         let (o_s, o_l) = self.o.storage_and_layout();
         let (do_s, do_l) = self.d_o.storage_and_layout();
         let (nq, nk) = (q_l.shape().elem_count(), k_l.shape().elem_count());
