@@ -1,0 +1,129 @@
+// Generation 5 (Hopper) forward: the build's defines (defaults and the combinations that are
+// refused), tile shapes, the shared-memory map, barrier ids and the register split.
+// Part of gen5_persistent_hopper.cu, included in order; see that file for the design.
+#pragma once
+
+#ifndef FC_HEAD_DIM
+#error "compile with -DFC_HEAD_DIM=64 or 128"
+#endif
+#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
+#error "gen5_persistent_hopper supports FC_HEAD_DIM 64 and 128"
+#endif
+#ifndef FC_HOPPER_BLOCK_N
+#define FC_HOPPER_BLOCK_N 128
+#endif
+#ifndef FC_HOPPER_STAGES
+#define FC_HOPPER_STAGES 2
+#endif
+#ifndef FC_HOPPER_OVERLAP
+#define FC_HOPPER_OVERLAP 0
+#endif
+#ifndef FC_HOPPER_L2_SECTION_BYTES
+#define FC_HOPPER_L2_SECTION_BYTES (32u << 20)
+#endif
+// Head-major order without causal masking: one head per L2 section (see make_schedule). Measured
+// +0-4 % and steadier than the head-inner order (docs/results/2026-11-23-portable-d128-h100, ab14).
+#ifndef FC_HOPPER_HEAD_MAJOR
+#define FC_HOPPER_HEAD_MAJOR 1
+#endif
+#ifndef FC_HOPPER_PINGPONG
+#define FC_HOPPER_PINGPONG 0
+#endif
+#ifndef FC_HOPPER_Q_STAGES
+#define FC_HOPPER_Q_STAGES 1
+#endif
+#ifndef FC_HOPPER_SMEM_EPILOGUE
+#define FC_HOPPER_SMEM_EPILOGUE 0
+#endif
+#ifndef FC_HOPPER_CONSUMER_REGS
+#define FC_HOPPER_CONSUMER_REGS 232
+#endif
+#ifndef FC_HOPPER_SPLIT_KV
+#define FC_HOPPER_SPLIT_KV 0
+#endif
+// Inference modes (docs/MODES.md: varlen, KV cache, pages, windows, softcap, ALiBi). The plan
+// builds with 1 only for problems that use them: the block info's general form costs consumer
+// registers that the dense build's key loop does not have to spare (it would spill at D = 128).
+#ifndef FC_HOPPER_MODES
+#define FC_HOPPER_MODES 0
+#endif
+#if FC_HOPPER_MODES && FC_HOPPER_SPLIT_KV
+#error "FC_HOPPER_MODES=1 has no split-KV path (the plan does not split mode problems)"
+#endif
+// Dynamic schedule: the producer takes work units from a global counter (workspace words 0 and
+// 1: next unit, CTAs done; zero at launch, zero again when the last CTA has taken its last
+// unit) and hands each one to the consumers beside its Q buffer, instead of the static
+// blockIdx.x + k * gridDim.x. Causal units differ in length; greedy taking in longest-first
+// order evens the CTAs out.
+#ifndef FC_HOPPER_DYNAMIC
+#define FC_HOPPER_DYNAMIC 0
+#endif
+#if FC_HOPPER_DYNAMIC && FC_HOPPER_SPLIT_KV
+#error "FC_HOPPER_DYNAMIC and FC_HOPPER_SPLIT_KV both use the workspace's first words"
+#endif
+#if FC_HOPPER_PINGPONG && !FC_HOPPER_OVERLAP
+#error "FC_HOPPER_PINGPONG=1 needs FC_HOPPER_OVERLAP=1"
+#endif
+#if FC_HOPPER_SMEM_EPILOGUE && FC_HOPPER_Q_STAGES < 2
+#error "FC_HOPPER_SMEM_EPILOGUE=1 needs FC_HOPPER_Q_STAGES=2 (O is staged in the item's own Q buffer)"
+#endif
+#if FC_HOPPER_SPLIT_KV && FC_HOPPER_SMEM_EPILOGUE
+#error "FC_HOPPER_SPLIT_KV=1 uses the register epilogue (FC_HOPPER_SMEM_EPILOGUE=0)"
+#endif
+
+
+namespace fch {
+
+
+constexpr int D = FC_HEAD_DIM;
+constexpr int BM = 128;                 // q rows per work item (= Q TMA box rows)
+constexpr int WG_M = 64;                // q rows per consumer warpgroup
+constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
+constexpr int STAGES = FC_HOPPER_STAGES;
+constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
+constexpr int NBOX = D / 64;            // 64-column (128-byte) TMA boxes per row of a tile
+constexpr int ROW_BYTES = 128;          // one swizzled box row
+constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
+constexpr int KV_BOX_BYTES = BN * ROW_BYTES;
+constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;
+constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
+
+// Shared memory map (offsets from the 1024-byte aligned base).
+constexpr int OFF_Q = 0;
+constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
+constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
+// q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S], v_landed (the
+// producer's own barrier for a V tile it zeroes the tail of, see fetch_kv_tile)
+constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES + 1;
+// Dynamic schedule: the unit index each Q buffer holds (-1: no more), one int per buffer, after
+// the barriers (8 bytes reserved either way).
+constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
+constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
+constexpr int SMEM_ALIGN_SLACK = 1024;
+constexpr bool MODES = FC_HOPPER_MODES;
+// Producer threads: warp 0 in the modes build (it zeroes tail rows), thread 0 otherwise.
+constexpr int PRODUCER_LANES = MODES ? 32 : 1;
+// What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
+// repeats this formula).
+constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
+
+constexpr int CONSUMER_THREADS = 256;
+constexpr int CONSUMER_REGS = FC_HOPPER_CONSUMER_REGS;
+constexpr int PRODUCER_REGS = CONSUMER_REGS >= 240 ? 24 : 40;
+// Named barrier ids (named_barrier.cuh): scheduler barrier of consumer cw = BAR_SCHED + cw,
+// warpgroup-local barrier of consumer cw = BAR_WG + cw.
+enum : unsigned { BAR_SCHED = 1, BAR_WG = 3 };
+
+static_assert(BN == 64 || BN == 128 || BN == 176, "FC_HOPPER_BLOCK_N must be 64, 128 or 176");
+static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
+static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2");
+static_assert(CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+
+// Debug tags for mbar_wait (which barrier a stuck wait was on).
+enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
+
+
+}  // namespace fch

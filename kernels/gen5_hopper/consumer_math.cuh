@@ -1,0 +1,141 @@
+// Generation 5 (Hopper) forward: the consumers' per-tile math: the two wgmma GEMMs, masks and
+// score modifiers (score_mod.cuh), the online softmax and P's conversion to the PV operand.
+#pragma once
+
+namespace fch {
+
+// ---- consumer math ---------------------------------------------------------------------------
+
+// S[64 x BN] = Q[64 x D] * K[BN x D]^T for this warpgroup's 64 rows.
+__device__ __forceinline__ void gemm_qk(float (&s)[BN / 2], unsigned long long q_desc, unsigned long long k_desc) {
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+        // k16 step k: 32 bytes into the 128-byte swizzled row, box k/4 (columns 64*(k/4)...).
+        const unsigned long long qa = q_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * Q_BOX_BYTES) >> 4);
+        const unsigned long long kb = k_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * KV_BOX_BYTES) >> 4);
+        wgmma_ss(s, qa, kb, k > 0 ? 1 : 0);  // N = BN (overload on the accumulator size)
+    }
+}
+
+// O[64 x D] += P[64 x BN] * V[BN x D]; P as packed elem_t pairs in the A-fragment layout.
+__device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[BN / 4], unsigned long long v_desc) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t) {
+        const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
+        // keys 16t..16t+15 = 16 swizzled rows = 2048 bytes further into both V boxes.
+        const unsigned long long vb = v_desc + (unsigned long long)((t * 16 * ROW_BYTES) >> 4);
+        wgmma_rs_tb(o, a, vb, 1);  // N = D
+    }
+}
+
+// Keys outside each row's [lo, hi) become -inf (windows and per-sequence lengths; the causal-only
+// apply_mask below is the same with lo = 0). col0 = first key this thread holds.
+__device__ __forceinline__ void apply_mask_range(float (&s)[BN / 2], int col0, const KeyRange& r0, const KeyRange& r1) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int c = col0 + 8 * j;
+        if (c < r0.lo || c >= r0.hi) s[4 * j + 0] = -INFINITY;
+        if (c + 1 < r0.lo || c + 1 >= r0.hi) s[4 * j + 1] = -INFINITY;
+        if (c < r1.lo || c >= r1.hi) s[4 * j + 2] = -INFINITY;
+        if (c + 1 < r1.lo || c + 1 >= r1.hi) s[4 * j + 3] = -INFINITY;
+    }
+}
+
+// Raw scores to log2-domain logits with the score modifiers (score_mod.cuh), on the wgmma
+// accumulator layout (rows row0 and row0 + 8, keys col0 + 8 j + {0, 1}). With modifiers the
+// online softmax then runs with scale 1.
+__device__ __forceinline__ void modify_scores(float (&s)[BN / 2], const ScoreMod& mod, int row0, int col0) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            s[4 * j + e] = logit_log2(mod, s[4 * j + e], row0 + 8 * (e >> 1), col0 + 8 * j + (e & 1));
+    }
+}
+
+// Scores of key tile [k0, k0 + BN) of sequence b, head h, as the softmax takes them: modified
+// (softcap, ALiBi; score_mod.cuh) when the problem has modifiers, then masked unless every row of
+// the warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees the whole tile. Registers are the limit
+// in the consumers, so nothing of the block info is kept across the key loop: the lengths come
+// from the parameter block (constant bank) or, for per-sequence lengths, are reloaded per tile
+// (an L1 hit; the loop's barrier asm keeps the compiler from hoisting them).
+__device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (&s)[BN / 2], int b, int h, int row0,
+                                               int wg_row0, int k0, int col_in_block) {
+    const SeqInfo seq = block_seq(p, b);
+    if (MODES && has_score_mod(p)) {
+        const ScoreMod mod = score_mod(p, seq, b, h);
+        modify_scores(s, mod, row0, k0 + col_in_block);
+    }
+    const int wg_lo = block_keys(p, seq, wg_row0 + WG_M - 1).lo;
+    const int wg_hi = block_keys(p, seq, wg_row0).hi;
+    if (k0 < wg_lo || k0 + BN > wg_hi)
+        apply_mask_range(s, k0 + col_in_block, block_keys(p, seq, row0), block_keys(p, seq, row0 + 8));
+}
+
+// Epilogue rules with the block info (as masking.cuh's, for any mask): a row with l = 0 that sees
+// keys got only -inf logits (infinite inputs), which is 0/0 = NaN as in the f64 reference; a row
+// that sees none is the defined empty row, O = 0 and LSE = +inf.
+__device__ __forceinline__ float row_inverse(float l, const KeyRange& keys) {
+    if (l != 0.f) return 1.f / l;
+    return keys.hi > keys.lo ? FC_QNAN : 0.f;
+}
+__device__ __forceinline__ float row_log_sum_exp(float l, const KeyRange& keys, float lse_if_nonzero) {
+    if (l != 0.f) return lse_if_nonzero;
+    return keys.hi > keys.lo ? FC_QNAN : __int_as_float(0x7f800000);
+}
+
+// Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
+// Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
+// factors alpha[2] the old O rows must be multiplied by. -inf rows stay finite: a row whose max
+// is still -inf uses 0 as its shift, so every p is exp2(-inf) = 0 and alpha = 0 (O is 0 anyway).
+__device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float scale_log2) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        shift[r] = (mx[r] == -INFINITY) ? 0.f : mx[r] * scale_log2;
+        alpha[r] = (m[r] == -INFINITY) ? 0.f : exp2f(m[r] * scale_log2 - shift[r]);  // O, l are 0 then
+        m[r] = mx[r];
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -shift[0]));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -shift[1]));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
+        sum[0] += s[4 * j + 0] + s[4 * j + 1];
+        sum[1] += s[4 * j + 2] + s[4 * j + 3];
+    }
+    l[0] = l[0] * alpha[0] + sum[0];
+    l[1] = l[1] * alpha[1] + sum[1];
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+    }
+}
+
+// The S accumulator layout is the A-fragment layout, register for register (see wgmma.cuh).
+__device__ __forceinline__ void convert_p(const float (&s)[BN / 2], unsigned (&pr)[BN / 4]) {
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) pr[i] = pack2_u32(s[2 * i], s[2 * i + 1]);
+}
+
+}  // namespace fch
