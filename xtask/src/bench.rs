@@ -28,7 +28,7 @@ pub mod suite;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use flashcore::{Attention, DType, Device, Layout};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -392,22 +392,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 pub(crate) fn select_kernels(names: Option<&[String]>) -> Result<Vec<Box<dyn Attention>>> {
-    let all = flashcore::kernels();
-    let Some(names) = names else { return Ok(all) };
-    let known: Vec<&str> = all.iter().map(|k| k.name()).collect();
-    for n in names {
-        if !known.contains(&n.as_str()) {
-            bail!(
-                "no generation called '{n}' is compiled in; compiled in: {}",
-                known.join(", ")
-            );
-        }
-    }
-    // In the facade's order (fastest first), whatever order they were named in.
-    Ok(all
-        .into_iter()
-        .filter(|k| names.iter().any(|n| n == k.name()))
-        .collect())
+    crate::select::named(flashcore::kernels(), |k| k.name(), names, &[], "generation")
 }
 
 /// Writes JSON, markdown and SVG under `dir` and prints the header, the summary and, last,

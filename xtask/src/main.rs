@@ -9,6 +9,7 @@ mod cuda_wheels;
 mod mode_case;
 mod reliability;
 mod sanitize;
+mod select;
 mod verify;
 
 use std::path::PathBuf;

@@ -547,25 +547,13 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
 /// problems (`dense_case_strategy`: the forward sweep's shapes without inference modes), each
 /// judged by the oracle's backward rule; the first failure is shrunk.
 fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
-    let kernels: Vec<Box<dyn flashcore::AttentionBackward>> = flashcore::backward_kernels()
-        .into_iter()
-        .filter(|k| {
-            opts.kernels
-                .as_ref()
-                .is_none_or(|names| names.iter().any(|n| n == k.name()))
-        })
-        .collect();
-    if kernels.is_empty() {
-        let names: Vec<&str> = flashcore::backward_kernels()
-            .iter()
-            .map(|k| k.name())
-            .collect();
-        bail!(
-            "no backward kernel matches {:?}; compiled in: {}",
-            opts.kernels,
-            names.join(", ")
-        );
-    }
+    let kernels = crate::select::named(
+        flashcore::backward_kernels(),
+        |k| k.name(),
+        opts.kernels.as_deref(),
+        &[],
+        "backward kernel",
+    )?;
     println!(
         "verify --pass bwd: device {} (cc {}.{}), seed {}, {} random cases per kernel{}, max seq {}",
         device.info().name,

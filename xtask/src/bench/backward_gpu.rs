@@ -183,21 +183,13 @@ impl BackwardBuffers {
 pub fn select_backward_kernels(
     names: Option<&[String]>,
 ) -> Result<Vec<Box<dyn AttentionBackward>>> {
-    let all = flashcore::backward_kernels();
-    let Some(names) = names else { return Ok(all) };
-    let known: Vec<&str> = all.iter().map(|k| k.name()).collect();
-    for n in names {
-        if !known.contains(&n.as_str()) {
-            bail!(
-                "no backward kernel called '{n}' is compiled in; compiled in: {}",
-                known.join(", ")
-            );
-        }
-    }
-    Ok(all
-        .into_iter()
-        .filter(|k| names.iter().any(|n| n == k.name()))
-        .collect())
+    crate::select::named(
+        flashcore::backward_kernels(),
+        |k| k.name(),
+        names,
+        &[],
+        "backward kernel",
+    )
 }
 
 /// `bench-all --pass bwd | fwdbwd`.

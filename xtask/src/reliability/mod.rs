@@ -231,30 +231,18 @@ impl Report {
 // Kernels and problems, shared by the checks
 
 fn selected_kernels(names: &Option<Vec<String>>) -> Result<Vec<Box<dyn Attention>>> {
-    let all = flashcore::kernels();
-    if let Some(names) = names {
-        // A name may be a backward kernel only (the `backward` check selects by it too).
-        let backward = flashcore::backward_kernels();
-        for n in names {
-            if !all.iter().any(|k| k.name() == n) && !backward.iter().any(|k| k.name() == n) {
-                let mut have: Vec<&str> = all.iter().map(|k| k.name()).collect();
-                for k in &backward {
-                    if !have.contains(&k.name()) {
-                        have.push(k.name());
-                    }
-                }
-                bail!("unknown kernel '{n}' (compiled in: {})", have.join(", "));
-            }
-        }
-    }
-    Ok(all
-        .into_iter()
-        .filter(|k| {
-            names
-                .as_ref()
-                .is_none_or(|n| n.iter().any(|x| x == k.name()))
-        })
-        .collect())
+    // A name may be a backward kernel only (the `backward` check selects by it too).
+    let backward: Vec<&str> = flashcore::backward_kernels()
+        .iter()
+        .map(|k| k.name())
+        .collect();
+    crate::select::named(
+        flashcore::kernels(),
+        |k| k.name(),
+        names.as_deref(),
+        &backward,
+        "kernel",
+    )
 }
 
 /// Head dims to try for a kernel: those of `wanted` it takes, else its first representative.
