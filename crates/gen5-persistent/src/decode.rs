@@ -114,14 +114,6 @@ pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
     stages * 2 * KV_TILE_ROWS * head_dim * 2 + Q_TILE_ROWS * head_dim * 2 + 4 * Q_TILE_ROWS * 2 * 4
 }
 
-/// CTAs of this kernel one SM holds: shared memory (each block also reserves 1 KiB; an SM has
-/// the opt-in limit plus that) and the registers `__launch_bounds__` sizes for, at most 4.
-pub fn ctas_per_sm(head_dim: usize, device: &DeviceInfo) -> usize {
-    let per_block = smem_bytes(head_dim, stages(head_dim, device)) + 1024;
-    let per_sm = device.max_shared_memory_per_block_optin as usize + 1024;
-    (per_sm / per_block).clamp(1, min_blocks(head_dim))
-}
-
 /// `FC_DECODE_MIN_BLOCKS`: the blocks per SM the register allocation is sized for.
 pub fn min_blocks(head_dim: usize) -> usize {
     if head_dim <= 64 {
@@ -308,15 +300,11 @@ mod tests {
         let h100 = DeviceInfo::synthetic_h100();
         assert_eq!(smem_bytes(128, 3), 98304 + 4096 + 512);
         assert_eq!(smem_bytes(64, 4), 65536 + 2048 + 512);
-        assert_eq!(ctas_per_sm(128, &h100), 2);
-        assert_eq!(ctas_per_sm(64, &h100), 3);
         assert_eq!((stages(128, &h100), stages(64, &h100)), (3, 4));
         // sm_86: 99 KiB opt-in: D = 128 drops to 2 stages (69 KiB, one block), D = 64 to 3
         // (51 KiB, one block).
         let sm86 = DeviceInfo::synthetic_sm86();
         assert_eq!((stages(128, &sm86), stages(64, &sm86)), (2, 4));
-        assert_eq!(ctas_per_sm(128, &sm86), 1);
-        assert_eq!(ctas_per_sm(64, &sm86), 1);
         let p = AttentionProblem::new(1, 32, 1, 128).with_kv(8, 4096);
         let plan = super::plan("t", &p, &sm86, &DecodeConfig::default()).unwrap();
         assert!(plan.launches[0].dynamic_smem_bytes <= sm86.max_shared_memory_per_block_optin);
