@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::peers::{anchor_backend, peer_status, shape_of};
 use super::report::{
-    cell_within, fmt_us, peers_line, yes_no, DeviceSummary, Outcome, PeerStatus, Row, Settings,
-    Source, Timing,
+    best_ours_in, best_peer_in, cell_within, fmt_us, peers_line, row_lead, rows_ours_first,
+    shapes_of, yes_no, DeviceSummary, Outcome, PeerStatus, Row, Settings, Source, Timing,
 };
 use super::suite::Shape;
 
@@ -388,13 +388,7 @@ pub const CUDNN: &str = "sdpa_cudnn";
 impl BackwardReport {
     /// Shapes in first-seen order.
     pub fn shapes(&self) -> Vec<Shape> {
-        let mut v: Vec<Shape> = Vec::new();
-        for r in &self.rows {
-            if !v.contains(&r.shape) {
-                v.push(r.shape);
-            }
-        }
-        v
+        shapes_of(&self.rows)
     }
 
     /// A peer's time at `shape`: this run's, else its anchor's (the flag says which).
@@ -413,26 +407,13 @@ impl BackwardReport {
 
     /// The fastest peer (this run's or an anchor) at `shape`.
     pub fn best_peer(&self, shape: &Shape) -> Option<(&Row, f64)> {
-        fastest(
-            self.rows
-                .iter()
-                .filter(|r| r.shape == *shape && r.is_peer()),
-        )
+        best_peer_in(&self.rows, shape)
     }
 
     /// The fastest flashcore backward at `shape`.
     pub fn best_ours(&self, shape: &Shape) -> Option<(&Row, f64)> {
-        fastest(
-            self.rows
-                .iter()
-                .filter(|r| r.shape == *shape && r.source == Source::Flashcore),
-        )
+        best_ours_in(&self.rows, shape)
     }
-}
-
-fn fastest<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<(&'a Row, f64)> {
-    rows.filter_map(|r| r.timing().map(|t| (r, t.us)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// "1.23×" (peer time / ours: above 1 is faster than the peer), "(anchor)" when the peer's
@@ -471,24 +452,8 @@ pub fn render_table(report: &BackwardReport) -> String {
     }
     for shape in report.shapes() {
         let best = report.best_peer(&shape);
-        let rows = report
-            .rows
-            .iter()
-            .filter(|r| r.shape == shape && r.source == Source::Flashcore)
-            .chain(
-                report
-                    .rows
-                    .iter()
-                    .filter(|r| r.shape == shape && r.source != Source::Flashcore),
-            );
-        for r in rows {
-            let lead = format!(
-                "| {} | {} | {} | {} |",
-                shape.bhsd(),
-                shape.dtype,
-                yes_no(shape.causal),
-                cell(&r.implementation)
-            );
+        for r in rows_ours_first(&report.rows, shape) {
+            let lead = row_lead(&shape, r);
             match &r.outcome {
                 Outcome::Timed(t) => {
                     let vs_best = match best {

@@ -193,13 +193,7 @@ impl Row {
 impl Report {
     /// Shapes in first-seen order.
     pub fn shapes(&self) -> Vec<Shape> {
-        let mut v: Vec<Shape> = Vec::new();
-        for r in &self.rows {
-            if !v.contains(&r.shape) {
-                v.push(r.shape);
-            }
-        }
-        v
+        shapes_of(&self.rows)
     }
 
     pub fn gemm_tflops(&self, dtype: DType) -> Option<f64> {
@@ -211,20 +205,12 @@ impl Report {
 
     /// The fastest peer (live or anchor) at `shape`: (its row, its time in µs).
     pub fn best_peer(&self, shape: &Shape) -> Option<(&Row, f64)> {
-        best(
-            self.rows
-                .iter()
-                .filter(|r| r.shape == *shape && r.is_peer()),
-        )
+        best_peer_in(&self.rows, shape)
     }
 
     /// The fastest flashcore generation at `shape`.
     pub fn best_ours(&self, shape: &Shape) -> Option<(&Row, f64)> {
-        best(
-            self.rows
-                .iter()
-                .filter(|r| r.shape == *shape && r.source == Source::Flashcore),
-        )
+        best_ours_in(&self.rows, shape)
     }
 
     /// best peer time / this row's time: above 1 means faster than every peer.
@@ -243,6 +229,50 @@ impl Report {
 fn best<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<(&'a Row, f64)> {
     rows.filter_map(|r| r.timing().map(|t| (r, t.us)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+// Row queries shared by the forward and backward reports (both are lists of `Row`s).
+
+/// Shapes in first-seen order.
+pub(crate) fn shapes_of(rows: &[Row]) -> Vec<Shape> {
+    let mut v: Vec<Shape> = Vec::new();
+    for r in rows {
+        if !v.contains(&r.shape) {
+            v.push(r.shape);
+        }
+    }
+    v
+}
+
+/// The fastest peer (this run's or an anchor) at `shape`: (its row, its time in µs).
+pub(crate) fn best_peer_in<'a>(rows: &'a [Row], shape: &Shape) -> Option<(&'a Row, f64)> {
+    best(rows.iter().filter(|r| r.shape == *shape && r.is_peer()))
+}
+
+/// The fastest flashcore kernel at `shape`.
+pub(crate) fn best_ours_in<'a>(rows: &'a [Row], shape: &Shape) -> Option<(&'a Row, f64)> {
+    best(
+        rows.iter()
+            .filter(|r| r.shape == *shape && r.source == Source::Flashcore),
+    )
+}
+
+/// The rows of `shape`, flashcore's first, then the peers and anchors, each in report order.
+pub(crate) fn rows_ours_first(rows: &[Row], shape: Shape) -> impl Iterator<Item = &Row> {
+    let ours = move |r: &&Row| r.shape == shape && r.source == Source::Flashcore;
+    let theirs = move |r: &&Row| r.shape == shape && r.source != Source::Flashcore;
+    rows.iter().filter(ours).chain(rows.iter().filter(theirs))
+}
+
+/// A full table row's first four cells: shape, dtype, causal, implementation.
+pub(crate) fn row_lead(shape: &Shape, r: &Row) -> String {
+    format!(
+        "| {} | {} | {} | {} |",
+        shape.bhsd(),
+        shape.dtype,
+        yes_no(shape.causal),
+        cell(&r.implementation)
+    )
 }
 
 pub(crate) fn fmt_us(us: f64) -> String {
@@ -296,24 +326,8 @@ pub fn render_table(report: &Report) -> String {
     }
     for shape in report.shapes() {
         let best_peer_row = report.best_peer(&shape).map(|(r, _)| r as *const Row);
-        let rows = report
-            .rows
-            .iter()
-            .filter(|r| r.shape == shape && r.source == Source::Flashcore)
-            .chain(
-                report
-                    .rows
-                    .iter()
-                    .filter(|r| r.shape == shape && r.source != Source::Flashcore),
-            );
-        for r in rows {
-            let lead = format!(
-                "| {} | {} | {} | {} |",
-                shape.bhsd(),
-                shape.dtype,
-                yes_no(shape.causal),
-                cell(&r.implementation)
-            );
+        for r in rows_ours_first(&report.rows, shape) {
+            let lead = row_lead(&shape, r);
             match &r.outcome {
                 Outcome::Timed(t) => {
                     let vs = match report.vs_best_peer(r) {
