@@ -265,6 +265,40 @@ impl FlashAttn {
     }
 }
 
+/// The `CustomOp3` methods every (q, k, v) op shares: its name, no CPU path, and the CUDA
+/// forward dispatched by dtype to the op's own `fwd::<T>`.
+macro_rules! qkv_op {
+    ($name:expr, $label:expr) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+        }
+
+        fn cuda_fwd(
+            &self,
+            q: &CudaStorage,
+            q_l: &Layout,
+            k: &CudaStorage,
+            k_l: &Layout,
+            v: &CudaStorage,
+            v_l: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            by_dtype!(self, $label, q, k, v, q, q_l, k, k_l, v, v_l)
+        }
+    };
+}
+
 macro_rules! by_dtype {
     ($self:ident, $name:expr, $q:ident, $k:ident, $v:ident, $($arg:expr),*) => {{
         let dtype = dtype_of($name, $q.dtype(), $k.dtype(), $v.dtype())?;
@@ -276,33 +310,7 @@ macro_rules! by_dtype {
 }
 
 impl candle_core::CustomOp3 for FlashAttn {
-    fn name(&self) -> &'static str {
-        "flashcore-flash-attn"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        by_dtype!(self, "flash-attn", q, k, v, q, q_l, k, k_l, v, v_l)
-    }
+    qkv_op!("flashcore-flash-attn", "flash-attn");
 
     /// dQ, dK, dV through flashcore's backward kernels (dense attention, causal or not; windows,
     /// softcap and ALiBi have no backward yet and are refused). Q, K, V, O and dO are made
@@ -402,33 +410,7 @@ impl FlashAttnGrads {
 }
 
 impl candle_core::CustomOp3 for FlashAttnGrads {
-    fn name(&self) -> &'static str {
-        "flashcore-flash-attn-bwd"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        by_dtype!(self, "flash-attn backward", q, k, v, q, q_l, k, k_l, v, v_l)
-    }
+    qkv_op!("flashcore-flash-attn-bwd", "flash-attn backward");
 }
 
 /// candle-flash-attn's `FlashAttnVarLen`: packed `(total, h, d)` tensors with cumulative
@@ -575,33 +557,7 @@ impl FlashAttnVarLen {
 }
 
 impl candle_core::CustomOp3 for FlashAttnVarLen {
-    fn name(&self) -> &'static str {
-        "flashcore-flash-attn-varlen"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        by_dtype!(self, "flash-attn-varlen", q, k, v, q, q_l, k, k_l, v, v_l)
-    }
+    qkv_op!("flashcore-flash-attn-varlen", "flash-attn-varlen");
 }
 
 /// A writable alias of a candle tensor's device memory, never freed by us: the KV cache is
