@@ -251,4 +251,49 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("shared memory"), "{e}");
     }
+
+    proptest::proptest! {
+        /// Any dense problem either plans or is refused with a reason; a plan's launches cover
+        /// their work items with one block each (grid-stride past 2³¹ − 1), fit the device's
+        /// shared memory, and its workspace holds D (and, with atomic dQ, the 16-byte-aligned
+        /// accumulator) with no counters.
+        #[test]
+        fn plans_cover_their_items_and_fit_the_device(
+            batch in 1usize..5000,
+            heads_kv in 1usize..9,
+            group in 1usize..9,
+            seq_q in 0usize..100_000,
+            seq_k in 0usize..100_000,
+            d in proptest::sample::select(vec![16usize, 32, 64, 96, 128, 256]),
+            sm86 in proptest::bool::ANY,
+        ) {
+            let p = AttentionProblem::new(batch, heads_kv * group, seq_q, d).with_kv(heads_kv, seq_k);
+            let dev = if sm86 { DeviceInfo::synthetic_sm86() } else { DeviceInfo::synthetic_h100() };
+            for atomic in [false, true] {
+                let plan = if atomic {
+                    PortableAtomicBackward.plan_backward(&p, &dev)
+                } else {
+                    PersistentPortable.plan_backward(&p, &dev)
+                };
+                let Ok(plan) = plan else {
+                    proptest::prop_assert!(!HEAD_DIMS.contains(&d) || dkdv_smem_bytes(d, atomic) > dev.max_shared_memory_per_block_optin as usize || dq_smem_bytes(d) > dev.max_shared_memory_per_block_optin as usize);
+                    continue;
+                };
+                let rows = batch * heads_kv * group * seq_q;
+                let items = [
+                    rows.div_ceil(4),
+                    batch * heads_kv * seq_k.div_ceil(KEY_TILE_ROWS),
+                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(QUERY_TILE_ROWS) },
+                ];
+                for (launch, items) in plan.launches.iter().zip(items) {
+                    proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
+                    proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
+                    proptest::prop_assert_eq!(launch.block.0, 128);
+                }
+                let want = if atomic { rows.next_multiple_of(4) + rows * d } else { rows };
+                proptest::prop_assert_eq!(plan.workspace_f32, want);
+                proptest::prop_assert_eq!(plan.workspace_counters, 0);
+            }
+        }
+    }
 }
