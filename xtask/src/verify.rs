@@ -51,6 +51,14 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// The one-line result of a kernel's sweep.
+    fn print_summary(&self) {
+        println!(
+            "{:>20}: {} passed, {} failed, {} skipped, worst ratio {:.3} ({:.1} s)",
+            self.kernel, self.passed, self.failed, self.skipped, self.worst_ratio, self.seconds
+        );
+    }
+
     fn record(&mut self, case: &Case, outcome: &Outcome) {
         match outcome {
             Outcome::Pass(v) => {
@@ -466,15 +474,7 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         };
         let edges = if opts.edge { edge_cases(&caps) } else { vec![] };
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
-        let bar = ProgressBar::new(total as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
-            )
-            .unwrap()
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(k.name().to_string());
+        let bar = progress_bar(total, k.name().to_string());
         for case in &edges {
             let outcome = run_case(k.as_ref(), device, case);
             if let Outcome::Fail(m, _) = &outcome {
@@ -528,15 +528,7 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         }
         bar.finish_and_clear();
         tally.seconds = start.elapsed().as_secs_f64();
-        println!(
-            "{:>20}: {} passed, {} failed, {} skipped, worst ratio {:.3} ({:.1} s)",
-            tally.kernel,
-            tally.passed,
-            tally.failed,
-            tally.skipped,
-            tally.worst_ratio,
-            tally.seconds
-        );
+        tally.print_summary();
         tallies.push(tally);
     }
     print_compile_stats(device);
@@ -601,15 +593,7 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             vec![]
         };
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
-        let bar = ProgressBar::new(total as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
-            )
-            .unwrap()
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("{} bwd", k.name()));
+        let bar = progress_bar(total, format!("{} bwd", k.name()));
         for case in &edges {
             let outcome = run_backward_case(k.as_ref(), device, case);
             if let BwdOutcome::Fail(m, _) = &outcome {
@@ -668,19 +652,25 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         }
         bar.finish_and_clear();
         tally.seconds = start.elapsed().as_secs_f64();
-        println!(
-            "{:>20}: {} passed, {} failed, {} skipped, worst ratio {:.3} ({:.1} s)",
-            tally.kernel,
-            tally.passed,
-            tally.failed,
-            tally.skipped,
-            tally.worst_ratio,
-            tally.seconds
-        );
+        tally.print_summary();
         tallies.push(tally);
     }
     print_compile_stats(device);
     finish(tallies, opts)
+}
+
+/// The sweep's progress bar for one kernel's `total` cases.
+fn progress_bar(total: usize, prefix: String) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
+        )
+        .unwrap()
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(prefix);
+    bar
 }
 
 /// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
