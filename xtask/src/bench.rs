@@ -161,6 +161,24 @@ impl Args {
     }
 
     /// The timing loop's settings (`--quick` caps them), shared by the dense and mode suites.
+    /// The settings a report records: the loop's (after `--quick`), the command line, `layout`.
+    pub(crate) fn settings(&self, layout: &str) -> Settings {
+        let LoopOptions {
+            repeats, sample_ms, ..
+        } = self.loop_options();
+        Settings {
+            layout: layout.to_string(),
+            repeats,
+            sample_ms,
+            graph_threshold_us: self.graph_threshold_us,
+            graph_calls: self.graph_calls,
+            check_rows: self.check_rows,
+            max_seconds_per_shape: self.max_seconds_per_shape,
+            quick: self.quick,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        }
+    }
+
     pub(crate) fn loop_options(&self) -> LoopOptions {
         let (repeats, sample_ms) = if self.quick {
             (self.repeats.min(5), self.sample_ms.min(2.0))
@@ -255,30 +273,9 @@ pub fn run(args: Args) -> Result<()> {
         out_dir.display()
     );
     let loop_opts = args.loop_options();
-    let LoopOptions {
-        repeats, sample_ms, ..
-    } = loop_opts;
     let mut report = Report {
-        device: DeviceSummary {
-            name: info.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                info.compute_capability.0, info.compute_capability.1
-            ),
-            sm_count: info.sm_count,
-            l2_bytes: info.l2_bytes as u64,
-        },
-        settings: Settings {
-            layout: layout.name().to_string(),
-            repeats,
-            sample_ms,
-            graph_threshold_us: args.graph_threshold_us,
-            graph_calls: args.graph_calls,
-            check_rows: args.check_rows,
-            max_seconds_per_shape: args.max_seconds_per_shape,
-            quick: args.quick,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-        },
+        device: DeviceSummary::of(&info),
+        settings: args.settings(layout.name()),
         gemm: vec![],
         gemm_note: None,
         peers: PeerStatus::Off,

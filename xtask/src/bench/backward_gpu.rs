@@ -24,7 +24,7 @@ use super::backward::{
     self, check_gradients, parse_backward_peers, predicted_skip, AnchorNote, BackwardReport, Pass,
 };
 use super::gpu::{self, Buffers, LoopOptions, Timer};
-use super::report::{DeviceSummary, Outcome, PeerStatus, Row, Settings, Source, Timing};
+use super::report::{DeviceSummary, Outcome, PeerStatus, Row, Source, Timing};
 use super::suite::{self, Shape};
 use super::{decode, peers, Args};
 use crate::case::{random_tensor_parallel, to_layout, ShapeCheck};
@@ -258,26 +258,8 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     let loop_opts = args.loop_options();
     let mut report = BackwardReport {
         pass,
-        device: DeviceSummary {
-            name: info.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                info.compute_capability.0, info.compute_capability.1
-            ),
-            sm_count: info.sm_count,
-            l2_bytes: info.l2_bytes as u64,
-        },
-        settings: Settings {
-            layout: layout.name().to_string(),
-            repeats: loop_opts.repeats,
-            sample_ms: loop_opts.sample_ms,
-            graph_threshold_us: args.graph_threshold_us,
-            graph_calls: args.graph_calls,
-            check_rows: args.check_rows,
-            max_seconds_per_shape: args.max_seconds_per_shape,
-            quick: args.quick,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-        },
+        device: DeviceSummary::of(&info),
+        settings: args.settings(layout.name()),
         forward: match &args.fwd_kernel {
             Some(n) => format!("--fwd-kernel {n}"),
             None => "the fastest compiled-in forward that takes the problem".into(),

@@ -18,7 +18,7 @@ use super::decode::{self, CopyTiming, DecodeInfo};
 use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
 use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
 use super::peers;
-use super::report::{DeviceSummary, Outcome, PeerStatus, Settings, Source};
+use super::report::{DeviceSummary, Outcome, PeerStatus, Source};
 use super::suite::{CausalSel, Suite};
 use super::Args;
 use crate::case::{precision, random_tensor_parallel};
@@ -614,9 +614,6 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         out_dir.display()
     );
     let loop_opts = args.loop_options();
-    let LoopOptions {
-        repeats, sample_ms, ..
-    } = loop_opts;
     let mut cases: Vec<CaseInfo> = plan
         .cases
         .iter()
@@ -637,26 +634,8 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     }
     let mut report = ModeReport {
         suite: args.suite,
-        device: DeviceSummary {
-            name: info.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                info.compute_capability.0, info.compute_capability.1
-            ),
-            sm_count: info.sm_count,
-            l2_bytes: info.l2_bytes as u64,
-        },
-        settings: Settings {
-            layout: "bshd".into(),
-            repeats,
-            sample_ms,
-            graph_threshold_us: args.graph_threshold_us,
-            graph_calls: args.graph_calls,
-            check_rows: args.check_rows,
-            max_seconds_per_shape: args.max_seconds_per_shape,
-            quick: args.quick,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-        },
+        device: DeviceSummary::of(&info),
+        settings: args.settings("bshd"),
         peers: PeerStatus::Off,
         notes: plan.notes.clone(),
         cases,

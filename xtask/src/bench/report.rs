@@ -26,6 +26,20 @@ pub struct DeviceSummary {
     pub l2_bytes: u64,
 }
 
+impl DeviceSummary {
+    pub fn of(info: &flashcore::DeviceInfo) -> Self {
+        DeviceSummary {
+            name: info.name.clone(),
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            sm_count: info.sm_count,
+            l2_bytes: info.l2_bytes as u64,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub layout: String,
