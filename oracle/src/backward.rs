@@ -14,8 +14,6 @@
 //! have `P = 0`, so a row that sees no key contributes nothing, and a key no row sees gets
 //! `dK = dV = 0` exactly.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use ndarray::{s, Array2, Array4, ArrayView4, LinalgScalar};
 
 use crate::judge::LOW_PRECISION_FACTOR;
@@ -179,35 +177,7 @@ fn run<T: Num>(
         TaskOut { b, kvh, dq, dk, dv }
     };
     let work = p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim.max(1);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(tasks.len());
-    let outs: Vec<TaskOut<T>> = if threads <= 1 || work < (1 << 20) {
-        tasks.iter().map(do_task).collect()
-    } else {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut mine = Vec::new();
-                        loop {
-                            let t = next.fetch_add(1, Ordering::Relaxed);
-                            if t >= tasks.len() {
-                                break mine;
-                            }
-                            mine.push(do_task(&tasks[t]));
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("oracle worker panicked"))
-                .collect()
-        })
-    };
+    let outs: Vec<TaskOut<T>> = crate::parallel::map_tasks(&tasks, work >= (1 << 20), do_task);
     let d = p.head_dim;
     let mut g = Gradients {
         dq: Array4::zeros((p.batch, p.heads_q, p.seq_q, d)),

@@ -20,6 +20,7 @@
 
 mod backward;
 mod judge;
+mod parallel;
 mod problem;
 mod reference;
 mod storage;

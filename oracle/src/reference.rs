@@ -2,7 +2,6 @@
 //! computes. Both share one blocked, multi-threaded row engine.
 
 use std::ops::{Add, AddAssign, Mul};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ndarray::{s, Array3, Array4, ArrayView1, ArrayView2, ArrayView4};
 
@@ -357,35 +356,7 @@ fn run<M: Mode>(
         }
     };
 
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(tasks.len());
-    let outs: Vec<TaskOut> = if threads <= 1 || work < PARALLEL_WORK {
-        tasks.iter().map(do_task).collect()
-    } else {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut mine = Vec::new();
-                        loop {
-                            let t = next.fetch_add(1, Ordering::Relaxed);
-                            if t >= tasks.len() {
-                                break mine;
-                            }
-                            mine.push(do_task(&tasks[t]));
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("oracle worker panicked"))
-                .collect()
-        })
-    };
+    let outs: Vec<TaskOut> = crate::parallel::map_tasks(&tasks, work >= PARALLEL_WORK, do_task);
 
     let mut o = vec![0.0; list.len() * d];
     let mut lse = vec![0.0; list.len()];
