@@ -170,6 +170,24 @@ fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Res
     Ok(TensorMut { data, dtype })
 }
 
+/// The options candle-flash-attn's arguments describe: scale, window, softcap and the ALiBi
+/// slopes' shape.
+fn mode_options(
+    dtype: flashcore::DType,
+    softmax_scale: f32,
+    (left, right): (Option<usize>, Option<usize>),
+    softcap: Option<f32>,
+    alibi_slopes: Option<&Tensor>,
+) -> Options {
+    let o = Options::new(dtype, softmax_scale)
+        .with_window(left, right)
+        .with_softcap(softcap);
+    match alibi_slopes {
+        Some(a) => o.with_alibi(a.dims()),
+        None => o,
+    }
+}
+
 /// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
 #[derive(Clone)]
 pub struct FlashAttn {
@@ -182,13 +200,13 @@ pub struct FlashAttn {
 
 impl FlashAttn {
     fn options(&self, dtype: flashcore::DType) -> Options {
-        let mut o = Options::new(dtype, self.softmax_scale)
-            .with_window(self.window_size_left, self.window_size_right)
-            .with_softcap(self.softcap);
-        if let Some(a) = &self.alibi_slopes {
-            o = o.with_alibi(a.dims());
-        }
-        o
+        mode_options(
+            dtype,
+            self.softmax_scale,
+            (self.window_size_left, self.window_size_right),
+            self.softcap,
+            self.alibi_slopes.as_ref(),
+        )
     }
 
     /// The problem, O and LSE of one forward call (the op's output, and what its backward needs).
@@ -432,13 +450,13 @@ pub struct FlashAttnVarLen {
 
 impl FlashAttnVarLen {
     fn options(&self, dtype: flashcore::DType) -> Options {
-        let mut o = Options::new(dtype, self.softmax_scale)
-            .with_window(self.window_size_left, self.window_size_right)
-            .with_softcap(self.softcap);
-        if let Some(a) = &self.alibi_slopes {
-            o = o.with_alibi(a.dims());
-        }
-        o
+        mode_options(
+            dtype,
+            self.softmax_scale,
+            (self.window_size_left, self.window_size_right),
+            self.softcap,
+            self.alibi_slopes.as_ref(),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -607,12 +625,13 @@ impl FlashAttnKvCache {
         q_l: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let dev = q.device();
-        let mut opts = Options::new(dtype, self.softmax_scale)
-            .with_window(self.window_size_left, self.window_size_right)
-            .with_softcap(self.softcap);
-        if let Some(a) = &self.alibi_slopes {
-            opts = opts.with_alibi(a.dims());
-        }
+        let opts = mode_options(
+            dtype,
+            self.softmax_scale,
+            (self.window_size_left, self.window_size_right),
+            self.softcap,
+            self.alibi_slopes.as_ref(),
+        );
         let new_layouts = match (&self.k_new, &self.v_new) {
             (Some(k), Some(v)) => Some((k.layout().clone(), v.layout().clone())),
             (None, None) => None,
