@@ -16,6 +16,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
 use ndarray::{Array4, ArrayView3, ArrayView4};
 
@@ -23,7 +24,7 @@ use crate::device::{Device, DeviceInfo};
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::host::{nan_bits, HostElement};
 use crate::launch::{linear_grid, tiles, AttentionParams};
-use crate::plan::{Capabilities, KernelLaunch, LaunchPlan};
+use crate::plan::{Capabilities, KernelLaunch, LaunchPlan, TensorMapSpec};
 use crate::problem::{AttentionProblem, DType, TensorStrides};
 use crate::tensors::{TensorMut, TensorRef};
 
@@ -327,16 +328,47 @@ pub fn backward_on(
                 &launch.defines,
                 launch.dynamic_smem_bytes,
             )?;
+            let maps = match &launch.tensor_maps {
+                Some(spec) => Some(backward_tensor_maps(problem, &params, &bwd, spec)?),
+                None => None,
+            };
             let mut args: Vec<*mut c_void> = vec![
                 &params as *const AttentionParams as *mut c_void,
                 &bwd as *const BackwardParams as *mut c_void,
             ];
+            for map in maps.iter().flatten() {
+                args.push(map as *const CUtensorMap as *mut c_void);
+            }
             crate::launch::launch_raw(device, stream, launch, &function, &mut args)?;
         }
         Ok(())
     });
     drop(guards);
     result
+}
+
+/// The tensor maps a Hopper backward launch takes after its two parameter blocks: Q, K, V (as
+/// the forward's) and dO (Q's box, O's strides).
+fn backward_tensor_maps(
+    p: &AttentionProblem,
+    params: &AttentionParams,
+    bwd: &BackwardParams,
+    spec: &TensorMapSpec,
+) -> Result<[CUtensorMap; 4], Error> {
+    let [q, k, v] = crate::launch::encode_tensor_maps(p, params, spec)?;
+    let d_o = crate::launch::encode_tensor_map(
+        p,
+        spec,
+        &crate::launch::MapTarget {
+            name: "d_o",
+            ptr: bwd.d_o,
+            strides: p.strides().o,
+            heads: p.heads_q,
+            storage: p.q_storage(),
+            box_rows: spec.q_box_rows,
+        },
+    )?;
+    Ok([q, k, v, d_o])
 }
 
 /// A launch of a grid-stride backward kernel over `items` work items, `threads` per block.

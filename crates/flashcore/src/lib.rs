@@ -55,6 +55,8 @@ pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[allow(unused_mut)]
     let mut v: Vec<Box<dyn AttentionBackward>> = Vec::new();
     #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PersistentHopper));
+    #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PersistentPortable));
     #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PortableAtomicBackward));

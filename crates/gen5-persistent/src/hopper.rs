@@ -372,7 +372,7 @@ fn parse_flag(v: &str) -> Option<bool> {
     }
 }
 
-fn env_flag(name: &str) -> Option<bool> {
+pub(crate) fn env_flag(name: &str) -> Option<bool> {
     parse_flag(&std::env::var(name).ok()?)
 }
 

@@ -16,6 +16,7 @@
 pub mod backward;
 pub mod decode;
 pub mod hopper;
+pub mod hopper_bwd;
 pub mod portable;
 
 pub use backward::PortableAtomicBackward;

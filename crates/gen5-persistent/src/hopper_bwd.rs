@@ -1,0 +1,205 @@
+//! The Hopper path's backward pass (`kernels/gen5_hopper_bwd.cu`: TMA, mbarrier, wgmma,
+//! warp-specialized; sm_90a): D = rowsum(dO ∘ O) with the dQ accumulator zeroed, then one CTA
+//! per 128-key block computing dK and dV in registers and bulk-reducing dQ slices into an f32
+//! workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
+//! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false).
+//!
+//! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
+
+use flashcore_core::backward::AttentionBackward;
+use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::{
+    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
+    Swizzle, TensorMapSpec, Unsupported,
+};
+
+use crate::PersistentHopper;
+
+pub const SOURCE: &str = "gen5_hopper_bwd.cu";
+pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// Keys per CTA work unit and query rows per step (`KEY_ROWS`, `QUERY_ROWS` in config.cuh).
+pub const KEY_ROWS: usize = 128;
+pub const QUERY_ROWS: usize = 64;
+const STAGES: usize = 2;
+const MAIN_THREADS: u32 = 384;
+const ROW_THREADS: u32 = 128;
+
+/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), two (Q, dO) stages
+/// of 64 rows, two dSᵀ tiles (128 × 64), two 16 KiB dQ staging slices, the stages' LSE and D,
+/// the barriers, and the 1024-byte alignment slack.
+pub fn smem_bytes(head_dim: usize) -> usize {
+    let kv = 2 * KEY_ROWS * head_dim * 2;
+    let q_do = STAGES * 2 * QUERY_ROWS * head_dim * 2;
+    let ds = 2 * KEY_ROWS * 128;
+    let dq = 2 * QUERY_ROWS * 64 * 4;
+    let stats = STAGES * 2 * QUERY_ROWS * 4;
+    let bars = (2 + 2 * STAGES) * 8;
+    kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
+}
+
+/// Workspace words: D for every query row padded to whole 64-row blocks, then the f32 dQ
+/// accumulator (`head_dim` words per padded row), both written whole by the prepare launch.
+pub fn workspace_f32(problem: &AttentionProblem) -> Option<usize> {
+    let padded_rows = problem
+        .batch
+        .checked_mul(problem.heads_q)?
+        .checked_mul(tiles(problem.seq_q, QUERY_ROWS) * QUERY_ROWS)?;
+    padded_rows.checked_mul(problem.head_dim + 1)
+}
+
+fn capabilities() -> Capabilities {
+    // TMA wants 16-byte aligned bases and strides: alignment_elems = 8.
+    Capabilities::all_features(HeadDims::List(HEAD_DIMS), (9, 0)).with_modes(ModeSupport::NONE)
+}
+
+impl AttentionBackward for PersistentHopper {
+    fn name(&self) -> &'static str {
+        "persistent-hopper"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    fn deterministic(&self) -> bool {
+        false
+    }
+
+    fn plan_backward(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let name = AttentionBackward::name(self);
+        let d = problem.head_dim;
+        capabilities().require_head_dim(name, d)?;
+        if device.compute_capability != (9, 0) {
+            return Err(Unsupported::new(
+                name,
+                format!(
+                    "needs sm_90a (wgmma, setmaxnreg); device is {}.{}",
+                    device.compute_capability.0, device.compute_capability.1
+                ),
+            ));
+        }
+        let smem = smem_bytes(d);
+        let limit = device.max_shared_memory_per_block_optin as usize;
+        if smem > limit {
+            return Err(Unsupported::new(
+                name,
+                format!("needs {smem} bytes of shared memory per block; the device allows {limit}"),
+            ));
+        }
+        let workspace = workspace_f32(problem)
+            .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
+        // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
+        if problem.seq_q > i32::MAX as usize - QUERY_ROWS
+            || problem.seq_k > i32::MAX as usize - KEY_ROWS
+        {
+            return Err(Unsupported::new(name, "sequence lengths past 2^31 - 128"));
+        }
+        let mut defines = vec![
+            ("FC_HEAD_DIM".to_string(), d.to_string()),
+            // One wave of units per L2 section (block_info.cuh).
+            (
+                "FC_BWD_SECTION_UNITS".to_string(),
+                device.sm_count.max(1).to_string(),
+            ),
+        ];
+        if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
+            // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
+            defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
+        }
+        let p = problem;
+        let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, QUERY_ROWS) * QUERY_ROWS;
+        let rows = p.batch * p.heads_q * p.seq_q;
+        let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
+        let warps_per_block = (ROW_THREADS / 32) as usize;
+        let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
+            source: SOURCE,
+            entry,
+            defines: defines.clone(),
+            grid: (linear_grid(tiles(rows, warps_per_block)), 1, 1),
+            block: (ROW_THREADS, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+        };
+        Ok(LaunchPlan {
+            launches: vec![
+                row_launch("bwd_hopper_prepare", padded_rows),
+                KernelLaunch {
+                    source: SOURCE,
+                    entry: "bwd_hopper_dk_dv",
+                    defines: defines.clone(),
+                    grid: (linear_grid(units), 1, 1),
+                    block: (MAIN_THREADS, 1, 1),
+                    dynamic_smem_bytes: smem as u32,
+                    tensor_maps: Some(TensorMapSpec {
+                        q_box_rows: QUERY_ROWS as u32,
+                        kv_box_rows: KEY_ROWS as u32,
+                        box_cols: 64,
+                        swizzle: Swizzle::B128,
+                    }),
+                },
+                row_launch("bwd_hopper_dq_convert", rows),
+            ],
+            workspace_f32: workspace,
+            workspace_counters: 0,
+            num_splits: 1,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_is_prepare_main_convert_sized_by_blocks() {
+        let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
+        let plan = PersistentHopper
+            .plan_backward(&p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            [
+                "bwd_hopper_prepare",
+                "bwd_hopper_dk_dv",
+                "bwd_hopper_dq_convert"
+            ]
+        );
+        // 100 rows pad to 128: 2 * 8 * 128 padded rows, 4 warps a block.
+        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / 4);
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128
+        assert_eq!(
+            plan.launches[2].grid.0,
+            (2 * 8 * 100usize).div_ceil(4) as u32
+        );
+        assert_eq!(plan.workspace_f32, 2 * 8 * 128 * 129);
+        // K, V 32 KiB each; Q, dO 2 x 16 KiB each; dSᵀ 2 x 16 KiB; staging 2 x 16 KiB; stats 1 KiB;
+        // barriers 128; slack 1024.
+        assert_eq!(
+            plan.launches[1].dynamic_smem_bytes,
+            65536 + 65536 + 32768 + 32768 + 1024 + 128 + 1024
+        );
+        assert!(plan.launches[1].tensor_maps.is_some());
+        assert!(!AttentionBackward::deterministic(&PersistentHopper));
+    }
+
+    #[test]
+    fn other_devices_and_head_dims_are_refused_with_the_reason() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let e = PersistentHopper
+            .supports_backward(&AttentionProblem::new(1, 2, 64, 96), &h100)
+            .unwrap_err();
+        assert!(e.to_string().contains("head_dim 96"), "{e}");
+        let e = PersistentHopper
+            .plan_backward(
+                &AttentionProblem::new(1, 2, 64, 128),
+                &DeviceInfo::synthetic_sm86(),
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("sm_90a"), "{e}");
+    }
+}

@@ -1,0 +1,294 @@
+// Generation 5 (Hopper): the backward pass on TMA, mbarrier and wgmma, warp-specialized (sm_90a).
+// Design, resources and measurements: docs/generations/gen5-hopper-bwd.md.
+//
+// Three launches on one stream:
+//   1. bwd_hopper_prepare: one warp per padded query row: D = rowsum(dO ∘ O) (0 past seq_q) into
+//      the workspace, and the row's share of the f32 dQ accumulator zeroed.
+//   2. bwd_hopper_dk_dv: one CTA per (128-key block, batch, KV head) unit, grid-stride. Warpgroup
+//      0 is the producer: TMA for K and V once per unit and for Q and dO per 64-row query block
+//      into a 2-stage ring, with the block's LSE and D staged beside them. Warpgroups 1 and 2 are
+//      the consumers; each owns 64 of the keys and keeps their dK and dV in f32 registers across
+//      the query blocks (of every query head of the KV group) that see them. Per step:
+//        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                         (SS wgmma)
+//        Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D)
+//        dV += Pᵀ·dO, dK += dSᵀ·Q                       (RS wgmma: Pᵀ, dSᵀ from registers)
+//        dSᵀ to shared memory; dQ slice = dS·K          (SS wgmma, both operands MN-major)
+//        dQ slice bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace accumulator.
+//   3. bwd_hopper_dq_convert: dQ = scale · accumulator, rounded to the element type.
+// dQ's f32 additions arrive in whatever order the CTAs reach them: the last bits of dQ may differ
+// from run to run (AttentionBackward::deterministic is false for this kernel). dK and dV are
+// summed by one warpgroup in a fixed order.
+//
+// Rows past a sequence's end are zero-filled by TMA; their probabilities are forced to 0 through
+// LSE = +inf (query tails) or the mask (key tails), so neither a tail nor NaN padding past it
+// reaches a gradient.
+#include "common/params.cuh"
+#include "common/types.cuh"
+#include "common/tensor_index.cuh"
+#include "common/backward_params.cuh"
+#include "common/hopper/mbarrier.cuh"
+#include "common/hopper/tma.cuh"
+#include "common/hopper/wgmma.cuh"
+#include "common/hopper/named_barrier.cuh"
+
+#include "gen5_hopper_bwd/config.cuh"
+#include "gen5_hopper_bwd/block_info.cuh"
+#include "gen5_hopper_bwd/mainloop.cuh"
+#include "gen5_hopper_bwd/dq_reduce.cuh"
+#include "gen5_hopper_bwd/epilogue.cuh"
+
+using namespace fhb;
+
+// ---- 1. D = rowsum(dO ∘ O), accumulator zeroed ----
+extern "C" __global__ void __launch_bounds__(128)
+bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    const int lane = threadIdx.x % 32;
+    const long long rows = padded_rows(p);
+    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+    const int row_span = query_blocks(p) * QUERY_ROWS;
+    for (long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+        const long long bh = r / row_span;
+        const int row = (int)(r % row_span);
+        float acc = 0.f;
+        if (row < p.seq_q) {
+            const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+            const elem2_t* o_row = reinterpret_cast<const elem2_t*>(static_cast<const elem_t*>(p.o) + o_offset(p, b, h, row));
+            const elem2_t* do_row =
+                reinterpret_cast<const elem2_t*>(static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, row));
+            for (int c = lane; c < D / 2; c += 32) {
+                const elem2_t o2 = o_row[c], d2 = do_row[c];
+                acc += to_float(o2.x) * to_float(d2.x) + to_float(o2.y) * to_float(d2.y);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        }
+        if (lane == 0) p.workspace[r] = acc;
+        float4* zero = reinterpret_cast<float4*>(dq_accumulator(p) + r * D);
+        for (int c = lane; c < D / 4; c += 32) zero[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// ---- 2. dK, dV, and dQ partials ----
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g,
+                 const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do) {
+    // Declared 16-aligned on purpose: with __align__(1024) the compiler may fold the round-up away.
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned sK = base + OFF_K, sV = base + OFF_V;
+    const unsigned bar_kv_full = base + OFF_BAR, bar_kv_empty = bar_kv_full + 8;
+    const unsigned bar_q_full = bar_kv_empty + 8;            // + 8 stage
+    const unsigned bar_q_empty = bar_q_full + 8 * STAGES;    // + 8 stage
+
+    if (threadIdx.x == 0) {
+        mbar_init(bar_kv_full, 1);
+        mbar_init(bar_kv_empty, CONSUMER_THREADS);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bar_q_full + 8 * s, PRODUCER_LANES);
+            mbar_init(bar_q_empty + 8 * s, CONSUMER_THREADS);
+        }
+        mbar_fence_init();
+        tma_prefetch_map(&tm_q);
+        tma_prefetch_map(&tm_k);
+        tma_prefetch_map(&tm_v);
+        tma_prefetch_map(&tm_do);
+    }
+    __syncthreads();
+
+    const long long units = num_units(p);
+    const int group = p.q_heads_per_kv;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (warpgroup == 0) {
+        // ===================================== producer =====================================
+        warpgroup_reg_dealloc<PRODUCER_REGS>();
+        if (threadIdx.x < PRODUCER_LANES) {
+            const int lane = threadIdx.x;
+            int stage = 0;
+            unsigned phase = 0;
+            unsigned unit_parity = 0;
+            for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u) {
+                const Unit u = decode_unit(p, t);
+                // K and V of the previous unit released by both consumers.
+                mbar_wait(bar_kv_empty, unit_parity ^ 1u, TAG_KV_EMPTY);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(bar_kv_full, 2 * KV_TILE_BYTES);
+#pragma unroll
+                    for (int c = 0; c < NBOX; ++c) {
+                        tma_load_4d(sK + c * KV_BOX_BYTES, &tm_k, bar_kv_full, c * 64, u.k0, u.h_kv, u.b);
+                        tma_load_4d(sV + c * KV_BOX_BYTES, &tm_v, bar_kv_full, c * 64, u.k0, u.h_kv, u.b);
+                    }
+                }
+                for (int gi = 0; gi < group; ++gi) {
+                    const int h = u.h_kv * group + gi;
+                    const long long bh = (long long)u.b * p.heads_q + h;
+                    for (int m = u.first_q_block; m < u.q_blocks; ++m) {
+                        const unsigned full = bar_q_full + 8 * stage;
+                        mbar_wait(bar_q_empty + 8 * stage, phase ^ 1u, TAG_Q_EMPTY);
+                        // LSE·log2e (+inf past seq_q: P = 0 there) and D of the block's 64 rows.
+                        const unsigned stats = base + OFF_STATS + stage * STATS_BYTES;
+#pragma unroll
+                        for (int i = 0; i < QUERY_ROWS / 32; ++i) {
+                            const int r = lane + 32 * i;
+                            const int row = m * QUERY_ROWS + r;
+                            const float lse = row < p.seq_q ? p.lse[lse_offset(p, u.b, h, row)] * LOG2E : INFINITY;
+                            const float dvec = p.workspace[dvec_index(p, bh, row)];
+                            asm volatile("st.shared.f32 [%0], %1;" ::"r"(stats + 4 * r), "f"(lse) : "memory");
+                            asm volatile("st.shared.f32 [%0], %1;" ::"r"(stats + 4 * (QUERY_ROWS + r)), "f"(dvec) : "memory");
+                        }
+                        // Lane 0's arrival carries the TMA bytes; the other 31 publish their stats.
+                        if (lane == 0) {
+                            mbar_arrive_expect_tx(full, 2 * Q_TILE_BYTES);
+                            const unsigned sQ = base + OFF_Q + stage * Q_TILE_BYTES;
+                            const unsigned sDO = base + OFF_DO + stage * Q_TILE_BYTES;
+#pragma unroll
+                            for (int c = 0; c < NBOX; ++c) {
+                                tma_load_4d(sQ + c * Q_BOX_BYTES, &tm_q, full, c * 64, m * QUERY_ROWS, h, u.b);
+                                tma_load_4d(sDO + c * Q_BOX_BYTES, &tm_do, full, c * 64, m * QUERY_ROWS, h, u.b);
+                            }
+                        } else {
+                            mbar_arrive(full);
+                        }
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1u;
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        // ===================================== consumers ====================================
+        warpgroup_reg_alloc<CONSUMER_REGS>();
+        const int cw = warpgroup - 1;  // keys [64 cw, 64 cw + 64) of the unit
+        const int tid = threadIdx.x & 127;
+        const int warp = tid >> 5, lane = tid & 31;
+        const int key_in_wg = warp * 16 + (lane >> 2);  // this thread's accumulator rows: + {0, 8}
+        const int q_col = 2 * (lane & 3);               // and its columns: 8 j + q_col + {0, 1}
+        // Sᵀ and dPᵀ: the warpgroup's 64 K and V rows, K-major.
+        const unsigned long long k_rows = make_desc_sw128(sK + cw * WG_KEYS * ROW_BYTES, 16, 1024);
+        const unsigned long long v_rows = make_desc_sw128(sV + cw * WG_KEYS * ROW_BYTES, 16, 1024);
+        // dQ: D = 128 splits the head dim between the warpgroups (slice cw, all 128 keys); D = 64
+        // splits the keys (the whole head dim over the warpgroup's own 64 keys).
+        const int dq_key0 = D == 128 ? 0 : cw * WG_KEYS;
+        const int dq_slice_index = D == 128 ? cw : 0;
+        const unsigned long long k_cols =
+            make_desc_sw128(sK + dq_slice_index * KV_BOX_BYTES + dq_key0 * ROW_BYTES, KV_BOX_BYTES, 1024);
+        const unsigned staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
+
+        int stage = 0;
+        unsigned phase = 0;
+        unsigned unit_parity = 0;
+        unsigned step = 0;
+        for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u) {
+            const Unit u = decode_unit(p, t);
+            const int key0 = u.k0 + cw * WG_KEYS;  // the warpgroup's first key
+            float dk[D / 2], dv[D / 2];
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+            mbar_wait(bar_kv_full, unit_parity, TAG_KV_FULL);
+
+            for (int gi = 0; gi < group; ++gi) {
+                for (int m = u.first_q_block; m < u.q_blocks; ++m, ++step) {
+                    const int q0 = m * QUERY_ROWS;
+                    const StepTiles tiles =
+                        step_tiles(base + OFF_Q + stage * Q_TILE_BYTES, base + OFF_DO + stage * Q_TILE_BYTES);
+                    const unsigned stats = base + OFF_STATS + stage * STATS_BYTES;
+                    mbar_wait(bar_q_full + 8 * stage, phase, TAG_Q_FULL);
+
+                    // Sᵀ and dPᵀ in two groups: Pᵀ is computed, and dV += Pᵀ·dO issued, while dPᵀ runs.
+                    float s[32], dp[32];
+                    wgmma_fence();
+                    gemm_keys_by_queries(s, k_rows, tiles.q_k);
+                    wgmma_commit();
+                    gemm_keys_by_queries(dp, v_rows, tiles.do_k);
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    fence_regs(s);
+                    probabilities(p, s, stats, q_col);
+                    if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                    unsigned p_frag[16], ds_frag[16];
+                    pack_fragment(s, p_frag);
+                    wgmma_fence();
+                    gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
+                    wgmma_commit();
+                    wgmma_wait<1>();  // dPᵀ done (dV may still run)
+                    fence_regs(dp);
+                    score_grads(dp, s, stats, q_col);
+                    pack_fragment(dp, ds_frag);
+                    wgmma_fence();
+                    gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
+                    wgmma_commit();
+
+                    // dSᵀ for dQ, into this step's buffer (the other one may still be read by the
+                    // other warpgroup's dQ of the step before).
+                    const unsigned ds_tile = base + OFF_DS + (step & 1u) * DS_BYTES;
+                    store_ds_t(ds_tile, ds_frag, cw * WG_KEYS + key_in_wg, lane);
+                    fence_proxy_async_smem();
+                    if (tid == 0) wait_dq_staging_read();  // the previous step's reduce has read staging
+                    named_bar_sync(BAR_DS, CONSUMER_THREADS);
+
+                    // dV and dK done before dQ is issued: Pᵀ and dSᵀ leave the registers first (with
+                    // them, the dQ accumulator and dK, dV the warpgroup spilled at D = 128).
+                    wgmma_wait<0>();
+                    fence_regs(dv);
+                    fence_regs(dk);
+                    fence_regs(p_frag);
+                    fence_regs(ds_frag);
+                    float dq[32];
+                    wgmma_fence();
+                    gemm_dq(dq, make_desc_sw128(ds_tile + dq_key0 * ROW_BYTES, DS_BYTES, 1024), k_cols);
+                    wgmma_commit();
+                    wgmma_wait<0>();  // Q, dO and the stats of this stage are free
+                    fence_regs(dq);
+                    fence_regs(dv);
+                    fence_regs(dk);
+                    mbar_arrive(bar_q_empty + 8 * stage);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
+                    }
+
+                    stage_dq(staging, dq, tid);
+                    fence_proxy_async_smem();
+                    named_bar_sync(BAR_WG + cw, 128);
+                    if (tid == 0) {
+                        const long long bh = (long long)u.b * p.heads_q + u.h_kv * group + gi;
+                        reduce_dq_slice(dq_slice(p, bh, m, dq_slice_index), staging);
+                    }
+                }
+            }
+
+            // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys ----
+            const int d_col = q_col;
+            store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, 0), g.dv_row_stride, dv,
+                           key0 + key_in_wg, p.seq_k, 1.f, d_col);
+            store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk,
+                           key0 + key_in_wg, p.seq_k, p.softmax_scale, d_col);
+            mbar_arrive(bar_kv_empty);  // K and V may be overwritten (every wgmma on them is done)
+        }
+        if (tid == 0) wait_dq_reduces();
+    }
+}
+
+// ---- 3. dQ = scale · accumulator ----
+extern "C" __global__ void __launch_bounds__(128)
+bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    const int lane = threadIdx.x % 32;
+    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+    for (long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+        const long long bh = r / p.seq_q;
+        const int row = (int)(r % p.seq_q);
+        const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+        elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row));
+#pragma unroll
+        for (int c2 = lane; c2 < D / 2; c2 += 32) {
+            const int col = 2 * c2;
+            const float* slice = dq_slice(p, bh, row / QUERY_ROWS, col / 64);
+            const float2 a = *reinterpret_cast<const float2*>(slice + dq_slice_word(row % QUERY_ROWS, col % 64));
+            dq[c2] = pack2(a.x * p.softmax_scale, a.y * p.softmax_scale);
+        }
+    }
+}

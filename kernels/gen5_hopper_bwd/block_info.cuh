@@ -1,0 +1,66 @@
+// Generation 5 (Hopper) backward: which work unit a CTA takes, which query blocks a key block
+// visits, and which (key, query) pairs the mask keeps.
+#pragma once
+
+namespace fhb {
+
+// A work unit: keys [k0, k0 + KEY_ROWS) of (batch b, KV head h_kv), visited by the query blocks
+// [first_q_block, q_blocks) of every query head of the KV group.
+struct Unit {
+    int b, h_kv, k0;
+    int first_q_block, q_blocks;
+};
+
+__device__ __forceinline__ int key_blocks(const AttentionParams& p) { return (p.seq_k + KEY_ROWS - 1) / KEY_ROWS; }
+__device__ __forceinline__ int query_blocks(const AttentionParams& p) { return (p.seq_q + QUERY_ROWS - 1) / QUERY_ROWS; }
+__device__ __forceinline__ long long num_units(const AttentionParams& p) {
+    return (long long)key_blocks(p) * p.batch * p.heads_kv;
+}
+
+// Bottom-right causal: query i sees key j iff j <= i + (seq_k - seq_q).
+__device__ __forceinline__ int causal_offset(const AttentionParams& p) { return p.seq_k - p.seq_q; }
+
+// Units go in sections of a few (batch, KV head) pairs, about FC_BWD_SECTION_UNITS units each
+// (the plan passes the SM count: one wave). Inside a section they go key block major, so under
+// causal masking the first key blocks, which see the most queries, start first (longest first),
+// and the CTAs of a wave share their heads' Q, dO and dQ accumulator in L2. Key block major over
+// all heads (the first version) ran 8 x 32 heads at once and lost 40 % at (8,32,4096,128) (run1).
+__device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long t) {
+    const long long heads = (long long)p.batch * p.heads_kv;
+    const long long n_kb = key_blocks(p);
+    const long long section_heads = min(heads, max(1ll, ((long long)FC_BWD_SECTION_UNITS + n_kb - 1) / n_kb));
+    const long long section = t / (section_heads * n_kb);
+    const long long first_head = section * section_heads;
+    const long long heads_here = min(section_heads, heads - first_head);
+    const long long r = t - section * section_heads * n_kb;
+    const int kb = (int)(r / heads_here);
+    const int bh = (int)(first_head + r % heads_here);
+    Unit u;
+    u.b = bh / p.heads_kv;
+    u.h_kv = bh % p.heads_kv;
+    u.k0 = kb * KEY_ROWS;
+    u.q_blocks = query_blocks(p);
+    u.first_q_block = 0;
+    if (p.causal) {
+        // The first query that sees key k0 (never past seq_q - 1, since k0 < seq_k).
+        const int first = max(u.k0 - causal_offset(p), 0);
+        u.first_q_block = min(first / QUERY_ROWS, u.q_blocks);
+    }
+    return u;
+}
+
+// Whether some pair of this warpgroup's keys [key0, key0 + WG_KEYS) and the step's queries
+// [q0, q0 + QUERY_ROWS) is masked (past seq_k, or above the causal diagonal). Warp-uniform.
+__device__ __forceinline__ bool needs_mask(const AttentionParams& p, int key0, int q0) {
+    if (key0 + WG_KEYS > p.seq_k) return true;
+    return p.causal && key0 + WG_KEYS - 1 > q0 + causal_offset(p);
+}
+
+// The first query that sees `key`: none (INT_MAX) past seq_k, key - (seq_k - seq_q) under the
+// causal mask, every query otherwise.
+__device__ __forceinline__ int first_visible_query(const AttentionParams& p, int key) {
+    if (key >= p.seq_k) return 0x7fffffff;
+    return p.causal ? key - causal_offset(p) : -0x7fffffff;  // (callers widen before subtracting)
+}
+
+}  // namespace fhb

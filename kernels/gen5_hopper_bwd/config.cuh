@@ -1,0 +1,76 @@
+// Generation 5 (Hopper) backward: tile shapes, the shared-memory map, barrier ids and the
+// register split. Part of gen5_hopper_bwd.cu; see that file for the design.
+#pragma once
+
+#ifndef FC_HEAD_DIM
+#error "compile with -DFC_HEAD_DIM=64 or 128"
+#endif
+#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
+#error "gen5_hopper_bwd supports FC_HEAD_DIM 64 and 128"
+#endif
+
+// Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
+#ifndef FC_BWD_SECTION_UNITS
+#define FC_BWD_SECTION_UNITS 132
+#endif
+
+namespace fhb {
+
+constexpr int D = FC_HEAD_DIM;
+constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
+constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
+constexpr int QUERY_ROWS = 64;    // queries per step (Q/dO TMA box rows, the wgmma N side)
+constexpr int STAGES = 2;         // Q/dO ring depth
+constexpr int NBOX = D / 64;      // 64-column (128-byte) TMA boxes per row
+constexpr int ROW_BYTES = 128;    // one swizzled box row
+constexpr int KV_BOX_BYTES = KEY_ROWS * ROW_BYTES;
+constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
+constexpr int Q_BOX_BYTES = QUERY_ROWS * ROW_BYTES;
+constexpr int Q_TILE_BYTES = NBOX * Q_BOX_BYTES;
+// dSᵀ of one step, [128 keys][64 queries] elem_t in 128-byte swizzled rows; double-buffered so a
+// step's writes never race the other warpgroup's dQ reads of the step before.
+constexpr int DS_BYTES = KEY_ROWS * ROW_BYTES;
+// dQ: each warpgroup produces one 64 x 64 f32 slice per step (D = 128: its half of the head dim
+// over all 128 keys; D = 64: the whole head dim over its own 64 keys) and stages it for the bulk
+// reduce into the workspace accumulator.
+constexpr int DQ_SLICE_FLOATS = QUERY_ROWS * 64;
+constexpr int DQ_SLICE_BYTES = DQ_SLICE_FLOATS * 4;
+constexpr int DQ_SLICES = D / 64;  // slices per 64-row query block in the accumulator
+constexpr int DQ_KEYS = D == 128 ? KEY_ROWS : WG_KEYS;  // keys each warpgroup's dQ product sums
+// The step's LSE·log2(e) and D = rowsum(dO ∘ O), 64 floats each, per stage.
+constexpr int STATS_BYTES = 2 * QUERY_ROWS * 4;
+
+// Shared memory map (offsets from the 1024-byte aligned base; every tile starts on a swizzle atom).
+constexpr int OFF_K = 0;
+constexpr int OFF_V = OFF_K + KV_TILE_BYTES;
+constexpr int OFF_Q = OFF_V + KV_TILE_BYTES;
+constexpr int OFF_DO = OFF_Q + STAGES * Q_TILE_BYTES;
+constexpr int OFF_DS = OFF_DO + STAGES * Q_TILE_BYTES;
+constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES;
+constexpr int OFF_STATS = OFF_DQ + 2 * DQ_SLICE_BYTES;
+constexpr int OFF_BAR = OFF_STATS + STAGES * STATS_BYTES;
+// kv_full, kv_empty, q_full[STAGES], q_empty[STAGES]
+constexpr int NUM_BARS = 2 + 2 * STAGES;
+constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 127) / 128) * 128;
+constexpr int SMEM_ALIGN_SLACK = 1024;
+// What the host requests as dynamic shared memory (crates/gen5-persistent/src/hopper_bwd.rs
+// repeats this formula).
+constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
+
+constexpr int THREADS = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int CONSUMER_THREADS = 256;
+constexpr int PRODUCER_LANES = 32;  // warp 0 issues TMA and stages LSE and D
+constexpr int CONSUMER_REGS = 240;
+constexpr int PRODUCER_REGS = 24;
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+
+// Named barrier ids: both consumers after writing dSᵀ (256 threads); warpgroup cw's own barrier
+// before its dQ reduce (128 threads) is BAR_WG + cw.
+enum : unsigned { BAR_DS = 1, BAR_WG = 2 };
+
+enum { TAG_KV_EMPTY = 1, TAG_KV_FULL = 2, TAG_Q_EMPTY = 3, TAG_Q_FULL = 4 };
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+}  // namespace fhb

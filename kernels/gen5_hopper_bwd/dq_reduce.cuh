@@ -1,0 +1,54 @@
+// Generation 5 (Hopper) backward: the f32 dQ accumulator in the workspace, and each step's bulk
+// reduce into it (one cp.reduce.async.bulk of a 16 KiB slice per warpgroup, not 64·64 scalar
+// atomics: the portable atomic schedule lost 1.5-1.9x to those).
+//
+// Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·64], then the
+// accumulator: per (batch·heads_q, query block, 64-column slice) one 4096-float slice in the order
+// the consumer threads hold it (float4 j of consumer thread t at word 4 (128 j + t)), so staging
+// it is conflict-free 16-byte stores; the convert kernel undoes the permutation. Both are zeroed
+// or written whole by the prepare kernel before the main kernel runs (nothing to clear between
+// calls). Keep in sync with crates/gen5-persistent/src/hopper_bwd.rs.
+#pragma once
+
+namespace fhb {
+
+__device__ __forceinline__ long long padded_rows(const AttentionParams& p) {
+    return (long long)p.batch * p.heads_q * query_blocks(p) * QUERY_ROWS;
+}
+// D of query row `row` of flat head bh = b * heads_q + h.
+__device__ __forceinline__ long long dvec_index(const AttentionParams& p, long long bh, int row) {
+    return bh * query_blocks(p) * QUERY_ROWS + row;
+}
+__device__ __forceinline__ float* dq_accumulator(const AttentionParams& p) { return p.workspace + padded_rows(p); }
+__device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long bh, int q_block, int slice) {
+    return dq_accumulator(p) + ((bh * query_blocks(p) + q_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
+}
+// Word of element (row, col) (col even: col + 1 is the next word) inside a slice.
+__device__ __forceinline__ int dq_slice_word(int row, int col) {
+    const int thread = (row / 16) * 32 + (row % 8) * 4 + (col % 8) / 2;
+    return 4 * (128 * (col / 8) + thread) + 2 * ((row % 16) / 8);
+}
+
+// The warpgroup's 64 x 64 dQ partial into its staging slice (thread t's float4 j at 16 (128 j + t)).
+__device__ __forceinline__ void stage_dq(unsigned staging, const float (&dq)[32], int tid) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(staging + 16u * (128u * j + tid)), "f"(dq[4 * j]),
+                     "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                     : "memory");
+    }
+}
+
+// One thread: dst[0 .. DQ_SLICE_FLOATS) += staging, asynchronously (bulk-async group).
+__device__ __forceinline__ void reduce_dq_slice(float* dst, unsigned staging) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(staging),
+                 "n"(DQ_SLICE_BYTES)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// The issuing thread: its earlier reduces have read their staging (it may be overwritten).
+__device__ __forceinline__ void wait_dq_staging_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// The issuing thread: its reduces are complete (before the CTA exits).
+__device__ __forceinline__ void wait_dq_reduces() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+}  // namespace fhb

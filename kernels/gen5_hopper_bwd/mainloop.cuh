@@ -1,0 +1,131 @@
+// Generation 5 (Hopper) backward: a consumer warpgroup's five products per step and the
+// softmax gradient between them. Keys sit on the wgmma M side (the warpgroup's 64 keys), queries
+// on N (the step's 64 queries), so Pᵀ and dSᵀ come out of the accumulators in the A-fragment
+// layout and feed dV += Pᵀ·dO and dK += dSᵀ·Q straight from registers (RS wgmma).
+#pragma once
+
+namespace fhb {
+
+// Descriptors of one step's tiles (shared-memory matrix descriptors, 128-byte swizzle; see
+// common/hopper/wgmma.cuh for the K-major and MN-major forms).
+struct StepTiles {
+    unsigned long long q_k, do_k;    // Q, dO as the K-major B of Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
+    unsigned long long q_mn, do_mn;  // Q, dO as the MN-major B of dK += dSᵀ·Q and dV += Pᵀ·dO
+};
+
+__device__ __forceinline__ StepTiles step_tiles(unsigned sQ, unsigned sDO) {
+    return {make_desc_sw128(sQ, 16, 1024), make_desc_sw128(sDO, 16, 1024), make_desc_sw128(sQ, Q_BOX_BYTES, 1024),
+            make_desc_sw128(sDO, Q_BOX_BYTES, 1024)};
+}
+
+__device__ __forceinline__ unsigned long long desc_plus(unsigned long long desc, unsigned bytes) {
+    return desc + (unsigned long long)(bytes >> 4);
+}
+
+// A descriptor the compiler must treat as new at each call: otherwise it hoists every k-step's
+// descriptor of the loop-invariant K and V tiles out of the step loop (2 registers each, dozens
+// in all), which spilled the consumers at D = 128.
+__device__ __forceinline__ unsigned long long opaque(unsigned long long desc) {
+    asm volatile("" : "+l"(desc));
+    return desc;
+}
+
+// acc[64 keys x 64 queries] = rows[64 x D] · cols[64 x D]ᵀ, both K-major (the forward's Q·Kᵀ with
+// the roles swapped): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
+__device__ __forceinline__ void gemm_keys_by_queries(float (&acc)[32], unsigned long long rows,
+                                                     unsigned long long cols) {
+    rows = opaque(rows);
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+        const unsigned in_row = (k % 4) * 32;  // k16 step k: 32 bytes into the swizzled row, box k/4
+        wgmma_ss(acc, desc_plus(rows, in_row + (k / 4) * KV_BOX_BYTES), desc_plus(cols, in_row + (k / 4) * Q_BOX_BYTES),
+                 k > 0 ? 1 : 0);
+    }
+}
+
+// acc[64 keys x D] += a[64 keys x 64 queries] · tile[64 queries x D]: dV += Pᵀ·dO, dK += dSᵀ·Q, with
+// a in registers (packed pairs, the A-fragment layout) and the tile MN-major.
+__device__ __forceinline__ void gemm_accumulate_rows(float (&acc)[D / 2], const unsigned (&a)[16],
+                                                     unsigned long long tile) {
+#pragma unroll
+    for (int t = 0; t < QUERY_ROWS / 16; ++t) {
+        const unsigned frag[4] = {a[4 * t + 0], a[4 * t + 1], a[4 * t + 2], a[4 * t + 3]};
+        wgmma_rs_tb(acc, frag, desc_plus(tile, t * 16 * ROW_BYTES), 1);
+    }
+}
+
+// dq[64 queries x 64 columns] = dS · K over DQ_KEYS keys: dS read from the dSᵀ tile (keys-major,
+// so the A operand is MN-major) and K from the key tile (keys-major, head dim contiguous: MN-major).
+__device__ __forceinline__ void gemm_dq(float (&dq)[32], unsigned long long ds, unsigned long long k) {
+    k = opaque(k);
+#pragma unroll
+    for (int t = 0; t < DQ_KEYS / 16; ++t)
+        wgmma_ss_ta_tb(dq, desc_plus(ds, t * 16 * ROW_BYTES), desc_plus(k, t * 16 * ROW_BYTES), t > 0 ? 1 : 0);
+}
+
+__device__ __forceinline__ float2 ld_shared_f2(unsigned addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+
+// Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e) in place on the Sᵀ accumulator (this thread's keys
+// key0 + {0, 8}, queries q_col + 8 j + {0, 1}), 0 where masked. `stats` holds the step's
+// LSE·log2e (64 floats, +inf past seq_q) and then D (64 floats).
+__device__ __forceinline__ void probabilities(const AttentionParams& p, float (&s)[32], unsigned stats, int q_col) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[4 * j + e] = exp2f(fmaf(s[4 * j + e], p.scale_log2, (e & 1) ? -lse.y : -lse.x));
+    }
+}
+
+// Zeroes the probabilities of masked pairs (keys past seq_k, or above the causal diagonal).
+__device__ __forceinline__ void apply_mask(const AttentionParams& p, float (&s)[32], int key0, int q0, int q_col) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        // The first query, relative to the step's, that sees key row r: one compare per element.
+        const long long first = (long long)first_visible_query(p, key0 + 8 * r) - q0;
+        const int rel = (int)max(min(first, (long long)QUERY_ROWS), -1ll);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (q_col + 8 * j < rel) s[4 * j + 2 * r] = 0.f;
+            if (q_col + 8 * j + 1 < rel) s[4 * j + 2 * r + 1] = 0.f;
+        }
+    }
+}
+
+// dSᵀ = Pᵀ ∘ (dPᵀ − D) in place on the dPᵀ accumulator.
+__device__ __forceinline__ void score_grads(float (&dp)[32], const float (&pt)[32], unsigned stats, int q_col) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float2 dvec = ld_shared_f2(stats + 4 * QUERY_ROWS + 4 * (q_col + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[4 * j + e] = pt[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dvec.y : dvec.x));
+    }
+}
+
+// f32 accumulator pairs to packed elem_t pairs: the accumulator layout is the A-fragment layout,
+// register for register (common/hopper/wgmma.cuh).
+__device__ __forceinline__ void pack_fragment(const float (&acc)[32], unsigned (&frag)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) frag[i] = pack2_u32(acc[2 * i], acc[2 * i + 1]);
+}
+
+// The warpgroup's dSᵀ rows into the step's dSᵀ tile: key row `row0` (+8) of the tile, queries
+// q_col + 8 j (+1); 16-byte chunk j of row r sits at chunk j ^ (r & 7) (the 128-byte swizzle TMA
+// and wgmma use), so the 8 rows a store instruction touches hit 8 different chunks.
+__device__ __forceinline__ void store_ds_t(unsigned tile, const unsigned (&ds)[16], int row0, int lane) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const unsigned row = (unsigned)(row0 + 8 * r);
+            const unsigned addr = tile + row * ROW_BYTES + ((((unsigned)j) ^ (row & 7u)) << 4) + 4 * (lane & 3);
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(ds[2 * j + r]) : "memory");
+        }
+    }
+}
+
+}  // namespace fhb
