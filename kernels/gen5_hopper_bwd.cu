@@ -175,7 +175,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         const int dq_slice_index = D == 128 ? cw : 0;
         const unsigned long long k_cols =
             make_desc_sw128(sK + dq_slice_index * KV_BOX_BYTES + dq_key0 * ROW_BYTES, KV_BOX_BYTES, 1024);
-        const unsigned staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
+        const unsigned warp_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES + warp * DQ_WARP_BYTES;
 
         int stage = 0;
         unsigned phase = 0;
@@ -226,39 +226,40 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     const unsigned ds_tile = base + OFF_DS + (step & 1u) * DS_BYTES;
                     store_ds_t(ds_tile, ds_frag, cw * WG_KEYS + key_in_wg, lane);
                     fence_proxy_async_smem();
-                    if (tid == 0) wait_dq_staging_read();  // the previous step's reduce has read staging
                     named_bar_sync(BAR_DS, CONSUMER_THREADS);
 
-                    // dV and dK done before dQ is issued: Pᵀ and dSᵀ leave the registers first (with
-                    // them, the dQ accumulator and dK, dV the warpgroup spilled at D = 128).
-                    wgmma_wait<0>();
-                    fence_regs(dv);
-                    fence_regs(dk);
-                    fence_regs(p_frag);
-                    fence_regs(ds_frag);
                     float dq[32];
                     wgmma_fence();
                     gemm_dq(dq, make_desc_sw128(ds_tile + dq_key0 * ROW_BYTES, DS_BYTES, 1024), k_cols);
                     wgmma_commit();
-                    wgmma_wait<0>();  // Q, dO and the stats of this stage are free
+                    wgmma_wait<0>();  // dV, dK and dQ: Q, dO and the stats of this stage are free
                     fence_regs(dq);
                     fence_regs(dv);
                     fence_regs(dk);
+                    fence_regs(p_frag);
+                    fence_regs(ds_frag);
                     mbar_arrive(bar_q_empty + 8 * stage);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1u;
                     }
 
-                    stage_dq(staging, dq, tid);
+                    // The warp's 16 rows of the dQ slice: staged, then bulk-reduced by lane 0 once the
+                    // previous step's reduce has read the staging quarter.
+                    if (lane == 0) wait_dq_staging_read();
+                    __syncwarp();
+                    stage_dq(warp_staging, dq, lane);
                     fence_proxy_async_smem();
-                    named_bar_sync(BAR_WG + cw, 128);
-                    if (tid == 0) {
+                    __syncwarp();
+                    if (lane == 0) {
                         const long long bh = (long long)u.b * p.heads_q + u.h_kv * group + gi;
-                        reduce_dq_slice(dq_slice(p, bh, m, dq_slice_index), staging);
+                        reduce_dq_quarter(dq_slice(p, bh, m, dq_slice_index) + warp * (DQ_WARP_BYTES / 4), warp_staging);
                     }
                 }
             }
+            // K and V may be overwritten (every wgmma on them is done): the producer loads the
+            // next unit's while the rows below are stored.
+            mbar_arrive(bar_kv_empty);
 
             // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys ----
             const int d_col = q_col;
@@ -266,9 +267,8 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                            key0 + key_in_wg, p.seq_k, 1.f, d_col);
             store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk,
                            key0 + key_in_wg, p.seq_k, p.softmax_scale, d_col);
-            mbar_arrive(bar_kv_empty);  // K and V may be overwritten (every wgmma on them is done)
         }
-        if (tid == 0) wait_dq_reduces();
+        if (lane == 0) wait_dq_reduces();
     }
 }
 

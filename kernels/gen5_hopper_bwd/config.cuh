@@ -65,9 +65,8 @@ constexpr int CONSUMER_REGS = 240;
 constexpr int PRODUCER_REGS = 24;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
 
-// Named barrier ids: both consumers after writing dSᵀ (256 threads); warpgroup cw's own barrier
-// before its dQ reduce (128 threads) is BAR_WG + cw.
-enum : unsigned { BAR_DS = 1, BAR_WG = 2 };
+// Named barrier: both consumers after writing dSᵀ (256 threads), before either reads it for dQ.
+enum : unsigned { BAR_DS = 1 };
 
 enum { TAG_KV_EMPTY = 1, TAG_KV_FULL = 2, TAG_Q_EMPTY = 3, TAG_Q_FULL = 4 };
 

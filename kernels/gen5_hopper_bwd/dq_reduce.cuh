@@ -23,32 +23,37 @@ __device__ __forceinline__ float* dq_accumulator(const AttentionParams& p) { ret
 __device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long bh, int q_block, int slice) {
     return dq_accumulator(p) + ((bh * query_blocks(p) + q_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
 }
-// Word of element (row, col) (col even: col + 1 is the next word) inside a slice.
+// Word of element (row, col) (col even: col + 1 is the next word) inside a slice: warp w of the
+// warpgroup owns words [1024 w, 1024 w + 1024), where lane l's float4 j sits at 4 (32 j + l).
 __device__ __forceinline__ int dq_slice_word(int row, int col) {
-    const int thread = (row / 16) * 32 + (row % 8) * 4 + (col % 8) / 2;
-    return 4 * (128 * (col / 8) + thread) + 2 * ((row % 16) / 8);
+    const int lane = (row % 8) * 4 + (col % 8) / 2;
+    return 1024 * (row / 16) + 4 * (32 * (col / 8) + lane) + 2 * ((row % 16) / 8);
 }
 
-// The warpgroup's 64 x 64 dQ partial into its staging slice (thread t's float4 j at 16 (128 j + t)).
-__device__ __forceinline__ void stage_dq(unsigned staging, const float (&dq)[32], int tid) {
+constexpr int DQ_WARP_BYTES = DQ_SLICE_BYTES / 4;
+
+// The warp's quarter of the warpgroup's 64 x 64 dQ partial (its 16 rows) into its staging
+// quarter, conflict-free 16-byte stores.
+__device__ __forceinline__ void stage_dq(unsigned warp_staging, const float (&dq)[32], int lane) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(staging + 16u * (128u * j + tid)), "f"(dq[4 * j]),
-                     "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(warp_staging + 16u * (32u * j + lane)),
+                     "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
                      : "memory");
     }
 }
 
-// One thread: dst[0 .. DQ_SLICE_FLOATS) += staging, asynchronously (bulk-async group).
-__device__ __forceinline__ void reduce_dq_slice(float* dst, unsigned staging) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(staging),
-                 "n"(DQ_SLICE_BYTES)
+// One lane: dst[0 .. DQ_WARP_BYTES / 4) += the warp's staging quarter, asynchronously (bulk-async
+// group). Each warp reduces its own quarter, so no warpgroup barrier stands before the reduce.
+__device__ __forceinline__ void reduce_dq_quarter(float* dst, unsigned warp_staging) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+                 "r"(warp_staging), "n"(DQ_WARP_BYTES)
                  : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
-// The issuing thread: its earlier reduces have read their staging (it may be overwritten).
+// The issuing lane: its earlier reduces have read their staging (it may be overwritten).
 __device__ __forceinline__ void wait_dq_staging_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// The issuing thread: its reduces are complete (before the CTA exits).
+// The issuing lane: its reduces are complete (before the CTA exits).
 __device__ __forceinline__ void wait_dq_reduces() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 }  // namespace fhb

@@ -47,6 +47,18 @@ pub fn workspace_f32(problem: &AttentionProblem) -> Option<usize> {
     padded_rows.checked_mul(problem.head_dim + 1)
 }
 
+/// CTAs of the main launch (it strides over its units). Without causal masking the units are of
+/// equal length: one CTA per SM, so a CTA loads its next unit's K and V while it stores the last
+/// unit's dK and dV. Under causal masking one CTA per unit, so the hardware balances the
+/// unequal units as they finish.
+fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
+    if p.causal {
+        linear_grid(units)
+    } else {
+        linear_grid(units.min(device.sm_count.max(1) as usize))
+    }
+}
+
 fn capabilities() -> Capabilities {
     // TMA wants 16-byte aligned bases and strides: alignment_elems = 8.
     Capabilities::all_features(HeadDims::List(HEAD_DIMS), (9, 0)).with_modes(ModeSupport::NONE)
@@ -131,7 +143,7 @@ impl AttentionBackward for PersistentHopper {
                     source: SOURCE,
                     entry: "bwd_hopper_dk_dv",
                     defines: defines.clone(),
-                    grid: (linear_grid(units), 1, 1),
+                    grid: (main_grid(p, units, device), 1, 1),
                     block: (MAIN_THREADS, 1, 1),
                     dynamic_smem_bytes: smem as u32,
                     tensor_maps: Some(TensorMapSpec {
@@ -171,7 +183,22 @@ mod tests {
         );
         // 100 rows pad to 128: 2 * 8 * 128 padded rows, 4 warps a block.
         assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / 4);
-        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128 (< 132 SMs)
+        let big = AttentionProblem::new(4, 16, 2048, 128);
+        let grid = |p: &AttentionProblem| {
+            PersistentHopper
+                .plan_backward(p, &DeviceInfo::synthetic_h100())
+                .unwrap()
+                .launches[1]
+                .grid
+                .0
+        };
+        assert_eq!(grid(&big), 132, "one CTA per SM without causal masking");
+        assert_eq!(
+            grid(&big.clone().with_causal(true)),
+            4 * 16 * 16,
+            "one CTA per unit under causal masking"
+        );
         assert_eq!(
             plan.launches[2].grid.0,
             (2 * 8 * 100usize).div_ceil(4) as u32
