@@ -9,6 +9,11 @@
 #error "gen5_hopper_bwd supports FC_HEAD_DIM 64 and 128"
 #endif
 
+// Q/dO ring depth (the plan passes 2 unless FLASHCORE_HOPPER_BWD_STAGES says 3; 3 fills the
+// shared memory at D = 128).
+#ifndef FC_BWD_STAGES
+#define FC_BWD_STAGES 2
+#endif
 // Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
 #ifndef FC_BWD_SECTION_UNITS
 #define FC_BWD_SECTION_UNITS 132
@@ -20,7 +25,8 @@ constexpr int D = FC_HEAD_DIM;
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
 constexpr int QUERY_ROWS = 64;    // queries per step (Q/dO TMA box rows, the wgmma N side)
-constexpr int STAGES = 2;         // Q/dO ring depth
+constexpr int STAGES = FC_BWD_STAGES;  // Q/dO ring depth
+static_assert(STAGES == 2 || STAGES == 3, "FC_BWD_STAGES must be 2 or 3");
 constexpr int NBOX = D / 64;      // 64-column (128-byte) TMA boxes per row
 constexpr int ROW_BYTES = 128;    // one swizzled box row
 constexpr int KV_BOX_BYTES = KEY_ROWS * ROW_BYTES;

@@ -20,20 +20,19 @@ pub const HEAD_DIMS: &[usize] = &[64, 128];
 /// Keys per CTA work unit and query rows per step (`KEY_ROWS`, `QUERY_ROWS` in config.cuh).
 pub const KEY_ROWS: usize = 128;
 pub const QUERY_ROWS: usize = 64;
-const STAGES: usize = 2;
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
 
-/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), two (Q, dO) stages
-/// of 64 rows, two dSᵀ tiles (128 × 64), two 16 KiB dQ staging slices, the stages' LSE and D,
-/// the barriers, and the 1024-byte alignment slack.
-pub fn smem_bytes(head_dim: usize) -> usize {
+/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `stages` (Q, dO)
+/// stages of 64 rows, two dSᵀ tiles (128 × 64), two 16 KiB dQ staging slices, the stages' LSE
+/// and D, the barriers, and the 1024-byte alignment slack.
+pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
     let kv = 2 * KEY_ROWS * head_dim * 2;
-    let q_do = STAGES * 2 * QUERY_ROWS * head_dim * 2;
+    let q_do = stages * 2 * QUERY_ROWS * head_dim * 2;
     let ds = 2 * KEY_ROWS * 128;
     let dq = 2 * QUERY_ROWS * 64 * 4;
-    let stats = STAGES * 2 * QUERY_ROWS * 4;
-    let bars = (2 + 2 * STAGES) * 8;
+    let stats = stages * 2 * QUERY_ROWS * 4;
+    let bars = (2 + 2 * stages) * 8;
     kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
 }
 
@@ -56,6 +55,38 @@ fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
         linear_grid(units)
     } else {
         linear_grid(units.min(device.sm_count.max(1) as usize))
+    }
+}
+
+/// The build's tunables: the Q/dO ring depth, and the work units per L2 section (one wave by
+/// default, block_info.cuh). `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3) and
+/// `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) override them for A/B runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardTuning {
+    pub stages: usize,
+    pub section_units: usize,
+}
+
+impl BackwardTuning {
+    pub fn from_env(device: &DeviceInfo) -> Result<Self, String> {
+        let read =
+            |var: &str, default: usize, ok: &dyn Fn(usize) -> bool| -> Result<usize, String> {
+                match std::env::var(var) {
+                    Err(_) => Ok(default),
+                    Ok(v) => match v.trim().parse::<usize>() {
+                        Ok(n) if ok(n) => Ok(n),
+                        _ => Err(format!("{var}={v:?} is not allowed")),
+                    },
+                }
+            };
+        Ok(BackwardTuning {
+            stages: read("FLASHCORE_HOPPER_BWD_STAGES", 2, &|n| n == 2 || n == 3)?,
+            section_units: read(
+                "FLASHCORE_HOPPER_BWD_SECTION_UNITS",
+                device.sm_count.max(1) as usize,
+                &|n| (1..=1 << 20).contains(&n),
+            )?,
+        })
     }
 }
 
@@ -94,7 +125,8 @@ impl AttentionBackward for PersistentHopper {
                 ),
             ));
         }
-        let smem = smem_bytes(d);
+        let tuning = BackwardTuning::from_env(device).map_err(|e| Unsupported::new(name, e))?;
+        let smem = smem_bytes(d, tuning.stages);
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
             return Err(Unsupported::new(
@@ -112,11 +144,11 @@ impl AttentionBackward for PersistentHopper {
         }
         let mut defines = vec![
             ("FC_HEAD_DIM".to_string(), d.to_string()),
-            // One wave of units per L2 section (block_info.cuh).
             (
                 "FC_BWD_SECTION_UNITS".to_string(),
-                device.sm_count.max(1).to_string(),
+                tuning.section_units.to_string(),
             ),
+            ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
         ];
         if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
