@@ -1,4 +1,4 @@
-# Fourth run: the committed Hopper backward (7dafcd8's kernel, with the ring depth and the L2
+# Fourth run: the committed Hopper backward (6730eb0: 7dafcd8's kernel, with the ring depth and the L2
 # section size as build options, defaults unchanged). Side by side: verify --pass bwd --cases
 # 1000, reliability --only backward, sanitize --pass bwd, and the candle GPU tests (their
 # backward and training-step tests now take the Hopper backward on the H100). Then the
