@@ -44,10 +44,13 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
 }
 
 /// Every backward kernel compiled in (`AttentionBackward`), fastest first as measured on the
-/// H100 (docs/generations/gen5-portable-bwd.md): generation 5's portable mma.sync backward
-/// (`kernels/gen5_portable_bwd.cu`, deterministic), the same with FlashAttention-2's atomic dQ
-/// (not deterministic, and slower as written), then the scalar baseline
-/// (`kernels/gen1_scalar_bwd.cu`). [`AttentionBackward::deterministic`] tells them apart.
+/// H100 (docs/generations/gen5-hopper-bwd.md, gen5-portable-bwd.md): generation 5's Hopper
+/// backward (`kernels/gen5_hopper_bwd.cu`, sm_90a only, not deterministic: bulk f32 reduces of
+/// dQ), its portable mma.sync backward (`kernels/gen5_portable_bwd.cu`, deterministic), the same
+/// with FlashAttention-2's atomic dQ (not deterministic, and slower as written), then the scalar
+/// baseline (`kernels/gen1_scalar_bwd.cu`). [`AttentionBackward::deterministic`] tells them
+/// apart; a caller that needs bit-identical gradients picks the first deterministic one that
+/// takes the problem.
 #[allow(clippy::vec_init_then_push)]
 pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[cfg(feature = "aot")]
