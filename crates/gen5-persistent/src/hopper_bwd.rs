@@ -69,11 +69,19 @@ pub struct BackwardTuning {
 
 impl BackwardTuning {
     pub fn from_env(device: &DeviceInfo) -> Result<Self, String> {
+        Self::from_lookup(device, |var| std::env::var(var).ok())
+    }
+
+    /// [`Self::from_env`] with the variables read through `lookup`.
+    pub fn from_lookup(
+        device: &DeviceInfo,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let read =
             |var: &str, default: usize, ok: &dyn Fn(usize) -> bool| -> Result<usize, String> {
-                match std::env::var(var) {
-                    Err(_) => Ok(default),
-                    Ok(v) => match v.trim().parse::<usize>() {
+                match lookup(var) {
+                    None => Ok(default),
+                    Some(v) => match v.trim().parse::<usize>() {
                         Ok(n) if ok(n) => Ok(n),
                         _ => Err(format!("{var}={v:?} is not allowed")),
                     },
@@ -260,5 +268,67 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.to_string().contains("sm_90a"), "{e}");
+    }
+
+    #[test]
+    fn tuning_comes_from_the_environment_and_bad_values_are_named() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let with = |vars: &'static [(&'static str, &'static str)]| {
+            BackwardTuning::from_lookup(&h100, move |var| {
+                vars.iter()
+                    .find(|(k, _)| *k == var)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        let e = with(&[("FLASHCORE_HOPPER_BWD_STAGES", "4")]).unwrap_err();
+        assert!(e.contains("FLASHCORE_HOPPER_BWD_STAGES"), "{e}");
+        let e = with(&[("FLASHCORE_HOPPER_BWD_SECTION_UNITS", "0")]).unwrap_err();
+        assert!(e.contains("SECTION_UNITS"), "{e}");
+        let t = with(&[
+            ("FLASHCORE_HOPPER_BWD_STAGES", "3"),
+            ("FLASHCORE_HOPPER_BWD_SECTION_UNITS", "264"),
+        ])
+        .unwrap();
+        assert_eq!((t.stages, t.section_units), (3, 264));
+        let t = with(&[]).unwrap();
+        assert_eq!((t.stages, t.section_units), (2, 132));
+        assert!(smem_bytes(128, 3) <= h100.max_shared_memory_per_block_optin as usize);
+    }
+
+    proptest::proptest! {
+        /// Any dense problem either plans or is refused with a reason; a plan's launches cover
+        /// their rows and units (grid-stride past 2³¹ − 1; one CTA per SM without causal
+        /// masking), fit the device's shared memory, and its workspace holds D and the
+        /// accumulator for every padded row, with no counters.
+        #[test]
+        fn plans_cover_their_work_and_fit_the_device(
+            batch in 1usize..5000,
+            heads_kv in 1usize..9,
+            group in 1usize..9,
+            seq_q in 0usize..100_000,
+            seq_k in 0usize..100_000,
+            d in proptest::sample::select(vec![32usize, 64, 96, 128, 256]),
+            causal in proptest::bool::ANY,
+        ) {
+            let p = AttentionProblem::new(batch, heads_kv * group, seq_q, d)
+                .with_kv(heads_kv, seq_k)
+                .with_causal(causal);
+            let dev = DeviceInfo::synthetic_h100();
+            let Ok(plan) = PersistentHopper.plan_backward(&p, &dev) else {
+                proptest::prop_assert!(!HEAD_DIMS.contains(&d));
+                return Ok(());
+            };
+            let heads_q = batch * heads_kv * group;
+            let padded_rows = heads_q * seq_q.div_ceil(QUERY_ROWS) * QUERY_ROWS;
+            let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
+            let main = if causal { units } else { units.min(132) };
+            let items = [padded_rows.div_ceil(4), main, (heads_q * seq_q).div_ceil(4)];
+            for (launch, items) in plan.launches.iter().zip(items) {
+                proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
+                proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
+            }
+            proptest::prop_assert_eq!(plan.workspace_f32, padded_rows * (d + 1));
+            proptest::prop_assert_eq!(plan.workspace_counters, 0);
+        }
     }
 }
