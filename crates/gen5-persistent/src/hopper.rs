@@ -372,6 +372,21 @@ fn parse_flag(v: &str) -> Option<bool> {
     }
 }
 
+/// wgmma and setmaxnreg are sm_90a-only: the arch-specific PTX does not run on later parts.
+/// (The forward and the backward both check this.)
+pub(crate) fn require_sm90a(name: &'static str, device: &DeviceInfo) -> Result<(), Unsupported> {
+    if device.compute_capability == (9, 0) {
+        return Ok(());
+    }
+    Err(Unsupported::new(
+        name,
+        format!(
+            "needs sm_90a (wgmma, setmaxnreg); device is {}.{}",
+            device.compute_capability.0, device.compute_capability.1
+        ),
+    ))
+}
+
 pub(crate) fn env_flag(name: &str) -> Option<bool> {
     parse_flag(&std::env::var(name).ok()?)
 }
@@ -392,16 +407,7 @@ impl Attention for PersistentHopper {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
-        if device.compute_capability != (9, 0) {
-            // wgmma / setmaxnreg are sm_90a-only: the arch-specific PTX does not run on later parts.
-            return Err(Unsupported::new(
-                NAME,
-                format!(
-                    "needs sm_90a (wgmma, setmaxnreg); device is {}.{}",
-                    device.compute_capability.0, device.compute_capability.1
-                ),
-            ));
-        }
+        require_sm90a(NAME, device)?;
         let scale = problem.scale();
         if scale.is_nan() || scale <= 0.0 {
             // The running row max is taken on raw scores, which is only the max of the scaled

@@ -124,15 +124,7 @@ impl AttentionBackward for PersistentHopper {
         let name = AttentionBackward::name(self);
         let d = problem.head_dim;
         capabilities().require_head_dim(name, d)?;
-        if device.compute_capability != (9, 0) {
-            return Err(Unsupported::new(
-                name,
-                format!(
-                    "needs sm_90a (wgmma, setmaxnreg); device is {}.{}",
-                    device.compute_capability.0, device.compute_capability.1
-                ),
-            ));
-        }
+        crate::hopper::require_sm90a(name, device)?;
         let tuning = BackwardTuning::from_env(device).map_err(|e| Unsupported::new(name, e))?;
         let smem = smem_bytes(d, tuning.stages);
         let limit = device.max_shared_memory_per_block_optin as usize;
