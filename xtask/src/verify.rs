@@ -691,6 +691,25 @@ fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
     .collect()
 }
 
+/// A small problem of the oracle self-checks, drawn from `seed`: 1-2 batches, `heads_q` query
+/// heads (MHA on even seeds, two query heads per KV head on odd ones), 1-40 queries, 1-50 keys,
+/// D = 16, causal every third seed, both dtypes.
+fn self_check_case(seed: u64, heads_q: usize) -> Case {
+    let heads_kv = if seed.is_multiple_of(2) { heads_q } else { heads_q / 2 };
+    Case {
+        problem: AttentionProblem::new(
+            1 + seed as usize % 2,
+            heads_q,
+            1 + (seed as usize * 7) % 40,
+            16,
+        )
+        .with_kv(heads_kv, 1 + (seed as usize * 13) % 50)
+        .with_causal(seed.is_multiple_of(3))
+        .with_dtype(DType::ALL[seed as usize % 2]),
+        data_seed: seed,
+    }
+}
+
 /// The backward oracle without a GPU: on small random problems the f64 gradients rounded to the
 /// dtype and the low-precision program's gradients pass the rule, and a gradient off by 1.0
 /// fails it.
@@ -698,21 +717,7 @@ pub fn oracle_backward_self_check() -> Result<usize> {
     use flashcore_oracle::{gradients_f64, gradients_low_precision, judge_backward};
     let mut checked = 0;
     for seed in 0..16u64 {
-        let case = Case {
-            problem: AttentionProblem::new(
-                1 + seed as usize % 2,
-                4,
-                1 + (seed as usize * 7) % 40,
-                16,
-            )
-            .with_kv(
-                if seed % 2 == 0 { 4 } else { 2 },
-                1 + (seed as usize * 13) % 50,
-            )
-            .with_causal(seed % 3 == 0)
-            .with_dtype(DType::ALL[seed as usize % 2]),
-            data_seed: seed,
-        };
+        let case = self_check_case(seed, 4);
         let inp = crate::case::inputs(&case);
         let d_o = crate::case::grad_output(&case);
         let op = case.oracle_problem();
@@ -792,21 +797,7 @@ pub fn oracle_self_check() -> Result<usize> {
     use flashcore_oracle::{check, reference_f64, OracleProblem, Precision, Rows};
     let mut checked = 0;
     for seed in 0..24u64 {
-        let case = Case {
-            problem: AttentionProblem::new(
-                1 + seed as usize % 2,
-                2,
-                1 + (seed as usize * 7) % 40,
-                16,
-            )
-            .with_kv(
-                if seed % 2 == 0 { 2 } else { 1 },
-                1 + (seed as usize * 13) % 50,
-            )
-            .with_causal(seed % 3 == 0)
-            .with_dtype(DType::ALL[seed as usize % 2]),
-            data_seed: seed,
-        };
+        let case = self_check_case(seed, 2);
         let inp = crate::case::inputs(&case);
         let op: OracleProblem = case.oracle_problem();
         let prec = if case.problem.dtype == DType::F16 {
