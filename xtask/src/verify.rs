@@ -695,7 +695,11 @@ fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
 /// heads (MHA on even seeds, two query heads per KV head on odd ones), 1-40 queries, 1-50 keys,
 /// D = 16, causal every third seed, both dtypes.
 fn self_check_case(seed: u64, heads_q: usize) -> Case {
-    let heads_kv = if seed.is_multiple_of(2) { heads_q } else { heads_q / 2 };
+    let heads_kv = if seed.is_multiple_of(2) {
+        heads_q
+    } else {
+        heads_q / 2
+    };
     Case {
         problem: AttentionProblem::new(
             1 + seed as usize % 2,
