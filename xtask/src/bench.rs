@@ -249,27 +249,14 @@ pub fn run(args: Args) -> Result<()> {
     };
     let shapes = suite::expand(&bhsd, args.causal, &dtypes);
     let kernels = select_kernels(args.kernels.as_deref())?;
-    let device = Device::open(args.device).map_err(|e| {
-        anyhow!(
-            "bench-all needs a CUDA GPU: {e}\n(use --from-json FILE to re-render a saved run here)"
-        )
-    })?;
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let info = device.info().clone();
+    let (device, info) = open_bench_device(args.device, &out_dir)?;
     eprintln!(
-        "bench-all: {} (cc {}.{}, {} SMs, L2 {} MiB); {} shapes x {} generations ({}); output in {}",
-        info.name,
-        info.compute_capability.0,
-        info.compute_capability.1,
-        info.sm_count,
+        "bench-all: {}, L2 {} MiB); {} shapes x {} generations ({}); output in {}",
+        device_banner(&info),
         info.l2_bytes >> 20,
         shapes.len(),
         kernels.len(),
-        kernels
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(", "),
+        kernel_names(&kernels, |k| k.name()),
         out_dir.display()
     );
     let loop_opts = args.loop_options();
@@ -386,6 +373,43 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     write_and_print(&report, &out_dir)
+}
+
+/// The GPU a bench runs on, with its output folder created. Without a GPU the error points at
+/// `--from-json` (re-rendering a saved run needs none).
+pub(crate) fn open_bench_device(
+    ordinal: usize,
+    out_dir: &Path,
+) -> Result<(Device, flashcore::DeviceInfo)> {
+    let device = Device::open(ordinal).map_err(|e| {
+        anyhow!(
+            "bench-all needs a CUDA GPU: {e}\n(use --from-json FILE to re-render a saved run here)"
+        )
+    })?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let info = device.info().clone();
+    Ok((device, info))
+}
+
+/// `name (cc X.Y, N SMs` (the parenthesis left open for the caller's extras): how each bench's
+/// first line names the device.
+pub(crate) fn device_banner(info: &flashcore::DeviceInfo) -> String {
+    format!(
+        "{} (cc {}.{}, {} SMs",
+        info.name, info.compute_capability.0, info.compute_capability.1, info.sm_count
+    )
+}
+
+/// The kernels' names, comma-separated (the benches' first line).
+pub(crate) fn kernel_names<K: ?Sized>(
+    kernels: &[Box<K>],
+    name: impl Fn(&K) -> &'static str,
+) -> String {
+    kernels
+        .iter()
+        .map(|k| name(k))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(crate) fn select_kernels(names: Option<&[String]>) -> Result<Vec<Box<dyn Attention>>> {

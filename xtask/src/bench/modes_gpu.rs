@@ -591,26 +591,13 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             c.flops / 1e9
         );
     }
-    let device = Device::open(args.device).map_err(|e| {
-        anyhow!(
-            "bench-all needs a CUDA GPU: {e}\n(use --from-json FILE to re-render a saved run here)"
-        )
-    })?;
-    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let info = device.info().clone();
+    let (device, info) = super::open_bench_device(args.device, out_dir)?;
     eprintln!(
-        "bench-all: {} (cc {}.{}, {} SMs); {} cases x {} generations ({}); output in {}",
-        info.name,
-        info.compute_capability.0,
-        info.compute_capability.1,
-        info.sm_count,
+        "bench-all: {}); {} cases x {} generations ({}); output in {}",
+        super::device_banner(&info),
         plan.cases.len(),
         kernels.len(),
-        kernels
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(", "),
+        super::kernel_names(&kernels, |k| k.name()),
         out_dir.display()
     );
     let loop_opts = args.loop_options();
