@@ -6,7 +6,7 @@
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
-use flashcore_core::backward::AttentionBackward;
+use flashcore_core::backward::{per_item, AttentionBackward};
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
@@ -158,15 +158,11 @@ impl AttentionBackward for PersistentHopper {
         let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, QUERY_ROWS) * QUERY_ROWS;
         let rows = p.batch * p.heads_q * p.seq_q;
         let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
+        // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
         let warps_per_block = (ROW_THREADS / 32) as usize;
         let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
-            source: SOURCE,
-            entry,
             defines: defines.clone(),
-            grid: (linear_grid(tiles(rows, warps_per_block)), 1, 1),
-            block: (ROW_THREADS, 1, 1),
-            dynamic_smem_bytes: 0,
-            tensor_maps: None,
+            ..per_item(SOURCE, entry, tiles(rows, warps_per_block), ROW_THREADS)
         };
         Ok(LaunchPlan {
             launches: vec![
