@@ -169,10 +169,11 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         // Sᵀ and dPᵀ: the warpgroup's 64 K and V rows, K-major.
         const unsigned long long k_rows = make_desc_sw128(sK + cw * WG_KEYS * ROW_BYTES, 16, 1024);
         const unsigned long long v_rows = make_desc_sw128(sV + cw * WG_KEYS * ROW_BYTES, 16, 1024);
-        // dQ: D = 128 splits the head dim between the warpgroups (slice cw, all 128 keys); D = 64
-        // splits the keys (the whole head dim over the warpgroup's own 64 keys).
-        const int dq_key0 = D == 128 ? 0 : cw * WG_KEYS;
+        // dQ (config.cuh): which keys, which 64-column slice of the head dim and which 64-query box
+        // of the step this warpgroup's slice covers.
+        const int dq_key0 = DQ_SPLIT_KEYS ? cw * WG_KEYS : 0;
         const int dq_slice_index = D == 128 ? cw : 0;
+        const int dq_query_box = QUERY_BOXES == 2 ? cw : 0;
         const unsigned long long k_cols =
             make_desc_sw128(sK + dq_slice_index * KV_BOX_BYTES + dq_key0 * ROW_BYTES, KV_BOX_BYTES, 1024);
         const unsigned warp_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES + warp * DQ_WARP_BYTES;
@@ -197,26 +198,44 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     const unsigned stats = base + OFF_STATS + stage * STATS_BYTES;
                     mbar_wait(bar_q_full + 8 * stage, phase, TAG_Q_FULL);
 
-                    // Sᵀ and dPᵀ in two groups: Pᵀ is computed, and dV += Pᵀ·dO issued, while dPᵀ runs.
-                    float s[32], dp[32];
-                    wgmma_fence();
-                    gemm_keys_by_queries(s, k_rows, tiles.q_k);
-                    wgmma_commit();
-                    gemm_keys_by_queries(dp, v_rows, tiles.do_k);
-                    wgmma_commit();
-                    wgmma_wait<1>();
-                    fence_regs(s);
-                    probabilities(p, s, stats, q_col);
-                    if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
-                    unsigned p_frag[16], ds_frag[16];
-                    pack_fragment(s, p_frag);
-                    wgmma_fence();
-                    gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
-                    wgmma_commit();
-                    wgmma_wait<1>();  // dPᵀ done (dV may still run)
-                    fence_regs(dp);
-                    score_grads(dp, s, stats, q_col);
-                    pack_fragment(dp, ds_frag);
+                    float s[ACC_REGS], dp[ACC_REGS];
+                    unsigned p_frag[FRAG_REGS], ds_frag[FRAG_REGS];
+                    if constexpr (OVERLAP_DV_WITH_DP) {
+                        // Sᵀ and dPᵀ in two groups: Pᵀ is computed, and dV += Pᵀ·dO issued, while
+                        // dPᵀ runs.
+                        wgmma_fence();
+                        gemm_keys_by_queries(s, k_rows, tiles.q_k);
+                        wgmma_commit();
+                        gemm_keys_by_queries(dp, v_rows, tiles.do_k);
+                        wgmma_commit();
+                        wgmma_wait<1>();
+                        fence_regs(s);
+                        probabilities(p, s, stats, q_col);
+                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                        pack_fragment(s, p_frag);
+                        wgmma_fence();
+                        gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
+                        wgmma_commit();
+                        wgmma_wait<1>();  // dPᵀ done (dV may still run)
+                        fence_regs(dp);
+                        score_grads(dp, s, stats, q_col);
+                        pack_fragment(dp, ds_frag);
+                    } else {
+                        wgmma_fence();
+                        gemm_keys_by_queries(s, k_rows, tiles.q_k);
+                        gemm_keys_by_queries(dp, v_rows, tiles.do_k);
+                        wgmma_commit();
+                        wgmma_wait<0>();
+                        fence_regs(s);
+                        fence_regs(dp);
+                        probabilities(p, s, stats, q_col);
+                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                        score_grads(dp, s, stats, q_col);
+                        pack_fragment(s, p_frag);
+                        pack_fragment(dp, ds_frag);
+                        wgmma_fence();
+                        gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
+                    }
                     wgmma_fence();
                     gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
                     wgmma_commit();
@@ -230,7 +249,10 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
 
                     float dq[32];
                     wgmma_fence();
-                    gemm_dq(dq, make_desc_sw128(ds_tile + dq_key0 * ROW_BYTES, DS_BYTES, 1024), k_cols);
+                    gemm_dq(dq,
+                            make_desc_sw128(ds_tile + dq_query_box * DS_BOX_BYTES + dq_key0 * ROW_BYTES, DS_BOX_BYTES,
+                                            1024),
+                            k_cols);
                     wgmma_commit();
                     wgmma_wait<0>();  // dV, dK and dQ: Q, dO and the stats of this stage are free
                     fence_regs(dq);
@@ -253,7 +275,9 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     __syncwarp();
                     if (lane == 0) {
                         const long long bh = (long long)u.b * p.heads_q + u.h_kv * group + gi;
-                        reduce_dq_quarter(dq_slice(p, bh, m, dq_slice_index) + warp * (DQ_WARP_BYTES / 4), warp_staging);
+                        reduce_dq_quarter(
+                            dq_slice(p, bh, m * QUERY_BOXES + dq_query_box, dq_slice_index) + warp * (DQ_WARP_BYTES / 4),
+                            warp_staging);
                     }
                 }
             }
@@ -286,8 +310,8 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
 #pragma unroll
         for (int c2 = lane; c2 < D / 2; c2 += 32) {
             const int col = 2 * c2;
-            const float* slice = dq_slice(p, bh, row / QUERY_ROWS, col / 64);
-            const float2 a = *reinterpret_cast<const float2*>(slice + dq_slice_word(row % QUERY_ROWS, col % 64));
+            const float* slice = dq_slice(p, bh, row / 64, col / 64);
+            const float2 a = *reinterpret_cast<const float2*>(slice + dq_slice_word(row % 64, col % 64));
             dq[c2] = pack2(a.x * p.softmax_scale, a.y * p.softmax_scale);
         }
     }

@@ -14,6 +14,11 @@
 #ifndef FC_BWD_STAGES
 #define FC_BWD_STAGES 2
 #endif
+// Queries per step: 64, or 128 at D = 64 (FLASHCORE_HOPPER_BWD_QUERY_ROWS=128; halves the
+// per-step fixed costs where the steps are shortest).
+#ifndef FC_BWD_QUERY_ROWS
+#define FC_BWD_QUERY_ROWS 64
+#endif
 // Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
 #ifndef FC_BWD_SECTION_UNITS
 #define FC_BWD_SECTION_UNITS 132
@@ -24,7 +29,11 @@ namespace fhb {
 constexpr int D = FC_HEAD_DIM;
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
-constexpr int QUERY_ROWS = 64;    // queries per step (Q/dO TMA box rows, the wgmma N side)
+constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)
+static_assert(QUERY_ROWS == 64 || (QUERY_ROWS == 128 && D == 64), "FC_BWD_QUERY_ROWS: 64, or 128 at D = 64");
+constexpr int QUERY_BOXES = QUERY_ROWS / 64;  // 64-query (128-byte) column boxes of the dSᵀ tile
+constexpr int ACC_REGS = QUERY_ROWS / 2;      // Sᵀ or dPᵀ accumulator registers per thread
+constexpr int FRAG_REGS = QUERY_ROWS / 4;     // Pᵀ or dSᵀ as packed A fragments
 constexpr int STAGES = FC_BWD_STAGES;  // Q/dO ring depth
 static_assert(STAGES == 2 || STAGES == 3, "FC_BWD_STAGES must be 2 or 3");
 constexpr int NBOX = D / 64;      // 64-column (128-byte) TMA boxes per row
@@ -33,17 +42,25 @@ constexpr int KV_BOX_BYTES = KEY_ROWS * ROW_BYTES;
 constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
 constexpr int Q_BOX_BYTES = QUERY_ROWS * ROW_BYTES;
 constexpr int Q_TILE_BYTES = NBOX * Q_BOX_BYTES;
-// dSᵀ of one step, [128 keys][64 queries] elem_t in 128-byte swizzled rows; double-buffered so a
-// step's writes never race the other warpgroup's dQ reads of the step before.
-constexpr int DS_BYTES = KEY_ROWS * ROW_BYTES;
-// dQ: each warpgroup produces one 64 x 64 f32 slice per step (D = 128: its half of the head dim
-// over all 128 keys; D = 64: the whole head dim over its own 64 keys) and stages it for the bulk
-// reduce into the workspace accumulator.
-constexpr int DQ_SLICE_FLOATS = QUERY_ROWS * 64;
+// dSᵀ of one step, [128 keys][QUERY_ROWS queries] elem_t in 128-byte swizzled rows, one 64-query
+// box after the other; double-buffered so a step's writes never race the other warpgroup's dQ
+// reads of the step before.
+constexpr int DS_BOX_BYTES = KEY_ROWS * ROW_BYTES;
+constexpr int DS_BYTES = QUERY_BOXES * DS_BOX_BYTES;
+// dQ: each warpgroup produces one 64 x 64 f32 slice per step and stages it for the bulk reduce
+// into the workspace accumulator:
+//   D = 128: its half of the head dim, 64 queries, all 128 keys;
+//   D = 64, 64 queries: the whole head dim over its own 64 keys (both add into one slice);
+//   D = 64, 128 queries: its half of the queries, the whole head dim, all 128 keys.
+constexpr int DQ_SLICE_FLOATS = 64 * 64;
 constexpr int DQ_SLICE_BYTES = DQ_SLICE_FLOATS * 4;
 constexpr int DQ_SLICES = D / 64;  // slices per 64-row query block in the accumulator
-constexpr int DQ_KEYS = D == 128 ? KEY_ROWS : WG_KEYS;  // keys each warpgroup's dQ product sums
-// The step's LSE·log2(e) and D = rowsum(dO ∘ O), 64 floats each, per stage.
+constexpr bool DQ_SPLIT_KEYS = D == 64 && QUERY_ROWS == 64;
+constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgroup's dQ product sums
+// dV += Pᵀ·dO is issued while dPᵀ still runs only with 64-query steps: with 128, Sᵀ and dPᵀ take
+// 64 registers each and the overlap would keep both beside Pᵀ.
+constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64;
+// The step's LSE·log2(e) and D = rowsum(dO ∘ O), QUERY_ROWS floats each, per stage.
 constexpr int STATS_BYTES = 2 * QUERY_ROWS * 4;
 
 // Shared memory map (offsets from the 1024-byte aligned base; every tile starts on a swizzle atom).

@@ -2,12 +2,12 @@
 // reduce into it (one cp.reduce.async.bulk of a 16 KiB slice per warpgroup, not 64·64 scalar
 // atomics: the portable atomic schedule lost 1.5-1.9x to those).
 //
-// Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·64], then the
-// accumulator: per (batch·heads_q, query block, 64-column slice) one 4096-float slice in the order
-// the consumer threads hold it (float4 j of consumer thread t at word 4 (128 j + t)), so staging
-// it is conflict-free 16-byte stores; the convert kernel undoes the permutation. Both are zeroed
-// or written whole by the prepare kernel before the main kernel runs (nothing to clear between
-// calls). Keep in sync with crates/gen5-persistent/src/hopper_bwd.rs.
+// Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·QUERY_ROWS],
+// then the accumulator: per (batch·heads_q, 64-row query block, 64-column slice) one 4096-float
+// slice in the order the consumer threads hold it (dq_slice_word), so staging it is conflict-free
+// 16-byte stores and each warp reduces one contiguous quarter; the convert kernel undoes the
+// permutation. Both are zeroed or written whole by the prepare kernel before the main kernel runs
+// (nothing to clear between calls). Keep in sync with crates/gen5-persistent/src/hopper_bwd.rs.
 #pragma once
 
 namespace fhb {
@@ -20,8 +20,10 @@ __device__ __forceinline__ long long dvec_index(const AttentionParams& p, long l
     return bh * query_blocks(p) * QUERY_ROWS + row;
 }
 __device__ __forceinline__ float* dq_accumulator(const AttentionParams& p) { return p.workspace + padded_rows(p); }
-__device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long bh, int q_block, int slice) {
-    return dq_accumulator(p) + ((bh * query_blocks(p) + q_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
+// The slice of 64-row query block `row_block` (row / 64) and 64-column block `slice`.
+__device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long bh, int row_block, int slice) {
+    return dq_accumulator(p) +
+           ((bh * (query_blocks(p) * QUERY_BOXES) + row_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
 }
 // Word of element (row, col) (col even: col + 1 is the next word) inside a slice: warp w of the
 // warpgroup owns words [1024 w, 1024 w + 1024), where lane l's float4 j sits at 4 (32 j + l).

@@ -30,9 +30,9 @@ __device__ __forceinline__ unsigned long long opaque(unsigned long long desc) {
     return desc;
 }
 
-// acc[64 keys x 64 queries] = rows[64 x D] · cols[64 x D]ᵀ, both K-major (the forward's Q·Kᵀ with
+// acc[64 keys x QUERY_ROWS queries] = rows[64 x D] · cols[QUERY_ROWS x D]ᵀ, both K-major (the forward's Q·Kᵀ with
 // the roles swapped): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
-__device__ __forceinline__ void gemm_keys_by_queries(float (&acc)[32], unsigned long long rows,
+__device__ __forceinline__ void gemm_keys_by_queries(float (&acc)[ACC_REGS], unsigned long long rows,
                                                      unsigned long long cols) {
     rows = opaque(rows);
 #pragma unroll
@@ -43,9 +43,9 @@ __device__ __forceinline__ void gemm_keys_by_queries(float (&acc)[32], unsigned 
     }
 }
 
-// acc[64 keys x D] += a[64 keys x 64 queries] · tile[64 queries x D]: dV += Pᵀ·dO, dK += dSᵀ·Q, with
+// acc[64 keys x D] += a[64 keys x QUERY_ROWS queries] · tile[QUERY_ROWS queries x D]: dV += Pᵀ·dO, dK += dSᵀ·Q, with
 // a in registers (packed pairs, the A-fragment layout) and the tile MN-major.
-__device__ __forceinline__ void gemm_accumulate_rows(float (&acc)[D / 2], const unsigned (&a)[16],
+__device__ __forceinline__ void gemm_accumulate_rows(float (&acc)[D / 2], const unsigned (&a)[FRAG_REGS],
                                                      unsigned long long tile) {
 #pragma unroll
     for (int t = 0; t < QUERY_ROWS / 16; ++t) {
@@ -72,9 +72,9 @@ __device__ __forceinline__ float2 ld_shared_f2(unsigned addr) {
 // Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e) in place on the Sᵀ accumulator (this thread's keys
 // key0 + {0, 8}, queries q_col + 8 j + {0, 1}), 0 where masked. `stats` holds the step's
 // LSE·log2e (64 floats, +inf past seq_q) and then D (64 floats).
-__device__ __forceinline__ void probabilities(const AttentionParams& p, float (&s)[32], unsigned stats, int q_col) {
+__device__ __forceinline__ void probabilities(const AttentionParams& p, float (&s)[ACC_REGS], unsigned stats, int q_col) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
         const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[4 * j + e] = exp2f(fmaf(s[4 * j + e], p.scale_log2, (e & 1) ? -lse.y : -lse.x));
@@ -82,14 +82,14 @@ __device__ __forceinline__ void probabilities(const AttentionParams& p, float (&
 }
 
 // Zeroes the probabilities of masked pairs (keys past seq_k, or above the causal diagonal).
-__device__ __forceinline__ void apply_mask(const AttentionParams& p, float (&s)[32], int key0, int q0, int q_col) {
+__device__ __forceinline__ void apply_mask(const AttentionParams& p, float (&s)[ACC_REGS], int key0, int q0, int q_col) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         // The first query, relative to the step's, that sees key row r: one compare per element.
         const long long first = (long long)first_visible_query(p, key0 + 8 * r) - q0;
         const int rel = (int)max(min(first, (long long)QUERY_ROWS), -1ll);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < QUERY_ROWS / 8; ++j) {
             if (q_col + 8 * j < rel) s[4 * j + 2 * r] = 0.f;
             if (q_col + 8 * j + 1 < rel) s[4 * j + 2 * r + 1] = 0.f;
         }
@@ -97,9 +97,10 @@ __device__ __forceinline__ void apply_mask(const AttentionParams& p, float (&s)[
 }
 
 // dSᵀ = Pᵀ ∘ (dPᵀ − D) in place on the dPᵀ accumulator.
-__device__ __forceinline__ void score_grads(float (&dp)[32], const float (&pt)[32], unsigned stats, int q_col) {
+__device__ __forceinline__ void score_grads(float (&dp)[ACC_REGS], const float (&pt)[ACC_REGS], unsigned stats,
+                                            int q_col) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
         const float2 dvec = ld_shared_f2(stats + 4 * QUERY_ROWS + 4 * (q_col + 8 * j));
 #pragma unroll
         for (int e = 0; e < 4; ++e) dp[4 * j + e] = pt[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? dvec.y : dvec.x));
@@ -108,21 +109,23 @@ __device__ __forceinline__ void score_grads(float (&dp)[32], const float (&pt)[3
 
 // f32 accumulator pairs to packed elem_t pairs: the accumulator layout is the A-fragment layout,
 // register for register (common/hopper/wgmma.cuh).
-__device__ __forceinline__ void pack_fragment(const float (&acc)[32], unsigned (&frag)[16]) {
+__device__ __forceinline__ void pack_fragment(const float (&acc)[ACC_REGS], unsigned (&frag)[FRAG_REGS]) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) frag[i] = pack2_u32(acc[2 * i], acc[2 * i + 1]);
+    for (int i = 0; i < FRAG_REGS; ++i) frag[i] = pack2_u32(acc[2 * i], acc[2 * i + 1]);
 }
 
 // The warpgroup's dSᵀ rows into the step's dSᵀ tile: key row `row0` (+8) of the tile, queries
-// q_col + 8 j (+1); 16-byte chunk j of row r sits at chunk j ^ (r & 7) (the 128-byte swizzle TMA
-// and wgmma use), so the 8 rows a store instruction touches hit 8 different chunks.
-__device__ __forceinline__ void store_ds_t(unsigned tile, const unsigned (&ds)[16], int row0, int lane) {
+// q_col + 8 j (+1), in 64-query box j / 8; 16-byte chunk c of row r sits at chunk c ^ (r & 7)
+// (the 128-byte swizzle TMA and wgmma use), so the 8 rows a store instruction touches hit 8
+// different chunks.
+__device__ __forceinline__ void store_ds_t(unsigned tile, const unsigned (&ds)[FRAG_REGS], int row0, int lane) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const unsigned row = (unsigned)(row0 + 8 * r);
-            const unsigned addr = tile + row * ROW_BYTES + ((((unsigned)j) ^ (row & 7u)) << 4) + 4 * (lane & 3);
+            const unsigned addr = tile + (j / 8) * DS_BOX_BYTES + row * ROW_BYTES +
+                                  ((((unsigned)j % 8u) ^ (row & 7u)) << 4) + 4 * (lane & 3);
             asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(ds[2 * j + r]) : "memory");
         }
     }

@@ -17,32 +17,33 @@ use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
 pub const HEAD_DIMS: &[usize] = &[64, 128];
-/// Keys per CTA work unit and query rows per step (`KEY_ROWS`, `QUERY_ROWS` in config.cuh).
+/// Keys per CTA work unit and the default query rows per step (`KEY_ROWS`, `QUERY_ROWS` in
+/// config.cuh).
 pub const KEY_ROWS: usize = 128;
 pub const QUERY_ROWS: usize = 64;
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
 
-/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `stages` (Q, dO)
-/// stages of 64 rows, two dSᵀ tiles (128 × 64), two 16 KiB dQ staging slices, the stages' LSE
-/// and D, the barriers, and the 1024-byte alignment slack.
-pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
+/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `t.stages` (Q, dO)
+/// stages of `t.query_rows` rows, two dSᵀ tiles (128 keys × `t.query_rows`), two 16 KiB dQ
+/// staging slices, the stages' LSE and D, the barriers, and the 1024-byte alignment slack.
+pub fn smem_bytes(head_dim: usize, t: &BackwardTuning) -> usize {
     let kv = 2 * KEY_ROWS * head_dim * 2;
-    let q_do = stages * 2 * QUERY_ROWS * head_dim * 2;
-    let ds = 2 * KEY_ROWS * 128;
-    let dq = 2 * QUERY_ROWS * 64 * 4;
-    let stats = stages * 2 * QUERY_ROWS * 4;
-    let bars = (2 + 2 * stages) * 8;
+    let q_do = t.stages * 2 * t.query_rows * head_dim * 2;
+    let ds = 2 * KEY_ROWS * t.query_rows * 2;
+    let dq = 2 * 64 * 64 * 4;
+    let stats = t.stages * 2 * t.query_rows * 4;
+    let bars = (2 + 2 * t.stages) * 8;
     kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
 }
 
-/// Workspace words: D for every query row padded to whole 64-row blocks, then the f32 dQ
+/// Workspace words: D for every query row padded to whole `query_rows` blocks, then the f32 dQ
 /// accumulator (`head_dim` words per padded row), both written whole by the prepare launch.
-pub fn workspace_f32(problem: &AttentionProblem) -> Option<usize> {
+pub fn workspace_f32(problem: &AttentionProblem, query_rows: usize) -> Option<usize> {
     let padded_rows = problem
         .batch
         .checked_mul(problem.heads_q)?
-        .checked_mul(tiles(problem.seq_q, QUERY_ROWS) * QUERY_ROWS)?;
+        .checked_mul(tiles(problem.seq_q, query_rows) * query_rows)?;
     padded_rows.checked_mul(problem.head_dim + 1)
 }
 
@@ -58,13 +59,15 @@ fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
     }
 }
 
-/// The build's tunables: the Q/dO ring depth, and the work units per L2 section (one wave by
-/// default, block_info.cuh). `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3) and
-/// `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) override them for A/B runs.
+/// The build's tunables: the Q/dO ring depth, the work units per L2 section (one wave by
+/// default, block_info.cuh) and the queries per step. `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3),
+/// `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) and `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, or 128
+/// at D = 64; not yet verified at 1000 cases, see gen5-hopper-bwd.md) override them for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardTuning {
     pub stages: usize,
     pub section_units: usize,
+    pub query_rows: usize,
 }
 
 impl BackwardTuning {
@@ -94,6 +97,9 @@ impl BackwardTuning {
                 device.sm_count.max(1) as usize,
                 &|n| (1..=1 << 20).contains(&n),
             )?,
+            query_rows: read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", QUERY_ROWS, &|n| {
+                n == 64 || n == 128
+            })?,
         })
     }
 }
@@ -126,7 +132,17 @@ impl AttentionBackward for PersistentHopper {
         capabilities().require_head_dim(name, d)?;
         crate::hopper::require_sm90a(name, device)?;
         let tuning = BackwardTuning::from_env(device).map_err(|e| Unsupported::new(name, e))?;
-        let smem = smem_bytes(d, tuning.stages);
+        if tuning.query_rows != QUERY_ROWS && d != 64 {
+            return Err(Unsupported::new(
+                name,
+                format!(
+                    "FLASHCORE_HOPPER_BWD_QUERY_ROWS={} is built for head_dim 64 only",
+                    tuning.query_rows
+                ),
+            ));
+        }
+        let query_rows = tuning.query_rows;
+        let smem = smem_bytes(d, &tuning);
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
             return Err(Unsupported::new(
@@ -134,10 +150,10 @@ impl AttentionBackward for PersistentHopper {
                 format!("needs {smem} bytes of shared memory per block; the device allows {limit}"),
             ));
         }
-        let workspace = workspace_f32(problem)
+        let workspace = workspace_f32(problem, query_rows)
             .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
         // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
-        if problem.seq_q > i32::MAX as usize - QUERY_ROWS
+        if problem.seq_q > i32::MAX as usize - query_rows
             || problem.seq_k > i32::MAX as usize - KEY_ROWS
         {
             return Err(Unsupported::new(name, "sequence lengths past 2^31 - 128"));
@@ -149,13 +165,14 @@ impl AttentionBackward for PersistentHopper {
                 tuning.section_units.to_string(),
             ),
             ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
+            ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
         ];
         if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
             defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
         }
         let p = problem;
-        let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, QUERY_ROWS) * QUERY_ROWS;
+        let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
         let rows = p.batch * p.heads_q * p.seq_q;
         let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
         // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
@@ -175,7 +192,7 @@ impl AttentionBackward for PersistentHopper {
                     block: (MAIN_THREADS, 1, 1),
                     dynamic_smem_bytes: smem as u32,
                     tensor_maps: Some(TensorMapSpec {
-                        q_box_rows: QUERY_ROWS as u32,
+                        q_box_rows: query_rows as u32,
                         kv_box_rows: KEY_ROWS as u32,
                         box_cols: 64,
                         swizzle: Swizzle::B128,
@@ -277,10 +294,17 @@ mod tests {
             ("FLASHCORE_HOPPER_BWD_SECTION_UNITS", "264"),
         ])
         .unwrap();
-        assert_eq!((t.stages, t.section_units), (3, 264));
+        assert_eq!((t.stages, t.section_units, t.query_rows), (3, 264, 64));
         let t = with(&[]).unwrap();
-        assert_eq!((t.stages, t.section_units), (2, 132));
-        assert!(smem_bytes(128, 3) <= h100.max_shared_memory_per_block_optin as usize);
+        assert_eq!((t.stages, t.section_units, t.query_rows), (2, 132, 64));
+        assert!(
+            smem_bytes(128, &BackwardTuning { stages: 3, ..t })
+                <= h100.max_shared_memory_per_block_optin as usize
+        );
+        let wide = with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "128")]).unwrap();
+        assert_eq!(wide.query_rows, 128);
+        assert!(smem_bytes(64, &wide) <= h100.max_shared_memory_per_block_optin as usize);
+        assert!(with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "96")]).is_err());
     }
 
     proptest::proptest! {
