@@ -19,7 +19,8 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
 }
 
 // One K or V tile: keys [k0, k0 + BN) of sequence b, kv head h_kv, into the stage at `dst`,
-// completing `full`. Called by the whole producer warp; lane 0 issues the copies.
+// completing `full`. Called by the producer's lanes (PRODUCER_LANES: the whole warp in the modes
+// build); lane 0 issues the strided copies, every lane its page groups' copies.
 //   * strided (dense tensor, contiguous cache, packed varlen): one TMA box per 64 columns, at
 //     the sequence's first storage row (packed tensors are one "batch");
 //   * paged: one box per page-aligned group of rows through the block table; groups past the
@@ -38,26 +39,30 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Se
     const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
     const bool zero_tail = landed != 0u && per_sequence_k && valid < BN;
     const unsigned bar = zero_tail ? landed : full;
-    if (lane == 0) {
-        if (!MODES || p.block_table == nullptr) {
+    if (!MODES || p.block_table == nullptr) {
+        if (lane == 0) {
             mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
             const int kv_batch = MODES && p.cu_seqlens_k != nullptr ? 0 : b;
 #pragma unroll
             for (int c = 0; c < NBOX; ++c)
                 tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, (int)seq.k_row0 + k0, h_kv, kv_batch);
-        } else {
-            const int group = paged_box_rows(p.block_size);
-            const int groups = (valid + group - 1) / group;
-            mbar_arrive_expect_tx(bar, (unsigned)(groups * group * ROW_BYTES * NBOX));
-            const int* table = p.block_table + (long long)b * p.max_blocks_per_seq;
-            for (int g = 0; g < groups; ++g) {
-                const int j = k0 + g * group;
-                const int block = table[j / p.block_size];
+        }
+    } else {
+        // Paged (modes build: the whole warp is here). Lane g looks up page group g and issues
+        // its boxes, so a tile's table reads are in flight together: one lane walking the groups
+        // waited out each read before the next (its TMA asm orders them), 8 in a row at block 16.
+        const int group = paged_box_rows(p.block_size);
+        const int groups = (valid + group - 1) / group;
+        if (lane == 0) mbar_arrive_expect_tx(bar, (unsigned)(groups * group * ROW_BYTES * NBOX));
+        __syncwarp();  // the expected bytes are set before any box can complete
+        const int* table = p.block_table + (long long)b * p.max_blocks_per_seq;
+        for (int g = lane; g < groups; g += 32) {
+            const int j = k0 + g * group;
+            const int block = table[j / p.block_size];
 #pragma unroll
-                for (int c = 0; c < NBOX; ++c)
-                    tma_load_4d(dst + c * KV_BOX_BYTES + g * group * ROW_BYTES, map, bar, c * 64, j % p.block_size,
-                                h_kv, block);
-            }
+            for (int c = 0; c < NBOX; ++c)
+                tma_load_4d(dst + c * KV_BOX_BYTES + g * group * ROW_BYTES, map, bar, c * 64, j % p.block_size, h_kv,
+                            block);
         }
     }
     if (zero_tail) {
