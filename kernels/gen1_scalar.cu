@@ -56,7 +56,6 @@ attention_scalar(const __grid_constant__ AttentionParams p) {
         const SeqInfo seq = seq_info(p, batch);
         if (row >= seq.len_q) continue;  // past this sequence's end (seq_q is the max): block-uniform
         const long long q_base = seq_q_offset(p, seq, batch, head, row);
-        const ScoreMod mod = score_mod(p, seq, batch, head);
 
         for (int d = tid; d < p.head_dim; d += SCALAR_THREADS) {
             q_row[d] = to_float(q[q_base + d]);
@@ -75,7 +74,9 @@ attention_scalar(const __grid_constant__ AttentionParams p) {
                 const long long k_base = k_row_offset(p, seq, batch, kv_head, key);
                 float dot = 0.0f;
                 for (int d = 0; d < p.head_dim; ++d) dot += q_row[d] * to_float(k[k_base + d]);
-                score = logit_log2(mod, dot, row, key);
+                // (the modifier is rebuilt per key, from constants: kept live across the key loop,
+                // ptxas spilled 4-8 bytes on sm_80)
+                score = logit_log2(score_mod(p, seq, batch, head), dot, row, key);
             }
             // key 0 of every chunk is visible (chunk < keys.hi), so the new max is finite unless
             // the logits themselves are -inf.

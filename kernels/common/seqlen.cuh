@@ -35,18 +35,25 @@ struct KeyRange {
 };
 
 // Bottom-right aligned: the row's diagonal key is row + len_k - len_q. Causal bounds the window
-// at 0 on the right.
+// at 0 on the right. 32-bit throughout (it runs per key tile in the consumers, where 64-bit
+// compares and selects doubled its cost): lengths and windows are at most INT_MAX and row is
+// below len_q + a tile, so each sum below is ordered to stay in range (the comments say why).
 __device__ __forceinline__ KeyRange key_range(const AttentionParams& p, const SeqInfo& s, int row) {
-    const long long diag = (long long)row + s.len_k - s.len_q;
-    long long lo = 0, hi = s.len_k;
+    const int row_past_q = row - s.len_q;  // in [-len_q, tile): diag = row_past_q + len_k
     const int right = p.causal ? 0 : p.window_right;
-    if (right >= 0 && diag + right + 1 < hi) hi = diag + right + 1;
-    if (p.window_left >= 0 && diag - p.window_left > lo) lo = diag - p.window_left;
-    if (hi < 0) hi = 0;
-    if (lo > hi) lo = hi;
+    // diag + right + 1 < len_k  <=>  right < -1 - row_past_q (both sides in range); then
+    // row_past_q + 1 + right < 0, so the new hi is below len_k (and may be negative: empty).
+    int hi = s.len_k;
+    if (right >= 0 && right < -1 - row_past_q) hi = max((row_past_q + 1 + right) + s.len_k, 0);
+    // diag - window_left > 0  <=>  window_left - len_k < row_past_q; then row_past_q -
+    // window_left > -len_k. A difference above 0 puts lo past len_k >= hi, where it is clamped to
+    // hi anyway: capping it at 0 first keeps the sum in range.
+    int lo = 0;
+    if (p.window_left >= 0 && p.window_left - s.len_k < row_past_q)
+        lo = min(min(row_past_q - p.window_left, 0) + s.len_k, hi);
     KeyRange r;
-    r.lo = (int)lo;
-    r.hi = (int)hi;
+    r.lo = lo;
+    r.hi = hi;
     return r;
 }
 
