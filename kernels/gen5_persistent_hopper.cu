@@ -191,11 +191,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
                     const int k0 = (w.kb0 + kb) * BN;
+                    const int page = tile_page(p, seq, w.b, k0, lane);  // read while the slots drain
                     mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
-                    fetch_kv_tile(p, seq, w.b, h_kv, k0, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane, nullptr);
+                    fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane,
+                                  nullptr);
                     mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                    fetch_kv_tile(p, seq, w.b, h_kv, k0, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed, lane,
-                                  &landed_phase);
+                    fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed,
+                                  lane, &landed_phase);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -262,6 +264,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             // With score modifiers (prepare_scores) the logits are in log2 units before the
             // softmax, which then runs with scale 1.
             const float softmax_scale_log2 = MODES && has_score_mod(p) ? 1.f : scale_log2;
+            const KeyRange wg_unmasked = warpgroup_unmasked_keys(p, w.b, w.m * BM + cw * WG_M);
 
             float o[D / 2];
 #pragma unroll
@@ -291,7 +294,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     fence_regs(s);
                     mbar_arrive(ke);
                     if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block,
+                                   wg_unmasked);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     convert_p(s, pr);
                 }
@@ -319,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mbar_arrive(ke);
                     if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
                     prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN,
-                                   col_in_block);
+                                   col_in_block, wg_unmasked);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
                     fence_regs(o);
@@ -363,7 +367,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 mbar_arrive(ke);
                 if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
-                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN, col_in_block);
+                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN, col_in_block,
+                               wg_unmasked);
                 online_softmax(s, m, l, alpha, softmax_scale_log2);
                 rescale_o(o, alpha);
                 unsigned pr[BN / 4];

@@ -53,23 +53,38 @@ __device__ __forceinline__ void modify_scores(float (&s)[BN / 2], const ScoreMod
     }
 }
 
+// Keys [lo, hi) that every row of a warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees: a key
+// tile inside needs no element mask.
+__device__ __forceinline__ KeyRange warpgroup_unmasked_keys(const AttentionParams& p, int b, int wg_row0) {
+    const SeqInfo seq = block_seq(p, b);
+    KeyRange r;
+    r.lo = block_keys(p, seq, wg_row0 + WG_M - 1).lo;
+    r.hi = block_keys(p, seq, wg_row0).hi;
+    return r;
+}
+
 // Scores of key tile [k0, k0 + BN) of sequence b, head h, as the softmax takes them: modified
 // (softcap, ALiBi; score_mod.cuh) when the problem has modifiers, then masked unless every row of
-// the warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees the whole tile. Registers are the limit
-// in the consumers, so nothing of the block info is kept across the key loop: the lengths come
-// from the parameter block (constant bank) or, for per-sequence lengths, are reloaded per tile
-// (an L1 hit; the loop's barrier asm keeps the compiler from hoisting them).
+// the warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees the whole tile.
+// Registers are the limit in the consumers, so little of the block info is kept across the key
+// loop. The dense build recomputes everything here from the parameter block (constant bank). The
+// modes build's lengths live in global memory: reloading them and deriving the warpgroup's
+// bounds on every tile measured 9 % more instructions than the dense build (session 6, run2), so
+// it takes the bounds from the item's start (`wg_unmasked`, two registers) and reloads the
+// lengths only where a tile is masked or modified (an L1 hit; the loop's barrier asm keeps the
+// compiler from hoisting them).
 __device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (&s)[BN / 2], int b, int h, int row0,
-                                               int wg_row0, int k0, int col_in_block) {
-    const SeqInfo seq = block_seq(p, b);
+                                               int wg_row0, int k0, int col_in_block, const KeyRange& wg_unmasked) {
     if (MODES && has_score_mod(p)) {
+        const SeqInfo seq = block_seq(p, b);
         const ScoreMod mod = score_mod(p, seq, b, h);
         modify_scores(s, mod, row0, k0 + col_in_block);
     }
-    const int wg_lo = block_keys(p, seq, wg_row0 + WG_M - 1).lo;
-    const int wg_hi = block_keys(p, seq, wg_row0).hi;
-    if (k0 < wg_lo || k0 + BN > wg_hi)
+    const KeyRange wg = MODES ? wg_unmasked : warpgroup_unmasked_keys(p, b, wg_row0);
+    if (k0 < wg.lo || k0 + BN > wg.hi) {
+        const SeqInfo seq = block_seq(p, b);
         apply_mask_range(s, k0 + col_in_block, block_keys(p, seq, row0), block_keys(p, seq, row0 + 8));
+    }
 }
 
 // Epilogue rules with the block info (as masking.cuh's, for any mask): a row with l = 0 that sees

@@ -18,9 +18,22 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
     return rows;
 }
 
+// The page of this lane's row group of key tile [k0, k0 + BN) (paged K/V in the modes build; 0
+// otherwise, and for lanes past the tile's groups). The producer reads it before it waits for the
+// tile's ring slots, so the table read overlaps that wait instead of delaying the copies after it
+// (a shallow ring leaves about one tile's time between a slot's release and its use).
+__device__ __forceinline__ int tile_page(const AttentionParams& p, const SeqInfo& seq, int b, int k0, int lane) {
+    if (!MODES || p.block_table == nullptr) return 0;
+    const int group = paged_box_rows(p.block_size);
+    const int valid = min(BN, seq.len_k - k0);
+    if (lane * group >= valid) return 0;
+    return p.block_table[(long long)b * p.max_blocks_per_seq + (k0 + lane * group) / p.block_size];
+}
+
 // One K or V tile: keys [k0, k0 + BN) of sequence b, kv head h_kv, into the stage at `dst`,
 // completing `full`. Called by the producer's lanes (PRODUCER_LANES: the whole warp in the modes
-// build); lane 0 issues the strided copies, every lane its page groups' copies.
+// build); lane 0 issues the strided copies, lane g the copies of page group g (`page`, from
+// tile_page).
 //   * strided (dense tensor, contiguous cache, packed varlen): one TMA box per 64 columns, at
 //     the sequence's first storage row (packed tensors are one "batch");
 //   * paged: one box per page-aligned group of rows through the block table; groups past the
@@ -33,8 +46,8 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
 __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
-                                              unsigned dst, const CUtensorMap* map, unsigned full, unsigned landed,
-                                              int lane, unsigned* landed_phase) {
+                                              int page, unsigned dst, const CUtensorMap* map, unsigned full,
+                                              unsigned landed, int lane, unsigned* landed_phase) {
     const int valid = min(BN, seq.len_k - k0);  // >= 1: the tile holds a visible key
     const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
     const bool zero_tail = landed != 0u && per_sequence_k && valid < BN;
@@ -48,21 +61,21 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Se
                 tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, (int)seq.k_row0 + k0, h_kv, kv_batch);
         }
     } else {
-        // Paged (modes build: the whole warp is here). Lane g looks up page group g and issues
-        // its boxes, so a tile's table reads are in flight together: one lane walking the groups
-        // waited out each read before the next (its TMA asm orders them), 8 in a row at block 16.
+        // Paged (modes build: the whole warp is here). Lane g issues the boxes of page group g,
+        // so a tile's groups go out together: one lane walking them waited out each table read
+        // before the next (its TMA asm orders them), 8 in a row at block 16. Pages are multiples
+        // of 16 rows, so a tile has at most BN / 16 groups, one per lane.
+        static_assert(BN / 16 <= 32, "one page group per producer lane");
         const int group = paged_box_rows(p.block_size);
         const int groups = (valid + group - 1) / group;
         if (lane == 0) mbar_arrive_expect_tx(bar, (unsigned)(groups * group * ROW_BYTES * NBOX));
         __syncwarp();  // the expected bytes are set before any box can complete
-        const int* table = p.block_table + (long long)b * p.max_blocks_per_seq;
-        for (int g = lane; g < groups; g += 32) {
-            const int j = k0 + g * group;
-            const int block = table[j / p.block_size];
+        if (lane < groups) {
+            const int j = k0 + lane * group;
 #pragma unroll
             for (int c = 0; c < NBOX; ++c)
-                tma_load_4d(dst + c * KV_BOX_BYTES + g * group * ROW_BYTES, map, bar, c * 64, j % p.block_size, h_kv,
-                            block);
+                tma_load_4d(dst + c * KV_BOX_BYTES + lane * group * ROW_BYTES, map, bar, c * 64, j % p.block_size,
+                            h_kv, page);
         }
     }
     if (zero_tail) {
