@@ -17,23 +17,28 @@ use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
 pub const HEAD_DIMS: &[usize] = &[64, 128];
-/// Keys per CTA work unit and the default query rows per step (`KEY_ROWS`, `QUERY_ROWS` in
-/// config.cuh).
+/// Keys per CTA work unit (`KEY_ROWS` in config.cuh).
 pub const KEY_ROWS: usize = 128;
-pub const QUERY_ROWS: usize = 64;
+
+/// Query rows per step by default (`QUERY_ROWS` in config.cuh): 128 at D = 64, where shorter
+/// steps left the per-step fixed costs (the dS barrier, waits, staging) weighing most and 128 ran
+/// 1.19-1.24x faster (session 6, run1); 64 at D = 128, where 128 would not fit the registers.
+pub fn default_query_rows(head_dim: usize) -> usize {
+    if head_dim == 64 { 128 } else { 64 }
+}
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
 
-/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `t.stages` (Q, dO)
-/// stages of `t.query_rows` rows, two dSᵀ tiles (128 keys × `t.query_rows`), two 16 KiB dQ
-/// staging slices, the stages' LSE and D, the barriers, and the 1024-byte alignment slack.
-pub fn smem_bytes(head_dim: usize, t: &BackwardTuning) -> usize {
+/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `stages` (Q, dO)
+/// stages of `query_rows` rows, two dSᵀ tiles (128 keys × `query_rows`), two 16 KiB dQ staging
+/// slices, the stages' LSE and D, the barriers, and the 1024-byte alignment slack.
+pub fn smem_bytes(head_dim: usize, stages: usize, query_rows: usize) -> usize {
     let kv = 2 * KEY_ROWS * head_dim * 2;
-    let q_do = t.stages * 2 * t.query_rows * head_dim * 2;
-    let ds = 2 * KEY_ROWS * t.query_rows * 2;
+    let q_do = stages * 2 * query_rows * head_dim * 2;
+    let ds = 2 * KEY_ROWS * query_rows * 2;
     let dq = 2 * 64 * 64 * 4;
-    let stats = t.stages * 2 * t.query_rows * 4;
-    let bars = (2 + 2 * t.stages) * 8;
+    let stats = stages * 2 * query_rows * 4;
+    let bars = (2 + 2 * stages) * 8;
     kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
 }
 
@@ -62,12 +67,13 @@ fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
 /// The build's tunables: the Q/dO ring depth, the work units per L2 section (one wave by
 /// default, block_info.cuh) and the queries per step. `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3),
 /// `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) and `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, or 128
-/// at D = 64; not yet verified at 1000 cases, see gen5-hopper-bwd.md) override them for A/B runs.
+/// at D = 64; unset: [`default_query_rows`]) override them for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardTuning {
     pub stages: usize,
     pub section_units: usize,
-    pub query_rows: usize,
+    /// `None`: [`default_query_rows`] of the problem's head dim.
+    pub query_rows: Option<usize>,
 }
 
 impl BackwardTuning {
@@ -97,9 +103,12 @@ impl BackwardTuning {
                 device.sm_count.max(1) as usize,
                 &|n| (1..=1 << 20).contains(&n),
             )?,
-            query_rows: read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", QUERY_ROWS, &|n| {
-                n == 64 || n == 128
-            })?,
+            query_rows: match lookup("FLASHCORE_HOPPER_BWD_QUERY_ROWS") {
+                None => None,
+                Some(_) => Some(read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", 0, &|n| {
+                    n == 64 || n == 128
+                })?),
+            },
         })
     }
 }
@@ -132,17 +141,14 @@ impl AttentionBackward for PersistentHopper {
         capabilities().require_head_dim(name, d)?;
         crate::hopper::require_sm90a(name, device)?;
         let tuning = BackwardTuning::from_env(device).map_err(|e| Unsupported::new(name, e))?;
-        if tuning.query_rows != QUERY_ROWS && d != 64 {
+        let query_rows = tuning.query_rows.unwrap_or(default_query_rows(d));
+        if query_rows != 64 && d != 64 {
             return Err(Unsupported::new(
                 name,
-                format!(
-                    "FLASHCORE_HOPPER_BWD_QUERY_ROWS={} is built for head_dim 64 only",
-                    tuning.query_rows
-                ),
+                format!("FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim 64 only"),
             ));
         }
-        let query_rows = tuning.query_rows;
-        let smem = smem_bytes(d, &tuning);
+        let smem = smem_bytes(d, tuning.stages, query_rows);
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
             return Err(Unsupported::new(
@@ -294,16 +300,15 @@ mod tests {
             ("FLASHCORE_HOPPER_BWD_SECTION_UNITS", "264"),
         ])
         .unwrap();
-        assert_eq!((t.stages, t.section_units, t.query_rows), (3, 264, 64));
+        assert_eq!((t.stages, t.section_units, t.query_rows), (3, 264, None));
         let t = with(&[]).unwrap();
-        assert_eq!((t.stages, t.section_units, t.query_rows), (2, 132, 64));
-        assert!(
-            smem_bytes(128, &BackwardTuning { stages: 3, ..t })
-                <= h100.max_shared_memory_per_block_optin as usize
-        );
+        assert_eq!((t.stages, t.section_units, t.query_rows), (2, 132, None));
+        assert!(smem_bytes(128, 3, 64) <= h100.max_shared_memory_per_block_optin as usize);
         let wide = with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "128")]).unwrap();
-        assert_eq!(wide.query_rows, 128);
-        assert!(smem_bytes(64, &wide) <= h100.max_shared_memory_per_block_optin as usize);
+        assert_eq!(wide.query_rows, Some(128));
+        assert!(smem_bytes(64, 2, 128) <= h100.max_shared_memory_per_block_optin as usize);
+        let narrow = with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "64")]).unwrap();
+        assert_eq!(narrow.query_rows, Some(64));
         assert!(with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "96")]).is_err());
     }
 
@@ -331,7 +336,8 @@ mod tests {
                 return Ok(());
             };
             let heads_q = batch * heads_kv * group;
-            let padded_rows = heads_q * seq_q.div_ceil(QUERY_ROWS) * QUERY_ROWS;
+            let query_rows = default_query_rows(d);
+            let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
             let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
             let main = if causal { units } else { units.min(132) };
             let items = [padded_rows.div_ceil(4), main, (heads_q * seq_q).div_ceil(4)];
