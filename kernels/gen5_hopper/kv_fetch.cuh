@@ -10,20 +10,6 @@ __device__ __forceinline__ void st_shared_zero_v4(unsigned addr) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
 }
 
-// The producer's wait on a ring barrier. In the modes build the whole warp produces, but only lane
-// 0 polls: the other lanes wait at the warp barrier, which also orders them after lane 0's
-// acquire (they then issue copies or zero rows of the landed tile). 32 lanes polling one barrier
-// beside the consumers measured a few per cent slower on causal rows.
-__device__ __forceinline__ void producer_wait(unsigned bar, unsigned parity, int tag, int lane) {
-    if constexpr (PRODUCER_LANES > 1) {
-        if (lane == 0) mbar_wait(bar, parity, tag);
-        __syncwarp();
-    } else {
-        (void)lane;
-        mbar_wait(bar, parity, tag);
-    }
-}
-
 // Rows per TMA box of a paged tile: the largest power of two dividing both the block size and
 // BN (a box never straddles two pages). Mirrors flashcore_core::launch::paged_box_rows.
 __device__ __forceinline__ int paged_box_rows(int block_size) {
@@ -93,7 +79,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Se
         }
     }
     if (zero_tail) {
-        producer_wait(landed, *landed_phase, TAG_V_FULL, lane);
+        mbar_wait(landed, *landed_phase, TAG_V_FULL);
         *landed_phase ^= 1u;
         // Whole rows [valid, BN) of every column box: zeros need no swizzle.
         const int chunks = (BN - valid) * (ROW_BYTES / 16);
