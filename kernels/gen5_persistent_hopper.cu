@@ -131,7 +131,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             int stage = 0;
             unsigned phase = 0;
             unsigned landed_phase = 0;
-            VTail v_tail = no_v_tail();  // a V tile whose rows past its keys still need zeros
             int it = 0;
 #if FC_HOPPER_DYNAMIC
             unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next unit, [1] CTAs done
@@ -196,20 +195,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
                     fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane,
                                   nullptr);
-                    // The last V tile's tail, now that this K tile is on its way. No deadlock: the
-                    // consumers released this K slot (after QK^T two tiles back) before they wait
-                    // for that V tile.
-                    finish_v_tail(v_tail, bar_v_landed, lane, &landed_phase);
                     mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                    v_tail = fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sV + stage * KV_TILE_BYTES, &tm_v, vf,
-                                           bar_v_landed, lane, &landed_phase);
+                    fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed,
+                                  lane, &landed_phase);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
                 }
             }
-            finish_v_tail(v_tail, bar_v_landed, lane, &landed_phase);  // the CTA's last V tile
             // Nothing to wait for here: the producer only ever waits on an "empty" barrier right
             // before filling that stage, and every stage it filled is consumed (and waited on
             // through its "full" barrier) by both consumer warpgroups before they exit.

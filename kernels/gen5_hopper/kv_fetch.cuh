@@ -41,23 +41,11 @@ __device__ __forceinline__ int tile_page(const AttentionParams& p, const SeqInfo
 // When the tile runs past the sequence's keys and the rows there hold something else (a cache's
 // unused slots, the next packed sequence, pages never loaded), a V tile (`landed` != 0) must not
 // let them in: P = 0 there, but 0 * NaN = NaN would reach O. Its copies then complete on the
-// producer's own `landed` barrier, and the tile is returned as a pending tail: finish_v_tail
-// zeroes the rows past the keys, fences them for the async proxy (wgmma reads them next) and
-// completes `full` with a plain arrive. K tiles need none of this: the consumers overwrite those
-// columns' scores with -inf. (A dense problem's rows past seq_k lie outside the tensor map, and
-// TMA zero-fills them.)
-struct VTail {
-    unsigned dst, full;  // the V tile's stage and its "full" barrier
-    int valid;           // rows [valid, BN) get zeroed; BN: nothing pending
-};
-__device__ __forceinline__ VTail no_v_tail() {
-    VTail t;
-    t.dst = t.full = 0u;
-    t.valid = BN;
-    return t;
-}
-
-__device__ __forceinline__ VTail fetch_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
+// producer's own `landed` barrier, the warp zeroes the rows past the keys, fences them for the
+// async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
+// need none of this: the consumers overwrite those columns' scores with -inf.
+// (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
+__device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
                                               int page, unsigned dst, const CUtensorMap* map, unsigned full,
                                               unsigned landed, int lane, unsigned* landed_phase) {
     const int valid = min(BN, seq.len_k - k0);  // >= 1: the tile holds a visible key
@@ -90,33 +78,20 @@ __device__ __forceinline__ VTail fetch_kv_tile(const AttentionParams& p, const S
                             h_kv, page);
         }
     }
-    VTail tail = no_v_tail();
     if (zero_tail) {
-        tail.dst = dst;
-        tail.full = full;
-        tail.valid = valid;
-    }
-    return tail;
-}
-
-// Completes a pending V tail (fetch_kv_tile): waits for its copies, zeroes rows [valid, BN) of
-// every column box (whole rows: zeros need no swizzle), fences them for wgmma and arrives on the
-// tile's `full` barrier. The producer calls it one fetch later, after the next K tile's copies
-// went out, so the copies' round trip no longer stalls the ring (the tail is a sequence's last
-// key tile, so the next K tile is usually the next item's first).
-__device__ __forceinline__ void finish_v_tail(const VTail& tail, unsigned landed, int lane, unsigned* landed_phase) {
-    if (tail.valid >= BN) return;
-    mbar_wait(landed, *landed_phase, TAG_V_FULL);
-    *landed_phase ^= 1u;
-    const int chunks = (BN - tail.valid) * (ROW_BYTES / 16);
+        mbar_wait(landed, *landed_phase, TAG_V_FULL);
+        *landed_phase ^= 1u;
+        // Whole rows [valid, BN) of every column box: zeros need no swizzle.
+        const int chunks = (BN - valid) * (ROW_BYTES / 16);
 #pragma unroll
-    for (int c = 0; c < NBOX; ++c) {
-        const unsigned rows = tail.dst + c * KV_BOX_BYTES + tail.valid * ROW_BYTES;
-        for (int i = lane; i < chunks; i += 32) st_shared_zero_v4(rows + 16 * i);
+        for (int c = 0; c < NBOX; ++c) {
+            const unsigned rows = dst + c * KV_BOX_BYTES + valid * ROW_BYTES;
+            for (int i = lane; i < chunks; i += 32) st_shared_zero_v4(rows + 16 * i);
+        }
+        fence_proxy_async_smem();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full);
     }
-    fence_proxy_async_smem();
-    __syncwarp();
-    if (lane == 0) mbar_arrive(tail.full);
 }
 
 }  // namespace fch
