@@ -22,9 +22,13 @@ pub const KEY_ROWS: usize = 128;
 
 /// Query rows per step by default (`QUERY_ROWS` in config.cuh): 128 at D = 64, where shorter
 /// steps left the per-step fixed costs (the dS barrier, waits, staging) weighing most and 128 ran
-/// 1.19-1.24x faster (session 6, run1); 64 at D = 128, where 128 would not fit the registers.
+/// 1.18-1.24x faster (session 6, run1); 64 at D = 128, where 128 would not fit the registers.
 pub fn default_query_rows(head_dim: usize) -> usize {
-    if head_dim == 64 { 128 } else { 64 }
+    if head_dim == 64 {
+        128
+    } else {
+        64
+    }
 }
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
@@ -145,7 +149,9 @@ impl AttentionBackward for PersistentHopper {
         if query_rows != 64 && d != 64 {
             return Err(Unsupported::new(
                 name,
-                format!("FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim 64 only"),
+                format!(
+                    "FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim 64 only"
+                ),
             ));
         }
         let smem = smem_bytes(d, tuning.stages, query_rows);
