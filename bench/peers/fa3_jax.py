@@ -61,8 +61,8 @@ import statistics
 import sys
 import time
 
-DTYPES = ("f16", "bf16")
-SHAPE_KEYS = ("batch", "heads", "seq", "head_dim", "causal", "dtype")
+from peer_shapes import fail, flops, kv_bytes, load_shapes  # shared with torch_sdpa.py
+
 DECODE_SETS = 3
 DECODE_CALLS = 30
 DECODE_REPEATS = 11
@@ -70,56 +70,6 @@ DEFAULT_L2 = 50 * 1024 * 1024  # H100; JAX does not expose the L2 size
 MAX_CALLS_PER_EXEC = 20_000
 SPLIT_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 BACKEND = "fa3"
-
-
-def fail(code, message):
-    print(message, file=sys.stderr)
-    sys.exit(code)
-
-
-def load_shapes(path):
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(2, f"cannot read shapes file {path}: {e}")
-    if isinstance(data, dict) and "shapes" in data:
-        data = data["shapes"]
-    if not isinstance(data, list):
-        fail(2, f"{path}: expected a JSON list of shapes")
-    shapes = []
-    for i, s in enumerate(data):
-        if not isinstance(s, dict):
-            fail(2, f"{path}: shape {i} is not an object")
-        missing = [k for k in SHAPE_KEYS if k not in s]
-        if missing:
-            fail(2, f"{path}: shape {i} lacks {', '.join(missing)}")
-        shape = {k: s[k] for k in SHAPE_KEYS}
-        shape["heads_kv"] = s.get("heads_kv", shape["heads"])
-        shape["seq_k"] = s.get("seq_k", shape["seq"])
-        for k in ("batch", "heads", "heads_kv", "seq", "seq_k", "head_dim"):
-            if not isinstance(shape[k], int) or isinstance(shape[k], bool) or shape[k] < 1:
-                fail(2, f"{path}: shape {i}: {k} = {shape[k]!r} is not a positive integer")
-        if not isinstance(shape["causal"], bool):
-            fail(2, f"{path}: shape {i}: causal = {shape['causal']!r} is not true/false")
-        if shape["dtype"] not in DTYPES:
-            fail(2, f"{path}: shape {i}: dtype {shape['dtype']!r} is not one of {DTYPES}")
-        if shape["heads"] % shape["heads_kv"]:
-            fail(2, f"{path}: shape {i}: heads_kv {shape['heads_kv']} does not divide "
-                    f"heads {shape['heads']}")
-        shapes.append(shape)
-    return shapes
-
-
-def flops(shape):
-    """4*B*H*S*S_k*D, halved when causal (the torch script's count, so the columns agree)."""
-    f = (4.0 * shape["batch"] * shape["heads"] * shape["seq"] * shape["seq_k"]
-         * shape["head_dim"])
-    return f / 2 if shape["causal"] else f
-
-
-def kv_bytes(shape):
-    return 2 * shape["batch"] * shape["heads_kv"] * shape["seq_k"] * shape["head_dim"] * 2
 
 
 def calls_for(us_per_call, target_ms):

@@ -70,8 +70,8 @@ import statistics
 import sys
 import warnings
 
-DTYPES = ("f16", "bf16")
-SHAPE_KEYS = ("batch", "heads", "seq", "head_dim", "causal", "dtype")
+from peer_shapes import fail, flops, kv_bytes, load_shapes  # shared with fa3_jax.py
+
 GRAPH_THRESHOLD_US = 50.0  # a call shorter than this also gets a "graph" row
 # Eager timings include the host's per-call overhead (tens of us for SDPA), so a kernel under
 # 50 us can look slower than that eagerly: any shape whose eager call is under this bound is
@@ -83,57 +83,6 @@ DECODE_SETS = 3
 DECODE_GRAPH_CALLS = 30
 DECODE_REPLAYS = 11
 BACKENDS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "fa3")
-
-
-def fail(code, message):
-    print(message, file=sys.stderr)
-    sys.exit(code)
-
-
-def load_shapes(path):
-    """Reads and checks the shapes file before touching torch, so a bad file is reported as
-    such on any machine."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(2, f"cannot read shapes file {path}: {e}")
-    if isinstance(data, dict) and "shapes" in data:
-        data = data["shapes"]
-    if not isinstance(data, list):
-        fail(2, f"{path}: expected a JSON list of shapes")
-    shapes = []
-    for i, s in enumerate(data):
-        if not isinstance(s, dict):
-            fail(2, f"{path}: shape {i} is not an object")
-        missing = [k for k in SHAPE_KEYS if k not in s]
-        if missing:
-            fail(2, f"{path}: shape {i} lacks {', '.join(missing)}")
-        shape = {k: s[k] for k in SHAPE_KEYS}
-        shape["heads_kv"] = s.get("heads_kv", shape["heads"])
-        shape["seq_k"] = s.get("seq_k", shape["seq"])
-        for k in ("batch", "heads", "heads_kv", "seq", "seq_k", "head_dim"):
-            if not isinstance(shape[k], int) or isinstance(shape[k], bool) or shape[k] < 1:
-                fail(2, f"{path}: shape {i}: {k} = {shape[k]!r} is not a positive integer")
-        if not isinstance(shape["causal"], bool):
-            fail(2, f"{path}: shape {i}: causal = {shape['causal']!r} is not true/false")
-        if shape["dtype"] not in DTYPES:
-            fail(2, f"{path}: shape {i}: dtype {shape['dtype']!r} is not one of {DTYPES}")
-        if shape["heads"] % shape["heads_kv"]:
-            fail(2, f"{path}: shape {i}: heads_kv {shape['heads_kv']} does not divide "
-                    f"heads {shape['heads']}")
-        shapes.append(shape)
-    return shapes
-
-
-def kv_bytes(shape):
-    return 2 * shape["batch"] * shape["heads_kv"] * shape["seq_k"] * shape["head_dim"] * 2
-
-
-def flops(shape):
-    f = (4.0 * shape["batch"] * shape["heads"] * shape["seq"] * shape["seq_k"]
-         * shape["head_dim"])
-    return f / 2 if shape["causal"] else f
 
 
 def main():

@@ -1255,6 +1255,44 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Both peer scripts read their shapes through bench/peers/peer_shapes.py, before importing
+    /// torch or jax: a malformed file is exit status 2 with the field named, on any machine.
+    #[test]
+    fn both_peer_scripts_refuse_a_bad_shapes_file_before_their_frameworks() {
+        if Command::new("python3").arg("--version").output().is_err() {
+            eprintln!("skipped: no python3 here");
+            return;
+        }
+        let torch = find_script(None).expect("bench/peers/torch_sdpa.py in this checkout");
+        let fa3 = find_fa3_script(Some(&torch)).unwrap();
+        let dir = std::env::temp_dir().join(format!("peer-shapes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json");
+        std::fs::write(
+            &bad,
+            r#"[{"batch": 1, "heads": 6, "heads_kv": 4, "seq": 64, "head_dim": 64, "causal": true, "dtype": "f16"}]"#,
+        )
+        .unwrap();
+        for script in [&torch, &fa3] {
+            let out = Command::new("python3")
+                .arg(script)
+                .arg("--shapes")
+                .arg(&bad)
+                .arg("--out")
+                .arg(dir.join("out.json"))
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{}: {stderr}", script.display());
+            assert!(
+                stderr.contains("heads_kv 4 does not divide heads 6"),
+                "{}: {stderr}",
+                script.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn without_a_script_peers_are_missing_with_a_reason() {
         let list: Vec<Value> = mission().iter().map(|s| s.peer_json()).collect();
