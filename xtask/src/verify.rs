@@ -60,48 +60,57 @@ impl Tally {
     }
 
     fn record(&mut self, case: &Case, outcome: &Outcome) {
-        match outcome {
-            Outcome::Pass(v) => {
-                self.passed += 1;
-                if v.ratio > self.worst_ratio {
-                    self.worst_ratio = v.ratio;
-                    self.worst_case = Some(case.to_arg());
-                }
-            }
-            Outcome::Fail(msg, v) => {
-                self.failed += 1;
-                if let Some(v) = v {
-                    self.worst_ratio = self.worst_ratio.max(v.ratio);
-                }
-                if self.failures.len() < 20 {
-                    self.failures.push(format!("{}: {msg}", case.to_arg()));
-                }
-            }
-            Outcome::Skipped(_) => self.skipped += 1,
-        }
+        self.count(
+            case,
+            match outcome {
+                Outcome::Pass(v) => CaseResult::Pass(v.ratio),
+                Outcome::Fail(msg, v) => CaseResult::Fail(msg, v.as_ref().map(|v| v.ratio)),
+                Outcome::Skipped(_) => CaseResult::Skipped,
+            },
+        );
     }
 
     fn record_bwd(&mut self, case: &Case, outcome: &BwdOutcome) {
-        match outcome {
-            BwdOutcome::Pass(v) => {
+        self.count(
+            case,
+            match outcome {
+                BwdOutcome::Pass(v) => CaseResult::Pass(v.ratio),
+                BwdOutcome::Fail(msg, v) => CaseResult::Fail(msg, v.as_ref().map(|v| v.ratio)),
+                BwdOutcome::Skipped(_) => CaseResult::Skipped,
+            },
+        );
+    }
+
+    /// One case's result, from either pass, into the counts, the worst ratio and the first 20
+    /// failures.
+    fn count(&mut self, case: &Case, result: CaseResult) {
+        match result {
+            CaseResult::Pass(ratio) => {
                 self.passed += 1;
-                if v.ratio > self.worst_ratio {
-                    self.worst_ratio = v.ratio;
+                if ratio > self.worst_ratio {
+                    self.worst_ratio = ratio;
                     self.worst_case = Some(case.to_arg());
                 }
             }
-            BwdOutcome::Fail(msg, v) => {
+            CaseResult::Fail(msg, ratio) => {
                 self.failed += 1;
-                if let Some(v) = v {
-                    self.worst_ratio = self.worst_ratio.max(v.ratio);
+                if let Some(ratio) = ratio {
+                    self.worst_ratio = self.worst_ratio.max(ratio);
                 }
                 if self.failures.len() < 20 {
                     self.failures.push(format!("{}: {msg}", case.to_arg()));
                 }
             }
-            BwdOutcome::Skipped(_) => self.skipped += 1,
+            CaseResult::Skipped => self.skipped += 1,
         }
     }
+}
+
+/// What a kernel's tally counts of one case, whichever pass judged it.
+enum CaseResult<'a> {
+    Pass(f64),
+    Fail(&'a str, Option<f64>),
+    Skipped,
 }
 
 /// Sequence lengths: uniform, plus tile boundaries ±1 (16, 32, 64, 128-row tiles) so the
@@ -860,6 +869,40 @@ pub fn oracle_self_check() -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tally_counts_both_passes_results_alike() {
+        let a =
+            Case::parse("b=2,hq=4,hkv=2,sq=65,sk=130,d=64,dtype=f16,causal=1,layout=bshd,seed=7")
+                .unwrap();
+        let b = Case::parse("b=1,hq=2,hkv=2,sq=9,sk=9,d=64,dtype=bf16,causal=0,layout=bshd,seed=8")
+            .unwrap();
+        let mut t = Tally::default();
+        t.count(&a, CaseResult::Pass(0.3));
+        t.count(&b, CaseResult::Pass(0.5));
+        t.count(&a, CaseResult::Pass(0.4));
+        t.count(&a, CaseResult::Skipped);
+        assert_eq!((t.passed, t.failed, t.skipped), (3, 0, 1));
+        assert_eq!(t.worst_ratio, 0.5);
+        assert_eq!(t.worst_case.as_deref(), Some(b.to_arg().as_str()));
+        t.count(&a, CaseResult::Fail("O differs", Some(1.7)));
+        t.count(&b, CaseResult::Fail("not written", None));
+        assert_eq!((t.passed, t.failed, t.skipped), (3, 2, 1));
+        // A failure raises the worst ratio but is not the worst passing case.
+        assert_eq!(t.worst_ratio, 1.7);
+        assert_eq!(t.worst_case.as_deref(), Some(b.to_arg().as_str()));
+        assert_eq!(
+            t.failures,
+            vec![
+                format!("{}: O differs", a.to_arg()),
+                format!("{}: not written", b.to_arg())
+            ]
+        );
+        for _ in 0..30 {
+            t.count(&a, CaseResult::Fail("again", None));
+        }
+        assert_eq!((t.failed, t.failures.len()), (32, 20));
+    }
 
     #[test]
     fn generated_cases_stay_in_bounds() {
