@@ -113,6 +113,20 @@ enum CaseResult<'a> {
     Skipped,
 }
 
+/// The case generator of one kernel's sweep: ChaCha seeded by `seed` (the run's seed mixed with
+/// the kernel's name, and the pass), so a rerun with the same `--seed` draws the same cases.
+fn seeded_runner(seed: u64, cases: usize) -> TestRunner {
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    TestRunner::new_with_rng(
+        Config {
+            cases: cases as u32,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    )
+}
+
 /// Sequence lengths: uniform, plus tile boundaries ±1 (16, 32, 64, 128-row tiles) so the
 /// masked-tail paths come up often.
 fn seq_strategy(max_seq: usize) -> BoxedStrategy<usize> {
@@ -499,16 +513,7 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             bar.inc(1);
         }
         if opts.random {
-            let seed = opts.seed ^ fxhash(k.name());
-            let mut seed_bytes = [0u8; 32];
-            seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-            let mut runner = TestRunner::new_with_rng(
-                Config {
-                    cases: opts.cases as u32,
-                    ..Config::default()
-                },
-                TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
-            );
+            let mut runner = seeded_runner(opts.seed ^ fxhash(k.name()), opts.cases);
             let strategy = case_strategy(&caps, opts.max_seq);
             let mut shrunk_one = false;
             for _ in 0..opts.cases {
@@ -617,16 +622,7 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             bar.inc(1);
         }
         if opts.random {
-            let seed = opts.seed ^ fxhash(k.name()) ^ 0xb4c4_3a2d;
-            let mut seed_bytes = [0u8; 32];
-            seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-            let mut runner = TestRunner::new_with_rng(
-                Config {
-                    cases: opts.cases as u32,
-                    ..Config::default()
-                },
-                TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
-            );
+            let mut runner = seeded_runner(opts.seed ^ fxhash(k.name()) ^ 0xb4c4_3a2d, opts.cases);
             let strategy = dense_case_strategy(&caps, opts.max_seq);
             let mut shrunk_one = false;
             for _ in 0..opts.cases {
@@ -869,6 +865,21 @@ pub fn oracle_self_check() -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--seed` reproduces a sweep: the same seed draws the same cases, another seed others.
+    #[test]
+    fn a_seed_draws_the_same_cases_again() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let s = case_strategy(&caps, 1100);
+        let draw = |seed: u64| {
+            let mut r = seeded_runner(seed, 5);
+            (0..5)
+                .map(|_| s.new_tree(&mut r).unwrap().current().to_arg())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(41), draw(41));
+        assert_ne!(draw(41), draw(42));
+    }
 
     #[test]
     fn a_tally_counts_both_passes_results_alike() {
