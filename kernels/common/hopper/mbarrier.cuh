@@ -6,8 +6,9 @@
 //   * mbar_wait(bar, parity) returns once the phase whose parity is `parity` has completed.
 //     Waiting on parity 1 of a fresh barrier returns at once (the "previous" phase counts as
 //     complete), which is how producers start on "empty" barriers without a priming arrive.
-//   * With FC_HOPPER_DEBUG defined, a wait that spins 2^30 times prints the barrier, the parity
-//     and the CTA, then traps, so a protocol bug shows up as a launch error instead of a hang.
+//   * With FC_HOPPER_DEBUG defined, a wait still unfinished after FC_HOPPER_DEBUG_WAIT_NS (10 s)
+//     prints the barrier, the parity and the CTA, then traps, so a protocol bug shows up as a
+//     launch error instead of a hang.
 #pragma once
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -47,12 +48,25 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
     return ok != 0;
 }
 
+#if defined(FC_HOPPER_DEBUG)
+#ifndef FC_HOPPER_DEBUG_WAIT_NS
+#define FC_HOPPER_DEBUG_WAIT_NS 10000000000ull  // 10 s: no legitimate wait comes near it
+#endif
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
 // `tag` only appears in the debug report (which barrier: see the kernel's FC_BAR_* tags).
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, int tag = 0) {
 #if defined(FC_HOPPER_DEBUG)
-    unsigned long long spins = 0;
+    // Bounded by time, not by spins: a try_wait may suspend the thread for a while before it
+    // fails, and 2^30 of them did not report within a 200 s call (session 6, run6).
+    const unsigned long long start = globaltimer_ns();
     while (!mbar_try_wait(bar, parity)) {
-        if (++spins == (1ull << 30)) {
+        if (globaltimer_ns() - start > FC_HOPPER_DEBUG_WAIT_NS) {
             printf("flashcore hopper: mbarrier wait stuck: block %d thread %d tag %d bar 0x%x parity %u\n",
                    (int)blockIdx.x, (int)threadIdx.x, tag, bar, parity);
             __trap();
