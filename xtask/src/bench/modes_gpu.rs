@@ -273,7 +273,7 @@ fn bench_case(
     device: &Device,
     timer: &Timer,
     kernels: &[Box<dyn Attention>],
-    plan: &modes::SuitePlan,
+    data_sources: &[Case],
     case: &Case,
     base: &mut Option<Prepared>,
     args: &Args,
@@ -310,8 +310,9 @@ fn bench_case(
     let t0 = Instant::now();
     let source_key = case.data_from.clone().unwrap_or_else(|| case.key.clone());
     if base.as_ref().is_none_or(|b| b.key != source_key) {
-        let src = plan
-            .cases
+        // The plan's every case, not only the ones `--case` kept: a paged case takes its keys
+        // and values from its contiguous twin, which a filter may have dropped.
+        let src = data_sources
             .iter()
             .find(|c| c.key == source_key)
             .expect("data_from names a case of the plan");
@@ -571,6 +572,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     } else {
         modes::plan(args.suite, args.seed)
     };
+    let data_sources = plan.cases.clone();
     if !args.case_filter.is_empty() {
         plan.cases
             .retain(|c| args.case_filter.iter().any(|f| c.key.contains(f.as_str())));
@@ -647,7 +649,15 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             case.label
         );
         let rows = bench_case(
-            &device, &timer, &kernels, &plan, case, &mut base, args, &loop_opts, &mut spent,
+            &device,
+            &timer,
+            &kernels,
+            &data_sources,
+            case,
+            &mut base,
+            args,
+            &loop_opts,
+            &mut spent,
         );
         report.rows.extend(rows);
         // Partial results survive a crash later in the run.
