@@ -263,8 +263,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             const int grow1 = grow0 + 8;
             // With score modifiers (prepare_scores) the logits are in log2 units before the
             // softmax, which then runs with scale 1.
-            const float softmax_scale_log2 = MODES && has_score_mod(p) ? 1.f : scale_log2;
+            const bool score_modified = MODES && has_score_mod(p);
+            const float softmax_scale_log2 = score_modified ? 1.f : scale_log2;
             const KeyRange wg_unmasked = warpgroup_unmasked_keys(p, w.b, w.m * BM + cw * WG_M);
+            // Modes build: the item's q tile may end before this warpgroup's rows begin. Taken
+            // through a vote so the compiler sees a warp-uniform branch: the ring's stage and
+            // phase stay in uniform registers (a plain load-derived condition moved them to
+            // per-thread ones, and every wgmma descriptor then paid an R2UR: +3 % time).
+            const bool wg_has_rows =
+                !MODES || __all_sync(0xffffffffu, w.m * BM + cw * WG_M < block_seq(p, w.b).len_q);
 
             float o[D / 2];
 #pragma unroll
@@ -278,7 +285,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
 
 #if FC_HOPPER_OVERLAP
-            if (w.n_blocks > 0) {
+            if (!wg_has_rows) {
+                pass_key_tiles(w.n_blocks, cw, bar_k_full, bar_k_empty, bar_v_full, bar_v_empty, stage, phase, q_empty,
+                               release_q_after_qk);
+                if (release_q_after_qk && w.n_blocks == 0) mbar_arrive(q_empty);
+            } else if (w.n_blocks > 0) {
                 float s[BN / 2];
                 unsigned pr[BN / 4];
                 // ---- first key tile: S_0, softmax_0 (no PV yet) ----
@@ -295,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mbar_arrive(ke);
                     if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
                     prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block,
-                                   wg_unmasked);
+                                   wg_unmasked, score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     convert_p(s, pr);
                 }
@@ -323,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mbar_arrive(ke);
                     if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
                     prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN,
-                                   col_in_block, wg_unmasked);
+                                   col_in_block, wg_unmasked, score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
                     fence_regs(o);
@@ -368,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
                 prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN, col_in_block,
-                               wg_unmasked);
+                               wg_unmasked, score_modified);
                 online_softmax(s, m, l, alpha, softmax_scale_log2);
                 rescale_o(o, alpha);
                 unsigned pr[BN / 4];

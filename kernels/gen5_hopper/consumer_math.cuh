@@ -30,7 +30,22 @@ __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[
 
 // Keys outside each row's [lo, hi) become -inf (windows and per-sequence lengths; the causal-only
 // apply_mask below is the same with lo = 0). col0 = first key this thread holds.
+// Causal and length limits cut a tile from above only; a lower bound inside the tile comes from a
+// window's left edge alone. Checking that once (col0 is the thread's first key) spares the
+// common masked tile one compare per score (64 per thread at BN = 128).
 __device__ __forceinline__ void apply_mask_range(float (&s)[BN / 2], int col0, const KeyRange& r0, const KeyRange& r1) {
+    const bool cut_below = MODES && (r0.lo > col0 || r1.lo > col0);
+    if (!cut_below) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int c = col0 + 8 * j;
+            if (c >= r0.hi) s[4 * j + 0] = -INFINITY;
+            if (c + 1 >= r0.hi) s[4 * j + 1] = -INFINITY;
+            if (c >= r1.hi) s[4 * j + 2] = -INFINITY;
+            if (c + 1 >= r1.hi) s[4 * j + 3] = -INFINITY;
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const int c = col0 + 8 * j;
@@ -72,10 +87,12 @@ __device__ __forceinline__ KeyRange warpgroup_unmasked_keys(const AttentionParam
 // bounds on every tile measured 9 % more instructions than the dense build (session 6, run2), so
 // it takes the bounds from the item's start (`wg_unmasked`, two registers) and reloads the
 // lengths only where a tile is masked or modified (an L1 hit; the loop's barrier asm keeps the
-// compiler from hoisting them).
+// compiler from hoisting them). Whether the problem has modifiers (`modified`) comes from the
+// item's start too: tested here, the parameter loads and compares ran on every tile.
 __device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (&s)[BN / 2], int b, int h, int row0,
-                                               int wg_row0, int k0, int col_in_block, const KeyRange& wg_unmasked) {
-    if (MODES && has_score_mod(p)) {
+                                               int wg_row0, int k0, int col_in_block, const KeyRange& wg_unmasked,
+                                               bool modified) {
+    if (MODES && modified) {
         const SeqInfo seq = block_seq(p, b);
         const ScoreMod mod = score_mod(p, seq, b, h);
         modify_scores(s, mod, row0, k0 + col_in_block);

@@ -22,4 +22,28 @@ __device__ __forceinline__ void pp_arrive(int cw) {
 #endif
 }
 
+// ---- a warpgroup with no rows in the item ----------------------------------------------------
+// The last q tile of a varlen sequence or cache chunk may end inside the first warpgroup's rows.
+// The second warpgroup then has nothing to compute, but it still takes its part in every barrier
+// of the item's key tiles: it releases each K and V slot once it has landed (the "empty" barriers
+// count both warpgroups; waiting for "full" first keeps its arrivals in the slot's phase) and
+// takes its ping-pong turns at once, so the other warpgroup issues its GEMMs back to back.
+__device__ __forceinline__ void pass_key_tiles(int n_blocks, int cw, unsigned bar_k_full, unsigned bar_k_empty,
+                                               unsigned bar_v_full, unsigned bar_v_empty, int& stage,
+                                               unsigned& phase, unsigned q_empty, bool release_q_after_qk) {
+    for (int kb = 0; kb < n_blocks; ++kb) {
+        mbar_wait(bar_k_full + 8 * stage, phase, TAG_K_FULL);
+        pp_sync(cw);
+        pp_arrive(cw);
+        mbar_arrive(bar_k_empty + 8 * stage);
+        if (release_q_after_qk && kb == n_blocks - 1) mbar_arrive(q_empty);
+        mbar_wait(bar_v_full + 8 * stage, phase, TAG_V_FULL);
+        mbar_arrive(bar_v_empty + 8 * stage);
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+}
+
 }  // namespace fch
