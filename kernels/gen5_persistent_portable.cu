@@ -480,10 +480,11 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     const elem_t* base = static_cast<const elem_t*>(kIsK ? p.k : p.v);
     // A tile inside one page (block_size a multiple of BN; tiles start at multiples of BN) is
     // strided from its first row and loads like a dense tile: one table lookup per tile. Smaller
-    // pages: one lookup per 16-row group (run7: a lookup per copy made the producer warp the
-    // bottleneck, 3.4-5.4x the contiguous time).
+    // pages: one lookup per 16-row group, each lane looking up one group (a lookup per copy made the
+    // producer warp the bottleneck, 3.4-5.4x the contiguous time; every lane walking every group,
+    // 1.31x).
     if (p.block_table != nullptr && p.block_size % BN != 0) {
-        load_tile_groups_async<BN, D, 32, 8>(
+        load_tile_groups_async<BN, D, 32>(
             dst,
             [&](int g) {
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
@@ -517,12 +518,14 @@ __device__ __forceinline__ KeyTiles warp_key_tiles(const AttentionParams& p, con
 
 // Raw q·k of key tile [k0, k0 + BN) to log2-domain logits: score modifiers (softcap, ALiBi) or
 // the plain scale, then the element mask unless every valid row of the warp sees the whole tile.
-// Everything is recomputed here from the parked info, nothing kept across the K/V loop.
+// The warp's key tiles (`warp_tiles`) and whether the problem has modifiers (`modified`) come from
+// the item's start; the rest is recomputed here from the parked info (recomputing the tiles and
+// testing the parameters on every tile measured 3 % more instructions in the key loop).
 __device__ __forceinline__ void mode_scores(const AttentionParams& p, float (&s)[M_TILES][BN / 8][4],
-                                            const volatile int* mode_info, int warp_first, int k0, int group,
-                                            int tig) {
+                                            const volatile int* mode_info, const KeyTiles& warp_tiles, bool modified,
+                                            int warp_first, int k0, int group, int tig) {
     const SeqInfo seq = parked_seq(mode_info);
-    if (has_score_mod(p)) {
+    if (modified) {
         const ScoreMod mod = score_mod(p, seq, mode_info[MODE_INFO_B], mode_info[MODE_INFO_H]);
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], mod, warp_first + 16 * mt + group, k0 + 2 * tig);
@@ -530,7 +533,7 @@ __device__ __forceinline__ void mode_scores(const AttentionParams& p, float (&s)
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) scale_scores(s[mt], p.scale_log2);
     }
-    if (tile_needs_mask(warp_key_tiles(p, seq, warp_first), k0, BN)) {  // lengths, diagonal, window
+    if (tile_needs_mask(warp_tiles, k0, BN)) {  // lengths, diagonal, window
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
             const int row_lo = warp_first + 16 * mt + group;
@@ -756,6 +759,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 if (Q_ALL_IN_REGISTERS) release(bars, slot_q(qb));  // Q lives in registers now
 
 #if FC_PORTABLE_MODES
+                // The key tiles the warp's valid rows see (a tile outside them is only waited for
+                // and released: the upper warps of a diagonal tile, the lower ones of a window's
+                // first), and which of them need no element mask.
+                const KeyTiles warp_tiles = warp_key_tiles(p, parked_seq(mode_info), item_info[0]);
+                const bool modified = has_score_mod(p);
                 for (int n = w.kb0; n < item_info[1]; ++n) {
 #else
                 for (int n = 0; n < item_info[1]; ++n) {
@@ -770,8 +778,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     // them is visible to no row of this warp (causal: the upper warps of a diagonal
                     // tile) and is only waited for and released.
 #if FC_PORTABLE_MODES
-                    // (The same from the block info: the tiles the warp's valid rows see.)
-                    const KeyTiles warp_tiles = warp_key_tiles(p, parked_seq(mode_info), warp_first);
+                    // (The same from the block info: warp_tiles, above the loop.)
                     const bool warp_sees = n >= warp_tiles.first && n < warp_tiles.end;
 #else
                     const int warp_key_hi =
@@ -790,7 +797,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                         if (release_q) release(bars, slot_q(ring_q_buffer_in_use(ring)));
 
 #if FC_PORTABLE_MODES
-                        mode_scores(p, s, mode_info, warp_first, k0, group, tig);  // softcap, ALiBi, masks
+                        mode_scores(p, s, mode_info, warp_tiles, modified, warp_first, k0, group, tig);  // softcap, ALiBi, masks
 #else
 #pragma unroll
                         for (int mt = 0; mt < M_TILES; ++mt) scale_scores(s[mt], p.scale_log2);

@@ -84,6 +84,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[kKeyTiles][4], int lane_k
 template <int kKeyTiles>
 __device__ __forceinline__ void mask_scores_range(float (&s)[kKeyTiles][4], int lane_key0, const int (&lo)[2],
                                                   const int (&hi)[2]) {
+    // Causal and length limits cut a tile from above only; a lower bound inside it comes from a
+    // window's left edge alone. Checking that once spares the common case a compare per score.
+    if (lo[0] <= lane_key0 && lo[1] <= lane_key0) {
+        mask_scores(s, lane_key0, hi[0], hi[1]);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
