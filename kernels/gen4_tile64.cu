@@ -135,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         auto load_k = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
                     dst, [&](int g) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.k_row_stride, rows, tid);
             else if (paged)  // the tile lies in one page: strided from its first row
@@ -148,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         auto load_v = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 1>(
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
                     dst, [&](int g) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.v_row_stride, rows, tid);
             else if (paged)  // the tile lies in one page: strided from its first row

@@ -184,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 return is_k ? k_row_offset(p, seq, b, h_kv, j) : v_row_offset(p, seq, b, h_kv, j);
             };
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_groups_async<kv_tile_rows, head_dim, num_threads, 4>(
+                load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
                     dst, [&](int g) { return base + row_offset(k0 + 16 * g); }, row_stride, valid, tid);
             else if (paged)
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + row_offset(k0), row_stride, valid,

@@ -112,24 +112,24 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
 // anywhere: a paged K/V cache (pages hold a multiple of 16 rows, so a group never straddles two).
 // `group_ptr(g)` is the global address of row 16 g; it is asked only for groups that hold a valid
 // row (rows at or past valid_rows are zero-filled from group 0's address, unread; valid_rows > 0).
-// One page lookup per group: a lookup per 16-byte copy made paged tiles 1.6-5x the strided time
-// (run6/run7 on the H100: the address arithmetic, not the table's latency). Up to kMaxInFlight
-// group lookups are issued before their copies.
-template <int kRows, int kCols, int kThreads, int kMaxInFlight = 8, class GroupPtr>
+// One page lookup per group and warp: lane g looks up group g, all at once, and the warp shares
+// the addresses by shuffle. A lookup per 16-byte copy made paged tiles 1.6-5x the strided time
+// (run6/run7 on the H100: the address arithmetic, not the table's latency); every thread looking
+// up every group still cost the portable path 1.31x at block 64 (session 7, run3). Every thread
+// of each warp calls this (the shuffles). Narrow rows keep a lookup per thread and pass.
+template <int kRows, int kCols, int kThreads, class GroupPtr>
 __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const GroupPtr& group_ptr,
                                                        long long row_stride, int valid_rows, int tid) {
     using Tile = SwizzledTile<kCols>;
     constexpr int kGroupRows = 16;
     static_assert(kRows % kGroupRows == 0, "tiles hold whole 16-row groups");
     constexpr int kGroups = kRows / kGroupRows;
+    static_assert(kGroups <= 32, "one group per lane");
     constexpr int kGroupChunks = kGroupRows * Tile::kChunksPerRow;
     constexpr int kCopiesPerGroup = (kGroupChunks + kThreads - 1) / kThreads;
-    // Small tiles come from kernels sized for 3-4 blocks per SM (tile64): 2 in flight there.
-    constexpr int kBatch = kGroups >= kMaxInFlight ? kMaxInFlight : (kGroups % 2 == 0 ? 2 : 1);
-    static_assert(kGroups % kBatch == 0, "groups must split into whole batches");
     if constexpr (kGroupChunks < kThreads) {
         // Narrow rows (tile64 at D = 32): the block covers several groups per pass, one each
-        // thread, so each thread looks up one page per pass.
+        // thread, so each thread looks up its own group (sharing them spilled there).
         static_assert(kThreads % kGroupChunks == 0 && kGroups % (kThreads / kGroupChunks) == 0,
                       "groups must split evenly over the block");
         constexpr int kGroupsPerPass = kThreads / kGroupChunks;
@@ -145,40 +145,42 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
         }
         return;
     }
+    const int lane = tid & 31;
+    // Lanes past the groups, and groups past the valid rows, take group 0's address (never read).
+    const elem_t* mine = group_ptr(lane < kGroups && lane * kGroupRows < valid_rows ? lane : 0);
+    auto group_base = [&](int g) {
+        return reinterpret_cast<const elem_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), g));
+    };
+    const elem_t* group0 = group_base(0);
 #pragma unroll 1
-    for (int g0 = 0; g0 < kGroups; g0 += kBatch) {
-        const elem_t* base[kBatch];
+    for (int g = 0; g < kGroups; ++g) {
+        const elem_t* base = group_base(g);
+        if constexpr (kThreads % Tile::kChunksPerRow == 0 && kCopiesPerGroup > 1) {
+            // Each thread keeps its column and walks down the group kRowStep rows at a time
+            // (fewer live values than indexing each copy: tile64 D = 256 spilled that way; with
+            // one copy per group there is nothing to walk, and tile64 D = 64 spilled walking).
+            constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+            const int chunk = tid % Tile::kChunksPerRow;
+            int row = g * kGroupRows + tid / Tile::kChunksPerRow;
+            const elem_t* src = base + (long long)(tid / Tile::kChunksPerRow) * row_stride + chunk * 8;
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) base[j] = group_ptr((g0 + j) * kGroupRows < valid_rows ? g0 + j : 0);
+            for (int i = 0; i < kCopiesPerGroup; ++i) {
+                const bool in_bounds = row < valid_rows;
+                cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : group0, in_bounds);
+                row += kRowStep;
+                src += kRowStep * row_stride;
+            }
+        } else {
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-            if constexpr (kThreads % Tile::kChunksPerRow == 0 && kCopiesPerGroup > 1) {
-                // Each thread keeps its column and walks down the group kRowStep rows at a time
-                // (fewer live values than indexing each copy: tile64 D = 256 spilled that way; with
-                // one copy per group there is nothing to walk, and tile64 D = 64 spilled walking).
-                constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
-                const int chunk = tid % Tile::kChunksPerRow;
-                int row = (g0 + j) * kGroupRows + tid / Tile::kChunksPerRow;
-                const elem_t* src = base[j] + (long long)(tid / Tile::kChunksPerRow) * row_stride + chunk * 8;
-#pragma unroll
-                for (int i = 0; i < kCopiesPerGroup; ++i) {
-                    const bool in_bounds = row < valid_rows;
-                    cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : base[0], in_bounds);
-                    row += kRowStep;
-                    src += kRowStep * row_stride;
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < kCopiesPerGroup; ++i) {
-                    const int idx = tid + i * kThreads;
-                    if (kGroupChunks % kThreads != 0 && idx >= kGroupChunks) break;
-                    const int r = idx / Tile::kChunksPerRow;
-                    const int chunk = idx % Tile::kChunksPerRow;
-                    const int row = (g0 + j) * kGroupRows + r;
-                    const bool in_bounds = row < valid_rows;
-                    const elem_t* src = base[j] + (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
-                    cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
-                }
+            for (int i = 0; i < kCopiesPerGroup; ++i) {
+                const int idx = tid + i * kThreads;
+                if (kGroupChunks % kThreads != 0 && idx >= kGroupChunks) break;
+                const int r = idx / Tile::kChunksPerRow;
+                const int chunk = idx % Tile::kChunksPerRow;
+                const int row = g * kGroupRows + r;
+                const bool in_bounds = row < valid_rows;
+                const elem_t* src = base + (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
+                cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
             }
         }
     }
