@@ -152,6 +152,18 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
         return reinterpret_cast<const elem_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), g));
     };
     const elem_t* group0 = group_base(0);
+    if constexpr (kThreads == 32 && kGroupChunks % kThreads == 0) {
+        // A 16-row group swizzles like rows 0-15 of a tile (the pattern repeats every 8 rows), so
+        // each group is a small strided tile: load_tile_async's full-tile path (precomputed
+        // shared offsets, no per-copy bounds) serves every group but a sequence's last. Only for a
+        // loader warp of its own (the portable producer): inside tile64's block-wide loads the
+        // extra offsets spilled at D = 64 and 256.
+#pragma unroll 1
+        for (int g = 0; g < kGroups; ++g)
+            load_tile_async<kGroupRows, kCols, kThreads>(smem_tile + g * Tile::bytes(kGroupRows), group_base(g),
+                                                         row_stride, valid_rows - g * kGroupRows, tid);
+        return;
+    }
 #pragma unroll 1
     for (int g = 0; g < kGroups; ++g) {
         const elem_t* base = group_base(g);
