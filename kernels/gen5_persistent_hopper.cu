@@ -191,13 +191,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
                     const int k0 = (w.kb0 + kb) * BN;
-                    const int page = tile_page(p, seq, w.b, k0, lane);  // read while the slots drain
+                    const KvTile tile = plan_kv_tile(p, seq, w.b, k0, lane);  // while the slots drain
                     mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
-                    fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane,
-                                  nullptr);
+                    fetch_kv_tile(p, tile, h_kv, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane, nullptr);
                     mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                    fetch_kv_tile(p, seq, w.b, h_kv, k0, page, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed,
-                                  lane, &landed_phase);
+                    fetch_kv_tile(p, tile, h_kv, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed, lane,
+                                  &landed_phase);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;

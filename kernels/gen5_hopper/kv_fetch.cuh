@@ -18,26 +18,48 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
     return rows;
 }
 
-// The page of this lane's row group of key tile [k0, k0 + BN) (paged K/V in the modes build; 0
-// otherwise, and for lanes past the tile's groups). The producer reads it before it waits for the
-// tile's ring slots, so the table read overlaps that wait instead of delaying the copies after it
-// (a shallow ring leaves about one tile's time between a slot's release and its use).
-__device__ __forceinline__ int tile_page(const AttentionParams& p, const SeqInfo& seq, int b, int k0, int lane) {
-    if (!MODES || p.block_table == nullptr) return 0;
+// Where one K/V tile's rows come from (keys [k0, k0 + BN) of one sequence), for this producer
+// lane, worked out before the producer waits for the tile's ring slots: after a slot is released
+// only the copies are left to issue. With a two-stage ring a slot's refill is on the consumers'
+// critical path; paged tiles (the same copies as contiguous ones at block 256) ran 3-13 % behind
+// with the table read, the divisions by the block size and the byte count between the wait and
+// the copies (session 7, run4).
+struct KvTile {
+    int valid;        // rows of the tile inside the sequence's keys (>= 1)
+    int row;          // strided: the tile's first storage row; paged: this lane's group's row in its page
+    int batch;        // strided: the batch coordinate; paged: this lane's page
+    int groups;       // paged: page groups holding valid rows (lane g < groups issues group g)
+    unsigned bytes;   // the copies' bytes, for the "full" barrier's expect_tx
+    unsigned dst_off; // paged: this lane's group's offset in the stage
+};
+
+__device__ __forceinline__ KvTile plan_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int k0, int lane) {
+    KvTile t;
+    t.valid = min(BN, seq.len_k - k0);
+    if (!MODES || p.block_table == nullptr) {
+        t.row = (int)seq.k_row0 + k0;
+        t.batch = MODES && p.cu_seqlens_k != nullptr ? 0 : b;  // packed K/V: one "batch"
+        t.groups = 1;
+        t.bytes = KV_TILE_BYTES;
+        t.dst_off = 0;
+        return t;
+    }
+    // Paged: one box per page-aligned group of rows; groups past the sequence's keys are not
+    // loaded (their table entries need not be valid). Pages are multiples of 16 rows, so a tile
+    // has at most BN / 16 groups, one per lane.
     const int group = paged_box_rows(p.block_size);
-    const int valid = min(BN, seq.len_k - k0);
-    if (lane * group >= valid) return 0;
-    return p.block_table[(long long)b * p.max_blocks_per_seq + (k0 + lane * group) / p.block_size];
+    const int j = k0 + lane * group;
+    t.groups = (t.valid + group - 1) / group;
+    t.batch = lane < t.groups ? p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size] : 0;
+    t.row = j % p.block_size;
+    t.bytes = (unsigned)(t.groups * group * ROW_BYTES * NBOX);
+    t.dst_off = (unsigned)(lane * group * ROW_BYTES);
+    return t;
 }
 
-// One K or V tile: keys [k0, k0 + BN) of sequence b, kv head h_kv, into the stage at `dst`,
-// completing `full`. Called by the producer's lanes (PRODUCER_LANES: the whole warp in the modes
-// build); lane 0 issues the strided copies, lane g the copies of page group g (`page`, from
-// tile_page).
-//   * strided (dense tensor, contiguous cache, packed varlen): one TMA box per 64 columns, at
-//     the sequence's first storage row (packed tensors are one "batch");
-//   * paged: one box per page-aligned group of rows through the block table; groups past the
-//     sequence's keys are not loaded (their table entries need not be valid).
+// One K or V tile, as planned, into the stage at `dst`, completing `full`. Called by the
+// producer's lanes (PRODUCER_LANES: the whole warp in the modes build); lane 0 issues the strided
+// copies, lane g the copies of page group g.
 // When the tile runs past the sequence's keys and the rows there hold something else (a cache's
 // unused slots, the next packed sequence, pages never loaded), a V tile (`landed` != 0) must not
 // let them in: P = 0 there, but 0 * NaN = NaN would reach O. Its copies then complete on the
@@ -45,47 +67,36 @@ __device__ __forceinline__ int tile_page(const AttentionParams& p, const SeqInfo
 // async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
-__device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
-                                              int page, unsigned dst, const CUtensorMap* map, unsigned full,
-                                              unsigned landed, int lane, unsigned* landed_phase) {
-    const int valid = min(BN, seq.len_k - k0);  // >= 1: the tile holds a visible key
+__device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const KvTile& t, int h_kv, unsigned dst,
+                                              const CUtensorMap* map, unsigned full, unsigned landed, int lane,
+                                              unsigned* landed_phase) {
     const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
-    const bool zero_tail = landed != 0u && per_sequence_k && valid < BN;
+    const bool zero_tail = landed != 0u && per_sequence_k && t.valid < BN;
     const unsigned bar = zero_tail ? landed : full;
     if (!MODES || p.block_table == nullptr) {
         if (lane == 0) {
             mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
-            const int kv_batch = MODES && p.cu_seqlens_k != nullptr ? 0 : b;
 #pragma unroll
-            for (int c = 0; c < NBOX; ++c)
-                tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, (int)seq.k_row0 + k0, h_kv, kv_batch);
+            for (int c = 0; c < NBOX; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     } else {
-        // Paged (modes build: the whole warp is here). Lane g issues the boxes of page group g,
-        // so a tile's groups go out together: one lane walking them waited out each table read
-        // before the next (its TMA asm orders them), 8 in a row at block 16. Pages are multiples
-        // of 16 rows, so a tile has at most BN / 16 groups, one per lane.
         static_assert(BN / 16 <= 32, "one page group per producer lane");
-        const int group = paged_box_rows(p.block_size);
-        const int groups = (valid + group - 1) / group;
-        if (lane == 0) mbar_arrive_expect_tx(bar, (unsigned)(groups * group * ROW_BYTES * NBOX));
+        if (lane == 0) mbar_arrive_expect_tx(bar, t.bytes);
         __syncwarp();  // the expected bytes are set before any box can complete
-        if (lane < groups) {
-            const int j = k0 + lane * group;
+        if (lane < t.groups) {
+            const unsigned group_dst = dst + t.dst_off;
 #pragma unroll
-            for (int c = 0; c < NBOX; ++c)
-                tma_load_4d(dst + c * KV_BOX_BYTES + lane * group * ROW_BYTES, map, bar, c * 64, j % p.block_size,
-                            h_kv, page);
+            for (int c = 0; c < NBOX; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     }
     if (zero_tail) {
         mbar_wait(landed, *landed_phase, TAG_V_FULL);
         *landed_phase ^= 1u;
         // Whole rows [valid, BN) of every column box: zeros need no swizzle.
-        const int chunks = (BN - valid) * (ROW_BYTES / 16);
+        const int chunks = (BN - t.valid) * (ROW_BYTES / 16);
 #pragma unroll
         for (int c = 0; c < NBOX; ++c) {
-            const unsigned rows = dst + c * KV_BOX_BYTES + valid * ROW_BYTES;
+            const unsigned rows = dst + c * KV_BOX_BYTES + t.valid * ROW_BYTES;
             for (int i = lane; i < chunks; i += 32) st_shared_zero_v4(rows + 16 * i);
         }
         fence_proxy_async_smem();
