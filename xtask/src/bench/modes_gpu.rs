@@ -393,6 +393,20 @@ fn bench_case(
     rows.into_iter().flatten().collect()
 }
 
+/// `--case`: keeps the plan's cases and peers whose key contains one of `filters` (all of them
+/// when there are none) and returns every case the plan had, the data sources a kept case may
+/// name in `data_from` (a paged case takes its keys and values from its contiguous twin, which
+/// the filter may have dropped).
+fn keep_cases(plan: &mut modes::SuitePlan, filters: &[String]) -> Vec<Case> {
+    let all = plan.cases.clone();
+    if !filters.is_empty() {
+        let wanted = |key: &str| filters.iter().any(|f| key.contains(f.as_str()));
+        plan.cases.retain(|c| wanted(&c.key));
+        plan.peers.retain(|c| wanted(&c.key));
+    }
+    all
+}
+
 /// The peers of a plan: their JSON (from the script run now, or `--peers-json`) as rows.
 fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatus, Vec<ModeRow>) {
     if plan.peers.is_empty() {
@@ -572,13 +586,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     } else {
         modes::plan(args.suite, args.seed)
     };
-    let data_sources = plan.cases.clone();
-    if !args.case_filter.is_empty() {
-        plan.cases
-            .retain(|c| args.case_filter.iter().any(|f| c.key.contains(f.as_str())));
-        plan.peers
-            .retain(|c| args.case_filter.iter().any(|f| c.key.contains(f.as_str())));
-    }
+    let data_sources = keep_cases(&mut plan, &args.case_filter);
     let name = modes::suite_name(args.suite);
     let kernels = super::select_kernels(args.kernels.as_deref())?;
     eprintln!("bench-all --suite {name}:");
@@ -679,6 +687,31 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use crate::bench::modes::{cache_case, KvKind};
+
+    #[test]
+    fn a_paged_case_kept_alone_still_finds_its_data_source() {
+        let mut plan = modes::plan(Suite::Paged, 0x5eed);
+        let sources = keep_cases(&mut plan, &["chunk/paged-256".to_string()]);
+        let keys: Vec<&str> = plan.cases.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["chunk/paged-256"]);
+        let from = plan.cases[0]
+            .data_from
+            .clone()
+            .expect("a paged case names its twin");
+        assert!(
+            !plan.cases.iter().any(|c| c.key == from),
+            "the filter dropped the twin"
+        );
+        assert!(
+            sources.iter().any(|c| c.key == from),
+            "{from} is still a data source"
+        );
+        // No filter: everything stays.
+        let mut all = modes::plan(Suite::Paged, 0x5eed);
+        let n = all.cases.len();
+        assert_eq!(keep_cases(&mut all, &[]).len(), n);
+        assert_eq!(all.cases.len(), n);
+    }
 
     #[test]
     fn pages_hold_the_contiguous_rows() {
