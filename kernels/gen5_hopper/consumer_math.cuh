@@ -28,11 +28,10 @@ __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[
     }
 }
 
-// Keys outside each row's [lo, hi) become -inf (windows and per-sequence lengths; the causal-only
-// apply_mask below is the same with lo = 0). col0 = first key this thread holds.
-// Causal and length limits cut a tile from above only; a lower bound inside the tile comes from a
-// window's left edge alone. Checking that once (col0 is the thread's first key) spares the
-// common masked tile one compare per score (64 per thread at BN = 128).
+// Keys outside each row's [lo, hi) become -inf (windows, per-sequence lengths, causal). col0 =
+// first key this thread holds. Causal and length limits cut a tile from above only; a lower bound
+// inside the tile comes from a window's left edge alone, so that is checked once and the common
+// masked tile skips one compare per score (64 per thread at BN = 128).
 __device__ __forceinline__ void apply_mask_range(float (&s)[BN / 2], int col0, const KeyRange& r0, const KeyRange& r1) {
     const bool cut_below = MODES && (r0.lo > col0 || r1.lo > col0);
     if (!cut_below) {
