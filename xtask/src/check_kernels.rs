@@ -9,6 +9,8 @@ use anyhow::{bail, Context, Result};
 use flashcore::compile::{compile, CompileRequest};
 use flashcore::{toolkit, AlibiSlopes, AttentionProblem, DeviceInfo, HeadDims, KvStorage, Modes};
 
+use crate::ptx_compare;
+
 /// (compute capability, ptxas arch, opt-in shared memory per block in bytes)
 pub const ARCHES: &[((u32, u32), &str, u32)] = &[
     ((8, 0), "sm_80", 163 * 1024),
@@ -148,6 +150,7 @@ pub struct Row {
 pub fn run(
     json_out: Option<&std::path::Path>,
     dump_ptx: Option<&std::path::Path>,
+    compare_ptx: Option<&std::path::Path>,
     only: Option<&[String]>,
 ) -> Result<Vec<Row>> {
     if let Some(names) = only {
@@ -173,6 +176,9 @@ pub fn run(
     let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
     let mut failures = Vec::new();
+    // --compare-ptx: (build, verdict) for every build that is not the same as before.
+    let mut ptx_changes: Vec<(String, ptx_compare::Verdict)> = Vec::new();
+    let mut ptx_same = 0usize;
     // Compiles one launch of a plan (once per define set, arch and dtype) and checks ptxas's report.
     let mut check_launch = |kernel_name: &'static str,
                             problem: &AttentionProblem,
@@ -222,24 +228,22 @@ pub fn run(
                 return Ok(());
             }
         };
+        let name = dump_name(launch.entry, arch, &dtype.to_string(), &defines);
         if let Some(dir) = dump_ptx {
-            // One file per build, named so a reader can find it (e.g. for cuobjdump).
-            let mut name = format!(
-                "{}-{arch}-{dtype}-{}.ptx",
-                launch.entry,
-                defines.join("_").replace(['=', ' '], "")
-            );
-            if name.len() > MAX_DUMP_NAME {
-                // Long define lists pass the file-name limit (255 bytes): keep
-                // the readable head and make it unique with a hash of the whole
-                // name (the same build gets the same file across source changes,
-                // so two dumps can be compared file by file).
-                let hash = fnv1a(&name);
-                name.truncate(MAX_DUMP_NAME - 24);
-                name = format!("{name}-{hash:016x}.ptx");
-            }
             std::fs::write(dir.join(&name), &compiled.ptx)
                 .with_context(|| format!("writing {name}"))?;
+        }
+        if let Some(dir) = compare_ptx {
+            let verdict = match std::fs::read_to_string(dir.join(&name)) {
+                Ok(old) => ptx_compare::compare(&old, &compiled.ptx),
+                Err(_) => ptx_compare::Verdict::New,
+            };
+            if verdict == ptx_compare::Verdict::Same {
+                ptx_same += 1;
+            } else {
+                let build = format!("{} {arch} {dtype} {}", launch.entry, row.defines);
+                ptx_changes.push((build, verdict));
+            }
         }
         if let Some(ptxas) = &ptxas {
             let dir = std::env::temp_dir().join(format!("flashcore-ptxas-{}", std::process::id()));
@@ -374,6 +378,16 @@ pub fn run(
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
     }
+    if let Some(dir) = compare_ptx {
+        println!(
+            "compare-ptx against {}: {ptx_same} builds the same, {} not:",
+            dir.display(),
+            ptx_changes.len()
+        );
+        for (build, verdict) in &ptx_changes {
+            println!("  {verdict}: {build}");
+        }
+    }
     if !failures.is_empty() {
         for f in &failures {
             eprintln!("FAIL {f}");
@@ -385,6 +399,24 @@ pub fn run(
         rows.len()
     );
     Ok(rows)
+}
+
+/// The file one build's PTX gets under --dump-ptx (and is looked up by under --compare-ptx):
+/// named so a reader can find it (e.g. for cuobjdump).
+fn dump_name(entry: &str, arch: &str, dtype: &str, defines: &[String]) -> String {
+    let mut name = format!(
+        "{entry}-{arch}-{dtype}-{}.ptx",
+        defines.join("_").replace(['=', ' '], "")
+    );
+    if name.len() > MAX_DUMP_NAME {
+        // Long define lists pass the file-name limit (255 bytes): keep the readable head and make
+        // it unique with a hash of the whole name (the same build gets the same file across source
+        // changes, so two dumps can be compared file by file).
+        let hash = fnv1a(&name);
+        name.truncate(MAX_DUMP_NAME - 24);
+        name = format!("{name}-{hash:016x}.ptx");
+    }
+    name
 }
 
 fn print_table(rows: &[Row]) {

@@ -7,6 +7,7 @@ mod case;
 mod check_kernels;
 mod cuda_wheels;
 mod mode_case;
+mod ptx_compare;
 mod reliability;
 mod sanitize;
 mod select;
@@ -72,6 +73,11 @@ enum Command {
         /// Only these generations (comma-separated names), e.g. while tuning one kernel.
         #[arg(long, value_delimiter = ',')]
         kernels: Option<Vec<String>>,
+        /// Compare each build's PTX with the file of the same name in an earlier --dump-ptx
+        /// directory (line info, register and label numbering and file hashes left out) and list
+        /// the builds that changed: e.g. to show an edit left the dense builds alone.
+        #[arg(long)]
+        compare_ptx: Option<PathBuf>,
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas, nvcc + nvvm) into the cache, if no toolkit is found.
     InstallCuda,
@@ -104,11 +110,11 @@ fn main() -> ExitCode {
                 match pass {
                     verify::Pass::Fwd => verify::oracle_self_check()
                         .map(|n| println!("oracle self-check: {n} problems consistent"))
-                        .and_then(|_| check_kernels::run(None, None, None).map(|_| ())),
+                        .and_then(|_| check_kernels::run(None, None, None, None).map(|_| ())),
                     verify::Pass::Bwd => verify::oracle_backward_self_check()
                         .map(|n| println!("oracle backward self-check: {n} problems consistent"))
                         .and_then(|_| {
-                            check_kernels::run(None, None, kernels.as_deref()).map(|_| ())
+                            check_kernels::run(None, None, None, kernels.as_deref()).map(|_| ())
                         }),
                 }
             }
@@ -135,9 +141,14 @@ fn main() -> ExitCode {
             json,
             dump_ptx,
             kernels,
-        } => {
-            check_kernels::run(json.as_deref(), dump_ptx.as_deref(), kernels.as_deref()).map(|_| ())
-        }
+            compare_ptx,
+        } => check_kernels::run(
+            json.as_deref(),
+            dump_ptx.as_deref(),
+            compare_ptx.as_deref(),
+            kernels.as_deref(),
+        )
+        .map(|_| ()),
         Command::InstallCuda => cuda_wheels::install(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
