@@ -439,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
                     }
                     if (grow < seq.len_q && (lane & 3) == 0) {
-                        p.lse[seq_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
+                        p.lse[block_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
                             l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }
@@ -477,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     }
                     if ((lane & 3) == 0) {
                         // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
-                        p.lse[seq_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
+                        p.lse[block_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
                             l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }

@@ -22,5 +22,14 @@ __device__ __forceinline__ KeyRange block_keys(const AttentionParams& p, const S
     r.hi = causal_key_end(p, row);
     return r;
 }
+// Where row `row`'s LSE goes. The dense build must not test `cu_seqlens_q` (seq_lse_offset does):
+// that parameter line is read nowhere else there, so the test is a cold constant-cache miss on the
+// epilogue's critical path (session 7, run1/run2 stall samples). Equal in a dense problem, whose
+// cu_seqlens_q is absent by validation.
+__device__ __forceinline__ long long block_lse_offset(const AttentionParams& p, const SeqInfo& seq, int b, int h,
+                                                      int row) {
+    if constexpr (MODES) return seq_lse_offset(p, seq, b, h, row);
+    return lse_offset(p, b, h, row);
+}
 
 }  // namespace fch
