@@ -43,6 +43,7 @@
 #include "common/masking.cuh"
 #include "common/tensor_index.cuh"
 #include "common/seqlen.cuh"
+#include "common/kv_rows.cuh"
 #include "common/score_mod.cuh"
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"

@@ -47,4 +47,5 @@ struct AttentionParams {
     int block_size;            // rows per page (paged K/V), else 0
     int max_blocks_per_seq;    // block_table row length
     int seqlen_new;            // rows appended at seqused_k before this launch
+    unsigned block_size_magic; // ceil(2^31 / (block_size / 16)): page_row's division by the block size
 };

@@ -47,11 +47,12 @@ __device__ __forceinline__ KvTile plan_kv_tile(const AttentionParams& p, const S
     // Paged: one box per page-aligned group of rows; groups past the sequence's keys are not
     // loaded (their table entries need not be valid). Pages are multiples of 16 rows, so a tile
     // has at most BN / 16 groups, one per lane.
-    const int group = paged_box_rows(p.block_size);
+    const int group = paged_box_rows(p.block_size);  // a power of two
     const int j = k0 + lane * group;
-    t.groups = (t.valid + group - 1) / group;
-    t.batch = lane < t.groups ? p.block_table[(long long)b * p.max_blocks_per_seq + j / p.block_size] : 0;
-    t.row = j % p.block_size;
+    t.groups = (t.valid + group - 1) >> (__ffs(group) - 1);
+    const PageRow at = page_row(p, j);
+    t.batch = lane < t.groups ? p.block_table[(long long)b * p.max_blocks_per_seq + at.slot] : 0;
+    t.row = at.row;
     t.bytes = (unsigned)(t.groups * group * ROW_BYTES * NBOX);
     t.dst_off = (unsigned)(lane * group * ROW_BYTES);
     return t;

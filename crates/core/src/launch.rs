@@ -61,10 +61,11 @@ pub struct AttentionParams {
     pub block_size: i32,
     pub max_blocks_per_seq: i32,
     pub seqlen_new: i32,
+    pub block_size_magic: u32,
 }
 
-// The C side is 264 bytes: 11 pointers, 12 i64 strides, 20 4-byte fields.
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 264);
+// The C side is 272 bytes: 11 pointers, 12 i64 strides, 21 4-byte fields, 4 bytes of padding.
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 272);
 
 impl AttentionParams {
     /// Everything but the pointers, from the problem.
@@ -121,6 +122,7 @@ impl AttentionParams {
         } = m.kv
         {
             self.block_size = block_size as i32;
+            self.block_size_magic = page_divisor_magic(block_size as u32);
             self.max_blocks_per_seq = max_blocks_per_seq as i32;
         }
         self.seqlen_new = m.append.unwrap_or(0) as i32;
@@ -690,6 +692,16 @@ pub fn encode_tensor_map(
     Ok(unsafe { map.assume_init() })
 }
 
+/// `ceil(2^31 / (block_size / 16))`: the kernels' `page_row` (kv_rows.cuh) takes key row j's
+/// block-table slot as `umulhi(2 (j >> 4), magic)` instead of dividing by the block size. Exact
+/// for every non-negative i32 j when block_size is a multiple of 16 in 16..=256 (validation's
+/// rule): with d = block_size / 16 and magic = (2^31 + e) / d, e < d, the result is
+/// floor(x / d + x e / (d 2^31)) for x = j >> 4 < 2^27, and x e < 2^31 keeps it floor(x / d).
+pub fn page_divisor_magic(block_size: u32) -> u32 {
+    let d = u64::from((block_size / 16).max(1));
+    (((1u64 << 31) + d - 1) / d) as u32
+}
+
 /// Rows per TMA box of a paged K/V tile: the largest power of two that divides both the block
 /// size and the tile's rows (block sizes are multiples of 16, so at least 16 for power-of-two
 /// tiles). Mirrors `paged_box_rows` in gen5_persistent_hopper.cu.
@@ -699,4 +711,47 @@ pub fn paged_box_rows(block_size: u32, tile_rows: u32) -> u32 {
         rows /= 2;
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The device's page_row (kv_rows.cuh), on the host.
+    fn page_slot(j: u32, magic: u32) -> u32 {
+        ((u64::from((j >> 4) << 1) * u64::from(magic)) >> 32) as u32
+    }
+
+    #[test]
+    fn page_divisor_magic_divides_every_row_index_exactly() {
+        // Every legal block size; the key rows where the error term is largest (the top of the i32
+        // range, and the last row of each page) plus a stride through the rest.
+        for block_size in (16..=256u32).step_by(16) {
+            let magic = page_divisor_magic(block_size);
+            let top = i32::MAX as u32;
+            let edges = (0..4096u32).chain(top - 4096..=top);
+            let pages = (1..=(top / block_size))
+                .step_by(9973)
+                .flat_map(|s| [s * block_size - 1, s * block_size]);
+            for j in edges.chain(pages).chain((0..top).step_by(1_000_003)) {
+                assert_eq!(
+                    page_slot(j, magic),
+                    j / block_size,
+                    "block_size {block_size}, j {j}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn page_divisor_magic_fails_for_an_unchecked_divisor() {
+        // The bound is tight enough to matter: the same formula with 2^30 instead of 2^31 is off
+        // somewhere in range, so the test above can tell a wrong magic from a right one.
+        let block_size = 16 * 15;
+        let magic = ((1u64 << 30) + 14) / 15;
+        let wrong = (0..i32::MAX as u32)
+            .step_by(997)
+            .any(|j| ((u64::from((j >> 4) << 2) * magic) >> 32) as u32 != j / block_size);
+        assert!(wrong);
+    }
 }
