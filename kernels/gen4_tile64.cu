@@ -75,6 +75,15 @@ constexpr int q_buffer = q_in_registers ? 3 * tile_bytes : 4 * tile_bytes;
 // Keep in sync with crates/gen4-tile64 (dynamic_smem_bytes).
 constexpr int smem_bytes = (q_in_registers ? 4 : 5) * tile_bytes;
 
+// A paged tile by 16-row groups whose pages the caller read a tile ahead (lane g holds group g's
+// address): only rows wide enough for the warps to share addresses (D >= 64; see async_copy.cuh).
+__device__ __forceinline__ void load_groups_ahead(unsigned dst, const elem_t* lane_group, long long row_stride,
+                                                  int rows, int tid) {
+    if constexpr (2 * head_dim >= num_threads)
+        load_tile_groups_async_from<kv_tile_rows, head_dim, num_threads>(dst, lane_group, row_stride, rows, tid);
+}
+static_assert(kv_tile_rows == 64, "ahead_row (the kernel) takes lane % 4 as a tile's 16-row group");
+
 }  // namespace tile64
 
 // Blocks per SM the register allocation is sized for (__launch_bounds__ minBlocksPerSM): the
@@ -128,32 +137,58 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
 
         const elem_t* q_ptr = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0);
         const bool paged = p.block_table != nullptr;
-        // Strided K/V: row j at k_ptr + j * row_stride. Paged: a tile inside one page is strided
-        // from its first row (one table lookup); smaller pages one lookup per 16-row group. Both from the tensor's base (one pointer each either way: D = 96 has no registers to spare).
+        // Paged K/V: a tile inside one page (block size a multiple of the tile) is strided from its
+        // first row; smaller pages go by 16-row groups, lane g of each warp finding group g. Either
+        // way each thread's page (`page_ahead`: that of row ahead_row(k0), group lane % 4 of the
+        // tile, or group 0 where that group holds no key) is read a tile before the tile is loaded,
+        // once for K and V, so the table's latency is off the issuing warps' path. Narrow rows
+        // (D = 32) split groups over the block differently and keep a lookup per group and load.
+        const bool one_page = paged && p.block_size % kv_tile_rows == 0;
+        const bool pages_ahead = one_page || (paged && 2 * head_dim >= num_threads);
+        int page_ahead = 0;
+        auto ahead_row = [&](int k0) {
+            const int j = k0 + 16 * (lane & 3);
+            return j < seq.len_k ? j : k0;
+        };
+        auto read_page_ahead = [&](int k0) {
+            if (pages_ahead) page_ahead = page_of_row(p, b, ahead_row(k0));
+        };
+        // Strided K/V: row j at k_ptr + j * row_stride; paged ones from the tensor's base (one
+        // pointer each either way: D = 96 has no registers to spare).
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
         auto load_k = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
-            if (paged && p.block_size % kv_tile_rows != 0)
+            if (one_page)
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(
+                    dst, k_ptr + paged_row_offset(p, page_ahead, h_kv, k0, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
+                    p.k_row_stride, rows, tid);
+            else if (pages_ahead)
+                load_groups_ahead(dst, k_ptr + paged_row_offset(p, page_ahead, h_kv, ahead_row(k0), p.k_batch_stride,
+                                                                p.k_head_stride, p.k_row_stride),
+                                  p.k_row_stride, rows, tid);
+            else if (paged)
                 load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
                     dst, [&](int g) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.k_row_stride, rows, tid);
-            else if (paged)  // the tile lies in one page: strided from its first row
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + k_row_offset(p, seq, b, h_kv, k0),
-                                                                     p.k_row_stride, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + (long long)k0 * p.k_row_stride,
                                                                      p.k_row_stride, rows, tid);
         };
         auto load_v = [&](unsigned dst, int k0) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
-            if (paged && p.block_size % kv_tile_rows != 0)
+            if (one_page)
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(
+                    dst, v_ptr + paged_row_offset(p, page_ahead, h_kv, k0, p.v_batch_stride, p.v_head_stride, p.v_row_stride),
+                    p.v_row_stride, rows, tid);
+            else if (pages_ahead)
+                load_groups_ahead(dst, v_ptr + paged_row_offset(p, page_ahead, h_kv, ahead_row(k0), p.v_batch_stride,
+                                                                p.v_head_stride, p.v_row_stride),
+                                  p.v_row_stride, rows, tid);
+            else if (paged)
                 load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
                     dst, [&](int g) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
                     p.v_row_stride, rows, tid);
-            else if (paged)  // the tile lies in one page: strided from its first row
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + v_row_offset(p, seq, b, h_kv, k0),
-                                                                     p.v_row_stride, rows, tid);
             else
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + (long long)k0 * p.v_row_stride,
                                                                      p.v_row_stride, rows, tid);
@@ -168,10 +203,12 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
             // Prologue: group 1 = Q + K(first), group 2 = V(first). The previous item ended on a
             // barrier after its last shared-memory read, so every buffer is free.
             load_tile_async<q_tile_rows, head_dim, num_threads>(q_tile, q_ptr, p.q_row_stride, q_rows, tid);
+            read_page_ahead(kt.first * kv_tile_rows);
             load_k(smem_base + k_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
             load_v(smem_base + v_buffer(0), kt.first * kv_tile_rows);
             cp_async_commit();
+            if (kt.first + 1 < kt.end) read_page_ahead((kt.first + 1) * kv_tile_rows);
             cp_async_wait<1>();  // Q and K(first) have landed (V(first) may still be in flight)
             __syncthreads();
 
@@ -213,6 +250,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
                 __syncthreads();
                 if (has_next) load_v(smem_base + v_buffer(buf ^ 1), next_k0);
                 cp_async_commit();
+                // The page of tile n + 2, read now and used next iteration (after the PV below).
+                if (n + 2 < kt.end) read_page_ahead(next_k0 + kv_tile_rows);
 
                 warp_pv<head_dim, kv_tile_rows>(o, s, smem_base + v_buffer(buf), lane);
 

@@ -108,6 +108,10 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
     }
 }
 
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, const elem_t* mine,
+                                                            long long row_stride, int valid_rows, int tid);
+
 // The same fill for a tile whose rows are strided within 16-row groups while the groups lie
 // anywhere: a paged K/V cache (pages hold a multiple of 16 rows, so a group never straddles two).
 // `group_ptr(g)` is the global address of row 16 g; it is asked only for groups that hold a valid
@@ -143,11 +147,28 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
                                 (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
-        return;
+    } else {
+        const int lane = tid & 31;
+        // Lanes past the groups, and groups past the valid rows, take group 0's address (never read).
+        load_tile_groups_async_from<kRows, kCols, kThreads>(
+            smem_tile, group_ptr(lane < kGroups && lane * kGroupRows < valid_rows ? lane : 0), row_stride, valid_rows,
+            tid);
     }
-    const int lane = tid & 31;
-    // Lanes past the groups, and groups past the valid rows, take group 0's address (never read).
-    const elem_t* mine = group_ptr(lane < kGroups && lane * kGroupRows < valid_rows ? lane : 0);
+}
+
+// The same fill when the caller has looked the pages up itself (tile64 reads them a tile early):
+// lane g < kRows / 16 of every warp passes group g's address (group 0's if no row of group g is
+// valid); other lanes' addresses are not used. Rows of 2 D bytes with D >= 64 (a group's chunks
+// cover the block at least once: the narrow form above shares no addresses).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, const elem_t* mine,
+                                                            long long row_stride, int valid_rows, int tid) {
+    using Tile = SwizzledTile<kCols>;
+    constexpr int kGroupRows = 16;
+    constexpr int kGroups = kRows / kGroupRows;
+    constexpr int kGroupChunks = kGroupRows * Tile::kChunksPerRow;
+    constexpr int kCopiesPerGroup = (kGroupChunks + kThreads - 1) / kThreads;
+    static_assert(kGroupChunks >= kThreads, "narrow rows look their groups up per thread");
     auto group_base = [&](int g) {
         return reinterpret_cast<const elem_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), g));
     };
