@@ -81,7 +81,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const unsigned bar_v_empty = bar_v_full + 8 * STAGES;
     const unsigned bar_v_landed = bar_v_empty + 8 * STAGES;
 
-    if (threadIdx.x == 0) {
+    // The schedule, and in the static order the producer's first unit, are worked out before the
+    // barrier setup's sync, while a thread of another warp (32) sets the barriers up: a CTA with
+    // one item waits on the producer's first copy, which waited on both in turn (session 8).
+    const Schedule sched = make_schedule(p);
+    // Work units: items x splits (splits_of is the constant 1 without FC_HOPPER_SPLIT_KV).
+    const int n_units = sched.total * splits_of(p);
+    // (Not in the modes build nor with 24 producer registers: the unit kept in registers spilled.)
+    constexpr bool kEarlyFirstUnit = !FC_HOPPER_DYNAMIC && !MODES && PRODUCER_REGS >= 40;
+    Work first_unit;
+    if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES)
+        first_unit = decode_unit(p, sched, blockIdx.x);  // < n_units: grid <= units
+    if (threadIdx.x == (MODES ? 0 : 32)) {
 #pragma unroll
         for (int s = 0; s < Q_STAGES; ++s) {
             mbar_init(bar_q_full + 8 * s, 1);
@@ -114,9 +125,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
     __syncthreads();
 
-    const Schedule sched = make_schedule(p);
-    // Work units: items x splits (splits_of is the constant 1 without FC_HOPPER_SPLIT_KV).
-    const int n_units = sched.total * splits_of(p);
     const int warpgroup = threadIdx.x / 128;
 
     if (warpgroup == 0) {
@@ -153,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 }
 #else
             for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
-                const Work w = decode_unit(p, sched, t);
+                const Work w = kEarlyFirstUnit && t == (int)blockIdx.x ? first_unit : decode_unit(p, sched, t);
                 if (w.n_blocks < 0) {  // past a varlen sequence's end: the consumers skip it too
                     --it;
                     continue;

@@ -32,6 +32,25 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
     s.nm = (p.seq_q + BM - 1) / BM;
     s.bh = p.batch * p.heads_q;
     s.total = s.nm * s.bh;
+    if constexpr (!MODES) {
+        // Heads whose K/V fit the section, in f32: a heuristic every thread computes alike, so no
+        // exact division is needed. The two 64-bit divisions of the general form below
+        // (subroutine calls in every thread) sat on the path to the producer's first copy, which
+        // one-item CTAs wait on (session 8, run9).
+        const float qpk = p.q_heads_per_kv > 0 ? (float)p.q_heads_per_kv : 1.f;
+        const float kv_bytes = fmaxf(2.f * (float)max(p.seq_k, 1) * (float)(D * sizeof(elem_t)) / qpk, 1.f);
+        const float g = fminf(fmaxf(floorf((float)FC_HOPPER_L2_SECTION_BYTES / kv_bytes), 1.f), (float)s.bh);
+#if FC_HOPPER_HEAD_MAJOR
+        // One head per section without causal masking (below), and also when every CTA gets one
+        // item at most: there is no balance to keep (run10).
+        s.g = p.causal && s.total > (int)gridDim.x ? (int)g : 1;
+#else
+        s.g = (int)g;
+#endif
+        return s;
+    }
+    // The modes build keeps the exact form: its paged suite, near its targets, moved with the
+    // f32 one (run13).
     int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
     unsigned long long kv_bytes = 2ull * (unsigned long long)(p.seq_k > 0 ? p.seq_k : 1) * D * sizeof(elem_t) / qpk;
     if (kv_bytes == 0) kv_bytes = 1;
@@ -52,22 +71,33 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
 // masking a section's longest items start as it begins, and the last section's would otherwise
 // start last and run on alone while the other CTAs idle.
 __device__ __forceinline__ Work decode(const AttentionParams& p, const Schedule& s, int t) {
-    const int per_section = s.g * s.nm;
-    const int rem = s.bh % s.g;
-    int first_bh, g_here, within;
-    if (t < rem * s.nm) {
-        first_bh = s.bh - rem;
-        g_here = rem;
-        within = t;
+    int m_idx, bh;
+    if (!FC_HOPPER_SPLIT_KV && !MODES && s.g == 1) {
+        // One head per section (every non-causal problem, and any with one item per CTA): t is
+        // bh * nm + m_idx, one division where the general order takes three more (on the
+        // producer's path to its first copy, which one-item CTAs wait on). The split build's
+        // consumers (D = 128) spilled with both forms inlined; the modes build keeps its code as
+        // its paged suite was measured.
+        bh = t / s.nm;
+        m_idx = t - bh * s.nm;
     } else {
-        const int u = t - rem * s.nm;
-        const int section = u / per_section;
-        within = u - section * per_section;
-        first_bh = section * s.g;
-        g_here = s.g;
+        const int per_section = s.g * s.nm;
+        const int rem = s.bh % s.g;
+        int first_bh, g_here, within;
+        if (t < rem * s.nm) {
+            first_bh = s.bh - rem;
+            g_here = rem;
+            within = t;
+        } else {
+            const int u = t - rem * s.nm;
+            const int section = u / per_section;
+            within = u - section * per_section;
+            first_bh = section * s.g;
+            g_here = s.g;
+        }
+        m_idx = within / g_here;
+        bh = first_bh + (within - m_idx * g_here);
     }
-    const int m_idx = within / g_here;
-    const int bh = first_bh + (within - m_idx * g_here);
     Work w;
     w.b = bh / p.heads_q;
     w.h = bh - w.b * p.heads_q;
