@@ -699,7 +699,7 @@ pub fn encode_tensor_map(
 /// floor(x / d + x e / (d 2^31)) for x = j >> 4 < 2^27, and x e < 2^31 keeps it floor(x / d).
 pub fn page_divisor_magic(block_size: u32) -> u32 {
     let d = u64::from((block_size / 16).max(1));
-    (((1u64 << 31) + d - 1) / d) as u32
+    (1u64 << 31).div_ceil(d) as u32
 }
 
 /// Rows per TMA box of a paged K/V tile: the largest power of two that divides both the block
@@ -748,7 +748,7 @@ mod tests {
         // The bound is tight enough to matter: the same formula with 2^30 instead of 2^31 is off
         // somewhere in range, so the test above can tell a wrong magic from a right one.
         let block_size = 16 * 15;
-        let magic = ((1u64 << 30) + 14) / 15;
+        let magic = (1u64 << 30).div_ceil(15);
         let wrong = (0..i32::MAX as u32)
             .step_by(997)
             .any(|j| ((u64::from((j >> 4) << 2) * magic) >> 32) as u32 != j / block_size);
