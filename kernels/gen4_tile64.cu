@@ -157,41 +157,34 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_TILE64_MIN_BLOCKS) 
         // pointer each either way: D = 96 has no registers to spare).
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
-        auto load_k = [&](unsigned dst, int k0) {
+        // One K or V tile (keys [k0, k0 + 64)) from `base` with that tensor's strides.
+        auto load_kv = [&](unsigned dst, int k0, const elem_t* base, long long batch_stride, long long head_stride,
+                           long long row_stride) {
             const int rows = min(kv_tile_rows, seq.len_k - k0);
             if (one_page)
                 load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, k_ptr + paged_row_offset(p, page_ahead, h_kv, k0, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
-                    p.k_row_stride, rows, tid);
+                    dst, base + paged_row_offset(p, page_ahead, h_kv, k0, batch_stride, head_stride, row_stride),
+                    row_stride, rows, tid);
             else if (pages_ahead)
-                load_groups_ahead(dst, k_ptr + paged_row_offset(p, page_ahead, h_kv, ahead_row(k0), p.k_batch_stride,
-                                                                p.k_head_stride, p.k_row_stride),
-                                  p.k_row_stride, rows, tid);
+                load_groups_ahead(
+                    dst, base + paged_row_offset(p, page_ahead, h_kv, ahead_row(k0), batch_stride, head_stride, row_stride),
+                    row_stride, rows, tid);
             else if (paged)
                 load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int g) { return k_ptr + k_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
-                    p.k_row_stride, rows, tid);
+                    dst,
+                    [&](int g) {
+                        return base + kv_row_offset(p, seq, b, h_kv, k0 + 16 * g, batch_stride, head_stride, row_stride);
+                    },
+                    row_stride, rows, tid);
             else
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, k_ptr + (long long)k0 * p.k_row_stride,
-                                                                     p.k_row_stride, rows, tid);
+                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + (long long)k0 * row_stride, row_stride,
+                                                                     rows, tid);
+        };
+        auto load_k = [&](unsigned dst, int k0) {
+            load_kv(dst, k0, k_ptr, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
         };
         auto load_v = [&](unsigned dst, int k0) {
-            const int rows = min(kv_tile_rows, seq.len_k - k0);
-            if (one_page)
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, v_ptr + paged_row_offset(p, page_ahead, h_kv, k0, p.v_batch_stride, p.v_head_stride, p.v_row_stride),
-                    p.v_row_stride, rows, tid);
-            else if (pages_ahead)
-                load_groups_ahead(dst, v_ptr + paged_row_offset(p, page_ahead, h_kv, ahead_row(k0), p.v_batch_stride,
-                                                                p.v_head_stride, p.v_row_stride),
-                                  p.v_row_stride, rows, tid);
-            else if (paged)
-                load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int g) { return v_ptr + v_row_offset(p, seq, b, h_kv, k0 + 16 * g); },
-                    p.v_row_stride, rows, tid);
-            else
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, v_ptr + (long long)k0 * p.v_row_stride,
-                                                                     p.v_row_stride, rows, tid);
+            load_kv(dst, k0, v_ptr, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
         };
 
         float o[out_tiles][4];
