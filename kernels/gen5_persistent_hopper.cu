@@ -60,6 +60,7 @@
 #include "gen5_hopper/smem_io.cuh"
 #include "gen5_hopper/kv_fetch.cuh"
 #include "gen5_hopper/split_epilogue.cuh"
+#include "gen5_hopper/producer_spread.cuh"
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
@@ -71,15 +72,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const unsigned sQ = base + OFF_Q;
     const unsigned sK = base + OFF_K;
     const unsigned sV = base + OFF_V;
-    const unsigned bar0 = base + OFF_BAR;
     // q_full[qs] = bar_q_full + 8 qs, k_full[s] = bar_k_full + 8 s, etc.
-    const unsigned bar_q_full = bar0;
-    const unsigned bar_q_empty = bar0 + 8 * Q_STAGES;
-    const unsigned bar_k_full = bar0 + 16 * Q_STAGES;
-    const unsigned bar_k_empty = bar_k_full + 8 * STAGES;
-    const unsigned bar_v_full = bar_k_empty + 8 * STAGES;
-    const unsigned bar_v_empty = bar_v_full + 8 * STAGES;
-    const unsigned bar_v_landed = bar_v_empty + 8 * STAGES;
+    const unsigned bar_q_full = base + OFF_BAR_Q_FULL;
+    const unsigned bar_q_empty = base + OFF_BAR_Q_EMPTY;
+    const unsigned bar_k_full = base + OFF_BAR_K_FULL;
+    const unsigned bar_k_empty = base + OFF_BAR_K_EMPTY;
+    const unsigned bar_v_full = base + OFF_BAR_V_FULL;
+    const unsigned bar_v_empty = base + OFF_BAR_V_EMPTY;
+    const unsigned bar_v_landed = base + OFF_BAR_V_LANDED;
 
     // The schedule, and in the static order the producer's first unit, are worked out before the
     // barrier setup's sync, while a thread of another warp (32) sets the barriers up: a CTA with
@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int s = 0; s < Q_STAGES; ++s) {
             mbar_init(bar_q_full + 8 * s, 1);
-            mbar_init(bar_q_empty + 8 * s, CONSUMER_THREADS);
+            mbar_init(bar_q_empty + 8 * s, CONSUMER_THREADS + Q_EMPTY_FOLLOWER_ARRIVALS);
         }
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
@@ -133,8 +133,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         // Thread 0 produces: it issues every TMA and barrier operation. In the modes build the
         // whole of warp 0 runs the loop, to zero the rows of a V tile past its sequence's keys
         // (fetch_kv_tile); the dense build keeps the lone thread (31 lanes polling the barriers
-        // beside it measured a few per cent slower on causal rows). The other warps idle.
-        if (threadIdx.x < PRODUCER_LANES) {
+        // beside it measured a few per cent slower on causal rows). The other warps idle, except
+        // in the small-pages build, where all four issue the boxes.
+        if constexpr (SPREAD_PAGES) {  // small pages: all four warps issue (producer_spread.cuh)
+            produce_spread(p, sched, n_units, base, &tm_q, &tm_k, &tm_v);
+        } else if (threadIdx.x < PRODUCER_LANES) {
             const int lane = threadIdx.x;
             const bool leader = lane == 0;
             int stage = 0;

@@ -50,6 +50,16 @@
 #if FC_HOPPER_MODES && FC_HOPPER_SPLIT_KV
 #error "FC_HOPPER_MODES=1 has no split-KV path (the plan does not split mode problems)"
 #endif
+// Paged caches whose TMA boxes hold fewer than 64 rows (block sizes 16, 32, 48, ...: eight boxes
+// or more per 128-key tile): all four producer warps issue the boxes (producer_spread.cuh). The
+// plan sets it for those problems only: the loop of its own made the other modes builds' code
+// larger, and chunked prefill on 64- and 256-row pages 4-5 % slower (session 9, run2).
+#ifndef FC_HOPPER_SPREAD_PAGES
+#define FC_HOPPER_SPREAD_PAGES 0
+#endif
+#if FC_HOPPER_SPREAD_PAGES && !FC_HOPPER_MODES
+#error "FC_HOPPER_SPREAD_PAGES=1 needs FC_HOPPER_MODES=1 (a paged cache)"
+#endif
 // Dynamic schedule: the producer takes work units from a global counter (workspace words 0 and
 // 1: next unit, CTAs done; zero at launch, zero again when the last CTA has taken its last
 // unit) and hands each one to the consumers beside its Q buffer, instead of the static
@@ -96,12 +106,22 @@ constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
 // q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S], v_landed (the
 // producer's own barrier for a V tile it zeroes the tail of, see fetch_kv_tile)
 constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES + 1;
+enum : int {  // each group's first barrier (an enum: constexpr ints here were emitted as PTX globals)
+    OFF_BAR_Q_FULL = OFF_BAR,
+    OFF_BAR_Q_EMPTY = OFF_BAR_Q_FULL + 8 * Q_STAGES,
+    OFF_BAR_K_FULL = OFF_BAR_Q_EMPTY + 8 * Q_STAGES,
+    OFF_BAR_K_EMPTY = OFF_BAR_K_FULL + 8 * STAGES,
+    OFF_BAR_V_FULL = OFF_BAR_K_EMPTY + 8 * STAGES,
+    OFF_BAR_V_EMPTY = OFF_BAR_V_FULL + 8 * STAGES,
+    OFF_BAR_V_LANDED = OFF_BAR_V_EMPTY + 8 * STAGES,
+};
 // Dynamic schedule: the unit index each Q buffer holds (-1: no more), one int per buffer, after
 // the barriers (8 bytes reserved either way).
 constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
 constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
+enum : bool { SPREAD_PAGES = FC_HOPPER_SPREAD_PAGES != 0 };  // (an enum: this constexpr was emitted as a PTX global)
 // Producer threads: warp 0 in the modes build (it zeroes tail rows), thread 0 otherwise.
 constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs

@@ -18,6 +18,13 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
     return rows;
 }
 
+// With FC_HOPPER_SPREAD_PAGES (small pages) the producer warpgroup's four warps issue a paged
+// tile's boxes, lane g of warp g % 4 issuing group g. UTMALDG takes warp-uniform operands, so one
+// warp's lanes issue their boxes one after another; on paged-16 the producer warp issued all the
+// time and hardly ever waited for a slot (session 8, run1's stall samples, against a producer
+// that waits on "empty" for contiguous tiles).
+enum : int { KV_ISSUE_WARPS = 4 };  // (an enum: a constexpr int is emitted as a PTX global)
+
 // Where one K/V tile's rows come from (keys [k0, k0 + BN) of one sequence), for this producer
 // lane, worked out before the producer waits for the tile's ring slots: after a slot is released
 // only the copies are left to issue. With a two-stage ring a slot's refill is on the consumers'
@@ -58,6 +65,20 @@ __device__ __forceinline__ KvTile plan_kv_tile(const AttentionParams& p, const S
     return t;
 }
 
+// Whether a V tile's rows past the sequence's keys are zeroed by the producer (fetch_kv_tile).
+__device__ __forceinline__ bool v_tail_zeroed(const AttentionParams& p, const KvTile& t) {
+    const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
+    return per_sequence_k && t.valid < BN;
+}
+
+// Whether producer warp `warp` issues boxes of a tile (SPREAD_PAGES); warp 0 always does.
+// A follower warp waits on a slot's "empty" barrier only for tiles it issues into: the slot's
+// next release needs its boxes, so the barrier cannot run a phase ahead of the warp's wait (a
+// warp that also waited on tiles it does not touch could be lapped and wait on the wrong phase).
+__device__ __forceinline__ bool issues_boxes(const KvTile& t, int warp, bool v_tile_zeroed) {
+    return warp == 0 || (!v_tile_zeroed && t.groups > warp);
+}
+
 // One K or V tile, as planned, into the stage at `dst`, completing `full`. Called by the
 // producer's lanes (PRODUCER_LANES: the whole warp in the modes build); lane 0 issues the strided
 // copies, lane g the copies of page group g.
@@ -68,29 +89,37 @@ __device__ __forceinline__ KvTile plan_kv_tile(const AttentionParams& p, const S
 // async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
+// With `spread` (SPREAD_PAGES) every producer warp calls this for the tile, `warp` its index: warp 0
+// (`lead`) sets the expected bytes and finishes a zeroed tail, each warp issues its groups. (A box of
+// another warp may complete before warp 0's expect-tx: the barrier's tx-count goes negative for a
+// while, and the phase cannot complete before warp 0's arrival.)
 __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const KvTile& t, int h_kv, unsigned dst,
                                               const CUtensorMap* map, unsigned full, unsigned landed, int lane,
-                                              unsigned* landed_phase) {
-    const bool per_sequence_k = MODES && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr);
-    const bool zero_tail = landed != 0u && per_sequence_k && t.valid < BN;
+                                              unsigned* landed_phase, int warp = 0, bool spread = false,
+                                              bool lead = true) {
+    const bool zero_tail = landed != 0u && v_tail_zeroed(p, t);
     const unsigned bar = zero_tail ? landed : full;
     if (!MODES || p.block_table == nullptr) {
-        if (lane == 0) {
+        if (lane == 0 && lead) {
             mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
 #pragma unroll
             for (int c = 0; c < NBOX; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     } else {
         static_assert(BN / 16 <= 32, "one page group per producer lane");
-        if (lane == 0) mbar_arrive_expect_tx(bar, t.bytes);
-        __syncwarp();  // the expected bytes are set before any box can complete
-        if (lane < t.groups) {
+        if (lane == 0 && lead) mbar_arrive_expect_tx(bar, t.bytes);
+        __syncwarp();  // the expected bytes are set before any box of this warp can complete
+        // A V tile with a zeroed tail completes on `landed`, one barrier that only warp 0 waits on:
+        // warp 0 issues all of it, or a follower could put the next such tile's boxes on `landed`
+        // before warp 0 has seen this one's phase (session 8's run18 hung).
+        const bool spread_here = spread && !zero_tail;
+        if (lane < t.groups && (spread_here ? lane % KV_ISSUE_WARPS == warp : lead)) {
             const unsigned group_dst = dst + t.dst_off;
 #pragma unroll
             for (int c = 0; c < NBOX; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     }
-    if (zero_tail) {
+    if (zero_tail && lead) {
         mbar_wait(landed, *landed_phase, TAG_V_FULL);
         *landed_phase ^= 1u;
         // Whole rows [valid, BN) of every column box: zeros need no swizzle.

@@ -26,11 +26,18 @@ pub const ARCHES: &[((u32, u32), &str, u32)] = &[
 /// builds only large problems get, such as the portable path's dynamic schedule.
 pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512), (4, 16, 2048)];
 
+/// (batch, page rows) of the every-mode problems. Batch 2 gives 64 items of 128 query rows (one
+/// round on 132 SMs), batch 16 gives 512 (the Hopper path's modes build with the dynamic
+/// schedule, which chunked prefill gets); 16-row pages get the Hopper path's spread producer
+/// (FC_HOPPER_SPREAD_PAGES).
+pub const MODE_PROBLEMS: &[(usize, usize)] = &[(2, 64), (16, 64), (2, 16), (16, 16)];
+
 /// A problem with every inference mode on (paged cache with `seqused_k`, window, softcap, ALiBi,
 /// causal): kernels that claim modes compile a separate build for them (e.g. the Hopper path's
 /// `FC_HOPPER_MODES`), and that build must be free of spills too.
-pub fn every_mode_problem(head_dim: usize) -> AttentionProblem {
-    let (batch, heads, block_size, max_blocks_per_seq) = (2, 8, 64, 16);
+pub fn every_mode_problem(head_dim: usize, batch: usize, block_size: usize) -> AttentionProblem {
+    let (heads, cache_rows) = (8, 1024);
+    let max_blocks_per_seq = cache_rows / block_size;
     AttentionProblem::new(batch, heads, 512, head_dim)
         .with_kv(heads / 4, block_size * max_blocks_per_seq)
         .with_causal(true)
@@ -326,7 +333,8 @@ pub fn run(
                     .map(|(b, h, s, d)| AttentionProblem::new(b, h, s, d));
                 let mode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
-                    .map(every_mode_problem);
+                    .flat_map(|d| MODE_PROBLEMS.iter().map(move |&(b, rows)| (d, b, rows)))
+                    .map(|(d, b, rows)| every_mode_problem(d, b, rows));
                 let decode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
                     .map(decode_problem);
