@@ -8,7 +8,7 @@
 //! A stale file is not a correctness problem (a module it lacks is compiled by NVRTC at run
 //! time), only a lost AOT benefit; this test keeps it from going stale silently.
 
-use flashcore::{AttentionProblem, DType, DeviceInfo, HeadDims, Modes};
+use flashcore::{AttentionProblem, DType, DeviceInfo, HeadDims, KvStorage, Modes};
 
 /// The core's NVRTC architecture names (`compile::arch_for`) the build covers.
 const ARCHS: [((u32, u32), &str); 4] = [
@@ -49,6 +49,38 @@ fn head_dims(h: &HeadDims) -> Vec<usize> {
     }
 }
 
+#[derive(Clone, Copy)]
+enum Variant {
+    Dense,
+    Window,
+    Pages16,
+}
+
+impl Variant {
+    fn problem(self, b: usize, h: usize, s: usize, d: usize) -> AttentionProblem {
+        let p = AttentionProblem::new(b, h, s, d);
+        match self {
+            Variant::Dense => p,
+            Variant::Window => p.with_modes(Modes {
+                window_left: Some(64),
+                ..Modes::default()
+            }),
+            Variant::Pages16 => {
+                let (block_size, pages) = (16, s.div_ceil(16));
+                p.with_kv(h, block_size * pages).with_modes(Modes {
+                    kv: KvStorage::Paged {
+                        num_blocks: b * pages,
+                        block_size,
+                        max_blocks_per_seq: pages,
+                    },
+                    seqused_k: true,
+                    ..Modes::default()
+                })
+            }
+        }
+    }
+}
+
 fn manifest() -> String {
     let sizes = [
         (1, 8, 512),
@@ -79,19 +111,17 @@ fn manifest() -> String {
                                 // Dense, and with modes: plans build the mode-aware
                                 // variant of a kernel for any non-dense problem (varlen, KV
                                 // cache, paged, window, softcap, ALiBi alike), so a window
-                                // stands for all of them.
-                                let windows = [None, Some(64)];
-                                for ((b, h, s), window) in
-                                    sizes.into_iter().flat_map(|sz| windows.map(|w| (sz, w)))
+                                // stands for all of them; but pages of fewer than 64 rows
+                                // get a Hopper build of their own (FC_HOPPER_SPREAD_PAGES).
+                                let variants = [Variant::Dense, Variant::Window, Variant::Pages16];
+                                for ((b, h, s), variant) in
+                                    sizes.into_iter().flat_map(|sz| variants.map(|v| (sz, v)))
                                 {
-                                    let p = AttentionProblem::new(b, h, s, d)
+                                    let p = variant
+                                        .problem(b, h, s, d)
                                         .with_dtype(dtype)
                                         .with_causal(causal)
-                                        .with_layout(layout)
-                                        .with_modes(Modes {
-                                            window_left: window,
-                                            ..Modes::default()
-                                        });
+                                        .with_layout(layout);
                                     let Ok(plan) = k.plan(&p, &dev) else { continue };
                                     for l in plan.launches {
                                         let mut line = format!("{} {arch} {dtype}", l.source);
