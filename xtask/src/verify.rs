@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
+use crate::progress::CaseProgress;
 use anyhow::{bail, Result};
 use flashcore::{
     AlibiSlopes, Attention, AttentionProblem, Capabilities, DType, Device, HeadDims, Layout,
     ModeSupport,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -497,8 +497,9 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         };
         let edges = if opts.edge { edge_cases(&caps) } else { vec![] };
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
-        let bar = progress_bar(total, k.name().to_string());
+        let bar = CaseProgress::new(total, k.name().to_string());
         for case in &edges {
+            bar.start_case(case.to_arg());
             let outcome = run_case(k.as_ref(), device, case);
             if let Outcome::Fail(m, _) = &outcome {
                 bar.println(format!(
@@ -509,8 +510,7 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                 ));
             }
             tally.record(case, &outcome);
-            bar.set_message(format!("{} failed", tally.failed));
-            bar.inc(1);
+            bar.finish_case(tally.failed);
         }
         if opts.random {
             let mut runner = seeded_runner(opts.seed ^ fxhash(k.name()), opts.cases);
@@ -521,6 +521,7 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                     .new_tree(&mut runner)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 let case = tree.current();
+                bar.start_case(case.to_arg());
                 let outcome = run_case(k.as_ref(), device, &case);
                 if let Outcome::Fail(m, _) = &outcome {
                     bar.println(format!("FAIL {}: {m}\n  case: {}", k.name(), case.to_arg()));
@@ -536,11 +537,10 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                     }
                 }
                 tally.record(&case, &outcome);
-                bar.set_message(format!("{} failed", tally.failed));
-                bar.inc(1);
+                bar.finish_case(tally.failed);
             }
         }
-        bar.finish_and_clear();
+        bar.finish();
         tally.seconds = start.elapsed().as_secs_f64();
         tally.print_summary();
         tallies.push(tally);
@@ -607,8 +607,9 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             vec![]
         };
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
-        let bar = progress_bar(total, format!("{} bwd", k.name()));
+        let bar = CaseProgress::new(total, format!("{} bwd", k.name()));
         for case in &edges {
+            bar.start_case(case.to_arg());
             let outcome = run_backward_case(k.as_ref(), device, case);
             if let BwdOutcome::Fail(m, _) = &outcome {
                 bar.println(format!(
@@ -618,8 +619,7 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                 ));
             }
             tally.record_bwd(case, &outcome);
-            bar.set_message(format!("{} failed", tally.failed));
-            bar.inc(1);
+            bar.finish_case(tally.failed);
         }
         if opts.random {
             let mut runner = seeded_runner(opts.seed ^ fxhash(k.name()) ^ 0xb4c4_3a2d, opts.cases);
@@ -630,6 +630,7 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                     .new_tree(&mut runner)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 let case = tree.current();
+                bar.start_case(case.to_arg());
                 let outcome = run_backward_case(k.as_ref(), device, &case);
                 if let BwdOutcome::Fail(m, _) = &outcome {
                     bar.println(format!(
@@ -651,31 +652,16 @@ fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
                     }
                 }
                 tally.record_bwd(&case, &outcome);
-                bar.set_message(format!("{} failed", tally.failed));
-                bar.inc(1);
+                bar.finish_case(tally.failed);
             }
         }
-        bar.finish_and_clear();
+        bar.finish();
         tally.seconds = start.elapsed().as_secs_f64();
         tally.print_summary();
         tallies.push(tally);
     }
     print_compile_stats(device);
     finish(tallies, opts)
-}
-
-/// The sweep's progress bar for one kernel's `total` cases.
-fn progress_bar(total: usize, prefix: String) -> ProgressBar {
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>20} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
-    bar.set_prefix(prefix);
-    bar
 }
 
 /// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
