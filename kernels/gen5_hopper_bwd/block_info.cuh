@@ -21,7 +21,8 @@ __device__ __forceinline__ long long num_units(const AttentionParams& p) {
 __device__ __forceinline__ int causal_offset(const AttentionParams& p) { return p.seq_k - p.seq_q; }
 
 // Units go in sections of a few (batch, KV head) pairs, about FC_BWD_SECTION_UNITS units each
-// (the plan passes the SM count: one wave). Inside a section they go key block major, so under
+// (the plan passes one wave, the SM count, or 1.5 waves under causal masking). Inside a section
+// they go key block major, so under
 // causal masking the first key blocks, which see the most queries, start first (longest first),
 // and the CTAs of a wave share their heads' Q, dO and dQ accumulator in L2. Key block major over
 // all heads (the first version) ran 8 x 32 heads at once and lost 40 % at (8,32,4096,128) (run1).

@@ -366,8 +366,14 @@ pub fn run(
             let dev = synthetic_device(cc, smem_limit);
             for &dtype in caps.dtypes {
                 for d in representative_head_dims(&caps.head_dims) {
-                    for &(b, h, s) in PROBLEM_SIZES {
-                        let problem = AttentionProblem::new(b, h, s, d).with_dtype(dtype);
+                    // Causal too: the Hopper backward's causal plans take other L2 sections.
+                    for (&(b, h, s), causal) in PROBLEM_SIZES
+                        .iter()
+                        .flat_map(|sz| [false, true].map(|c| (sz, c)))
+                    {
+                        let problem = AttentionProblem::new(b, h, s, d)
+                            .with_dtype(dtype)
+                            .with_causal(causal);
                         if kernel.supports_backward(&problem, &dev).is_err() {
                             continue;
                         }
