@@ -1,0 +1,22 @@
+# Eleventh run of session 9 (H100): the Hopper backward's causal plans take L2 sections of 1.5
+# waves (FC_BWD_SECTION_UNITS=198 on 132 SMs; run10). verify --pass bwd --cases 1000,
+# reliability --only backward and sanitize --pass bwd (Hopper) side by side, then the backward
+# beside SDPA flash, cuDNN and efficient in the same run (FA3 from the anchors), the issue-14
+# shapes, fp16, causal and not.
+# Run from the repo root: bash docs/results/2026-11-26-session9-h100/run11/run11.sh
+export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1; X=.carry/xtask; R=$OUT/run11.txt; L=/tmp/logs11; mkdir -p $L /tmp/v11
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
+SECONDS=0
+(timeout 330 $X verify --pass bwd --kernels persistent-hopper --cases 1000 --seed 9111 > $L/verify-bwd.log 2>&1; echo "verify bwd rc=$? (${SECONDS}s)" >> /tmp/v11/rc.txt) &
+(timeout 330 $X reliability --only backward --kernels persistent-hopper > $L/reliability-bwd.log 2>&1; echo "reliability bwd rc=$? (${SECONDS}s)" >> /tmp/v11/rc.txt) &
+(timeout 330 $X sanitize --pass bwd --kernels persistent-hopper --logs /tmp/san11 > $L/sanitize-bwd.log 2>&1; echo "sanitize bwd rc=$? (${SECONDS}s)" >> /tmp/v11/rc.txt) &
+wait
+sort /tmp/v11/rc.txt | tee -a $R
+grep -hE "passed, |FAIL|shrunk" $L/verify-bwd.log | tail -4 | tee -a $R
+grep -E "^backward" $L/reliability-bwd.log | cut -c1-100 | tee -a $R
+grep -hE "^\| persistent|^sanitize: no|errors" $L/sanitize-bwd.log | grep -v "^sanitize: /" | grep "^|\|^sanitize" | tee -a $R
+SECONDS=0
+timeout 200 $X bench-all --pass bwd --kernels persistent-hopper --shape 4,16,2048,64 --shape 4,16,2048,128 --shape 1,16,16384,128 --shape 8,32,4096,128 --causal both --dtypes f16 --anchors .carry/anchors --out-dir /tmp/bb > $L/bench-bwd.log 2>&1; echo "bench bwd rc=$? (${SECONDS}s)" | tee -a $R
+cp /tmp/bb/bench-bwd.* $L/ 2>/dev/null
+grep -E "^\| [0-9,]+ \| f16 \| (no|yes) \| persistent-hopper \| [0-9.]+ \| [0-9.]+ \| [0-9.]+" /tmp/bb/bench-bwd.md | cut -c1-200 | tee -a $R
+cd /tmp && tar cJf $OUT/logs.tar.xz logs11
