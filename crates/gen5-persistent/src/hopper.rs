@@ -85,6 +85,14 @@ pub fn smem_bytes(head_dim: usize, elem_bytes: usize) -> usize {
 /// builds' chunked prefill 4-5 % slower (session 9, runs 1-2).
 pub const SPREAD_BELOW_BOX_ROWS: u32 = 64;
 
+/// K/V bytes the tile scheduler keeps hot at once (its heads per L2 section, used under causal
+/// masking): a quarter of the device's L2, within 4-64 MiB. A quarter (12 MiB on the H100) ran
+/// the causal ladder rows 1-4 % faster than half, which the scheduler had used since session 3;
+/// 6, 50 and 100 MiB were slower (session 9, run12, two passes).
+pub fn default_l2_section_bytes(device: &DeviceInfo) -> u64 {
+    (device.l2_bytes as u64 / 4).clamp(4 << 20, 64 << 20)
+}
+
 fn spreads_page_boxes(problem: &AttentionProblem, block_n: usize) -> bool {
     match problem.modes.kv {
         KvStorage::Paged { block_size, .. } => {
@@ -179,6 +187,9 @@ pub struct HopperConfig {
     /// ladder rows on the H100 and slower under causal masking or at D = 64 (docs/results/
     /// 2026-11-23-gen5-session3-h100, ab17). Env `FLASHCORE_HOPPER_WIDE_NONCAUSAL=0|1`.
     pub wide_noncausal: bool,
+    /// K/V bytes the tile scheduler keeps hot at once (`FC_HOPPER_L2_SECTION_BYTES`; env
+    /// `FLASHCORE_HOPPER_L2_SECTION_MB`, 1..=1024; `None`: [`default_l2_section_bytes`]).
+    pub l2_section_bytes: Option<u64>,
 }
 
 impl Default for HopperConfig {
@@ -199,6 +210,7 @@ impl Default for HopperConfig {
             head_major: None,
             block_n: BLOCK_N,
             wide_noncausal: true,
+            l2_section_bytes: None,
         }
     }
 }
@@ -256,6 +268,16 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_WIDE_NONCAUSAL")? {
             c.wide_noncausal = v;
+        }
+        if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
+            match v.trim().parse::<u64>() {
+                Ok(mb) if (1..=1024).contains(&mb) => c.l2_section_bytes = Some(mb << 20),
+                _ => {
+                    return Err(format!(
+                        "FLASHCORE_HOPPER_L2_SECTION_MB={v}: expected 1..=1024"
+                    ))
+                }
+            }
         }
         if let Some(v) = number("FLASHCORE_HOPPER_Q_STAGES", &[1, 2])? {
             c.q_stages = v;
@@ -503,8 +525,9 @@ impl PersistentHopper {
         // the CTAs even). Split plans use the workspace's first words for their own counters.
         let dynamic = splits == 1 && cfg.dynamic.unwrap_or(units > grid_x as usize);
 
-        // K/V bytes the tile scheduler keeps hot at once (heads per L2 section); half of L2.
-        let l2_section = (device.l2_bytes as u64 / 2).clamp(4 << 20, 64 << 20);
+        let l2_section = cfg
+            .l2_section_bytes
+            .unwrap_or_else(|| default_l2_section_bytes(device));
         let mut defines = cfg.defines(d, l2_section);
         if splits > 1 {
             // The split count itself is a run-time parameter (params.num_splits): one module
