@@ -58,6 +58,7 @@
 #include "gen5_hopper/consumer_math.cuh"
 #include "gen5_hopper/pingpong.cuh"
 #include "gen5_hopper/smem_io.cuh"
+#include "gen5_hopper/q_fetch.cuh"
 #include "gen5_hopper/kv_fetch.cuh"
 #include "gen5_hopper/split_epilogue.cuh"
 #include "gen5_hopper/producer_spread.cuh"
@@ -177,27 +178,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const unsigned q_full = bar_q_full + 8 * qs;
                 mbar_wait(bar_q_empty + 8 * qs, qpar ^ 1, TAG_Q_EMPTY);
 #if FC_HOPPER_DYNAMIC
-                // The unit index goes beside the Q buffer; the arrive on q_full (release) below
-                // publishes it with the Q fill. -1: no more units, and no copy (a plain arrive
-                // completes the phase).
-                if (leader) st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
-                if (done) {
-                    if (leader) {
-                        mbar_arrive(q_full);
-                        finish_taking(counters);  // the last CTA leaves the counters zero
-                    }
-                    break;
-                }
+                if (hand_off_unit(base, q_full, qs, leader, t, done, counters)) break;
 #endif
                 const SeqInfo seq = block_seq(p, w.b);
-                if (leader) {
-                    mbar_arrive_expect_tx(q_full, Q_BYTES);
-                    const int q_batch = MODES && p.cu_seqlens_q != nullptr ? 0 : w.b;  // packed Q: one "batch"
-#pragma unroll
-                    for (int c = 0; c < NBOX; ++c)
-                        tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, &tm_q, q_full, c * 64,
-                                    (int)seq.q_row0 + w.m * BM, w.h, q_batch);
-                }
+                fill_q(p, sQ, &tm_q, q_full, qs, leader, w, seq.q_row0);
                 const int h_kv = w.h / p.q_heads_per_kv;
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;

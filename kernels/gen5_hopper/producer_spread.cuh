@@ -85,34 +85,17 @@ __device__ __forceinline__ void produce_spread(const AttentionParams& p, const S
         const int qs = counts.q_buffer();
         const unsigned qpar = counts.q_parity();
 #endif
-        const SeqInfo seq = block_seq(p, w.b);
         if (copy_warp == 0) {
-            // Q buffer qs free? (item counts.items() - Q_STAGES's consumers released it; its first use
-            // waits parity 1 of a fresh barrier and passes at once)
-            const unsigned q_full = bar_q_full + 8 * qs;
+            // Q buffer qs free? (item counts.items() - Q_STAGES's consumers released it; its first
+            // use waits parity 1 of a fresh barrier and passes at once)
             mbar_wait(bar_q_empty + 8 * qs, qpar ^ 1, TAG_Q_EMPTY);
 #if FC_HOPPER_DYNAMIC
-            // The unit index goes beside the Q buffer; the arrive on q_full (release)
-            // below publishes it with the Q fill. -1: no more units, and no copy (a plain
-            // arrive completes the phase).
-            if (leader) st_shared_u32(base + OFF_ITEM + 4 * qs, (unsigned)(done ? -1 : t));
-            if (done) {
-                if (leader) {
-                    mbar_arrive(q_full);
-                    finish_taking(counters);  // the last CTA leaves the counters zero
-                }
-                break;
-            }
+            if (hand_off_unit(base, bar_q_full + 8 * qs, qs, leader, t, done, counters)) break;
 #endif
-            if (leader) {
-                mbar_arrive_expect_tx(q_full, Q_BYTES);
-                const int q_batch = MODES && p.cu_seqlens_q != nullptr ? 0 : w.b;  // packed Q: one "batch"
-#pragma unroll
-                for (int c = 0; c < NBOX; ++c)
-                    tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, tm_q, q_full, c * 64,
-                                (int)seq.q_row0 + w.m * BM, w.h, q_batch);
-            }
         }
+        // (After the hand-off: when warp 0 has no unit left, w holds none.)
+        const SeqInfo seq = block_seq(p, w.b);
+        if (copy_warp == 0) fill_q(p, sQ, tm_q, bar_q_full + 8 * qs, qs, leader, w, seq.q_row0);
         const int h_kv = w.h / p.q_heads_per_kv;
         for (int kb = 0; kb < w.n_blocks; ++kb, counts.next_tile()) {
             const unsigned stage = counts.stage(), phase = counts.phase();
