@@ -183,27 +183,31 @@ impl Drop for CaseProgress {
 mod tests {
     use super::*;
 
-    fn recorder() -> (Sink, Arc<Mutex<Vec<String>>>) {
+    /// A hidden bar of `total` cases whose lines are recorded.
+    fn recorded(
+        total: usize,
+        log: bool,
+        log_every: Duration,
+        stuck_after: Duration,
+    ) -> (CaseProgress, Arc<Mutex<Vec<String>>>) {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let l = lines.clone();
-        (
-            Arc::new(move |s: &str| l.lock().unwrap().push(s.to_string())),
-            lines,
-        )
+        let sink: Sink = Arc::new(move |s: &str| l.lock().unwrap().push(s.to_string()));
+        let p = CaseProgress::with(
+            total,
+            "k".into(),
+            ProgressBar::hidden(),
+            log,
+            sink,
+            log_every,
+            stuck_after,
+        );
+        (p, lines)
     }
 
     #[test]
     fn a_case_that_runs_too_long_is_named_once() {
-        let (sink, lines) = recorder();
-        let p = CaseProgress::with(
-            3,
-            "k".into(),
-            ProgressBar::hidden(),
-            true,
-            sink,
-            Duration::from_secs(60),
-            Duration::from_millis(20),
-        );
+        let (p, lines) = recorded(3, true, Duration::from_secs(60), Duration::from_millis(20));
         p.start_case("b=1,sq=7".into());
         p.finish_case(0);
         p.start_case("b=2,sq=9".into());
@@ -222,16 +226,7 @@ mod tests {
 
     #[test]
     fn quick_cases_are_not_named_and_lines_pass_through() {
-        let (sink, lines) = recorder();
-        let p = CaseProgress::with(
-            2,
-            "k".into(),
-            ProgressBar::hidden(),
-            true,
-            sink,
-            Duration::from_secs(60),
-            Duration::from_secs(30),
-        );
+        let (p, lines) = recorded(2, true, Duration::from_secs(60), Duration::from_secs(30));
         for i in 0..2 {
             p.start_case(format!("case {i}"));
             p.finish_case(i);
@@ -248,16 +243,7 @@ mod tests {
     #[test]
     fn a_log_gets_count_lines_and_a_terminal_does_not() {
         for log in [true, false] {
-            let (sink, lines) = recorder();
-            let p = CaseProgress::with(
-                3,
-                "k".into(),
-                ProgressBar::hidden(),
-                log,
-                sink,
-                Duration::ZERO,
-                Duration::from_secs(30),
-            );
+            let (p, lines) = recorded(3, log, Duration::ZERO, Duration::from_secs(30));
             for failed in [0, 1, 1] {
                 p.start_case("c".into());
                 p.finish_case(failed);
