@@ -89,14 +89,14 @@ __device__ __forceinline__ bool issues_boxes(const KvTile& t, int warp, bool v_t
 // async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
-// With `spread` (SPREAD_PAGES) every producer warp calls this for the tile, `warp` its index: warp 0
-// (`lead`) sets the expected bytes and finishes a zeroed tail, each warp issues its groups. (A box of
-// another warp may complete before warp 0's expect-tx: the barrier's tx-count goes negative for a
-// while, and the phase cannot complete before warp 0's arrival.)
+// With SPREAD_PAGES every producer warp calls this for the tile, `warp` its index: warp 0 sets
+// the expected bytes and finishes a zeroed tail, each warp issues its groups. (A box of another
+// warp may complete before warp 0's expect-tx: the barrier's tx-count goes negative for a while,
+// and the phase cannot complete before warp 0's arrival.)
 __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const KvTile& t, int h_kv, unsigned dst,
                                               const CUtensorMap* map, unsigned full, unsigned landed, int lane,
-                                              unsigned* landed_phase, int warp = 0, bool spread = false,
-                                              bool lead = true) {
+                                              unsigned* landed_phase, int warp = 0) {
+    const bool lead = warp == 0;
     const bool zero_tail = landed != 0u && v_tail_zeroed(p, t);
     const unsigned bar = zero_tail ? landed : full;
     if (!MODES || p.block_table == nullptr) {
@@ -112,7 +112,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         // A V tile with a zeroed tail completes on `landed`, one barrier that only warp 0 waits on:
         // warp 0 issues all of it, or a follower could put the next such tile's boxes on `landed`
         // before warp 0 has seen this one's phase (session 8's run18 hung).
-        const bool spread_here = spread && !zero_tail;
+        const bool spread_here = SPREAD_PAGES && !zero_tail;
         if (lane < t.groups && (spread_here ? lane % KV_ISSUE_WARPS == warp : lead)) {
             const unsigned group_dst = dst + t.dst_off;
 #pragma unroll

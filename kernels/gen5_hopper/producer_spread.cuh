@@ -105,13 +105,12 @@ __device__ __forceinline__ void produce_spread(const AttentionParams& p, const S
             const KvTile tile = plan_kv_tile(p, seq, w.b, k0, lane);  // while the slots drain
             if (issues_boxes(tile, copy_warp, false)) {
                 mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
-                fetch_kv_tile(p, tile, h_kv, sK + stage * KV_TILE_BYTES, tm_k, kf, 0, lane, nullptr, copy_warp,
-                              true, copy_warp == 0);
+                fetch_kv_tile(p, tile, h_kv, sK + stage * KV_TILE_BYTES, tm_k, kf, 0, lane, nullptr, copy_warp);
             }
             if (issues_boxes(tile, copy_warp, v_tail_zeroed(p, tile))) {
                 mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
                 fetch_kv_tile(p, tile, h_kv, sV + stage * KV_TILE_BYTES, tm_v, vf, bar_v_landed, lane,
-                              &landed_phase, copy_warp, true, copy_warp == 0);
+                              &landed_phase, copy_warp);
             }
         }
         counts.next_item();

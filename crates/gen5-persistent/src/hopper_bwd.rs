@@ -30,6 +30,7 @@ pub fn default_query_rows(head_dim: usize) -> usize {
         64
     }
 }
+
 /// Work units per L2 section by default: one wave (the SM count) without causal masking, one
 /// and a half under it. Sections of 1.5 waves ran the causal (4,16,2048,64) and (4,16,2048,128)
 /// rows 6-7 % faster and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections
@@ -43,6 +44,7 @@ pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) ->
         wave
     }
 }
+
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
 
@@ -82,9 +84,10 @@ fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
 }
 
 /// The build's tunables: the Q/dO ring depth, the work units per L2 section
-/// ([`default_section_units`], block_info.cuh) and the queries per step. `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3),
-/// `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) and `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, or 128
-/// at D = 64; unset: [`default_query_rows`]) override them for A/B runs.
+/// ([`default_section_units`], block_info.cuh) and the queries per step.
+/// `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3), `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) and
+/// `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, or 128 at D = 64; unset: [`default_query_rows`])
+/// override them for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardTuning {
     pub stages: usize,
