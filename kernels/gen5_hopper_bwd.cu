@@ -26,6 +26,7 @@
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
 #include "common/backward_params.cuh"
+#include "common/masking.cuh"
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"

@@ -104,16 +104,6 @@ __device__ __forceinline__ int dq_k(int buf) { return 2 * dq_q_bytes + buf * 2 *
 __device__ __forceinline__ int dq_v(int buf) { return dq_k(buf) + dq_kv_bytes; }
 constexpr int dq_smem_bytes = 2 * dq_q_bytes + 4 * dq_kv_bytes;
 
-// Bottom-right causal: query i sees key j iff j <= i + (seq_k - seq_q).
-__device__ __forceinline__ int causal_offset(const AttentionParams& p) { return p.seq_k - p.seq_q; }
-
-// The first query row that sees key `key` (0 without causal; may be seq_q: none does).
-__device__ __forceinline__ int first_query_seeing(const AttentionParams& p, int key) {
-    if (!p.causal) return 0;
-    const long long first = (long long)key - causal_offset(p);
-    return first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first);
-}
-
 // (batch, head, row) of flat query row r, the index of lse_offset and the workspace's D vector.
 struct QueryRow {
     int batch, head, row;

@@ -19,6 +19,17 @@ __device__ __forceinline__ int causal_key_end_for_tile(const AttentionParams& p,
     return causal_key_end(p, last_row);
 }
 
+// Bottom-right causal: query i sees key j iff j <= i + causal_offset(p).
+__device__ __forceinline__ int causal_offset(const AttentionParams& p) { return p.seq_k - p.seq_q; }
+
+// The first query row that sees key `key` (0 without causal; may be seq_q: none does). The
+// backward's key-side passes start their query walk there.
+__device__ __forceinline__ int first_query_seeing(const AttentionParams& p, int key) {
+    if (!p.causal) return 0;
+    const long long first = (long long)key - causal_offset(p);
+    return first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first);
+}
+
 // Epilogue rules for a row whose softmax sum l is 0. With no visible key (seq_q > seq_k under
 // the causal mask) that is the defined empty row: O = 0, LSE = +inf. A row that does see keys
 // only gets l = 0 when every visible score is -inf, which takes infinite inputs: softmax is 0/0

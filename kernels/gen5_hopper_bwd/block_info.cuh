@@ -17,9 +17,6 @@ __device__ __forceinline__ long long num_units(const AttentionParams& p) {
     return (long long)key_blocks(p) * p.batch * p.heads_kv;
 }
 
-// Bottom-right causal: query i sees key j iff j <= i + (seq_k - seq_q).
-__device__ __forceinline__ int causal_offset(const AttentionParams& p) { return p.seq_k - p.seq_q; }
-
 // Units go in sections of a few (batch, KV head) pairs, about FC_BWD_SECTION_UNITS units each
 // (the plan passes one wave, the SM count, or 1.5 waves under causal masking). Inside a section
 // they go key block major, so under

@@ -75,6 +75,10 @@ fn fnv1a(s: &str) -> u64 {
 /// second pass with the variable set (only define sets not already compiled are built).
 pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
 
+/// The same for backward plans: the portable backward's 16-row tiles, which only devices with
+/// 99 KiB of shared memory get by default.
+pub const BACKWARD_VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_PORTABLE_BWD_TILES", "narrow")];
+
 pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
     DeviceInfo {
         ordinal: 0,
@@ -357,10 +361,20 @@ pub fn run(
         .iter()
         .for_each(|(var, _)| std::env::remove_var(var));
     // Backward kernels: the plans of dense problems (they take no modes).
-    for kernel in flashcore::backward_kernels()
-        .into_iter()
-        .filter(|k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
-    {
+    let backward_passes =
+        std::iter::once(None).chain(BACKWARD_VARIANT_ENV.iter().copied().map(Some));
+    let backward_selected = || {
+        flashcore::backward_kernels()
+            .into_iter()
+            .filter(|k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
+    };
+    for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
+        match pass {
+            Some((var, value)) => std::env::set_var(var, value),
+            None => BACKWARD_VARIANT_ENV
+                .iter()
+                .for_each(|(var, _)| std::env::remove_var(var)),
+        }
         let caps = kernel.capabilities();
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
@@ -388,6 +402,9 @@ pub fn run(
             }
         }
     }
+    BACKWARD_VARIANT_ENV
+        .iter()
+        .for_each(|(var, _)| std::env::remove_var(var));
     print_table(&rows);
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

@@ -1,8 +1,9 @@
-//! The portable path's backward pass (`kernels/gen5_portable_bwd.cu`, mma.sync, sm_80+), in two
-//! schedules:
-//! - [`PersistentPortable`] ("persistent-portable"): D = rowsum(dO ∘ O), then dK/dV per 64-key
-//!   tile, then dQ per 64-row query tile. Deterministic: no atomics, each gradient element summed
-//!   by one warp in a fixed order.
+//! The portable path's backward pass (`kernels/gen5_portable_bwd.cu` and
+//! `gen5_portable_bwd_wide.cu`, mma.sync, sm_80+), in two schedules:
+//! - [`PersistentPortable`] ("persistent-portable"): D = rowsum(dO ∘ O), then dK/dV per key
+//!   tile, then dQ per query tile. Deterministic: no atomics, each gradient element summed by one
+//!   warp in a fixed order. Two tilings: 32-row warp tiles (128-key and 128-query blocks, the
+//!   default where shared memory holds them) and 16-row ones (64-row blocks, for smaller devices).
 //! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule, dQ
 //!   added by the dK/dV pass into an f32 workspace with atomics, then rounded (fewer products; the
 //!   last bits of dQ vary from run to run).
@@ -23,7 +24,6 @@ pub const SOURCE: &str = "gen5_portable_bwd.cu";
 /// keys do not fit its registers (the scalar backward takes those).
 pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128];
 const WARPS: u32 = 4;
-const THREADS: u32 = 32 * WARPS;
 /// Keys per dK/dV block and queries per dQ block (16 per warp), and the dQ kernel's key tile.
 pub const KEY_TILE_ROWS: usize = 64;
 pub const QUERY_TILE_ROWS: usize = 64;
@@ -54,6 +54,63 @@ pub fn dq_smem_bytes(head_dim: usize) -> usize {
     2 * QUERY_TILE_ROWS * head_dim * 2 + 4 * KEY_TILE_ROWS * head_dim * 2
 }
 
+pub const WIDE_SOURCE: &str = "gen5_portable_bwd_wide.cu";
+/// The wide dK/dV kernel: 8 warps, 128 keys (four 32-key blocks) per block, 64 queries per step.
+const WIDE_DKDV_WARPS: u32 = 8;
+pub const WIDE_KEY_TILE_ROWS: usize = 128;
+const WIDE_DKDV_QUERY_ROWS: usize = 64;
+/// The wide dQ kernel: 8 warps, 128 queries (four 32-row blocks) per block, 64 keys per step.
+const WIDE_DQ_WARPS: u32 = 8;
+pub const WIDE_QUERY_TILE_ROWS: usize = 128;
+const WIDE_DQ_KEY_ROWS: usize = 64;
+
+/// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers, the Pᵀ and dSᵀ tiles
+/// ([128 keys][64 queries]) and two (LSE, D) row vectors.
+pub fn wide_dkdv_smem_bytes(head_dim: usize) -> usize {
+    let (keys, queries) = (WIDE_KEY_TILE_ROWS, WIDE_DKDV_QUERY_ROWS);
+    2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * keys * queries * 2 + 2 * queries * 8
+}
+
+/// `dq::smem_bytes` of the wide kernel: Q and dO, two (K, V) buffers, the dS tile ([128 rows][64
+/// keys]) and the rows' (LSE, D).
+pub fn wide_dq_smem_bytes(head_dim: usize) -> usize {
+    let (rows, keys) = (WIDE_QUERY_TILE_ROWS, WIDE_DQ_KEY_ROWS);
+    2 * rows * head_dim * 2 + 4 * keys * head_dim * 2 + rows * keys * 2 + rows * 8
+}
+
+/// Which warp tiles the deterministic schedule uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiling {
+    /// 32-row warp tiles (`gen5_portable_bwd_wide.cu`): half the shared-memory reads per product.
+    Wide,
+    /// 16-row warp tiles (`gen5_portable_bwd.cu`): fits 99 KiB of shared memory per block.
+    Narrow,
+}
+
+impl Tiling {
+    /// `forced` is `FLASHCORE_PORTABLE_BWD_TILES` = `wide` | `narrow` (an A/B switch); unset,
+    /// the wide tiles wherever the device's shared memory holds both kernels'.
+    fn choose(
+        head_dim: usize,
+        device: &DeviceInfo,
+        forced: Option<String>,
+    ) -> Result<Self, String> {
+        match forced.as_deref() {
+            Some("wide") => Ok(Tiling::Wide),
+            Some("narrow") => Ok(Tiling::Narrow),
+            Some(other) => Err(format!(
+                "FLASHCORE_PORTABLE_BWD_TILES={other}: expected `wide` or `narrow`"
+            )),
+            None => {
+                let limit = device.max_shared_memory_per_block_optin as usize;
+                let fits =
+                    wide_dkdv_smem_bytes(head_dim).max(wide_dq_smem_bytes(head_dim)) <= limit;
+                Ok(if fits { Tiling::Wide } else { Tiling::Narrow })
+            }
+        }
+    }
+}
+
 /// The portable backward with dQ accumulated in f32 by atomics (FlashAttention-2's schedule).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PortableAtomicBackward;
@@ -68,10 +125,33 @@ fn plan(
     device: &DeviceInfo,
     atomic_dq: bool,
 ) -> Result<LaunchPlan, Unsupported> {
+    let forced = std::env::var("FLASHCORE_PORTABLE_BWD_TILES").ok();
+    plan_with(name, caps, problem, device, atomic_dq, forced)
+}
+
+/// [`plan`] with `FLASHCORE_PORTABLE_BWD_TILES` passed in.
+fn plan_with(
+    name: &'static str,
+    caps: Capabilities,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    atomic_dq: bool,
+    forced_tiling: Option<String>,
+) -> Result<LaunchPlan, Unsupported> {
     let d = problem.head_dim;
     caps.require_head_dim(name, d)?;
-    let dkdv_smem = dkdv_smem_bytes(d, atomic_dq);
-    let smem = [dkdv_smem, if atomic_dq { 0 } else { dq_smem_bytes(d) }];
+    let tiling = if atomic_dq {
+        Tiling::Narrow
+    } else {
+        Tiling::choose(d, device, forced_tiling).map_err(|e| Unsupported::new(name, e))?
+    };
+    let smem = match tiling {
+        Tiling::Wide => [wide_dkdv_smem_bytes(d), wide_dq_smem_bytes(d)],
+        Tiling::Narrow => [
+            dkdv_smem_bytes(d, atomic_dq),
+            if atomic_dq { 0 } else { dq_smem_bytes(d) },
+        ],
+    };
     let limit = device.max_shared_memory_per_block_optin as usize;
     if let Some(&need) = smem.iter().find(|&&s| s > limit) {
         return Err(Unsupported::new(
@@ -83,18 +163,48 @@ fn plan(
     if atomic_dq {
         defines.push(("FC_BWD_ATOMIC_DQ".to_string(), "1".to_string()));
     }
-    let launch = |entry: &'static str, items: usize, smem: usize| KernelLaunch {
-        source: SOURCE,
-        entry,
-        defines: defines.clone(),
-        grid: (linear_grid(items), 1, 1),
-        block: (THREADS, 1, 1),
-        dynamic_smem_bytes: smem as u32,
-        tensor_maps: None,
-    };
+    let launch =
+        |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
+            KernelLaunch {
+                source,
+                entry,
+                defines: defines.clone(),
+                grid: (linear_grid(items), 1, 1),
+                block: (32 * warps, 1, 1),
+                dynamic_smem_bytes: smem as u32,
+                tensor_maps: None,
+            }
+        };
     let p = problem;
     let rows = p.batch * p.heads_q * p.seq_q;
     let row_warps = tiles(rows, WARPS as usize);
+    let dot_do_o = launch(SOURCE, "bwd_portable_dot_do_o", WARPS, row_warps, 0);
+    if tiling == Tiling::Wide {
+        let key_items = p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS);
+        let query_items = p.batch * p.heads_q * tiles(p.seq_q, WIDE_QUERY_TILE_ROWS);
+        return Ok(LaunchPlan {
+            launches: vec![
+                dot_do_o,
+                launch(
+                    WIDE_SOURCE,
+                    "bwd_portable_dk_dv_wide",
+                    WIDE_DKDV_WARPS,
+                    key_items,
+                    smem[0],
+                ),
+                launch(
+                    WIDE_SOURCE,
+                    "bwd_portable_dq_wide",
+                    WIDE_DQ_WARPS,
+                    query_items,
+                    smem[1],
+                ),
+            ],
+            workspace_f32: rows,
+            workspace_counters: 0,
+            num_splits: 1,
+        });
+    }
     let key_items = p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS);
     let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
     let (dq_launch, workspace) = if atomic_dq {
@@ -103,16 +213,19 @@ fn plan(
             .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
         // The accumulator starts 16-byte aligned (the kernel's `dq_accumulator`).
         (
-            launch("bwd_portable_dq_convert", row_warps, 0),
+            launch(SOURCE, "bwd_portable_dq_convert", WARPS, row_warps, 0),
             rows.next_multiple_of(4) + accumulator,
         )
     } else {
-        (launch("bwd_portable_dq", query_items, smem[1]), rows)
+        (
+            launch(SOURCE, "bwd_portable_dq", WARPS, query_items, smem[1]),
+            rows,
+        )
     };
     Ok(LaunchPlan {
         launches: vec![
-            launch("bwd_portable_dot_do_o", row_warps, 0),
-            launch("bwd_portable_dk_dv", key_items, dkdv_smem),
+            dot_do_o,
+            launch(SOURCE, "bwd_portable_dk_dv", WARPS, key_items, smem[0]),
             dq_launch,
         ],
         workspace_f32: workspace,
@@ -176,11 +289,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plan_is_three_launches_sized_by_tiles() {
+    fn narrow_plan_is_three_launches_sized_by_tiles() {
         let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
-        let plan = PersistentPortable
-            .plan_backward(&p, &DeviceInfo::synthetic_h100())
-            .unwrap();
+        let narrow = |p: &AttentionProblem| {
+            plan_with(
+                "persistent-portable",
+                capabilities(),
+                p,
+                &DeviceInfo::synthetic_h100(),
+                false,
+                Some("narrow".into()),
+            )
+        };
+        let plan = narrow(&p).unwrap();
         let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
             entries,
@@ -236,6 +357,54 @@ mod tests {
     }
 
     #[test]
+    fn wide_tiles_are_the_default_where_they_fit() {
+        let p = AttentionProblem::new(2, 8, 300, 128).with_kv(2, 300);
+        let plan = PersistentPortable
+            .plan_backward(&p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            [
+                "bwd_portable_dot_do_o",
+                "bwd_portable_dk_dv_wide",
+                "bwd_portable_dq_wide"
+            ]
+        );
+        assert_eq!(plan.launches[1].source, WIDE_SOURCE);
+        assert_eq!(plan.launches[1].block.0, 256);
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 tiles of 128
+        assert_eq!(plan.launches[2].block.0, 256);
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 3); // 300 rows: 3 tiles of 128
+                                                        // K, V (32 KiB each), 2 x (Q, dO) of 64 rows (16 KiB each), Pᵀ and dSᵀ (16 KiB each),
+                                                        // 4 x 64 floats; dQ: Q, dO (32 KiB each), 2 x (K, V) of 64 rows (16 KiB each), dS (16
+                                                        // KiB), 128 x (LSE, D).
+        assert_eq!(
+            plan.launches[1].dynamic_smem_bytes,
+            2 * 32768 + 4 * 16384 + 2 * 16384 + 1024
+        );
+        assert_eq!(
+            plan.launches[2].dynamic_smem_bytes,
+            2 * 32768 + 4 * 16384 + 16384 + 1024
+        );
+        assert_eq!(plan.workspace_f32, 2 * 8 * 300);
+
+        // Where they do not fit (sm_86: 99 KiB), the 16-row tiles; a bad override is refused.
+        let sm86 = PersistentPortable
+            .plan_backward(&p, &DeviceInfo::synthetic_sm86())
+            .unwrap();
+        assert_eq!(sm86.launches[1].entry, "bwd_portable_dk_dv");
+        assert_eq!(
+            Tiling::choose(64, &DeviceInfo::synthetic_sm86(), None),
+            Ok(Tiling::Wide),
+            "D = 64 fits 99 KiB"
+        );
+        let e =
+            Tiling::choose(128, &DeviceInfo::synthetic_h100(), Some("wider".into())).unwrap_err();
+        assert!(e.contains("FLASHCORE_PORTABLE_BWD_TILES"), "{e}");
+    }
+
+    #[test]
     fn unbuilt_head_dims_and_small_devices_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
         let e = PersistentPortable
@@ -280,15 +449,23 @@ mod tests {
                     continue;
                 };
                 let rows = batch * heads_kv * group * seq_q;
+                let wide = plan.launches[1].entry == "bwd_portable_dk_dv_wide";
+                proptest::prop_assert_eq!(wide, !atomic && Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
+                let (key_tile, query_tile) = if wide {
+                    (WIDE_KEY_TILE_ROWS, WIDE_QUERY_TILE_ROWS)
+                } else {
+                    (KEY_TILE_ROWS, QUERY_TILE_ROWS)
+                };
                 let items = [
                     rows.div_ceil(4),
-                    batch * heads_kv * seq_k.div_ceil(KEY_TILE_ROWS),
-                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(QUERY_TILE_ROWS) },
+                    batch * heads_kv * seq_k.div_ceil(key_tile),
+                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
                 ];
-                for (launch, items) in plan.launches.iter().zip(items) {
+                let threads = if wide { [128, 256, 256] } else { [128; 3] };
+                for ((launch, items), threads) in plan.launches.iter().zip(items).zip(threads) {
                     proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                     proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
-                    proptest::prop_assert_eq!(launch.block.0, 128);
+                    proptest::prop_assert_eq!(launch.block.0, threads);
                 }
                 let want = if atomic { rows.next_multiple_of(4) + rows * d } else { rows };
                 proptest::prop_assert_eq!(plan.workspace_f32, want);

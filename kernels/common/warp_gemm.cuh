@@ -1,0 +1,145 @@
+// Warp tiles larger than one m16 slice: 16·kMT rows × 8·kNT columns per warp on mma.sync, with
+// the operands in SwizzledTile shared tiles.
+//
+// Why larger tiles: an ldmatrix.x4 feeds one m16n8k16 pair per 16 rows it covers, so a warp that
+// owns 16 rows reads (16 + N)·K/256 x4 loads for 16·N·K/2048 products. At 32 × 32 it is half the
+// loads per product of 16 × 32, and shared-memory bandwidth, not the tensor pipe, is what bounds
+// the backward's products on mma.sync (gen5-portable-bwd.md, ncu of session 9).
+//
+// accumulator acc[mt][nt] holds rows 16·mt + {group, group + 8} and columns 8·nt + 2·tig (+1) of
+// the warp's tile, in mma.cuh's C layout.
+#pragma once
+#include "mma.cuh"
+#include "smem_layout.cuh"
+
+// The lane index, hidden from the optimizer. Each product derives its lane's shared-memory offsets
+// from it where it runs: left visible, the compiler hoists every product's offsets out of the
+// caller's loop and keeps them all live (4 registers per operand at D = 128), which is what
+// spilled the 32-row backward kernels.
+__device__ __forceinline__ int fresh_lane(int lane) {
+    asm volatile("" : "+r"(lane));
+    return lane;
+}
+
+// acc += A·Bᵀ: A is rows a_row0 .. +16·kMT of a [rows][kK] tile, B rows b_row0 .. +8·kNT of a
+// [rows][kK] tile (both contiguous along the contraction: S = Q·Kᵀ's layout). kUnroll < kK / 16
+// unrolls the k loop only that far, for callers whose accumulators leave no registers for ptxas to
+// hoist every step's loads into; the addresses are then computed per step (a table indexed by a
+// run-time step would live in local memory).
+template <int kK, int kMT, int kNT, int kUnroll = kK / 16>
+__device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], unsigned a_tile, int a_row0, unsigned b_tile,
+                                              int b_row0, int lane) {
+    static_assert(kNT % 2 == 0, "B is read 16 rows (two n8 tiles) at a time");
+    if constexpr (kUnroll == kK / 16) {
+        lane = fresh_lane(lane);
+        const SliceAddresses<kK> a_addr(a_row0 + lane_row_a(lane), lane_chunk_a(lane));
+        const SliceAddresses<kK> b_addr(b_row0 + lane_row_k(lane), lane_chunk_k(lane));
+#pragma unroll
+        for (int ks = 0; ks < kK / 16; ++ks) {
+            FragA a[kMT];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt].r, a_tile + a_addr.at(ks, 16 * mt));
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+                unsigned b[4];
+                ldmatrix_x4(b, b_tile + b_addr.at(ks, 16 * np));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    } else {
+        using Tile = SwizzledTile<kK>;
+        const int a_row = a_row0 + lane_row_a(lane), a_half = lane_chunk_a(lane);
+        const int b_row = b_row0 + lane_row_k(lane), b_half = lane_chunk_k(lane);
+#pragma unroll kUnroll
+        for (int ks = 0; ks < kK / 16; ++ks) {
+            FragA a[kMT];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+                ldmatrix_x4(a[mt].r, a_tile + Tile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+                unsigned b[4];
+                ldmatrix_x4(b, b_tile + Tile::offset(b_row + 16 * np, 2 * ks + b_half) * 2);
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+}
+
+// The lane's ldmatrix.trans addresses for B = columns b_col0 .. of a row-major [k][kCols] tile
+// (b_col0 % 16 == 0): the column offset goes into the chunk, which SliceAddresses allows because
+// the swizzle's XOR never carries past its period.
+template <int kCols>
+__device__ __forceinline__ SliceAddresses<kCols> b_trans_addresses(int b_row0, int b_col0, int lane) {
+    return SliceAddresses<kCols>(b_row0 + lane_row_v(lane), lane_chunk_v(lane) + 2 * (b_col0 / 16));
+}
+
+// acc += A·B: A is rows a_row0 .. +16·kMT, columns 0 .. kK of a [rows][kACols] tile; B is rows
+// 0 .. kK, columns b_col0 .. +8·kNT of a row-major [k][kBCols] tile, read with ldmatrix.trans (as V
+// in P·V). The k loop is not unrolled: unrolled, ptxas hoisted all of its loads above the first
+// product, and beside the 128 registers of dK and dV (or a dQ accumulator) that spilled at
+// D = 128. Each step's A address is computed, not looked up: a table indexed by a run-time step
+// would live in local memory.
+template <int kACols, int kBCols, int kK, int kMT, int kNT>
+__device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned a_tile, int a_row0, unsigned b_tile,
+                                             int b_col0, int lane) {
+    static_assert(kNT % 2 == 0, "B is read 16 columns (two n8 tiles) at a time");
+    lane = fresh_lane(lane);
+    using ATile = SwizzledTile<kACols>;
+    const int a_row = a_row0 + lane_row_a(lane), a_half = lane_chunk_a(lane);
+    const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(0, b_col0, lane);
+#pragma unroll 1
+    for (int ks = 0; ks < kK / 16; ++ks) {
+        FragA a[kMT];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+            ldmatrix_x4(a[mt].r, a_tile + ATile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
+        const unsigned b_step = b_tile + ks * (16 * kBCols * 2);
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, b_step + b_addr.at(np, 0));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Zeroes a warp tile's accumulator.
+template <int kMT, int kNT>
+__device__ __forceinline__ void zero_warp_tile(float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) zero_accumulator(acc[mt]);
+}
+
+// Stores a warp tile's accumulator (rows row0 + 16·mt + group (+8), columns col0 + 8·nt + 2·tig)
+// as elem_t into a [rows][kCols] SwizzledTile at byte address `tile` (col0 % 8 == 0). Conflict
+// free: the 8 groups write one logical chunk of 8 consecutive rows, which the swizzle spreads
+// over 8 bank slots, and the 4 lanes of a quad the 4 words of that chunk.
+template <int kCols, int kMT, int kNT>
+__device__ __forceinline__ void store_warp_tile(unsigned char* tile, const float (&acc)[kMT][kNT][4], int row0,
+                                                int col0, int lane) {
+    using Tile = SwizzledTile<kCols>;
+    const int group = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + 16 * mt + group + 8 * r;
+                *reinterpret_cast<elem2_t*>(tile + (Tile::offset(row, col0 / 8 + nt) + 2 * tig) * 2) =
+                    pack2(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);
+            }
+}
