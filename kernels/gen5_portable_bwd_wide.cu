@@ -1,11 +1,11 @@
-// Generation 5, portable path: the deterministic backward with 32-row warp tiles (sm_80+, where
-// shared memory holds them; gen5_portable_bwd.cu keeps the 16-row kernels for smaller devices and
-// launch 1, D = rowsum(dO ∘ O)).
+// Generation 5, portable path: the deterministic backward's dK/dV pass with 32-row warp tiles
+// (sm_80+, head_dim > 64, where shared memory holds them). Launch 1 (D = rowsum(dO ∘ O)) and the
+// dQ pass are gen5_portable_bwd.cu's, as are the 16-row dK/dV kernels for the other problems.
 //
 // Why: on mma.sync the backward's products are bound by shared-memory reads, and a warp that owns
 // 16 rows reads half again as many operand bytes per product as one that owns 32
-// (common/warp_gemm.cuh). This is FlashAttention-2's tiling, kept deterministic: dQ has its own
-// pass, no atomics (docs/generations/gen5-portable-bwd.md).
+// (common/warp_gemm.cuh). This is FlashAttention-2's tiling of the pass, kept deterministic: dQ has
+// its own pass, no atomics (docs/generations/gen5-portable-bwd.md).
 //
 //   bwd_portable_dk_dv_wide: one block of 8 warps per (128-key tile, batch, KV head), streaming the
 //     64-row query tiles of every query head of the group that see those keys. Per step:
@@ -16,15 +16,14 @@
 //          head_dim/2 columns, summed over the 64 queries.
 //     dK and dV stay in f32 registers over all steps: each element is summed by one warp in a fixed
 //     order.
-//   bwd_portable_dq_wide: the same two phases with the roles of queries and keys swapped: one block
-//     of 8 warps per (128-row query tile, batch, head), streaming the 64-key tiles the rows see:
-//       1. warp (row block rb, key half kh): S = Q·Kᵀ → P, dP = dO·Vᵀ → dS = P ∘ (dP − D) for 32
-//          rows × 32 keys, stored into a [128 rows][64 keys] shared tile;
-//       2. warp (row block rb, column half ch): dQ += dS·K for 32 rows × head_dim/2 columns.
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
-// LSE = +inf (P = 0 exactly), keys past seq_k the element mask in the dQ pass (in the dK/dV pass
-// they only reach their own rows, which are not written).
+// LSE = +inf (P = 0 exactly); keys past seq_k only reach their own rows, which are not written.
+//
+// Tried and not kept (session 10, docs/results/2026-11-26-session10-h100/ runs 1-4): the dQ pass
+// in the same tiling (8 warps, 128 rows a block) ran 868 µs against the 16-row kernel's 815 under
+// ncu at (4,16,2048,128), and 4-warp blocks (two an SM) were level at D = 128 and lost 10 % at
+// (8,32,4096,128); at D = 64 the 16-row kernels are faster (685 against 728 µs).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -45,8 +44,7 @@
 namespace wide_bwd {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128,
-              "the portable backward is built for head_dim 32, 64, 96, 128");
+static_assert(head_dim == 96 || head_dim == 128, "the 32-row dK/dV kernel is planned for head_dim 96 and 128");
 
 constexpr int warp_rows = 32;  // two m16 slices per warp
 constexpr int row_tiles = warp_rows / 16;
@@ -128,28 +126,6 @@ struct StepCursor {
 };
 }  // namespace dkdv
 
-// ---- dQ ----
-namespace dq {
-constexpr int num_warps = 8;
-constexpr int num_threads = 32 * num_warps;
-constexpr int query_rows = 4 * warp_rows;  // four row blocks
-constexpr int key_rows = 2 * warp_rows;    // two key halves per step
-constexpr int key_tiles8 = warp_rows / 8;
-constexpr int col_half = head_dim / 2;
-using DsTile = SwizzledTile<key_rows>;  // dS: [rows][keys]
-
-// Shared memory: Q | dO | 2 x (K | V) | dS | the rows' (LSE·log2e, D). Keep in sync with
-// backward.rs (`wide_dq_smem_bytes`).
-constexpr int q_bytes = RowTile::bytes(query_rows);
-constexpr int kv_bytes = RowTile::bytes(key_rows);
-constexpr int q_at = 0;
-constexpr int do_at = q_bytes;
-__device__ __forceinline__ int k_at(int buf) { return 2 * q_bytes + buf * 2 * kv_bytes; }
-__device__ __forceinline__ int v_at(int buf) { return k_at(buf) + kv_bytes; }
-constexpr int ds_at = 2 * q_bytes + 4 * kv_bytes;
-constexpr int stats_at = ds_at + DsTile::bytes(query_rows);
-constexpr int smem_bytes = stats_at + query_rows * 8;
-}  // namespace dq
 
 }  // namespace wide_bwd
 
@@ -273,114 +249,5 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                             warp_col0, valid_keys, p.softmax_scale, lane);
         store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
                             warp_col0, valid_keys, 1.f, lane);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(dq::num_threads, 1)
-bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
-    using namespace dq;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const unsigned smem_base = shared_address(smem);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int group = lane / 4, tig = lane % 4;
-    // Step 1: rows rb·32 .., keys kh·32 ..; step 2: the same rows, columns ch·col_half ..
-    const int warp_row0 = (warp >> 1) * warp_rows;
-    const int warp_key0 = (warp & 1) * warp_rows;
-    const int warp_col0 = (warp & 1) * col_half;
-
-    const int q_tiles = ceil_div(p.seq_q, query_rows);
-    const long long heads = (long long)p.batch * p.heads_q;
-    const RowStats* stats = reinterpret_cast<const RowStats*>(smem + stats_at);
-    // Last query tile first: under causal masking it sees the most keys.
-    for (long long item = blockIdx.x; item < heads * q_tiles; item += gridDim.x) {
-        const int q_tile = q_tiles - 1 - (int)(item / heads);
-        const int b = (int)((item % heads) / p.heads_q);
-        const int h = (int)(item % p.heads_q);
-        const int h_kv = h / p.q_heads_per_kv;
-        const int q0 = q_tile * query_rows;
-        const int valid_rows = min(query_rows, p.seq_q - q0);
-        const int key_end = causal_key_end_for_tile(p, q0, q0 + valid_rows);
-        const int key_tiles = key_end > 0 ? ceil_div(key_end, key_rows) : 0;
-
-        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
-        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
-        auto load_kv = [&](int n, int buf) {
-            const int kk0 = n * key_rows, rows = min(key_rows, p.seq_k - kk0);
-            load_tile_async<key_rows, head_dim, num_threads>(smem_base + k_at(buf),
-                                                             k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride,
-                                                             rows, tid);
-            load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at(buf),
-                                                             v_ptr + (long long)kk0 * p.v_row_stride, p.v_row_stride,
-                                                             rows, tid);
-        };
-
-        float dq_acc[row_tiles][col_half / 8][4];
-        zero_warp_tile(dq_acc);
-        if (key_tiles > 0) {
-            // The previous item ended on a barrier after its last shared-memory read.
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + q_at, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, valid_rows,
-                tid);
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + do_at, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
-                valid_rows, tid);
-            load_kv(0, 0);
-            cp_async_commit();
-            if (tid < query_rows) reinterpret_cast<RowStats*>(smem + stats_at)[tid] = row_stats(p, b, h, q0 + tid);
-            cp_async_wait<0>();
-            __syncthreads();
-
-            for (int n = 0; n < key_tiles; ++n) {
-                const int buf = n & 1;
-                if (n + 1 < key_tiles) load_kv(n + 1, buf ^ 1);
-                cp_async_commit();
-                const int kk0 = n * key_rows;
-
-                // 1. S → P (key tails and the causal diagonal take the element mask).
-                float s[row_tiles][key_tiles8][4];
-                zero_warp_tile(s);
-                warp_gemm_abt<head_dim, row_tiles, key_tiles8>(s, smem_base + q_at, warp_row0, smem_base + k_at(buf),
-                                                               warp_key0, lane);
-                const bool masked =
-                    kk0 + key_rows > p.seq_k || (p.causal && kk0 + key_rows - 1 > q0 + causal_offset(p));
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < key_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int row = warp_row0 + 16 * mt + group + 8 * (e >> 1);
-                            float prob = exp2f(s[mt][j][e] * p.scale_log2 - stats[row].lse);
-                            const int key = kk0 + warp_key0 + 8 * j + 2 * tig + (e & 1);
-                            if (masked && (key >= p.seq_k || (p.causal && key > q0 + row + causal_offset(p))))
-                                prob = 0.f;
-                            s[mt][j][e] = prob;
-                        }
-                // dP → dS = P ∘ (dP − D), in place of P.
-                float dp[row_tiles][key_tiles8][4];
-                zero_warp_tile(dp);
-                warp_gemm_abt<head_dim, row_tiles, key_tiles8>(dp, smem_base + do_at, warp_row0,
-                                                               smem_base + v_at(buf), warp_key0, lane);
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < key_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            s[mt][j][e] *= dp[mt][j][e] - stats[warp_row0 + 16 * mt + group + 8 * (e >> 1)].dvec;
-                store_warp_tile<key_rows>(smem + ds_at, s, warp_row0, warp_key0, lane);
-                __syncthreads();  // every warp's dS is in the tile
-
-                // 2. dQ += dS·K over the step's 64 keys.
-                warp_gemm_ab<key_rows, head_dim, key_rows, row_tiles, col_half / 8>(
-                    dq_acc, smem_base + ds_at, warp_row0, smem_base + k_at(buf), warp_col0, lane);
-
-                cp_async_wait<0>();
-                // Key tile n+1 is visible; every warp is done with buffer buf and dS.
-                __syncthreads();
-            }
-        }
-        store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq_acc, warp_row0,
-                            warp_col0, valid_rows, p.softmax_scale, lane);
     }
 }

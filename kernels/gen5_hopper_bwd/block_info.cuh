@@ -18,11 +18,11 @@ __device__ __forceinline__ long long num_units(const AttentionParams& p) {
 }
 
 // Units go in sections of a few (batch, KV head) pairs, about FC_BWD_SECTION_UNITS units each
-// (the plan passes one wave, the SM count, or 1.5 waves under causal masking). Inside a section
-// they go key block major, so under
-// causal masking the first key blocks, which see the most queries, start first (longest first),
-// and the CTAs of a wave share their heads' Q, dO and dQ accumulator in L2. Key block major over
-// all heads (the first version) ran 8 x 32 heads at once and lost 40 % at (8,32,4096,128) (run1).
+// (the plan passes half a wave of SMs, or 1.5 waves under causal masking). Inside a section they
+// go key block major, so under causal masking the first key blocks, which see the most queries,
+// start first (longest first), and the CTAs of a wave share their heads' Q, dO and dQ accumulator
+// in L2. Key block major over all heads (the first version) ran 8 x 32 heads at once and lost 40 %
+// at (8,32,4096,128) (run1).
 __device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long t) {
     const long long heads = (long long)p.batch * p.heads_kv;
     const long long n_kb = key_blocks(p);

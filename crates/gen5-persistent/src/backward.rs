@@ -1,9 +1,9 @@
 //! The portable path's backward pass (`kernels/gen5_portable_bwd.cu` and
 //! `gen5_portable_bwd_wide.cu`, mma.sync, sm_80+), in two schedules:
 //! - [`PersistentPortable`] ("persistent-portable"): D = rowsum(dO ∘ O), then dK/dV per key
-//!   tile, then dQ per query tile. Deterministic: no atomics, each gradient element summed by one
-//!   warp in a fixed order. Two tilings: 32-row warp tiles (128-key and 128-query blocks, the
-//!   default where shared memory holds them) and 16-row ones (64-row blocks, for smaller devices).
+//!   tile, then dQ per 64-row query tile. Deterministic: no atomics, each gradient element summed
+//!   by one warp in a fixed order. The dK/dV pass has two tilings: 32-row warp tiles on 128-key
+//!   blocks (head_dim > 64, where shared memory holds them) and 16-row ones on 64-key blocks.
 //! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule, dQ
 //!   added by the dK/dV pass into an f32 workspace with atomics, then rounded (fewer products; the
 //!   last bits of dQ vary from run to run).
@@ -59,10 +59,6 @@ pub const WIDE_SOURCE: &str = "gen5_portable_bwd_wide.cu";
 const WIDE_DKDV_WARPS: u32 = 8;
 pub const WIDE_KEY_TILE_ROWS: usize = 128;
 const WIDE_DKDV_QUERY_ROWS: usize = 64;
-/// The wide dQ kernel: 8 warps, 128 queries (four 32-row blocks) per block, 64 keys per step.
-const WIDE_DQ_WARPS: u32 = 8;
-pub const WIDE_QUERY_TILE_ROWS: usize = 128;
-const WIDE_DQ_KEY_ROWS: usize = 64;
 
 /// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers, the Pᵀ and dSᵀ tiles
 /// ([128 keys][64 queries]) and two (LSE, D) row vectors.
@@ -71,41 +67,39 @@ pub fn wide_dkdv_smem_bytes(head_dim: usize) -> usize {
     2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * keys * queries * 2 + 2 * queries * 8
 }
 
-/// `dq::smem_bytes` of the wide kernel: Q and dO, two (K, V) buffers, the dS tile ([128 rows][64
-/// keys]) and the rows' (LSE, D).
-pub fn wide_dq_smem_bytes(head_dim: usize) -> usize {
-    let (rows, keys) = (WIDE_QUERY_TILE_ROWS, WIDE_DQ_KEY_ROWS);
-    2 * rows * head_dim * 2 + 4 * keys * head_dim * 2 + rows * keys * 2 + rows * 8
-}
-
-/// Which warp tiles the deterministic schedule uses.
+/// Which warp tiles the deterministic schedule's dK/dV pass uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tiling {
     /// 32-row warp tiles (`gen5_portable_bwd_wide.cu`): half the shared-memory reads per product.
     Wide,
-    /// 16-row warp tiles (`gen5_portable_bwd.cu`): fits 99 KiB of shared memory per block.
+    /// 16-row warp tiles (`gen5_portable_bwd.cu`).
     Narrow,
 }
 
 impl Tiling {
-    /// `forced` is `FLASHCORE_PORTABLE_BWD_TILES` = `wide` | `narrow` (an A/B switch); unset,
-    /// the wide tiles wherever the device's shared memory holds both kernels'.
+    /// `forced` is `FLASHCORE_PORTABLE_BWD_TILES` = `wide` | `narrow` (an A/B switch). Unset: the
+    /// wide tiles for head_dim > 64 wherever the device's shared memory holds them. At D = 128 they
+    /// ran the H100 rows 6-13 % faster; at D = 64 the 16-row kernel was 6-12 % faster (session 10,
+    /// run3-4).
     fn choose(
         head_dim: usize,
         device: &DeviceInfo,
         forced: Option<String>,
     ) -> Result<Self, String> {
+        let buildable = matches!(head_dim, 96 | 128);
         match forced.as_deref() {
-            Some("wide") => Ok(Tiling::Wide),
+            Some("wide") if buildable => Ok(Tiling::Wide),
+            Some("wide") => Err(format!(
+                "FLASHCORE_PORTABLE_BWD_TILES=wide: the 32-row dK/dV kernel is built for head_dim 96 and 128, not {head_dim}"
+            )),
             Some("narrow") => Ok(Tiling::Narrow),
             Some(other) => Err(format!(
                 "FLASHCORE_PORTABLE_BWD_TILES={other}: expected `wide` or `narrow`"
             )),
             None => {
                 let limit = device.max_shared_memory_per_block_optin as usize;
-                let fits =
-                    wide_dkdv_smem_bytes(head_dim).max(wide_dq_smem_bytes(head_dim)) <= limit;
-                Ok(if fits { Tiling::Wide } else { Tiling::Narrow })
+                let fits = wide_dkdv_smem_bytes(head_dim) <= limit;
+                Ok(if buildable && fits { Tiling::Wide } else { Tiling::Narrow })
             }
         }
     }
@@ -145,13 +139,13 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, forced_tiling).map_err(|e| Unsupported::new(name, e))?
     };
-    let smem = match tiling {
-        Tiling::Wide => [wide_dkdv_smem_bytes(d), wide_dq_smem_bytes(d)],
-        Tiling::Narrow => [
-            dkdv_smem_bytes(d, atomic_dq),
-            if atomic_dq { 0 } else { dq_smem_bytes(d) },
-        ],
-    };
+    let smem = [
+        match tiling {
+            Tiling::Wide => wide_dkdv_smem_bytes(d),
+            Tiling::Narrow => dkdv_smem_bytes(d, atomic_dq),
+        },
+        if atomic_dq { 0 } else { dq_smem_bytes(d) },
+    ];
     let limit = device.max_shared_memory_per_block_optin as usize;
     if let Some(&need) = smem.iter().find(|&&s| s > limit) {
         return Err(Unsupported::new(
@@ -179,33 +173,22 @@ fn plan_with(
     let rows = p.batch * p.heads_q * p.seq_q;
     let row_warps = tiles(rows, WARPS as usize);
     let dot_do_o = launch(SOURCE, "bwd_portable_dot_do_o", WARPS, row_warps, 0);
-    if tiling == Tiling::Wide {
-        let key_items = p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS);
-        let query_items = p.batch * p.heads_q * tiles(p.seq_q, WIDE_QUERY_TILE_ROWS);
-        return Ok(LaunchPlan {
-            launches: vec![
-                dot_do_o,
-                launch(
-                    WIDE_SOURCE,
-                    "bwd_portable_dk_dv_wide",
-                    WIDE_DKDV_WARPS,
-                    key_items,
-                    smem[0],
-                ),
-                launch(
-                    WIDE_SOURCE,
-                    "bwd_portable_dq_wide",
-                    WIDE_DQ_WARPS,
-                    query_items,
-                    smem[1],
-                ),
-            ],
-            workspace_f32: rows,
-            workspace_counters: 0,
-            num_splits: 1,
-        });
-    }
-    let key_items = p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS);
+    let dk_dv = match tiling {
+        Tiling::Wide => launch(
+            WIDE_SOURCE,
+            "bwd_portable_dk_dv_wide",
+            WIDE_DKDV_WARPS,
+            p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS),
+            smem[0],
+        ),
+        Tiling::Narrow => launch(
+            SOURCE,
+            "bwd_portable_dk_dv",
+            WARPS,
+            p.batch * p.heads_kv * tiles(p.seq_k, KEY_TILE_ROWS),
+            smem[0],
+        ),
+    };
     let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
     let (dq_launch, workspace) = if atomic_dq {
         let accumulator = rows
@@ -223,11 +206,7 @@ fn plan_with(
         )
     };
     Ok(LaunchPlan {
-        launches: vec![
-            dot_do_o,
-            launch(SOURCE, "bwd_portable_dk_dv", WARPS, key_items, smem[0]),
-            dq_launch,
-        ],
+        launches: vec![dot_do_o, dk_dv, dq_launch],
         workspace_f32: workspace,
         workspace_counters: 0,
         num_splits: 1,
@@ -357,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn wide_tiles_are_the_default_where_they_fit() {
+    fn wide_dk_dv_tiles_above_head_dim_64_where_they_fit() {
         let p = AttentionProblem::new(2, 8, 300, 128).with_kv(2, 300);
         let plan = PersistentPortable
             .plan_backward(&p, &DeviceInfo::synthetic_h100())
@@ -368,39 +347,37 @@ mod tests {
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
-                "bwd_portable_dq_wide"
+                "bwd_portable_dq"
             ]
         );
         assert_eq!(plan.launches[1].source, WIDE_SOURCE);
         assert_eq!(plan.launches[1].block.0, 256);
         assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 tiles of 128
-        assert_eq!(plan.launches[2].block.0, 256);
-        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 3); // 300 rows: 3 tiles of 128
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 5); // 300 rows: 5 tiles of 64
                                                         // K, V (32 KiB each), 2 x (Q, dO) of 64 rows (16 KiB each), Pᵀ and dSᵀ (16 KiB each),
-                                                        // 4 x 64 floats; dQ: Q, dO (32 KiB each), 2 x (K, V) of 64 rows (16 KiB each), dS (16
-                                                        // KiB), 128 x (LSE, D).
+                                                        // 2 x 64 (LSE, D) pairs.
         assert_eq!(
             plan.launches[1].dynamic_smem_bytes,
             2 * 32768 + 4 * 16384 + 2 * 16384 + 1024
         );
-        assert_eq!(
-            plan.launches[2].dynamic_smem_bytes,
-            2 * 32768 + 4 * 16384 + 16384 + 1024
-        );
         assert_eq!(plan.workspace_f32, 2 * 8 * 300);
 
-        // Where they do not fit (sm_86: 99 KiB), the 16-row tiles; a bad override is refused.
-        let sm86 = PersistentPortable
-            .plan_backward(&p, &DeviceInfo::synthetic_sm86())
-            .unwrap();
-        assert_eq!(sm86.launches[1].entry, "bwd_portable_dk_dv");
+        let h100 = DeviceInfo::synthetic_h100();
+        let sm86 = DeviceInfo::synthetic_sm86();
+        // Not at D = 64 (the 16-row kernel measured faster), nor where shared memory is short.
+        assert_eq!(Tiling::choose(64, &h100, None), Ok(Tiling::Narrow));
+        assert_eq!(Tiling::choose(96, &h100, None), Ok(Tiling::Wide));
+        assert_eq!(Tiling::choose(128, &sm86, None), Ok(Tiling::Narrow));
+        let sm86_plan = PersistentPortable.plan_backward(&p, &sm86).unwrap();
+        assert_eq!(sm86_plan.launches[1].entry, "bwd_portable_dk_dv");
+        // The A/B switch, and its refusals.
         assert_eq!(
-            Tiling::choose(64, &DeviceInfo::synthetic_sm86(), None),
-            Ok(Tiling::Wide),
-            "D = 64 fits 99 KiB"
+            Tiling::choose(128, &h100, Some("narrow".into())),
+            Ok(Tiling::Narrow)
         );
-        let e =
-            Tiling::choose(128, &DeviceInfo::synthetic_h100(), Some("wider".into())).unwrap_err();
+        let e = Tiling::choose(64, &h100, Some("wide".into())).unwrap_err();
+        assert!(e.contains("head_dim 96 and 128"), "{e}");
+        let e = Tiling::choose(128, &h100, Some("wider".into())).unwrap_err();
         assert!(e.contains("FLASHCORE_PORTABLE_BWD_TILES"), "{e}");
     }
 
@@ -451,17 +428,13 @@ mod tests {
                 let rows = batch * heads_kv * group * seq_q;
                 let wide = plan.launches[1].entry == "bwd_portable_dk_dv_wide";
                 proptest::prop_assert_eq!(wide, !atomic && Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
-                let (key_tile, query_tile) = if wide {
-                    (WIDE_KEY_TILE_ROWS, WIDE_QUERY_TILE_ROWS)
-                } else {
-                    (KEY_TILE_ROWS, QUERY_TILE_ROWS)
-                };
+                let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
                 let items = [
                     rows.div_ceil(4),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
-                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
+                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(QUERY_TILE_ROWS) },
                 ];
-                let threads = if wide { [128, 256, 256] } else { [128; 3] };
+                let threads = if wide { [128, 256, 128] } else { [128; 3] };
                 for ((launch, items), threads) in plan.launches.iter().zip(items).zip(threads) {
                     proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                     proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);

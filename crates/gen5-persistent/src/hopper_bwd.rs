@@ -31,17 +31,19 @@ pub fn default_query_rows(head_dim: usize) -> usize {
     }
 }
 
-/// Work units per L2 section by default: one wave (the SM count) without causal masking, one
-/// and a half under it. Sections of 1.5 waves ran the causal (4,16,2048,64) and (4,16,2048,128)
-/// rows 6-7 % faster and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections
-/// hold the same heads either way); without causal masking they were 0.5-1.5 % slower (session
-/// 9, run10: 66, 132, 198, 264 and 396 units, two passes).
+/// Work units per L2 section by default: half a wave (half the SM count) without causal masking,
+/// one and a half waves under it.
+/// - Causal: sections of 1.5 waves ran the (4,16,2048,64) and (4,16,2048,128) rows 6-7 % faster
+///   and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections hold the same heads
+///   either way); session 9, run10: 66, 132, 198, 264 and 396 units, two passes.
+/// - Without: half a wave ran (4,16,2048,128) 1.5-3 % faster than one wave and the other rows level
+///   (session 9 run10, session 10 run3: two passes each).
 pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) -> usize {
     let wave = device.sm_count.max(1) as usize;
     if problem.causal {
         wave * 3 / 2
     } else {
-        wave
+        wave.div_ceil(2)
     }
 }
 
@@ -330,9 +332,9 @@ mod tests {
         );
         let t = with(&[]).unwrap();
         assert_eq!((t.stages, t.section_units, t.query_rows), (2, None, None));
-        // The default: one wave of units per L2 section, one and a half under causal masking.
+        // The default: half a wave of units per L2 section, one and a half under causal masking.
         let p = AttentionProblem::new(4, 16, 2048, 128);
-        assert_eq!(default_section_units(&p, &h100), 132);
+        assert_eq!(default_section_units(&p, &h100), 66);
         assert_eq!(
             default_section_units(&p.clone().with_causal(true), &h100),
             198
