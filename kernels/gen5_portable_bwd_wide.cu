@@ -44,7 +44,8 @@
 namespace wide_bwd {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 96 || head_dim == 128, "the 32-row dK/dV kernel is planned for head_dim 96 and 128");
+static_assert(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128,
+              "the portable backward is built for head_dim 32, 64, 96, 128");
 
 constexpr int warp_rows = 32;  // two m16 slices per warp
 constexpr int row_tiles = warp_rows / 16;
@@ -82,7 +83,21 @@ __device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_
         }
 }
 
-// ---- dK, dV ----
+// Which (query head, query tile) a step loads: the heads of the KV group one after another, each
+// over its query tiles from the first that sees the key tile. Advanced per step, so the step loop
+// has no division.
+struct StepCursor {
+    int head, q_tile;
+    __device__ __forceinline__ void advance(int first_q_tile, int q_tiles) {
+        if (++q_tile == q_tiles) {
+            q_tile = first_q_tile;
+            ++head;
+        }
+    }
+};
+
+#if FC_HEAD_DIM > 64
+// ---- dK, dV: Pᵀ and dSᵀ through shared memory ----
 namespace dkdv {
 constexpr int num_warps = 8;
 constexpr int num_threads = 32 * num_warps;
@@ -112,25 +127,62 @@ constexpr int stats_at = dst_at + prob_bytes;
 __device__ __forceinline__ int row_stats_at(int buf) { return stats_at + buf * rowstat_bytes; }
 constexpr int smem_bytes = stats_at + 2 * rowstat_bytes;
 
-// Which (query head, query tile) a step loads: the heads of the KV group one after another, each
-// over its query tiles from the first that sees the key tile. Advanced per step, so the step loop
-// has no division.
-struct StepCursor {
-    int head, q_tile;
-    __device__ __forceinline__ void advance(int first_q_tile, int q_tiles) {
-        if (++q_tile == q_tiles) {
-            q_tile = first_q_tile;
-            ++head;
-        }
-    }
-};
 }  // namespace dkdv
+#else
+// ---- dK, dV with Pᵀ and dSᵀ in registers (head_dim <= 64, where 32 keys' dK and dV take 64
+// registers or fewer) ----
+namespace dkdv {
+constexpr int num_warps = 4;
+constexpr int num_threads = 32 * num_warps;
+constexpr int key_rows = num_warps * warp_rows;  // a 32-key block per warp
+constexpr int query_rows = 32;                   // per step
+constexpr int query_tiles8 = query_rows / 8;
+// k steps unrolled in the Sᵀ and dPᵀ products: at D = 64, with all 4 unrolled, ptxas hoisted their
+// loads beside dK and dV and spilled on sm_90a.
+constexpr int k_unroll = head_dim == 64 ? 2 : head_dim / 16;
+
+// Shared memory: K | V | 2 x (Q | dO) | 2 x the rows' (LSE·log2e, D). Keep in sync with
+// crates/gen5-persistent/src/backward.rs (`wide_dkdv_smem_bytes`).
+constexpr int kv_bytes = RowTile::bytes(key_rows);
+constexpr int q_bytes = RowTile::bytes(query_rows);
+constexpr int rowstat_bytes = query_rows * 8;
+constexpr int k_at = 0;
+constexpr int v_at = kv_bytes;
+__device__ __forceinline__ int q_at(int buf) { return 2 * kv_bytes + buf * 2 * q_bytes; }
+__device__ __forceinline__ int do_at(int buf) { return q_at(buf) + q_bytes; }
+constexpr int stats_at = 2 * kv_bytes + 4 * q_bytes;
+__device__ __forceinline__ int row_stats_at(int buf) { return stats_at + buf * rowstat_bytes; }
+constexpr int smem_bytes = stats_at + 2 * rowstat_bytes;
+}  // namespace dkdv
+
+// ---- dQ (head_dim <= 64): each warp's 32 rows walk the keys 32 at a time ----
+namespace dq {
+constexpr int num_warps = 4;
+constexpr int num_threads = 32 * num_warps;
+constexpr int query_rows = num_warps * warp_rows;
+constexpr int key_chunk = 32;  // keys per warp product
+constexpr int key_rows = 64;   // keys per shared tile (per barrier)
+constexpr int key_tiles8 = key_chunk / 8;
+
+// Shared memory: Q | dO | 2 x (K | V) | the rows' (LSE·log2e, D). Keep in sync with backward.rs
+// (`wide_dq_smem_bytes`).
+constexpr int q_bytes = RowTile::bytes(query_rows);
+constexpr int kv_bytes = RowTile::bytes(key_rows);
+constexpr int q_at = 0;
+constexpr int do_at = q_bytes;
+__device__ __forceinline__ int k_at(int buf) { return 2 * q_bytes + buf * 2 * kv_bytes; }
+__device__ __forceinline__ int v_at(int buf) { return k_at(buf) + kv_bytes; }
+constexpr int stats_at = 2 * q_bytes + 4 * kv_bytes;
+constexpr int smem_bytes = stats_at + query_rows * 8;
+}  // namespace dq
+#endif
 
 
 }  // namespace wide_bwd
 
 using namespace wide_bwd;
 
+#if FC_HEAD_DIM > 64
 extern "C" __global__ void __launch_bounds__(dkdv::num_threads, 1)
 bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     using namespace dkdv;
@@ -251,3 +303,221 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                             warp_col0, valid_keys, 1.f, lane);
     }
 }
+#else
+extern "C" __global__ void __launch_bounds__(dkdv::num_threads, 2)
+bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    using namespace dkdv;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned smem_base = shared_address(smem);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int group = lane / 4, tig = lane % 4;
+    const int warp_key0 = warp * warp_rows;
+
+    const int key_tiles = ceil_div(p.seq_k, key_rows);
+    const int q_tiles = ceil_div(p.seq_q, query_rows);
+    const long long heads = (long long)p.batch * p.heads_kv;
+    // Key tile major: under causal masking the first key tiles see the most queries.
+    for (long long item = blockIdx.x; item < heads * key_tiles; item += gridDim.x) {
+        const int key_tile = (int)(item / heads);
+        const int b = (int)((item % heads) / p.heads_kv);
+        const int h_kv = (int)(item % p.heads_kv);
+        const int k0 = key_tile * key_rows;
+        const int valid_keys = min(key_rows, p.seq_k - k0);
+        const int first_q_tile = first_query_seeing(p, k0) / query_rows;
+        const int steps = (q_tiles - first_q_tile) * p.q_heads_per_kv;  // 0 when no query sees the keys
+
+        auto load_step = [&](StepCursor at, int buf) {
+            const int q0 = at.q_tile * query_rows;
+            const int rows = min(query_rows, p.seq_q - q0);
+            load_tile_async<query_rows, head_dim, num_threads>(
+                smem_base + q_at(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0), p.q_row_stride,
+                rows, tid);
+            load_tile_async<query_rows, head_dim, num_threads>(
+                smem_base + do_at(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
+                g.do_row_stride, rows, tid);
+            // Plain stores, visible after the barrier that ends the step before this buffer is read.
+            if (tid < query_rows)
+                reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
+        };
+
+        float dk[row_tiles][head_dim / 8][4], dv[row_tiles][head_dim / 8][4];
+        zero_warp_tile(dk);
+        zero_warp_tile(dv);
+
+        if (steps > 0) {
+            // The previous item ended on a barrier after its last shared-memory read.
+            load_tile_async<key_rows, head_dim, num_threads>(
+                smem_base + k_at, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, k0), p.k_row_stride,
+                valid_keys, tid);
+            load_tile_async<key_rows, head_dim, num_threads>(
+                smem_base + v_at, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, k0), p.v_row_stride,
+                valid_keys, tid);
+            StepCursor cur{h_kv * p.q_heads_per_kv, first_q_tile};
+            load_step(cur, 0);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+
+            for (int s = 0; s < steps; ++s) {
+                const int buf = s & 1;
+                const int q0 = cur.q_tile * query_rows;
+                cur.advance(first_q_tile, q_tiles);
+                // The other buffer's last readers finished before the barrier ending step s-1.
+                if (s + 1 < steps) load_step(cur, buf ^ 1);
+                cp_async_commit();
+
+                const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf));
+                // Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
+                float pt[row_tiles][query_tiles8][4];
+                zero_warp_tile(pt);
+                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
+                                                                           smem_base + q_at(buf), 0, lane);
+                const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
+#pragma unroll
+                for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                    for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int qc = 8 * j + 2 * tig + (e & 1);
+                            float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
+                            const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
+                            if (masked && key > q0 + qc + causal_offset(p)) prob = 0.f;
+                            pt[mt][j][e] = prob;
+                        }
+                float dpt[row_tiles][query_tiles8][4];
+                zero_warp_tile(dpt);
+                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
+                                                                           smem_base + do_at(buf), 0, lane);
+                // dV += Pᵀ·dO, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of Pᵀ and dK += dSᵀ·Q: Pᵀ and dSᵀ
+                // leave the accumulators already in the A layout.
+                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dv, pt, smem_base + do_at(buf), 0, lane);
+#pragma unroll
+                for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                    for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
+                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, smem_base + q_at(buf), 0, lane);
+
+                cp_async_wait<0>();
+                // Step s+1's tiles are visible; every warp is done with buffer buf.
+                __syncthreads();
+            }
+        }
+
+        store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
+                            0, valid_keys, p.softmax_scale, lane);
+        store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
+                            0, valid_keys, 1.f, lane);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(dq::num_threads, 2)
+bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    using namespace dq;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned smem_base = shared_address(smem);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int group = lane / 4, tig = lane % 4;
+    const int warp_row0 = warp * warp_rows;
+
+    const int q_tiles = ceil_div(p.seq_q, query_rows);
+    const long long heads = (long long)p.batch * p.heads_q;
+    // Each warp writes and reads only its own 32 rows' statistics.
+    RowStats* stats = reinterpret_cast<RowStats*>(smem + stats_at) + warp_row0;
+    auto row_lse = [&](int mt, int r) { return stats[16 * mt + group + 8 * r].lse; };
+    auto row_dvec = [&](int mt, int r) { return stats[16 * mt + group + 8 * r].dvec; };
+    // Last query tile first: under causal masking it sees the most keys.
+    for (long long item = blockIdx.x; item < heads * q_tiles; item += gridDim.x) {
+        const int q_tile = q_tiles - 1 - (int)(item / heads);
+        const int b = (int)((item % heads) / p.heads_q);
+        const int h = (int)(item % p.heads_q);
+        const int h_kv = h / p.q_heads_per_kv;
+        const int q0 = q_tile * query_rows;
+        const int valid_rows = min(query_rows, p.seq_q - q0);
+        const int key_end = causal_key_end_for_tile(p, q0, q0 + valid_rows);
+        const int key_tiles = key_end > 0 ? ceil_div(key_end, key_rows) : 0;
+
+        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
+        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
+        auto load_kv = [&](int n, int buf) {
+            const int kk0 = n * key_rows, rows = min(key_rows, p.seq_k - kk0);
+            load_tile_async<key_rows, head_dim, num_threads>(smem_base + k_at(buf),
+                                                             k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride,
+                                                             rows, tid);
+            load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at(buf),
+                                                             v_ptr + (long long)kk0 * p.v_row_stride, p.v_row_stride,
+                                                             rows, tid);
+        };
+
+        float dq_acc[row_tiles][head_dim / 8][4];
+        zero_warp_tile(dq_acc);
+        if (key_tiles > 0) {
+            // The previous item ended on a barrier after its last shared-memory read.
+            load_tile_async<query_rows, head_dim, num_threads>(
+                smem_base + q_at, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, valid_rows,
+                tid);
+            load_tile_async<query_rows, head_dim, num_threads>(
+                smem_base + do_at, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
+                valid_rows, tid);
+            load_kv(0, 0);
+            cp_async_commit();
+            stats[lane] = row_stats(p, b, h, q0 + warp_row0 + lane);
+            cp_async_wait<0>();
+            __syncthreads();
+
+            for (int n = 0; n < key_tiles; ++n) {
+                const int buf = n & 1;
+                if (n + 1 < key_tiles) load_kv(n + 1, buf ^ 1);
+                cp_async_commit();
+                const int kk0 = n * key_rows;
+                // Key tails and the causal diagonal take the element mask.
+                const bool masked = kk0 + key_rows > p.seq_k ||
+                                    (p.causal && kk0 + key_rows - 1 > q0 + warp_row0 + causal_offset(p));
+#pragma unroll 1
+                for (int c = 0; c < key_rows / key_chunk; ++c) {
+                    // S → P, dP, then dS = P ∘ (dP − D) in place of P, and dQ += dS·K.
+                    float s[row_tiles][key_tiles8][4];
+                    zero_warp_tile(s);
+                    warp_gemm_abt<head_dim, row_tiles, key_tiles8>(s, smem_base + q_at, warp_row0,
+                                                                   smem_base + k_at(buf), c * key_chunk, lane);
+#pragma unroll
+                    for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                        for (int j = 0; j < key_tiles8; ++j)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const int r = e >> 1;
+                                float prob = exp2f(s[mt][j][e] * p.scale_log2 - row_lse(mt, r));
+                                if (masked) {
+                                    const int key = kk0 + c * key_chunk + 8 * j + 2 * tig + (e & 1);
+                                    const int row = q0 + warp_row0 + 16 * mt + group + 8 * r;
+                                    if (key >= p.seq_k || (p.causal && key > row + causal_offset(p))) prob = 0.f;
+                                }
+                                s[mt][j][e] = prob;
+                            }
+                    float dp[row_tiles][key_tiles8][4];
+                    zero_warp_tile(dp);
+                    warp_gemm_abt<head_dim, row_tiles, key_tiles8>(dp, smem_base + do_at, warp_row0,
+                                                                   smem_base + v_at(buf), c * key_chunk, lane);
+#pragma unroll
+                    for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                        for (int j = 0; j < key_tiles8; ++j)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) s[mt][j][e] *= dp[mt][j][e] - row_dvec(mt, e >> 1);
+                    warp_gemm_rb<head_dim, row_tiles, key_tiles8>(dq_acc, s, smem_base + k_at(buf), c * key_chunk,
+                                                                  lane);
+                }
+
+                cp_async_wait<0>();
+                // Key tile n+1 is visible; every warp is done with buffer buf.
+                __syncthreads();
+            }
+        }
+        store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq_acc, warp_row0,
+                            0, valid_rows, p.softmax_scale, lane);
+    }
+}
+#endif

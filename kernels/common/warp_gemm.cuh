@@ -116,6 +116,34 @@ __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned
     }
 }
 
+// acc += P·B with P in registers: the f32 accumulator of an earlier product (kMT × kKT n8 tiles,
+// converted to elem_t per k16 step by p_fragment: the C layout of two n8 tiles is the A layout of
+// one k16 step), B rows b_row0 .. +8·kKT, all kBCols columns of a row-major [k][kBCols] tile, read
+// with ldmatrix.trans.
+template <int kBCols, int kMT, int kKT>
+__device__ __forceinline__ void warp_gemm_rb(float (&acc)[kMT][kBCols / 8][4], const float (&p)[kMT][kKT][4],
+                                             unsigned b_tile, int b_row0, int lane) {
+    static_assert(kKT % 2 == 0, "P gives one k16 step per two n8 tiles");
+    lane = fresh_lane(lane);
+    const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(b_row0, 0, lane);
+#pragma unroll
+    for (int ks = 0; ks < kKT / 2; ++ks) {
+        FragA a[kMT];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) a[mt] = p_fragment(p[mt], ks);
+#pragma unroll
+        for (int np = 0; np < kBCols / 16; ++np) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, b_tile + b_addr.at(np, 16 * ks));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // Zeroes a warp tile's accumulator.
 template <int kMT, int kNT>
 __device__ __forceinline__ void zero_warp_tile(float (&acc)[kMT][kNT][4]) {

@@ -55,22 +55,57 @@ pub fn dq_smem_bytes(head_dim: usize) -> usize {
 }
 
 pub const WIDE_SOURCE: &str = "gen5_portable_bwd_wide.cu";
-/// The wide dK/dV kernel: 8 warps, 128 keys (four 32-key blocks) per block, 64 queries per step.
-const WIDE_DKDV_WARPS: u32 = 8;
+/// Keys per block of both wide dK/dV kernels (four 32-key blocks).
 pub const WIDE_KEY_TILE_ROWS: usize = 128;
-const WIDE_DKDV_QUERY_ROWS: usize = 64;
+/// Query rows per block of the wide dQ kernel (head_dim <= 64; four 32-row blocks).
+pub const WIDE_QUERY_TILE_ROWS: usize = 128;
 
-/// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers, the Pᵀ and dSᵀ tiles
-/// ([128 keys][64 queries]) and two (LSE, D) row vectors.
-pub fn wide_dkdv_smem_bytes(head_dim: usize) -> usize {
-    let (keys, queries) = (WIDE_KEY_TILE_ROWS, WIDE_DKDV_QUERY_ROWS);
-    2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * keys * queries * 2 + 2 * queries * 8
+/// Whether head_dim takes the wide kernels' register path: P and dS stay in registers, and the dQ
+/// pass is wide too (32 keys' or rows' gradients take at most 64 registers).
+fn wide_in_registers(head_dim: usize) -> bool {
+    head_dim <= 64
 }
 
-/// Which warp tiles the deterministic schedule's dK/dV pass uses.
+/// Warps per block of the wide dK/dV kernel: 8 where Pᵀ and dSᵀ go through shared memory
+/// (a key block per warp pair), 4 on the register path (one per warp).
+fn wide_dkdv_warps(head_dim: usize) -> u32 {
+    if wide_in_registers(head_dim) {
+        4
+    } else {
+        8
+    }
+}
+
+/// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers and two (LSE, D) row
+/// vectors of the step's queries (64, or 32 on the register path), plus the Pᵀ and dSᵀ tiles
+/// ([128 keys][64 queries]) above head_dim 64.
+pub fn wide_dkdv_smem_bytes(head_dim: usize) -> usize {
+    let keys = WIDE_KEY_TILE_ROWS;
+    if wide_in_registers(head_dim) {
+        let queries = 32;
+        2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8
+    } else {
+        let queries = 64;
+        2 * keys * head_dim * 2
+            + 4 * queries * head_dim * 2
+            + 2 * keys * queries * 2
+            + 2 * queries * 8
+    }
+}
+
+/// `dq::smem_bytes` of the wide dQ kernel (head_dim <= 64): Q and dO, two (K, V) buffers of 64
+/// keys, the rows' (LSE, D).
+pub fn wide_dq_smem_bytes(head_dim: usize) -> usize {
+    let rows = WIDE_QUERY_TILE_ROWS;
+    2 * rows * head_dim * 2 + 4 * 64 * head_dim * 2 + rows * 8
+}
+
+/// Which warp tiles the deterministic schedule uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tiling {
-    /// 32-row warp tiles (`gen5_portable_bwd_wide.cu`): half the shared-memory reads per product.
+    /// 32-row warp tiles (`gen5_portable_bwd_wide.cu`): at most two thirds of the shared-memory
+    /// reads per product. Both passes at head_dim <= 64; the dK/dV pass above (its dQ twin there
+    /// measured slower than the 16-row dQ kernel).
     Wide,
     /// 16-row warp tiles (`gen5_portable_bwd.cu`).
     Narrow,
@@ -78,28 +113,29 @@ pub enum Tiling {
 
 impl Tiling {
     /// `forced` is `FLASHCORE_PORTABLE_BWD_TILES` = `wide` | `narrow` (an A/B switch). Unset: the
-    /// wide tiles for head_dim > 64 wherever the device's shared memory holds them. At D = 128 they
-    /// ran the H100 rows 6-13 % faster; at D = 64 the 16-row kernel was 6-12 % faster (session 10,
-    /// run3-4).
+    /// wide tiles wherever the device's shared memory holds them.
     fn choose(
         head_dim: usize,
         device: &DeviceInfo,
         forced: Option<String>,
     ) -> Result<Self, String> {
-        let buildable = matches!(head_dim, 96 | 128);
         match forced.as_deref() {
-            Some("wide") if buildable => Ok(Tiling::Wide),
-            Some("wide") => Err(format!(
-                "FLASHCORE_PORTABLE_BWD_TILES=wide: the 32-row dK/dV kernel is built for head_dim 96 and 128, not {head_dim}"
-            )),
+            Some("wide") => Ok(Tiling::Wide),
             Some("narrow") => Ok(Tiling::Narrow),
             Some(other) => Err(format!(
                 "FLASHCORE_PORTABLE_BWD_TILES={other}: expected `wide` or `narrow`"
             )),
             None => {
                 let limit = device.max_shared_memory_per_block_optin as usize;
-                let fits = wide_dkdv_smem_bytes(head_dim) <= limit;
-                Ok(if buildable && fits { Tiling::Wide } else { Tiling::Narrow })
+                let mut need = wide_dkdv_smem_bytes(head_dim);
+                if wide_in_registers(head_dim) {
+                    need = need.max(wide_dq_smem_bytes(head_dim));
+                }
+                Ok(if need <= limit {
+                    Tiling::Wide
+                } else {
+                    Tiling::Narrow
+                })
             }
         }
     }
@@ -139,12 +175,19 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, forced_tiling).map_err(|e| Unsupported::new(name, e))?
     };
+    let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
         match tiling {
             Tiling::Wide => wide_dkdv_smem_bytes(d),
             Tiling::Narrow => dkdv_smem_bytes(d, atomic_dq),
         },
-        if atomic_dq { 0 } else { dq_smem_bytes(d) },
+        if atomic_dq {
+            0
+        } else if wide_dq {
+            wide_dq_smem_bytes(d)
+        } else {
+            dq_smem_bytes(d)
+        },
     ];
     let limit = device.max_shared_memory_per_block_optin as usize;
     if let Some(&need) = smem.iter().find(|&&s| s > limit) {
@@ -177,7 +220,7 @@ fn plan_with(
         Tiling::Wide => launch(
             WIDE_SOURCE,
             "bwd_portable_dk_dv_wide",
-            WIDE_DKDV_WARPS,
+            wide_dkdv_warps(d),
             p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS),
             smem[0],
         ),
@@ -198,6 +241,12 @@ fn plan_with(
         (
             launch(SOURCE, "bwd_portable_dq_convert", WARPS, row_warps, 0),
             rows.next_multiple_of(4) + accumulator,
+        )
+    } else if wide_dq {
+        let items = p.batch * p.heads_q * tiles(p.seq_q, WIDE_QUERY_TILE_ROWS);
+        (
+            launch(WIDE_SOURCE, "bwd_portable_dq_wide", WARPS, items, smem[1]),
+            rows,
         )
     } else {
         (
@@ -336,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn wide_dk_dv_tiles_above_head_dim_64_where_they_fit() {
+    fn wide_tiles_where_shared_memory_holds_them() {
         let p = AttentionProblem::new(2, 8, 300, 128).with_kv(2, 300);
         let plan = PersistentPortable
             .plan_backward(&p, &DeviceInfo::synthetic_h100())
@@ -364,19 +413,42 @@ mod tests {
 
         let h100 = DeviceInfo::synthetic_h100();
         let sm86 = DeviceInfo::synthetic_sm86();
-        // Not at D = 64 (the 16-row kernel measured faster), nor where shared memory is short.
-        assert_eq!(Tiling::choose(64, &h100, None), Ok(Tiling::Narrow));
+        // At D <= 64 both passes are wide (P in registers, 4 warps a block); at D = 128 on sm_86
+        // (99 KiB) the 16-row kernels.
+        let d64 = AttentionProblem::new(2, 8, 300, 64).with_kv(2, 300);
+        let plan64 = PersistentPortable.plan_backward(&d64, &h100).unwrap();
+        let entries: Vec<_> = plan64.launches.iter().map(|l| l.entry).collect();
+        assert_eq!(
+            entries,
+            [
+                "bwd_portable_dot_do_o",
+                "bwd_portable_dk_dv_wide",
+                "bwd_portable_dq_wide"
+            ]
+        );
+        assert_eq!(plan64.launches[1].block.0, 128);
+        assert_eq!(plan64.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 tiles of 128
+        assert_eq!(plan64.launches[2].grid.0, 2 * 8 * 3); // 300 rows: 3 tiles of 128
+                                                          // K, V (16 KiB each), 2 x (Q, dO) of 32 rows (4 KiB each), 2 x 32 (LSE, D); dQ: Q, dO
+                                                          // (16 KiB each), 2 x (K, V) of 64 rows (8 KiB each), 128 (LSE, D).
+        assert_eq!(
+            plan64.launches[1].dynamic_smem_bytes,
+            2 * 16384 + 4 * 4096 + 512
+        );
+        assert_eq!(
+            plan64.launches[2].dynamic_smem_bytes,
+            2 * 16384 + 4 * 8192 + 1024
+        );
+        assert_eq!(Tiling::choose(64, &sm86, None), Ok(Tiling::Wide));
         assert_eq!(Tiling::choose(96, &h100, None), Ok(Tiling::Wide));
         assert_eq!(Tiling::choose(128, &sm86, None), Ok(Tiling::Narrow));
         let sm86_plan = PersistentPortable.plan_backward(&p, &sm86).unwrap();
         assert_eq!(sm86_plan.launches[1].entry, "bwd_portable_dk_dv");
-        // The A/B switch, and its refusals.
+        // The A/B switch, and its refusal.
         assert_eq!(
             Tiling::choose(128, &h100, Some("narrow".into())),
             Ok(Tiling::Narrow)
         );
-        let e = Tiling::choose(64, &h100, Some("wide".into())).unwrap_err();
-        assert!(e.contains("head_dim 96 and 128"), "{e}");
         let e = Tiling::choose(128, &h100, Some("wider".into())).unwrap_err();
         assert!(e.contains("FLASHCORE_PORTABLE_BWD_TILES"), "{e}");
     }
@@ -429,12 +501,14 @@ mod tests {
                 let wide = plan.launches[1].entry == "bwd_portable_dk_dv_wide";
                 proptest::prop_assert_eq!(wide, !atomic && Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
                 let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
+                let wide_dq = wide && d <= 64;
+                let query_tile = if wide_dq { WIDE_QUERY_TILE_ROWS } else { QUERY_TILE_ROWS };
                 let items = [
                     rows.div_ceil(4),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
-                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(QUERY_TILE_ROWS) },
+                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
                 ];
-                let threads = if wide { [128, 256, 128] } else { [128; 3] };
+                let threads = if wide && d > 64 { [128, 256, 128] } else { [128; 3] };
                 for ((launch, items), threads) in plan.launches.iter().zip(items).zip(threads) {
                     proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                     proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
