@@ -177,6 +177,81 @@ constexpr int smem_bytes = stats_at + query_rows * 8;
 }  // namespace dq
 #endif
 
+// ---- The dK/dV pass's items and loads, the same in both layouts ----
+namespace dkdv {
+// A (key tile, batch, KV head) item. Key tile major: under causal masking the first key tiles see
+// the most queries, so the heaviest items start first.
+struct KeyItem {
+    int b, h_kv, k0, valid_keys, first_q_tile;
+    int steps;  // (query head, query tile) pairs that see the keys; 0 when no query does
+};
+__device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long item, int q_tiles) {
+    const long long heads = (long long)p.batch * p.heads_kv;
+    KeyItem it;
+    it.b = (int)((item % heads) / p.heads_kv);
+    it.h_kv = (int)(item % p.heads_kv);
+    it.k0 = (int)(item / heads) * key_rows;
+    it.valid_keys = min(key_rows, p.seq_k - it.k0);
+    it.first_q_tile = first_query_seeing(p, it.k0) / query_rows;
+    it.steps = (q_tiles - it.first_q_tile) * p.q_heads_per_kv;
+    return it;
+}
+
+// The item's K and V tiles (cp.async, not committed).
+__device__ __forceinline__ void load_key_tile(const AttentionParams& p, unsigned smem_base, const KeyItem& it,
+                                              int tid) {
+    load_tile_async<key_rows, head_dim, num_threads>(smem_base + k_at,
+                                                     static_cast<const elem_t*>(p.k) + k_offset(p, it.b, it.h_kv, it.k0),
+                                                     p.k_row_stride, it.valid_keys, tid);
+    load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at,
+                                                     static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, it.k0),
+                                                     p.v_row_stride, it.valid_keys, tid);
+}
+
+// Step `at`'s Q and dO tiles into buffer `buf` (cp.async, not committed) and its rows' (LSE, D) by
+// plain stores, visible after the barrier that ends the step before this buffer is read.
+__device__ __forceinline__ void load_query_step(const AttentionParams& p, const BackwardParams& g, unsigned char* smem,
+                                                int b, StepCursor at, int buf, int tid) {
+    const unsigned smem_base = shared_address(smem);
+    const int q0 = at.q_tile * query_rows;
+    const int rows = min(query_rows, p.seq_q - q0);
+    load_tile_async<query_rows, head_dim, num_threads>(
+        smem_base + q_at(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0), p.q_row_stride, rows, tid);
+    load_tile_async<query_rows, head_dim, num_threads>(smem_base + do_at(buf),
+                                                       static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
+                                                       g.do_row_stride, rows, tid);
+    if (tid < query_rows)
+        reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
+}
+
+// Runs `step(q0, buf)` over the item's (query head, query tile) steps, with step s+1's Q, dO and
+// row statistics streaming into the other buffer while step s runs, and a barrier after each step
+// (its tiles free, the next ones visible). Nothing happens when no query sees the keys.
+template <class Step>
+__device__ __forceinline__ void walk_steps(const AttentionParams& p, const BackwardParams& g, unsigned char* smem,
+                                           const KeyItem& it, int q_tiles, int tid, Step&& step) {
+    if (it.steps == 0) return;
+    // The previous item ended on a barrier after its last shared-memory read.
+    load_key_tile(p, shared_address(smem), it, tid);
+    StepCursor cur{it.h_kv * p.q_heads_per_kv, it.first_q_tile};
+    load_query_step(p, g, smem, it.b, cur, 0, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int s = 0; s < it.steps; ++s) {
+        const int buf = s & 1;
+        const int q0 = cur.q_tile * query_rows;
+        cur.advance(it.first_q_tile, q_tiles);
+        // The other buffer's last readers finished before the barrier ending step s-1.
+        if (s + 1 < it.steps) load_query_step(p, g, smem, it.b, cur, buf ^ 1, tid);
+        cp_async_commit();
+        step(q0, buf);
+        cp_async_wait<0>();
+        // Step s+1's tiles are visible; every warp is done with buffer buf.
+        __syncthreads();
+    }
+}
+}  // namespace dkdv
 
 }  // namespace wide_bwd
 
@@ -197,110 +272,64 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 
     const int key_tiles = ceil_div(p.seq_k, key_rows);
     const int q_tiles = ceil_div(p.seq_q, query_rows);
-    const long long heads = (long long)p.batch * p.heads_kv;
-    // Key tile major: under causal masking the first key tiles see the most queries, so the
-    // heaviest items start first.
-    for (long long item = blockIdx.x; item < heads * key_tiles; item += gridDim.x) {
-        const int key_tile = (int)(item / heads);
-        const int b = (int)((item % heads) / p.heads_kv);
-        const int h_kv = (int)(item % p.heads_kv);
-        const int k0 = key_tile * key_rows;
-        const int valid_keys = min(key_rows, p.seq_k - k0);
-        const int first_q_tile = first_query_seeing(p, k0) / query_rows;
-        const int steps = (q_tiles - first_q_tile) * p.q_heads_per_kv;  // 0 when no query sees the keys
-
-        auto load_step = [&](StepCursor at, int buf) {
-            const int q0 = at.q_tile * query_rows;
-            const int rows = min(query_rows, p.seq_q - q0);
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + q_at(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0), p.q_row_stride,
-                rows, tid);
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + do_at(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
-                g.do_row_stride, rows, tid);
-            // Plain stores, visible after the barrier that ends the step before this buffer is read.
-            if (tid < query_rows)
-                reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
-        };
+    const long long items = (long long)p.batch * p.heads_kv * key_tiles;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const KeyItem it = key_item(p, item, q_tiles);
+        const int b = it.b, h_kv = it.h_kv, k0 = it.k0;
 
         float dk[row_tiles][col_half / 8][4], dv[row_tiles][col_half / 8][4];
         zero_warp_tile(dk);
         zero_warp_tile(dv);
 
-        if (steps > 0) {
-            // The previous item ended on a barrier after its last shared-memory read.
-            load_tile_async<key_rows, head_dim, num_threads>(
-                smem_base + k_at, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, k0), p.k_row_stride,
-                valid_keys, tid);
-            load_tile_async<key_rows, head_dim, num_threads>(
-                smem_base + v_at, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, k0), p.v_row_stride,
-                valid_keys, tid);
-            StepCursor cur{h_kv * p.q_heads_per_kv, first_q_tile};
-            load_step(cur, 0);
-            cp_async_commit();
-            cp_async_wait<0>();
-            __syncthreads();
+        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
+            const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + warp_query0;
 
-            for (int s = 0; s < steps; ++s) {
-                const int buf = s & 1;
-                const int q0 = cur.q_tile * query_rows;
-                cur.advance(first_q_tile, q_tiles);
-                // The other buffer's last readers finished before the barrier ending step s-1.
-                if (s + 1 < steps) load_step(cur, buf ^ 1);
-                cp_async_commit();
+            // 1. Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
+            float pt[row_tiles][query_tiles8][4];
+            zero_warp_tile(pt);
+            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
+                                                                       smem_base + q_at(buf), warp_query0, lane);
+            const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
+#pragma unroll
+            for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int qc = 8 * j + 2 * tig + (e & 1);
+                        float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
+                        const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
+                        if (masked && key > q0 + warp_query0 + qc + causal_offset(p)) prob = 0.f;
+                        pt[mt][j][e] = prob;
+                    }
+            store_warp_tile<query_rows>(smem + pt_at, pt, warp_key0, warp_query0, lane);
+            // dPᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), in place of Pᵀ.
+            float dpt[row_tiles][query_tiles8][4];
+            zero_warp_tile(dpt);
+            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
+                                                                       smem_base + do_at(buf), warp_query0, lane);
+#pragma unroll
+            for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
+            store_warp_tile<query_rows>(smem + dst_at, pt, warp_key0, warp_query0, lane);
+            __syncthreads();  // every warp's Pᵀ and dSᵀ are in their tiles
 
-                const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + warp_query0;
+            // 2. dV += Pᵀ·dO, dK += dSᵀ·Q over the step's 64 queries.
+            warp_gemm_ab<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
+                dv, smem_base + pt_at, warp_key0, smem_base + do_at(buf), warp_col0, lane);
+            warp_gemm_ab<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
+                dk, smem_base + dst_at, warp_key0, smem_base + q_at(buf), warp_col0, lane);
 
-                // 1. Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
-                float pt[row_tiles][query_tiles8][4];
-                zero_warp_tile(pt);
-                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
-                                                                           smem_base + q_at(buf), warp_query0, lane);
-                const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < query_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int qc = 8 * j + 2 * tig + (e & 1);
-                            float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
-                            const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
-                            if (masked && key > q0 + warp_query0 + qc + causal_offset(p)) prob = 0.f;
-                            pt[mt][j][e] = prob;
-                        }
-                store_warp_tile<query_rows>(smem + pt_at, pt, warp_key0, warp_query0, lane);
-                // dPᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), in place of Pᵀ.
-                float dpt[row_tiles][query_tiles8][4];
-                zero_warp_tile(dpt);
-                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
-                                                                           smem_base + do_at(buf), warp_query0, lane);
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < query_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
-                store_warp_tile<query_rows>(smem + dst_at, pt, warp_key0, warp_query0, lane);
-                __syncthreads();  // every warp's Pᵀ and dSᵀ are in their tiles
-
-                // 2. dV += Pᵀ·dO, dK += dSᵀ·Q over the step's 64 queries.
-                warp_gemm_ab<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
-                    dv, smem_base + pt_at, warp_key0, smem_base + do_at(buf), warp_col0, lane);
-                warp_gemm_ab<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
-                    dk, smem_base + dst_at, warp_key0, smem_base + q_at(buf), warp_col0, lane);
-
-                cp_async_wait<0>();
-                // Step s+1's tiles are visible; every warp is done with buffer buf, Pᵀ and dSᵀ.
-                __syncthreads();
-            }
-        }
+        });
 
         store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                            warp_col0, valid_keys, p.softmax_scale, lane);
+                            warp_col0, it.valid_keys, p.softmax_scale, lane);
         store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                            warp_col0, valid_keys, 1.f, lane);
+                            warp_col0, it.valid_keys, 1.f, lane);
     }
 }
 #else
@@ -315,101 +344,56 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 
     const int key_tiles = ceil_div(p.seq_k, key_rows);
     const int q_tiles = ceil_div(p.seq_q, query_rows);
-    const long long heads = (long long)p.batch * p.heads_kv;
-    // Key tile major: under causal masking the first key tiles see the most queries.
-    for (long long item = blockIdx.x; item < heads * key_tiles; item += gridDim.x) {
-        const int key_tile = (int)(item / heads);
-        const int b = (int)((item % heads) / p.heads_kv);
-        const int h_kv = (int)(item % p.heads_kv);
-        const int k0 = key_tile * key_rows;
-        const int valid_keys = min(key_rows, p.seq_k - k0);
-        const int first_q_tile = first_query_seeing(p, k0) / query_rows;
-        const int steps = (q_tiles - first_q_tile) * p.q_heads_per_kv;  // 0 when no query sees the keys
-
-        auto load_step = [&](StepCursor at, int buf) {
-            const int q0 = at.q_tile * query_rows;
-            const int rows = min(query_rows, p.seq_q - q0);
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + q_at(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0), p.q_row_stride,
-                rows, tid);
-            load_tile_async<query_rows, head_dim, num_threads>(
-                smem_base + do_at(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
-                g.do_row_stride, rows, tid);
-            // Plain stores, visible after the barrier that ends the step before this buffer is read.
-            if (tid < query_rows)
-                reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
-        };
+    const long long items = (long long)p.batch * p.heads_kv * key_tiles;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const KeyItem it = key_item(p, item, q_tiles);
+        const int b = it.b, h_kv = it.h_kv, k0 = it.k0;
 
         float dk[row_tiles][head_dim / 8][4], dv[row_tiles][head_dim / 8][4];
         zero_warp_tile(dk);
         zero_warp_tile(dv);
 
-        if (steps > 0) {
-            // The previous item ended on a barrier after its last shared-memory read.
-            load_tile_async<key_rows, head_dim, num_threads>(
-                smem_base + k_at, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, k0), p.k_row_stride,
-                valid_keys, tid);
-            load_tile_async<key_rows, head_dim, num_threads>(
-                smem_base + v_at, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, k0), p.v_row_stride,
-                valid_keys, tid);
-            StepCursor cur{h_kv * p.q_heads_per_kv, first_q_tile};
-            load_step(cur, 0);
-            cp_async_commit();
-            cp_async_wait<0>();
-            __syncthreads();
+        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
+            const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf));
+            // Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
+            float pt[row_tiles][query_tiles8][4];
+            zero_warp_tile(pt);
+            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
+                                                                       smem_base + q_at(buf), 0, lane);
+            const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
+#pragma unroll
+            for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int qc = 8 * j + 2 * tig + (e & 1);
+                        float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
+                        const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
+                        if (masked && key > q0 + qc + causal_offset(p)) prob = 0.f;
+                        pt[mt][j][e] = prob;
+                    }
+            float dpt[row_tiles][query_tiles8][4];
+            zero_warp_tile(dpt);
+            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
+                                                                       smem_base + do_at(buf), 0, lane);
+            // dV += Pᵀ·dO, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of Pᵀ and dK += dSᵀ·Q: Pᵀ and dSᵀ
+            // leave the accumulators already in the A layout.
+            warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dv, pt, smem_base + do_at(buf), 0, lane);
+#pragma unroll
+            for (int mt = 0; mt < row_tiles; ++mt)
+#pragma unroll
+                for (int j = 0; j < query_tiles8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
+            warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, smem_base + q_at(buf), 0, lane);
 
-            for (int s = 0; s < steps; ++s) {
-                const int buf = s & 1;
-                const int q0 = cur.q_tile * query_rows;
-                cur.advance(first_q_tile, q_tiles);
-                // The other buffer's last readers finished before the barrier ending step s-1.
-                if (s + 1 < steps) load_step(cur, buf ^ 1);
-                cp_async_commit();
-
-                const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf));
-                // Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
-                float pt[row_tiles][query_tiles8][4];
-                zero_warp_tile(pt);
-                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
-                                                                           smem_base + q_at(buf), 0, lane);
-                const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < query_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int qc = 8 * j + 2 * tig + (e & 1);
-                            float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
-                            const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
-                            if (masked && key > q0 + qc + causal_offset(p)) prob = 0.f;
-                            pt[mt][j][e] = prob;
-                        }
-                float dpt[row_tiles][query_tiles8][4];
-                zero_warp_tile(dpt);
-                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
-                                                                           smem_base + do_at(buf), 0, lane);
-                // dV += Pᵀ·dO, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of Pᵀ and dK += dSᵀ·Q: Pᵀ and dSᵀ
-                // leave the accumulators already in the A layout.
-                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dv, pt, smem_base + do_at(buf), 0, lane);
-#pragma unroll
-                for (int mt = 0; mt < row_tiles; ++mt)
-#pragma unroll
-                    for (int j = 0; j < query_tiles8; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
-                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, smem_base + q_at(buf), 0, lane);
-
-                cp_async_wait<0>();
-                // Step s+1's tiles are visible; every warp is done with buffer buf.
-                __syncthreads();
-            }
-        }
+        });
 
         store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                            0, valid_keys, p.softmax_scale, lane);
+                            0, it.valid_keys, p.softmax_scale, lane);
         store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                            0, valid_keys, 1.f, lane);
+                            0, it.valid_keys, 1.f, lane);
     }
 }
 
