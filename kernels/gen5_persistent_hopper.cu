@@ -147,22 +147,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             int it = 0;
 #if FC_HOPPER_DYNAMIC
             unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next unit, [1] CTAs done
-            // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured
-            // worse under causal masking (it breaks the greedy longest-first balance at the tail).
             for (;; ++it) {
-                // The next unit with query rows (units past a varlen sequence's end are skipped).
-                int t;
-                bool done;
                 Work w;
-                for (;;) {
-                    t = 0;
-                    if (leader) t = take_work(counters);
-                    if constexpr (PRODUCER_LANES > 1) t = __shfl_sync(0xffffffffu, t, 0);
-                    done = t >= n_units;
-                    if (done) break;
-                    w = decode_unit(p, sched, t);
-                    if (w.n_blocks >= 0) break;
-                }
+                const int t = take_next_unit(p, sched, counters, n_units, leader, w);
+                const bool done = t >= n_units;
 #else
             for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
                 const Work w = kEarlyFirstUnit && t == (int)blockIdx.x ? first_unit : decode_unit(p, sched, t);

@@ -48,25 +48,16 @@ __device__ __forceinline__ void produce_spread(const AttentionParams& p, const S
     unsigned landed_phase = 0;
 #if FC_HOPPER_DYNAMIC
     unsigned* counters = reinterpret_cast<unsigned*>(p.workspace);  // [0] next unit, [1] CTAs done
-    // Taken when this CTA is ready for it, not one ahead: claiming ahead was measured
-    // worse under causal masking (it breaks the greedy longest-first balance at the tail).
     for (;;) {
         const int qs = counts.q_buffer();
         const unsigned qpar = counts.q_parity();
-        // The next unit with query rows (units past a varlen sequence's end are skipped).
+        // Warp 0 takes the next unit; the followers read it beside Q buffer qs.
         int t;
         bool done;
         Work w;
         if (copy_warp == 0) {
-            for (;;) {
-                t = 0;
-                if (leader) t = take_work(counters);
-                if constexpr (PRODUCER_LANES > 1) t = __shfl_sync(0xffffffffu, t, 0);
-                done = t >= n_units;
-                if (done) break;
-                w = decode_unit(p, sched, t);
-                if (w.n_blocks >= 0) break;
-            }
+            t = take_next_unit(p, sched, counters, n_units, leader, w);
+            done = t >= n_units;
         } else {
             mbar_wait(bar_q_full + 8 * qs, qpar, TAG_Q_FULL);
             t = (int)ld_shared_u32(base + OFF_ITEM + 4 * qs);

@@ -1,10 +1,27 @@
-// Generation 5 (Hopper) forward: the producer's Q side, shared by both producer loops (the
+// Generation 5 (Hopper) forward: the producer's unit and Q side, shared by both producer loops (the
 // whole-warp one in gen5_persistent_hopper.cu and the four-warp one in producer_spread.cuh).
 #pragma once
 
 namespace fch {
 
 #if FC_HOPPER_DYNAMIC
+// Dynamic schedule: lane 0 (`leader`) takes units from the counter, for the warp, until one has
+// query rows (units past a varlen sequence's end are skipped; the consumers skip them too) or none
+// is left. Returns the unit (n_units or more when none is left) and decodes it into w; taken when
+// this CTA is ready for it, not one ahead: claiming ahead was measured worse under causal masking
+// (it breaks the greedy longest-first balance at the tail).
+__device__ __forceinline__ int take_next_unit(const AttentionParams& p, const Schedule& sched, unsigned* counters,
+                                              int n_units, bool leader, Work& w) {
+    for (;;) {
+        int t = 0;
+        if (leader) t = take_work(counters);
+        if constexpr (PRODUCER_LANES > 1) t = __shfl_sync(0xffffffffu, t, 0);
+        if (t >= n_units) return t;
+        w = decode_unit(p, sched, t);
+        if (w.n_blocks >= 0) return t;
+    }
+}
+
 // Dynamic schedule, once Q buffer qs is free: lane 0 (`leader`) writes unit t beside the buffer
 // for the consumers (the arrive on its "full" barrier then publishes it with the Q fill), or -1
 // when `done`, completing that phase with a plain arrival (no copy) and leaving the counters zero
