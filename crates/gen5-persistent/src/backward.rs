@@ -2,8 +2,8 @@
 //! `gen5_portable_bwd_wide.cu`, mma.sync, sm_80+), in two schedules:
 //! - [`PersistentPortable`] ("persistent-portable"): D = rowsum(dO ∘ O), then dK/dV per key
 //!   tile, then dQ per 64-row query tile. Deterministic: no atomics, each gradient element summed
-//!   by one warp in a fixed order. The dK/dV pass has two tilings: 32-row warp tiles on 128-key
-//!   blocks (head_dim > 64, where shared memory holds them) and 16-row ones on 64-key blocks.
+//!   by one warp in a fixed order. Two tilings ([`Tiling`]): 32-row warp tiles where shared
+//!   memory holds them (both passes at head_dim <= 64, the dK/dV pass above) and 16-row ones.
 //! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule, dQ
 //!   added by the dK/dV pass into an f32 workspace with atomics, then rounded (fewer products; the
 //!   last bits of dQ vary from run to run).
@@ -24,7 +24,8 @@ pub const SOURCE: &str = "gen5_portable_bwd.cu";
 /// keys do not fit its registers (the scalar backward takes those).
 pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128];
 const WARPS: u32 = 4;
-/// Keys per dK/dV block and queries per dQ block (16 per warp), and the dQ kernel's key tile.
+/// The 16-row kernels: keys per dK/dV block and queries per dQ block (16 per warp), and the dQ
+/// kernel's key tile.
 pub const KEY_TILE_ROWS: usize = 64;
 pub const QUERY_TILE_ROWS: usize = 64;
 
