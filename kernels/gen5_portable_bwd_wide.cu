@@ -1,29 +1,35 @@
-// Generation 5, portable path: the deterministic backward's dK/dV pass with 32-row warp tiles
-// (sm_80+, head_dim > 64, where shared memory holds them). Launch 1 (D = rowsum(dO ∘ O)) and the
-// dQ pass are gen5_portable_bwd.cu's, as are the 16-row dK/dV kernels for the other problems.
+// Generation 5, portable path: the deterministic backward on 32-row warp tiles (sm_80+, where
+// shared memory holds them; crates/gen5-persistent/src/backward.rs, `Tiling`). Launch 1
+// (D = rowsum(dO ∘ O)), the dQ pass above head_dim 64 and the 16-row kernels for 99 KiB devices
+// are gen5_portable_bwd.cu's.
 //
-// Why: on mma.sync the backward's products are bound by shared-memory reads, and a warp that owns
+// Why: on mma.sync the backward's products were bound by shared-memory reads, and a warp that owns
 // 16 rows reads half again as many operand bytes per product as one that owns 32
-// (common/warp_gemm.cuh). This is FlashAttention-2's tiling of the pass, kept deterministic: dQ has
-// its own pass, no atomics (docs/generations/gen5-portable-bwd.md).
+// (common/warp_gemm.cuh). FlashAttention-2's tiling, kept deterministic: dQ has its own pass, no
+// atomics, every gradient element summed by one warp in a fixed order
+// (docs/generations/gen5-portable-bwd.md).
 //
-//   bwd_portable_dk_dv_wide: one block of 8 warps per (128-key tile, batch, KV head), streaming the
-//     64-row query tiles of every query head of the group that see those keys. Per step:
-//       1. warp (key block kb, query half qh) computes its 32 keys × 32 queries of
-//          Sᵀ = K·Qᵀ → Pᵀ and dPᵀ = V·dOᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), and stores Pᵀ and dSᵀ (elem_t)
-//          into [128 keys][64 queries] shared tiles;
-//       2. warp (key block kb, column half ch) adds dV += Pᵀ·dO and dK += dSᵀ·Q for its 32 keys ×
-//          head_dim/2 columns, summed over the 64 queries.
-//     dK and dV stay in f32 registers over all steps: each element is summed by one warp in a fixed
-//     order.
+// bwd_portable_dk_dv_wide, one block per (128-key tile, batch, KV head), streaming the query tiles
+// of every query head of the group that see those keys (walk_steps), in two layouts:
+//   head_dim 96, 128: 8 warps, 64 queries a step. 32 keys' dK and dV over the whole head dim
+//     would take 256 registers, so the warps split the work in two phases:
+//       1. warp (key block kb, query half qh): Sᵀ = K·Qᵀ → Pᵀ, dPᵀ = V·dOᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D)
+//          on its 32 keys × 32 queries, stored as elem_t into [128 keys][64 queries] tiles;
+//       2. warp (key block kb, column half ch): dV += Pᵀ·dO, dK += dSᵀ·Q for its 32 keys ×
+//          head_dim/2 columns.
+//   head_dim 32, 64: 4 warps of 32 keys, 32 queries a step. A warp's dK and dV fit, so it feeds
+//     its own Pᵀ and dSᵀ from the accumulators into dV and dK (no shared round trip, one barrier).
+// bwd_portable_dq_wide (head_dim 32, 64), one block of 4 warps per (128-row query tile, batch,
+//   head): each warp's 32 rows walk the keys 32 at a time, S → P, dP → dS, dQ += dS·K.
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
-// LSE = +inf (P = 0 exactly); keys past seq_k only reach their own rows, which are not written.
+// LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
+// dK/dV pass only reach their own rows, which are not written.
 //
 // Tried and not kept (session 10, docs/results/2026-11-26-session10-h100/ runs 1-4): the dQ pass
-// in the same tiling (8 warps, 128 rows a block) ran 868 µs against the 16-row kernel's 815 under
-// ncu at (4,16,2048,128), and 4-warp blocks (two an SM) were level at D = 128 and lost 10 % at
-// (8,32,4096,128); at D = 64 the 16-row kernels are faster (685 against 728 µs).
+// in the two-phase tiling at D = 128 (868 µs against the 16-row kernel's 815 under ncu at
+// (4,16,2048,128)); 4-warp blocks of the two-phase layout (level at D = 128, 10 % slower at
+// (8,32,4096,128)); the two-phase layout at D = 64 (728 against 685 µs).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
