@@ -79,6 +79,18 @@ pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
 /// 99 KiB of shared memory get by default.
 pub const BACKWARD_VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_PORTABLE_BWD_TILES", "narrow")];
 
+/// Sets the environment for one pass over `variants`: `None` (the default plans) clears every
+/// variable, `Some((var, value))` sets that one. Edition 2021: set_var is safe; xtask is
+/// single-threaded here.
+fn enter_variant(pass: Option<(&str, &str)>, variants: &[(&str, &str)]) {
+    match pass {
+        Some((var, value)) => std::env::set_var(var, value),
+        None => variants
+            .iter()
+            .for_each(|(var, _)| std::env::remove_var(var)),
+    }
+}
+
 pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
     DeviceInfo {
         ordinal: 0,
@@ -320,13 +332,7 @@ pub fn run(
             .filter(move |k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
     };
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
-        // Edition 2021: set_var is safe; xtask is single-threaded here.
-        match pass {
-            Some((var, value)) => std::env::set_var(var, value),
-            None => VARIANT_ENV
-                .iter()
-                .for_each(|(var, _)| std::env::remove_var(var)),
-        }
+        enter_variant(pass, VARIANT_ENV);
         let caps = kernel.capabilities();
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
@@ -357,9 +363,7 @@ pub fn run(
             }
         }
     }
-    VARIANT_ENV
-        .iter()
-        .for_each(|(var, _)| std::env::remove_var(var));
+    enter_variant(None, VARIANT_ENV);
     // Backward kernels: the plans of dense problems (they take no modes).
     let backward_passes =
         std::iter::once(None).chain(BACKWARD_VARIANT_ENV.iter().copied().map(Some));
@@ -369,12 +373,7 @@ pub fn run(
             .filter(|k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
     };
     for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
-        match pass {
-            Some((var, value)) => std::env::set_var(var, value),
-            None => BACKWARD_VARIANT_ENV
-                .iter()
-                .for_each(|(var, _)| std::env::remove_var(var)),
-        }
+        enter_variant(pass, BACKWARD_VARIANT_ENV);
         let caps = kernel.capabilities();
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
@@ -402,9 +401,7 @@ pub fn run(
             }
         }
     }
-    BACKWARD_VARIANT_ENV
-        .iter()
-        .for_each(|(var, _)| std::env::remove_var(var));
+    enter_variant(None, BACKWARD_VARIANT_ENV);
     print_table(&rows);
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
