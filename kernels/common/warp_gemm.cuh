@@ -21,6 +21,37 @@ __device__ __forceinline__ int fresh_lane(int lane) {
     return lane;
 }
 
+// One k16 step of a warp tile: the kMT A fragments (`a_frag(mt)`), then for each 16 rows or
+// columns of B (`b_at(np)`, the lane's ldmatrix address, read transposed when kTransB) its two n8
+// fragments times every A fragment. Every product below is a walk of these steps.
+template <int kMT, int kNT, bool kTransB, class AFrag, class BAt>
+__device__ __forceinline__ void warp_k_step(float (&acc)[kMT][kNT][4], AFrag&& a_frag, BAt&& b_at) {
+    FragA a[kMT];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) a[mt] = a_frag(mt);
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+        unsigned b[4];
+        if constexpr (kTransB) {
+            ldmatrix_x4_trans(b, b_at(np));
+        } else {
+            ldmatrix_x4(b, b_at(np));
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+    }
+}
+
+// The A fragment whose lane address is `addr` (ldmatrix.x4).
+__device__ __forceinline__ FragA load_a_fragment(unsigned addr) {
+    FragA a;
+    ldmatrix_x4(a.r, addr);
+    return a;
+}
+
 // acc += A·Bᵀ: A is rows a_row0 .. +16·kMT of a [rows][kK] tile, B rows b_row0 .. +8·kNT of a
 // [rows][kK] tile (both contiguous along the contraction: S = Q·Kᵀ's layout). kUnroll < kK / 16
 // unrolls the k loop only that far, for callers whose accumulators leave no registers for ptxas to
@@ -35,42 +66,20 @@ __device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], unsigne
         const SliceAddresses<kK> a_addr(a_row0 + lane_row_a(lane), lane_chunk_a(lane));
         const SliceAddresses<kK> b_addr(b_row0 + lane_row_k(lane), lane_chunk_k(lane));
 #pragma unroll
-        for (int ks = 0; ks < kK / 16; ++ks) {
-            FragA a[kMT];
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt].r, a_tile + a_addr.at(ks, 16 * mt));
-#pragma unroll
-            for (int np = 0; np < kNT / 2; ++np) {
-                unsigned b[4];
-                ldmatrix_x4(b, b_tile + b_addr.at(ks, 16 * np));
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
-                    mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-                }
-            }
-        }
+        for (int ks = 0; ks < kK / 16; ++ks)
+            warp_k_step<kMT, kNT, false>(
+                acc, [&](int mt) { return load_a_fragment(a_tile + a_addr.at(ks, 16 * mt)); },
+                [&](int np) { return b_tile + b_addr.at(ks, 16 * np); });
     } else {
         using Tile = SwizzledTile<kK>;
         const int a_row = a_row0 + lane_row_a(lane), a_half = lane_chunk_a(lane);
         const int b_row = b_row0 + lane_row_k(lane), b_half = lane_chunk_k(lane);
 #pragma unroll kUnroll
-        for (int ks = 0; ks < kK / 16; ++ks) {
-            FragA a[kMT];
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-                ldmatrix_x4(a[mt].r, a_tile + Tile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
-#pragma unroll
-            for (int np = 0; np < kNT / 2; ++np) {
-                unsigned b[4];
-                ldmatrix_x4(b, b_tile + Tile::offset(b_row + 16 * np, 2 * ks + b_half) * 2);
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
-                    mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-                }
-            }
-        }
+        for (int ks = 0; ks < kK / 16; ++ks)
+            warp_k_step<kMT, kNT, false>(
+                acc,
+                [&](int mt) { return load_a_fragment(a_tile + Tile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2); },
+                [&](int np) { return b_tile + Tile::offset(b_row + 16 * np, 2 * ks + b_half) * 2; });
     }
 }
 
@@ -98,21 +107,10 @@ __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned
     const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(0, b_col0, lane);
 #pragma unroll 1
     for (int ks = 0; ks < kK / 16; ++ks) {
-        FragA a[kMT];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-            ldmatrix_x4(a[mt].r, a_tile + ATile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
         const unsigned b_step = b_tile + ks * (16 * kBCols * 2);
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-            unsigned b[4];
-            ldmatrix_x4_trans(b, b_step + b_addr.at(np, 0));
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-                mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
-                mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
-        }
+        warp_k_step<kMT, kNT, true>(
+            acc, [&](int mt) { return load_a_fragment(a_tile + ATile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2); },
+            [&](int np) { return b_step + b_addr.at(np, 0); });
     }
 }
 
@@ -127,21 +125,10 @@ __device__ __forceinline__ void warp_gemm_rb(float (&acc)[kMT][kBCols / 8][4], c
     lane = fresh_lane(lane);
     const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(b_row0, 0, lane);
 #pragma unroll
-    for (int ks = 0; ks < kKT / 2; ++ks) {
-        FragA a[kMT];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) a[mt] = p_fragment(p[mt], ks);
-#pragma unroll
-        for (int np = 0; np < kBCols / 16; ++np) {
-            unsigned b[4];
-            ldmatrix_x4_trans(b, b_tile + b_addr.at(np, 16 * ks));
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-                mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
-                mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
-        }
-    }
+    for (int ks = 0; ks < kKT / 2; ++ks)
+        warp_k_step<kMT, kBCols / 8, true>(
+            acc, [&](int mt) { return p_fragment(p[mt], ks); },
+            [&](int np) { return b_tile + b_addr.at(np, 16 * ks); });
 }
 
 // Zeroes a warp tile's accumulator.
