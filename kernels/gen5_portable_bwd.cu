@@ -1,7 +1,7 @@
 // Generation 5, portable path: the backward pass on mma.sync (sm_80+), deterministic.
 //
 // Three launches on one stream (docs/generations/gen5-portable-bwd.md):
-//   1. bwd_portable_dot_do_o: one warp per query row, D_i = rowsum(dO_i ∘ O_i) (f32) into the
+//   1. bwd_portable_dot_do_o: D_i = rowsum(dO_i ∘ O_i) (f32), several rows a warp, into the
 //      plan's workspace, written whole before it is read (nothing to clear).
 //   2. bwd_portable_dk_dv: one block per (key tile of 64 keys, batch, KV head); each of the 4 warps
 //      owns 16 keys and keeps their dK and dV rows in f32 registers while the block streams the
@@ -16,11 +16,9 @@
 // way): 7 products per (query, key) tile pair instead of 5, but every output element is summed
 // by one warp in a fixed order, so repeated runs are bit-identical with no ordering machinery.
 //
-// FC_BWD_ATOMIC_DQ builds FA2's schedule instead (the `persistent-portable-atomic` backward):
-// launch 1 also zeroes an f32 dQ accumulator in the workspace, launch 2 writes dSᵀ to shared
-// memory and adds each step's dQ = dS·K into the accumulator with f32 atomics (5 products per
-// pair), and bwd_portable_dq_convert scales and rounds it into dQ. Faster; the order of the
-// additions, and so the last bits of dQ, vary from run to run.
+// FC_BWD_ATOMIC_DQ builds launch 1 for FA2's schedule instead (the `persistent-portable-atomic`
+// backward, whose dK/dV pass and convert kernel are gen5_portable_bwd_wide.cu's): it also zeroes
+// the f32 dQ accumulator (common/dq_accumulator.cuh).
 //
 // Tiles live in shared memory in SwizzledTile layout, filled with cp.async and double-buffered:
 // the next query tile (launch 2) or key tile (launch 3) streams in while the current one is
@@ -36,6 +34,9 @@
 #include "common/async_copy.cuh"
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
+#if defined(FC_BWD_ATOMIC_DQ)
+#include "common/dq_accumulator.cuh"
+#endif
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<32|64|96|128>"
@@ -76,24 +77,7 @@ __device__ __forceinline__ int dkdv_do(int buf) { return dkdv_q(buf) + dkdv_q_by
 constexpr int dkdv_stats = 2 * dkdv_kv_bytes + 4 * dkdv_q_bytes;
 __device__ __forceinline__ int dkdv_lse(int buf) { return dkdv_stats + buf * 2 * dkdv_rowstat_bytes; }
 __device__ __forceinline__ int dkdv_dvec(int buf) { return dkdv_lse(buf) + dkdv_rowstat_bytes; }
-#if defined(FC_BWD_ATOMIC_DQ)
-// dSᵀ of the step, [64 keys][query rows] elem_t, for dQ += dS·K.
-constexpr int dkdv_ds = dkdv_stats + 4 * dkdv_rowstat_bytes;
-constexpr int dkdv_smem_bytes = dkdv_ds + dkdv_key_rows * dkdv_query_rows * 2;
-#else
 constexpr int dkdv_smem_bytes = dkdv_stats + 4 * dkdv_rowstat_bytes;
-#endif
-using DsTile = SwizzledTile<dkdv_query_rows>;
-// The step's dQ tile (query rows x head_dim) split over the 4 warps: 16-row blocks, and the
-// head dim halved when there are only two row blocks.
-constexpr int dq_row_blocks = dkdv_query_rows / warp_rows;
-constexpr int dq_col_splits = num_warps / dq_row_blocks;
-constexpr int dq_warp_cols = head_dim / dq_col_splits;
-// Columns per pass of a warp's dQ product: 32 (16 accumulator registers) keeps dK, dV and the
-// partial under the register budget at D = 128 (64 columns at once spilled on sm_90a).
-constexpr int dq_pass_cols = dq_warp_cols % 32 == 0 ? 32 : 16;
-static_assert(dq_warp_cols % dq_pass_cols == 0 && dq_pass_cols % 16 == 0,
-              "each warp takes whole 16-column slices of dQ");
 
 // Launch 3's shared memory: Q | dO | 2 x (K | V).
 constexpr int dq_q_bytes = Tile::bytes(dq_query_rows);
@@ -131,81 +115,53 @@ __device__ __forceinline__ void store_warp_rows(elem_t* base, long long row_stri
     }
 }
 
-#if defined(FC_BWD_ATOMIC_DQ)
-// The f32 dQ accumulator, [rows][head_dim], after the D vector (`rows` words) rounded up to 4
-// words: the convert kernel reads it as float2 (an odd row count left it 4-byte aligned and
-// faulted, run3). Keep in sync with crates/gen5-persistent/src/backward.rs.
-__device__ __forceinline__ float* dq_accumulator(const AttentionParams& p, long long rows) {
-    return p.workspace + (rows + 3) / 4 * 4;
-}
-
-// Writes the warp's dSᵀ accumulator (keys warp_key0 + group (+8), queries 8 j + 2 tig (+1)) into
-// the [keys][queries] shared tile, rounded to elem_t as the MMA will read it.
-__device__ __forceinline__ void store_ds_t(unsigned char* ds_tile, const float (&dst)[dkdv_query_rows / 8][4],
-                                           int warp_key0, int lane) {
-    const int group = lane / 4, tig = lane % 4;
-#pragma unroll
-    for (int j = 0; j < dkdv_query_rows / 8; ++j) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int key = warp_key0 + group + 8 * r;
-            *reinterpret_cast<elem2_t*>(ds_tile + (DsTile::offset(key, j) + 2 * tig) * 2) =
-                pack2(dst[j][2 * r], dst[j][2 * r + 1]);
-        }
-    }
-}
-
-// acc += dS·K for query rows q_row0 .. +15 of the step and head-dim columns col0 .. +dq_pass_cols:
-// dS read from the [keys][queries] tile transposed (ldmatrix.trans gives the A layout of
-// [queries][keys]), K from its [keys][d] tile transposed as V is in the forward's P·V.
-__device__ __forceinline__ void warp_dq_partial(float (&acc)[dq_pass_cols / 8][4], unsigned ds_tile, int q_row0,
-                                                unsigned k_tile, int col0, int lane) {
-    const SliceAddresses<dkdv_query_rows> a_addr(lane_row_k(lane), lane_chunk_k(lane));
-    const SliceAddresses<head_dim> b_addr(lane_row_v(lane), lane_chunk_v(lane));
-#pragma unroll
-    for (int ks = 0; ks < dkdv_key_rows / 16; ++ks) {
-        FragA a;
-        ldmatrix_x4_trans(a.r, ds_tile + a_addr.at(q_row0 / 16, 16 * ks));
-#pragma unroll
-        for (int dp = 0; dp < dq_pass_cols / 16; ++dp) {
-            unsigned b[4];
-            ldmatrix_x4_trans(b, k_tile + b_addr.at(col0 / 16 + dp, 16 * ks));
-            mma_m16n8k16(acc[2 * dp], a, b[0], b[1]);
-            mma_m16n8k16(acc[2 * dp + 1], a, b[2], b[3]);
-        }
-    }
-}
-#endif
 
 }  // namespace portable_bwd
 
 using namespace portable_bwd;
 
 // ---- 1. D = rowsum(dO ∘ O) ----
+// A row is read in 16-byte chunks, one a lane, by dot_lanes lanes (head_dim / 8 rounded up to a
+// power of two): a warp takes 32 / dot_lanes rows at once, so each lane has a 16-byte load of O
+// and of dO in flight instead of a 4-byte one (one row a warp left the pass latency-bound at
+// D = 64). O and dO rows are 16-byte aligned (the capabilities' 8-element alignment).
+constexpr int dot_chunks = head_dim / 8;
+constexpr int dot_lanes = dot_chunks <= 4 ? 4 : dot_chunks <= 8 ? 8 : 16;
+constexpr int dot_rows_per_warp = 32 / dot_lanes;
+
 extern "C" __global__ void __launch_bounds__(num_threads)
 bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const elem_t* o = static_cast<const elem_t*>(p.o);
     const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
     const int lane = threadIdx.x % 32;
+    const int sub_row = lane / dot_lanes, chunk = lane % dot_lanes;
     const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
-    const long long warps = (long long)gridDim.x * num_warps;
-    for (long long r = (long long)blockIdx.x * num_warps + threadIdx.x / 32; r < rows; r += warps) {
-        const auto [batch, head, row] = query_row(p, r);
-        const elem2_t* o_row = reinterpret_cast<const elem2_t*>(o + o_offset(p, batch, head, row));
-        const elem2_t* do_row = reinterpret_cast<const elem2_t*>(d_o + do_offset(g, batch, head, row));
+    const long long stride = (long long)gridDim.x * num_warps * dot_rows_per_warp;
+    for (long long r0 = ((long long)blockIdx.x * num_warps + threadIdx.x / 32) * dot_rows_per_warp; r0 < rows;
+         r0 += stride) {
+        const long long r = r0 + sub_row;
         float acc = 0.f;
-        for (int c = lane; c < head_dim / 2; c += 32) {
-            const elem2_t a = o_row[c], b = do_row[c];
-            acc += to_float(a.x) * to_float(b.x) + to_float(a.y) * to_float(b.y);
+        if (r < rows && chunk < dot_chunks) {
+            const auto [batch, head, row] = query_row(p, r);
+            const uint4 a = *reinterpret_cast<const uint4*>(o + o_offset(p, batch, head, row) + 8 * chunk);
+            const uint4 b = *reinterpret_cast<const uint4*>(d_o + do_offset(g, batch, head, row) + 8 * chunk);
+            const elem2_t* a2 = reinterpret_cast<const elem2_t*>(&a);
+            const elem2_t* b2 = reinterpret_cast<const elem2_t*>(&b);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc += to_float(a2[e].x) * to_float(b2[e].x) + to_float(a2[e].y) * to_float(b2[e].y);
         }
 #pragma unroll
-        for (int m = 16; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-        if (lane == 0) p.workspace[r] = acc;  // r is lse_offset(p, batch, head, row)
-#if defined(FC_BWD_ATOMIC_DQ)
-        float* dq_acc = dq_accumulator(p, rows) + r * head_dim;
-        for (int c = lane; c < head_dim; c += 32) dq_acc[c] = 0.f;
-#endif
+        for (int m = dot_lanes / 2; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+        if (chunk == 0 && r < rows) p.workspace[r] = acc;  // r is lse_offset(p, batch, head, row)
     }
+#if defined(FC_BWD_ATOMIC_DQ)
+    float4* dq_acc = reinterpret_cast<float4*>(PortableDqAccumulator::base(p));
+    const long long words4 = PortableDqAccumulator::floats(p) / 4;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words4;
+         i += (long long)gridDim.x * blockDim.x)
+        dq_acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
 }
 
 // ---- 2. dK, dV ----
@@ -314,35 +270,6 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
                 // dV += Pᵀ·dO, dK += dSᵀ·Q (dO and Q read transposed with ldmatrix.trans).
                 warp_pv<head_dim, dkdv_query_rows>(dv, pt, smem_base + dkdv_do(buf), lane);
                 warp_pv<head_dim, dkdv_query_rows>(dk, dst, smem_base + dkdv_q(buf), lane);
-#if defined(FC_BWD_ATOMIC_DQ)
-                // dQ += dS·K for this step's query tile, added into the f32 accumulator. dSᵀ goes
-                // through shared memory to reach the rows-are-queries layout.
-                store_ds_t(smem + dkdv_ds, dst, warp_key0, lane);
-                __syncthreads();  // every warp's dSᵀ is in the tile
-                const int q_row0 = (warp % dq_row_blocks) * warp_rows;
-                const long long rows_total = (long long)p.batch * p.heads_q * p.seq_q;
-#pragma unroll 1
-                for (int col0 = (warp / dq_row_blocks) * dq_warp_cols;
-                     col0 < (warp / dq_row_blocks + 1) * dq_warp_cols; col0 += dq_pass_cols) {
-                    float dq_part[dq_pass_cols / 8][4];
-                    zero_accumulator(dq_part);
-                    warp_dq_partial(dq_part, smem_base + dkdv_ds, q_row0, smem_base + dkdv_k, col0, lane);
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const int row = q0 + q_row0 + group + 8 * r;
-                        if (row < p.seq_q) {
-                            float* acc = dq_accumulator(p, rows_total) +
-                                         lse_offset(p, b, step_head(s), row) * head_dim + col0 + 2 * tig;
-#pragma unroll
-                            for (int j = 0; j < dq_pass_cols / 8; ++j) {
-                                atomicAdd(acc + 8 * j, dq_part[j][2 * r]);
-                                atomicAdd(acc + 8 * j + 1, dq_part[j][2 * r + 1]);
-                            }
-                        }
-                    }
-                }
-                // (The tile is rewritten only after the barrier that ends this step.)
-#endif
 
                 cp_async_wait<0>();
                 // Step s+1's tiles are visible; every warp is done with buffer buf.
@@ -357,24 +284,6 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
     }
 }
 
-#if defined(FC_BWD_ATOMIC_DQ)
-// ---- 3 (atomic build). dQ = scale · the f32 accumulator, one warp per query row ----
-extern "C" __global__ void __launch_bounds__(num_threads)
-bwd_portable_dq_convert(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
-    const int lane = threadIdx.x % 32;
-    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
-    const long long warps = (long long)gridDim.x * num_warps;
-    for (long long r = (long long)blockIdx.x * num_warps + threadIdx.x / 32; r < rows; r += warps) {
-        const auto [batch, head, row] = query_row(p, r);
-        const float2* acc = reinterpret_cast<const float2*>(dq_accumulator(p, rows) + r * head_dim);
-        elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, batch, head, row));
-        for (int c = lane; c < head_dim / 2; c += 32) {
-            const float2 a = acc[c];
-            dq[c] = pack2(a.x * p.softmax_scale, a.y * p.softmax_scale);
-        }
-    }
-}
-#else
 // ---- 3. dQ ----
 extern "C" __global__ void __launch_bounds__(num_threads, 2)
 bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
@@ -478,4 +387,3 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
                         q_rows, p.softmax_scale, lane);
     }
 }
-#endif  // FC_BWD_ATOMIC_DQ

@@ -22,6 +22,13 @@
 // bwd_portable_dq_wide (head_dim 32, 64), one block of 4 warps per (128-row query tile, batch,
 //   head): each warp's 32 rows walk the keys 32 at a time, S → P, dP → dS, dQ += dS·K.
 //
+// FC_BWD_ATOMIC_DQ builds FA2's schedule on these tiles (the `persistent-portable-atomic`
+// backward): each step of the dK/dV pass also computes dQ = dS·K for its queries over its 128 keys
+// from the dSᵀ shared tile (a fifth product per tile pair, against the deterministic schedule's
+// seven) and adds it into an f32 accumulator with 16-byte reductions straight from registers
+// (common/dq_accumulator.cuh); bwd_portable_dq_convert then scales and rounds it into dQ. The
+// order of the additions, and so the last bits of dQ, vary from run to run.
+//
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
 // dK/dV pass only reach their own rows, which are not written.
@@ -40,6 +47,9 @@
 #include "common/async_copy.cuh"
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
+#if defined(FC_BWD_ATOMIC_DQ)
+#include "common/dq_accumulator.cuh"
+#endif
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<32|64|96|128>"
@@ -56,6 +66,19 @@ static_assert(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 
 constexpr int warp_rows = 32;  // two m16 slices per warp
 constexpr int row_tiles = warp_rows / 16;
 using RowTile = SwizzledTile<head_dim>;
+
+#if defined(FC_BWD_ATOMIC_DQ)
+using DqAcc = PortableDqAccumulator;
+// k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (run3's profile);
+// unrolled by 4 it ran 2-5 % faster (run4).
+constexpr int dq_k_unroll = 4;
+// Per (Q, dO) buffer, the address of its step's dQ accumulator block, written with the step's row
+// statistics: kept in shared memory, not in a register across the step's first products (at
+// 255 registers every extra live value spilled).
+constexpr int step_slot_bytes = 2 * 16;
+#else
+constexpr int step_slot_bytes = 0;
+#endif
 
 // The (LSE·log2e, D) pair of a query row; rows past seq_q get LSE = +inf, so P = 0 exactly.
 struct RowStats {
@@ -92,6 +115,18 @@ __device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_
 // Which (query head, query tile) a step loads: the heads of the KV group one after another, each
 // over its query tiles from the first that sees the key tile. Advanced per step, so the step loop
 // has no division.
+#if defined(FC_BWD_ROTATE)
+// Each head's walk starts at query tile `start` and wraps: key tiles of one head start at
+// different query tiles, so their dQ reductions do not all hit the same rows at once.
+struct StepCursor {
+    int head, q_tile;
+    __device__ __forceinline__ void advance(int first_q_tile, int q_tiles, int start) {
+        if (++q_tile == q_tiles) q_tile = first_q_tile;
+        if (q_tile == start) ++head;
+    }
+};
+
+#else
 struct StepCursor {
     int head, q_tile;
     __device__ __forceinline__ void advance(int first_q_tile, int q_tiles) {
@@ -101,6 +136,7 @@ struct StepCursor {
         }
     }
 };
+#endif
 
 #if FC_HEAD_DIM > 64
 // ---- dK, dV: Pᵀ and dSᵀ through shared memory ----
@@ -131,7 +167,8 @@ constexpr int pt_at = 2 * kv_bytes + 4 * q_bytes;
 constexpr int dst_at = pt_at + prob_bytes;
 constexpr int stats_at = dst_at + prob_bytes;
 __device__ __forceinline__ int row_stats_at(int buf) { return stats_at + buf * rowstat_bytes; }
-constexpr int smem_bytes = stats_at + 2 * rowstat_bytes;
+constexpr int step_at = stats_at + 2 * rowstat_bytes;
+constexpr int smem_bytes = step_at + step_slot_bytes;
 
 }  // namespace dkdv
 #else
@@ -158,7 +195,15 @@ __device__ __forceinline__ int q_at(int buf) { return 2 * kv_bytes + buf * 2 * q
 __device__ __forceinline__ int do_at(int buf) { return q_at(buf) + q_bytes; }
 constexpr int stats_at = 2 * kv_bytes + 4 * q_bytes;
 __device__ __forceinline__ int row_stats_at(int buf) { return stats_at + buf * rowstat_bytes; }
-constexpr int smem_bytes = stats_at + 2 * rowstat_bytes;
+#if defined(FC_BWD_ATOMIC_DQ)
+// The step's dSᵀ, [128 keys][32 queries], the A operand of dQ = dS·K.
+using DsTile = SwizzledTile<query_rows>;
+constexpr int ds_at = stats_at + 2 * rowstat_bytes;
+constexpr int step_at = ds_at + DsTile::bytes(key_rows);
+#else
+constexpr int step_at = stats_at + 2 * rowstat_bytes;
+#endif
+constexpr int smem_bytes = step_at + step_slot_bytes;
 }  // namespace dkdv
 
 // ---- dQ (head_dim <= 64): each warp's 32 rows walk the keys 32 at a time ----
@@ -185,8 +230,10 @@ constexpr int smem_bytes = stats_at + query_rows * 8;
 
 // ---- The dK/dV pass's items and loads, the same in both layouts ----
 namespace dkdv {
-// A (key tile, batch, KV head) item. Key tile major: under causal masking the first key tiles see
-// the most queries, so the heaviest items start first.
+// A (key tile, batch, KV head) item. Items run in L2 sections of FC_BWD_SECTION_HEADS (batch, KV
+// head) pairs (all of them when undefined); inside a section key tile major, so under causal
+// masking the heaviest items start first, while the blocks running at once share the Q, dO (and
+// dQ accumulator) rows of a few heads in L2 instead of streaming one head each from memory.
 struct KeyItem {
     int b, h_kv, k0, valid_keys, first_q_tile;
     int steps;  // (query head, query tile) pairs that see the keys; 0 when no query does
@@ -194,9 +241,20 @@ struct KeyItem {
 __device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long item, int q_tiles) {
     const long long heads = (long long)p.batch * p.heads_kv;
     KeyItem it;
+#if defined(FC_BWD_SECTION_HEADS)
+    const long long section_items = (long long)FC_BWD_SECTION_HEADS * ceil_div(p.seq_k, key_rows);
+    const long long first_head = item / section_items * FC_BWD_SECTION_HEADS;
+    const long long section_heads = min((long long)FC_BWD_SECTION_HEADS, heads - first_head);
+    const long long in_section = item % section_items;
+    const long long bh = first_head + in_section % section_heads;
+    it.b = (int)(bh / p.heads_kv);
+    it.h_kv = (int)(bh % p.heads_kv);
+    it.k0 = (int)(in_section / section_heads) * key_rows;
+#else
     it.b = (int)((item % heads) / p.heads_kv);
     it.h_kv = (int)(item % p.heads_kv);
     it.k0 = (int)(item / heads) * key_rows;
+#endif
     it.valid_keys = min(key_rows, p.seq_k - it.k0);
     it.first_q_tile = first_query_seeing(p, it.k0) / query_rows;
     it.steps = (q_tiles - it.first_q_tile) * p.q_heads_per_kv;
@@ -212,6 +270,22 @@ __device__ __forceinline__ void load_key_tile(const AttentionParams& p, unsigned
     load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at,
                                                      static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, it.k0),
                                                      p.v_row_stride, it.valid_keys, tid);
+}
+
+#if defined(FC_BWD_ATOMIC_DQ)
+__device__ __forceinline__ float** step_dq_block(unsigned char* smem, int buf) {
+    return reinterpret_cast<float**>(smem + step_at + 16 * buf);
+}
+#endif
+
+// Thread 0 notes step `at`'s dQ accumulator block in buffer `buf`'s slot (atomic builds).
+__device__ __forceinline__ void note_step_block([[maybe_unused]] const AttentionParams& p,
+                                                [[maybe_unused]] unsigned char* smem, [[maybe_unused]] int b,
+                                                [[maybe_unused]] StepCursor at, [[maybe_unused]] int buf,
+                                                [[maybe_unused]] int tid) {
+#if defined(FC_BWD_ATOMIC_DQ)
+    if (tid == 0) *step_dq_block(smem, buf) = DqAcc::tile(p, (long long)b * p.heads_q + at.head, at.q_tile, 0);
+#endif
 }
 
 // Step `at`'s Q and dO tiles into buffer `buf` (cp.async, not committed) and its rows' (LSE, D) by
@@ -230,6 +304,15 @@ __device__ __forceinline__ void load_query_step(const AttentionParams& p, const 
         reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
 }
 
+#if defined(FC_BWD_ROTATE)
+// The query tile every head's walk of the key tile at k0 starts at. Recomputed at each use rather
+// than kept in a register across the step (with it live, the D = 64 kernel spilled).
+__device__ __forceinline__ int walk_start(int k0, int first_q_tile, int q_tiles) {
+    asm volatile("" : "+r"(k0));
+    return first_q_tile + (k0 / key_rows) % (q_tiles - first_q_tile);
+}
+#endif
+
 // Runs `step(q0, buf)` over the item's (query head, query tile) steps, with step s+1's Q, dO and
 // row statistics streaming into the other buffer while step s runs, and a barrier after each step
 // (its tiles free, the next ones visible). Nothing happens when no query sees the keys.
@@ -239,25 +322,54 @@ __device__ __forceinline__ void walk_steps(const AttentionParams& p, const Backw
     if (it.steps == 0) return;
     // The previous item ended on a barrier after its last shared-memory read.
     load_key_tile(p, shared_address(smem), it, tid);
+#if defined(FC_BWD_ROTATE)
+    StepCursor cur{it.h_kv * p.q_heads_per_kv, walk_start(it.k0, it.first_q_tile, q_tiles)};
+#else
     StepCursor cur{it.h_kv * p.q_heads_per_kv, it.first_q_tile};
+#endif
     load_query_step(p, g, smem, it.b, cur, 0, tid);
+    note_step_block(p, smem, it.b, cur, 0, tid);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     for (int s = 0; s < it.steps; ++s) {
         const int buf = s & 1;
         const int q0 = cur.q_tile * query_rows;
+#if defined(FC_BWD_ROTATE)
+        cur.advance(it.first_q_tile, q_tiles, walk_start(it.k0, it.first_q_tile, q_tiles));
+#else
         cur.advance(it.first_q_tile, q_tiles);
+#endif
         // The other buffer's last readers finished before the barrier ending step s-1.
         if (s + 1 < it.steps) load_query_step(p, g, smem, it.b, cur, buf ^ 1, tid);
         cp_async_commit();
         step(q0, buf);
+        // After the step's products, so its address arithmetic is not live beside them.
+        if (s + 1 < it.steps) note_step_block(p, smem, it.b, cur, buf ^ 1, tid);
         cp_async_wait<0>();
         // Step s+1's tiles are visible; every warp is done with buffer buf.
         __syncthreads();
     }
 }
+
 }  // namespace dkdv
+
+#if defined(FC_BWD_ATOMIC_DQ)
+// The step's dQ = dS·K (dS from the [kKeys][kQueries] dSᵀ tile, K from the key tile), warp tiles
+// warp, warp + kWarps, .. of it added into the step's accumulator block.
+template <int kQueries, int kKeys, int kWarps>
+__device__ __forceinline__ void add_dq(float* block, unsigned ds_tile, unsigned k_tile, int warp, int lane) {
+    static_assert(kQueries == DqAcc::block_rows, "a step is one accumulator block");
+#pragma unroll 1
+    for (int tile = warp; tile < DqAcc::tiles; tile += kWarps) {
+        float dq[DqAcc::kMT][DqAcc::kNT][4];
+        zero_warp_tile(dq);
+        warp_gemm_atb<kQueries, head_dim, kKeys, DqAcc::kMT, DqAcc::kNT, dq_k_unroll>(
+            dq, ds_tile, DqAcc::tile_row0(tile), k_tile, DqAcc::tile_col0(tile), lane);
+        DqAcc::add(block + tile * DqAcc::tile_floats, dq, lane);
+    }
+}
+#endif
 
 }  // namespace wide_bwd
 
@@ -329,7 +441,11 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                 dv, smem_base + pt_at, warp_key0, smem_base + do_at(buf), warp_col0, lane);
             warp_gemm_ab<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
                 dk, smem_base + dst_at, warp_key0, smem_base + q_at(buf), warp_col0, lane);
-
+#if defined(FC_BWD_ATOMIC_DQ)
+            // 3. dQ += dS·K over the step's 64 queries and 128 keys.
+            add_dq<query_rows, key_rows, num_warps>(*step_dq_block(smem, buf), smem_base + dst_at, smem_base + k_at, warp,
+                                                    lane);
+#endif
         });
 
         store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
@@ -393,7 +509,13 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
             warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, smem_base + q_at(buf), 0, lane);
-
+#if defined(FC_BWD_ATOMIC_DQ)
+            store_warp_tile<query_rows>(smem + ds_at, pt, warp_key0, 0, lane);
+            __syncthreads();  // every warp's dSᵀ is in the tile
+            // dQ += dS·K over the step's 32 queries and 128 keys.
+            add_dq<query_rows, key_rows, num_warps>(*step_dq_block(smem, buf), smem_base + ds_at, smem_base + k_at, warp,
+                                                    lane);
+#endif
         });
 
         store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
@@ -508,6 +630,27 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
         }
         store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq_acc, warp_row0,
                             0, valid_rows, p.softmax_scale, lane);
+    }
+}
+#endif
+
+#if defined(FC_BWD_ATOMIC_DQ)
+// ---- dQ = scale · the f32 accumulator, a float4 (two rows' column pair) a thread ----
+extern "C" __global__ void __launch_bounds__(128)
+bwd_portable_dq_convert(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    const float4* acc = reinterpret_cast<const float4*>(DqAcc::base(p));
+    const long long words4 = DqAcc::floats(p) / 4;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words4;
+         i += (long long)gridDim.x * blockDim.x) {
+        const DqAcc::Spot at = DqAcc::locate(p, i);
+        const float4 v = acc[i];
+        elem_t* dq = static_cast<elem_t*>(g.dq) +
+                     dq_offset(g, (int)(at.bh / p.heads_q), (int)(at.bh % p.heads_q), at.row) + at.col;
+        if (at.row < p.seq_q)
+            *reinterpret_cast<elem2_t*>(dq) = pack2(v.x * p.softmax_scale, v.y * p.softmax_scale);
+        if (at.row + 8 < p.seq_q)
+            *reinterpret_cast<elem2_t*>(dq + 8 * g.dq_row_stride) =
+                pack2(v.z * p.softmax_scale, v.w * p.softmax_scale);
     }
 }
 #endif

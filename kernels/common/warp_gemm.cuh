@@ -114,6 +114,31 @@ __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned
     }
 }
 
+// acc += A·B with A stored transposed: A's rows are columns a_col0 .. +16·kMT of a [kK][kACols]
+// tile whose rows run along the contraction (dSᵀ [keys][queries] for dQ = dS·K), read with
+// ldmatrix.trans; B as in warp_gemm_ab. The k loop is unrolled kUnroll steps at a time.
+template <int kACols, int kBCols, int kK, int kMT, int kNT, int kUnroll = 1>
+__device__ __forceinline__ void warp_gemm_atb(float (&acc)[kMT][kNT][4], unsigned a_tile, int a_col0, unsigned b_tile,
+                                              int b_col0, int lane) {
+    static_assert(kNT % 2 == 0, "B is read 16 columns (two n8 tiles) at a time");
+    lane = fresh_lane(lane);
+    const SliceAddresses<kACols> a_addr(lane_row_k(lane), lane_chunk_k(lane) + 2 * (a_col0 / 16));
+    const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(0, b_col0, lane);
+#pragma unroll kUnroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+        const unsigned a_step = a_tile + ks * (16 * kACols * 2);
+        const unsigned b_step = b_tile + ks * (16 * kBCols * 2);
+        warp_k_step<kMT, kNT, true>(
+            acc,
+            [&](int mt) {
+                FragA a;
+                ldmatrix_x4_trans(a.r, a_step + a_addr.at(mt, 0));
+                return a;
+            },
+            [&](int np) { return b_step + b_addr.at(np, 0); });
+    }
+}
+
 // acc += P·B with P in registers: the f32 accumulator of an earlier product (kMT × kKT n8 tiles,
 // converted to elem_t per k16 step by p_fragment: the C layout of two n8 tiles is the A layout of
 // one k16 step), B rows b_row0 .. +8·kKT, all kBCols columns of a row-major [k][kBCols] tile, read

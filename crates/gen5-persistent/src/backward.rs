@@ -4,9 +4,10 @@
 //!   tile, then dQ per 64-row query tile. Deterministic: no atomics, each gradient element summed
 //!   by one warp in a fixed order. Two tilings ([`Tiling`]): 32-row warp tiles where shared
 //!   memory holds them (both passes at head_dim <= 64, the dK/dV pass above) and 16-row ones.
-//! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule, dQ
-//!   added by the dK/dV pass into an f32 workspace with atomics, then rounded (fewer products; the
-//!   last bits of dQ vary from run to run).
+//! - [`PortableAtomicBackward`] ("persistent-portable-atomic"): FlashAttention-2's schedule on
+//!   the 32-row tiles, dQ added by the dK/dV pass into an f32 workspace with 16-byte reductions,
+//!   then rounded (five products per tile pair instead of seven; the last bits of dQ vary from run
+//!   to run).
 //!
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
@@ -38,16 +39,10 @@ pub fn dkdv_query_rows(head_dim: usize) -> usize {
     }
 }
 
-/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors; with
-/// atomic dQ also the step's dSᵀ tile.
-pub fn dkdv_smem_bytes(head_dim: usize, atomic_dq: bool) -> usize {
+/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors.
+pub fn dkdv_smem_bytes(head_dim: usize) -> usize {
     let rows = dkdv_query_rows(head_dim);
-    let ds = if atomic_dq {
-        KEY_TILE_ROWS * rows * 2
-    } else {
-        0
-    };
-    2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4 + ds
+    2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4
 }
 
 /// `dq_smem_bytes`: Q and dO tiles, two (K, V) buffers.
@@ -67,6 +62,16 @@ fn wide_in_registers(head_dim: usize) -> bool {
     head_dim <= 64
 }
 
+/// Blocks of the wide dK/dV kernel an SM holds: two on the register path (its launch bounds), one
+/// above (its shared memory).
+fn wide_blocks_per_sm(head_dim: usize) -> usize {
+    if wide_in_registers(head_dim) {
+        2
+    } else {
+        1
+    }
+}
+
 /// Warps per block of the wide dK/dV kernel: 8 where Pᵀ and dSᵀ go through shared memory
 /// (a key block per warp pair), 4 on the register path (one per warp).
 fn wide_dkdv_warps(head_dim: usize) -> u32 {
@@ -79,18 +84,22 @@ fn wide_dkdv_warps(head_dim: usize) -> u32 {
 
 /// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers and two (LSE, D) row
 /// vectors of the step's queries (64, or 32 on the register path), plus the Pᵀ and dSᵀ tiles
-/// ([128 keys][64 queries]) above head_dim 64.
-pub fn wide_dkdv_smem_bytes(head_dim: usize) -> usize {
+/// ([128 keys][64 queries]) above head_dim 64. With atomic dQ, two 16-byte step slots (each
+/// step's accumulator block) and, on the register path, a dSᵀ tile ([128 keys][32 queries]).
+pub fn wide_dkdv_smem_bytes(head_dim: usize, atomic_dq: bool) -> usize {
+    let slots = if atomic_dq { 2 * 16 } else { 0 };
     let keys = WIDE_KEY_TILE_ROWS;
     if wide_in_registers(head_dim) {
         let queries = 32;
-        2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8
+        let ds = if atomic_dq { keys * queries * 2 } else { 0 };
+        2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8 + ds + slots
     } else {
         let queries = 64;
         2 * keys * head_dim * 2
             + 4 * queries * head_dim * 2
             + 2 * keys * queries * 2
             + 2 * queries * 8
+            + slots
     }
 }
 
@@ -128,7 +137,7 @@ impl Tiling {
             )),
             None => {
                 let limit = device.max_shared_memory_per_block_optin as usize;
-                let mut need = wide_dkdv_smem_bytes(head_dim);
+                let mut need = wide_dkdv_smem_bytes(head_dim, false);
                 if wide_in_registers(head_dim) {
                     need = need.max(wide_dq_smem_bytes(head_dim));
                 }
@@ -142,12 +151,41 @@ impl Tiling {
     }
 }
 
-/// The portable backward with dQ accumulated in f32 by atomics (FlashAttention-2's schedule).
+/// Query rows a warp of `bwd_portable_dot_do_o` takes at once (`dot_rows_per_warp`): one 16-byte
+/// chunk a lane, head_dim / 8 lanes a row rounded up to a power of two.
+pub fn dot_rows_per_warp(head_dim: usize) -> usize {
+    32 / (head_dim / 8).next_power_of_two().max(4)
+}
+
+/// The portable backward with dQ accumulated in f32 by reductions (FlashAttention-2's schedule).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PortableAtomicBackward;
 
+/// Query rows per block of the atomic schedule's dQ accumulator (`PortableDqAccumulator`, one step
+/// of the wide dK/dV kernel): 32 on the register path, 64 above.
+pub fn atomic_dq_block_rows(head_dim: usize) -> usize {
+    if wide_in_registers(head_dim) {
+        32
+    } else {
+        64
+    }
+}
+
+/// Words of the atomic schedule's workspace: D (`rows` words, rounded up to 4 so the accumulator
+/// starts 16-byte aligned), then the f32 dQ accumulator over whole blocks of query rows.
+fn atomic_dq_workspace(p: &AttentionProblem) -> Option<usize> {
+    let padded_rows = p
+        .seq_q
+        .next_multiple_of(atomic_dq_block_rows(p.head_dim))
+        .checked_mul(p.batch * p.heads_q)?;
+    let rows = p.batch * p.heads_q * p.seq_q;
+    padded_rows
+        .checked_mul(p.head_dim)?
+        .checked_add(rows.next_multiple_of(4))
+}
+
 /// Both schedules' launches; the workspace holds D (`batch · heads_q · seq_q` words) and, with
-/// atomic dQ, the f32 dQ accumulator after it (`head_dim` words a row), both written whole by
+/// atomic dQ, the f32 dQ accumulator after it ([`atomic_dq_workspace`]), both written whole by
 /// the first launch before the others read them: no counters.
 fn plan(
     name: &'static str,
@@ -157,7 +195,33 @@ fn plan(
     atomic_dq: bool,
 ) -> Result<LaunchPlan, Unsupported> {
     let forced = std::env::var("FLASHCORE_PORTABLE_BWD_TILES").ok();
-    plan_with(name, caps, problem, device, atomic_dq, forced)
+    let sections = std::env::var("FLASHCORE_PORTABLE_BWD_SECTION_HEADS").ok();
+    plan_with(name, caps, problem, device, atomic_dq, forced, sections)
+}
+
+/// (batch, KV head) pairs per L2 section of the wide dK/dV pass (`FC_BWD_SECTION_HEADS`, key_item
+/// in the kernel): about one wave of blocks, so the blocks running at once share a few heads' Q,
+/// dO and dQ accumulator rows in L2. `forced` is
+/// `FLASHCORE_PORTABLE_BWD_SECTION_HEADS` (an A/B switch; 0: no sections, every head's first key
+/// tile first). `None`: no sections.
+fn section_heads(
+    p: &AttentionProblem,
+    device: &DeviceInfo,
+    forced: Option<String>,
+) -> Result<Option<usize>, String> {
+    if let Some(v) = forced {
+        return match v.trim().parse::<usize>() {
+            Ok(0) => Ok(None),
+            Ok(n) if n <= 1 << 20 => Ok(Some(n)),
+            _ => Err(format!(
+                "FLASHCORE_PORTABLE_BWD_SECTION_HEADS={v:?}: expected 0 ..= {}",
+                1 << 20
+            )),
+        };
+    }
+    let wave = device.sm_count as usize * wide_blocks_per_sm(p.head_dim);
+    let key_tiles = tiles(p.seq_k, WIDE_KEY_TILE_ROWS).max(1);
+    Ok(Some((wave / key_tiles).max(1)))
 }
 
 /// [`plan`] with `FLASHCORE_PORTABLE_BWD_TILES` passed in.
@@ -168,19 +232,22 @@ fn plan_with(
     device: &DeviceInfo,
     atomic_dq: bool,
     forced_tiling: Option<String>,
+    forced_sections: Option<String>,
 ) -> Result<LaunchPlan, Unsupported> {
     let d = problem.head_dim;
     caps.require_head_dim(name, d)?;
+    // The atomic schedule exists on the wide tiles only (its 16-row version lost 1.5-1.9x to its
+    // scalar atomics, session 8).
     let tiling = if atomic_dq {
-        Tiling::Narrow
+        Tiling::Wide
     } else {
         Tiling::choose(d, device, forced_tiling).map_err(|e| Unsupported::new(name, e))?
     };
     let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
         match tiling {
-            Tiling::Wide => wide_dkdv_smem_bytes(d),
-            Tiling::Narrow => dkdv_smem_bytes(d, atomic_dq),
+            Tiling::Wide => wide_dkdv_smem_bytes(d, atomic_dq),
+            Tiling::Narrow => dkdv_smem_bytes(d),
         },
         if atomic_dq {
             0
@@ -200,6 +267,17 @@ fn plan_with(
     let mut defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
     if atomic_dq {
         defines.push(("FC_BWD_ATOMIC_DQ".to_string(), "1".to_string()));
+        // Above head_dim 64, L2 sections, and each key tile's query walk starting at its own
+        // tile so the section's dQ reductions spread over the rows: 3-14 % faster (session 11,
+        // runs 5 and 6). At 64 and below both measured slower.
+        if !wide_in_registers(d) {
+            let sections = section_heads(problem, device, forced_sections)
+                .map_err(|e| Unsupported::new(name, e))?;
+            if let Some(heads) = sections {
+                defines.push(("FC_BWD_SECTION_HEADS".to_string(), heads.to_string()));
+                defines.push(("FC_BWD_ROTATE".to_string(), "1".to_string()));
+            }
+        }
     }
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
@@ -215,8 +293,13 @@ fn plan_with(
         };
     let p = problem;
     let rows = p.batch * p.heads_q * p.seq_q;
-    let row_warps = tiles(rows, WARPS as usize);
-    let dot_do_o = launch(SOURCE, "bwd_portable_dot_do_o", WARPS, row_warps, 0);
+    let dot_do_o = launch(
+        SOURCE,
+        "bwd_portable_dot_do_o",
+        WARPS,
+        tiles(rows, WARPS as usize * dot_rows_per_warp(d)),
+        0,
+    );
     let dk_dv = match tiling {
         Tiling::Wide => launch(
             WIDE_SOURCE,
@@ -235,13 +318,19 @@ fn plan_with(
     };
     let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
     let (dq_launch, workspace) = if atomic_dq {
-        let accumulator = rows
-            .checked_mul(d)
+        let workspace = atomic_dq_workspace(p)
             .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
-        // The accumulator starts 16-byte aligned (the kernel's `dq_accumulator`).
+        // One float4 of the accumulator a thread.
+        let float4s = (workspace - rows.next_multiple_of(4)) / 4;
         (
-            launch(SOURCE, "bwd_portable_dq_convert", WARPS, row_warps, 0),
-            rows.next_multiple_of(4) + accumulator,
+            launch(
+                WIDE_SOURCE,
+                "bwd_portable_dq_convert",
+                WARPS,
+                tiles(float4s, 32 * WARPS as usize),
+                0,
+            ),
+            workspace,
         )
     } else if wide_dq {
         let items = p.batch * p.heads_q * tiles(p.seq_q, WIDE_QUERY_TILE_ROWS);
@@ -328,6 +417,7 @@ mod tests {
                 &DeviceInfo::synthetic_h100(),
                 false,
                 Some("narrow".into()),
+                None,
             )
         };
         let plan = narrow(&p).unwrap();
@@ -340,9 +430,10 @@ mod tests {
                 "bwd_portable_dq"
             ]
         );
+        // D = 128: two rows a warp, four warps a block.
         assert_eq!(
             plan.launches[0].grid.0,
-            (2 * 8 * 100usize).div_ceil(4) as u32
+            (2 * 8 * 100usize).div_ceil(8) as u32
         );
         assert_eq!(plan.launches[1].grid.0, 2 * 2 * 5); // 300 keys: 5 tiles of 64
         assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2); // 100 rows: 2 tiles of 64
@@ -350,38 +441,57 @@ mod tests {
         // K, V (16 KiB each), 2 x (Q, dO) of 32 rows (8 KiB each), 4 x 32 floats.
         assert_eq!(plan.launches[1].dynamic_smem_bytes, 32768 + 32768 + 512);
         assert_eq!(plan.launches[2].dynamic_smem_bytes, 6 * 16384);
+    }
 
-        let atomic = PortableAtomicBackward
-            .plan_backward(&p, &DeviceInfo::synthetic_h100())
-            .unwrap();
+    #[test]
+    fn atomic_plan_reduces_dq_in_the_wide_dk_dv_pass() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
+        let atomic = PortableAtomicBackward.plan_backward(&p, &h100).unwrap();
         let entries: Vec<_> = atomic.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
             entries,
             [
                 "bwd_portable_dot_do_o",
-                "bwd_portable_dk_dv",
+                "bwd_portable_dk_dv_wide",
                 "bwd_portable_dq_convert"
             ]
         );
-        // D, then the f32 dQ accumulator; the dK/dV pass also holds a 64 x 32 dSᵀ tile.
-        assert_eq!(atomic.workspace_f32, 1600 + 1600 * 128);
-        let odd = AttentionProblem::new(1, 1, 1, 32);
-        let plan = PortableAtomicBackward
-            .plan_backward(&odd, &DeviceInfo::synthetic_h100())
-            .unwrap();
+        assert!(atomic.launches[1..].iter().all(|l| l.source == WIDE_SOURCE));
+        // D, then the accumulator over whole 64-row blocks: 100 rows pad to 128.
+        assert_eq!(atomic.workspace_f32, 1600 + 2 * 8 * 128 * 128);
+        // One float4 a thread, 128 threads a block.
+        assert_eq!(
+            atomic.launches[2].grid.0 as usize,
+            (2 * 8 * 128 * 128usize / 4).div_ceil(128)
+        );
+        // Above head_dim 64 dSᵀ is in shared memory already: the deterministic plan's size and
+        // the two step slots.
+        assert_eq!(
+            atomic.launches[1].dynamic_smem_bytes,
+            2 * 32768 + 4 * 16384 + 2 * 16384 + 1024 + 32
+        );
+        assert!(atomic
+            .launches
+            .iter()
+            .all(|l| l.defines.iter().any(|(k, _)| k == "FC_BWD_ATOMIC_DQ")));
+        // At head_dim 64 the blocks are 32 rows and dSᵀ takes its own 8 KiB tile.
+        let d64 = AttentionProblem::new(1, 1, 1, 32);
+        let plan = PortableAtomicBackward.plan_backward(&d64, &h100).unwrap();
         assert_eq!(
             plan.workspace_f32,
-            4 + 32,
+            4 + 32 * 32,
             "the accumulator starts 16-byte aligned"
         );
         assert_eq!(
-            atomic.launches[1].dynamic_smem_bytes,
-            32768 + 32768 + 512 + 4096
+            plan.launches[1].dynamic_smem_bytes as usize,
+            wide_dkdv_smem_bytes(32, false) + 128 * 32 * 2 + 32
         );
-        assert!(atomic.launches[1]
-            .defines
-            .iter()
-            .any(|(k, _)| k == "FC_BWD_ATOMIC_DQ"));
+        // No 16-row version: a device without the shared memory is told so.
+        let e = PortableAtomicBackward
+            .plan_backward(&p, &DeviceInfo::synthetic_sm86())
+            .unwrap_err();
+        assert!(e.to_string().contains("shared memory"), "{e}");
         assert!(!PortableAtomicBackward.deterministic() && PersistentPortable.deterministic());
     }
 
@@ -494,28 +604,35 @@ mod tests {
                 } else {
                     PersistentPortable.plan_backward(&p, &dev)
                 };
+                let limit = dev.max_shared_memory_per_block_optin as usize;
                 let Ok(plan) = plan else {
-                    proptest::prop_assert!(!HEAD_DIMS.contains(&d) || dkdv_smem_bytes(d, atomic) > dev.max_shared_memory_per_block_optin as usize || dq_smem_bytes(d) > dev.max_shared_memory_per_block_optin as usize);
+                    let too_big = if atomic {
+                        wide_dkdv_smem_bytes(d, true) > limit
+                    } else {
+                        dkdv_smem_bytes(d) > limit || dq_smem_bytes(d) > limit
+                    };
+                    proptest::prop_assert!(!HEAD_DIMS.contains(&d) || too_big);
                     continue;
                 };
                 let rows = batch * heads_kv * group * seq_q;
                 let wide = plan.launches[1].entry == "bwd_portable_dk_dv_wide";
-                proptest::prop_assert_eq!(wide, !atomic && Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
+                proptest::prop_assert_eq!(wide, atomic || Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
                 let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
                 let wide_dq = wide && d <= 64;
                 let query_tile = if wide_dq { WIDE_QUERY_TILE_ROWS } else { QUERY_TILE_ROWS };
+                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d));
                 let items = [
-                    rows.div_ceil(4),
+                    rows.div_ceil(4 * dot_rows_per_warp(d)),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
-                    if atomic { rows.div_ceil(4) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
+                    if atomic { (padded_rows * d / 4).div_ceil(128) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
                 ];
                 let threads = if wide && d > 64 { [128, 256, 128] } else { [128; 3] };
                 for ((launch, items), threads) in plan.launches.iter().zip(items).zip(threads) {
                     proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
-                    proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
+                    proptest::prop_assert!(launch.dynamic_smem_bytes as usize <= limit);
                     proptest::prop_assert_eq!(launch.block.0, threads);
                 }
-                let want = if atomic { rows.next_multiple_of(4) + rows * d } else { rows };
+                let want = if atomic { rows.next_multiple_of(4) + padded_rows * d } else { rows };
                 proptest::prop_assert_eq!(plan.workspace_f32, want);
                 proptest::prop_assert_eq!(plan.workspace_counters, 0);
             }
