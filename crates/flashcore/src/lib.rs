@@ -46,11 +46,12 @@ pub fn kernels() -> Vec<Box<dyn Attention>> {
 /// Every backward kernel compiled in (`AttentionBackward`), fastest first as measured on the
 /// H100 (docs/generations/gen5-hopper-bwd.md, gen5-portable-bwd.md): generation 5's Hopper
 /// backward (`kernels/gen5_hopper_bwd.cu`, sm_90a only, not deterministic: bulk f32 reduces of
-/// dQ), its portable mma.sync backward (`kernels/gen5_portable_bwd.cu`, deterministic), the same
-/// with FlashAttention-2's atomic dQ (not deterministic, and slower as written), then the scalar
-/// baseline (`kernels/gen1_scalar_bwd.cu`). [`AttentionBackward::deterministic`] tells them
-/// apart; a caller that needs bit-identical gradients picks the first deterministic one that
-/// takes the problem.
+/// dQ), its portable mma.sync backward with FlashAttention-2's schedule (dQ reduced into f32 by
+/// the dK/dV pass: not deterministic, 1.2-1.4x faster than the next), the portable backward's
+/// deterministic schedule (`kernels/gen5_portable_bwd*.cu`, dQ in its own pass), then the scalar
+/// baseline (`kernels/gen1_scalar_bwd.cu`). So the default trades bit-identical dQ for speed;
+/// [`AttentionBackward::deterministic`] tells them apart, and a caller that needs bit-identical
+/// gradients picks the first deterministic one that takes the problem.
 #[allow(clippy::vec_init_then_push)]
 pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[cfg(feature = "aot")]
@@ -60,9 +61,9 @@ pub fn backward_kernels() -> Vec<Box<dyn AttentionBackward>> {
     #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PersistentHopper));
     #[cfg(feature = "persistent")]
-    v.push(Box::new(flashcore_persistent::PersistentPortable));
-    #[cfg(feature = "persistent")]
     v.push(Box::new(flashcore_persistent::PortableAtomicBackward));
+    #[cfg(feature = "persistent")]
+    v.push(Box::new(flashcore_persistent::PersistentPortable));
     #[cfg(feature = "scalar")]
     v.push(Box::new(flashcore_scalar::Scalar));
     v
