@@ -125,7 +125,6 @@ struct StepCursor {
         if (q_tile == start) ++head;
     }
 };
-
 #else
 struct StepCursor {
     int head, q_tile;
