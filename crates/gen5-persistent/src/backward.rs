@@ -565,6 +565,57 @@ mod tests {
     }
 
     #[test]
+    fn atomic_sections_are_about_a_wave_above_head_dim_64_only() {
+        let h100 = DeviceInfo::synthetic_h100(); // 132 SMs
+        let heads = |p: &AttentionProblem, forced: Option<&str>| {
+            section_heads(p, &h100, forced.map(String::from))
+        };
+        // One block an SM at D = 128: 132 items a wave, over 32, 128 and 16 key tiles.
+        assert_eq!(
+            heads(&AttentionProblem::new(8, 32, 4096, 128), None),
+            Ok(Some(4))
+        );
+        assert_eq!(
+            heads(&AttentionProblem::new(1, 16, 16384, 128), None),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            heads(&AttentionProblem::new(4, 16, 2048, 128), None),
+            Ok(Some(8))
+        );
+        assert_eq!(
+            heads(&AttentionProblem::new(1, 1, 1, 128), None),
+            Ok(Some(132))
+        );
+        assert_eq!(
+            heads(&AttentionProblem::new(1, 1, 1, 128), Some("0")),
+            Ok(None)
+        );
+        assert_eq!(
+            heads(&AttentionProblem::new(1, 1, 1, 128), Some("3")),
+            Ok(Some(3))
+        );
+        let e = heads(&AttentionProblem::new(1, 1, 1, 128), Some("many")).unwrap_err();
+        assert!(e.contains("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"), "{e}");
+
+        let defines = |d: usize| {
+            let p = AttentionProblem::new(8, 32, 4096, d);
+            let plan = plan_with("a", capabilities(), &p, &h100, true, None, None).unwrap();
+            plan.launches[1].defines.clone()
+        };
+        let has = |defs: &[(String, String)], k: &str| defs.iter().any(|(n, _)| n == k);
+        let d128 = defines(128);
+        assert!(has(&d128, "FC_BWD_SECTION_HEADS") && has(&d128, "FC_BWD_ROTATE"));
+        // At D = 64 both measured slower (and spill the kernel): neither.
+        let d64 = defines(64);
+        assert!(!has(&d64, "FC_BWD_SECTION_HEADS") && !has(&d64, "FC_BWD_ROTATE"));
+        // The deterministic schedule never takes them.
+        let p = AttentionProblem::new(8, 32, 4096, 128);
+        let det = plan_with("d", capabilities(), &p, &h100, false, None, None).unwrap();
+        assert!(!has(&det.launches[1].defines, "FC_BWD_SECTION_HEADS"));
+    }
+
+    #[test]
     fn unbuilt_head_dims_and_small_devices_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
         let e = PersistentPortable
