@@ -69,9 +69,14 @@ using RowTile = SwizzledTile<head_dim>;
 
 #if defined(FC_BWD_ATOMIC_DQ)
 using DqAcc = PortableDqAccumulator;
-// k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (run3's profile);
-// unrolled by 4 it ran 2-5 % faster (run4).
+// k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (session 11 run3's
+// profile); unrolled by 4 it ran 2-5 % faster (run4), by all 8 another 1-3 % (session 12 run4:
+// at D = 128 with the paired Sᵀ/dPᵀ loop). At D <= 64 below sm_90, 8 spills.
+#if FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+constexpr int dq_k_unroll = 8;
+#else
 constexpr int dq_k_unroll = 4;
+#endif
 // Per (Q, dO) buffer, the address of its step's dQ accumulator block, written with the step's row
 // statistics: kept in shared memory, not in a register across the step's first products (at
 // 255 registers every extra live value spilled).
@@ -401,11 +406,15 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
             const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + warp_query0;
 
-            // 1. Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
-            float pt[row_tiles][query_tiles8][4];
+            // 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ in one k loop, each product's loads behind the other's
+            // MMAs (1-3 % over two loops, session 12 run4); Sᵀ → Pᵀ (causal: the element mask only on
+            // tile pairs that cross the diagonal).
+            float pt[row_tiles][query_tiles8][4], dpt[row_tiles][query_tiles8][4];
             zero_warp_tile(pt);
-            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
-                                                                       smem_base + q_at(buf), warp_query0, lane);
+            zero_warp_tile(dpt);
+            warp_gemm_abt_pair<head_dim, row_tiles, query_tiles8, k_unroll>(
+                pt, smem_base + k_at, smem_base + q_at(buf), dpt, smem_base + v_at, smem_base + do_at(buf), warp_key0,
+                warp_query0, lane);
             const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
 #pragma unroll
             for (int mt = 0; mt < row_tiles; ++mt)
@@ -421,10 +430,6 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                     }
             store_warp_tile<query_rows>(smem + pt_at, pt, warp_key0, warp_query0, lane);
             // dPᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), in place of Pᵀ.
-            float dpt[row_tiles][query_tiles8][4];
-            zero_warp_tile(dpt);
-            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
-                                                                       smem_base + do_at(buf), warp_query0, lane);
 #pragma unroll
             for (int mt = 0; mt < row_tiles; ++mt)
 #pragma unroll

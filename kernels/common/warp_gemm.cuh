@@ -83,6 +83,31 @@ __device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], unsigne
     }
 }
 
+// acc1 += A1·B1ᵀ and acc2 += A2·B2ᵀ (each as in warp_gemm_abt, rolled form) in one k loop: two
+// products of one shape at the same rows, e.g. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ. Both products' loads of
+// a k step come before either's MMAs, so one product's ldmatrix latency hides behind the other's
+// MMAs instead of stalling a loop of its own.
+template <int kK, int kMT, int kNT, int kUnroll>
+__device__ __forceinline__ void warp_gemm_abt_pair(float (&acc1)[kMT][kNT][4], unsigned a1_tile, unsigned b1_tile,
+                                                   float (&acc2)[kMT][kNT][4], unsigned a2_tile, unsigned b2_tile,
+                                                   int a_row0, int b_row0, int lane) {
+    static_assert(kNT % 2 == 0, "B is read 16 rows (two n8 tiles) at a time");
+    using Tile = SwizzledTile<kK>;
+    const int a_row = a_row0 + lane_row_a(lane), a_half = lane_chunk_a(lane);
+    const int b_row = b_row0 + lane_row_k(lane), b_half = lane_chunk_k(lane);
+#pragma unroll kUnroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+        auto a_frag = [&](unsigned tile, int mt) {
+            return load_a_fragment(tile + Tile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
+        };
+        auto b_at = [&](unsigned tile, int np) { return tile + Tile::offset(b_row + 16 * np, 2 * ks + b_half) * 2; };
+        warp_k_step<kMT, kNT, false>(
+            acc1, [&](int mt) { return a_frag(a1_tile, mt); }, [&](int np) { return b_at(b1_tile, np); });
+        warp_k_step<kMT, kNT, false>(
+            acc2, [&](int mt) { return a_frag(a2_tile, mt); }, [&](int np) { return b_at(b2_tile, np); });
+    }
+}
+
 // The lane's ldmatrix.trans addresses for B = columns b_col0 .. of a row-major [k][kCols] tile
 // (b_col0 % 16 == 0): the column offset goes into the chunk, which SliceAddresses allows because
 // the swizzle's XOR never carries past its period.
