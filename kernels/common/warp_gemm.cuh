@@ -116,15 +116,18 @@ __device__ __forceinline__ SliceAddresses<kCols> b_trans_addresses(int b_row0, i
     return SliceAddresses<kCols>(b_row0 + lane_row_v(lane), lane_chunk_v(lane) + 2 * (b_col0 / 16));
 }
 
-// acc += A·B: A is rows a_row0 .. +16·kMT, columns 0 .. kK of a [rows][kACols] tile; B is rows
-// 0 .. kK, columns b_col0 .. +8·kNT of a row-major [k][kBCols] tile, read with ldmatrix.trans (as V
-// in P·V). The k loop is not unrolled: unrolled, ptxas hoisted all of its loads above the first
-// product, and beside the 128 registers of dK and dV (or a dQ accumulator) that spilled at
+// acc1 += A1·B1 and acc2 += A2·B2 in one k loop (dV += Pᵀ·dO and dK += dSᵀ·Q): each A is rows
+// a_row0 .. +16·kMT, columns 0 .. kK of a [rows][kACols] tile; each B is rows 0 .. kK, columns
+// b_col0 .. +8·kNT of a row-major [k][kBCols] tile, read with ldmatrix.trans (as V in P·V). Both
+// products' loads of a k step come before either's MMAs, so one hides the other's latency (1-2 %
+// over two loops, session 12 run8). The k loop is not unrolled: unrolled, ptxas hoisted all of its
+// loads above the first product, and beside the 128 registers of dK and dV that spilled at
 // D = 128. Each step's A address is computed, not looked up: a table indexed by a run-time step
 // would live in local memory.
 template <int kACols, int kBCols, int kK, int kMT, int kNT>
-__device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned a_tile, int a_row0, unsigned b_tile,
-                                             int b_col0, int lane) {
+__device__ __forceinline__ void warp_gemm_ab_pair(float (&acc1)[kMT][kNT][4], unsigned a1_tile, unsigned b1_tile,
+                                                  float (&acc2)[kMT][kNT][4], unsigned a2_tile, unsigned b2_tile,
+                                                  int a_row0, int b_col0, int lane) {
     static_assert(kNT % 2 == 0, "B is read 16 columns (two n8 tiles) at a time");
     lane = fresh_lane(lane);
     using ATile = SwizzledTile<kACols>;
@@ -132,16 +135,20 @@ __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], unsigned
     const SliceAddresses<kBCols> b_addr = b_trans_addresses<kBCols>(0, b_col0, lane);
 #pragma unroll 1
     for (int ks = 0; ks < kK / 16; ++ks) {
-        const unsigned b_step = b_tile + ks * (16 * kBCols * 2);
+        const unsigned b_shift = ks * (16 * kBCols * 2);
+        auto a_frag = [&](unsigned tile, int mt) {
+            return load_a_fragment(tile + ATile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2);
+        };
         warp_k_step<kMT, kNT, true>(
-            acc, [&](int mt) { return load_a_fragment(a_tile + ATile::offset(a_row + 16 * mt, 2 * ks + a_half) * 2); },
-            [&](int np) { return b_step + b_addr.at(np, 0); });
+            acc1, [&](int mt) { return a_frag(a1_tile, mt); }, [&](int np) { return b1_tile + b_shift + b_addr.at(np, 0); });
+        warp_k_step<kMT, kNT, true>(
+            acc2, [&](int mt) { return a_frag(a2_tile, mt); }, [&](int np) { return b2_tile + b_shift + b_addr.at(np, 0); });
     }
 }
 
 // acc += A·B with A stored transposed: A's rows are columns a_col0 .. +16·kMT of a [kK][kACols]
 // tile whose rows run along the contraction (dSᵀ [keys][queries] for dQ = dS·K), read with
-// ldmatrix.trans; B as in warp_gemm_ab. The k loop is unrolled kUnroll steps at a time.
+// ldmatrix.trans; B as in warp_gemm_ab_pair. The k loop is unrolled kUnroll steps at a time.
 template <int kACols, int kBCols, int kK, int kMT, int kNT, int kUnroll = 1>
 __device__ __forceinline__ void warp_gemm_atb(float (&acc)[kMT][kNT][4], unsigned a_tile, int a_col0, unsigned b_tile,
                                               int b_col0, int lane) {
