@@ -5,16 +5,19 @@
 //   1. bwd_hopper_prepare: one warp per padded query row: D = rowsum(dO ∘ O) (0 past seq_q) into
 //      the workspace, and the row's share of the f32 dQ accumulator zeroed.
 //   2. bwd_hopper_dk_dv: one CTA per (128-key block, batch, KV head) unit, grid-stride. Warpgroup
-//      0 is the producer: TMA for K and V once per unit and for Q and dO per 64-row query block
-//      into a 2-stage ring, with the block's LSE and D staged beside them. Warpgroups 1 and 2 are
-//      the consumers; each owns 64 of the keys and keeps their dK and dV in f32 registers across
-//      the query blocks (of every query head of the KV group) that see them. Per step:
+//      0 is the producer (producer.cuh): TMA for K and V once per unit and for Q and dO per query
+//      block (64, 80 or 128 rows: config.cuh) into a 2-stage ring, with the block's LSE and D
+//      staged beside them. Warpgroups 1 and 2 are the consumers; each owns 64 of the keys and
+//      keeps their dK and dV in f32 registers across the query blocks (of every query head of the
+//      KV group) that see them. Per step (mainloop.cuh):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                         (SS wgmma)
 //        Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D)
 //        dV += Pᵀ·dO, dK += dSᵀ·Q                       (RS wgmma: Pᵀ, dSᵀ from registers)
-//        dSᵀ to shared memory; dQ slice = dS·K          (SS wgmma, both operands MN-major)
+//        dS to shared memory; dQ slice = dS·K           (SS wgmma, both operands MN-major), or
+//          with 80-query steps dQᵀ slice = Kᵀ·dSᵀ        (SS wgmma, Kᵀ MN-major)
 //        dQ slice bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace accumulator.
-//   3. bwd_hopper_dq_convert: dQ = scale · accumulator, rounded to the element type.
+//   3. bwd_hopper_dq_convert (one warp per row) or, with 80-query steps, _transposed (one CTA per
+//      query block, through shared memory): dQ = scale · accumulator, rounded to the element type.
 // dQ's f32 additions arrive in whatever order the CTAs reach them: the last bits of dQ may differ
 // from run to run (AttentionBackward::deterministic is false for this kernel). dK and dV are
 // summed by one warpgroup in a fixed order.
@@ -36,6 +39,7 @@
 #include "gen5_hopper_bwd/block_info.cuh"
 #include "gen5_hopper_bwd/mainloop.cuh"
 #include "gen5_hopper_bwd/dq_reduce.cuh"
+#include "gen5_hopper_bwd/producer.cuh"
 #include "gen5_hopper_bwd/epilogue.cuh"
 
 using namespace fhb;
@@ -106,6 +110,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         warpgroup_reg_dealloc<PRODUCER_REGS>();
         if (threadIdx.x < PRODUCER_LANES) {
             const int lane = threadIdx.x;
+            const BackwardMaps maps{&tm_q, &tm_k, &tm_v, &tm_do};
             int stage = 0;
             unsigned phase = 0;
             unsigned unit_parity = 0;
@@ -113,44 +118,18 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                 const Unit u = decode_unit(p, t);
                 // K and V of the previous unit released by both consumers.
                 mbar_wait(bar_kv_empty, unit_parity ^ 1u, TAG_KV_EMPTY);
-                if (lane == 0) {
-                    mbar_arrive_expect_tx(bar_kv_full, 2 * KV_TILE_BYTES);
-#pragma unroll
-                    for (int c = 0; c < NBOX; ++c) {
-                        tma_load_4d(sK + c * KV_BOX_BYTES, &tm_k, bar_kv_full, c * 64, u.k0, u.h_kv, u.b);
-                        tma_load_4d(sV + c * KV_BOX_BYTES, &tm_v, bar_kv_full, c * 64, u.k0, u.h_kv, u.b);
-                    }
-                }
+                if (lane == 0) load_key_block(maps, u, sK, sV, bar_kv_full);
                 for (int gi = 0; gi < group; ++gi) {
                     const int h = u.h_kv * group + gi;
-                    const long long bh = (long long)u.b * p.heads_q + h;
                     for (int m = u.first_q_block; m < u.q_blocks; ++m) {
                         const unsigned full = bar_q_full + 8 * stage;
                         mbar_wait(bar_q_empty + 8 * stage, phase ^ 1u, TAG_Q_EMPTY);
-                        // LSE·log2e (+inf past seq_q: P = 0 there) and D of the block's 64 rows.
-                        const unsigned stats = base + OFF_STATS + stage * STATS_BYTES;
-#pragma unroll
-                        for (int i = 0; i < QUERY_ROWS / 32; ++i) {
-                            const int r = lane + 32 * i;
-                            const int row = m * QUERY_ROWS + r;
-                            const float lse = row < p.seq_q ? p.lse[lse_offset(p, u.b, h, row)] * LOG2E : INFINITY;
-                            const float dvec = p.workspace[dvec_index(p, bh, row)];
-                            asm volatile("st.shared.f32 [%0], %1;" ::"r"(stats + 4 * r), "f"(lse) : "memory");
-                            asm volatile("st.shared.f32 [%0], %1;" ::"r"(stats + 4 * (QUERY_ROWS + r)), "f"(dvec) : "memory");
-                        }
-                        // Lane 0's arrival carries the TMA bytes; the other 31 publish their stats.
                         if (lane == 0) {
-                            mbar_arrive_expect_tx(full, 2 * Q_TILE_BYTES);
-                            const unsigned sQ = base + OFF_Q + stage * Q_TILE_BYTES;
-                            const unsigned sDO = base + OFF_DO + stage * Q_TILE_BYTES;
-#pragma unroll
-                            for (int c = 0; c < NBOX; ++c) {
-                                tma_load_4d(sQ + c * Q_BOX_BYTES, &tm_q, full, c * 64, m * QUERY_ROWS, h, u.b);
-                                tma_load_4d(sDO + c * Q_BOX_BYTES, &tm_do, full, c * 64, m * QUERY_ROWS, h, u.b);
-                            }
-                        } else {
-                            mbar_arrive(full);
+                            load_query_block(maps, u.b, h, m, base + OFF_Q + stage * Q_TILE_BYTES,
+                                             base + OFF_DO + stage * Q_TILE_BYTES, full);
                         }
+                        stage_stats(p, u.b, h, m, base + OFF_STATS + stage * STATS_BYTES, lane);
+                        mbar_arrive(full);
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1u;
@@ -170,11 +149,12 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         // Sᵀ and dPᵀ: the warpgroup's 64 K and V rows, K-major.
         const unsigned long long k_rows = make_desc_sw128(sK + cw * WG_KEYS * ROW_BYTES, 16, 1024);
         const unsigned long long v_rows = make_desc_sw128(sV + cw * WG_KEYS * ROW_BYTES, 16, 1024);
-        // dQ (config.cuh): which keys, which 64-column slice of the head dim and which 64-query box
-        // of the step this warpgroup's slice covers.
+        // dQ (config.cuh): which keys, which 64-column slice of the head dim and which query block
+        // of the step this warpgroup's slice covers. The K descriptor is dQ's B operand, or with
+        // DQ_TRANSPOSED dQᵀ's A operand (the same 64-column box, keys-major).
         const int dq_key0 = DQ_SPLIT_KEYS ? cw * WG_KEYS : 0;
         const int dq_slice_index = D == 128 ? cw : 0;
-        const int dq_query_box = QUERY_BOXES == 2 ? cw : 0;
+        const int dq_query_box = DQ_BLOCKS_PER_STEP == 2 ? cw : 0;
         const unsigned long long k_cols =
             make_desc_sw128(sK + dq_slice_index * KV_BOX_BYTES + dq_key0 * ROW_BYTES, KV_BOX_BYTES, 1024);
         const unsigned warp_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES + warp * DQ_WARP_BYTES;
@@ -201,39 +181,37 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
 
                     float s[ACC_REGS], dp[ACC_REGS];
                     unsigned p_frag[FRAG_REGS], ds_frag[FRAG_REGS];
-                    if constexpr (OVERLAP_DV_WITH_DP) {
-                        // Sᵀ and dPᵀ in two groups: Pᵀ is computed, and dV += Pᵀ·dO issued, while
-                        // dPᵀ runs.
-                        wgmma_fence();
-                        gemm_keys_by_queries(s, k_rows, tiles.q_k);
-                        wgmma_commit();
-                        gemm_keys_by_queries(dp, v_rows, tiles.do_k);
-                        wgmma_commit();
+                    // Sᵀ and dPᵀ in two commit groups where work runs under dPᵀ (config.cuh).
+                    constexpr bool split = OVERLAP_DV_WITH_DP || OVERLAP_P_WITH_DP;
+                    wgmma_fence();
+                    gemm_keys_by_queries(s, k_rows, tiles.q_k);
+                    if constexpr (split) wgmma_commit();
+                    gemm_keys_by_queries(dp, v_rows, tiles.do_k);
+                    wgmma_commit();
+                    if constexpr (split) {
                         wgmma_wait<1>();
                         fence_regs(s);
-                        probabilities(p, s, stats, q_col);
-                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                    } else {
+                        wgmma_wait<0>();
+                        fence_regs(s);
+                        fence_regs(dp);
+                    }
+                    probabilities(p, s, stats, q_col);
+                    if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                    if constexpr (OVERLAP_DV_WITH_DP) {
                         pack_fragment(s, p_frag);
                         wgmma_fence();
                         gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
                         wgmma_commit();
                         wgmma_wait<1>();  // dPᵀ done (dV may still run)
-                        fence_regs(dp);
-                        score_grads(dp, s, stats, q_col);
-                        pack_fragment(dp, ds_frag);
-                    } else {
-                        wgmma_fence();
-                        gemm_keys_by_queries(s, k_rows, tiles.q_k);
-                        gemm_keys_by_queries(dp, v_rows, tiles.do_k);
-                        wgmma_commit();
+                    } else if constexpr (OVERLAP_P_WITH_DP) {
                         wgmma_wait<0>();
-                        fence_regs(s);
-                        fence_regs(dp);
-                        probabilities(p, s, stats, q_col);
-                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
-                        score_grads(dp, s, stats, q_col);
-                        pack_fragment(s, p_frag);
-                        pack_fragment(dp, ds_frag);
+                    }
+                    if constexpr (split) fence_regs(dp);
+                    score_grads(dp, s, stats, q_col);
+                    if constexpr (!OVERLAP_DV_WITH_DP) pack_fragment(s, p_frag);
+                    pack_fragment(dp, ds_frag);
+                    if constexpr (!OVERLAP_DV_WITH_DP) {
                         wgmma_fence();
                         gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
                     }
@@ -241,19 +219,27 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
                     wgmma_commit();
 
-                    // dSᵀ for dQ, into this step's buffer (the other one may still be read by the
+                    // dS for dQ, into this step's buffer (the other one may still be read by the
                     // other warpgroup's dQ of the step before).
                     const unsigned ds_tile = base + OFF_DS + (step & 1u) * DS_BYTES;
+#if FC_BWD_DQ_TRANSPOSED
+                    store_ds_query_major(ds_tile, ds_frag, cw * WG_KEYS, warp, lane);
+#else
                     store_ds_t(ds_tile, ds_frag, cw * WG_KEYS + key_in_wg, lane);
+#endif
                     fence_proxy_async_smem();
                     named_bar_sync(BAR_DS, CONSUMER_THREADS);
 
-                    float dq[32];
+                    float dq[DQ_REGS];
                     wgmma_fence();
+#if FC_BWD_DQ_TRANSPOSED
+                    gemm_dq_transposed(dq, k_cols, make_desc_sw128(ds_tile, 16, 1024));
+#else
                     gemm_dq(dq,
                             make_desc_sw128(ds_tile + dq_query_box * DS_BOX_BYTES + dq_key0 * ROW_BYTES, DS_BOX_BYTES,
                                             1024),
                             k_cols);
+#endif
                     wgmma_commit();
                     wgmma_wait<0>();  // dV, dK and dQ: Q, dO and the stats of this stage are free
                     fence_regs(dq);
@@ -277,7 +263,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     if (lane == 0) {
                         const long long bh = (long long)u.b * p.heads_q + u.h_kv * group + gi;
                         reduce_dq_quarter(
-                            dq_slice(p, bh, m * QUERY_BOXES + dq_query_box, dq_slice_index) + warp * (DQ_WARP_BYTES / 4),
+                            dq_slice(p, bh, m * DQ_BLOCKS_PER_STEP + dq_query_box, dq_slice_index) + warp * DQ_WARP_FLOATS,
                             warp_staging);
                     }
                 }
@@ -298,6 +284,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
 }
 
 // ---- 3. dQ = scale · accumulator ----
+#if !FC_BWD_DQ_TRANSPOSED
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const int lane = threadIdx.x % 32;
@@ -317,3 +304,44 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         }
     }
 }
+#else
+// DQ_TRANSPOSED builds (80 queries a step): the accumulator holds dQᵀ slices (head-dim columns on
+// the accumulator's rows), so a query row's words are spread across the slice. One CTA per
+// (batch·heads_q, query block) reads the block's slices whole, coalesced, into a [query][column]
+// tile, then writes the rows out.
+extern "C" __global__ void __launch_bounds__(128)
+bwd_hopper_dq_convert_transposed(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
+    __shared__ float tile[QUERY_ROWS][D + 1];  // + 1: the scattered stores below fall on 32 banks
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const long long blocks = (long long)p.batch * p.heads_q * query_blocks(p);
+    for (long long item = blockIdx.x; item < blocks; item += gridDim.x) {
+        const long long bh = item / query_blocks(p);
+        const int m = (int)(item % query_blocks(p));
+#pragma unroll
+        for (int slice = 0; slice < DQ_SLICES; ++slice) {
+            const float4* src = reinterpret_cast<const float4*>(dq_slice(p, bh, m, slice));
+            for (int i = threadIdx.x; i < DQ_SLICE_FLOATS / 4; i += blockDim.x) {
+                // Float4 i is lane l's float4 j of warp w's quarter (dq_slice_word): columns
+                // 16 w + l / 4 (+ 8), queries 8 j + 2 (l % 4) (+ 1).
+                const int w = i / (DQ_WARP_FLOATS / 4), j = (i / 32) % (DQ_REGS / 4), l = i % 32;
+                const int col = 64 * slice + 16 * w + l / 4, q = 8 * j + 2 * (l % 4);
+                const float4 v = src[i];
+                tile[q][col] = v.x;
+                tile[q + 1][col] = v.y;
+                tile[q][col + 8] = v.z;
+                tile[q + 1][col + 8] = v.w;
+            }
+        }
+        __syncthreads();
+        for (int r = warp; r < QUERY_ROWS; r += blockDim.x / 32) {
+            const int row = m * QUERY_ROWS + r;
+            if (row >= p.seq_q) break;
+            const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+            elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row));
+            for (int c2 = lane; c2 < D / 2; c2 += 32)
+                dq[c2] = pack2(tile[r][2 * c2] * p.softmax_scale, tile[r][2 * c2 + 1] * p.softmax_scale);
+        }
+        __syncthreads();
+    }
+}
+#endif

@@ -14,8 +14,9 @@
 #ifndef FC_BWD_STAGES
 #define FC_BWD_STAGES 2
 #endif
-// Queries per step: 64, or 128 at D = 64 (FLASHCORE_HOPPER_BWD_QUERY_ROWS=128; halves the
-// per-step fixed costs where the steps are shortest).
+// Queries per step: 64; 128 at D = 64 (FLASHCORE_HOPPER_BWD_QUERY_ROWS=128; halves the per-step
+// fixed costs where the steps are shortest); 80 at D = 128 (FlashAttention-3's non-causal choice:
+// a quarter more work per step's fixed costs, and what the registers allow).
 #ifndef FC_BWD_QUERY_ROWS
 #define FC_BWD_QUERY_ROWS 64
 #endif
@@ -30,8 +31,8 @@ constexpr int D = FC_HEAD_DIM;
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
 constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)
-static_assert(QUERY_ROWS == 64 || (QUERY_ROWS == 128 && D == 64), "FC_BWD_QUERY_ROWS: 64, or 128 at D = 64");
-constexpr int QUERY_BOXES = QUERY_ROWS / 64;  // 64-query (128-byte) column boxes of the dSᵀ tile
+static_assert(QUERY_ROWS == 64 || (QUERY_ROWS == 128 && D == 64) || (QUERY_ROWS == 80 && D == 128),
+              "FC_BWD_QUERY_ROWS: 64, 128 at D = 64, or 80 at D = 128");
 constexpr int ACC_REGS = QUERY_ROWS / 2;      // Sᵀ or dPᵀ accumulator registers per thread
 constexpr int FRAG_REGS = QUERY_ROWS / 4;     // Pᵀ or dSᵀ as packed A fragments
 constexpr int STAGES = FC_BWD_STAGES;  // Q/dO ring depth
@@ -42,24 +43,40 @@ constexpr int KV_BOX_BYTES = KEY_ROWS * ROW_BYTES;
 constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
 constexpr int Q_BOX_BYTES = QUERY_ROWS * ROW_BYTES;
 constexpr int Q_TILE_BYTES = NBOX * Q_BOX_BYTES;
-// dSᵀ of one step, [128 keys][QUERY_ROWS queries] elem_t in 128-byte swizzled rows, one 64-query
-// box after the other; double-buffered so a step's writes never race the other warpgroup's dQ
-// reads of the step before.
-constexpr int DS_BOX_BYTES = KEY_ROWS * ROW_BYTES;
-constexpr int DS_BYTES = QUERY_BOXES * DS_BOX_BYTES;
-// dQ: each warpgroup produces one 64 x 64 f32 slice per step and stages it for the bulk reduce
-// into the workspace accumulator:
-//   D = 128: its half of the head dim, 64 queries, all 128 keys;
+// dQ's product. With 64 or 128 queries a step, dQ = dS·K puts the queries on the wgmma M side (64
+// a warpgroup). 80 queries are not a multiple of 64, so that build computes dQᵀ = Kᵀ·dSᵀ instead:
+// the head dim on M (each warpgroup its 64-column half), the step's 80 queries on N.
+#define FC_BWD_DQ_TRANSPOSED (FC_BWD_QUERY_ROWS == 80)  // for #if: the two dQ forms have different register counts
+constexpr bool DQ_TRANSPOSED = FC_BWD_DQ_TRANSPOSED;
+// dS of one step in shared memory, double-buffered so a step's writes never race the other
+// warpgroup's dQ reads of the step before; 128-byte swizzled rows, one 64-wide box after the other:
+//   dSᵀ [128 keys][QUERY_ROWS queries] in 64-query boxes (dQ's MN-major A operand), or, with
+//   DQ_TRANSPOSED, dS [80 queries][128 keys] in 64-key boxes (dQᵀ's K-major B operand).
+constexpr int DS_BOXES = DQ_TRANSPOSED ? KEY_ROWS / 64 : QUERY_ROWS / 64;
+constexpr int DS_BOX_BYTES = (DQ_TRANSPOSED ? QUERY_ROWS : KEY_ROWS) * ROW_BYTES;
+constexpr int DS_BYTES = DS_BOXES * DS_BOX_BYTES;
+// dQ: each warpgroup produces one 64 x DQ_SLICE_QUERIES f32 slice per step and stages it for the
+// bulk reduce into the workspace accumulator:
+//   D = 128, 64 queries: its half of the head dim, 64 queries, all 128 keys;
+//   D = 128, 80 queries (transposed): its half of the head dim, 80 queries, all 128 keys;
 //   D = 64, 64 queries: the whole head dim over its own 64 keys (both add into one slice);
 //   D = 64, 128 queries: its half of the queries, the whole head dim, all 128 keys.
-constexpr int DQ_SLICE_FLOATS = 64 * 64;
+constexpr int DQ_SLICE_QUERIES = DQ_TRANSPOSED ? QUERY_ROWS : 64;
+constexpr int DQ_SLICE_FLOATS = 64 * DQ_SLICE_QUERIES;
 constexpr int DQ_SLICE_BYTES = DQ_SLICE_FLOATS * 4;
-constexpr int DQ_SLICES = D / 64;  // slices per 64-row query block in the accumulator
+constexpr int DQ_REGS = DQ_SLICE_FLOATS / 128;  // the slice's accumulator registers per thread
+constexpr int DQ_SLICES = D / 64;  // slices per query block in the accumulator
+constexpr int DQ_BLOCKS_PER_STEP = QUERY_ROWS / DQ_SLICE_QUERIES;  // accumulator query blocks per step
 constexpr bool DQ_SPLIT_KEYS = D == 64 && QUERY_ROWS == 64;
 constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgroup's dQ product sums
-// dV += Pᵀ·dO is issued while dPᵀ still runs only with 64-query steps: with 128, Sᵀ and dPᵀ take
-// 64 registers each and the overlap would keep both beside Pᵀ.
+// What runs under a step's dPᵀ = V·dOᵀ (measured choices, session 13 run2):
+//   64 queries: Pᵀ, and dV += Pᵀ·dO is issued before dPᵀ is waited for;
+//   128 queries (D = 64): Pᵀ (2-3 % faster than waiting for Sᵀ and dPᵀ together);
+//   80 queries (D = 128): nothing: Sᵀ and dPᵀ are waited for together, 1-2 % faster than computing
+//   Pᵀ under dPᵀ. Issuing dV early would keep Sᵀ, dPᵀ and Pᵀ live at once: with 40 or 64
+//   registers each, that spills.
 constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64;
+constexpr bool OVERLAP_P_WITH_DP = QUERY_ROWS == 128;
 // The step's LSE·log2(e) and D = rowsum(dO ∘ O), QUERY_ROWS floats each, per stage.
 constexpr int STATS_BYTES = 2 * QUERY_ROWS * 4;
 

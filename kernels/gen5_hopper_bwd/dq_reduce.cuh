@@ -3,7 +3,7 @@
 // atomics: the portable atomic schedule lost 1.5-1.9x to those).
 //
 // Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·QUERY_ROWS],
-// then the accumulator: per (batch·heads_q, 64-row query block, 64-column slice) one 4096-float
+// then the accumulator: per (batch·heads_q, DQ_SLICE_QUERIES-row query block, 64-column slice) one
 // slice in the order the consumer threads hold it (dq_slice_word), so staging it is conflict-free
 // 16-byte stores and each warp reduces one contiguous quarter; the convert kernel undoes the
 // permutation. Both are zeroed or written whole by the prepare kernel before the main kernel runs
@@ -20,25 +20,28 @@ __device__ __forceinline__ long long dvec_index(const AttentionParams& p, long l
     return bh * query_blocks(p) * QUERY_ROWS + row;
 }
 __device__ __forceinline__ float* dq_accumulator(const AttentionParams& p) { return p.workspace + padded_rows(p); }
-// The slice of 64-row query block `row_block` (row / 64) and 64-column block `slice`.
+// The slice of query block `row_block` (row / DQ_SLICE_QUERIES) and 64-column block `slice`.
 __device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long bh, int row_block, int slice) {
     return dq_accumulator(p) +
-           ((bh * (query_blocks(p) * QUERY_BOXES) + row_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
+           ((bh * (query_blocks(p) * DQ_BLOCKS_PER_STEP) + row_block) * DQ_SLICES + slice) * (long long)DQ_SLICE_FLOATS;
 }
-// Word of element (row, col) (col even: col + 1 is the next word) inside a slice: warp w of the
-// warpgroup owns words [1024 w, 1024 w + 1024), where lane l's float4 j sits at 4 (32 j + l).
-__device__ __forceinline__ int dq_slice_word(int row, int col) {
-    const int lane = (row % 8) * 4 + (col % 8) / 2;
-    return 1024 * (row / 16) + 4 * (32 * (col / 8) + lane) + 2 * ((row % 16) / 8);
-}
-
+constexpr int DQ_WARP_FLOATS = DQ_SLICE_FLOATS / 4;
 constexpr int DQ_WARP_BYTES = DQ_SLICE_BYTES / 4;
 
-// The warp's quarter of the warpgroup's 64 x 64 dQ partial (its 16 rows) into its staging
+// Word of accumulator element (row, col) (col even: col + 1 is the next word) inside a slice, row
+// and col as the wgmma accumulator has them (query and column, or column and query with
+// DQ_TRANSPOSED): warp w of the warpgroup owns words [DQ_WARP_FLOATS w, DQ_WARP_FLOATS (w + 1)),
+// where lane l's float4 j sits at 4 (32 j + l).
+__device__ __forceinline__ int dq_slice_word(int row, int col) {
+    const int lane = (row % 8) * 4 + (col % 8) / 2;
+    return DQ_WARP_FLOATS * (row / 16) + 4 * (32 * (col / 8) + lane) + 2 * ((row % 16) / 8);
+}
+
+// The warp's quarter of the warpgroup's dQ partial (its 16 accumulator rows) into its staging
 // quarter, conflict-free 16-byte stores.
-__device__ __forceinline__ void stage_dq(unsigned warp_staging, const float (&dq)[32], int lane) {
+__device__ __forceinline__ void stage_dq(unsigned warp_staging, const float (&dq)[DQ_REGS], int lane) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < DQ_REGS / 4; ++j) {
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(warp_staging + 16u * (32u * j + lane)),
                      "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
                      : "memory");

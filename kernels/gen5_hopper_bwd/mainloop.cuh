@@ -63,6 +63,17 @@ __device__ __forceinline__ void gemm_dq(float (&dq)[32], unsigned long long ds, 
         wgmma_ss_ta_tb(dq, desc_plus(ds, t * 16 * ROW_BYTES), desc_plus(k, t * 16 * ROW_BYTES), t > 0 ? 1 : 0);
 }
 
+// dqt[64 columns x 80 queries] = Kᵀ · dSᵀ over all 128 keys (DQ_TRANSPOSED): K from the key tile's
+// 64-column box (keys-major, head dim contiguous: the MN-major A) and dS from the query-major dS
+// tile (keys contiguous: the K-major B, one 64-key box after the other).
+__device__ __forceinline__ void gemm_dq_transposed(float (&dqt)[40], unsigned long long k, unsigned long long ds) {
+    k = opaque(k);
+#pragma unroll
+    for (int t = 0; t < KEY_ROWS / 16; ++t)
+        wgmma_ss_ta(dqt, desc_plus(k, t * 16 * ROW_BYTES), desc_plus(ds, (t % 4) * 32 + (t / 4) * DS_BOX_BYTES),
+                    t > 0 ? 1 : 0);
+}
+
 __device__ __forceinline__ float2 ld_shared_f2(unsigned addr) {
     float2 v;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
@@ -128,6 +139,26 @@ __device__ __forceinline__ void store_ds_t(unsigned tile, const unsigned (&ds)[F
                                   ((((unsigned)j % 8u) ^ (row & 7u)) << 4) + 4 * (lane & 3);
             asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(ds[2 * j + r]) : "memory");
         }
+    }
+}
+
+// The warpgroup's dSᵀ fragments into the step's query-major dS tile (DQ_TRANSPOSED), transposed on
+// the way by stmatrix: fragment (j, r) is the 8 x 8 block of keys wg_key0 + 16 warp + 8 r + (0..7)
+// by queries 8 j + (0..7); stored transposed, each query's 8 keys are one 16-byte chunk of its
+// 128-byte row, chunk c at c ^ (query & 7) (the 128-byte swizzle). Lane l gives the row address of
+// block l / 8 of the four a stmatrix.x4 stores.
+__device__ __forceinline__ void store_ds_query_major(unsigned tile, const unsigned (&ds)[FRAG_REGS], int wg_key0,
+                                                     int warp, int lane) {
+    const int block = lane >> 3, row = lane & 7;
+    const unsigned chunk = (unsigned)(((wg_key0 % 64) + 16 * warp + 8 * (block & 1)) / 8);
+    const unsigned box = tile + (unsigned)(wg_key0 / 64) * DS_BOX_BYTES;
+#pragma unroll
+    for (int t = 0; t < FRAG_REGS / 4; ++t) {
+        const unsigned query = (unsigned)(8 * (2 * t + (block >> 1)) + row);
+        const unsigned addr = box + query * ROW_BYTES + ((chunk ^ (query & 7u)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                     "r"(ds[4 * t]), "r"(ds[4 * t + 1]), "r"(ds[4 * t + 2]), "r"(ds[4 * t + 3])
+                     : "memory");
     }
 }
 

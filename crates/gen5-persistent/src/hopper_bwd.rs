@@ -20,14 +20,20 @@ pub const HEAD_DIMS: &[usize] = &[64, 128];
 /// Keys per CTA work unit (`KEY_ROWS` in config.cuh).
 pub const KEY_ROWS: usize = 128;
 
-/// Query rows per step by default (`QUERY_ROWS` in config.cuh): 128 at D = 64, where shorter
-/// steps left the per-step fixed costs (the dS barrier, waits, staging) weighing most and 128 ran
-/// 1.18-1.24x faster (session 6, run1); 64 at D = 128, where 128 would not fit the registers.
-pub fn default_query_rows(head_dim: usize) -> usize {
-    if head_dim == 64 {
-        128
-    } else {
-        64
+/// Query rows per step by default (`QUERY_ROWS` in config.cuh):
+/// - D = 64: 128. Shorter steps left the per-step fixed costs (the dS barrier, waits, staging)
+///   weighing most; 128 ran 1.18-1.24x faster than 64 (session 6, run1).
+/// - D = 128 without causal masking: 80, FlashAttention-3's choice there: a quarter more work per
+///   step's fixed costs, with dQᵀ = Kᵀ·dSᵀ since 80 is not a multiple of wgmma's M. 1.2-3 % faster
+///   than 64 at S = 4096 and 16384, level at 2048 (session 13, runs 1-2).
+/// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
+///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
+///   (session 13, runs 1-2).
+pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
+    match (head_dim, causal) {
+        (64, _) => 128,
+        (_, false) => 80,
+        (_, true) => 64,
     }
 }
 
@@ -50,14 +56,30 @@ pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) ->
 const MAIN_THREADS: u32 = 384;
 const ROW_THREADS: u32 = 128;
 
+/// Whether a build with `query_rows` queries a step computes dQᵀ = Kᵀ·dSᵀ (`DQ_TRANSPOSED` in
+/// config.cuh): 80 is not a multiple of wgmma's 64-row M side, so the queries go on N.
+pub fn dq_transposed(query_rows: usize) -> bool {
+    query_rows == 80
+}
+
+/// Queries in one slice of the dQ accumulator (`DQ_SLICE_QUERIES`).
+fn dq_slice_queries(query_rows: usize) -> usize {
+    if dq_transposed(query_rows) {
+        query_rows
+    } else {
+        64
+    }
+}
+
 /// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `stages` (Q, dO)
-/// stages of `query_rows` rows, two dSᵀ tiles (128 keys × `query_rows`), two 16 KiB dQ staging
-/// slices, the stages' LSE and D, the barriers, and the 1024-byte alignment slack.
+/// stages of `query_rows` rows, two dS tiles (128 keys × `query_rows`), two dQ staging slices
+/// (64 columns × 64 or 80 queries, f32), the stages' LSE and D, the barriers, and the 1024-byte
+/// alignment slack.
 pub fn smem_bytes(head_dim: usize, stages: usize, query_rows: usize) -> usize {
     let kv = 2 * KEY_ROWS * head_dim * 2;
     let q_do = stages * 2 * query_rows * head_dim * 2;
     let ds = 2 * KEY_ROWS * query_rows * 2;
-    let dq = 2 * 64 * 64 * 4;
+    let dq = 2 * 64 * dq_slice_queries(query_rows) * 4;
     let stats = stages * 2 * query_rows * 4;
     let bars = (2 + 2 * stages) * 8;
     kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
@@ -88,14 +110,14 @@ fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
 /// The build's tunables: the Q/dO ring depth, the work units per L2 section
 /// ([`default_section_units`], block_info.cuh) and the queries per step.
 /// `FLASHCORE_HOPPER_BWD_STAGES` (2 or 3), `FLASHCORE_HOPPER_BWD_SECTION_UNITS` (≥ 1) and
-/// `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, or 128 at D = 64; unset: [`default_query_rows`])
-/// override them for A/B runs.
+/// `FLASHCORE_HOPPER_BWD_QUERY_ROWS` (64, 128 at D = 64, 80 at D = 128; unset:
+/// [`default_query_rows`]) override them for A/B runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardTuning {
     pub stages: usize,
     /// `None`: [`default_section_units`] of the problem.
     pub section_units: Option<usize>,
-    /// `None`: [`default_query_rows`] of the problem's head dim.
+    /// `None`: [`default_query_rows`] of the problem.
     pub query_rows: Option<usize>,
 }
 
@@ -127,7 +149,7 @@ impl BackwardTuning {
             query_rows: match lookup("FLASHCORE_HOPPER_BWD_QUERY_ROWS") {
                 None => None,
                 Some(_) => Some(read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", 0, &|n| {
-                    n == 64 || n == 128
+                    n == 64 || n == 80 || n == 128
                 })?),
             },
         })
@@ -157,86 +179,118 @@ impl AttentionBackward for PersistentHopper {
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
-        let name = AttentionBackward::name(self);
-        let d = problem.head_dim;
-        capabilities().require_head_dim(name, d)?;
-        crate::hopper::require_sm90a(name, device)?;
-        let tuning = BackwardTuning::from_env().map_err(|e| Unsupported::new(name, e))?;
-        let query_rows = tuning.query_rows.unwrap_or(default_query_rows(d));
-        if query_rows != 64 && d != 64 {
-            return Err(Unsupported::new(
-                name,
-                format!(
-                    "FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim 64 only"
-                ),
-            ));
-        }
-        let smem = smem_bytes(d, tuning.stages, query_rows);
-        let limit = device.max_shared_memory_per_block_optin as usize;
-        if smem > limit {
-            return Err(Unsupported::new(
-                name,
-                format!("needs {smem} bytes of shared memory per block; the device allows {limit}"),
-            ));
-        }
-        let workspace = workspace_f32(problem, query_rows)
-            .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
-        // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
-        if problem.seq_q > i32::MAX as usize - query_rows
-            || problem.seq_k > i32::MAX as usize - KEY_ROWS
-        {
-            return Err(Unsupported::new(name, "sequence lengths past 2^31 - 128"));
-        }
-        let mut defines = vec![
-            ("FC_HEAD_DIM".to_string(), d.to_string()),
-            (
-                "FC_BWD_SECTION_UNITS".to_string(),
-                tuning
-                    .section_units
-                    .unwrap_or_else(|| default_section_units(problem, device))
-                    .to_string(),
-            ),
-            ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
-            ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
-        ];
-        if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
-            // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
-            defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
-        }
-        let p = problem;
-        let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
-        let rows = p.batch * p.heads_q * p.seq_q;
-        let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
-        // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
-        let warps_per_block = (ROW_THREADS / 32) as usize;
-        let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
-            defines: defines.clone(),
-            ..per_item(SOURCE, entry, tiles(rows, warps_per_block), ROW_THREADS)
-        };
-        Ok(LaunchPlan {
-            launches: vec![
-                row_launch("bwd_hopper_prepare", padded_rows),
-                KernelLaunch {
-                    source: SOURCE,
-                    entry: "bwd_hopper_dk_dv",
-                    defines: defines.clone(),
-                    grid: (main_grid(p, units, device), 1, 1),
-                    block: (MAIN_THREADS, 1, 1),
-                    dynamic_smem_bytes: smem as u32,
-                    tensor_maps: Some(TensorMapSpec {
-                        q_box_rows: query_rows as u32,
-                        kv_box_rows: KEY_ROWS as u32,
-                        box_cols: 64,
-                        swizzle: Swizzle::B128,
-                    }),
-                },
-                row_launch("bwd_hopper_dq_convert", rows),
-            ],
-            workspace_f32: workspace,
-            workspace_counters: 0,
-            num_splits: 1,
-        })
+        let tuning = BackwardTuning::from_env()
+            .map_err(|e| Unsupported::new(AttentionBackward::name(self), e))?;
+        plan_with_tuning(problem, device, tuning)
     }
+}
+
+/// [`AttentionBackward::plan_backward`] with the tunables given rather than read from the
+/// environment.
+pub fn plan_with_tuning(
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    tuning: BackwardTuning,
+) -> Result<LaunchPlan, Unsupported> {
+    let name = AttentionBackward::name(&PersistentHopper);
+    let d = problem.head_dim;
+    capabilities().require_head_dim(name, d)?;
+    crate::hopper::require_sm90a(name, device)?;
+    let query_rows = tuning
+        .query_rows
+        .unwrap_or(default_query_rows(d, problem.causal));
+    let built_for = match query_rows {
+        128 => Some(64),
+        80 => Some(128),
+        _ => None,
+    };
+    if let Some(head_dim) = built_for.filter(|&h| h != d) {
+        return Err(Unsupported::new(
+            name,
+            format!(
+                "FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim {head_dim} only"
+            ),
+        ));
+    }
+    let smem = smem_bytes(d, tuning.stages, query_rows);
+    let limit = device.max_shared_memory_per_block_optin as usize;
+    if smem > limit {
+        return Err(Unsupported::new(
+            name,
+            format!("needs {smem} bytes of shared memory per block; the device allows {limit}"),
+        ));
+    }
+    let workspace = workspace_f32(problem, query_rows)
+        .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
+    // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
+    if problem.seq_q > i32::MAX as usize - query_rows
+        || problem.seq_k > i32::MAX as usize - KEY_ROWS
+    {
+        return Err(Unsupported::new(name, "sequence lengths past 2^31 - 128"));
+    }
+    let mut defines = vec![
+        ("FC_HEAD_DIM".to_string(), d.to_string()),
+        (
+            "FC_BWD_SECTION_UNITS".to_string(),
+            tuning
+                .section_units
+                .unwrap_or_else(|| default_section_units(problem, device))
+                .to_string(),
+        ),
+        ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
+        ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
+    ];
+    if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
+        // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
+        defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
+    }
+    let p = problem;
+    let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
+    let rows = p.batch * p.heads_q * p.seq_q;
+    let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
+    // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
+    let warps_per_block = (ROW_THREADS / 32) as usize;
+    let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
+        defines: defines.clone(),
+        ..per_item(SOURCE, entry, tiles(rows, warps_per_block), ROW_THREADS)
+    };
+    Ok(LaunchPlan {
+        launches: vec![
+            row_launch("bwd_hopper_prepare", padded_rows),
+            KernelLaunch {
+                source: SOURCE,
+                entry: "bwd_hopper_dk_dv",
+                defines: defines.clone(),
+                grid: (main_grid(p, units, device), 1, 1),
+                block: (MAIN_THREADS, 1, 1),
+                dynamic_smem_bytes: smem as u32,
+                tensor_maps: Some(TensorMapSpec {
+                    q_box_rows: query_rows as u32,
+                    kv_box_rows: KEY_ROWS as u32,
+                    box_cols: 64,
+                    swizzle: Swizzle::B128,
+                }),
+            },
+            if dq_transposed(query_rows) {
+                // One CTA per (batch·heads_q, query block): the block's dQᵀ slices go through a
+                // shared-memory tile.
+                KernelLaunch {
+                    defines: defines.clone(),
+                    ..per_item(
+                        SOURCE,
+                        "bwd_hopper_dq_convert_transposed",
+                        p.batch * p.heads_q * tiles(p.seq_q, query_rows),
+                        ROW_THREADS,
+                    )
+                }
+            } else {
+                row_launch("bwd_hopper_dq_convert", rows)
+            },
+        ],
+        workspace_f32: workspace,
+        workspace_counters: 0,
+        num_splits: 1,
+    })
 }
 
 #[cfg(test)]
@@ -245,10 +299,11 @@ mod tests {
 
     #[test]
     fn plan_is_prepare_main_convert_sized_by_blocks() {
-        let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
-        let plan = PersistentHopper
-            .plan_backward(&p, &DeviceInfo::synthetic_h100())
-            .unwrap();
+        let h100 = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(2, 8, 100, 128)
+            .with_kv(2, 300)
+            .with_causal(true);
+        let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
         let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
             entries,
@@ -258,24 +313,10 @@ mod tests {
                 "bwd_hopper_dq_convert"
             ]
         );
-        // 100 rows pad to 128: 2 * 8 * 128 padded rows, 4 warps a block.
+        // Causal, D = 128: 64-row steps. 100 rows pad to 128: 2 * 8 * 128 padded rows, 4 warps
+        // a block.
         assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / 4);
-        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128 (< 132 SMs)
-        let big = AttentionProblem::new(4, 16, 2048, 128);
-        let grid = |p: &AttentionProblem| {
-            PersistentHopper
-                .plan_backward(p, &DeviceInfo::synthetic_h100())
-                .unwrap()
-                .launches[1]
-                .grid
-                .0
-        };
-        assert_eq!(grid(&big), 132, "one CTA per SM without causal masking");
-        assert_eq!(
-            grid(&big.clone().with_causal(true)),
-            4 * 16 * 16,
-            "one CTA per unit under causal masking"
-        );
+        assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128
         assert_eq!(
             plan.launches[2].grid.0,
             (2 * 8 * 100usize).div_ceil(4) as u32
@@ -289,6 +330,67 @@ mod tests {
         );
         assert!(plan.launches[1].tensor_maps.is_some());
         assert!(!AttentionBackward::deterministic(&PersistentHopper));
+
+        // Without causal masking, D = 128: 80-row steps, dQᵀ, and the convert by query block.
+        let plan = PersistentHopper
+            .plan_backward(&p.clone().with_causal(false), &h100)
+            .unwrap();
+        assert_eq!(plan.launches[2].entry, "bwd_hopper_dq_convert_transposed");
+        // 100 rows pad to 160: 2 query blocks of 80 per head, one CTA each.
+        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 160 / 4);
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2);
+        assert_eq!(plan.workspace_f32, 2 * 8 * 160 * 129);
+        assert_eq!(
+            plan.launches[1].tensor_maps.as_ref().map(|m| m.q_box_rows),
+            Some(80)
+        );
+        // K, V 32 KiB each; Q, dO 2 x 20 KiB each; dS 2 x 20 KiB; staging 2 x 20 KiB; stats
+        // 1280; barriers 128; slack 1024: 640 bytes under the H100's 232 448.
+        assert_eq!(
+            plan.launches[1].dynamic_smem_bytes,
+            65536 + 81920 + 40960 + 40960 + 1280 + 128 + 1024
+        );
+
+        let big = AttentionProblem::new(4, 16, 2048, 128);
+        let grid = |p: &AttentionProblem| {
+            PersistentHopper.plan_backward(p, &h100).unwrap().launches[1]
+                .grid
+                .0
+        };
+        assert_eq!(grid(&big), 132, "one CTA per SM without causal masking");
+        assert_eq!(
+            grid(&big.clone().with_causal(true)),
+            4 * 16 * 16,
+            "one CTA per unit under causal masking"
+        );
+    }
+
+    #[test]
+    fn query_rows_are_checked_against_the_head_dim_and_the_shared_memory() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let tuning = |stages, rows| BackwardTuning {
+            stages,
+            section_units: None,
+            query_rows: Some(rows),
+        };
+        let d64 = AttentionProblem::new(1, 2, 256, 64);
+        let d128 = AttentionProblem::new(1, 2, 256, 128);
+        let e = plan_with_tuning(&d64, &h100, tuning(2, 80)).unwrap_err();
+        assert!(e.to_string().contains("head_dim 128 only"), "{e}");
+        let e = plan_with_tuning(&d128, &h100, tuning(2, 128)).unwrap_err();
+        assert!(e.to_string().contains("head_dim 64 only"), "{e}");
+        // Three stages of 80 rows do not fit.
+        let e = plan_with_tuning(&d128, &h100, tuning(3, 80)).unwrap_err();
+        assert!(e.to_string().contains("shared memory"), "{e}");
+        for (problem, rows) in [(&d64, 64), (&d64, 128), (&d128, 64), (&d128, 80)] {
+            let plan = plan_with_tuning(problem, &h100, tuning(2, rows)).unwrap();
+            let rows_define = plan.launches[1]
+                .defines
+                .iter()
+                .find(|(k, _)| k == "FC_BWD_QUERY_ROWS")
+                .map(|(_, v)| v.clone());
+            assert_eq!(rows_define, Some(rows.to_string()));
+        }
     }
 
     #[test]
@@ -345,6 +447,9 @@ mod tests {
         assert!(smem_bytes(64, 2, 128) <= h100.max_shared_memory_per_block_optin as usize);
         let narrow = with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "64")]).unwrap();
         assert_eq!(narrow.query_rows, Some(64));
+        let t80 = with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "80")]).unwrap();
+        assert_eq!(t80.query_rows, Some(80));
+        assert!(smem_bytes(128, 2, 80) <= h100.max_shared_memory_per_block_optin as usize);
         assert!(with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "96")]).is_err());
     }
 
@@ -372,11 +477,17 @@ mod tests {
                 return Ok(());
             };
             let heads_q = batch * heads_kv * group;
-            let query_rows = default_query_rows(d);
+            let query_rows = default_query_rows(d, causal);
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
             let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
             let main = if causal { units } else { units.min(132) };
-            let items = [padded_rows.div_ceil(4), main, (heads_q * seq_q).div_ceil(4)];
+            // The convert: one warp per row, or with 80-row steps one CTA per query block.
+            let convert = if dq_transposed(query_rows) {
+                heads_q * seq_q.div_ceil(query_rows)
+            } else {
+                (heads_q * seq_q).div_ceil(4)
+            };
+            let items = [padded_rows.div_ceil(4), main, convert];
             for (launch, items) in plan.launches.iter().zip(items) {
                 proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                 proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);

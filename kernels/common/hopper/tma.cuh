@@ -28,3 +28,4 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+
