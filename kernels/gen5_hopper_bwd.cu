@@ -41,6 +41,7 @@
 #include "gen5_hopper_bwd/dq_reduce.cuh"
 #include "gen5_hopper_bwd/producer.cuh"
 #include "gen5_hopper_bwd/epilogue.cuh"
+#include "gen5_hopper_bwd/trace.cuh"
 
 using namespace fhb;
 
@@ -163,13 +164,18 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         unsigned phase = 0;
         unsigned unit_parity = 0;
         unsigned step = 0;
-        for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u) {
+        UnitTrace trace;
+        trace.begin(cw == 0 && tid == 0);
+        int unit_index = 0;
+        for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u, ++unit_index) {
+            trace.mark(unit_index, MARK_UNIT);
             const Unit u = decode_unit(p, t);
             const int key0 = u.k0 + cw * WG_KEYS;  // the warpgroup's first key
             float dk[D / 2], dv[D / 2];
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
             mbar_wait(bar_kv_full, unit_parity, TAG_KV_FULL);
+            trace.mark(unit_index, MARK_KV_LANDED);
 
             for (int gi = 0; gi < group; ++gi) {
                 for (int m = u.first_q_block; m < u.q_blocks; ++m, ++step) {
@@ -178,6 +184,8 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         step_tiles(base + OFF_Q + stage * Q_TILE_BYTES, base + OFF_DO + stage * Q_TILE_BYTES);
                     const unsigned stats = base + OFF_STATS + stage * STATS_BYTES;
                     mbar_wait(bar_q_full + 8 * stage, phase, TAG_Q_FULL);
+                    if (gi == 0 && m == u.first_q_block) trace.mark(unit_index, MARK_FIRST_Q);
+                    trace.count_step(unit_index);
 
                     float s[ACC_REGS], dp[ACC_REGS];
                     unsigned p_frag[FRAG_REGS], ds_frag[FRAG_REGS];
@@ -270,16 +278,20 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
             }
             // K and V may be overwritten (every wgmma on them is done): the producer loads the
             // next unit's while the rows below are stored.
+            trace.mark(unit_index, MARK_STEPS_DONE);
             mbar_arrive(bar_kv_empty);
 
-            // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys ----
-            const int d_col = q_col;
-            store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, 0), g.dv_row_stride, dv,
-                           key0 + key_in_wg, p.seq_k, 1.f, d_col);
-            store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk,
-                           key0 + key_in_wg, p.seq_k, p.softmax_scale, d_col);
+            // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys, through its dQ staging ----
+            const unsigned wg_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
+            if (lane == 0) wait_dq_staging_read();
+            store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, 0), g.dv_row_stride, dv, key0,
+                           p.seq_k, 1.f, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+            store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk, key0,
+                           p.seq_k, p.softmax_scale, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+            trace.mark(unit_index, MARK_STORED);
         }
         if (lane == 0) wait_dq_reduces();
+        trace.print(unit_index);
     }
 }
 

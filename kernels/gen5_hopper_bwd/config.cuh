@@ -105,8 +105,9 @@ constexpr int CONSUMER_REGS = 240;
 constexpr int PRODUCER_REGS = 24;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
 
-// Named barrier: both consumers after writing dSᵀ (256 threads), before either reads it for dQ.
-enum : unsigned { BAR_DS = 1 };
+// Named barriers: both consumers after writing dS (256 threads), before either reads it for dQ;
+// and each consumer warpgroup's own (128 threads, ids 2 and 3) around its dK/dV staging.
+enum : unsigned { BAR_DS = 1, BAR_EPILOGUE = 2 };
 
 enum { TAG_KV_EMPTY = 1, TAG_KV_FULL = 2, TAG_Q_EMPTY = 3, TAG_Q_FULL = 4 };
 

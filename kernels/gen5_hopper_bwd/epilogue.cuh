@@ -1,20 +1,47 @@
-// Generation 5 (Hopper) backward: a consumer warpgroup's dK and dV rows out of the accumulators
-// (keys key0 + {0, 8} of this thread, head-dim columns 8 j + d_col + {0, 1}); keys past seq_k are
-// not written.
+// Generation 5 (Hopper) backward: a consumer warpgroup's dK and dV rows out of the accumulators,
+// through shared memory so that they leave as whole rows. Stored straight from the accumulator
+// layout (4 bytes a thread, 8 rows a warp instruction) they took 5-10 us a unit at
+// (4,16,2048,128), up to a tenth of the unit (session 13, run9).
 #pragma once
 
 namespace fhb {
 
-__device__ __forceinline__ void store_key_rows(elem_t* base, long long row_stride, const float (&acc)[D / 2], int key0,
-                                               int seq_k, float scale, int d_col) {
+// The warpgroup's 64 rows of dV or dK (× scale) for keys wg_key0 + (0..63), through `staging` (its
+// dQ staging slice: free at a unit's end once the warps' last reduces have read it, which lane 0 of
+// each warp has waited for). The accumulators go in by stmatrix, 8 x 8 blocks of keys 16 warp + 8 r
+// by columns 8 j, 16-byte chunk c of row r at chunk c ^ (r & 7); they leave as 16-byte pieces of
+// whole rows. Keys past seq_k are not written. `bar` is the warpgroup's own named barrier.
+__device__ __forceinline__ void store_key_rows(elem_t* base, long long row_stride, const float (&acc)[D / 2],
+                                               int wg_key0, int seq_k, float scale, unsigned staging, unsigned bar,
+                                               int warp, int lane, int tid) {
+    constexpr int CHUNKS = D / 8;   // 16-byte chunks of a row
+    constexpr int ROW = 2 * D;      // bytes of a row
+    static_assert(64 * ROW <= DQ_SLICE_BYTES, "a warpgroup's 64 rows must fit its dQ staging slice");
+    named_bar_sync(bar, 128);  // every thread's earlier reads of the staging slice are done
+    const int block = lane >> 3;
+    const int row = warp * 16 + 8 * (block & 1) + (lane & 7);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + 8 * r;
+    for (int t = 0; t < D / 16; ++t) {
+        const int chunk = 2 * t + (block >> 1);
+        const unsigned addr = staging + row * ROW + ((chunk ^ (row & 7)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                     "r"(pack2_u32(acc[8 * t] * scale, acc[8 * t + 1] * scale)),
+                     "r"(pack2_u32(acc[8 * t + 2] * scale, acc[8 * t + 3] * scale)),
+                     "r"(pack2_u32(acc[8 * t + 4] * scale, acc[8 * t + 5] * scale)),
+                     "r"(pack2_u32(acc[8 * t + 6] * scale, acc[8 * t + 7] * scale))
+                     : "memory");
+    }
+    named_bar_sync(bar, 128);
+#pragma unroll
+    for (int i = tid; i < 64 * CHUNKS; i += 128) {
+        const int r = i / CHUNKS, c = i % CHUNKS, key = wg_key0 + r;
         if (key < seq_k) {
-            elem_t* row = base + (long long)key * row_stride;
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                *reinterpret_cast<elem2_t*>(row + 8 * j + d_col) = pack2(acc[4 * j + 2 * r] * scale, acc[4 * j + 2 * r + 1] * scale);
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(staging + r * ROW + ((c ^ (r & 7)) << 4))
+                         : "memory");
+            *reinterpret_cast<uint4*>(base + (long long)key * row_stride + 8 * c) = v;
         }
     }
 }

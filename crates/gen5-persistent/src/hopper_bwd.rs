@@ -244,6 +244,10 @@ pub fn plan_with_tuning(
         // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
         defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
     }
+    if crate::hopper::env_flag("FLASHCORE_HOPPER_BWD_TRACE").unwrap_or(false) {
+        // A printed timeline of three CTAs' units (trace.cuh), for finding where time goes.
+        defines.push(("FC_BWD_TRACE".to_string(), "1".to_string()));
+    }
     let p = problem;
     let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
     let rows = p.batch * p.heads_q * p.seq_q;

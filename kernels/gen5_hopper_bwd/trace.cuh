@@ -1,0 +1,62 @@
+// Generation 5 (Hopper) backward: an optional timeline (FLASHCORE_HOPPER_BWD_TRACE=1, which builds
+// with FC_BWD_TRACE=1; off in every measured build). The first consumer thread of CTAs 0,
+// gridDim.x / 2 and gridDim.x - 1 stamps %globaltimer at each unit's boundaries, and prints the
+// stamps of the module's third launch: where a unit's time goes outside its steps (session 13).
+#pragma once
+
+#ifndef FC_BWD_TRACE
+#define FC_BWD_TRACE 0
+#endif
+
+namespace fhb {
+
+enum TraceMark { MARK_UNIT, MARK_KV_LANDED, MARK_FIRST_Q, MARK_STEPS_DONE, MARK_STORED, TRACE_MARKS };
+
+#if FC_BWD_TRACE
+constexpr int TRACE_UNITS = 12;
+constexpr unsigned TRACE_LAUNCH = 2;
+__device__ unsigned trace_launches;  // launches started by CTA 0 since the module was loaded
+
+struct UnitTrace {
+    unsigned long long start = 0, t[TRACE_UNITS][TRACE_MARKS] = {};
+    int steps[TRACE_UNITS] = {};
+    bool on = false;
+
+    __device__ static unsigned long long now() {
+        unsigned long long v;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+        return v;
+    }
+    __device__ void begin(bool traced_thread) {
+        on = traced_thread && (blockIdx.x == 0 || blockIdx.x == gridDim.x / 2 || blockIdx.x == gridDim.x - 1);
+        if (on && blockIdx.x == 0) atomicAdd(&trace_launches, 1u);
+        if (on) start = now();
+    }
+    __device__ void mark(int unit, TraceMark m) {
+        if (on && unit < TRACE_UNITS) t[unit][m] = now();
+    }
+    __device__ void count_step(int unit) {
+        if (on && unit < TRACE_UNITS) ++steps[unit];
+    }
+    // At the CTA's end: every CTA of the launch is resident (a persistent grid), so CTA 0's
+    // increment at its start has happened and is the launch's number plus one.
+    __device__ void print(int units) {
+        if (!on || *(volatile unsigned*)&trace_launches != TRACE_LAUNCH + 1) return;
+        for (int u = 0; u < min(units, TRACE_UNITS); ++u)
+            printf("bwd-trace cta %d unit %d at %llu us: kv +%llu ns, first q +%llu ns, %d steps %llu ns, "
+                   "stores %llu ns\n",
+                   (int)blockIdx.x, u, (t[u][MARK_UNIT] - start) / 1000, t[u][MARK_KV_LANDED] - t[u][MARK_UNIT],
+                   t[u][MARK_FIRST_Q] - t[u][MARK_UNIT], steps[u], t[u][MARK_STEPS_DONE] - t[u][MARK_FIRST_Q],
+                   t[u][MARK_STORED] - t[u][MARK_STEPS_DONE]);
+    }
+};
+#else
+struct UnitTrace {
+    __device__ void begin(bool) {}
+    __device__ void mark(int, TraceMark) {}
+    __device__ void count_step(int) {}
+    __device__ void print(int) {}
+};
+#endif
+
+}  // namespace fhb
