@@ -16,8 +16,8 @@
 //        dS to shared memory; dQ slice = dS·K           (SS wgmma, both operands MN-major), or
 //          with 80-query steps dQᵀ slice = Kᵀ·dSᵀ        (SS wgmma, Kᵀ MN-major)
 //        dQ slice bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace accumulator.
-//   3. bwd_hopper_dq_convert (one warp per row) or, with 80-query steps, _transposed (one CTA per
-//      query block, through shared memory): dQ = scale · accumulator, rounded to the element type.
+//   3. bwd_hopper_dq_convert (one CTA per query block, through shared memory): dQ = scale ·
+//      accumulator, rounded to the element type.
 // dQ's f32 additions arrive in whatever order the CTAs reach them: the last bits of dQ may differ
 // from run to run (AttentionBackward::deterministic is false for this kernel). dK and dV are
 // summed by one warpgroup in a fixed order.
@@ -296,64 +296,52 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
 }
 
 // ---- 3. dQ = scale · accumulator ----
-#if !FC_BWD_DQ_TRANSPOSED
-extern "C" __global__ void __launch_bounds__(128)
+// One CTA per (batch·heads_q, DQ_SLICE_QUERIES-row block): the block's slices come in whole with
+// 16-byte loads, all in flight at once, and go through a shared-memory [query][column] tile that
+// undoes their permutation (dq_reduce.cuh); the rows leave 16 bytes a thread.
+extern "C" __global__ void __launch_bounds__(CONVERT_THREADS)
 bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
-    const int lane = threadIdx.x % 32;
-    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
-    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
-    for (long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-        const long long bh = r / p.seq_q;
-        const int row = (int)(r % p.seq_q);
-        const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
-        elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row));
-#pragma unroll
-        for (int c2 = lane; c2 < D / 2; c2 += 32) {
-            const int col = 2 * c2;
-            const float* slice = dq_slice(p, bh, row / 64, col / 64);
-            const float2 a = *reinterpret_cast<const float2*>(slice + dq_slice_word(row % 64, col % 64));
-            dq[c2] = pack2(a.x * p.softmax_scale, a.y * p.softmax_scale);
-        }
-    }
-}
-#else
-// DQ_TRANSPOSED builds (80 queries a step): the accumulator holds dQᵀ slices (head-dim columns on
-// the accumulator's rows), so a query row's words are spread across the slice. One CTA per
-// (batch·heads_q, query block) reads the block's slices whole, coalesced, into a [query][column]
-// tile, then writes the rows out.
-extern "C" __global__ void __launch_bounds__(128)
-bwd_hopper_dq_convert_transposed(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
-    __shared__ float tile[QUERY_ROWS][D + 1];  // + 1: the scattered stores below fall on 32 banks
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const long long blocks = (long long)p.batch * p.heads_q * query_blocks(p);
-    for (long long item = blockIdx.x; item < blocks; item += gridDim.x) {
-        const long long bh = item / query_blocks(p);
-        const int m = (int)(item % query_blocks(p));
+    constexpr int TILE_ROW = D + 4;  // floats; + 4 keeps 16-byte rows and spreads the scattered stores
+    __shared__ __align__(16) float tile[DQ_SLICE_QUERIES * TILE_ROW];
+    constexpr int QUADS = DQ_SLICE_FLOATS / 4 / CONVERT_THREADS;  // float4s a thread loads per slice
+    const int blocks_per_head = (p.seq_q + DQ_SLICE_QUERIES - 1) / DQ_SLICE_QUERIES;
+    const long long items = (long long)p.batch * p.heads_q * blocks_per_head;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long bh = item / blocks_per_head;
+        const int block = (int)(item % blocks_per_head);
+        float4 v[DQ_SLICES][QUADS];
 #pragma unroll
         for (int slice = 0; slice < DQ_SLICES; ++slice) {
-            const float4* src = reinterpret_cast<const float4*>(dq_slice(p, bh, m, slice));
-            for (int i = threadIdx.x; i < DQ_SLICE_FLOATS / 4; i += blockDim.x) {
-                // Float4 i is lane l's float4 j of warp w's quarter (dq_slice_word): columns
-                // 16 w + l / 4 (+ 8), queries 8 j + 2 (l % 4) (+ 1).
-                const int w = i / (DQ_WARP_FLOATS / 4), j = (i / 32) % (DQ_REGS / 4), l = i % 32;
-                const int col = 64 * slice + 16 * w + l / 4, q = 8 * j + 2 * (l % 4);
-                const float4 v = src[i];
-                tile[q][col] = v.x;
-                tile[q + 1][col] = v.y;
-                tile[q][col + 8] = v.z;
-                tile[q + 1][col + 8] = v.w;
+            const float4* src = reinterpret_cast<const float4*>(dq_slice(p, bh, block, slice));
+#pragma unroll
+            for (int k = 0; k < QUADS; ++k) v[slice][k] = src[threadIdx.x + CONVERT_THREADS * k];
+        }
+#pragma unroll
+        for (int slice = 0; slice < DQ_SLICES; ++slice) {
+#pragma unroll
+            for (int k = 0; k < QUADS; ++k) {
+                const SliceQuad e = dq_slice_quad(threadIdx.x + CONVERT_THREADS * k, slice);
+                tile[e.query * TILE_ROW + e.col] = v[slice][k].x;
+                tile[(e.query + e.next_query.x) * TILE_ROW + e.col + e.next_col.x] = v[slice][k].y;
+                tile[(e.query + e.next_query.y) * TILE_ROW + e.col + e.next_col.y] = v[slice][k].z;
+                tile[(e.query + e.next_query.x + e.next_query.y) * TILE_ROW + e.col + e.next_col.x + e.next_col.y] =
+                    v[slice][k].w;
             }
         }
         __syncthreads();
-        for (int r = warp; r < QUERY_ROWS; r += blockDim.x / 32) {
-            const int row = m * QUERY_ROWS + r;
-            if (row >= p.seq_q) break;
-            const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
-            elem2_t* dq = reinterpret_cast<elem2_t*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row));
-            for (int c2 = lane; c2 < D / 2; c2 += 32)
-                dq[c2] = pack2(tile[r][2 * c2] * p.softmax_scale, tile[r][2 * c2 + 1] * p.softmax_scale);
+        constexpr int CHUNKS = D / 8;  // 16-byte pieces of a dQ row
+        const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+        for (int i = threadIdx.x; i < DQ_SLICE_QUERIES * CHUNKS; i += CONVERT_THREADS) {
+            const int r = i / CHUNKS, c = i % CHUNKS, row = block * DQ_SLICE_QUERIES + r;
+            if (row < p.seq_q) {
+                const float4 lo = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c]);
+                const float4 hi = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c + 4]);
+                const float sc = p.softmax_scale;
+                const uint4 out = {pack2_u32(lo.x * sc, lo.y * sc), pack2_u32(lo.z * sc, lo.w * sc),
+                                   pack2_u32(hi.x * sc, hi.y * sc), pack2_u32(hi.z * sc, hi.w * sc)};
+                *reinterpret_cast<uint4*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row) + 8 * c) = out;
+            }
         }
         __syncthreads();
     }
 }
-#endif

@@ -4,7 +4,7 @@
 //
 // Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·QUERY_ROWS],
 // then the accumulator: per (batch·heads_q, DQ_SLICE_QUERIES-row query block, 64-column slice) one
-// slice in the order the consumer threads hold it (dq_slice_word), so staging it is conflict-free
+// slice in the order the consumer threads hold it (dq_slice_quad), so staging it is conflict-free
 // 16-byte stores and each warp reduces one contiguous quarter; the convert kernel undoes the
 // permutation. Both are zeroed or written whole by the prepare kernel before the main kernel runs
 // (nothing to clear between calls). Keep in sync with crates/gen5-persistent/src/hopper_bwd.rs.
@@ -28,14 +28,28 @@ __device__ __forceinline__ float* dq_slice(const AttentionParams& p, long long b
 constexpr int DQ_WARP_FLOATS = DQ_SLICE_FLOATS / 4;
 constexpr int DQ_WARP_BYTES = DQ_SLICE_BYTES / 4;
 
-// Word of accumulator element (row, col) (col even: col + 1 is the next word) inside a slice, row
-// and col as the wgmma accumulator has them (query and column, or column and query with
-// DQ_TRANSPOSED): warp w of the warpgroup owns words [DQ_WARP_FLOATS w, DQ_WARP_FLOATS (w + 1)),
-// where lane l's float4 j sits at 4 (32 j + l).
-__device__ __forceinline__ int dq_slice_word(int row, int col) {
-    const int lane = (row % 8) * 4 + (col % 8) / 2;
-    return DQ_WARP_FLOATS * (row / 16) + 4 * (32 * (col / 8) + lane) + 2 * ((row % 16) / 8);
+// Where float4 i of slice `slice` belongs: warp w of the warpgroup staged words
+// [DQ_WARP_FLOATS w, DQ_WARP_FLOATS (w + 1)), lane l's float4 j at 4 (32 j + l), holding accumulator
+// elements (16 w + l / 4, 8 j + 2 (l % 4)), the next column, 8 rows down, and both (the wgmma
+// accumulator layout, common/hopper/wgmma.cuh). The accumulator's rows are queries and its columns
+// the slice's 64 head-dim columns, or the other way round with DQ_TRANSPOSED. `query`, `col`: the
+// first element's; next_query / next_col: the offsets of elements 1 (x) and 2 (y).
+struct SliceQuad {
+    int query, col;
+    int2 next_query, next_col;
+};
+__device__ __forceinline__ SliceQuad dq_slice_quad(int i, int slice) {
+    const int w = i / (DQ_WARP_FLOATS / 4), j = (i / 32) % (DQ_REGS / 4), l = i % 32;
+    const int acc_row = 16 * w + l / 4, acc_col = 8 * j + 2 * (l % 4);
+    if constexpr (DQ_TRANSPOSED)
+        return {acc_col, 64 * slice + acc_row, make_int2(1, 0), make_int2(0, 8)};
+    else
+        return {acc_row, 64 * slice + acc_col, make_int2(0, 8), make_int2(1, 0)};
 }
+
+// Threads of the convert launch (crates/gen5-persistent/src/hopper_bwd.rs repeats it).
+constexpr int CONVERT_THREADS = 128;
+static_assert(DQ_SLICE_FLOATS % (4 * CONVERT_THREADS) == 0, "the convert's loads divide the slice");
 
 // The warp's quarter of the warpgroup's dQ partial (its 16 accumulator rows) into its staging
 // quarter, conflict-free 16-byte stores.

@@ -54,6 +54,8 @@ pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) ->
 }
 
 const MAIN_THREADS: u32 = 384;
+/// `CONVERT_THREADS` of dq_reduce.cuh.
+const CONVERT_THREADS: u32 = 128;
 const ROW_THREADS: u32 = 128;
 
 /// Whether a build with `query_rows` queries a step computes dQᵀ = Kᵀ·dSᵀ (`DQ_TRANSPOSED` in
@@ -250,7 +252,6 @@ pub fn plan_with_tuning(
     }
     let p = problem;
     let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
-    let rows = p.batch * p.heads_q * p.seq_q;
     let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
     // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
     let warps_per_block = (ROW_THREADS / 32) as usize;
@@ -275,20 +276,16 @@ pub fn plan_with_tuning(
                     swizzle: Swizzle::B128,
                 }),
             },
-            if dq_transposed(query_rows) {
-                // One CTA per (batch·heads_q, query block): the block's dQᵀ slices go through a
-                // shared-memory tile.
-                KernelLaunch {
-                    defines: defines.clone(),
-                    ..per_item(
-                        SOURCE,
-                        "bwd_hopper_dq_convert_transposed",
-                        p.batch * p.heads_q * tiles(p.seq_q, query_rows),
-                        ROW_THREADS,
-                    )
-                }
-            } else {
-                row_launch("bwd_hopper_dq_convert", rows)
+            // One CTA per (batch·heads_q, accumulator query block): the block's slices go through
+            // a shared-memory tile.
+            KernelLaunch {
+                defines: defines.clone(),
+                ..per_item(
+                    SOURCE,
+                    "bwd_hopper_dq_convert",
+                    p.batch * p.heads_q * tiles(p.seq_q, dq_slice_queries(query_rows)),
+                    CONVERT_THREADS,
+                )
             },
         ],
         workspace_f32: workspace,
@@ -321,10 +318,8 @@ mod tests {
         // a block.
         assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / 4);
         assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128
-        assert_eq!(
-            plan.launches[2].grid.0,
-            (2 * 8 * 100usize).div_ceil(4) as u32
-        );
+                                                        // The convert: one CTA per 64-row block of each head's 100 rows.
+        assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2);
         assert_eq!(plan.workspace_f32, 2 * 8 * 128 * 129);
         // K, V 32 KiB each; Q, dO 2 x 16 KiB each; dSᵀ 2 x 16 KiB; staging 2 x 16 KiB; stats 1 KiB;
         // barriers 128; slack 1024.
@@ -339,7 +334,6 @@ mod tests {
         let plan = PersistentHopper
             .plan_backward(&p.clone().with_causal(false), &h100)
             .unwrap();
-        assert_eq!(plan.launches[2].entry, "bwd_hopper_dq_convert_transposed");
         // 100 rows pad to 160: 2 query blocks of 80 per head, one CTA each.
         assert_eq!(plan.launches[0].grid.0, 2 * 8 * 160 / 4);
         assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2);
@@ -485,12 +479,8 @@ mod tests {
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
             let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
             let main = if causal { units } else { units.min(132) };
-            // The convert: one warp per row, or with 80-row steps one CTA per query block.
-            let convert = if dq_transposed(query_rows) {
-                heads_q * seq_q.div_ceil(query_rows)
-            } else {
-                (heads_q * seq_q).div_ceil(4)
-            };
+            // The convert: one CTA per accumulator query block (80 rows with 80-row steps, else 64).
+            let convert = heads_q * seq_q.div_ceil(dq_slice_queries(query_rows));
             let items = [padded_rows.div_ceil(4), main, convert];
             for (launch, items) in plan.launches.iter().zip(items) {
                 proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
