@@ -1,6 +1,6 @@
 // Generation 5 (Hopper) backward: the f32 dQ accumulator in the workspace, and each step's bulk
-// reduce into it (one cp.reduce.async.bulk of a 16 KiB slice per warpgroup, not 64·64 scalar
-// atomics: the portable atomic schedule lost 1.5-1.9x to those).
+// reduce into it (each warp adds its quarter of its warpgroup's slice, 4 or 5 KiB, with one
+// cp.reduce.async.bulk; not scalar atomics: the portable atomic schedule lost 1.5-1.9x to those).
 //
 // Workspace: D (rowsum(dO ∘ O)) for every padded query row, [batch·heads_q][q_blocks·QUERY_ROWS],
 // then the accumulator: per (batch·heads_q, DQ_SLICE_QUERIES-row query block, 64-column slice) one
