@@ -33,6 +33,7 @@
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
+#include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
 
 #include "gen5_hopper_bwd/config.cuh"

@@ -24,8 +24,8 @@
 // epilogue. The parts it is built from live in gen5_hopper/, one concern each, as in
 // FlashAttention-3's hopper/: config (defines, tile shapes, smem map), block_info (which rows and
 // keys an item sees), tile_scheduler (items, their order, split units), consumer_math (GEMMs,
-// masks and score modifiers, online softmax), pingpong, smem_io, kv_fetch (where key rows live)
-// and split_epilogue. Splitting them out left the PTX of every checked build unchanged.
+// masks and score modifiers, online softmax), pingpong, kv_fetch (where key rows live) and
+// split_epilogue; its shared-memory helpers are common/hopper/smem_io.cuh. Splitting them out left the PTX of every checked build unchanged.
 //
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
@@ -48,6 +48,7 @@
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
+#include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
 #include "common/work_counter.cuh"
 
@@ -57,7 +58,6 @@
 #include "gen5_hopper/tile_scheduler.cuh"
 #include "gen5_hopper/consumer_math.cuh"
 #include "gen5_hopper/pingpong.cuh"
-#include "gen5_hopper/smem_io.cuh"
 #include "gen5_hopper/q_fetch.cuh"
 #include "gen5_hopper/kv_fetch.cuh"
 #include "gen5_hopper/split_epilogue.cuh"

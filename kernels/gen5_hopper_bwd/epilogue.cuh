@@ -24,23 +24,17 @@ __device__ __forceinline__ void store_key_rows(elem_t* base, long long row_strid
     for (int t = 0; t < D / 16; ++t) {
         const int chunk = 2 * t + (block >> 1);
         const unsigned addr = staging + row * ROW + ((chunk ^ (row & 7)) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                     "r"(pack2_u32(acc[8 * t] * scale, acc[8 * t + 1] * scale)),
-                     "r"(pack2_u32(acc[8 * t + 2] * scale, acc[8 * t + 3] * scale)),
-                     "r"(pack2_u32(acc[8 * t + 4] * scale, acc[8 * t + 5] * scale)),
-                     "r"(pack2_u32(acc[8 * t + 6] * scale, acc[8 * t + 7] * scale))
-                     : "memory");
+        stmatrix_x4(addr, pack2_u32(acc[8 * t] * scale, acc[8 * t + 1] * scale),
+                    pack2_u32(acc[8 * t + 2] * scale, acc[8 * t + 3] * scale),
+                    pack2_u32(acc[8 * t + 4] * scale, acc[8 * t + 5] * scale),
+                    pack2_u32(acc[8 * t + 6] * scale, acc[8 * t + 7] * scale));
     }
     named_bar_sync(bar, 128);
 #pragma unroll
     for (int i = tid; i < 64 * CHUNKS; i += 128) {
         const int r = i / CHUNKS, c = i % CHUNKS, key = wg_key0 + r;
         if (key < seq_k) {
-            uint4 v;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "r"(staging + r * ROW + ((c ^ (r & 7)) << 4))
-                         : "memory");
+            const uint4 v = ld_shared_v4(staging + r * ROW + ((c ^ (r & 7)) << 4));
             *reinterpret_cast<uint4*>(base + (long long)key * row_stride + 8 * c) = v;
         }
     }

@@ -156,9 +156,7 @@ __device__ __forceinline__ void store_ds_query_major(unsigned tile, const unsign
     for (int t = 0; t < FRAG_REGS / 4; ++t) {
         const unsigned query = (unsigned)(8 * (2 * t + (block >> 1)) + row);
         const unsigned addr = box + query * ROW_BYTES + ((chunk ^ (query & 7u)) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                     "r"(ds[4 * t]), "r"(ds[4 * t + 1]), "r"(ds[4 * t + 2]), "r"(ds[4 * t + 3])
-                     : "memory");
+        stmatrix_x4_trans(addr, ds[4 * t], ds[4 * t + 1], ds[4 * t + 2], ds[4 * t + 3]);
     }
 }
 
