@@ -1,17 +1,18 @@
 // Generation 5 (Hopper): persistent, warp-specialized FlashAttention-3-style forward kernel.
 // sm_90a only: TMA (cp.async.bulk.tensor) + mbarrier + wgmma.mma_async + setmaxnreg.
 //
-//   * gridDim.x = number of SMs; each CTA walks work items (batch, head, 128-row q tile)
+//   * gridDim.x = number of SMs; each CTA walks work items (batch, head, BM-row q tile)
 //     item = blockIdx.x + k * gridDim.x, in an order that keeps a few heads' K/V hot in L2 and,
 //     for causal, puts the longest (last) q tiles first.
 //   * Warpgroup 0 = producer (one thread issues TMA): Q once per item, K and V tiles into a
 //     FC_HOPPER_STAGES-deep ring with separate full/empty barriers for K and V.
-//   * Warpgroups 1, 2 = consumers, 64 q rows each: S = Q K^T (wgmma SS, K-major both), online
-//     softmax in f32 registers, O += P V (wgmma RS, P from registers, V MN-major from smem).
+//   * Warpgroups 1, 2 (and 3 with FC_HOPPER_CONSUMER_WGS=3: BM = 192) = consumers, 64 q rows
+//     each: S = Q K^T (wgmma SS, K-major both), online softmax in f32 registers, O += P V
+//     (wgmma RS, P from registers, V MN-major from smem).
 //   * FC_HOPPER_OVERLAP=1: issue S_{j+1} = Q K_{j+1} and O += P_j V_j back to back and do the
 //     softmax of S_{j+1} while the PV wgmma runs (FA3's intra-warpgroup overlap).
-//   * FC_HOPPER_PINGPONG=1 (needs OVERLAP=1): the two consumer warpgroups take turns issuing their
-//     GEMMs (named barriers 1 and 2), so one's softmax runs under the other's GEMMs (FA3).
+//   * FC_HOPPER_PINGPONG=1 (needs OVERLAP=1): the consumer warpgroups take turns issuing their
+//     GEMMs (named barriers 1 .. CONSUMER_WGS), so one's softmax runs under the others' GEMMs (FA3).
 //   * FC_HOPPER_Q_STAGES=2: two Q buffers; the next item's Q is loaded while this one runs.
 //   * FC_HOPPER_SMEM_EPILOGUE=1 (needs Q_STAGES=2): O is staged through the item's own (finished)
 //     Q buffer and written with coalesced 16-byte stores.
@@ -37,6 +38,7 @@
 // FC_HOPPER_SMEM_EPILOGUE (0|1, default 0), FC_HOPPER_CONSUMER_REGS (232|240, default 232; the
 // producer gets 40|24), FC_HOPPER_SPLIT_KV (0|1, default 0; the split count is p.num_splits at run
 // time), FC_HOPPER_HEAD_MAJOR (0|1, default 1: one head per L2 section without causal masking),
+// FC_HOPPER_CONSUMER_WGS (2|3, default 2; 3: 192-row items at D = 64, 160 consumer registers),
 // FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of hanging).
 #include "common/params.cuh"
 #include "common/types.cuh"
@@ -63,7 +65,7 @@
 #include "gen5_hopper/split_epilogue.cuh"
 #include "gen5_hopper/producer_spread.cuh"
 
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
                                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
     using namespace fch;
@@ -194,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     } else {
         // ===================================== consumers ====================================
         warpgroup_reg_alloc<CONSUMER_REGS>();
-        const int cw = warpgroup - 1;  // 0 or 1: rows [64 cw, 64 cw + 64) of the q tile
+        const int cw = warpgroup - 1;  // 0 .. CONSUMER_WGS - 1: rows [64 cw, 64 cw + 64) of the q tile
         const int tid = threadIdx.x & 127;
         const int warp = tid >> 5;
         const int lane = tid & 31;
@@ -469,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
         }
 #if FC_HOPPER_PINGPONG
-        // Drain: warpgroup 2's last arrive on barrier 1 is matched here, so both scheduler barriers
-        // end the kernel complete (with no tile at all this pairs with the priming arrive).
+        // Drain: the last warpgroup's last arrive on barrier 1 is matched here, so every scheduler
+        // barrier ends the kernel complete (with no tile at all this pairs with the priming arrive).
         if (cw == 0) named_bar_sync(BAR_SCHED + 0, 2 * 128);
 #endif
     }

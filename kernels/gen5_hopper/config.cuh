@@ -41,6 +41,19 @@
 #ifndef FC_HOPPER_SPLIT_KV
 #define FC_HOPPER_SPLIT_KV 0
 #endif
+// Consumer warpgroups, 64 q rows each: 2 (128-row items) or 3 (192-row items, FlashAttention-3's
+// D = 64 tile: each K/V tile feeds 1.5x the rows, and 12 consumer warps instead of 8 hide the
+// softmax's dependent latency). Three fit the register file only at 160 registers a consumer
+// thread, which holds D = 64's S, P and O but not D = 128's.
+#ifndef FC_HOPPER_CONSUMER_WGS
+#define FC_HOPPER_CONSUMER_WGS 2
+#endif
+#if FC_HOPPER_CONSUMER_WGS != 2 && FC_HOPPER_CONSUMER_WGS != 3
+#error "FC_HOPPER_CONSUMER_WGS must be 2 or 3"
+#endif
+#if FC_HOPPER_CONSUMER_WGS == 3 && (FC_HEAD_DIM != 64 || FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE)
+#error "FC_HOPPER_CONSUMER_WGS=3 is the dense D = 64 build (register epilogue, no split, no modes)"
+#endif
 // Inference modes (docs/MODES.md: varlen, KV cache, pages, windows, softcap, ALiBi). The plan
 // builds with 1 only for problems that use them: the block info's general form costs consumer
 // registers that the dense build's key loop does not have to spare (it would spill at D = 128).
@@ -86,8 +99,9 @@ namespace fch {
 
 
 constexpr int D = FC_HEAD_DIM;
-constexpr int BM = 128;                 // q rows per work item (= Q TMA box rows)
+constexpr int CONSUMER_WGS = FC_HOPPER_CONSUMER_WGS;
 constexpr int WG_M = 64;                // q rows per consumer warpgroup
+constexpr int BM = WG_M * CONSUMER_WGS; // q rows per work item (= Q TMA box rows)
 constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
 constexpr int STAGES = FC_HOPPER_STAGES;
 constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
@@ -128,19 +142,22 @@ constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 // repeats this formula).
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
 
-constexpr int CONSUMER_THREADS = 256;
-constexpr int CONSUMER_REGS = FC_HOPPER_CONSUMER_REGS;
-constexpr int PRODUCER_REGS = CONSUMER_REGS >= 240 ? 24 : 40;
+constexpr int CONSUMER_THREADS = 128 * CONSUMER_WGS;
+constexpr int THREADS = 128 + CONSUMER_THREADS;  // the producer warpgroup first
+// setmaxnreg split of the register file: 232 | 240 with two consumer warpgroups (producer 40 |
+// 24), 160 with three (producer 32: 32 + 3 x 160 = 512 registers x 128 threads = 65 536).
+constexpr int CONSUMER_REGS = CONSUMER_WGS == 3 ? 160 : FC_HOPPER_CONSUMER_REGS;
+constexpr int PRODUCER_REGS = CONSUMER_WGS == 3 ? 32 : CONSUMER_REGS >= 240 ? 24 : 40;
 // Named barrier ids (named_barrier.cuh): scheduler barrier of consumer cw = BAR_SCHED + cw,
 // warpgroup-local barrier of consumer cw = BAR_WG + cw.
-enum : unsigned { BAR_SCHED = 1, BAR_WG = 3 };
+enum : unsigned { BAR_SCHED = 1, BAR_WG = 1 + CONSUMER_WGS };
 
 static_assert(BN == 64 || BN == 128 || BN == 176, "FC_HOPPER_BLOCK_N must be 64, 128 or 176");
 static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2");
-static_assert(CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
+static_assert(CONSUMER_WGS == 3 || CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
-static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 256 <= 65536, "register file overcommitted");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMER_THREADS <= 65536, "register file overcommitted");
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

@@ -1,12 +1,13 @@
-// Generation 5 (Hopper) forward: the two consumer warpgroups' GEMM ping-pong (named barriers).
+// Generation 5 (Hopper) forward: the consumer warpgroups' GEMM ping-pong (named barriers).
 #pragma once
 
 namespace fch {
 
 // ---- inter-warpgroup ping-pong (FC_HOPPER_PINGPONG) -----------------------------------------
 // Consumer cw waits on its own scheduler barrier before issuing a key tile's GEMMs and, once they
-// are issued, arrives on the other one's: the GEMM issue slots strictly alternate WG1, WG2, WG1,
-// ... (protocol and deadlock argument: docs/generations/gen5-persistent.md, "Ping-pong").
+// are issued, arrives on the next one's: the GEMM issue slots go round the warpgroups in turn,
+// WG1, WG2, (WG3,) WG1, ... (protocol and deadlock argument: docs/generations/gen5-persistent.md,
+// "Ping-pong"). Every barrier pairs one waiting and one arriving warpgroup: 2 x 128 threads.
 __device__ __forceinline__ void pp_sync(int cw) {
 #if FC_HOPPER_PINGPONG
     named_bar_sync(BAR_SCHED + cw, 2 * 128);
@@ -16,7 +17,9 @@ __device__ __forceinline__ void pp_sync(int cw) {
 }
 __device__ __forceinline__ void pp_arrive(int cw) {
 #if FC_HOPPER_PINGPONG
-    named_bar_arrive(BAR_SCHED + 1 - cw, 2 * 128);
+    // (1 - cw for two: the form the two-warpgroup builds were verified with)
+    const int next = CONSUMER_WGS == 2 ? 1 - cw : (cw + 1 == CONSUMER_WGS ? 0 : cw + 1);
+    named_bar_arrive(BAR_SCHED + next, 2 * 128);
 #else
     (void)cw;
 #endif

@@ -17,7 +17,8 @@ enum : unsigned { Q_EMPTY_FOLLOWER_ARRIVALS = FC_HOPPER_DYNAMIC && SPREAD_PAGES 
 
 struct ProducerCounts {
     unsigned both = 0;
-    static_assert(Q_STAGES <= 2 && (STAGES & (STAGES - 1)) == 0, "counts kept mod 2^16");
+    // (Only this build keeps them so: the others take any ring depth the plan allows.)
+    static_assert(!SPREAD_PAGES || (Q_STAGES <= 2 && (STAGES & (STAGES - 1)) == 0), "counts kept mod 2^16");
     __device__ __forceinline__ unsigned items() const { return both >> 16; }
     __device__ __forceinline__ unsigned tiles() const { return both & 0xffffu; }
     __device__ __forceinline__ int q_buffer() const { return Q_STAGES == 1 ? 0 : (int)(items() & 1u); }

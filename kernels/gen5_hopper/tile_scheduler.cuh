@@ -1,4 +1,4 @@
-// Generation 5 (Hopper) forward: the tile scheduler, work items (batch, head, 128-row q tile)
+// Generation 5 (Hopper) forward: the tile scheduler, work items (batch, head, BM-row q tile)
 // and their order (L2 sections, longest-first under causal masking), split units.
 #pragma once
 

@@ -73,21 +73,24 @@ fn fnv1a(s: &str) -> u64 {
 
 /// Plan variants that are off by default but selectable through the environment, compiled in a
 /// second pass with the variable set (only define sets not already compiled are built).
-pub const VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_HOPPER_SPLITS", "auto")];
+pub const VARIANT_ENV: &[(&str, &str)] = &[
+    ("FLASHCORE_HOPPER_SPLITS", "auto"),
+    ("FLASHCORE_HOPPER_CONSUMER_WGS", "3"),
+];
 
 /// The same for backward plans: the portable backward's 16-row tiles, which only devices with
 /// 99 KiB of shared memory get by default.
 pub const BACKWARD_VARIANT_ENV: &[(&str, &str)] = &[("FLASHCORE_PORTABLE_BWD_TILES", "narrow")];
 
 /// Sets the environment for one pass over `variants`: `None` (the default plans) clears every
-/// variable, `Some((var, value))` sets that one. Edition 2021: set_var is safe; xtask is
+/// variable, `Some((var, value))` sets that one alone. Edition 2021: set_var is safe; xtask is
 /// single-threaded here.
 fn enter_variant(pass: Option<(&str, &str)>, variants: &[(&str, &str)]) {
-    match pass {
-        Some((var, value)) => std::env::set_var(var, value),
-        None => variants
-            .iter()
-            .for_each(|(var, _)| std::env::remove_var(var)),
+    variants
+        .iter()
+        .for_each(|(var, _)| std::env::remove_var(var));
+    if let Some((var, value)) = pass {
+        std::env::set_var(var, value);
     }
 }
 

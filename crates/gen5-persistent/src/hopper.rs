@@ -2,7 +2,9 @@
 //! (`kernels/gen5_persistent_hopper.cu`, design in `docs/generations/gen5-persistent.md`).
 //!
 //! One launch: `sm_count` CTAs of 384 threads (1 producer warpgroup issuing TMA, 2 consumer
-//! warpgroups running wgmma), each looping over (batch, head, 128-row q tile) work items.
+//! warpgroups running wgmma), each looping over (batch, head, 128-row q tile) work items; or, at
+//! D = 64 ([`HopperConfig::consumer_wgs`]), 512 threads with 3 consumer warpgroups and 192-row
+//! q tiles.
 //!
 //! Small problems (fewer than half as many items as SMs) split each item's keys into
 //! `num_splits` ranges, one work unit each, and combine the partial results in the same launch
@@ -23,8 +25,10 @@ const NAME: &str = "persistent-hopper";
 const SOURCE: &str = "gen5_persistent_hopper.cu";
 const ENTRY: &str = "attention_persistent_hopper";
 
-/// Q rows per work item (two consumer warpgroups of 64 rows) = Q TMA box rows.
+/// Q rows per work item with two consumer warpgroups of 64 rows = Q TMA box rows.
 pub const BLOCK_M: usize = 128;
+/// Q rows per consumer warpgroup.
+pub const WARPGROUP_ROWS: usize = 64;
 /// Keys per K/V tile = K/V TMA box rows. 128 for both head dims: with D = 128 the consumer holds
 /// S (64 f32) + O (64 f32) + P (32 packed) + bookkeeping, well inside the 232-register budget.
 pub const BLOCK_N: usize = 128;
@@ -37,6 +41,8 @@ pub const STAGES: usize = 2;
 pub const OVERLAP: bool = true;
 /// Threads per CTA: producer warpgroup + 2 consumer warpgroups.
 pub const THREADS: u32 = 384;
+/// Threads per warpgroup.
+const WARPGROUP_THREADS: usize = 128;
 /// 64 16-bit columns = 128 bytes = one 128B-swizzle row.
 pub const BOX_COLS: usize = 64;
 /// Slack to align the dynamic shared memory base to 1024 bytes (128B swizzle atom).
@@ -64,7 +70,19 @@ pub fn smem_bytes_with_block_n(
     q_stages: usize,
     block_n: usize,
 ) -> usize {
-    let q = BLOCK_M * head_dim * elem_bytes;
+    smem_bytes_with_tiles(head_dim, elem_bytes, stages, q_stages, BLOCK_M, block_n)
+}
+
+/// [`smem_bytes_for`] with `block_m` q rows per item and `block_n` keys per K/V tile.
+pub fn smem_bytes_with_tiles(
+    head_dim: usize,
+    elem_bytes: usize,
+    stages: usize,
+    q_stages: usize,
+    block_m: usize,
+    block_n: usize,
+) -> usize {
+    let q = block_m * head_dim * elem_bytes;
     let kv_tile = block_n * head_dim * elem_bytes;
     // The barriers (+ the producer's v_landed), then the dynamic schedule's two unit-index words
     // (OFF_ITEM).
@@ -167,6 +185,11 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_SPLITS`, 1..=[`MAX_SPLITS`]; for running the verify sweep through the
     /// split path).
     pub splits: Option<usize>,
+    /// Consumer warpgroups (`FC_HOPPER_CONSUMER_WGS`; env `FLASHCORE_HOPPER_CONSUMER_WGS`, 2|3).
+    /// 3: 192-row q tiles (FlashAttention-3's D = 64 tile) at 160 consumer registers, for dense
+    /// D = 64 problems that run unsplit with the register epilogue; anywhere else the plan uses
+    /// 2. `None`: [`HopperConfig::for_problem`] chooses ([`default_consumer_wgs`]).
+    pub consumer_wgs: Option<usize>,
     /// `FLASHCORE_HOPPER_SPLITS=auto`: split small problems by [`auto_splits`]. Off by default:
     /// on the H100 the split build was slower at (1,8,512,64) than the unsplit one (9.60 against
     /// 8.66 µs, docs/results/2026-11-23-portable-ab-h100/ab5.txt), the fixed cost of a launch
@@ -204,6 +227,7 @@ impl Default for HopperConfig {
             pingpong: true,
             smem_epilogue: false,
             consumer_regs: CONSUMER_REGS,
+            consumer_wgs: None,
             splits: None,
             auto_split: false,
             dynamic: None,
@@ -285,6 +309,9 @@ impl HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_REGS", &[232, 240])? {
             c.consumer_regs = v;
         }
+        if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_WGS", &[2, 3])? {
+            c.consumer_wgs = Some(v);
+        }
         if let Some(v) = lookup("FLASHCORE_HOPPER_SPLITS") {
             match v.trim().parse::<usize>() {
                 Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
@@ -327,11 +354,26 @@ impl HopperConfig {
         }
     }
 
-    /// The configuration a problem runs with: this one, or its wide non-causal form at D = 128
-    /// (176-key tiles, one Q buffer, 240 consumer registers). Not with split-KV or the smem
-    /// epilogue, which were only measured and verified with 128-key tiles.
-    pub fn for_problem(&self, problem: &AttentionProblem) -> HopperConfig {
+    /// The configuration a problem runs with on `sm_count` SMs: this one with its consumer
+    /// warpgroups chosen, or its wide non-causal form at D = 128 (176-key tiles, one Q buffer, 240
+    /// consumer registers). Not with split-KV or the smem epilogue, which were only measured and
+    /// verified with 128-key tiles.
+    pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
+        // Three consumer warpgroups: the kernel builds them for dense, unsplit D = 64 problems
+        // with the register epilogue only.
+        let three_wgs_fit =
+            problem.head_dim == 64 && unsplit && !self.smem_epilogue && problem.modes.is_dense();
+        let consumer_wgs = match self.consumer_wgs {
+            Some(3) if three_wgs_fit => 3,
+            Some(_) => 2,
+            None if three_wgs_fit => default_consumer_wgs(problem, sm_count),
+            None => 2,
+        };
+        let cfg = HopperConfig {
+            consumer_wgs: Some(consumer_wgs),
+            ..*self
+        };
         // (Inference modes keep 128-key tiles: a paged tile is loaded in power-of-two groups.)
         if self.wide_noncausal
             && problem.head_dim == 128
@@ -344,20 +386,36 @@ impl HopperConfig {
                 block_n: WIDE_BLOCK_N,
                 q_stages: 1,
                 consumer_regs: 240,
-                ..*self
+                ..cfg
             }
         } else {
-            *self
+            cfg
         }
+    }
+
+    /// Consumer warpgroups of a configuration [`HopperConfig::for_problem`] resolved (2 before).
+    pub fn warpgroups(&self) -> usize {
+        self.consumer_wgs.unwrap_or(2)
+    }
+
+    /// Q rows per work item (= Q TMA box rows).
+    pub fn block_m(&self) -> usize {
+        WARPGROUP_ROWS * self.warpgroups()
+    }
+
+    /// Threads per CTA: the producer warpgroup and the consumers.
+    pub fn threads(&self) -> u32 {
+        (WARPGROUP_THREADS * (1 + self.warpgroups())) as u32
     }
 
     /// Dynamic shared memory of this configuration.
     pub fn smem_bytes(&self, head_dim: usize, elem_bytes: usize) -> usize {
-        smem_bytes_with_block_n(
+        smem_bytes_with_tiles(
             head_dim,
             elem_bytes,
             self.stages,
             self.q_stages,
+            self.block_m(),
             self.block_n,
         )
     }
@@ -393,6 +451,12 @@ impl HopperConfig {
                 (head_major as u32).to_string(),
             ));
         }
+        if self.warpgroups() != 2 {
+            d.push((
+                "FC_HOPPER_CONSUMER_WGS".to_string(),
+                self.warpgroups().to_string(),
+            ));
+        }
         if self.consumer_regs != CONSUMER_REGS {
             d.push((
                 "FC_HOPPER_CONSUMER_REGS".to_string(),
@@ -400,6 +464,24 @@ impl HopperConfig {
             ));
         }
         d
+    }
+}
+
+/// Rounds of work items the three-warpgroup schedule must fill before it is taken.
+pub const THREE_WGS_MIN_ROUNDS: usize = 4;
+
+/// Consumer warpgroups for a dense D = 64 problem when the environment does not choose: three
+/// (192-row items) once their items fill [`THREE_WGS_MIN_ROUNDS`] rounds of the SMs, else two.
+/// Three ran (2,16,8192,64) 8 % faster causal or not and (4,16,2048,64), 5.3 rounds, level; at
+/// (1,8,512,64), 24 items on 132 SMs, each CTA's one item got 1.5x longer: 8.2 -> 10.1 µs
+/// (docs/results/2026-11-26-session14-h100, run1). Few rounds leave the quantization of the
+/// rounds and of the last q tile (192 rows against 128) uncovered.
+pub fn default_consumer_wgs(problem: &AttentionProblem, sm_count: usize) -> usize {
+    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(3 * WARPGROUP_ROWS);
+    if items >= THREE_WGS_MIN_ROUNDS * sm_count {
+        3
+    } else {
+        2
     }
 }
 
@@ -475,7 +557,7 @@ impl PersistentHopper {
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
-        let cfg = &cfg.for_problem(problem);
+        let cfg = &cfg.for_problem(problem, device.sm_count as usize);
         let d = problem.head_dim;
         let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
         let limit = device.max_shared_memory_per_block_optin as usize;
@@ -486,14 +568,14 @@ impl PersistentHopper {
                     "needs {smem} bytes of shared memory per block ({} x Q {} + {} x K/V {} + barriers + \
                      {SMEM_ALIGN_SLACK} alignment slack), device allows {limit}",
                     cfg.q_stages,
-                    BLOCK_M * d * problem.dtype.size_bytes(),
+                    cfg.block_m() * d * problem.dtype.size_bytes(),
                     cfg.stages,
                     2 * cfg.block_n * d * problem.dtype.size_bytes(),
                 ),
             ));
         }
 
-        let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(BLOCK_M);
+        let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(cfg.block_m());
         // Split-KV for small problems: a work unit is (item, key range). The longest item (the
         // last q tile, also under the bottom-right causal mask) has all the key tiles.
         let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
@@ -539,7 +621,9 @@ impl PersistentHopper {
         }
         if modes {
             defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
-            if spreads_page_boxes(problem, cfg.block_n) {
+            // (The spread loop keeps its ring position modulo 2^16: power-of-two rings only, so
+            // FLASHCORE_HOPPER_STAGES=3 runs small pages on warp 0 alone.)
+            if spreads_page_boxes(problem, cfg.block_n) && cfg.stages.is_power_of_two() {
                 defines.push(("FC_HOPPER_SPREAD_PAGES".to_string(), "1".to_string()));
             }
         }
@@ -553,10 +637,10 @@ impl PersistentHopper {
             entry: ENTRY,
             defines,
             grid: (grid_x, 1, 1),
-            block: (THREADS, 1, 1),
+            block: (cfg.threads(), 1, 1),
             dynamic_smem_bytes: smem as u32,
             tensor_maps: Some(TensorMapSpec {
-                q_box_rows: BLOCK_M as u32,
+                q_box_rows: cfg.block_m() as u32,
                 kv_box_rows: cfg.block_n as u32,
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
@@ -596,7 +680,8 @@ mod tests {
             let plan = PersistentHopper.plan(&p, &dev).expect("plans");
             let l = &plan.launches[0];
             assert_eq!(l.grid, (132, 1, 1));
-            assert_eq!(l.block, (384, 1, 1));
+            // D = 64: three consumer warpgroups (704 items of 192 rows, 5.3 rounds).
+            assert_eq!(l.block, (if d == 64 { 512 } else { 384 }, 1, 1));
             assert!(l.dynamic_smem_bytes as usize <= 227 * 1024);
         }
     }
@@ -684,6 +769,11 @@ mod tests {
         "FC_HOPPER_Q_STAGES",
     ];
 
+    /// A launch's defines as `NAME=value`.
+    fn defines(l: &flashcore_core::KernelLaunch) -> Vec<String> {
+        l.defines.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+
     fn default_plan(p: &AttentionProblem, dev: &DeviceInfo) -> LaunchPlan {
         PersistentHopper
             .plan_with(&HopperConfig::default(), p, dev)
@@ -724,6 +814,16 @@ mod tests {
                 "block size {block_size}"
             );
         }
+        // A ring of three: the spread loop's counters need a power of two, so warp 0 issues.
+        let three_stages = overrides(&[
+            ("FLASHCORE_HOPPER_STAGES", "3"),
+            ("FLASHCORE_HOPPER_Q_STAGES", "1"),
+        ])
+        .unwrap();
+        let plan = PersistentHopper
+            .plan_with(&three_stages, &paged(16), &dev)
+            .unwrap();
+        assert!(!define_names(&plan).contains(&"FC_HOPPER_SPREAD_PAGES".to_string()));
         // Not without pages: contiguous caches and dense problems keep their builds.
         let contiguous = AttentionProblem::new(8, 32, 128, 128)
             .with_kv(8, 8192)
@@ -744,9 +844,6 @@ mod tests {
     fn head_dim_128_non_causal_takes_176_key_tiles() {
         let dev = DeviceInfo::synthetic_h100();
         let wide = &default_plan(&AttentionProblem::new(4, 16, 2048, 128), &dev).launches[0];
-        let defines = |l: &flashcore_core::KernelLaunch| -> Vec<String> {
-            l.defines.iter().map(|(k, v)| format!("{k}={v}")).collect()
-        };
         assert!(defines(wide).contains(&"FC_HOPPER_BLOCK_N=176".to_string()));
         assert!(defines(wide).contains(&"FC_HOPPER_CONSUMER_REGS=240".to_string()));
         // One Q buffer (the kernel's default: no define) so that 2 x (K + V) of 176 keys fit.
@@ -783,6 +880,87 @@ mod tests {
             .unwrap()
             .launches[0];
         assert!(defines(l).contains(&"FC_HOPPER_BLOCK_N=128".to_string()));
+    }
+
+    #[test]
+    fn three_consumer_warpgroups_only_where_the_kernel_builds_them() {
+        use flashcore_core::Modes;
+        let dev = DeviceInfo::synthetic_h100();
+        let three = overrides(&[("FLASHCORE_HOPPER_CONSUMER_WGS", "3")]).unwrap();
+        assert_eq!(three.consumer_wgs, Some(3));
+        assert!(overrides(&[("FLASHCORE_HOPPER_CONSUMER_WGS", "4")]).is_err());
+        // Dense D = 64, causal or not: 192-row items, 512 threads, Q boxes of 192 rows.
+        for causal in [false, true] {
+            let p = AttentionProblem::new(2, 16, 8192, 64).with_causal(causal);
+            let plan = PersistentHopper.plan_with(&three, &p, &dev).unwrap();
+            let l = &plan.launches[0];
+            assert_eq!(l.block, (512, 1, 1));
+            assert_eq!(l.tensor_maps.unwrap().q_box_rows, 192);
+            assert!(defines(l).contains(&"FC_HOPPER_CONSUMER_WGS=3".to_string()));
+            assert!(!defines(l)
+                .iter()
+                .any(|d| d.starts_with("FC_HOPPER_CONSUMER_REGS")));
+            // Two Q buffers of 192 x 64 + two K/V stages of 128 x 64 + barriers + slack.
+            assert_eq!(
+                l.dynamic_smem_bytes as usize,
+                2 * 192 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 128 + 1024
+            );
+            // 8192 / 192 = 42.7 -> 43 q tiles a head: 1376 items, dynamic past one round.
+            assert!(defines(l).contains(&"FC_HOPPER_DYNAMIC=1".to_string()));
+        }
+        // (1,8,512,64): 3 q tiles of 192 rows a head, 24 items, 24 CTAs.
+        let small = PersistentHopper
+            .plan_with(&three, &AttentionProblem::new(1, 8, 512, 64), &dev)
+            .unwrap();
+        assert_eq!(small.launches[0].grid, (24, 1, 1));
+        // Everywhere else two: D = 128, a split, the smem epilogue, inference modes.
+        let two = |cfg: &HopperConfig, p: &AttentionProblem| {
+            let plan = PersistentHopper.plan_with(cfg, p, &dev).unwrap();
+            let l = &plan.launches[0];
+            assert_eq!(l.block, (384, 1, 1), "{p}");
+            assert_eq!(l.tensor_maps.unwrap().q_box_rows, 128, "{p}");
+            assert!(
+                !defines(l).iter().any(|d| d.contains("CONSUMER_WGS")),
+                "{p}"
+            );
+        };
+        two(&three, &AttentionProblem::new(4, 16, 2048, 128));
+        two(
+            &HopperConfig {
+                splits: Some(4),
+                ..three
+            },
+            &AttentionProblem::new(1, 8, 512, 64),
+        );
+        two(
+            &HopperConfig {
+                smem_epilogue: true,
+                ..three
+            },
+            &AttentionProblem::new(4, 16, 2048, 64),
+        );
+        two(
+            &three,
+            &AttentionProblem::new(4, 16, 2048, 64).with_modes(Modes {
+                window_left: Some(256),
+                ..Modes::default()
+            }),
+        );
+        // The default: three once the 192-row items fill four rounds of the SMs.
+        let default_wgs = |b, h, s| {
+            let p = AttentionProblem::new(b, h, s, 64);
+            default_plan(&p, &dev).launches[0].block.0 / 128 - 1
+        };
+        assert_eq!(default_wgs(2, 16, 8192), 3); // 1376 items, 10.4 rounds
+        assert_eq!(default_wgs(4, 16, 2048), 3); // 704 items, 5.3 rounds
+        assert_eq!(default_wgs(1, 16, 2048), 2); // 176 items, 1.3 rounds
+        assert_eq!(default_wgs(1, 8, 512), 2); // the mission shape: 24 items
+        assert_eq!(default_wgs(1, 24, 4224), 3); // 24 x 22 = 528 items = 4 x 132
+        assert_eq!(default_wgs(1, 23, 4224), 2); // 506
+        two(
+            &overrides(&[("FLASHCORE_HOPPER_CONSUMER_WGS", "2")]).unwrap(),
+            &AttentionProblem::new(2, 16, 8192, 64),
+        );
     }
 
     #[test]
