@@ -28,6 +28,8 @@
 // seven) and adds it into an f32 accumulator with 16-byte reductions straight from registers
 // (common/dq_accumulator.cuh); bwd_portable_dq_convert then scales and rounds it into dQ. The
 // order of the additions, and so the last bits of dQ, vary from run to run.
+// FC_BWD_STEP64 (experimental, FLASHCORE_PORTABLE_BWD_STEP_QUERIES=64): at head_dim <= 64 that
+// schedule takes 64 queries a step, each warp's products in two 32-query halves (sm_90a spills).
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
@@ -72,7 +74,9 @@ using DqAcc = PortableDqAccumulator;
 // k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (session 11 run3's
 // profile); unrolled by 4 it ran 2-5 % faster (run4), by all 8 another 1-3 % (session 12 run4:
 // at D = 128 with the paired Sᵀ/dPᵀ loop). At D <= 64 below sm_90, 8 spills.
-#if FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#if defined(FC_BWD_STEP64) && FC_HEAD_DIM <= 64
+constexpr int dq_k_unroll = 4;  // 64-query steps (32-row tiles): 4 is what sm_80-89 built without spills
+#elif FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 constexpr int dq_k_unroll = 8;
 #else
 constexpr int dq_k_unroll = 4;
@@ -116,6 +120,15 @@ __device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_
             }
         }
 }
+
+#if defined(FC_BWD_STEP64)
+// `v`, hidden from the optimizer: what is derived from it is computed where it is used instead of
+// hoisted out of the loop around it and kept live (the FC_BWD_STEP64 halves, at 255 registers).
+__device__ __forceinline__ int opaque(int v) {
+    asm volatile("" : "+r"(v));
+    return v;
+}
+#endif
 
 // Which (query head, query tile) a step loads: the heads of the KV group one after another, each
 // over its query tiles from the first that sees the key tile. Advanced per step, so the step loop
@@ -182,8 +195,20 @@ namespace dkdv {
 constexpr int num_warps = 4;
 constexpr int num_threads = 32 * num_warps;
 constexpr int key_rows = num_warps * warp_rows;  // a 32-key block per warp
-constexpr int query_rows = 32;                   // per step
+#if defined(FC_BWD_STEP64)
+// 64 queries a step, which each warp's products take as two halves of 32 (Sᵀ and dPᵀ in registers
+// beside dK and dV): half the steps, so half the barriers, cp.async waits and step bookkeeping
+// per query, for the same registers.
+#if !defined(FC_BWD_ATOMIC_DQ)
+#error "FC_BWD_STEP64 is built for the atomic schedule only"
+#endif
+constexpr int half_rows = 32;
+constexpr int query_rows = 2 * half_rows;  // per step
+constexpr int query_tiles8 = half_rows / 8;
+#else
+constexpr int query_rows = 32;  // per step
 constexpr int query_tiles8 = query_rows / 8;
+#endif
 // k steps unrolled in the Sᵀ and dPᵀ products: at D = 64, with all 4 unrolled, ptxas hoisted their
 // loads beside dK and dV and spilled on sm_90a.
 constexpr int k_unroll = head_dim == 64 ? 2 : head_dim / 16;
@@ -480,43 +505,62 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         zero_warp_tile(dv);
 
         walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
-            const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf));
-            // Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
-            float pt[row_tiles][query_tiles8][4];
-            zero_warp_tile(pt);
-            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
-                                                                       smem_base + q_at(buf), 0, lane);
-            const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
+            // The warp's products over the step's queries hq0 .. hq0 + 32 (its dSᵀ stored into the
+            // step's tile in atomic builds).
+            auto half_products = [&](int hq0, int buf, int q0) {
+                const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + hq0;
+                // The half's Q and dO rows as tiles of their own (the swizzle repeats every 8 rows),
+                // so the products' lane addresses are those of a 32-query step.
+                auto q_half = [&] { return smem_base + q_at(buf) + hq0 * (head_dim * 2); };
+                auto do_half = [&] { return smem_base + do_at(buf) + hq0 * (head_dim * 2); };
+                // Sᵀ → Pᵀ (causal: the element mask only on tile pairs that cross the diagonal).
+                float pt[row_tiles][query_tiles8][4];
+                zero_warp_tile(pt);
+                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(pt, smem_base + k_at, warp_key0,
+                                                                           q_half(), 0, lane);
+                const bool masked = p.causal && k0 + key_rows - 1 > q0 + hq0 + causal_offset(p);
 #pragma unroll
-            for (int mt = 0; mt < row_tiles; ++mt)
+                for (int mt = 0; mt < row_tiles; ++mt)
 #pragma unroll
-                for (int j = 0; j < query_tiles8; ++j)
+                    for (int j = 0; j < query_tiles8; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int qc = 8 * j + 2 * tig + (e & 1);
-                        float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
-                        const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
-                        if (masked && key > q0 + qc + causal_offset(p)) prob = 0.f;
-                        pt[mt][j][e] = prob;
-                    }
-            float dpt[row_tiles][query_tiles8][4];
-            zero_warp_tile(dpt);
-            warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
-                                                                       smem_base + do_at(buf), 0, lane);
-            // dV += Pᵀ·dO, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of Pᵀ and dK += dSᵀ·Q: Pᵀ and dSᵀ
-            // leave the accumulators already in the A layout.
-            warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dv, pt, smem_base + do_at(buf), 0, lane);
+                        for (int e = 0; e < 4; ++e) {
+                            const int qc = 8 * j + 2 * tig + (e & 1);
+                            float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
+                            const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
+                            if (masked && key > q0 + hq0 + qc + causal_offset(p)) prob = 0.f;
+                            pt[mt][j][e] = prob;
+                        }
+                float dpt[row_tiles][query_tiles8][4];
+                zero_warp_tile(dpt);
+                warp_gemm_abt<head_dim, row_tiles, query_tiles8, k_unroll>(dpt, smem_base + v_at, warp_key0,
+                                                                           do_half(), 0, lane);
+                // dV += Pᵀ·dO, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of Pᵀ and dK += dSᵀ·Q: Pᵀ and dSᵀ
+                // leave the accumulators already in the A layout.
+                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dv, pt, do_half(), 0, lane);
 #pragma unroll
-            for (int mt = 0; mt < row_tiles; ++mt)
+                for (int mt = 0; mt < row_tiles; ++mt)
 #pragma unroll
-                for (int j = 0; j < query_tiles8; ++j)
+                    for (int j = 0; j < query_tiles8; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
-            warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, smem_base + q_at(buf), 0, lane);
+                        for (int e = 0; e < 4; ++e)
+                            pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
+                warp_gemm_rb<head_dim, row_tiles, query_tiles8>(dk, pt, q_half(), 0, lane);
 #if defined(FC_BWD_ATOMIC_DQ)
-            store_warp_tile<query_rows>(smem + ds_at, pt, warp_key0, 0, lane);
+                store_warp_tile<query_rows>(smem + ds_at, pt, warp_key0, hq0, lane);
+#endif
+            };
+#if defined(FC_BWD_STEP64)
+            // Rolled, and buf and q0 hidden so what derives from them is computed per half: unrolled
+            // or with them hoisted, ptxas spilled beside dK and dV.
+#pragma unroll 1
+            for (int hq0 = 0; hq0 < query_rows; hq0 += 8 * query_tiles8) half_products(hq0, opaque(buf), opaque(q0));
+#else
+            half_products(0, buf, q0);
+#endif
+#if defined(FC_BWD_ATOMIC_DQ)
             __syncthreads();  // every warp's dSᵀ is in the tile
-            // dQ += dS·K over the step's 32 queries and 128 keys.
+            // dQ += dS·K over the step's queries and 128 keys.
             add_dq<query_rows, key_rows, num_warps>(*step_dq_block(smem, buf), smem_base + ds_at, smem_base + k_at, warp,
                                                     lane);
 #endif

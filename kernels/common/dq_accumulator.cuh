@@ -89,6 +89,10 @@ struct DqAccumulator {
 // 1 % slower at D = 128; 32 x 16 at D = 64 level).
 #if FC_HEAD_DIM > 64
 using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, 32>;
+#elif defined(FC_BWD_STEP64)
+// 64-query steps at head_dim <= 64 (FC_BWD_STEP64): 32-row tiles, one a warp (half the loads per
+// product of 16 rows, and no second tile's loop state beside dK and dV).
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, FC_HEAD_DIM / 2>;
 #else
 using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 32, 16, FC_HEAD_DIM / 2>;
 #endif

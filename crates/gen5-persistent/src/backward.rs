@@ -82,15 +82,25 @@ fn wide_dkdv_warps(head_dim: usize) -> u32 {
     }
 }
 
+/// Query rows per step of the wide dK/dV kernel: 64 above head_dim 64; on the register path 32,
+/// or 64 with `step64` (`FC_BWD_STEP64`, [`atomic_step64`]).
+pub fn wide_step_queries(head_dim: usize, step64: bool) -> usize {
+    if wide_in_registers(head_dim) && !step64 {
+        32
+    } else {
+        64
+    }
+}
+
 /// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers and two (LSE, D) row
-/// vectors of the step's queries (64, or 32 on the register path), plus the Pᵀ and dSᵀ tiles
+/// vectors of the step's queries ([`wide_step_queries`]), plus the Pᵀ and dSᵀ tiles
 /// ([128 keys][64 queries]) above head_dim 64. With atomic dQ, two 16-byte step slots (each
-/// step's accumulator block) and, on the register path, a dSᵀ tile ([128 keys][32 queries]).
-pub fn wide_dkdv_smem_bytes(head_dim: usize, atomic_dq: bool) -> usize {
+/// step's accumulator block) and, on the register path, a dSᵀ tile ([128 keys][step queries]).
+pub fn wide_dkdv_smem_bytes(head_dim: usize, atomic_dq: bool, step64: bool) -> usize {
     let slots = if atomic_dq { 2 * 16 } else { 0 };
     let keys = WIDE_KEY_TILE_ROWS;
     if wide_in_registers(head_dim) {
-        let queries = 32;
+        let queries = wide_step_queries(head_dim, step64);
         let ds = if atomic_dq { keys * queries * 2 } else { 0 };
         2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8 + ds + slots
     } else {
@@ -137,7 +147,7 @@ impl Tiling {
             )),
             None => {
                 let limit = device.max_shared_memory_per_block_optin as usize;
-                let mut need = wide_dkdv_smem_bytes(head_dim, false);
+                let mut need = wide_dkdv_smem_bytes(head_dim, false, false);
                 if wide_in_registers(head_dim) {
                     need = need.max(wide_dq_smem_bytes(head_dim));
                 }
@@ -162,21 +172,35 @@ pub fn dot_rows_per_warp(head_dim: usize) -> usize {
 pub struct PortableAtomicBackward;
 
 /// Query rows per block of the atomic schedule's dQ accumulator (`PortableDqAccumulator`, one step
-/// of the wide dK/dV kernel): 32 on the register path, 64 above.
-pub fn atomic_dq_block_rows(head_dim: usize) -> usize {
-    if wide_in_registers(head_dim) {
-        32
-    } else {
-        64
-    }
+/// of the wide dK/dV kernel): 32 on the register path (64 with `step64`), 64 above.
+pub fn atomic_dq_block_rows(head_dim: usize, step64: bool) -> usize {
+    wide_step_queries(head_dim, step64)
+}
+
+/// Whether the atomic schedule's register path (head_dim <= 64) takes 64 queries a step
+/// (`FC_BWD_STEP64`: each warp's products in two 32-query halves, half the barriers and step
+/// bookkeeping per query) instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` =
+/// `32` | `64` (an A/B switch; unset: 32). Elsewhere it changes nothing: steps are 64 queries
+/// above head_dim 64 already, and the deterministic schedule keeps its 32.
+fn atomic_step64(head_dim: usize, atomic_dq: bool, forced: Option<&str>) -> Result<bool, String> {
+    let step64 = match forced.map(str::trim) {
+        None | Some("32") => false,
+        Some("64") => true,
+        Some(other) => {
+            return Err(format!(
+                "FLASHCORE_PORTABLE_BWD_STEP_QUERIES={other:?}: expected 32 or 64"
+            ))
+        }
+    };
+    Ok(step64 && atomic_dq && wide_in_registers(head_dim))
 }
 
 /// Words of the atomic schedule's workspace: D (`rows` words, rounded up to 4 so the accumulator
 /// starts 16-byte aligned), then the f32 dQ accumulator over whole blocks of query rows.
-fn atomic_dq_workspace(p: &AttentionProblem) -> Option<usize> {
+fn atomic_dq_workspace(p: &AttentionProblem, step64: bool) -> Option<usize> {
     let padded_rows = p
         .seq_q
-        .next_multiple_of(atomic_dq_block_rows(p.head_dim))
+        .next_multiple_of(atomic_dq_block_rows(p.head_dim, step64))
         .checked_mul(p.batch * p.heads_q)?;
     let rows = p.batch * p.heads_q * p.seq_q;
     padded_rows
@@ -194,9 +218,36 @@ fn plan(
     device: &DeviceInfo,
     atomic_dq: bool,
 ) -> Result<LaunchPlan, Unsupported> {
-    let forced = std::env::var("FLASHCORE_PORTABLE_BWD_TILES").ok();
-    let sections = std::env::var("FLASHCORE_PORTABLE_BWD_SECTION_HEADS").ok();
-    plan_with(name, caps, problem, device, atomic_dq, forced, sections)
+    plan_with(
+        name,
+        caps,
+        problem,
+        device,
+        atomic_dq,
+        &Overrides::from_env(),
+    )
+}
+
+/// The backward's A/B switches, each an environment variable read by [`plan`].
+#[derive(Clone, Debug, Default)]
+struct Overrides {
+    /// `FLASHCORE_PORTABLE_BWD_TILES` ([`Tiling::choose`]).
+    tiles: Option<String>,
+    /// `FLASHCORE_PORTABLE_BWD_SECTION_HEADS` ([`section_heads`]).
+    section_heads: Option<String>,
+    /// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` ([`atomic_step64`]).
+    step_queries: Option<String>,
+}
+
+impl Overrides {
+    fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok();
+        Overrides {
+            tiles: var("FLASHCORE_PORTABLE_BWD_TILES"),
+            section_heads: var("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"),
+            step_queries: var("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
+        }
+    }
 }
 
 /// (batch, KV head) pairs per L2 section of the wide dK/dV pass (`FC_BWD_SECTION_HEADS`, key_item
@@ -224,15 +275,14 @@ fn section_heads(
     Ok(Some((wave / key_tiles).max(1)))
 }
 
-/// [`plan`] with `FLASHCORE_PORTABLE_BWD_TILES` passed in.
+/// [`plan`] with the environment's switches passed in.
 fn plan_with(
     name: &'static str,
     caps: Capabilities,
     problem: &AttentionProblem,
     device: &DeviceInfo,
     atomic_dq: bool,
-    forced_tiling: Option<String>,
-    forced_sections: Option<String>,
+    overrides: &Overrides,
 ) -> Result<LaunchPlan, Unsupported> {
     let d = problem.head_dim;
     caps.require_head_dim(name, d)?;
@@ -241,12 +291,14 @@ fn plan_with(
     let tiling = if atomic_dq {
         Tiling::Wide
     } else {
-        Tiling::choose(d, device, forced_tiling).map_err(|e| Unsupported::new(name, e))?
+        Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
+    let step64 = atomic_step64(d, atomic_dq, overrides.step_queries.as_deref())
+        .map_err(|e| Unsupported::new(name, e))?;
     let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
         match tiling {
-            Tiling::Wide => wide_dkdv_smem_bytes(d, atomic_dq),
+            Tiling::Wide => wide_dkdv_smem_bytes(d, atomic_dq, step64),
             Tiling::Narrow => dkdv_smem_bytes(d),
         },
         if atomic_dq {
@@ -271,12 +323,15 @@ fn plan_with(
         // tile so the section's dQ reductions spread over the rows: 3-14 % faster (session 11,
         // runs 5 and 6). At 64 and below both measured slower.
         if !wide_in_registers(d) {
-            let sections = section_heads(problem, device, forced_sections)
+            let sections = section_heads(problem, device, overrides.section_heads.clone())
                 .map_err(|e| Unsupported::new(name, e))?;
             if let Some(heads) = sections {
                 defines.push(("FC_BWD_SECTION_HEADS".to_string(), heads.to_string()));
                 defines.push(("FC_BWD_ROTATE".to_string(), "1".to_string()));
             }
+        }
+        if step64 {
+            defines.push(("FC_BWD_STEP64".to_string(), "1".to_string()));
         }
     }
     let launch =
@@ -318,7 +373,7 @@ fn plan_with(
     };
     let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
     let (dq_launch, workspace) = if atomic_dq {
-        let workspace = atomic_dq_workspace(p)
+        let workspace = atomic_dq_workspace(p, step64)
             .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
         // One float4 of the accumulator a thread.
         let float4s = (workspace - rows.next_multiple_of(4)) / 4;
@@ -416,8 +471,10 @@ mod tests {
                 p,
                 &DeviceInfo::synthetic_h100(),
                 false,
-                Some("narrow".into()),
-                None,
+                &Overrides {
+                    tiles: Some("narrow".into()),
+                    ..Overrides::default()
+                },
             )
         };
         let plan = narrow(&p).unwrap();
@@ -485,7 +542,7 @@ mod tests {
         );
         assert_eq!(
             plan.launches[1].dynamic_smem_bytes as usize,
-            wide_dkdv_smem_bytes(32, false) + 128 * 32 * 2 + 32
+            wide_dkdv_smem_bytes(32, false, false) + 128 * 32 * 2 + 32
         );
         // No 16-row version: a device without the shared memory is told so.
         let e = PortableAtomicBackward
@@ -600,7 +657,8 @@ mod tests {
 
         let defines = |d: usize| {
             let p = AttentionProblem::new(8, 32, 4096, d);
-            let plan = plan_with("a", capabilities(), &p, &h100, true, None, None).unwrap();
+            let plan =
+                plan_with("a", capabilities(), &p, &h100, true, &Overrides::default()).unwrap();
             plan.launches[1].defines.clone()
         };
         let has = |defs: &[(String, String)], k: &str| defs.iter().any(|(n, _)| n == k);
@@ -611,8 +669,61 @@ mod tests {
         assert!(!has(&d64, "FC_BWD_SECTION_HEADS") && !has(&d64, "FC_BWD_ROTATE"));
         // The deterministic schedule never takes them.
         let p = AttentionProblem::new(8, 32, 4096, 128);
-        let det = plan_with("d", capabilities(), &p, &h100, false, None, None).unwrap();
+        let det = plan_with("d", capabilities(), &p, &h100, false, &Overrides::default()).unwrap();
         assert!(!has(&det.launches[1].defines, "FC_BWD_SECTION_HEADS"));
+    }
+
+    #[test]
+    fn atomic_64_query_steps_only_on_the_register_path_when_asked() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let ov = |v: &str| Overrides {
+            step_queries: Some(v.into()),
+            ..Overrides::default()
+        };
+        let has = |plan: &LaunchPlan, k: &str| {
+            plan.launches
+                .iter()
+                .all(|l| l.defines.iter().any(|(n, _)| n == k))
+        };
+        // 100 query rows: 4 blocks of 32 by default, 2 of 64 with the switch.
+        let p = AttentionProblem::new(2, 8, 100, 64);
+        let default = plan_with("a", capabilities(), &p, &h100, true, &ov("32")).unwrap();
+        assert!(!has(&default, "FC_BWD_STEP64"));
+        assert_eq!(default.workspace_f32, 1600 + 2 * 8 * 128 * 64);
+        let plan = plan_with("a", capabilities(), &p, &h100, true, &ov("64")).unwrap();
+        assert!(has(&plan, "FC_BWD_STEP64"));
+        assert_eq!(plan.workspace_f32, 1600 + 2 * 8 * 128 * 64);
+        let odd = AttentionProblem::new(1, 1, 40, 64);
+        let plan = plan_with("a", capabilities(), &odd, &h100, true, &ov("64")).unwrap();
+        assert_eq!(
+            plan.workspace_f32,
+            40 + 64 * 64,
+            "40 rows pad to one 64-row block"
+        );
+        // K, V (16 KiB each), 2 x (Q, dO) of 64 rows (8 KiB each), 2 x 64 (LSE, D), dSᵀ
+        // [128][64], the step slots.
+        assert_eq!(
+            plan.launches[1].dynamic_smem_bytes,
+            2 * 16384 + 4 * 8192 + 1024 + 16384 + 32
+        );
+        // Above head_dim 64 and in the deterministic schedule the switch changes nothing.
+        let d128 = AttentionProblem::new(2, 8, 100, 128);
+        let plan = plan_with("a", capabilities(), &d128, &h100, true, &ov("64")).unwrap();
+        assert!(!plan.launches[1]
+            .defines
+            .iter()
+            .any(|(n, _)| n == "FC_BWD_STEP64"));
+        let det = plan_with("d", capabilities(), &p, &h100, false, &ov("64")).unwrap();
+        assert!(!det.launches[1]
+            .defines
+            .iter()
+            .any(|(n, _)| n == "FC_BWD_STEP64"));
+        let e = plan_with("a", capabilities(), &p, &h100, true, &ov("48")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -658,7 +769,7 @@ mod tests {
                 let limit = dev.max_shared_memory_per_block_optin as usize;
                 let Ok(plan) = plan else {
                     let too_big = if atomic {
-                        wide_dkdv_smem_bytes(d, true) > limit
+                        wide_dkdv_smem_bytes(d, true, false) > limit
                     } else {
                         dkdv_smem_bytes(d) > limit || dq_smem_bytes(d) > limit
                     };
@@ -671,7 +782,7 @@ mod tests {
                 let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
                 let wide_dq = wide && d <= 64;
                 let query_tile = if wide_dq { WIDE_QUERY_TILE_ROWS } else { QUERY_TILE_ROWS };
-                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d));
+                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d, false));
                 let items = [
                     rows.div_ceil(4 * dot_rows_per_warp(d)),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
