@@ -121,6 +121,15 @@ __device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_
         }
 }
 
+// The dK/dV item loop's index. 32-bit for the 64-query steps on sm_90 (the plan refuses more than
+// 2^31 - 1 items there): with a 64-bit item and bound that build spilled 24 bytes. 64-bit
+// elsewhere: with 32 bits, ptxas spilled the sm_80-89 builds at D = 64 instead.
+#if defined(FC_BWD_STEP64) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+using ItemIndex = int;
+#else
+using ItemIndex = long long;
+#endif
+
 #if defined(FC_BWD_STEP64)
 // `v`, hidden from the optimizer: what is derived from it is computed where it is used instead of
 // hoisted out of the loop around it and kept live (the FC_BWD_STEP64 halves, at 255 registers).
@@ -495,8 +504,8 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 
     const int key_tiles = ceil_div(p.seq_k, key_rows);
     const int q_tiles = ceil_div(p.seq_q, query_rows);
-    const long long items = (long long)p.batch * p.heads_kv * key_tiles;
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    const ItemIndex items = (ItemIndex)p.batch * p.heads_kv * key_tiles;
+    for (ItemIndex item = blockIdx.x; item < items; item += gridDim.x) {
         const KeyItem it = key_item(p, item, q_tiles);
         const int b = it.b, h_kv = it.h_kv, k0 = it.k0;
 

@@ -180,11 +180,19 @@ pub fn atomic_dq_block_rows(head_dim: usize, step64: bool) -> usize {
 /// Whether the atomic schedule's register path (head_dim <= 64) takes 64 queries a step
 /// (`FC_BWD_STEP64`: each warp's products in two 32-query halves, half the barriers and step
 /// bookkeeping per query) instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` =
-/// `32` | `64` (an A/B switch; unset: 32). Elsewhere it changes nothing: steps are 64 queries
+/// `32` | `64`; unset: 64 on sm_90 and later, where it measured 4-7 % faster at every D = 64
+/// ladder row (session 14, run3), 32 below (not measured there; on the A100 two blocks of its
+/// 82 976 bytes would no longer fit an SM). Elsewhere it changes nothing: steps are 64 queries
 /// above head_dim 64 already, and the deterministic schedule keeps its 32.
-fn atomic_step64(head_dim: usize, atomic_dq: bool, forced: Option<&str>) -> Result<bool, String> {
+fn atomic_step64(
+    head_dim: usize,
+    atomic_dq: bool,
+    device: &DeviceInfo,
+    forced: Option<&str>,
+) -> Result<bool, String> {
     let step64 = match forced.map(str::trim) {
-        None | Some("32") => false,
+        None => device.compute_capability.0 >= 9,
+        Some("32") => false,
         Some("64") => true,
         Some(other) => {
             return Err(format!(
@@ -293,7 +301,7 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
-    let step64 = atomic_step64(d, atomic_dq, overrides.step_queries.as_deref())
+    let step64 = atomic_step64(d, atomic_dq, device, overrides.step_queries.as_deref())
         .map_err(|e| Unsupported::new(name, e))?;
     let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
@@ -355,12 +363,20 @@ fn plan_with(
         tiles(rows, WARPS as usize * dot_rows_per_warp(d)),
         0,
     );
+    let key_items = p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS);
+    if step64 && key_items > i32::MAX as usize {
+        // Its sm_90 build counts the items in 32 bits (registers: see `ItemIndex`).
+        return Err(Unsupported::new(
+            name,
+            format!("{key_items} key tiles of 128 (batch x KV heads x tiles) exceed 2^31 - 1"),
+        ));
+    }
     let dk_dv = match tiling {
         Tiling::Wide => launch(
             WIDE_SOURCE,
             "bwd_portable_dk_dv_wide",
             wide_dkdv_warps(d),
-            p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS),
+            key_items,
             smem[0],
         ),
         Tiling::Narrow => launch(
@@ -532,18 +548,30 @@ mod tests {
             .launches
             .iter()
             .all(|l| l.defines.iter().any(|(k, _)| k == "FC_BWD_ATOMIC_DQ")));
-        // At head_dim 64 the blocks are 32 rows and dSᵀ takes its own 8 KiB tile.
-        let d64 = AttentionProblem::new(1, 1, 1, 32);
-        let plan = PortableAtomicBackward.plan_backward(&d64, &h100).unwrap();
+        // At head_dim 64 and below on sm_90 the steps and blocks are 64 rows, and dSᵀ takes its
+        // own [128][64] tile; below sm_90, 32.
+        let d32 = AttentionProblem::new(1, 1, 1, 32);
+        let plan = PortableAtomicBackward.plan_backward(&d32, &h100).unwrap();
         assert_eq!(
             plan.workspace_f32,
-            4 + 32 * 32,
+            4 + 64 * 32,
             "the accumulator starts 16-byte aligned"
         );
         assert_eq!(
             plan.launches[1].dynamic_smem_bytes as usize,
-            wide_dkdv_smem_bytes(32, false, false) + 128 * 32 * 2 + 32
+            wide_dkdv_smem_bytes(32, false, true) + 128 * 64 * 2 + 32
         );
+        let a100 = DeviceInfo {
+            compute_capability: (8, 0),
+            max_shared_memory_per_block_optin: 163 * 1024,
+            ..h100.clone()
+        };
+        let plan = PortableAtomicBackward.plan_backward(&d32, &a100).unwrap();
+        assert_eq!(plan.workspace_f32, 4 + 32 * 32);
+        assert!(!plan.launches[1]
+            .defines
+            .iter()
+            .any(|(k, _)| k == "FC_BWD_STEP64"));
         // No 16-row version: a device without the shared memory is told so.
         let e = PortableAtomicBackward
             .plan_backward(&p, &DeviceInfo::synthetic_sm86())
@@ -674,7 +702,7 @@ mod tests {
     }
 
     #[test]
-    fn atomic_64_query_steps_only_on_the_register_path_when_asked() {
+    fn atomic_64_query_steps_on_the_register_path_from_sm_90() {
         let h100 = DeviceInfo::synthetic_h100();
         let ov = |v: &str| Overrides {
             step_queries: Some(v.into()),
@@ -685,11 +713,15 @@ mod tests {
                 .iter()
                 .all(|l| l.defines.iter().any(|(n, _)| n == k))
         };
-        // 100 query rows: 4 blocks of 32 by default, 2 of 64 with the switch.
+        // 100 query rows: 4 blocks of 32 with the switch at 32, 2 of 64 with it at 64 (the
+        // default on the H100).
         let p = AttentionProblem::new(2, 8, 100, 64);
-        let default = plan_with("a", capabilities(), &p, &h100, true, &ov("32")).unwrap();
-        assert!(!has(&default, "FC_BWD_STEP64"));
-        assert_eq!(default.workspace_f32, 1600 + 2 * 8 * 128 * 64);
+        let default =
+            plan_with("a", capabilities(), &p, &h100, true, &Overrides::default()).unwrap();
+        assert!(has(&default, "FC_BWD_STEP64"));
+        let step32 = plan_with("a", capabilities(), &p, &h100, true, &ov("32")).unwrap();
+        assert!(!has(&step32, "FC_BWD_STEP64"));
+        assert_eq!(step32.workspace_f32, 1600 + 2 * 8 * 128 * 64);
         let plan = plan_with("a", capabilities(), &p, &h100, true, &ov("64")).unwrap();
         assert!(has(&plan, "FC_BWD_STEP64"));
         assert_eq!(plan.workspace_f32, 1600 + 2 * 8 * 128 * 64);
@@ -724,6 +756,27 @@ mod tests {
                 .contains("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn more_key_tiles_than_the_64_query_steps_count_are_refused() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let plan = |d: usize, atomic: bool| {
+            // 2^16 sequences x 2^16 key tiles of 128 = 2^32 items.
+            let p = AttentionProblem::new(1 << 16, 1, 1, d).with_kv(1, 128 << 16);
+            plan_with(
+                "a",
+                capabilities(),
+                &p,
+                &h100,
+                atomic,
+                &Overrides::default(),
+            )
+        };
+        let e = plan(64, true).unwrap_err();
+        assert!(e.to_string().contains("2^31 - 1"), "{e}");
+        // The other builds count in 64 bits.
+        assert!(plan(64, false).is_ok() && plan(128, true).is_ok());
     }
 
     #[test]
@@ -782,7 +835,8 @@ mod tests {
                 let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
                 let wide_dq = wide && d <= 64;
                 let query_tile = if wide_dq { WIDE_QUERY_TILE_ROWS } else { QUERY_TILE_ROWS };
-                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d, false));
+                // (64-query steps at D <= 64 on the H100, the default there.)
+                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d, !sm86));
                 let items = [
                     rows.div_ceil(4 * dot_rows_per_warp(d)),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
