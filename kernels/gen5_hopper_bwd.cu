@@ -35,6 +35,7 @@
 #include "common/hopper/wgmma.cuh"
 #include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
+#include "common/opaque.cuh"
 
 #include "gen5_hopper_bwd/config.cuh"
 #include "gen5_hopper_bwd/block_info.cuh"

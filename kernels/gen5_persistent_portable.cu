@@ -239,27 +239,15 @@ struct Work {
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
-// A 32-bit value the compiler cannot see through (async_copy.cuh's opaque() is 64-bit, and the
-// sign-extension register it needs is itself something to keep alive).
-__device__ __forceinline__ int opaque32(int x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
-
 #if FC_PORTABLE_MODES
-__device__ __forceinline__ const int* opaque_ptr(const int* x) {
-    asm volatile("" : "+l"(x));
-    return x;
-}
-
 // seq_info (seqlen.cuh) with the tables' pointers read where it is called: otherwise their null
 // checks are computed once for the whole kernel and held (as predicates) across every K/V loop,
 // which is where ptxas then spills them.
 __device__ __forceinline__ SeqInfo item_seq(const AttentionParams& p, int b) {
     AttentionParams q = p;
-    q.cu_seqlens_q = opaque_ptr(p.cu_seqlens_q);
-    q.cu_seqlens_k = opaque_ptr(p.cu_seqlens_k);
-    q.seqused_k = opaque_ptr(p.seqused_k);
+    q.cu_seqlens_q = opaque(p.cu_seqlens_q);
+    q.cu_seqlens_k = opaque(p.cu_seqlens_k);
+    q.seqused_k = opaque(p.seqused_k);
     return seq_info(q, b);
 }
 #endif
@@ -276,7 +264,7 @@ __device__ __forceinline__ int key_end(const AttentionParams& p, int query_row) 
 // Work items of the launch: batch * heads_q * (q tiles per head). The plan rejects problems with
 // 2^25 items or more (see RING_ITEM_SHIFT), so item indices are small ints.
 __device__ __forceinline__ int total_items(const AttentionParams& p) {
-    return opaque32(p.batch) * p.heads_q * ceil_div(opaque32(p.seq_q), BM);  // not hoisted: see decode
+    return opaque(p.batch) * p.heads_q * ceil_div(opaque(p.seq_q), BM);  // not hoisted: see decode
 }
 
 // Item t -> (b, h, m). Items are cut into L2 sections of g (batch, head) pairs, g = the number
@@ -290,10 +278,10 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     // epilogue (O live in 64 registers) made ptxas spill. The plan guarantees items < 2^25.
     // The shape is read through opaque(): otherwise the compiler hoists nm, g, ... out of the item
     // loop and keeps them in registers across the whole K/V loop (where ptxas then spills them).
-    const int seq_q = opaque32(p.seq_q);
-    const int seq_k = opaque32(p.seq_k);
+    const int seq_q = opaque(p.seq_q);
+    const int seq_k = opaque(p.seq_k);
     const int nm = ceil_div(seq_q, BM);
-    const int bh_total = opaque32(p.batch) * p.heads_q;
+    const int bh_total = opaque(p.batch) * p.heads_q;
     const int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
     // K + V KiB one q head streams (a GQA group shares them): 2 * seq_k * D * sizeof(elem_t).
     const unsigned kv_kib = (unsigned)(seq_k > 0 ? seq_k : 1) / (1024 / (4 * D)) / qpk;
@@ -832,7 +820,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 
         // Straight from registers: each quad writes 8 contiguous elements (16 bytes) of a row per
         // n8 tile. Rows past seq_q are never written. (The item is decoded again rather than kept
-        // in registers across the K/V loop; decode reads the shape through opaque32(), so this is
+        // in registers across the K/V loop; decode reads the shape through opaque(), so this is
         // not merged with the first call.)
         float lse[M_TILES][2];
 #pragma unroll

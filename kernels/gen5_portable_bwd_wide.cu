@@ -130,15 +130,6 @@ using ItemIndex = int;
 using ItemIndex = long long;
 #endif
 
-#if defined(FC_BWD_STEP64)
-// `v`, hidden from the optimizer: what is derived from it is computed where it is used instead of
-// hoisted out of the loop around it and kept live (the FC_BWD_STEP64 halves, at 255 registers).
-__device__ __forceinline__ int opaque(int v) {
-    asm volatile("" : "+r"(v));
-    return v;
-}
-#endif
-
 // Which (query head, query tile) a step loads: the heads of the KV group one after another, each
 // over its query tiles from the first that sees the key tile. Advanced per step, so the step loop
 // has no division.
@@ -346,7 +337,7 @@ __device__ __forceinline__ void load_query_step(const AttentionParams& p, const 
 // The query tile every head's walk of the key tile at k0 starts at. Recomputed at each use rather
 // than kept in a register across the step (with it live, the D = 64 kernel spilled).
 __device__ __forceinline__ int walk_start(int k0, int first_q_tile, int q_tiles) {
-    asm volatile("" : "+r"(k0));
+    k0 = opaque(k0);
     return first_q_tile + (k0 / key_rows) % (q_tiles - first_q_tile);
 }
 #endif

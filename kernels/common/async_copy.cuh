@@ -8,6 +8,7 @@
 #pragma once
 #include "types.cuh"
 #include "smem_layout.cuh"
+#include "opaque.cuh"
 
 // 16 bytes global -> shared, cached in L2 only (.cg: the tile is used once per block, from
 // shared memory). When `in_bounds` is false the source size is 0: nothing is read from global
@@ -28,14 +29,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Hides a value from loop-invariant code motion: the compiler cannot see through a volatile asm,
-// so products derived from it are recomputed where they are used instead of being hoisted out of
-// the K/V loop into registers of their own.
-__device__ __forceinline__ long long opaque(long long x) {
-    asm volatile("" : "+l"(x));
-    return x;
 }
 
 // Fills a [kRows][kCols] SwizzledTile at shared address `smem_tile` from the global rows

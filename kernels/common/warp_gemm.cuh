@@ -11,15 +11,13 @@
 #pragma once
 #include "mma.cuh"
 #include "smem_layout.cuh"
+#include "opaque.cuh"
 
 // The lane index, hidden from the optimizer. Each product derives its lane's shared-memory offsets
 // from it where it runs: left visible, the compiler hoists every product's offsets out of the
 // caller's loop and keeps them all live (4 registers per operand at D = 128), which is what
 // spilled the 32-row backward kernels.
-__device__ __forceinline__ int fresh_lane(int lane) {
-    asm volatile("" : "+r"(lane));
-    return lane;
-}
+__device__ __forceinline__ int fresh_lane(int lane) { return opaque(lane); }
 
 // One k16 step of a warp tile: the kMT A fragments (`a_frag(mt)`), then for each 16 rows or
 // columns of B (`b_at(np)`, the lane's ldmatrix address, read transposed when kTransB) its two n8

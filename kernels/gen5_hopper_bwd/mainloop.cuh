@@ -22,13 +22,9 @@ __device__ __forceinline__ unsigned long long desc_plus(unsigned long long desc,
     return desc + (unsigned long long)(bytes >> 4);
 }
 
-// A descriptor the compiler must treat as new at each call: otherwise it hoists every k-step's
-// descriptor of the loop-invariant K and V tiles out of the step loop (2 registers each, dozens
-// in all), which spilled the consumers at D = 128.
-__device__ __forceinline__ unsigned long long opaque(unsigned long long desc) {
-    asm volatile("" : "+l"(desc));
-    return desc;
-}
+// Descriptors go through opaque() (common/opaque.cuh) at each call: otherwise the compiler hoists
+// every k-step's descriptor of the loop-invariant K and V tiles out of the step loop (2 registers
+// each, dozens in all), which spilled the consumers at D = 128.
 
 // acc[64 keys x QUERY_ROWS queries] = rows[64 x D] · cols[QUERY_ROWS x D]ᵀ, both K-major (the forward's Q·Kᵀ with
 // the roles swapped): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
