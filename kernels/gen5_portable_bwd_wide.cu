@@ -28,8 +28,10 @@
 // seven) and adds it into an f32 accumulator with 16-byte reductions straight from registers
 // (common/dq_accumulator.cuh); bwd_portable_dq_convert then scales and rounds it into dQ. The
 // order of the additions, and so the last bits of dQ, vary from run to run.
-// FC_BWD_STEP64 (experimental, FLASHCORE_PORTABLE_BWD_STEP_QUERIES=64): at head_dim <= 64 that
-// schedule takes 64 queries a step, each warp's products in two 32-query halves (sm_90a spills).
+// FC_BWD_STEP64 (the plan's choice on sm_90; FLASHCORE_PORTABLE_BWD_STEP_QUERIES=32|64 overrides
+// it): at head_dim <= 64 that schedule takes 64 queries a step, each warp's products in two
+// 32-query halves, with one barrier and one dQ product per 64 queries (4-10 % faster on the H100,
+// session 14).
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
@@ -75,7 +77,7 @@ using DqAcc = PortableDqAccumulator;
 // profile); unrolled by 4 it ran 2-5 % faster (run4), by all 8 another 1-3 % (session 12 run4:
 // at D = 128 with the paired Sᵀ/dPᵀ loop). At D <= 64 below sm_90, 8 spills.
 #if defined(FC_BWD_STEP64) && FC_HEAD_DIM <= 64
-constexpr int dq_k_unroll = 4;  // 64-query steps (32-row tiles): 4 is what sm_80-89 built without spills
+constexpr int dq_k_unroll = 4;  // 64-query steps, one 32-row tile a warp: the build measured (session 14)
 #elif FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 constexpr int dq_k_unroll = 8;
 #else
