@@ -29,9 +29,9 @@
 // (common/dq_accumulator.cuh); bwd_portable_dq_convert then scales and rounds it into dQ. The
 // order of the additions, and so the last bits of dQ, vary from run to run.
 // FC_BWD_STEP64 (the plan's choice on sm_90; FLASHCORE_PORTABLE_BWD_STEP_QUERIES=32|64 overrides
-// it): at head_dim <= 64 that schedule takes 64 queries a step, each warp's products in two
-// 32-query halves, with one barrier and one dQ product per 64 queries (4-10 % faster on the H100,
-// session 14).
+// it): at head_dim <= 64 the dK/dV pass of either schedule takes 64 queries a step, each warp's
+// products in two 32-query halves, with one barrier (and, atomic, one dQ product) per 64 queries
+// (3-10 % faster on the H100, session 14).
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
@@ -201,9 +201,6 @@ constexpr int key_rows = num_warps * warp_rows;  // a 32-key block per warp
 // 64 queries a step, which each warp's products take as two halves of 32 (Sᵀ and dPᵀ in registers
 // beside dK and dV): half the steps, so half the barriers, cp.async waits and step bookkeeping
 // per query, for the same registers.
-#if !defined(FC_BWD_ATOMIC_DQ)
-#error "FC_BWD_STEP64 is built for the atomic schedule only"
-#endif
 constexpr int half_rows = 32;
 constexpr int query_rows = 2 * half_rows;  // per step
 constexpr int query_tiles8 = half_rows / 8;

@@ -79,8 +79,8 @@ pub const VARIANT_ENV: &[(&str, &str)] = &[
 ];
 
 /// The same for backward plans: the portable backward's 16-row tiles, which only devices with
-/// 99 KiB of shared memory get by default, and the atomic schedule's step at D <= 64 the other
-/// way from each device's default (64 queries from sm_90, 32 below).
+/// 99 KiB of shared memory get by default, and the step at D <= 64 the other way from each
+/// device's default (64 queries from sm_90, 32 below).
 pub const BACKWARD_VARIANT_ENV: &[(&str, &str)] = &[
     ("FLASHCORE_PORTABLE_BWD_TILES", "narrow"),
     ("FLASHCORE_PORTABLE_BWD_STEP_QUERIES", "32"),

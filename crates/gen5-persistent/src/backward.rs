@@ -83,7 +83,7 @@ fn wide_dkdv_warps(head_dim: usize) -> u32 {
 }
 
 /// Query rows per step of the wide dK/dV kernel: 64 above head_dim 64; on the register path 32,
-/// or 64 with `step64` (`FC_BWD_STEP64`, [`atomic_step64`]).
+/// or 64 with `step64` (`FC_BWD_STEP64`, [`step64`]).
 pub fn wide_step_queries(head_dim: usize, step64: bool) -> usize {
     if wide_in_registers(head_dim) && !step64 {
         32
@@ -177,19 +177,14 @@ pub fn atomic_dq_block_rows(head_dim: usize, step64: bool) -> usize {
     wide_step_queries(head_dim, step64)
 }
 
-/// Whether the atomic schedule's register path (head_dim <= 64) takes 64 queries a step
-/// (`FC_BWD_STEP64`: each warp's products in two 32-query halves, half the barriers and step
-/// bookkeeping per query) instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` =
-/// `32` | `64`; unset: 64 on sm_90 and later, where it measured 4-7 % faster at every D = 64
-/// ladder row (session 14, run3), 32 below (not measured there; on the A100 two blocks of its
-/// 82 976 bytes would no longer fit an SM). Elsewhere it changes nothing: steps are 64 queries
-/// above head_dim 64 already, and the deterministic schedule keeps its 32.
-fn atomic_step64(
-    head_dim: usize,
-    atomic_dq: bool,
-    device: &DeviceInfo,
-    forced: Option<&str>,
-) -> Result<bool, String> {
+/// Whether the register path (head_dim <= 64) takes 64 queries a step (`FC_BWD_STEP64`: each
+/// warp's products in two 32-query halves, half the barriers and step bookkeeping per query)
+/// instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` = `32` | `64`; unset: 64 on
+/// sm_90 and later, where it measured faster at every D = 64 ladder row for both schedules
+/// (session 14: atomic 4-10 %, runs 3-4; deterministic 3-5.5 %, run7), 32 below (not measured
+/// there; on the A100 two blocks of the atomic schedule's 82 976 bytes would no longer fit an
+/// SM). Above head_dim 64 it changes nothing: steps are 64 queries there already.
+fn step64(head_dim: usize, device: &DeviceInfo, forced: Option<&str>) -> Result<bool, String> {
     let step64 = match forced.map(str::trim) {
         None => device.compute_capability.0 >= 9,
         Some("32") => false,
@@ -200,7 +195,7 @@ fn atomic_step64(
             ))
         }
     };
-    Ok(step64 && atomic_dq && wide_in_registers(head_dim))
+    Ok(step64 && wide_in_registers(head_dim))
 }
 
 /// Words of the atomic schedule's workspace: D (`rows` words, rounded up to 4 so the accumulator
@@ -243,7 +238,7 @@ struct Overrides {
     tiles: Option<String>,
     /// `FLASHCORE_PORTABLE_BWD_SECTION_HEADS` ([`section_heads`]).
     section_heads: Option<String>,
-    /// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` ([`atomic_step64`]).
+    /// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` ([`step64`]).
     step_queries: Option<String>,
 }
 
@@ -301,7 +296,7 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
-    let step64 = atomic_step64(d, atomic_dq, device, overrides.step_queries.as_deref())
+    let step64 = step64(d, device, overrides.step_queries.as_deref())
         .map_err(|e| Unsupported::new(name, e))?;
     let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
@@ -338,9 +333,9 @@ fn plan_with(
                 defines.push(("FC_BWD_ROTATE".to_string(), "1".to_string()));
             }
         }
-        if step64 {
-            defines.push(("FC_BWD_STEP64".to_string(), "1".to_string()));
-        }
+    }
+    if step64 {
+        defines.push(("FC_BWD_STEP64".to_string(), "1".to_string()));
     }
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
@@ -609,8 +604,8 @@ mod tests {
 
         let h100 = DeviceInfo::synthetic_h100();
         let sm86 = DeviceInfo::synthetic_sm86();
-        // At D <= 64 both passes are wide (P in registers, 4 warps a block); at D = 128 on sm_86
-        // (99 KiB) the 16-row kernels.
+        // At D <= 64 both passes are wide (P in registers, 4 warps a block; 64 queries a dK/dV
+        // step on sm_90, 32 below); at D = 128 on sm_86 (99 KiB) the 16-row kernels.
         let d64 = AttentionProblem::new(2, 8, 300, 64).with_kv(2, 300);
         let plan64 = PersistentPortable.plan_backward(&d64, &h100).unwrap();
         let entries: Vec<_> = plan64.launches.iter().map(|l| l.entry).collect();
@@ -625,10 +620,15 @@ mod tests {
         assert_eq!(plan64.launches[1].block.0, 128);
         assert_eq!(plan64.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 tiles of 128
         assert_eq!(plan64.launches[2].grid.0, 2 * 8 * 3); // 300 rows: 3 tiles of 128
-                                                          // K, V (16 KiB each), 2 x (Q, dO) of 32 rows (4 KiB each), 2 x 32 (LSE, D); dQ: Q, dO
+                                                          // K, V (16 KiB each), 2 x (Q, dO) of 64 rows (8 KiB each), 2 x 64 (LSE, D); dQ: Q, dO
                                                           // (16 KiB each), 2 x (K, V) of 64 rows (8 KiB each), 128 (LSE, D).
         assert_eq!(
             plan64.launches[1].dynamic_smem_bytes,
+            2 * 16384 + 4 * 8192 + 1024
+        );
+        let plan_sm86 = PersistentPortable.plan_backward(&d64, &sm86).unwrap();
+        assert_eq!(
+            plan_sm86.launches[1].dynamic_smem_bytes,
             2 * 16384 + 4 * 4096 + 512
         );
         assert_eq!(
@@ -702,7 +702,7 @@ mod tests {
     }
 
     #[test]
-    fn atomic_64_query_steps_on_the_register_path_from_sm_90() {
+    fn sixty_four_query_steps_on_the_register_path_from_sm_90() {
         let h100 = DeviceInfo::synthetic_h100();
         let ov = |v: &str| Overrides {
             step_queries: Some(v.into()),
@@ -738,18 +738,20 @@ mod tests {
             plan.launches[1].dynamic_smem_bytes,
             2 * 16384 + 4 * 8192 + 1024 + 16384 + 32
         );
-        // Above head_dim 64 and in the deterministic schedule the switch changes nothing.
+        // Above head_dim 64 the switch changes nothing; the deterministic schedule takes it too.
         let d128 = AttentionProblem::new(2, 8, 100, 128);
         let plan = plan_with("a", capabilities(), &d128, &h100, true, &ov("64")).unwrap();
         assert!(!plan.launches[1]
             .defines
             .iter()
             .any(|(n, _)| n == "FC_BWD_STEP64"));
-        let det = plan_with("d", capabilities(), &p, &h100, false, &ov("64")).unwrap();
-        assert!(!det.launches[1]
-            .defines
-            .iter()
-            .any(|(n, _)| n == "FC_BWD_STEP64"));
+        for (v, on) in [("64", true), ("32", false)] {
+            let det = plan_with("d", capabilities(), &p, &h100, false, &ov(v)).unwrap();
+            assert_eq!(has(&det, "FC_BWD_STEP64"), on);
+            assert_eq!(det.workspace_f32, 1600, "no accumulator: D only");
+        }
+        let det = plan_with("d", capabilities(), &p, &h100, false, &Overrides::default()).unwrap();
+        assert!(has(&det, "FC_BWD_STEP64"));
         let e = plan_with("a", capabilities(), &p, &h100, true, &ov("48")).unwrap_err();
         assert!(
             e.to_string()
@@ -773,10 +775,12 @@ mod tests {
                 &Overrides::default(),
             )
         };
-        let e = plan(64, true).unwrap_err();
-        assert!(e.to_string().contains("2^31 - 1"), "{e}");
-        // The other builds count in 64 bits.
-        assert!(plan(64, false).is_ok() && plan(128, true).is_ok());
+        for atomic in [false, true] {
+            let e = plan(64, atomic).unwrap_err();
+            assert!(e.to_string().contains("2^31 - 1"), "{e}");
+        }
+        // Above D = 64 the kernel counts in 64 bits.
+        assert!(plan(128, false).is_ok() && plan(128, true).is_ok());
     }
 
     #[test]
