@@ -2,8 +2,8 @@
 // Design, resources and measurements: docs/generations/gen5-hopper-bwd.md.
 //
 // Three launches on one stream:
-//   1. bwd_hopper_prepare: one warp per padded query row: D = rowsum(dO ∘ O) (0 past seq_q) into
-//      the workspace, and the row's share of the f32 dQ accumulator zeroed.
+//   1. bwd_hopper_prepare: several padded query rows a warp: D = rowsum(dO ∘ O) (0 past seq_q)
+//      into the workspace, and the rows' share of the f32 dQ accumulator zeroed.
 //   2. bwd_hopper_dk_dv: one CTA per (128-key block, batch, KV head) unit, grid-stride. Warpgroup
 //      0 is the producer (producer.cuh): TMA for K and V once per unit and for Q and dO per query
 //      block (64, 80 or 128 rows: config.cuh) into a 2-stage ring, with the block's LSE and D
@@ -36,6 +36,7 @@
 #include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
 #include "common/opaque.cuh"
+#include "common/row_dot.cuh"
 
 #include "gen5_hopper_bwd/config.cuh"
 #include "gen5_hopper_bwd/block_info.cuh"
@@ -48,31 +49,35 @@
 using namespace fhb;
 
 // ---- 1. D = rowsum(dO ∘ O), accumulator zeroed ----
+// Several padded rows a warp, each read in 16-byte chunks (common/row_dot.cuh); the lanes of a
+// row then zero its share of the f32 dQ accumulator.
+using Dot = RowDot<D>;
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const int lane = threadIdx.x % 32;
+    const int sub_row = lane / Dot::lanes, chunk = lane % Dot::lanes;
     const long long rows = padded_rows(p);
-    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+    const long long stride = (long long)gridDim.x * (blockDim.x / 32) * Dot::rows_per_warp;
     const int row_span = query_blocks(p) * QUERY_ROWS;
-    for (long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-        const long long bh = r / row_span;
-        const int row = (int)(r % row_span);
+    for (long long r0 = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * Dot::rows_per_warp;
+         r0 < rows; r0 += stride) {
+        const long long r = r0 + sub_row;
         float acc = 0.f;
-        if (row < p.seq_q) {
-            const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
-            const elem2_t* o_row = reinterpret_cast<const elem2_t*>(static_cast<const elem_t*>(p.o) + o_offset(p, b, h, row));
-            const elem2_t* do_row =
-                reinterpret_cast<const elem2_t*>(static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, row));
-            for (int c = lane; c < D / 2; c += 32) {
-                const elem2_t o2 = o_row[c], d2 = do_row[c];
-                acc += to_float(o2.x) * to_float(d2.x) + to_float(o2.y) * to_float(d2.y);
+        if (r < rows && chunk < Dot::chunks) {
+            const long long bh = r / row_span;
+            const int row = (int)(r % row_span);
+            if (row < p.seq_q) {
+                const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+                acc = Dot::partial(static_cast<const elem_t*>(p.o) + o_offset(p, b, h, row),
+                                   static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, row), chunk);
             }
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         }
-        if (lane == 0) p.workspace[r] = acc;
-        float4* zero = reinterpret_cast<float4*>(dq_accumulator(p) + r * D);
-        for (int c = lane; c < D / 4; c += 32) zero[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc = Dot::reduce(acc);  // (every lane: r0 is the warp's)
+        if (r < rows) {
+            if (chunk == 0) p.workspace[r] = acc;
+            float4* zero = reinterpret_cast<float4*>(dq_accumulator(p) + r * D);
+            for (int c = chunk; c < D / 4; c += Dot::lanes) zero[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     }
 }
 

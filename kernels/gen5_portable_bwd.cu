@@ -34,6 +34,7 @@
 #include "common/async_copy.cuh"
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
+#include "common/row_dot.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
 #include "common/dq_accumulator.cuh"
 #endif
@@ -120,39 +121,26 @@ __device__ __forceinline__ void store_warp_rows(elem_t* base, long long row_stri
 
 using namespace portable_bwd;
 
-// ---- 1. D = rowsum(dO ∘ O) ----
-// A row is read in 16-byte chunks, one a lane, by dot_lanes lanes (head_dim / 8 rounded up to a
-// power of two): a warp takes 32 / dot_lanes rows at once, so each lane has a 16-byte load of O
-// and of dO in flight instead of a 4-byte one (one row a warp left the pass latency-bound at
-// D = 64). O and dO rows are 16-byte aligned (the capabilities' 8-element alignment).
-constexpr int dot_chunks = head_dim / 8;
-constexpr int dot_lanes = dot_chunks <= 4 ? 4 : dot_chunks <= 8 ? 8 : 16;
-constexpr int dot_rows_per_warp = 32 / dot_lanes;
+// ---- 1. D = rowsum(dO ∘ O) (common/row_dot.cuh: several rows a warp, 16-byte chunks) ----
+using Dot = RowDot<head_dim>;
 
 extern "C" __global__ void __launch_bounds__(num_threads)
 bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const elem_t* o = static_cast<const elem_t*>(p.o);
     const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
     const int lane = threadIdx.x % 32;
-    const int sub_row = lane / dot_lanes, chunk = lane % dot_lanes;
+    const int sub_row = lane / Dot::lanes, chunk = lane % Dot::lanes;
     const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
-    const long long stride = (long long)gridDim.x * num_warps * dot_rows_per_warp;
-    for (long long r0 = ((long long)blockIdx.x * num_warps + threadIdx.x / 32) * dot_rows_per_warp; r0 < rows;
+    const long long stride = (long long)gridDim.x * num_warps * Dot::rows_per_warp;
+    for (long long r0 = ((long long)blockIdx.x * num_warps + threadIdx.x / 32) * Dot::rows_per_warp; r0 < rows;
          r0 += stride) {
         const long long r = r0 + sub_row;
         float acc = 0.f;
-        if (r < rows && chunk < dot_chunks) {
+        if (r < rows && chunk < Dot::chunks) {
             const auto [batch, head, row] = query_row(p, r);
-            const uint4 a = *reinterpret_cast<const uint4*>(o + o_offset(p, batch, head, row) + 8 * chunk);
-            const uint4 b = *reinterpret_cast<const uint4*>(d_o + do_offset(g, batch, head, row) + 8 * chunk);
-            const elem2_t* a2 = reinterpret_cast<const elem2_t*>(&a);
-            const elem2_t* b2 = reinterpret_cast<const elem2_t*>(&b);
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                acc += to_float(a2[e].x) * to_float(b2[e].x) + to_float(a2[e].y) * to_float(b2[e].y);
+            acc = Dot::partial(o + o_offset(p, batch, head, row), d_o + do_offset(g, batch, head, row), chunk);
         }
-#pragma unroll
-        for (int m = dot_lanes / 2; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+        acc = Dot::reduce(acc);
         if (chunk == 0 && r < rows) p.workspace[r] = acc;  // r is lse_offset(p, batch, head, row)
     }
 #if defined(FC_BWD_ATOMIC_DQ)

@@ -253,11 +253,12 @@ pub fn plan_with_tuning(
     let p = problem;
     let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
     let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
-    // One warp per row, grid-stride (the core's per-item launch, with this build's defines).
-    let warps_per_block = (ROW_THREADS / 32) as usize;
+    // Several rows a warp (`dot_rows_per_warp`, common/row_dot.cuh), grid-stride (the core's
+    // per-item launch, with this build's defines).
+    let rows_per_block = (ROW_THREADS / 32) as usize * crate::backward::dot_rows_per_warp(d);
     let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
         defines: defines.clone(),
-        ..per_item(SOURCE, entry, tiles(rows, warps_per_block), ROW_THREADS)
+        ..per_item(SOURCE, entry, tiles(rows, rows_per_block), ROW_THREADS)
     };
     Ok(LaunchPlan {
         launches: vec![
@@ -315,8 +316,8 @@ mod tests {
             ]
         );
         // Causal, D = 128: 64-row steps. 100 rows pad to 128: 2 * 8 * 128 padded rows, 4 warps
-        // a block.
-        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / 4);
+        // a block of 2 rows each (16 lanes a row).
+        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 128 / (4 * 2));
         assert_eq!(plan.launches[1].grid.0, 2 * 2 * 3); // 300 keys: 3 blocks of 128
                                                         // The convert: one CTA per 64-row block of each head's 100 rows.
         assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2);
@@ -335,7 +336,7 @@ mod tests {
             .plan_backward(&p.clone().with_causal(false), &h100)
             .unwrap();
         // 100 rows pad to 160: 2 query blocks of 80 per head, one CTA each.
-        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 160 / 4);
+        assert_eq!(plan.launches[0].grid.0, 2 * 8 * 160 / (4 * 2));
         assert_eq!(plan.launches[2].grid.0, 2 * 8 * 2);
         assert_eq!(plan.workspace_f32, 2 * 8 * 160 * 129);
         assert_eq!(
@@ -481,7 +482,8 @@ mod tests {
             let main = if causal { units } else { units.min(132) };
             // The convert: one CTA per accumulator query block (80 rows with 80-row steps, else 64).
             let convert = heads_q * seq_q.div_ceil(dq_slice_queries(query_rows));
-            let items = [padded_rows.div_ceil(4), main, convert];
+            // The prepare: 4 warps a block, 32 / (D / 8) rows a warp (2 at D = 128, 4 at 64).
+            let items = [padded_rows.div_ceil(4 * 256 / d), main, convert];
             for (launch, items) in plan.launches.iter().zip(items) {
                 proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                 proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
