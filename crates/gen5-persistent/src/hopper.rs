@@ -39,9 +39,7 @@ pub const STAGES: usize = 2;
 /// 1: FA3 intra-warpgroup overlap (softmax of S_j+1 while O += P_j V_j runs); 0: the simple
 /// serial loop. Override at run time with FLASHCORE_HOPPER_OVERLAP=0|1 (e.g. to bisect a failure).
 pub const OVERLAP: bool = true;
-/// Threads per CTA: producer warpgroup + 2 consumer warpgroups.
-pub const THREADS: u32 = 384;
-/// Threads per warpgroup.
+/// Threads per warpgroup (a CTA: the producer's and the consumers', [`HopperConfig::threads`]).
 const WARPGROUP_THREADS: usize = 128;
 /// 64 16-bit columns = 128 bytes = one 128B-swizzle row.
 pub const BOX_COLS: usize = 64;
