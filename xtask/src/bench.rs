@@ -539,7 +539,61 @@ fn bench_shape(
         rows[i] = Some(row(shape, k.name(), outcome));
         bar.inc(1);
     }
-    rows.into_iter().flatten().collect()
+    let mut rows: Vec<Row> = rows.into_iter().flatten().collect();
+    let graph_timed = rows
+        .iter()
+        .any(|r| r.timing().is_some_and(|t| t.method == Method::Graph));
+    if graph_timed {
+        bar.set_message(format!("launch floor @ {}", shape.label()));
+        let outcome = gpu::no_panic("launch floor", || {
+            bench_floor(device, timer, &mut bufs, args, loop_opts)
+        })
+        .unwrap_or_else(|e| Outcome::Error {
+            message: format!("{e:#}"),
+        });
+        rows.push(Row {
+            shape: *shape,
+            implementation: FLOOR_NAME.to_string(),
+            source: Source::Floor,
+            outcome,
+        });
+    }
+    rows
+}
+
+/// The launch floor's row name and kernel (`kernels/bench_launch_floor.cu`).
+pub(crate) const FLOOR_NAME: &str = "launch floor (one-thread kernel)";
+const FLOOR_SOURCE: &str = "bench_launch_floor.cu";
+const FLOOR_ENTRY: &str = "launch_floor";
+
+/// What any call costs at a graph-timed shape: a one-thread kernel that writes one element, in a
+/// graph of as many calls, on the same input sets and parameter block, as the shape's graph
+/// rows. A small problem's time is read against it (issue 12 asks for it in the same table).
+fn bench_floor(
+    device: &Device,
+    timer: &Timer,
+    bufs: &mut Buffers,
+    args: &Args,
+    loop_opts: &LoopOptions,
+) -> Result<Outcome> {
+    let plan = flashcore::LaunchPlan::single(flashcore::KernelLaunch {
+        source: FLOOR_SOURCE,
+        entry: FLOOR_ENTRY,
+        defines: vec![],
+        grid: (1, 1, 1),
+        block: (32, 1, 1),
+        dynamic_smem_bytes: 0,
+        tensor_maps: None,
+    });
+    let calls = args.graph_calls.max(bufs.sets.len());
+    let graph = gpu::build_graph(device, bufs, &plan, calls)?;
+    let s = gpu::time_graph(timer, device, &graph, loop_opts)?;
+    let mut t = Timing::from_flops(0.0, None, Some(s.us))
+        .ok_or_else(|| anyhow!("no time measured"))?;
+    t.calls = s.calls;
+    t.sets = bufs.sets.len();
+    t.note = Some("the cost of any launch here, timed as the graph rows are".into());
+    Ok(Outcome::Timed(t))
 }
 
 /// Inputs (set 0 random normal, seeded by the shape), the oracle's references on sampled rows,
@@ -805,7 +859,7 @@ mod tests {
         // The plan the runner takes for it.
         let p = modes::plan(a.suite, a.seed);
         assert_eq!(p.suite, Suite::Decode);
-        assert_eq!(p.cases.len(), 24);
+        assert_eq!(p.cases.len(), 32);
     }
 
     /// Writes `report` as a saved JSON report into a fresh temporary folder and renders it with

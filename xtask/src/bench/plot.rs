@@ -48,6 +48,9 @@ pub fn panels(report: &Report) -> Vec<Panel> {
                 continue;
             }
             let Some(t) = r.timing() else { continue };
+            if r.source == Source::Floor {
+                continue; // a time, not a rate
+            }
             let bh = s.batch * s.heads;
             match best
                 .iter_mut()

@@ -95,6 +95,9 @@ pub enum Source {
     Peer,
     /// A peer number from an earlier run on the same kind of device (--anchors).
     Anchor,
+    /// The launch floor: a one-thread kernel timed as the calls at that shape are (graph
+    /// replays), what any launch costs there. Neither ours nor a peer: never the best of either.
+    Floor,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,12 +232,18 @@ impl Report {
 
     /// best peer time / this row's time: above 1 means faster than every peer.
     pub fn vs_best_peer(&self, row: &Row) -> Option<f64> {
+        if row.source == Source::Floor {
+            return None;
+        }
         let t = row.timing()?;
         let (_, best) = self.best_peer(&row.shape)?;
         Some(best / t.us)
     }
 
     pub fn percent_of_gemm(&self, row: &Row) -> Option<f64> {
+        if row.source == Source::Floor {
+            return None;
+        }
         let t = row.timing()?;
         Some(100.0 * t.tflops / self.gemm_tflops(row.shape.dtype)?)
     }
@@ -362,11 +371,15 @@ pub fn render_table(report: &Report) -> String {
                     if let Some(n) = &t.note {
                         note.push(n.clone());
                     }
+                    let tflops = if r.source == Source::Floor {
+                        "—".to_string()
+                    } else {
+                        format!("{:.1}", t.tflops)
+                    };
                     out.push_str(&format!(
-                        "{lead} {} | {} | {:.1} | {pct} | {vs} | {} | {} |\n",
+                        "{lead} {} | {} | {tflops} | {pct} | {vs} | {} | {} |\n",
                         t.method.name(),
                         fmt_us(t.us),
-                        t.tflops,
                         t.eager_us.map(fmt_us).unwrap_or_else(|| "—".into()),
                         cell(&note.join("; "))
                     ));
@@ -603,6 +616,14 @@ pub mod tests {
                 Some(9.37),
                 "rel 2.7e-4",
             ),
+            timed(
+                &mission,
+                "launch floor (one-thread kernel)",
+                Source::Floor,
+                2.1,
+                Some(1.07),
+                "",
+            ),
             Row {
                 shape: mission,
                 implementation: "fa3".into(),
@@ -697,6 +718,18 @@ pub mod tests {
         assert!((ratio - 9.37 / 8.9).abs() < 1e-12);
         let pct = r.percent_of_gemm(ours).unwrap();
         assert!((pct - 100.0 * ours.timing().unwrap().tflops / 767.8).abs() < 1e-9);
+        // The launch floor (1.07 µs, faster than all) is neither ours nor a peer, and gets no
+        // ratio, rate or share of the GEMM.
+        let floor = r.rows.iter().find(|x| x.source == Source::Floor).unwrap();
+        assert_eq!(floor.timing().unwrap().us, 1.07);
+        assert_eq!(r.vs_best_peer(floor), None);
+        assert_eq!(r.percent_of_gemm(floor), None);
+        let table = render_table(&r);
+        let line = table
+            .lines()
+            .find(|l| l.contains("launch floor"))
+            .unwrap();
+        assert!(line.contains("| graph | 1.07 | — | — | — |"), "{line}");
     }
 
     #[test]
