@@ -16,6 +16,8 @@
 //! - `FLASHCORE_DECODE_SPLITS=N` (1..=[`MAX_SPLITS`]): force the split count.
 //! - `FLASHCORE_DECODE_SPLITS=sweep`: a split count drawn per problem (see [`sweep_splits`]), so
 //!   one verify sweep covers the whole range of counts, each case reproducible from its shape.
+//! - `FLASHCORE_DECODE_STAGES=N` (2..=[`MAX_STAGES`]): force the K/V ring's depth; a depth whose
+//!   shared memory the device does not have is `Unsupported`.
 
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
@@ -37,6 +39,8 @@ pub const MAX_SPLITS: usize = 256;
 /// A split gets at least this many key tiles when the plan chooses: fewer and the fixed cost
 /// (Q load, pipeline fill, the partial's write and the combine) outweighs the keys it streams.
 pub const MIN_TILES_PER_SPLIT: usize = 4;
+/// Deepest ring `FLASHCORE_DECODE_STAGES` may ask for.
+pub const MAX_STAGES: usize = 8;
 /// Largest workspace a decode plan asks for; more splits than fit are not taken.
 pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
 
@@ -58,6 +62,8 @@ pub struct DecodeConfig {
     pub splits: Option<usize>,
     /// Draw the split count per problem ([`sweep_splits`]); overrides `splits`.
     pub sweep: bool,
+    /// Forced ring depth (`FLASHCORE_DECODE_STAGES`, for A/B runs); `None`: [`stages`].
+    pub stages: Option<usize>,
 }
 
 impl DecodeConfig {
@@ -78,6 +84,16 @@ impl DecodeConfig {
                     ))
                 }
             };
+        }
+        if let Some(v) = lookup("FLASHCORE_DECODE_STAGES") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (2..=MAX_STAGES).contains(&n) => c.stages = Some(n),
+                _ => {
+                    return Err(format!(
+                        "FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"
+                    ))
+                }
+            }
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
             if v.trim() == "sweep" {
@@ -215,7 +231,7 @@ pub fn plan(
             format!("the decode kernel is built for head_dim 64 and 128, not {d}"),
         ));
     }
-    let stages = stages(d, device);
+    let stages = cfg.stages.unwrap_or_else(|| stages(d, device));
     let smem = smem_bytes(d, stages);
     if smem > device.max_shared_memory_per_block_optin as usize {
         return Err(Unsupported::new(
@@ -308,6 +324,21 @@ mod tests {
         let p = AttentionProblem::new(1, 32, 1, 128).with_kv(8, 4096);
         let plan = super::plan("t", &p, &sm86, &DecodeConfig::default()).unwrap();
         assert!(plan.launches[0].dynamic_smem_bytes <= sm86.max_shared_memory_per_block_optin);
+        // A forced depth: 6 stages at D = 128 fit the H100 (one CTA an SM), not sm_86.
+        let six = DecodeConfig {
+            stages: Some(6),
+            ..DecodeConfig::default()
+        };
+        let plan = super::plan("t", &p, &h100, &six).unwrap();
+        assert_eq!(
+            plan.launches[0].dynamic_smem_bytes as usize,
+            smem_bytes(128, 6)
+        );
+        assert!(plan.launches[0]
+            .defines
+            .contains(&("FC_DECODE_STAGES".to_string(), "6".to_string())));
+        let e = super::plan("t", &p, &sm86, &six).unwrap_err();
+        assert!(format!("{e}").contains("shared memory"), "{e}");
     }
 
     #[test]
@@ -364,12 +395,14 @@ mod tests {
             mode: DecodeMode::Force,
             splits: None,
             sweep: false,
+            ..DecodeConfig::default()
         };
         assert!(takes(&decode_problem(4, 32, 8, 128, 8192), &forced));
         let off = DecodeConfig {
             mode: DecodeMode::Off,
             splits: None,
             sweep: false,
+            ..DecodeConfig::default()
         };
         assert!(!takes(&decode_problem(8, 32, 8, 1, 8192), &off));
     }
@@ -399,6 +432,7 @@ mod tests {
             mode: DecodeMode::Auto,
             splits: Some(7),
             sweep: false,
+            ..DecodeConfig::default()
         };
         let p = decode_problem(2, 4, 2, 1, 100);
         let plan = super::plan("t", &p, &dev, &cfg).unwrap();
@@ -410,6 +444,7 @@ mod tests {
             mode: DecodeMode::Auto,
             splits: Some(256),
             sweep: false,
+            ..DecodeConfig::default()
         };
         let plan = super::plan("t", &big, &dev, &cfg).unwrap();
         assert!(plan.workspace_f32 * 4 <= MAX_WORKSPACE_BYTES);
@@ -450,6 +485,19 @@ mod tests {
             assert!(e.contains("FLASHCORE_DECODE_SPLITS"), "{e}");
         }
         assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "sometimes")])).is_err());
+        assert_eq!(
+            DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_STAGES", "6")]))
+                .unwrap()
+                .stages,
+            Some(6)
+        );
+        for bad in ["1", "9", "two"] {
+            let e = DecodeConfig::from_lookup(|k| {
+                (k == "FLASHCORE_DECODE_STAGES").then(|| bad.to_string())
+            })
+            .unwrap_err();
+            assert!(e.contains("FLASHCORE_DECODE_STAGES"), "{e}");
+        }
         assert!(
             DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_SPLITS", "sweep")]))
                 .unwrap()
@@ -475,6 +523,7 @@ mod tests {
             mode: DecodeMode::Force,
             splits: None,
             sweep: true,
+            ..DecodeConfig::default()
         };
         let p = AttentionProblem::new(2, 8, 1, 128).with_kv(2, 4000);
         let plan = super::plan("t", &p, &DeviceInfo::synthetic_h100(), &cfg).unwrap();
