@@ -588,8 +588,8 @@ fn bench_floor(
     let calls = args.graph_calls.max(bufs.sets.len());
     let graph = gpu::build_graph(device, bufs, &plan, calls)?;
     let s = gpu::time_graph(timer, device, &graph, loop_opts)?;
-    let mut t = Timing::from_flops(0.0, None, Some(s.us))
-        .ok_or_else(|| anyhow!("no time measured"))?;
+    let mut t =
+        Timing::from_flops(0.0, None, Some(s.us)).ok_or_else(|| anyhow!("no time measured"))?;
     t.calls = s.calls;
     t.sets = bufs.sets.len();
     t.note = Some("the cost of any launch here, timed as the graph rows are".into());

@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use flashcore::DType;
+use flashcore::{DType, Layout};
 use serde::{Deserialize, Serialize};
 
 use super::modes::{
@@ -88,10 +88,19 @@ pub enum Storage {
     Contiguous,
     Paged,
     Dense,
+    /// Dense K/V in the peers' layout, `[B, Hkv, Sk, D]`: a head's keys are contiguous, where
+    /// the caches (and `Dense`) hold `[B, Sk, Hkv, D]` rows of all heads (a diagnostic: what the
+    /// layout costs a bandwidth-bound row).
+    DenseBhsd,
 }
 
 impl Storage {
-    pub const ALL: [Storage; 3] = [Storage::Contiguous, Storage::Paged, Storage::Dense];
+    pub const ALL: [Storage; 4] = [
+        Storage::Contiguous,
+        Storage::Paged,
+        Storage::Dense,
+        Storage::DenseBhsd,
+    ];
 
     /// The case key's suffix.
     pub fn suffix(self) -> String {
@@ -99,6 +108,7 @@ impl Storage {
             Storage::Contiguous => "contig".into(),
             Storage::Paged => format!("paged-{BLOCK_SIZE}"),
             Storage::Dense => "dense".into(),
+            Storage::DenseBhsd => "dense-bhsd".into(),
         }
     }
 
@@ -107,12 +117,13 @@ impl Storage {
             Storage::Contiguous => "contiguous".into(),
             Storage::Paged => format!("paged {BLOCK_SIZE}"),
             Storage::Dense => "dense".into(),
+            Storage::DenseBhsd => "dense bhsd".into(),
         }
     }
 
-    /// Whether the targets apply (contiguous and paged; dense is a diagnostic).
+    /// Whether the targets apply (contiguous and paged; the dense cases are diagnostics).
     pub fn has_targets(self) -> bool {
-        !matches!(self, Storage::Dense)
+        !matches!(self, Storage::Dense | Storage::DenseBhsd)
     }
 }
 
@@ -223,9 +234,17 @@ pub fn plan(seed: u64, causal: bool) -> SuitePlan {
                 Storage::Dense => {
                     dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal)
                 }
+                Storage::DenseBhsd => {
+                    let mut c =
+                        dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal);
+                    c.problem = c.problem.with_layout(Layout::Bhsd);
+                    c.label = format!("{}, [B, Hkv, Sk, D]", c.label);
+                    c
+                }
             };
-            if storage != Storage::Contiguous {
-                // Same keys and values (and oracle references) as the contiguous cache.
+            if matches!(storage, Storage::Paged | Storage::Dense) {
+                // Same keys and values (and oracle references) as the contiguous cache. The
+                // bhsd case draws its own: its tensors are laid out differently.
                 c.data_from = Some(contig_key.clone());
             }
             comparisons.push(Comparison {
@@ -828,10 +847,16 @@ pub mod tests {
     #[test]
     fn the_plan_has_contiguous_paged_and_dense_cases_on_the_same_data() {
         let p = plan(0x5eed, false);
-        assert_eq!(p.cases.len(), 3 * ROWS.len());
+        assert_eq!(p.cases.len(), 4 * ROWS.len());
         assert_eq!(p.peers.len(), ROWS.len());
-        for (r, three) in ROWS.iter().zip(p.cases.chunks(3)) {
-            let [c, pg, dn] = three else { panic!() };
+        for (r, four) in ROWS.iter().zip(p.cases.chunks(4)) {
+            let [c, pg, dn, bhsd] = four else { panic!() };
+            assert_eq!(bhsd.key, format!("{}/dense-bhsd", r.key()));
+            assert_eq!(bhsd.problem.layout, Layout::Bhsd);
+            assert_eq!(dn.problem.layout, Layout::Bshd);
+            assert!(bhsd.problem.modes.is_dense());
+            assert_eq!(bhsd.data_from, None);
+            let three = &four[..3];
             assert_eq!(c.key, r.case_key(Storage::Contiguous));
             assert_eq!(pg.key, format!("{}/paged-64", r.key()));
             assert_eq!(dn.key, format!("{}/dense", r.key()));
