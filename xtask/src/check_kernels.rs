@@ -55,6 +55,22 @@ pub fn every_mode_problem(head_dim: usize, batch: usize, block_size: usize) -> A
         })
 }
 
+/// Chunked prefill on a contiguous cache, non-causal, with every mode a strided cache takes
+/// (`seqused_k`, a window, softcap, ALiBi): the Hopper path's modes build with 176-key tiles at
+/// D = 128, which the paged, causal every-mode problems do not reach. Batch as in
+/// [`MODE_PROBLEMS`]: 2 for one round of items, 16 for the dynamic schedule.
+pub fn contiguous_cache_problem(head_dim: usize, batch: usize) -> AttentionProblem {
+    AttentionProblem::new(batch, 32, 128, head_dim)
+        .with_kv(8, 2048)
+        .with_modes(Modes {
+            seqused_k: true,
+            window_left: Some(1024),
+            softcap: Some(30.0),
+            alibi: Some(AlibiSlopes::PerHead),
+            ..Modes::default()
+        })
+}
+
 /// A decode problem (one query, GQA 32:8, a 4096-key cache): generation 5 plans it with its
 /// split-KV decode kernel and the combine, which no prefill problem reaches.
 pub fn decode_problem(head_dim: usize) -> AttentionProblem {
@@ -353,6 +369,11 @@ pub fn run(
                     .into_iter()
                     .flat_map(|d| MODE_PROBLEMS.iter().map(move |&(b, rows)| (d, b, rows)))
                     .map(|(d, b, rows)| every_mode_problem(d, b, rows));
+                let mode_problems = mode_problems.chain(
+                    representative_head_dims(&caps.head_dims)
+                        .into_iter()
+                        .flat_map(|d| [2, 16].map(|b| contiguous_cache_problem(d, b))),
+                );
                 let decode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
                     .map(decode_problem);

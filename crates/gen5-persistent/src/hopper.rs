@@ -372,13 +372,22 @@ impl HopperConfig {
             consumer_wgs: Some(consumer_wgs),
             ..*self
         };
-        // (Inference modes keep 128-key tiles: a paged tile is loaded in power-of-two groups.)
+        // Paged caches keep 128-key tiles: a paged tile is loaded in power-of-two groups, and 176
+        // would take 16-row boxes. Strided keys (a dense tensor, a contiguous cache, packed
+        // varlen) take the wide tile with every mode: the chunked-prefill row on a contiguous
+        // cache ran 5 % behind its dense twin with 128-key tiles (session 15, run3).
+        // The modes build with the dynamic schedule spills at 176-key tiles (28 bytes,
+        // check-kernels), so a mode problem takes them only while its items fit one round.
+        let paged = matches!(problem.modes.kv, KvStorage::Paged { .. });
+        let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(cfg.block_m());
+        let modes_dynamic = !problem.modes.is_dense() && self.dynamic.unwrap_or(items > sm_count);
         if self.wide_noncausal
             && problem.head_dim == 128
             && !problem.causal
             && unsplit
             && !self.smem_epilogue
-            && problem.modes.is_dense()
+            && !paged
+            && !modes_dynamic
         {
             HopperConfig {
                 block_n: WIDE_BLOCK_N,
@@ -776,6 +785,49 @@ mod tests {
         PersistentHopper
             .plan_with(&HopperConfig::default(), p, dev)
             .unwrap()
+    }
+
+    #[test]
+    fn strided_caches_take_the_wide_tile_and_pages_keep_128_keys() {
+        use flashcore_core::Modes;
+        let dev = DeviceInfo::synthetic_h100();
+        let block_n = |p: &AttentionProblem| {
+            let plan = default_plan(p, &dev);
+            defines(&plan.launches[0])
+                .into_iter()
+                .find_map(|d| d.strip_prefix("FC_HOPPER_BLOCK_N=").map(str::to_string))
+                .unwrap_or_else(|| "128".to_string())
+        };
+        // The chunked-prefill row: 128 queries a sequence against an 8192-key cache.
+        let chunk = |kv: KvStorage, causal: bool| {
+            AttentionProblem::new(4, 32, 128, 128)
+                .with_kv(8, 8192)
+                .with_causal(causal)
+                .with_modes(Modes {
+                    kv,
+                    seqused_k: true,
+                    softcap: Some(30.0),
+                    ..Modes::default()
+                })
+        };
+        assert_eq!(block_n(&chunk(KvStorage::Dense, false)), "176");
+        assert_eq!(block_n(&chunk(KvStorage::Dense, true)), "128");
+        let pages = KvStorage::Paged {
+            num_blocks: 4 * 8192 / 64,
+            block_size: 64,
+            max_blocks_per_seq: 8192 / 64,
+        };
+        assert_eq!(block_n(&chunk(pages, false)), "128");
+        // Past one round of items the modes build takes the dynamic schedule, which spills
+        // with 176-key tiles: 128 there.
+        let big = AttentionProblem::new(16, 32, 128, 128)
+            .with_kv(8, 8192)
+            .with_modes(Modes {
+                seqused_k: true,
+                ..Modes::default()
+            });
+        assert_eq!(block_n(&big), "128");
+        assert_eq!(block_n(&AttentionProblem::new(4, 16, 2048, 128)), "176");
     }
 
     #[test]
