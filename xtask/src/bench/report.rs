@@ -725,10 +725,7 @@ pub mod tests {
         assert_eq!(r.vs_best_peer(floor), None);
         assert_eq!(r.percent_of_gemm(floor), None);
         let table = render_table(&r);
-        let line = table
-            .lines()
-            .find(|l| l.contains("launch floor"))
-            .unwrap();
+        let line = table.lines().find(|l| l.contains("launch floor")).unwrap();
         assert!(line.contains("| graph | 1.07 | — | — | — |"), "{line}");
     }
 
