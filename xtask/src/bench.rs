@@ -584,6 +584,7 @@ fn bench_floor(
         block: (32, 1, 1),
         dynamic_smem_bytes: 0,
         tensor_maps: None,
+        programmatic_launch: false,
     });
     let calls = args.graph_calls.max(bufs.sets.len());
     let graph = gpu::build_graph(device, bufs, &plan, calls)?;

@@ -386,6 +386,7 @@ pub fn per_item(
         block: (threads, 1, 1),
         dynamic_smem_bytes: 0,
         tensor_maps: None,
+        programmatic_launch: false,
     }
 }
 

@@ -269,6 +269,7 @@ pub fn forward_with_kvcache(
             block: (256, 1, 1),
             dynamic_smem_bytes: 0,
             tensor_maps: None,
+            programmatic_launch: false,
         };
         launch_with_args(
             device,
@@ -451,6 +452,7 @@ pub fn run_plan_on(
             block: (32, 8, 1),
             dynamic_smem_bytes: 0,
             tensor_maps: None,
+            programmatic_launch: false,
         };
         return launch_one(device, stream, problem.dtype, &fill, &params, None);
     }
@@ -539,14 +541,18 @@ pub(crate) fn launch_raw(
     // (the views' SyncOnDrop guards, held by run_plan_on until its last launch is queued,
     // record the stream's use).
     unsafe {
-        cudarc::driver::result::launch_kernel(
-            function.cu_function(),
-            launch.grid,
-            launch.block,
-            launch.dynamic_smem_bytes,
-            stream.cu_stream(),
-            args,
-        )
+        if launch.programmatic_launch {
+            launch_programmatic(function.cu_function(), launch, stream.cu_stream(), args)
+        } else {
+            cudarc::driver::result::launch_kernel(
+                function.cu_function(),
+                launch.grid,
+                launch.block,
+                launch.dynamic_smem_bytes,
+                stream.cu_stream(),
+                args,
+            )
+        }
     }
     .map_err(|e| {
         Error::cuda(
@@ -557,6 +563,40 @@ pub(crate) fn launch_raw(
             e,
         )
     })
+}
+
+/// `cuLaunchKernelEx` with programmatic stream serialization allowed: the kernel may begin
+/// before the stream's previous kernel has completed (it waits in-kernel, `griddepcontrol.wait`,
+/// before touching global memory; `KernelLaunch::programmatic_launch`).
+///
+/// # Safety
+/// As `cudarc::driver::result::launch_kernel`: `args` must match the kernel's parameters.
+unsafe fn launch_programmatic(
+    f: sys::CUfunction,
+    launch: &KernelLaunch,
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), cudarc::driver::DriverError> {
+    let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: launch.grid.0,
+        gridDimY: launch.grid.1,
+        gridDimZ: launch.grid.2,
+        blockDimX: launch.block.0,
+        blockDimY: launch.block.1,
+        blockDimZ: launch.block.2,
+        sharedMemBytes: launch.dynamic_smem_bytes,
+        hStream: stream,
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()).result()
 }
 
 /// Q, K and V tensor maps for the Hopper bulk-copy path (see `TensorMapSpec`); `params` holds

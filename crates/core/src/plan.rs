@@ -210,6 +210,11 @@ pub struct KernelLaunch {
     pub block: (u32, u32, u32),
     pub dynamic_smem_bytes: u32,
     pub tensor_maps: Option<TensorMapSpec>,
+    /// Launch with programmatic stream serialization (programmatic dependent launch, sm_90+):
+    /// the kernel may start while the stream's previous kernel still runs. Only for kernels
+    /// that execute `griddepcontrol.wait` before their first global-memory access
+    /// (`kernels/common/hopper/grid_dependency.cuh`).
+    pub programmatic_launch: bool,
 }
 
 impl KernelLaunch {
@@ -235,6 +240,7 @@ impl KernelLaunch {
             block: (warps * 32, 1, 1),
             dynamic_smem_bytes,
             tensor_maps: None,
+            programmatic_launch: false,
         }
     }
 }

@@ -60,6 +60,7 @@ impl Attention for Scalar {
             block: (THREADS_PER_ROW, 1, 1),
             dynamic_smem_bytes: 0,
             tensor_maps: None,
+            programmatic_launch: false,
         }))
     }
 }

@@ -347,6 +347,7 @@ fn plan_with(
                 block: (32 * warps, 1, 1),
                 dynamic_smem_bytes: smem as u32,
                 tensor_maps: None,
+                programmatic_launch: false,
             }
         };
     let p = problem;

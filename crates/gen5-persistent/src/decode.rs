@@ -18,6 +18,9 @@
 //!   one verify sweep covers the whole range of counts, each case reproducible from its shape.
 //! - `FLASHCORE_DECODE_STAGES=N` (2..=[`MAX_STAGES`]): force the K/V ring's depth; a depth whose
 //!   shared memory the device does not have is `Unsupported`.
+//! - `FLASHCORE_DECODE_PDL=0|1`: programmatic dependent launch of both kernels (default on
+//!   sm_90+: the combine's launch and setup overlap the split kernel, and the split kernel's the
+//!   kernel before it).
 
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
@@ -64,6 +67,9 @@ pub struct DecodeConfig {
     pub sweep: bool,
     /// Forced ring depth (`FLASHCORE_DECODE_STAGES`, for A/B runs); `None`: [`stages`].
     pub stages: Option<usize>,
+    /// `FLASHCORE_DECODE_PDL=0` turns programmatic dependent launch off (it is on where the
+    /// device has it, sm_90 and later).
+    pub no_programmatic_launch: bool,
 }
 
 impl DecodeConfig {
@@ -83,6 +89,13 @@ impl DecodeConfig {
                         "FLASHCORE_DECODE={other}: expected auto, off or force"
                     ))
                 }
+            };
+        }
+        if let Some(v) = lookup("FLASHCORE_DECODE_PDL") {
+            c.no_programmatic_launch = match v.trim() {
+                "1" | "on" => false,
+                "0" | "off" => true,
+                other => return Err(format!("FLASHCORE_DECODE_PDL={other}: expected 0|1|on|off")),
             };
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_STAGES") {
@@ -268,6 +281,9 @@ pub fn plan(
             min_blocks(d).to_string(),
         ),
     ];
+    // Both kernels wait (griddepcontrol.wait) before their first global access; the
+    // instructions exist from sm_90 on.
+    let programmatic = device.compute_capability.0 >= 9 && !cfg.no_programmatic_launch;
     let mut launches = vec![KernelLaunch {
         source: SOURCE,
         entry: SPLIT_ENTRY,
@@ -276,6 +292,7 @@ pub fn plan(
         block: (WARPS * 32, 1, 1),
         dynamic_smem_bytes: smem as u32,
         tensor_maps: None,
+        programmatic_launch: programmatic,
     }];
     if splits > 1 {
         launches.push(KernelLaunch {
@@ -292,6 +309,7 @@ pub fn plan(
             block: (COMBINE_ROWS_PER_BLOCK as u32 * 32, 1, 1),
             dynamic_smem_bytes: 0,
             tensor_maps: None,
+            programmatic_launch: programmatic,
         });
     }
     Ok(LaunchPlan {
@@ -370,6 +388,15 @@ mod tests {
         assert_eq!(plan.launches[1].grid.0, (8 * 16 / 4) as u32);
         assert_eq!(plan.workspace_f32, 8 * 16 * 16 * 129);
         assert_eq!(plan.workspace_counters, 0);
+        // Both launched programmatically on sm_90, neither below it nor when turned off.
+        assert!(plan.launches.iter().all(|l| l.programmatic_launch));
+        let sm86 = DeviceInfo::synthetic_sm86();
+        let plan86 = super::plan("t", &p, &sm86, &cfg).unwrap();
+        assert!(plan86.launches.iter().all(|l| !l.programmatic_launch));
+        let off = DecodeConfig::from_lookup(|k| (k == "FLASHCORE_DECODE_PDL").then(|| "0".into()))
+            .unwrap();
+        let plan_off = super::plan("t", &p, &dev, &off).unwrap();
+        assert!(plan_off.launches.iter().all(|l| !l.programmatic_launch));
         // The units fill the GPU: one split, no combine, no workspace.
         let p = decode_problem(32, 32, 8, 1, 4096);
         let plan = super::plan("t", &p, &dev, &cfg).unwrap();
@@ -485,6 +512,7 @@ mod tests {
             assert!(e.contains("FLASHCORE_DECODE_SPLITS"), "{e}");
         }
         assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "sometimes")])).is_err());
+        assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_PDL", "2")])).is_err());
         assert_eq!(
             DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_STAGES", "6")]))
                 .unwrap()

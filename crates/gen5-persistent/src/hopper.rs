@@ -211,6 +211,11 @@ pub struct HopperConfig {
     /// K/V bytes the tile scheduler keeps hot at once (`FC_HOPPER_L2_SECTION_BYTES`; env
     /// `FLASHCORE_HOPPER_L2_SECTION_MB`, 1..=1024; `None`: [`default_l2_section_bytes`]).
     pub l2_section_bytes: Option<u64>,
+    /// Programmatic dependent launch (`KernelLaunch::programmatic_launch`; env
+    /// `FLASHCORE_HOPPER_PDL=0|1`): the kernel may start while the stream's previous kernel runs,
+    /// its setup (barriers, tensor-map prefetch) overlapping that kernel's tail, and waits for it
+    /// (`griddepcontrol.wait`) before its first global-memory access.
+    pub programmatic_launch: bool,
 }
 
 impl Default for HopperConfig {
@@ -233,6 +238,7 @@ impl Default for HopperConfig {
             block_n: BLOCK_N,
             wide_noncausal: true,
             l2_section_bytes: None,
+            programmatic_launch: true,
         }
     }
 }
@@ -290,6 +296,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_WIDE_NONCAUSAL")? {
             c.wide_noncausal = v;
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_PDL")? {
+            c.programmatic_launch = v;
         }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
@@ -652,6 +661,7 @@ impl PersistentHopper {
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
             }),
+            programmatic_launch: cfg.programmatic_launch,
         });
         if splits > 1 {
             plan.num_splits = splits as u32;
@@ -700,6 +710,17 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
         })
+    }
+
+    #[test]
+    fn forward_launches_programmatically_unless_turned_off() {
+        let dev = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(1, 8, 512, 64);
+        assert!(default_plan(&p, &dev).launches[0].programmatic_launch);
+        let off = overrides(&[("FLASHCORE_HOPPER_PDL", "0")]).unwrap();
+        let plan = PersistentHopper.plan_with(&off, &p, &dev).unwrap();
+        assert!(!plan.launches[0].programmatic_launch);
+        assert!(overrides(&[("FLASHCORE_HOPPER_PDL", "2")]).is_err());
     }
 
     #[test]

@@ -276,6 +276,7 @@ pub fn plan_with_tuning(
                     box_cols: 64,
                     swizzle: Swizzle::B128,
                 }),
+                programmatic_launch: false,
             },
             // One CTA per (batch·heads_q, accumulator query block): the block's slices go through
             // a shared-memory tile.

@@ -462,6 +462,7 @@ impl PersistentPortable {
             block: (cfg.threads(), 1, 1),
             dynamic_smem_bytes: cfg.smem_bytes() as u32,
             tensor_maps: None,
+            programmatic_launch: false,
         });
         if cfg.dynamic {
             // Workspace words 0 and 1: the next item and the CTAs done taking (zero at launch;

@@ -585,7 +585,16 @@ pub fn build_graph(
                 ctx: std::ptr::null_mut(),
             };
             let mut node: sys::CUgraphNode = std::ptr::null_mut();
-            let deps: Vec<sys::CUgraphNode> = prev.into_iter().collect();
+            // A programmatic launch depends on the kernel before it through a programmatic edge,
+            // as a stream capture of the launch would record it: it may start once that kernel's
+            // CTAs have all signalled (griddepcontrol.launch_dependents) and waits in-kernel for
+            // its completion. Other launches take a plain edge (full completion).
+            let programmatic = launch.programmatic_launch && prev.is_some();
+            let deps: Vec<sys::CUgraphNode> = if programmatic {
+                vec![]
+            } else {
+                prev.into_iter().collect()
+            };
             // SAFETY: the argument values (params, maps) are live for this call, which copies
             // them into the node; the function was loaded (and opted in to its shared memory)
             // by Device::function in this context.
@@ -604,6 +613,19 @@ pub fn build_graph(
                     launch.entry, launch.grid, launch.block, launch.dynamic_smem_bytes
                 ),
             )?;
+            if programmatic {
+                let from = prev.expect("programmatic implies an earlier node");
+                // SAFETY: `from` and `node` are nodes of `g.graph`; one edge described by one
+                // zero-initialised CUgraphEdgeData with its type and port set.
+                let mut edge: sys::CUgraphEdgeData = unsafe { std::mem::zeroed() };
+                edge.type_ =
+                    sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
+                edge.from_port = sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8;
+                check(
+                    unsafe { sys::cuGraphAddDependencies_v2(g.graph, &from, &node, &edge, 1) },
+                    "cuGraphAddDependencies_v2 (programmatic edge)",
+                )?;
+            }
             prev = Some(node);
         }
     }
