@@ -154,12 +154,14 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     const int group_size = p.q_heads_per_kv;
 
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
-    // Programmatic dependent launch (sm_90): the combine (or the stream's next kernel) may start
-    // its CTAs once every CTA here has begun, and waits for this grid before reading; this grid
-    // waits for the kernel before it here, ahead of its first global access (the sequence
-    // tables, Q, K/V), and of the workspace it overwrites, which that kernel may still read.
-    if (threadIdx.x == 0) griddep_launch_dependents();
+    // Programmatic dependent launch (sm_90): this grid waits for the kernel before it ahead of
+    // its first global access (the sequence tables, Q, K/V) and of the workspace it overwrites,
+    // which that kernel may still read. Only then may the combine (or the stream's next kernel)
+    // start its CTAs, which wait for this grid in turn: signalled before the wait, a chain of
+    // launches ran ahead, each kernel's waiting CTAs taking SM slots, and the two-split rows
+    // ran 14-16 % slower (run8).
     griddep_wait();
+    if (threadIdx.x == 0) griddep_launch_dependents();
     for (long long work = blockIdx.x; work < units * splits; work += gridDim.x) {
         const long long u = work / splits;
         const int split = (int)(work % splits);
@@ -346,9 +348,9 @@ struct FloatVec<4> {
 extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const __grid_constant__ AttentionParams p) {
     __shared__ float split_weight[4][max_splits];
     // Launched programmatically after the split kernel (sm_90): its partials are read only after
-    // it has completed. The stream's next kernel may start its setup meanwhile.
-    if (threadIdx.x == 0) griddep_launch_dependents();
+    // it has completed; then the stream's next kernel may start its setup.
     griddep_wait();
+    if (threadIdx.x == 0) griddep_launch_dependents();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);

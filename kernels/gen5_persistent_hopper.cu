@@ -72,10 +72,6 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     using namespace fch;
     // Declared 16-aligned on purpose: with __align__(1024) the compiler may fold the round-up below away.
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    // The stream's next kernel, if launched programmatically (as this one is by default), may
-    // start its CTAs now on SMs this grid leaves free and get through its setup while this grid
-    // runs; this kernel's own setup below waits (griddep_wait) before touching global memory.
-    if (threadIdx.x == 0) griddep_launch_dependents();
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned sQ = base + OFF_Q;
     const unsigned sK = base + OFF_K;
@@ -134,8 +130,12 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     __syncthreads();
     // Nothing above reads or writes global memory (parameters and tensor maps are kernel
     // parameters): the previous kernel's outputs (Q, K, V, the tables, the dynamic schedule's
-    // counters) are read, and O written, only after it has completed.
+    // counters) are read, and O written, only after it has completed. Then the stream's next
+    // kernel, if launched programmatically (as this one is by default), may start its CTAs on
+    // SMs this grid leaves free and get through its setup while this grid runs. (Signalled
+    // before the wait, launches ran several kernels ahead, their waiting CTAs taking SM slots.)
     griddep_wait();
+    if (threadIdx.x == 0) griddep_launch_dependents();
 
     const int warpgroup = threadIdx.x / 128;
 

@@ -212,10 +212,13 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_L2_SECTION_MB`, 1..=1024; `None`: [`default_l2_section_bytes`]).
     pub l2_section_bytes: Option<u64>,
     /// Programmatic dependent launch (`KernelLaunch::programmatic_launch`; env
-    /// `FLASHCORE_HOPPER_PDL=0|1`): the kernel may start while the stream's previous kernel runs,
-    /// its setup (barriers, tensor-map prefetch) overlapping that kernel's tail, and waits for it
-    /// (`griddepcontrol.wait`) before its first global-memory access.
-    pub programmatic_launch: bool,
+    /// `FLASHCORE_HOPPER_PDL=0|1`; `None`: dense problems only): the kernel may start while the
+    /// stream's previous kernel runs, its setup (barriers, tensor-map prefetch) overlapping that
+    /// kernel's tail, and waits for it (`griddepcontrol.wait`) before its first global-memory
+    /// access. Measured (session 15, runs 6 and 9): the mission shape −8 %, the D = 64 ladder
+    /// rows −1.2 to −1.7 % (eager), D = 128 level; the modes build's chunked-prefill row 1-2 %
+    /// slower, so mode problems launch plainly unless forced.
+    pub programmatic_launch: Option<bool>,
 }
 
 impl Default for HopperConfig {
@@ -238,7 +241,7 @@ impl Default for HopperConfig {
             block_n: BLOCK_N,
             wide_noncausal: true,
             l2_section_bytes: None,
-            programmatic_launch: true,
+            programmatic_launch: None,
         }
     }
 }
@@ -298,7 +301,7 @@ impl HopperConfig {
             c.wide_noncausal = v;
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_PDL")? {
-            c.programmatic_launch = v;
+            c.programmatic_launch = Some(v);
         }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
@@ -661,7 +664,7 @@ impl PersistentHopper {
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
             }),
-            programmatic_launch: cfg.programmatic_launch,
+            programmatic_launch: cfg.programmatic_launch.unwrap_or(!modes),
         });
         if splits > 1 {
             plan.num_splits = splits as u32;
@@ -721,6 +724,22 @@ mod tests {
         let plan = PersistentHopper.plan_with(&off, &p, &dev).unwrap();
         assert!(!plan.launches[0].programmatic_launch);
         assert!(overrides(&[("FLASHCORE_HOPPER_PDL", "2")]).is_err());
+        // Mode problems launch plainly unless forced.
+        let cache = AttentionProblem::new(4, 32, 128, 128)
+            .with_kv(8, 8192)
+            .with_modes(flashcore_core::Modes {
+                seqused_k: true,
+                ..flashcore_core::Modes::default()
+            });
+        assert!(!default_plan(&cache, &dev).launches[0].programmatic_launch);
+        let on = overrides(&[("FLASHCORE_HOPPER_PDL", "1")]).unwrap();
+        assert!(
+            PersistentHopper
+                .plan_with(&on, &cache, &dev)
+                .unwrap()
+                .launches[0]
+                .programmatic_launch
+        );
     }
 
     #[test]
