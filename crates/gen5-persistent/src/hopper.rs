@@ -391,8 +391,8 @@ impl HopperConfig {
         // The modes build with the dynamic schedule spills at 176-key tiles (28 bytes,
         // check-kernels), so a mode problem takes them only while its items fit one round.
         let paged = matches!(problem.modes.kv, KvStorage::Paged { .. });
-        let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(cfg.block_m());
-        let modes_dynamic = !problem.modes.is_dense() && self.dynamic.unwrap_or(items > sm_count);
+        let modes_dynamic =
+            !problem.modes.is_dense() && self.dynamic_schedule(cfg.items(problem), sm_count);
         if self.wide_noncausal
             && problem.head_dim == 128
             && !problem.causal
@@ -420,6 +420,18 @@ impl HopperConfig {
     /// Q rows per work item (= Q TMA box rows).
     pub fn block_m(&self) -> usize {
         WARPGROUP_ROWS * self.warpgroups()
+    }
+
+    /// Work items (batch, q head, `block_m`-row q tile) of a problem.
+    pub fn items(&self, problem: &AttentionProblem) -> usize {
+        problem.batch * problem.heads_q * problem.seq_q.div_ceil(self.block_m())
+    }
+
+    /// Whether an unsplit plan of `units` work units takes the dynamic schedule: past one round
+    /// of `sm_count` CTAs (causal units differ in length; greedy taking keeps the CTAs even),
+    /// unless `FLASHCORE_HOPPER_DYNAMIC` says otherwise.
+    pub fn dynamic_schedule(&self, units: usize, sm_count: usize) -> bool {
+        self.dynamic.unwrap_or(units > sm_count)
     }
 
     /// Threads per CTA: the producer warpgroup and the consumers.
@@ -594,7 +606,7 @@ impl PersistentHopper {
             ));
         }
 
-        let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(cfg.block_m());
+        let items = cfg.items(problem);
         // Split-KV for small problems: a work unit is (item, key range). The longest item (the
         // last q tile, also under the bottom-right causal mask) has all the key tiles.
         let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
@@ -622,9 +634,8 @@ impl PersistentHopper {
         let units = items * splits;
         // One CTA per SM, but no more CTAs than work units.
         let grid_x = (device.sm_count as usize).min(units).max(1) as u32;
-        // Dynamic schedule past one round (causal units differ in length; greedy taking keeps
-        // the CTAs even). Split plans use the workspace's first words for their own counters.
-        let dynamic = splits == 1 && cfg.dynamic.unwrap_or(units > grid_x as usize);
+        // Split plans use the workspace's first words for their own counters.
+        let dynamic = splits == 1 && cfg.dynamic_schedule(units, device.sm_count as usize);
 
         let l2_section = cfg
             .l2_section_bytes
