@@ -67,9 +67,9 @@ pub struct DecodeConfig {
     pub sweep: bool,
     /// Forced ring depth (`FLASHCORE_DECODE_STAGES`, for A/B runs); `None`: [`stages`].
     pub stages: Option<usize>,
-    /// `FLASHCORE_DECODE_PDL=0` turns programmatic dependent launch off (it is on where the
-    /// device has it, sm_90 and later).
-    pub no_programmatic_launch: bool,
+    /// Programmatic dependent launch (`FLASHCORE_DECODE_PDL=0|1`; `None`: on). Only where the
+    /// device has it, sm_90 and later, either way.
+    pub programmatic_launch: Option<bool>,
 }
 
 impl DecodeConfig {
@@ -92,9 +92,9 @@ impl DecodeConfig {
             };
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_PDL") {
-            c.no_programmatic_launch = match v.trim() {
-                "1" | "on" => false,
-                "0" | "off" => true,
+            c.programmatic_launch = match v.trim() {
+                "1" | "on" => Some(true),
+                "0" | "off" => Some(false),
                 other => return Err(format!("FLASHCORE_DECODE_PDL={other}: expected 0|1|on|off")),
             };
         }
@@ -283,7 +283,7 @@ pub fn plan(
     ];
     // Both kernels wait (griddepcontrol.wait) before their first global access; the
     // instructions exist from sm_90 on.
-    let programmatic = device.compute_capability.0 >= 9 && !cfg.no_programmatic_launch;
+    let programmatic = device.compute_capability.0 >= 9 && cfg.programmatic_launch.unwrap_or(true);
     let mut launches = vec![KernelLaunch {
         source: SOURCE,
         entry: SPLIT_ENTRY,
