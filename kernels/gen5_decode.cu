@@ -328,10 +328,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 }
 
 // Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
-// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row. Split s's
-// LSE is read once, by lane s % 32; the weights then go through shared memory, so the O pass is
-// a stream of independent loads (four in flight per lane) rather than a chain of LSE and O round
-// trips per split.
+// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row. Up to
+// few_splits splits, every load is issued at once. Past that, split s's LSE is read once, by lane
+// s % 32; the weights then go through shared memory, so the O pass is a stream of independent
+// loads (four in flight per lane) rather than a chain of LSE and O round trips per split.
 constexpr int max_splits = 256;  // decode.rs MAX_SPLITS
 constexpr int lse_per_lane = max_splits / 32;
 template <int N>
@@ -344,6 +344,25 @@ template <>
 struct FloatVec<4> {
     using type = float4;
 };
+
+// Splits the combine merges with all their loads in flight at once (registers: few_splits x
+// D / 32 floats a lane); the long single-sequence row takes 16.
+constexpr int few_splits = 16;
+
+// One merged row out: O (this lane's columns) and, from lane 0, the LSE. sum = 0 means no split
+// saw a visible key: the defined empty row, or NaN where keys were visible (all logits -inf).
+template <int N>
+__device__ __forceinline__ void write_combined_row(const AttentionParams& p, const SeqInfo& seq, int b,
+                                                   const PackedRow& pr, elem_t* o_row, const float (&acc)[N],
+                                                   float sum, float lse2, bool sees_keys, int lane) {
+    const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
+#pragma unroll
+    for (int c = 0; c < N; c += 2)
+        *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
+    if (lane == 0 && p.lse != nullptr)
+        p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] =
+            sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
+}
 
 extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const __grid_constant__ AttentionParams p) {
     __shared__ float split_weight[4][max_splits];
@@ -366,6 +385,40 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
         const int r = unit.q_tile * q_tile_rows + row;
         if (r >= seq.len_q * p.q_heads_per_kv) continue;  // warp-uniform
         const PackedRow pr = packed_row(p, unit.h_kv, r);
+        const KeyRange keys = key_range(p, seq, pr.q_row);
+        const bool sees_keys = keys.hi > keys.lo;
+        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row) + cols * lane;
+
+        if (splits <= few_splits) {
+            // Every split's O columns are loaded before the LSEs are reduced, one round trip to L2
+            // where the general loop below takes two; the same sums in the same order.
+            Cols v[few_splits];
+#pragma unroll
+            for (int s = 0; s < few_splits; ++s)
+                if (s < splits)
+                    v[s] = *reinterpret_cast<const Cols*>(&p.workspace[partial_row(p, u, s, row) * head_dim + cols * lane]);
+            const float lse_l = lane < splits ? p.workspace[lse_base + partial_row(p, u, lane, row)] : -FC_INF;
+            float m = lse_l;
+            for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+            float sum = m != -FC_INF ? fast_exp2(lse_l - m) : 0.f;
+            for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+            const float lse2 = m + __log2f(sum);
+            const float weight_l = lane < splits ? fast_exp2(lse_l - lse2) : 0.f;
+            float acc[cols] = {};
+            if (sum != 0.f) {
+#pragma unroll
+                for (int s = 0; s < few_splits; ++s) {
+                    if (s < splits) {
+                        const float w = __shfl_sync(0xffffffffu, weight_l, s);
+                        const float* vf = reinterpret_cast<const float*>(&v[s]);
+#pragma unroll
+                        for (int c = 0; c < cols; ++c) acc[c] += w * vf[c];
+                    }
+                }
+            }
+            write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane);
+            continue;
+        }
 
         float lse_s[lse_per_lane];
         float m = -FC_INF;
@@ -402,15 +455,6 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
             }
         }
         __syncwarp();  // the weights are read before the next row overwrites them
-        const KeyRange keys = key_range(p, seq, pr.q_row);
-        const bool sees_keys = keys.hi > keys.lo;
-        const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
-        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row) + cols * lane;
-#pragma unroll
-        for (int c = 0; c < cols; c += 2)
-            *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
-        if (lane == 0 && p.lse != nullptr)
-            p.lse[seq_lse_offset(p, seq, unit.b, pr.head, pr.q_row)] =
-                sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
+        write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane);
     }
 }
