@@ -46,6 +46,10 @@
 #ifndef FC_DECODE_STAGES
 #define FC_DECODE_STAGES 3
 #endif
+// L2 prefetch of each CTA's first tiles before griddepcontrol.wait (prefetch_first_tiles).
+#ifndef FC_DECODE_PREFETCH
+#define FC_DECODE_PREFETCH 0
+#endif
 #ifndef FC_DECODE_MIN_BLOCKS
 #define FC_DECODE_MIN_BLOCKS 2
 #endif
@@ -133,6 +137,50 @@ __device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
     return sees_keys ? FC_QNAN : FC_INF;
 }
 
+// L2 prefetch of the first ring tiles of CTA `work`'s unit, for the time before
+// griddepcontrol.wait: launched programmatically, the CTA gets there while the kernel before it
+// (the previous call's combine) still runs, and DRAM can start on its first tiles then. It reads
+// kernel parameters and the block table only, and a prefetch changes no memory, so nothing it
+// reads early can be wrong in a way that matters: a table entry the kernel before is still
+// writing at worst prefetches another page of the pool (entries outside the pool are skipped),
+// and lengths taken from p.seq_k (seqused_k may still be written) at worst other rows of the
+// sequence's cache. Packed K/V (cu_seqlens_k) is left alone: its rows need the table.
+__device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, long long work, int splits, int tid) {
+#if FC_DECODE_PREFETCH
+    if (p.cu_seqlens_k != nullptr) return;
+    const Unit unit = unit_of(p, work / splits);
+    const int split = (int)(work % splits);
+    const long long tiles = ceil_div(p.seq_k, kv_tile_rows);
+    const int first = (int)(tiles * split / splits);
+    const int n = min((int)(tiles * (split + 1) / splits) - first, stages - 1);
+    const bool is_k = tid < kv_tile_rows;  // threads 0-63 take a K row, 64-127 the same V row
+    const elem_t* base = static_cast<const elem_t*>(is_k ? p.k : p.v);
+    const long long batch_stride = is_k ? p.k_batch_stride : p.v_batch_stride;
+    const long long head_stride = is_k ? p.k_head_stride : p.v_head_stride;
+    const long long row_stride = is_k ? p.k_row_stride : p.v_row_stride;
+    for (int t = 0; t < n; ++t) {
+        const int j = (first + t) * kv_tile_rows + tid % kv_tile_rows;
+        if (j >= p.seq_k) break;
+        long long offset;
+        if (p.block_table != nullptr) {
+            const PageRow at = page_row(p, j);
+            if (at.slot >= p.max_blocks_per_seq) break;
+            const int page = p.block_table[(long long)unit.b * p.max_blocks_per_seq + at.slot];
+            if (page < 0 || page >= p.num_blocks) continue;
+            offset = paged_row_offset(p, page, unit.h_kv, j, batch_stride, head_stride, row_stride);
+        } else {
+            offset = (long long)unit.b * batch_stride + (long long)j * row_stride + (long long)unit.h_kv * head_stride;
+        }
+        const char* row = reinterpret_cast<const char*>(base + offset);
+#pragma unroll
+        for (int line = 0; line < head_dim * (int)sizeof(elem_t); line += 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
+    }
+#else
+    (void)p, (void)work, (void)splits, (void)tid;
+#endif
+}
+
 }  // namespace decode
 
 using namespace decode;
@@ -160,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     // start its CTAs, which wait for this grid in turn: signalled before the wait, a chain of
     // launches ran ahead, each kernel's waiting CTAs taking SM slots, and the two-split rows
     // ran 14-16 % slower (run8).
+    if (blockIdx.x < units * splits) prefetch_first_tiles(p, blockIdx.x, splits, tid);
     griddep_wait();
     if (threadIdx.x == 0) griddep_launch_dependents();
     for (long long work = blockIdx.x; work < units * splits; work += gridDim.x) {

@@ -39,7 +39,9 @@
 // producer gets 40|24), FC_HOPPER_SPLIT_KV (0|1, default 0; the split count is p.num_splits at run
 // time), FC_HOPPER_HEAD_MAJOR (0|1, default 1: one head per L2 section without causal masking),
 // FC_HOPPER_CONSUMER_WGS (2|3, default 2; 3: 192-row items at D = 64, 160 consumer registers),
-// FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of hanging).
+// FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
+// griddepcontrol.wait; dense builds), FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of
+// hanging).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -94,8 +96,12 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     // (Not in the modes build nor with 24 producer registers: the unit kept in registers spilled.)
     constexpr bool kEarlyFirstUnit = !FC_HOPPER_DYNAMIC && !MODES && PRODUCER_REGS >= 40;
     Work first_unit;
-    if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES)
+    if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES) {
         first_unit = decode_unit(p, sched, blockIdx.x);  // < n_units: grid <= units
+#if FC_HOPPER_PREFETCH
+        prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit);  // (before griddep_wait below)
+#endif
+    }
     if (threadIdx.x == (MODES ? 0 : 32)) {
 #pragma unroll
         for (int s = 0; s < Q_STAGES; ++s) {

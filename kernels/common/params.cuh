@@ -48,4 +48,5 @@ struct AttentionParams {
     int max_blocks_per_seq;    // block_table row length
     int seqlen_new;            // rows appended at seqused_k before this launch
     unsigned block_size_magic; // ceil(2^31 / (block_size / 16)): page_row's division by the block size
+    int num_blocks;            // paged K/V: pages in the pool (every valid table entry is below it), else 0
 };

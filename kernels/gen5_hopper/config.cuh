@@ -41,6 +41,11 @@
 #ifndef FC_HOPPER_SPLIT_KV
 #define FC_HOPPER_SPLIT_KV 0
 #endif
+// L2 prefetch of the first unit's boxes before griddepcontrol.wait (kv_fetch.cuh): the plan sets
+// it where the launch is programmatic (dense problems on sm_90).
+#ifndef FC_HOPPER_PREFETCH
+#define FC_HOPPER_PREFETCH 0
+#endif
 // Consumer warpgroups, 64 q rows each: 2 (128-row items) or 3 (192-row items, FlashAttention-3's
 // D = 64 tile: each K/V tile feeds 1.5x the rows, and 12 consumer warps instead of 8 hide the
 // softmax's dependent latency). Three fit the register file only at 160 registers a consumer

@@ -135,4 +135,28 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
     }
 }
 
+#if FC_HOPPER_PREFETCH
+// L2 prefetch of a unit's Q tile and its first PREFETCH_TILES K and V tiles (dense build: every
+// coordinate comes from kernel parameters). Issued before griddepcontrol.wait: launched
+// programmatically, the CTA gets there while the kernel before it still runs, and its first copies
+// then find their boxes in L2. A prefetch changes no memory, so it may run ahead of that kernel's
+// writes: the copies after the wait read what it wrote.
+constexpr int PREFETCH_TILES = 4;
+__device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const CUtensorMap* tm_q,
+                                                 const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Work& w) {
+#pragma unroll
+    for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d(tm_q, c * 64, w.m * BM, w.h, w.b);
+    const int h_kv = w.h / p.q_heads_per_kv;
+    const int n = min(w.n_blocks, PREFETCH_TILES);
+    for (int kb = 0; kb < n; ++kb) {
+        const int k0 = (w.kb0 + kb) * BN;
+#pragma unroll
+        for (int c = 0; c < NBOX; ++c) {
+            tma_prefetch_l2_4d(tm_k, c * 64, k0, h_kv, w.b);
+            tma_prefetch_l2_4d(tm_v, c * 64, k0, h_kv, w.b);
+        }
+    }
+}
+#endif
+
 }  // namespace fch

@@ -72,9 +72,10 @@ pub fn contiguous_cache_problem(head_dim: usize, batch: usize) -> AttentionProbl
 }
 
 /// A decode problem (one query, GQA 32:8, a 4096-key cache): generation 5 plans it with its
-/// split-KV decode kernel and the combine, which no prefill problem reaches.
-pub fn decode_problem(head_dim: usize) -> AttentionProblem {
-    AttentionProblem::new(1, 32, 1, head_dim).with_kv(8, 4096)
+/// split-KV decode kernel and the combine, which no prefill problem reaches. Batch 1 splits the
+/// keys (on sm_90 that build has the L2 prefetch); batch 32 gives every SM a unit and does not.
+pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
+    AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
 }
 
 /// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
@@ -376,7 +377,7 @@ pub fn run(
                 );
                 let decode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
-                    .map(decode_problem);
+                    .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)));
                 for problem in dense_problems.chain(mode_problems).chain(decode_problems) {
                     let problem = problem.with_dtype(dtype);
                     let Ok(plan) = kernel.plan(&problem, &dev) else {

@@ -62,9 +62,10 @@ pub struct AttentionParams {
     pub max_blocks_per_seq: i32,
     pub seqlen_new: i32,
     pub block_size_magic: u32,
+    pub num_blocks: i32,
 }
 
-// The C side is 272 bytes: 11 pointers, 12 i64 strides, 21 4-byte fields, 4 bytes of padding.
+// The C side is 272 bytes: 11 pointers, 12 i64 strides, 22 4-byte fields.
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 272);
 
 impl AttentionParams {
@@ -116,11 +117,12 @@ impl AttentionParams {
             _ => 0,
         };
         if let KvStorage::Paged {
+            num_blocks,
             block_size,
             max_blocks_per_seq,
-            ..
         } = m.kv
         {
+            self.num_blocks = num_blocks as i32;
             self.block_size = block_size as i32;
             self.block_size_magic = page_divisor_magic(block_size as u32);
             self.max_blocks_per_seq = max_blocks_per_seq as i32;

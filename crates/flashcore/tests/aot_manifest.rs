@@ -54,6 +54,9 @@ enum Variant {
     Dense,
     Window,
     Pages16,
+    /// One query against the size's keys: the decode plan, split where the keys are long enough
+    /// (a split plan's build has the L2 prefetch on sm_90).
+    Decode,
 }
 
 impl Variant {
@@ -61,6 +64,7 @@ impl Variant {
         let p = AttentionProblem::new(b, h, s, d);
         match self {
             Variant::Dense => p,
+            Variant::Decode => AttentionProblem::new(b, h, 1, d).with_kv(h, s),
             Variant::Window => p.with_modes(Modes {
                 window_left: Some(64),
                 ..Modes::default()
@@ -113,7 +117,12 @@ fn manifest() -> String {
                                 // cache, paged, window, softcap, ALiBi alike), so a window
                                 // stands for all of them; but pages of fewer than 64 rows
                                 // get a Hopper build of their own (FC_HOPPER_SPREAD_PAGES).
-                                let variants = [Variant::Dense, Variant::Window, Variant::Pages16];
+                                let variants = [
+                                    Variant::Dense,
+                                    Variant::Window,
+                                    Variant::Pages16,
+                                    Variant::Decode,
+                                ];
                                 for ((b, h, s), variant) in
                                     sizes.into_iter().flat_map(|sz| variants.map(|v| (sz, v)))
                                 {

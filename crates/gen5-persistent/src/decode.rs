@@ -70,6 +70,10 @@ pub struct DecodeConfig {
     /// Programmatic dependent launch (`FLASHCORE_DECODE_PDL=0|1`; `None`: on). Only where the
     /// device has it, sm_90 and later, either way.
     pub programmatic_launch: Option<bool>,
+    /// L2 prefetch of each CTA's first ring tiles before it waits for the kernel before it
+    /// (`FC_DECODE_PREFETCH`; `FLASHCORE_DECODE_PREFETCH=0|1`; `None`: programmatic split plans,
+    /// where the wait is for the last call's combine and DRAM is otherwise idle).
+    pub prefetch: Option<bool>,
 }
 
 impl DecodeConfig {
@@ -96,6 +100,17 @@ impl DecodeConfig {
                 "1" | "on" => Some(true),
                 "0" | "off" => Some(false),
                 other => return Err(format!("FLASHCORE_DECODE_PDL={other}: expected 0|1|on|off")),
+            };
+        }
+        if let Some(v) = lookup("FLASHCORE_DECODE_PREFETCH") {
+            c.prefetch = match v.trim() {
+                "1" | "on" => Some(true),
+                "0" | "off" => Some(false),
+                other => {
+                    return Err(format!(
+                        "FLASHCORE_DECODE_PREFETCH={other}: expected 0|1|on|off"
+                    ))
+                }
             };
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_STAGES") {
@@ -273,7 +288,7 @@ pub fn plan(
             _ => splits /= 2,
         }
     }
-    let defines = vec![
+    let mut defines = vec![
         ("FC_HEAD_DIM".to_string(), d.to_string()),
         ("FC_DECODE_STAGES".to_string(), stages.to_string()),
         (
@@ -284,6 +299,13 @@ pub fn plan(
     // Both kernels wait (griddepcontrol.wait) before their first global access; the
     // instructions exist from sm_90 on.
     let programmatic = device.compute_capability.0 >= 9 && cfg.programmatic_launch.unwrap_or(true);
+    // With a combine between two calls' split kernels, this call's CTAs start once the last
+    // call's splits are done and prefetch while only its combine runs (run7: long row −2.1 %,
+    // paged −2.4 %). Unsplit, they start beside the last call's CTAs, and their prefetch was
+    // evicted by that kernel's stream before use ((16,64,8,1,8192) +1.3 %): not there.
+    if cfg.prefetch.unwrap_or(programmatic && splits > 1) {
+        defines.push(("FC_DECODE_PREFETCH".to_string(), "1".to_string()));
+    }
     let mut launches = vec![KernelLaunch {
         source: SOURCE,
         entry: SPLIT_ENTRY,
@@ -397,13 +419,27 @@ mod tests {
             .unwrap();
         let plan_off = super::plan("t", &p, &dev, &off).unwrap();
         assert!(plan_off.launches.iter().all(|l| !l.programmatic_launch));
-        // The units fill the GPU: one split, no combine, no workspace.
+        // The prefetch before the wait: programmatic split plans only.
+        let prefetch = ("FC_DECODE_PREFETCH".to_string(), "1".to_string());
+        let p16 = decode_problem(1, 32, 8, 1, 32768);
+        let has_prefetch = |plan: &LaunchPlan| plan.launches[0].defines.contains(&prefetch);
+        assert!(has_prefetch(&super::plan("t", &p16, &dev, &cfg).unwrap()));
+        assert!(!has_prefetch(&plan86));
+        assert!(!has_prefetch(&plan_off));
+        let no_prefetch =
+            DecodeConfig::from_lookup(|k| (k == "FLASHCORE_DECODE_PREFETCH").then(|| "0".into()))
+                .unwrap();
+        assert!(!has_prefetch(
+            &super::plan("t", &p16, &dev, &no_prefetch).unwrap()
+        ));
+        // The units fill the GPU: one split, no combine, no workspace, no prefetch.
         let p = decode_problem(32, 32, 8, 1, 4096);
         let plan = super::plan("t", &p, &dev, &cfg).unwrap();
         assert_eq!(
             (plan.num_splits, plan.launches.len(), plan.workspace_f32),
             (1, 1, 0)
         );
+        assert!(!has_prefetch(&plan));
     }
 
     #[test]
@@ -513,6 +549,7 @@ mod tests {
         }
         assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE", "sometimes")])).is_err());
         assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_PDL", "2")])).is_err());
+        assert!(DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_PREFETCH", "x")])).is_err());
         assert_eq!(
             DecodeConfig::from_lookup(env(&[("FLASHCORE_DECODE_STAGES", "6")]))
                 .unwrap()

@@ -219,6 +219,12 @@ pub struct HopperConfig {
     /// rows −1.2 to −1.7 % (eager), D = 128 level; the modes build's chunked-prefill row 1-2 %
     /// slower, so mode problems launch plainly unless forced.
     pub programmatic_launch: Option<bool>,
+    /// L2 prefetch of a CTA's first unit (its Q tile and first K/V tiles) before the kernel waits
+    /// for the one before it (`FC_HOPPER_PREFETCH`; env `FLASHCORE_HOPPER_PREFETCH=0|1`; `None`:
+    /// where the launch is programmatic and the units fit one round, so that the previous call
+    /// leaves SMs free for this one's CTAs to start early). Only where the kernel works out its
+    /// first unit early ([`HopperConfig::early_first_unit`]).
+    pub prefetch: Option<bool>,
 }
 
 impl Default for HopperConfig {
@@ -242,6 +248,7 @@ impl Default for HopperConfig {
             wide_noncausal: true,
             l2_section_bytes: None,
             programmatic_launch: None,
+            prefetch: None,
         }
     }
 }
@@ -302,6 +309,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_PDL")? {
             c.programmatic_launch = Some(v);
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_PREFETCH")? {
+            c.prefetch = Some(v);
         }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
@@ -432,6 +442,13 @@ impl HopperConfig {
     /// unless `FLASHCORE_HOPPER_DYNAMIC` says otherwise.
     pub fn dynamic_schedule(&self, units: usize, sm_count: usize) -> bool {
         self.dynamic.unwrap_or(units > sm_count)
+    }
+
+    /// Whether the kernel decodes its first unit before the barrier setup's sync (its
+    /// `kEarlyFirstUnit`): the static schedule of the dense build with 40 producer registers (232
+    /// a consumer thread, two consumer warpgroups), where the L2 prefetch lives.
+    pub fn early_first_unit(&self, dynamic: bool, modes: bool) -> bool {
+        !dynamic && !modes && self.consumer_regs == CONSUMER_REGS && self.warpgroups() == 2
     }
 
     /// Threads per CTA: the producer warpgroup and the consumers.
@@ -649,6 +666,15 @@ impl PersistentHopper {
         if dynamic {
             defines.push(("FC_HOPPER_DYNAMIC".to_string(), "1".to_string()));
         }
+        let programmatic = cfg.programmatic_launch.unwrap_or(!modes);
+        // The prefetch pays where the previous call leaves SMs free for this one's CTAs to start
+        // early: one round of units (run7: the mission shape -5 %; the ladder's many-round rows,
+        // whose CTAs start only as the previous call's leave, moved within their noise).
+        let one_round = units <= device.sm_count as usize;
+        if cfg.early_first_unit(dynamic, modes) && cfg.prefetch.unwrap_or(programmatic && one_round)
+        {
+            defines.push(("FC_HOPPER_PREFETCH".to_string(), "1".to_string()));
+        }
         if modes {
             defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
             // (The spread loop keeps its ring position modulo 2^16: power-of-two rings only, so
@@ -675,7 +701,7 @@ impl PersistentHopper {
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
             }),
-            programmatic_launch: cfg.programmatic_launch.unwrap_or(!modes),
+            programmatic_launch: programmatic,
         });
         if splits > 1 {
             plan.num_splits = splits as u32;
@@ -751,6 +777,37 @@ mod tests {
                 .launches[0]
                 .programmatic_launch
         );
+    }
+
+    #[test]
+    fn one_round_programmatic_plans_prefetch_before_the_wait() {
+        let dev = DeviceInfo::synthetic_h100();
+        let prefetch = ("FC_HOPPER_PREFETCH".to_string(), "1".to_string());
+        let has = |cfg: &HopperConfig, p: &AttentionProblem| {
+            PersistentHopper.plan_with(cfg, p, &dev).unwrap().launches[0]
+                .defines
+                .contains(&prefetch)
+        };
+        let default = HopperConfig::default();
+        // The mission shape: 32 items, one round, launched programmatically.
+        let small = AttentionProblem::new(1, 8, 512, 64);
+        assert!(has(&default, &small));
+        assert!(has(&default, &small.clone().with_causal(true)));
+        // Many rounds (the dynamic schedule), without PDL, or turned off: no prefetch.
+        assert!(!has(&default, &AttentionProblem::new(4, 16, 2048, 128)));
+        let no_pdl = overrides(&[("FLASHCORE_HOPPER_PDL", "0")]).unwrap();
+        assert!(!has(&no_pdl, &small));
+        let off = overrides(&[("FLASHCORE_HOPPER_PREFETCH", "0")]).unwrap();
+        assert!(!has(&off, &small));
+        // Mode problems: the kernel does not work out its first unit early.
+        let forced = overrides(&[("FLASHCORE_HOPPER_PREFETCH", "1")]).unwrap();
+        let cache = AttentionProblem::new(1, 8, 128, 128)
+            .with_kv(2, 4096)
+            .with_modes(flashcore_core::Modes {
+                seqused_k: true,
+                ..flashcore_core::Modes::default()
+            });
+        assert!(!has(&forced, &cache));
     }
 
     #[test]
@@ -1085,6 +1142,7 @@ mod tests {
             assert_eq!(plan.workspace_counters, 256);
             let mut names = UNSPLIT_DEFINES.map(String::from).to_vec();
             names.push("FC_HOPPER_SPLIT_KV".into());
+            names.push("FC_HOPPER_PREFETCH".into()); // one round, launched programmatically
             assert_eq!(define_names(&plan), names);
             assert!(plan.launches[0]
                 .defines
@@ -1199,7 +1257,7 @@ mod tests {
         let plan = PersistentHopper.plan_with(&off, &small, &dev).unwrap();
         assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
         assert_eq!(plan.launches[0].grid, (32, 1, 1));
-        assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+        assert_eq!(define_names(&plan), one_round_defines());
         // ...and N > 1 forces it on a large one (more splits than key tiles included: those
         // units are empty and still take part in the combine).
         let forced = overrides(&[("FLASHCORE_HOPPER_SPLITS", "4")]).unwrap();
@@ -1224,13 +1282,20 @@ mod tests {
         assert!(!define_names(&plan).contains(&"FC_HOPPER_SPLIT_KV".to_string()));
     }
 
+    /// The unsplit defines of a one-round problem launched programmatically: the L2 prefetch too.
+    fn one_round_defines() -> Vec<String> {
+        let mut names = UNSPLIT_DEFINES.map(String::from).to_vec();
+        names.push("FC_HOPPER_PREFETCH".into());
+        names
+    }
+
     #[test]
     fn dynamic_schedule_past_one_round_only() {
         let dev = DeviceInfo::synthetic_h100();
         // (1,8,512,64): 32 units on 132 SMs, one round: static, no workspace.
         let p = AttentionProblem::new(1, 8, 512, 64);
         let plan = default_plan(&p, &dev);
-        assert_eq!(define_names(&plan), UNSPLIT_DEFINES);
+        assert_eq!(define_names(&plan), one_round_defines());
         assert_eq!(plan.workspace_f32, 0);
         // Forced off / on through the environment lookup.
         let off = HopperConfig::from_overrides(|n| {

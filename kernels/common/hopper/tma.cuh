@@ -17,6 +17,15 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
 
+// L2 prefetch of one 4-D box (coordinates as tma_load_4d's): a hint that changes no memory, so a
+// kernel may issue it before griddepcontrol.wait, while the kernel it waits for still runs.
+__device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
 // 4-D tiled load of one box into shared memory at `dst` (1024-byte aligned for 128B swizzle),
 // completing `box bytes` transaction bytes on mbarrier `bar`. Coordinates innermost first:
 // (column, row, head, batch). Out-of-range rows are zero-filled and still count as bytes.
