@@ -4,7 +4,8 @@
 # forced decode kernel with swept split counts (Hopper path, which prefetches paged and contiguous
 # caches); reliability (determinism, streams, out-of-bounds, modes) on the Hopper path; sanitize
 # with the default plans and with 4 forced decode splits.
-# Needs in .carry/: xtask (this tree).
+# Needs in .carry/: xtask (2883df6 before its plan rule for the prefetch was narrowed: the same
+# modules as 2883df6 with FLASHCORE_HOPPER_PREFETCH=1 FLASHCORE_DECODE_PREFETCH=1).
 # Run from the repo root: bash docs/results/2026-11-26-session16-h100/run6/run6.sh
 export FLASHCORE_CACHE_DIR=/tmp/fc; X=.carry/xtask; R=$OUT/run6.txt; L=/tmp/logs6; mkdir -p $L /tmp/v6
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R

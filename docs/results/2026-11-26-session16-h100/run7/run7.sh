@@ -2,7 +2,8 @@
 # default plans (prefetch on) against FLASHCORE_HOPPER_PREFETCH=0 FLASHCORE_DECODE_PREFETCH=0,
 # alternated twice: the mission shape (graph replay), the decode suite's contiguous and paged-64
 # rows, and the prefill ladder (no peers).
-# Needs in .carry/: xtask (this tree).
+# Needs in .carry/: xtask (2883df6 before its plan rule for the prefetch was narrowed: the same
+# modules as 2883df6 with FLASHCORE_HOPPER_PREFETCH=1 FLASHCORE_DECODE_PREFETCH=1).
 # Run from the repo root: bash docs/results/2026-11-26-session16-h100/run7/run7.sh
 export FLASHCORE_CACHE_DIR=/tmp/fc; X=.carry/xtask; R=$OUT/run7.txt; L=/tmp/logs7; mkdir -p $L
 pack() { cd /tmp && tar cJf $OUT/logs.tar.xz logs7; cd - > /dev/null; }
