@@ -174,8 +174,12 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_PINGPONG`; needs `overlap`).
     pub pingpong: bool,
     /// O staged through the item's Q buffer, 16-byte coalesced stores (`FC_HOPPER_SMEM_EPILOGUE`;
-    /// env `FLASHCORE_HOPPER_SMEM_EPILOGUE`; implies `q_stages = 2`).
-    pub smem_epilogue: bool,
+    /// env `FLASHCORE_HOPPER_SMEM_EPILOGUE=0|1`, 1 implies `q_stages = 2`). `None`:
+    /// [`HopperConfig::for_problem`] decides: on for dense, unsplit D = 64 problems whose items
+    /// fit one round (the mission shape 7.17 → 6.77 µs, session 16 run10: the kernel's O stores
+    /// are on the critical path of a one-round grid), off elsewhere (the ladder's many-round rows
+    /// had a lower sum with it, docs/results/2026-11-23-hopper-variants-h100).
+    pub smem_epilogue: Option<bool>,
     /// `FC_HOPPER_CONSUMER_REGS` (env `FLASHCORE_HOPPER_CONSUMER_REGS`, 232|240).
     pub consumer_regs: usize,
     /// Split-KV: `None` lets the plan choose ([`auto_splits`]); `Some(1)` never splits;
@@ -237,7 +241,7 @@ impl Default for HopperConfig {
             q_stages: 2,
             overlap: OVERLAP,
             pingpong: true,
-            smem_epilogue: false,
+            smem_epilogue: None,
             consumer_regs: CONSUMER_REGS,
             consumer_wgs: None,
             splits: None,
@@ -295,7 +299,7 @@ impl HopperConfig {
             c.head_major = Some(v);
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_SMEM_EPILOGUE")? {
-            c.smem_epilogue = v;
+            c.smem_epilogue = Some(v);
         }
         if let Some(v) = number("FLASHCORE_HOPPER_STAGES", &[2, 3, 4])? {
             c.stages = v;
@@ -344,14 +348,14 @@ impl HopperConfig {
                 }
             }
         }
-        if c.smem_epilogue {
+        if c.smem_epilogue == Some(true) {
             // O is staged in the item's own Q buffer, which then stays busy through the epilogue.
             c.q_stages = 2;
         }
         if c.pingpong && !c.overlap {
             return Err("FLASHCORE_HOPPER_PINGPONG=1 needs FLASHCORE_HOPPER_OVERLAP=1".to_string());
         }
-        if c.smem_epilogue && c.splits.is_some_and(|n| n > 1) {
+        if c.smem_epilogue == Some(true) && c.splits.is_some_and(|n| n > 1) {
             return Err(
                 "FLASHCORE_HOPPER_SPLITS > 1 needs the register epilogue (FLASHCORE_HOPPER_SMEM_EPILOGUE=0)"
                     .to_string(),
@@ -369,7 +373,7 @@ impl HopperConfig {
         }
         match self.splits {
             Some(n) => n,
-            None if self.smem_epilogue || !self.auto_split => 1,
+            None if self.smem_epilogue == Some(true) || !self.auto_split => 1,
             None => auto_splits(items, max_key_tiles, sm_count),
         }
     }
@@ -382,8 +386,10 @@ impl HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
         // Three consumer warpgroups: the kernel builds them for dense, unsplit D = 64 problems
         // with the register epilogue only.
-        let three_wgs_fit =
-            problem.head_dim == 64 && unsplit && !self.smem_epilogue && problem.modes.is_dense();
+        let three_wgs_fit = problem.head_dim == 64
+            && unsplit
+            && self.smem_epilogue != Some(true)
+            && problem.modes.is_dense();
         let consumer_wgs = match self.consumer_wgs {
             Some(3) if three_wgs_fit => 3,
             Some(_) => 2,
@@ -407,7 +413,7 @@ impl HopperConfig {
             && problem.head_dim == 128
             && !problem.causal
             && unsplit
-            && !self.smem_epilogue
+            && self.smem_epilogue != Some(true)
             && !paged
             && !modes_dynamic
         {
@@ -415,10 +421,21 @@ impl HopperConfig {
                 block_n: WIDE_BLOCK_N,
                 q_stages: 1,
                 consumer_regs: 240,
+                smem_epilogue: Some(false),
                 ..cfg
             }
         } else {
-            cfg
+            // The smem epilogue where the O stores end a one-round grid's critical path.
+            let one_round_d64 = problem.head_dim == 64
+                && problem.modes.is_dense()
+                && unsplit
+                && consumer_wgs == 2
+                && cfg.q_stages == 2
+                && cfg.items(problem) <= sm_count;
+            HopperConfig {
+                smem_epilogue: Some(self.smem_epilogue.unwrap_or(one_round_d64)),
+                ..cfg
+            }
         }
     }
 
@@ -490,7 +507,7 @@ impl HopperConfig {
         if self.q_stages != Q_STAGES {
             d.push(("FC_HOPPER_Q_STAGES".to_string(), self.q_stages.to_string()));
         }
-        if self.smem_epilogue {
+        if self.smem_epilogue == Some(true) {
             d.push(("FC_HOPPER_SMEM_EPILOGUE".to_string(), "1".to_string()));
         }
         if let Some(head_major) = self.head_major {
@@ -780,6 +797,41 @@ mod tests {
     }
 
     #[test]
+    fn one_round_d64_plans_take_the_smem_epilogue() {
+        let dev = DeviceInfo::synthetic_h100();
+        let smem = ("FC_HOPPER_SMEM_EPILOGUE".to_string(), "1".to_string());
+        let has = |cfg: &HopperConfig, p: &AttentionProblem| {
+            PersistentHopper.plan_with(cfg, p, &dev).unwrap().launches[0]
+                .defines
+                .contains(&smem)
+        };
+        let default = HopperConfig::default();
+        for causal in [false, true] {
+            assert!(has(
+                &default,
+                &AttentionProblem::new(1, 8, 512, 64).with_causal(causal)
+            ));
+            // Many rounds, D = 128 (the wide tile, or unmeasured), or turned off: not.
+            assert!(!has(
+                &default,
+                &AttentionProblem::new(4, 16, 2048, 64).with_causal(causal)
+            ));
+            assert!(!has(
+                &default,
+                &AttentionProblem::new(1, 8, 512, 128).with_causal(causal)
+            ));
+        }
+        let off = overrides(&[("FLASHCORE_HOPPER_SMEM_EPILOGUE", "0")]).unwrap();
+        assert!(!has(&off, &AttentionProblem::new(1, 8, 512, 64)));
+        // One Q buffer leaves no room to stage O: not.
+        let one_q = overrides(&[("FLASHCORE_HOPPER_Q_STAGES", "1")]).unwrap();
+        assert!(!has(&one_q, &AttentionProblem::new(1, 8, 512, 64)));
+        // Forced on, many rounds too.
+        let on = overrides(&[("FLASHCORE_HOPPER_SMEM_EPILOGUE", "1")]).unwrap();
+        assert!(has(&on, &AttentionProblem::new(4, 16, 2048, 64)));
+    }
+
+    #[test]
     fn one_round_programmatic_plans_prefetch_before_the_wait() {
         let dev = DeviceInfo::synthetic_h100();
         let prefetch = ("FC_HOPPER_PREFETCH".to_string(), "1".to_string());
@@ -833,7 +885,7 @@ mod tests {
             ("FLASHCORE_HOPPER_CONSUMER_REGS", "240"),
         ])
         .unwrap();
-        assert!(c.pingpong && c.smem_epilogue && c.overlap);
+        assert!(c.pingpong && c.smem_epilogue == Some(true) && c.overlap);
         assert_eq!(c.q_stages, 2, "the smem epilogue implies two Q buffers");
         let d = c.defines(64, 1 << 24);
         for (k, v) in [
@@ -1092,7 +1144,7 @@ mod tests {
         );
         two(
             &HopperConfig {
-                smem_epilogue: true,
+                smem_epilogue: Some(true),
                 ..three
             },
             &AttentionProblem::new(4, 16, 2048, 64),
@@ -1282,9 +1334,11 @@ mod tests {
         assert!(!define_names(&plan).contains(&"FC_HOPPER_SPLIT_KV".to_string()));
     }
 
-    /// The unsplit defines of a one-round problem launched programmatically: the L2 prefetch too.
+    /// The unsplit defines of a one-round D = 64 problem launched programmatically: the smem
+    /// epilogue and the L2 prefetch too.
     fn one_round_defines() -> Vec<String> {
         let mut names = UNSPLIT_DEFINES.map(String::from).to_vec();
+        names.push("FC_HOPPER_SMEM_EPILOGUE".into());
         names.push("FC_HOPPER_PREFETCH".into());
         names
     }
