@@ -153,6 +153,7 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
     const long long tiles = ceil_div(p.seq_k, kv_tile_rows);
     const int first = (int)(tiles * split / splits);
     const int n = min((int)(tiles * (split + 1) / splits) - first, stages - 1);
+    static_assert(num_threads == 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
     const bool is_k = tid < kv_tile_rows;  // threads 0-63 take a K row, 64-127 the same V row
     const elem_t* base = static_cast<const elem_t*>(is_k ? p.k : p.v);
     const long long batch_stride = is_k ? p.k_batch_stride : p.v_batch_stride;

@@ -42,7 +42,7 @@
 #define FC_HOPPER_SPLIT_KV 0
 #endif
 // L2 prefetch of the first unit's boxes before griddepcontrol.wait (kv_fetch.cuh): the plan sets
-// it where the launch is programmatic (dense problems on sm_90).
+// it for dense problems launched programmatically whose units fit one round (hopper.rs).
 #ifndef FC_HOPPER_PREFETCH
 #define FC_HOPPER_PREFETCH 0
 #endif

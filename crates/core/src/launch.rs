@@ -796,4 +796,28 @@ mod tests {
             .any(|j| ((u64::from((j >> 4) << 2) * magic) >> 32) as u32 != j / block_size);
         assert!(wrong);
     }
+
+    #[test]
+    fn paged_params_carry_the_pool_size() {
+        // The decode kernel bounds-checks block-table entries it reads before
+        // griddepcontrol.wait against num_blocks: a paged problem sets it, others leave it 0.
+        let paged = AttentionProblem::new(2, 8, 1, 128)
+            .with_kv(2, 256)
+            .with_modes(crate::modes::Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 9,
+                    block_size: 64,
+                    max_blocks_per_seq: 4,
+                },
+                seqused_k: true,
+                ..crate::modes::Modes::default()
+            });
+        let p = AttentionParams::from_problem(&paged);
+        assert_eq!(
+            (p.num_blocks, p.block_size, p.max_blocks_per_seq),
+            (9, 64, 4)
+        );
+        let dense = AttentionParams::from_problem(&AttentionProblem::new(2, 8, 1, 128));
+        assert_eq!((dense.num_blocks, dense.block_size), (0, 0));
+    }
 }

@@ -796,15 +796,20 @@ mod tests {
         );
     }
 
+    /// Whether `cfg`'s plan of `p` on the H100 sets the kernel define `name` to 1.
+    fn plan_sets(cfg: &HopperConfig, p: &AttentionProblem, name: &str) -> bool {
+        let plan = PersistentHopper
+            .plan_with(cfg, p, &DeviceInfo::synthetic_h100())
+            .unwrap();
+        plan.launches[0]
+            .defines
+            .contains(&(name.to_string(), "1".to_string()))
+    }
+
     #[test]
     fn one_round_d64_plans_take_the_smem_epilogue() {
-        let dev = DeviceInfo::synthetic_h100();
-        let smem = ("FC_HOPPER_SMEM_EPILOGUE".to_string(), "1".to_string());
-        let has = |cfg: &HopperConfig, p: &AttentionProblem| {
-            PersistentHopper.plan_with(cfg, p, &dev).unwrap().launches[0]
-                .defines
-                .contains(&smem)
-        };
+        let has =
+            |cfg: &HopperConfig, p: &AttentionProblem| plan_sets(cfg, p, "FC_HOPPER_SMEM_EPILOGUE");
         let default = HopperConfig::default();
         for causal in [false, true] {
             assert!(has(
@@ -833,13 +838,8 @@ mod tests {
 
     #[test]
     fn one_round_programmatic_plans_prefetch_before_the_wait() {
-        let dev = DeviceInfo::synthetic_h100();
-        let prefetch = ("FC_HOPPER_PREFETCH".to_string(), "1".to_string());
-        let has = |cfg: &HopperConfig, p: &AttentionProblem| {
-            PersistentHopper.plan_with(cfg, p, &dev).unwrap().launches[0]
-                .defines
-                .contains(&prefetch)
-        };
+        let has =
+            |cfg: &HopperConfig, p: &AttentionProblem| plan_sets(cfg, p, "FC_HOPPER_PREFETCH");
         let default = HopperConfig::default();
         // The mission shape: 32 items, one round, launched programmatically.
         let small = AttentionProblem::new(1, 8, 512, 64);
