@@ -150,9 +150,11 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
     if (p.cu_seqlens_k != nullptr) return;
     const Unit unit = unit_of(p, work / splits);
     const int split = (int)(work % splits);
-    const long long tiles = ceil_div(p.seq_k, kv_tile_rows);
-    const int first = (int)(tiles * split / splits);
-    const int n = min((int)(tiles * (split + 1) / splits) - first, stages - 1);
+    // The split's share of the key tiles as if every key were visible.
+    const KeyTiles every_key = {0, ceil_div(p.seq_k, kv_tile_rows), 0, 0};
+    int first, last;
+    split_tiles(every_key, split, splits, first, last);
+    const int n = min(last - first, stages - 1);
     static_assert(num_threads == 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
     const bool is_k = tid < kv_tile_rows;  // threads 0-63 take a K row, 64-127 the same V row
     const elem_t* base = static_cast<const elem_t*>(is_k ? p.k : p.v);
