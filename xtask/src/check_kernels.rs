@@ -1,6 +1,7 @@
 //! `cargo xtask check-kernels`: every kernel each generation would launch, compiled by NVRTC for
 //! sm_80, sm_86, sm_89 and sm_90a, with ptxas's resource report. Fails on a compile error, on any
-//! spill, or on shared memory over the architecture's limit.
+//! spill, on shared memory over the architecture's limit, or where ptxas ignored setmaxnreg or
+//! serialized the wgmma pipeline.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -148,6 +149,17 @@ pub struct Resources {
     pub stack: u32,
     pub spill_stores: u32,
     pub spill_loads: u32,
+}
+
+/// Whether ptxas reports that it serialized entry point `entry`'s wgmma.mma_async instructions
+/// (C7510: "Potential Performance Loss: wgmma.mma_async instructions are serialized due to ...
+/// in the function '<entry>'").
+pub fn wgmma_serialized(report: &str, entry: &str) -> bool {
+    let function = format!("'{entry}'");
+    report.lines().any(|l| {
+        (l.contains("C7510") || l.contains("wgmma.mma_async instructions are serialized"))
+            && l.contains(&function)
+    })
 }
 
 /// Parses `ptxas -v` output for one entry point.
@@ -339,6 +351,14 @@ pub fn run(
                         launch.entry
                     ));
                 }
+                if wgmma_serialized(&report, launch.entry) {
+                    // ptxas then waits for every wgmma right after issuing it: correct, and
+                    // silently far slower (a printf in the kernel is enough, session 17).
+                    failures.push(format!(
+                        "{} {} {arch} {dtype} {}: ptxas serialized the wgmma pipeline:\n{report}",
+                        kernel_name, launch.entry, row.defines
+                    ));
+                }
                 row.resources = Some(r);
             } else {
                 failures.push(format!(
@@ -519,6 +539,22 @@ ptxas info    : Used 56 registers, used 1 barriers, 3072 bytes smem, 544 bytes c
             (56, 3072, 16, 4, 8)
         );
         assert!(parse_ptxas(report, "other").is_none());
+    }
+
+    #[test]
+    fn a_serialized_wgmma_pipeline_is_recognised() {
+        // ptxas 13.0's words for the traced Hopper forward (a printf in the kernel), session 17.
+        let serialized = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async \
+instructions are serialized due to wgmma pipeline crossing function boundary at a function call \
+in the function 'attention_persistent_hopper'\n";
+        assert!(wgmma_serialized(serialized, "attention_persistent_hopper"));
+        // The report covers the module: another entry point of it is not the one serialized.
+        assert!(!wgmma_serialized(
+            serialized,
+            "attention_persistent_hopper_trace_print"
+        ));
+        let clean = "ptxas info    : Used 168 registers, used 16 barriers\n";
+        assert!(!wgmma_serialized(clean, "attention_persistent_hopper"));
     }
 
     #[test]
