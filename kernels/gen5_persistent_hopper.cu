@@ -25,8 +25,9 @@
 // epilogue. The parts it is built from live in gen5_hopper/, one concern each, as in
 // FlashAttention-3's hopper/: config (defines, tile shapes, smem map), block_info (which rows and
 // keys an item sees), tile_scheduler (items, their order, split units), consumer_math (GEMMs,
-// masks and score modifiers, online softmax), pingpong, kv_fetch (where key rows live) and
-// split_epilogue; its shared-memory helpers are common/hopper/smem_io.cuh. Splitting them out left the PTX of every checked build unchanged.
+// masks and score modifiers, online softmax), pingpong, kv_fetch (where key rows live),
+// split_epilogue and trace (an optional timeline); its shared-memory helpers are
+// common/hopper/smem_io.cuh. Splitting them out left the PTX of every checked build unchanged.
 //
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
@@ -41,7 +42,7 @@
 // FC_HOPPER_CONSUMER_WGS (2|3, default 2; 3: 192-row items at D = 64, 160 consumer registers),
 // FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
 // griddepcontrol.wait; dense builds), FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of
-// hanging).
+// hanging), FC_HOPPER_TRACE (clock64 stamps of three CTAs' units, printed: gen5_hopper/trace.cuh).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -67,11 +68,14 @@
 #include "gen5_hopper/kv_fetch.cuh"
 #include "gen5_hopper/split_epilogue.cuh"
 #include "gen5_hopper/producer_spread.cuh"
+#include "gen5_hopper/trace.cuh"
 
 extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
                                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
     using namespace fch;
+    UnitTrace trace;  // (empty unless FC_HOPPER_TRACE)
+    trace.begin(threadIdx.x >= 128 && threadIdx.x % 128 == 0);
     // Declared 16-aligned on purpose: with __align__(1024) the compiler may fold the round-up below away.
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -142,6 +146,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     // before the wait, launches ran several kernels ahead, their waiting CTAs taking SM slots.)
     griddep_wait();
     if (threadIdx.x == 0) griddep_launch_dependents();
+    trace.after_wait();
 
     const int warpgroup = threadIdx.x / 128;
 
@@ -239,7 +244,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
+            trace.mark(it, MARK_BEGIN);
             mbar_wait(q_full, qpar, TAG_Q_FULL);  // acquire: the unit index below and Q
+            trace.mark(it, MARK_Q_READY);
             const int t = (int)ld_shared_u32(base + OFF_ITEM + 4 * qs);
             if (t < 0) break;  // both warpgroups read the same -1: equal slot counts
             const Work w = decode_unit(p, sched, t);
@@ -254,7 +261,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
+            trace.mark(it, MARK_BEGIN);
 #endif
+            trace.set_tiles(it, w.n_blocks);
             const unsigned long long q_desc = q_desc0 + ((unsigned long long)(qs * Q_BYTES) >> 4);
             // With the smem epilogue the Q buffer is released after O went through it, not after
             // the last QK^T.
@@ -282,6 +291,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
 
 #if !FC_HOPPER_DYNAMIC
             mbar_wait(q_full, qpar, TAG_Q_FULL);
+            trace.mark(it, MARK_Q_READY);
 #endif
 
 #if FC_HOPPER_OVERLAP
@@ -296,6 +306,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     mbar_wait(kf, phase, TAG_K_FULL);
+                    trace.mark(it, MARK_K0_READY);
                     pp_sync(cw);
                     wgmma_fence();
                     gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
@@ -303,6 +314,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     pp_arrive(cw);
                     wgmma_wait<0>();
                     fence_regs(s);
+                    trace.mark(it, MARK_S0_DONE);
                     mbar_arrive(ke);
                     if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
                     prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block,
@@ -360,6 +372,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     fence_regs(o);
                     fence_regs(pr);
                     mbar_arrive(ve);
+                    trace.mark(it, MARK_LOOP_DONE);
                 }
             } else if (release_q_after_qk) {
                 mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
@@ -410,6 +423,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
 #if FC_HOPPER_SPLIT_KV
             if (p.num_splits > 1) {
                 split_epilogue(p, sched.total, w, cw, tid, o, m, l, grow0, col_in_block);
+                trace.mark(it, MARK_STORED);
                 continue;  // (the register epilogue below is the unsplit one; no smem epilogue here)
             }
 #endif
@@ -484,7 +498,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 }
             }
 #endif
+            trace.mark(it, MARK_STORED);
         }
+        trace.finish(it);
 #if FC_HOPPER_PINGPONG
         // Drain: the last warpgroup's last arrive on barrier 1 is matched here, so every scheduler
         // barrier ends the kernel complete (with no tile at all this pairs with the priming arrive).
@@ -492,3 +508,10 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
 #endif
     }
 }
+
+#if FC_HOPPER_TRACE
+// The timeline's printer (gen5_hopper/trace.cuh): the plan's second launch, one thread.
+extern "C" __global__ void attention_persistent_hopper_trace_print(const __grid_constant__ AttentionParams) {
+    fch::print_trace();
+}
+#endif

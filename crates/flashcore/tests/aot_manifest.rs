@@ -177,7 +177,11 @@ fn manifest() -> String {
 #[test]
 fn aot_manifest_is_current() {
     // Plans read these at run time; the manifest is for the defaults.
-    for v in ["FLASHCORE_HOPPER_OVERLAP", "FLASHCORE_HOPPER_DEBUG"] {
+    for v in [
+        "FLASHCORE_HOPPER_OVERLAP",
+        "FLASHCORE_HOPPER_DEBUG",
+        "FLASHCORE_HOPPER_TRACE",
+    ] {
         if std::env::var_os(v).is_some() {
             eprintln!("{v} is set: not comparing the AOT manifest");
             return;

@@ -24,6 +24,8 @@ pub struct PersistentHopper;
 const NAME: &str = "persistent-hopper";
 const SOURCE: &str = "gen5_persistent_hopper.cu";
 const ENTRY: &str = "attention_persistent_hopper";
+/// The timeline's printer ([`HopperConfig::trace`]), compiled in traced builds only.
+const TRACE_PRINT_ENTRY: &str = "attention_persistent_hopper_trace_print";
 
 /// Q rows per work item with two consumer warpgroups of 64 rows = Q TMA box rows.
 pub const BLOCK_M: usize = 128;
@@ -229,6 +231,10 @@ pub struct HopperConfig {
     /// leaves SMs free for this one's CTAs to start early). Only where the kernel works out its
     /// first unit early ([`HopperConfig::early_first_unit`]).
     pub prefetch: Option<bool>,
+    /// A printed clock64 timeline of three CTAs' units and key tiles (`FC_HOPPER_TRACE`,
+    /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
+    /// unit's time goes. Off in every measured build: the stamps slow the kernel.
+    pub trace: bool,
 }
 
 impl Default for HopperConfig {
@@ -253,6 +259,7 @@ impl Default for HopperConfig {
             l2_section_bytes: None,
             programmatic_launch: None,
             prefetch: None,
+            trace: false,
         }
     }
 }
@@ -316,6 +323,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_PREFETCH")? {
             c.prefetch = Some(v);
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_TRACE")? {
+            c.trace = v;
         }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
@@ -704,6 +714,9 @@ impl PersistentHopper {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
             defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
         }
+        if cfg.trace {
+            defines.push(("FC_HOPPER_TRACE".to_string(), "1".to_string()));
+        }
 
         let mut plan = LaunchPlan::single(KernelLaunch {
             source: SOURCE,
@@ -730,6 +743,21 @@ impl PersistentHopper {
             // Words 0 and 1: the next unit and the CTAs done taking; the kernel leaves them zero.
             plan.workspace_f32 = DYNAMIC_COUNTER_WORDS;
             plan.workspace_counters = DYNAMIC_COUNTER_WORDS;
+        }
+        if cfg.trace {
+            // The timeline's printer: one thread after the kernel, in its module (same source and
+            // defines), where the stamps are. A printf in the kernel itself made ptxas serialize
+            // the kernel's wgmma pipeline.
+            let kernel = plan.launches[0].clone();
+            plan.launches.push(KernelLaunch {
+                entry: TRACE_PRINT_ENTRY,
+                grid: (1, 1, 1),
+                block: (1, 1, 1),
+                dynamic_smem_bytes: 0,
+                tensor_maps: None,
+                programmatic_launch: false,
+                ..kernel
+            });
         }
         Ok(plan)
     }
@@ -903,6 +931,29 @@ mod tests {
         .is_err());
         assert!(overrides(&[("FLASHCORE_HOPPER_STAGES", "7")]).is_err());
         assert!(overrides(&[("FLASHCORE_HOPPER_Q_STAGES", "x")]).is_err());
+    }
+
+    #[test]
+    fn the_timeline_is_a_build_of_its_own() {
+        let dev = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(1, 8, 512, 64).with_causal(true);
+        let traced = overrides(&[("FLASHCORE_HOPPER_TRACE", "1")]).unwrap();
+        assert!(traced.trace);
+        let with = PersistentHopper.plan_with(&traced, &p, &dev).unwrap();
+        let without = default_plan(&p, &dev);
+        assert!(define_names(&with).contains(&"FC_HOPPER_TRACE".to_string()));
+        assert!(!define_names(&without).contains(&"FC_HOPPER_TRACE".to_string()));
+        // The printer runs after the kernel, in its module: same source and defines.
+        assert_eq!(without.launches.len(), 1);
+        assert_eq!(with.launches.len(), 2);
+        let (kernel, printer) = (&with.launches[0], &with.launches[1]);
+        assert_eq!(printer.entry, TRACE_PRINT_ENTRY);
+        assert_eq!(
+            (printer.source, &printer.defines),
+            (kernel.source, &kernel.defines)
+        );
+        assert_eq!((printer.grid, printer.block), ((1, 1, 1), (1, 1, 1)));
+        assert!(overrides(&[("FLASHCORE_HOPPER_TRACE", "2")]).is_err());
     }
 
     #[test]
