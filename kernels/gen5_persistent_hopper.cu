@@ -479,21 +479,58 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 mbar_arrive(q_empty);
             }
 #else
+            // Straight from the accumulators. In 16-byte stores: a quad's four lanes hold a row's
+            // 8-column blocks 4 bytes each, and a transpose across the quad gives each lane whole
+            // blocks (4 times fewer store instructions, each a full 16 bytes; O strides are
+            // multiples of 8 elements). Measured (session 17, run7) 1-2.4 % faster on the ladder's
+            // 128-key builds; the 176-key build's key loop came out of ptxas scheduled differently
+            // and its longest rows 0.6-1.8 % slower, so it keeps a 4-byte pair a lane.
+            constexpr bool kVectorStores = BN != 176;
+            if constexpr (!kVectorStores) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int grow = r == 0 ? grow0 : grow1;
-                if (grow < seq.len_q) {
-                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
-                    elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
+                for (int r = 0; r < 2; ++r) {
+                    const int grow = r == 0 ? grow0 : grow1;
+                    if (grow < seq.len_q) {
+                        const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
-                    for (int j = 0; j < D / 8; ++j) {
-                        *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
-                            pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                        for (int j = 0; j < D / 8; ++j) {
+                            *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
+                                pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                        }
+                        if ((lane & 3) == 0) {
+                            // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
+                            p.lse[block_lse_offset(p, seq, b, h, grow)] =
+                                row_log_sum_exp(l[r], r == 0 ? keys0 : keys1,
+                                                (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                        }
                     }
-                    if ((lane & 3) == 0) {
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int grow = r == 0 ? grow0 : grow1;
+                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                    elem_t* orow =
+                        grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow) : nullptr;
+#pragma unroll
+                    for (int g = 0; g < D / 32; ++g) {
+                        unsigned blocks[4];  // column blocks 4g .. 4g + 3, this lane's pair of each
+#pragma unroll
+                        for (int k = 0; k < 4; ++k) {
+                            const int j = 4 * g + k;
+                            blocks[k] = pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                        }
+                        quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
+                        if (orow != nullptr)
+                            st_global_v4(orow + 8 * (4 * g + (lane & 3)),
+                                         make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
+                    }
+                    if (grow < seq.len_q && (lane & 3) == 0) {
                         // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
-                        p.lse[block_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
-                            l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                        p.lse[block_lse_offset(p, seq, b, h, grow)] =
+                            row_log_sum_exp(l[r], r == 0 ? keys0 : keys1,
+                                            (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
                     }
                 }
             }

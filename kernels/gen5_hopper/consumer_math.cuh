@@ -163,6 +163,26 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha
     }
 }
 
+// A 4 x 4 transpose of 4-byte words across the four lanes of a quad (lane t = lane & 3): lane t's
+// w[k] becomes lane k's w[t]. Two exchange rounds, each trading one bit of the lane index for one
+// bit of the word index; every lane of the warp must take part.
+__device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
+#pragma unroll
+    for (int bit = 1; bit <= 2; bit <<= 1) {
+        const bool high = (t & bit) != 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if (k & bit) continue;  // the pair (k, k | bit): keep the word whose bit matches the lane's
+            const unsigned sent = high ? w[k] : w[k | bit];
+            const unsigned got = __shfl_xor_sync(0xffffffffu, sent, bit);
+            if (high)
+                w[k] = got;
+            else
+                w[k | bit] = got;
+        }
+    }
+}
+
 // The S accumulator layout is the A-fragment layout, register for register (see wgmma.cuh).
 __device__ __forceinline__ void convert_p(const float (&s)[BN / 2], unsigned (&pr)[BN / 4]) {
 #pragma unroll
