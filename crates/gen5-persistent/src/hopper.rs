@@ -231,9 +231,10 @@ pub struct HopperConfig {
     /// leaves SMs free for this one's CTAs to start early). Only where the kernel works out its
     /// first unit early ([`HopperConfig::early_first_unit`]).
     pub prefetch: Option<bool>,
-    /// A printed clock64 timeline of three CTAs' units and key tiles (`FC_HOPPER_TRACE`,
+    /// A printed clock64 timeline of three CTAs' units (`FC_HOPPER_TRACE`,
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
-    /// unit's time goes. Off in every measured build: the stamps slow the kernel.
+    /// unit's time goes. Off by default: the plan then has a second launch, the printer, and
+    /// the kernel its own module (session 17, run6: the traced kernel timed as the default).
     pub trace: bool,
 }
 
