@@ -233,8 +233,9 @@ pub struct HopperConfig {
     pub prefetch: Option<bool>,
     /// A printed clock64 timeline of three CTAs' units (`FC_HOPPER_TRACE`,
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
-    /// unit's time goes. Off by default: the plan then has a second launch, the printer, and
-    /// the kernel its own module (session 17, run6: the traced kernel timed as the default).
+    /// unit's time goes. Off by default. On, the kernel builds as a module of its own and the
+    /// plan gains a second launch, the printer; the kernel itself times as the default one
+    /// (session 17, run6).
     pub trace: bool,
 }
 
