@@ -67,6 +67,7 @@
 #include "gen5_hopper/q_fetch.cuh"
 #include "gen5_hopper/kv_fetch.cuh"
 #include "gen5_hopper/split_epilogue.cuh"
+#include "gen5_hopper/wg_key_split.cuh"
 #include "gen5_hopper/producer_spread.cuh"
 #include "gen5_hopper/trace.cuh"
 
@@ -115,9 +116,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bar_k_full + 8 * s, 1);
-            mbar_init(bar_k_empty + 8 * s, CONSUMER_THREADS);
+            mbar_init(bar_k_empty + 8 * s, KV_CONSUMER_THREADS);
             mbar_init(bar_v_full + 8 * s, 1);
-            mbar_init(bar_v_empty + 8 * s, CONSUMER_THREADS);
+            mbar_init(bar_v_empty + 8 * s, KV_CONSUMER_THREADS);
         }
         mbar_init(bar_v_landed, 1);
         mbar_fence_init();
@@ -211,21 +212,23 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             }
             // Nothing to wait for here: the producer only ever waits on an "empty" barrier right
             // before filling that stage, and every stage it filled is consumed (and waited on
-            // through its "full" barrier) by both consumer warpgroups before they exit.
+            // through its "full" barrier) by the consumer warpgroups before they exit.
         }
     } else {
         // ===================================== consumers ====================================
         warpgroup_reg_alloc<CONSUMER_REGS>();
-        const int cw = warpgroup - 1;  // 0 .. CONSUMER_WGS - 1: rows [64 cw, 64 cw + 64) of the q tile
+        const int cw = warpgroup - 1;  // 0 .. CONSUMER_WGS - 1
+        // Rows [64 row_wg, 64 row_wg + 64) of the q tile; key-split warpgroups share rows 0 .. 63.
+        const int row_wg = KEY_SPLIT ? 0 : cw;
         const int tid = threadIdx.x & 127;
         const int warp = tid >> 5;
         const int lane = tid & 31;
-        const int row_in_tile = cw * WG_M + warp * 16 + (lane >> 2);  // and row_in_tile + 8
+        const int row_in_tile = row_wg * WG_M + warp * 16 + (lane >> 2);  // and row_in_tile + 8
         const int col_in_block = 2 * (lane & 3);
         const float scale_log2 = p.scale_log2;
 
         // K-major, 128B swizzle: SBO = 1024 (8 rows x 128 B), LBO unused (16 -> encoded 1).
-        const unsigned long long q_desc0 = make_desc_sw128(sQ + cw * WG_M * ROW_BYTES, 16, 1024);
+        const unsigned long long q_desc0 = make_desc_sw128(sQ + row_wg * WG_M * ROW_BYTES, 16, 1024);
         const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
         // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box.
         const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
@@ -238,6 +241,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
         int stage = 0;
         unsigned phase = 0;
         int it = 0;
+#if FC_HOPPER_WG_KEY_SPLIT
+        int ring = 0;  // K/V tiles of the items before this one (both warpgroups count them all)
+#endif
 #if FC_HOPPER_DYNAMIC
         for (;; ++it) {
             const int qs = Q_STAGES == 1 ? 0 : (it & 1);
@@ -274,13 +280,13 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             // softmax, which then runs with scale 1.
             const bool score_modified = MODES && has_score_mod(p);
             const float softmax_scale_log2 = score_modified ? 1.f : scale_log2;
-            const KeyRange wg_unmasked = warpgroup_unmasked_keys(p, w.b, w.m * BM + cw * WG_M);
+            const KeyRange wg_unmasked = warpgroup_unmasked_keys(p, w.b, w.m * BM + row_wg * WG_M);
             // Modes build: the item's q tile may end before this warpgroup's rows begin. Taken
             // through a vote so the compiler sees a warp-uniform branch: the ring's stage and
             // phase stay in uniform registers (a plain load-derived condition moved them to
             // per-thread ones, and every wgmma descriptor then paid an R2UR: +3 % time).
             const bool wg_has_rows =
-                !MODES || __all_sync(0xffffffffu, w.m * BM + cw * WG_M < block_seq(p, w.b).len_q);
+                !MODES || __all_sync(0xffffffffu, w.m * BM + row_wg * WG_M < block_seq(p, w.b).len_q);
 
             float o[D / 2];
 #pragma unroll
@@ -295,11 +301,16 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
 #endif
 
 #if FC_HOPPER_OVERLAP
+            // Key-split warpgroups take every other tile, from tile cw; otherwise each takes all.
+            const int first_kb = KEY_SPLIT ? cw : 0;
+#if FC_HOPPER_WG_KEY_SPLIT
+            key_split_ring_start(ring, cw, stage, phase);
+#endif
             if (!wg_has_rows) {
                 pass_key_tiles(w.n_blocks, cw, bar_k_full, bar_k_empty, bar_v_full, bar_v_empty, stage, phase, q_empty,
                                release_q_after_qk);
                 if (release_q_after_qk && w.n_blocks == 0) mbar_arrive(q_empty);
-            } else if (w.n_blocks > 0) {
+            } else if (w.n_blocks > first_kb) {
                 float s[BN / 2];
                 unsigned pr[BN / 4];
                 // ---- first key tile: S_0, softmax_0 (no PV yet) ----
@@ -316,19 +327,17 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     fence_regs(s);
                     trace.mark(it, MARK_S0_DONE);
                     mbar_arrive(ke);
-                    if (release_q_after_qk && w.n_blocks == 1) mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, w.kb0 * BN, col_in_block,
+                    if (release_q_after_qk && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
+                        mbar_arrive(q_empty);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + first_kb) * BN, col_in_block,
                                    wg_unmasked, score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     convert_p(s, pr);
                 }
                 int vstage = stage;
                 unsigned vphase = phase;
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-                for (int kb = 1; kb < w.n_blocks; ++kb) {
+                advance_ring(stage, phase);
+                for (int kb = first_kb + KEY_STEP; kb < w.n_blocks; kb += KEY_STEP) {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
                     mbar_wait(kf, phase, TAG_K_FULL);
@@ -344,9 +353,10 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     wgmma_wait<1>();  // S_kb done; PV_{kb-1} may still run
                     fence_regs(s);
                     mbar_arrive(ke);
-                    if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN,
-                                   col_in_block, wg_unmasked, score_modified);
+                    if (release_q_after_qk && (KEY_SPLIT ? kb + KEY_STEP >= w.n_blocks : kb == w.n_blocks - 1))
+                        mbar_arrive(q_empty);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block, wg_unmasked,
+                                   score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
                     fence_regs(o);
@@ -356,10 +366,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     convert_p(s, pr);
                     vstage = stage;
                     vphase = phase;
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
+                    advance_ring(stage, phase);
                 }
                 // ---- last PV (outside the ping-pong: no issue slot) ----
                 {
@@ -375,8 +382,12 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     trace.mark(it, MARK_LOOP_DONE);
                 }
             } else if (release_q_after_qk) {
-                mbar_arrive(q_empty);  // no key tile: Q was loaded but is not needed
+                mbar_arrive(q_empty);  // no key tile (of its own): Q was loaded but is not needed
             }
+#if FC_HOPPER_WG_KEY_SPLIT
+            key_split_balance_turns(w.n_blocks, cw);
+            ring += w.n_blocks;
+#endif
 #else
             for (int kb = 0; kb < w.n_blocks; ++kb) {
                 const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
@@ -391,8 +402,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 mbar_arrive(ke);
                 if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
-                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + cw * WG_M, (w.kb0 + kb) * BN, col_in_block,
-                               wg_unmasked, score_modified);
+                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block, wg_unmasked,
+                               score_modified);
                 online_softmax(s, m, l, alpha, softmax_scale_log2);
                 rescale_o(o, alpha);
                 unsigned pr[BN / 4];
@@ -426,6 +437,11 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 trace.mark(it, MARK_STORED);
                 continue;  // (the register epilogue below is the unsplit one; no smem epilogue here)
             }
+#endif
+#if FC_HOPPER_WG_KEY_SPLIT
+            key_split_epilogue(p, w, cw, tid, o, m, l, grow0, softmax_scale_log2, base + OFF_XCHG);
+            trace.mark(it, MARK_STORED);
+            continue;
 #endif
             const int h = w.h, b = w.b;
             // The block info again (reloaded, not kept in registers across the key loop).

@@ -98,6 +98,17 @@
 #if FC_HOPPER_SPLIT_KV && FC_HOPPER_SMEM_EPILOGUE
 #error "FC_HOPPER_SPLIT_KV=1 uses the register epilogue (FC_HOPPER_SMEM_EPILOGUE=0)"
 #endif
+// Key-split warpgroups: both consumer warpgroups take the same 64 q rows, each every other key
+// tile of the item, and merge their halves in shared memory before the epilogue
+// (wg_key_split.cuh). Halves the dependent chain of QK^T, softmax and PV a CTA walks, for
+// problems whose items fit one round of the SMs twice over (the plan decides, hopper.rs).
+#ifndef FC_HOPPER_WG_KEY_SPLIT
+#define FC_HOPPER_WG_KEY_SPLIT 0
+#endif
+#if FC_HOPPER_WG_KEY_SPLIT && (FC_HOPPER_CONSUMER_WGS != 2 || FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || \
+                               FC_HOPPER_SMEM_EPILOGUE || !FC_HOPPER_OVERLAP)
+#error "FC_HOPPER_WG_KEY_SPLIT=1 is the dense, unsplit, overlapped two-warpgroup build with the register epilogue"
+#endif
 
 
 namespace fch {
@@ -106,7 +117,15 @@ namespace fch {
 constexpr int D = FC_HEAD_DIM;
 constexpr int CONSUMER_WGS = FC_HOPPER_CONSUMER_WGS;
 constexpr int WG_M = 64;                // q rows per consumer warpgroup
-constexpr int BM = WG_M * CONSUMER_WGS; // q rows per work item (= Q TMA box rows)
+// (Enums, as below: these constexprs were emitted as PTX globals.)
+enum : bool { KEY_SPLIT = FC_HOPPER_WG_KEY_SPLIT != 0 };
+enum : int {
+    // Warpgroups that split the item's rows between them (1 when they split its keys instead).
+    ROW_WGS = KEY_SPLIT ? 1 : CONSUMER_WGS,
+    // A consumer warpgroup's step through an item's key tiles (and through the K/V ring).
+    KEY_STEP = KEY_SPLIT ? 2 : 1,
+};
+constexpr int BM = WG_M * ROW_WGS;      // q rows per work item (= Q TMA box rows)
 constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
 constexpr int STAGES = FC_HOPPER_STAGES;
 constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
@@ -137,7 +156,14 @@ enum : int {  // each group's first barrier (an enum: constexpr ints here were e
 // Dynamic schedule: the unit index each Q buffer holds (-1: no more), one int per buffer, after
 // the barriers (8 bytes reserved either way).
 constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
-constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128;
+// Key-split warpgroups' exchange (wg_key_split.cuh): per receiving warpgroup, D / 16 column
+// blocks of O and one (m, l) quadruple, a float4 per thread each.
+enum : int {
+    XCHG_SLOTS = D / 16 + 1,
+    XCHG_BYTES = KEY_SPLIT ? 2 * XCHG_SLOTS * 128 * 16 : 0,
+    OFF_XCHG = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128,
+};
+constexpr int SMEM_USED = OFF_XCHG + XCHG_BYTES;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
 enum : bool { SPREAD_PAGES = FC_HOPPER_SPREAD_PAGES != 0 };  // (an enum: this constexpr was emitted as a PTX global)
@@ -148,6 +174,8 @@ constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
 
 constexpr int CONSUMER_THREADS = 128 * CONSUMER_WGS;
+// Consumer threads that release each K/V slot: one warpgroup takes each tile when they split keys.
+enum : int { KV_CONSUMER_THREADS = KEY_SPLIT ? 128 : CONSUMER_THREADS };
 constexpr int THREADS = 128 + CONSUMER_THREADS;  // the producer warpgroup first
 // setmaxnreg split of the register file: 232 | 240 with two consumer warpgroups (producer 40 |
 // 24), 160 with three (producer 32: 32 + 3 x 160 = 512 registers x 128 threads = 65 536).
@@ -155,7 +183,8 @@ constexpr int CONSUMER_REGS = CONSUMER_WGS == 3 ? 160 : FC_HOPPER_CONSUMER_REGS;
 constexpr int PRODUCER_REGS = CONSUMER_WGS == 3 ? 32 : CONSUMER_REGS >= 240 ? 24 : 40;
 // Named barrier ids (named_barrier.cuh): scheduler barrier of consumer cw = BAR_SCHED + cw,
 // warpgroup-local barrier of consumer cw = BAR_WG + cw.
-enum : unsigned { BAR_SCHED = 1, BAR_WG = 1 + CONSUMER_WGS };
+// BAR_PAIR: both consumer warpgroups, for the key-split exchange.
+enum : unsigned { BAR_SCHED = 1, BAR_WG = 1 + CONSUMER_WGS, BAR_PAIR = 1 + 2 * CONSUMER_WGS };
 
 static_assert(BN == 64 || BN == 128 || BN == 176, "FC_HOPPER_BLOCK_N must be 64, 128 or 176");
 static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");

@@ -231,6 +231,13 @@ pub struct HopperConfig {
     /// leaves SMs free for this one's CTAs to start early). Only where the kernel works out its
     /// first unit early ([`HopperConfig::early_first_unit`]).
     pub prefetch: Option<bool>,
+    /// Key-split warpgroups (`FC_HOPPER_WG_KEY_SPLIT`; env `FLASHCORE_HOPPER_WG_KEY_SPLIT=0|1`):
+    /// both consumer warpgroups take the same 64-row q tile, each every other key tile, merged
+    /// in shared memory before the epilogue (`kernels/gen5_hopper/wg_key_split.cuh`). A CTA then
+    /// walks half the key tiles one after another. `None`: [`default_wg_key_split`]. Taken only by
+    /// dense, unsplit, overlapped plans with the register epilogue and two warpgroups; forced on,
+    /// every other dense problem takes it too (for verifying it).
+    pub wg_key_split: Option<bool>,
     /// A printed clock64 timeline of three CTAs' units (`FC_HOPPER_TRACE`,
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
     /// unit's time goes. Off by default. On, the kernel builds as a module of its own and the
@@ -261,6 +268,7 @@ impl Default for HopperConfig {
             l2_section_bytes: None,
             programmatic_launch: None,
             prefetch: None,
+            wg_key_split: None,
             trace: false,
         }
     }
@@ -329,6 +337,9 @@ impl HopperConfig {
         if let Some(v) = flag("FLASHCORE_HOPPER_TRACE")? {
             c.trace = v;
         }
+        if let Some(v) = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")? {
+            c.wg_key_split = Some(v);
+        }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
                 Ok(mb) if (1..=1024).contains(&mb) => c.l2_section_bytes = Some(mb << 20),
@@ -396,6 +407,22 @@ impl HopperConfig {
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
+        // Key-split warpgroups: the build exists for dense, unsplit, overlapped plans with the
+        // register epilogue and two warpgroups.
+        let key_split = problem.modes.is_dense()
+            && unsplit
+            && self.overlap
+            && self.smem_epilogue != Some(true)
+            && self.consumer_wgs != Some(3)
+            && self.wg_key_split.unwrap_or(false);
+        if key_split {
+            return HopperConfig {
+                consumer_wgs: Some(2),
+                wg_key_split: Some(true),
+                smem_epilogue: Some(false),
+                ..*self
+            };
+        }
         // Three consumer warpgroups: the kernel builds them for dense, unsplit D = 64 problems
         // with the register epilogue only.
         let three_wgs_fit = problem.head_dim == 64
@@ -410,6 +437,7 @@ impl HopperConfig {
         };
         let cfg = HopperConfig {
             consumer_wgs: Some(consumer_wgs),
+            wg_key_split: Some(false),
             ..*self
         };
         // Paged caches keep 128-key tiles: a paged tile is loaded in power-of-two groups, and 176
@@ -456,9 +484,19 @@ impl HopperConfig {
         self.consumer_wgs.unwrap_or(2)
     }
 
-    /// Q rows per work item (= Q TMA box rows).
+    /// Whether a configuration [`HopperConfig::for_problem`] resolved splits keys between its
+    /// warpgroups.
+    pub fn key_split(&self) -> bool {
+        self.wg_key_split == Some(true)
+    }
+
+    /// Q rows per work item (= Q TMA box rows): one warpgroup's when they split the keys.
     pub fn block_m(&self) -> usize {
-        WARPGROUP_ROWS * self.warpgroups()
+        if self.key_split() {
+            WARPGROUP_ROWS
+        } else {
+            WARPGROUP_ROWS * self.warpgroups()
+        }
     }
 
     /// Work items (batch, q head, `block_m`-row q tile) of a problem.
@@ -487,6 +525,11 @@ impl HopperConfig {
 
     /// Dynamic shared memory of this configuration.
     pub fn smem_bytes(&self, head_dim: usize, elem_bytes: usize) -> usize {
+        let exchange = if self.key_split() {
+            key_split_exchange_bytes(head_dim)
+        } else {
+            0
+        };
         smem_bytes_with_tiles(
             head_dim,
             elem_bytes,
@@ -494,7 +537,7 @@ impl HopperConfig {
             self.q_stages,
             self.block_m(),
             self.block_n,
-        )
+        ) + exchange
     }
 
     /// The kernel defines. Variants at their default value are not emitted (the kernel's own
@@ -540,8 +583,24 @@ impl HopperConfig {
                 self.consumer_regs.to_string(),
             ));
         }
+        if self.key_split() {
+            d.push(("FC_HOPPER_WG_KEY_SPLIT".to_string(), "1".to_string()));
+        }
         d
     }
+}
+
+/// Shared memory of the key-split warpgroups' exchange (the kernel's `XCHG_BYTES`): per receiving
+/// warpgroup, D / 16 column blocks of O and one (m, l) quadruple, 16 bytes a thread each.
+pub fn key_split_exchange_bytes(head_dim: usize) -> usize {
+    2 * (head_dim / 16 + 1) * WARPGROUP_THREADS * 16
+}
+
+/// Whether a dense problem splits its keys between the warpgroups when the environment does not
+/// choose: where its 64-row items fit one round of the SMs, so that halving each CTA's chain of
+/// key tiles costs no second round.
+pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
+    problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS) <= sm_count
 }
 
 /// Rounds of work items the three-warpgroup schedule must fill before it is taken.
@@ -834,6 +893,60 @@ mod tests {
         plan.launches[0]
             .defines
             .contains(&(name.to_string(), "1".to_string()))
+    }
+
+    #[test]
+    fn key_split_warpgroups_share_one_64_row_tile() {
+        let dev = DeviceInfo::synthetic_h100();
+        let on = overrides(&[("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1")]).unwrap();
+        assert!(overrides(&[("FLASHCORE_HOPPER_WG_KEY_SPLIT", "2")]).is_err());
+        for d in [64, 128] {
+            for causal in [false, true] {
+                let p = AttentionProblem::new(1, 8, 512, d).with_causal(causal);
+                let plan = PersistentHopper.plan_with(&on, &p, &dev).unwrap();
+                let l = &plan.launches[0];
+                assert!(plan_sets(&on, &p, "FC_HOPPER_WG_KEY_SPLIT"));
+                assert!(!plan_sets(&on, &p, "FC_HOPPER_SMEM_EPILOGUE"));
+                // Two consumer warpgroups on 64-row items: 8 heads x 8 tiles.
+                assert_eq!(l.block, (384, 1, 1));
+                assert_eq!(l.grid, (64, 1, 1));
+                assert_eq!(l.tensor_maps.unwrap().q_box_rows, 64);
+                assert_eq!(l.tensor_maps.unwrap().kv_box_rows, 128);
+                // Q (2 x 64 rows) + 2 stages of K and V + barriers + the exchange + slack.
+                let exchange = 2 * (d / 16 + 1) * 128 * 16;
+                assert_eq!(
+                    l.dynamic_smem_bytes as usize,
+                    2 * 64 * d * 2 + 4 * 128 * d * 2 + 128 + exchange + 1024
+                );
+                // Off by default.
+                assert!(!plan_sets(
+                    &HopperConfig::default(),
+                    &p,
+                    "FC_HOPPER_WG_KEY_SPLIT"
+                ));
+            }
+        }
+        // Not with modes, key-range splits or three warpgroups: those plans keep their builds.
+        let paged = AttentionProblem::new(1, 8, 512, 64).with_modes(flashcore_core::Modes {
+            seqused_k: true,
+            ..flashcore_core::Modes::default()
+        });
+        assert!(!plan_sets(&on, &paged, "FC_HOPPER_WG_KEY_SPLIT"));
+        let p = AttentionProblem::new(1, 8, 512, 64);
+        let split = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+            ("FLASHCORE_HOPPER_SPLITS", "4"),
+        ])
+        .unwrap();
+        assert!(!plan_sets(&split, &p, "FC_HOPPER_WG_KEY_SPLIT"));
+        let three = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+            ("FLASHCORE_HOPPER_CONSUMER_WGS", "3"),
+        ])
+        .unwrap();
+        let big = AttentionProblem::new(4, 16, 2048, 64);
+        assert!(!plan_sets(&three, &big, "FC_HOPPER_WG_KEY_SPLIT"));
+        assert!(plan_sets(&on, &big, "FC_HOPPER_WG_KEY_SPLIT"));
     }
 
     #[test]

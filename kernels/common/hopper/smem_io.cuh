@@ -18,6 +18,17 @@ __device__ __forceinline__ uint4 ld_shared_v4(unsigned addr) {
                  : "memory");
     return v;
 }
+__device__ __forceinline__ void st_shared_v4_f32(unsigned addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ float4 ld_shared_v4_f32(unsigned addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
 
 // 16-byte global store (the O row base and strides are 16-byte aligned: alignment_elems = 8).
 __device__ __forceinline__ void st_global_v4(void* ptr, const uint4& v) {

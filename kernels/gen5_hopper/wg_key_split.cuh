@@ -1,0 +1,150 @@
+// Generation 5 (Hopper) forward: key-split warpgroups (FC_HOPPER_WG_KEY_SPLIT). Both consumer
+// warpgroups take the item's 64 q rows; warpgroup cw takes key tiles cw, cw + 2, cw + 4, ... and
+// the two partial softmaxes are merged through shared memory, each warpgroup finishing half of
+// O's columns. A one-round grid's CTA then walks half the key tiles one after another (each tile's
+// QK^T, softmax and PV is a dependent chain of ~2 300 cycles at D = 64), for a merge inside the
+// SM instead of a split across CTAs and a combine through global memory.
+#pragma once
+
+namespace fch {
+
+// The consumer's step to its next key tile in the K/V ring. Tile g of the CTA's sequence of
+// tiles (over all its items) sits in slot g mod STAGES, filled for the (g / STAGES)-th time.
+__device__ __forceinline__ void advance_ring(int& stage, unsigned& phase) {
+    if constexpr (KEY_STEP == 1) {
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    } else {
+        static_assert(KEY_STEP <= STAGES, "a step skips no whole ring turn");
+        stage += KEY_STEP;
+        if (stage >= STAGES) {
+            stage -= STAGES;
+            phase ^= 1;
+        }
+    }
+}
+
+#if FC_HOPPER_WG_KEY_SPLIT
+// Where warpgroup cw's first tile of an item sits: `ring` tiles went before the item.
+__device__ __forceinline__ void key_split_ring_start(int ring, int cw, int& stage, unsigned& phase) {
+    const int g = ring + cw;
+    stage = g % STAGES;
+    phase = (unsigned)((g / STAGES) & 1);
+}
+
+// Ping-pong turns alternate between the warpgroups, one a tile. An item with an odd number of
+// tiles gives warpgroup 0 one more: warpgroup 1 then takes an empty turn after its last, so that
+// every scheduler barrier pairs up and the next item starts with warpgroup 0's turn again.
+__device__ __forceinline__ void key_split_balance_turns(int n_blocks, int cw) {
+    if (cw == 1 && (n_blocks & 1)) {
+        pp_sync(cw);
+        pp_arrive(cw);
+    }
+}
+
+// One exchange slot: float4 number `slot` of thread tid, in the half received by warpgroup `to`.
+__device__ __forceinline__ unsigned xchg_addr(unsigned sx, int to, int slot, int tid) {
+    return sx + (unsigned)(((to * XCHG_SLOTS + slot) * 128 + tid) * 16);
+}
+
+// The epilogue of a key-split item. Thread tid of both warpgroups holds the same two rows and
+// columns, each over its own key tiles (o unnormalised, m the raw running max, l quad-reduced).
+// Warpgroup cw keeps column blocks [cw H, cw H + H) (H = D / 16 blocks of 8 columns) and hands the
+// other half, with its (m, l), to its partner; both merge in the same order (warpgroup 0's part,
+// then 1's) so the two halves are normalised by bitwise the same l. Warpgroup 0 writes the LSE.
+// The warpgroup is a template parameter: o[] indexed by a run-time block number went to the stack.
+template <int cw>
+__device__ __forceinline__ void key_split_epilogue_of(const AttentionParams& p, const Work& w, int tid,
+                                                      float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                                      int grow0, float c, unsigned sx) {
+    constexpr int H = D / 16;
+    constexpr int mine = cw * H, theirs = (1 - cw) * H;
+    const int lane = tid & 31;
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+        const int b = theirs + j;
+        st_shared_v4_f32(xchg_addr(sx, 1 - cw, j, tid), o[4 * b + 0], o[4 * b + 1], o[4 * b + 2], o[4 * b + 3]);
+    }
+    st_shared_v4_f32(xchg_addr(sx, 1 - cw, H, tid), m[0], m[1], l[0], l[1]);
+    named_bar_sync(BAR_PAIR, 2 * 128);
+    const float4 ml = ld_shared_v4_f32(xchg_addr(sx, cw, H, tid));
+    float4 part[H];
+#pragma unroll
+    for (int j = 0; j < H; ++j) part[j] = ld_shared_v4_f32(xchg_addr(sx, cw, j, tid));
+    // The partner may overwrite our slots (its next item's exchange) only once we have read them.
+    named_bar_sync(BAR_PAIR, 2 * 128);
+
+    // Warpgroup 0's part is "a", warpgroup 1's "b", in both warpgroups.
+    const float their_m[2] = {ml.x, ml.y}, their_l[2] = {ml.z, ml.w};
+    float wa[2], wb[2], lsum[2], mx[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float ma = cw == 0 ? m[r] : their_m[r], mb = cw == 0 ? their_m[r] : m[r];
+        const float la = cw == 0 ? l[r] : their_l[r], lb = cw == 0 ? their_l[r] : l[r];
+        // The online softmax's -inf rule: a part with no finite max weighs 0, and no -inf - -inf.
+        mx[r] = fmaxf(ma, mb);
+        const float shift = mx[r] == -INFINITY ? 0.f : __fmul_rn(mx[r], c);
+        wa[r] = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
+        wb[r] = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
+        lsum[r] = fmaf(wb[r], lb, __fmul_rn(la, wa[r]));
+    }
+    // This warpgroup's column blocks: ours are "a" in warpgroup 0 and "b" in warpgroup 1.
+    const float w_mine[2] = {cw == 0 ? wa[0] : wb[0], cw == 0 ? wa[1] : wb[1]};
+    const float w_theirs[2] = {cw == 0 ? wb[0] : wa[0], cw == 0 ? wb[1] : wa[1]};
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+        const int b = mine + j;
+        const float t[4] = {part[j].x, part[j].y, part[j].z, part[j].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float ours = __fmul_rn(o[4 * b + e], w_mine[e >> 1]);
+            const float other = __fmul_rn(t[e], w_theirs[e >> 1]);
+            // Added in the order a + b whichever warpgroup holds which.
+            o[4 * b + e] = cw == 0 ? ours + other : other + ours;
+        }
+    }
+
+    // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_log_sum_exp),
+    // in 16-byte stores: quad_transpose gives each lane 4 whole column blocks.
+    const SeqInfo seq = block_seq(p, w.b);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int grow = grow0 + 8 * r;
+        const KeyRange keys = block_keys(p, seq, grow);
+        const float inv = row_inverse(lsum[r], keys);
+        elem_t* orow = grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, grow)
+                                        : nullptr;
+#pragma unroll
+        for (int g = 0; g < H / 4; ++g) {
+            unsigned blocks[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int b = mine + 4 * g + k;
+                blocks[k] = pack2_u32(o[4 * b + 2 * r] * inv, o[4 * b + 2 * r + 1] * inv);
+            }
+            quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
+            if (orow != nullptr)
+                st_global_v4(orow + 8 * (mine + 4 * g + (lane & 3)),
+                             make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
+        }
+        if (cw == 0 && grow < seq.len_q && (lane & 3) == 0) {
+            // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
+            p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
+                row_log_sum_exp(lsum[r], keys, (mx[r] * c + __log2f(lsum[r])) * 0.69314718055994531f);
+        }
+    }
+}
+
+__device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, const Work& w, int cw, int tid,
+                                                   float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                                   int grow0, float c, unsigned sx) {
+    if (cw == 0)
+        key_split_epilogue_of<0>(p, w, tid, o, m, l, grow0, c, sx);
+    else
+        key_split_epilogue_of<1>(p, w, tid, o, m, l, grow0, c, sx);
+}
+#endif
+
+}  // namespace fch
