@@ -20,13 +20,16 @@
 //     visits key tiles [s n / S, (s+1) n / S) (S = p.num_splits, n = the item's key tiles), writes
 //     its unnormalised partial O and (m, l) to p.workspace, and the last of the S units to arrive
 //     (per warp: an arrival counter in the workspace) combines them and writes O and LSE.
+//   * FC_HOPPER_WG_KEY_SPLIT=1 (one-round problems): both consumer warpgroups take the same 64-row
+//     q tile, each every other key tile, and merge in shared memory before the epilogue
+//     (gen5_hopper/wg_key_split.cuh): half the chain of dependent tiles a CTA walks.
 //
 // This file is the kernel itself: barrier setup, the producer loop and the consumer loop with its
 // epilogue. The parts it is built from live in gen5_hopper/, one concern each, as in
 // FlashAttention-3's hopper/: config (defines, tile shapes, smem map), block_info (which rows and
 // keys an item sees), tile_scheduler (items, their order, split units), consumer_math (GEMMs,
 // masks and score modifiers, online softmax), pingpong, kv_fetch (where key rows live),
-// split_epilogue and trace (an optional timeline); its shared-memory helpers are
+// split_epilogue, wg_key_split and trace (an optional timeline); its shared-memory helpers are
 // common/hopper/smem_io.cuh. Splitting them out left the PTX of every checked build unchanged.
 //
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
@@ -41,8 +44,9 @@
 // time), FC_HOPPER_HEAD_MAJOR (0|1, default 1: one head per L2 section without causal masking),
 // FC_HOPPER_CONSUMER_WGS (2|3, default 2; 3: 192-row items at D = 64, 160 consumer registers),
 // FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
-// griddepcontrol.wait; dense builds), FC_HOPPER_DEBUG (bounded mbarrier waits that trap instead of
-// hanging), FC_HOPPER_TRACE (clock64 stamps of three CTAs' units, printed: gen5_hopper/trace.cuh).
+// griddepcontrol.wait; dense builds), FC_HOPPER_WG_KEY_SPLIT (0|1, default 0: key-split
+// warpgroups, 64-row items; dense, unsplit, overlapped, register epilogue), FC_HOPPER_DEBUG
+// (bounded mbarrier waits that trap instead of hanging), FC_HOPPER_TRACE (clock64 stamps of three CTAs' units, printed: gen5_hopper/trace.cuh).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -104,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES) {
         first_unit = decode_unit(p, sched, blockIdx.x);  // < n_units: grid <= units
 #if FC_HOPPER_PREFETCH
-        prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit);  // (before griddep_wait below)
+        prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit, sched.nm);  // (before griddep_wait below)
 #endif
     }
     if (threadIdx.x == (MODES ? 0 : 32)) {
@@ -145,15 +149,24 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     // kernel, if launched programmatically (as this one is by default), may start its CTAs on
     // SMs this grid leaves free and get through its setup while this grid runs. (Signalled
     // before the wait, launches ran several kernels ahead, their waiting CTAs taking SM slots.)
-    griddep_wait();
-    if (threadIdx.x == 0) griddep_launch_dependents();
-    trace.after_wait();
+    // The key-split build waits later, each warpgroup once it has its registers (setmaxnreg) and
+    // the consumers their first unit: that setup then runs under the previous kernel too.
+    constexpr bool kSetupBeforeWait = KEY_SPLIT && !FC_HOPPER_DYNAMIC;
+    if constexpr (!kSetupBeforeWait) {
+        griddep_wait();
+        if (threadIdx.x == 0) griddep_launch_dependents();
+        trace.after_wait();
+    }
 
     const int warpgroup = threadIdx.x / 128;
 
     if (warpgroup == 0) {
         // ===================================== producer =====================================
         warpgroup_reg_dealloc<PRODUCER_REGS>();
+        if constexpr (kSetupBeforeWait) {
+            griddep_wait();
+            if (threadIdx.x == 0) griddep_launch_dependents();
+        }
         // Thread 0 produces: it issues every TMA and barrier operation. In the modes build the
         // whole of warp 0 runs the loop, to zero the rows of a V tile past its sequence's keys
         // (fetch_kv_tile); the dense build keeps the lone thread (31 lanes polling the barriers
@@ -194,6 +207,13 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 const SeqInfo seq = block_seq(p, w.b);
                 fill_q(p, sQ, &tm_q, q_full, qs, leader, w, seq.q_row0);
                 const int h_kv = w.h / p.q_heads_per_kv;
+                if constexpr (KEY_SPLIT) {
+                    // Tiles in pairs, the two K tiles first: each warpgroup's first tile waits on
+                    // its K alone (with K, V, K, V the second warpgroup's first K came behind V_0).
+                    produce_key_split_pairs(p, seq, w, h_kv, sK, sV, bar_k_full, bar_k_empty, bar_v_full,
+                                            bar_v_empty, &tm_k, &tm_v, stage, phase);
+                    continue;
+                }
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
                     const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
                     const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
@@ -267,6 +287,10 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
+            if (kSetupBeforeWait && it == 0) {  // before this thread's first write of O
+                griddep_wait();
+                trace.after_wait();
+            }
             trace.mark(it, MARK_BEGIN);
 #endif
             trace.set_tiles(it, w.n_blocks);

@@ -26,6 +26,50 @@ __device__ __forceinline__ void advance_ring(int& stage, unsigned& phase) {
     }
 }
 
+// The producer's K/V tiles of one item in pairs, each pair's K tiles before its V tiles (K_0, K_1,
+// V_0, V_1, ...): warpgroup 1 starts on tile 1, whose K then lands right behind tile 0's. Every
+// wait is for a slot's release by the warpgroup holding the tile STAGES back, which needs only
+// tiles issued before (no cycle). Dense build: lane 0 alone, no zeroed tails.
+__device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p, const SeqInfo& seq, const Work& w,
+                                                        int h_kv, unsigned sK, unsigned sV, unsigned bar_k_full,
+                                                        unsigned bar_k_empty, unsigned bar_v_full,
+                                                        unsigned bar_v_empty, const CUtensorMap* tm_k,
+                                                        const CUtensorMap* tm_v, int& stage, unsigned& phase) {
+    for (int kb = 0; kb < w.n_blocks; kb += 2) {
+        const int n = min(2, w.n_blocks - kb);
+        // The second tile's slot is one on from the first's.
+        const int st[2] = {stage, stage + 1 == STAGES ? 0 : stage + 1};
+        const unsigned ph[2] = {phase, stage + 1 == STAGES ? phase ^ 1 : phase};
+        KvTile tile[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) tile[i] = plan_kv_tile(p, seq, w.b, (w.kb0 + kb + i) * BN, 0);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            if (i < n) {
+                mbar_wait(bar_k_empty + 8 * st[i], ph[i] ^ 1, TAG_K_EMPTY);
+                fetch_kv_tile(p, tile[i], h_kv, sK + st[i] * KV_TILE_BYTES, tm_k, bar_k_full + 8 * st[i], 0, 0,
+                              nullptr);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            if (i < n) {
+                mbar_wait(bar_v_empty + 8 * st[i], ph[i] ^ 1, TAG_V_EMPTY);
+                fetch_kv_tile(p, tile[i], h_kv, sV + st[i] * KV_TILE_BYTES, tm_v, bar_v_full + 8 * st[i], 0, 0,
+                              nullptr);
+            }
+        }
+        if (n == 2) {
+            stage = st[1];
+            phase = ph[1];
+        }
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+}
+
 #if FC_HOPPER_WG_KEY_SPLIT
 // Where warpgroup cw's first tile of an item sits: `ring` tiles went before the item.
 __device__ __forceinline__ void key_split_ring_start(int ring, int cw, int& stage, unsigned& phase) {
@@ -54,18 +98,34 @@ __device__ __forceinline__ unsigned xchg_addr(unsigned sx, int to, int slot, int
 // Warpgroup cw keeps column blocks [cw H, cw H + H) (H = D / 16 blocks of 8 columns) and hands the
 // other half, with its (m, l), to its partner; both merge in the same order (warpgroup 0's part,
 // then 1's) so the two halves are normalised by bitwise the same l. Warpgroup 0 writes the LSE.
-// The warpgroup is a template parameter: o[] indexed by a run-time block number went to the stack.
-template <int cw>
-__device__ __forceinline__ void key_split_epilogue_of(const AttentionParams& p, const Work& w, int tid,
-                                                      float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
-                                                      int grow0, float c, unsigned sx) {
+// One code path for both warpgroups (the halves are picked with selects on constant indices: o[]
+// indexed by a run-time block number went to the stack), so each named barrier below is one
+// instruction that all 256 threads reach.
+__device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, const Work& w, int cw, int tid,
+                                                   const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                                   int grow0, float c, unsigned sx) {
     constexpr int H = D / 16;
-    constexpr int mine = cw * H, theirs = (1 - cw) * H;
+    const bool first = cw == 0;
     const int lane = tid & 31;
+    // The block info first: its parameter loads (cold in the constant cache) then overlap the
+    // wait for the partner instead of following the merge.
+    const SeqInfo seq = block_seq(p, w.b);
+    KeyRange keys[2];
+    elem_t* orow[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int grow = grow0 + 8 * r;
+        keys[r] = block_keys(p, seq, grow);
+        orow[r] = grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, grow) : nullptr;
+    }
+    float keep[4 * H];
 #pragma unroll
     for (int j = 0; j < H; ++j) {
-        const int b = theirs + j;
-        st_shared_v4_f32(xchg_addr(sx, 1 - cw, j, tid), o[4 * b + 0], o[4 * b + 1], o[4 * b + 2], o[4 * b + 3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) keep[4 * j + e] = first ? o[4 * j + e] : o[4 * (H + j) + e];
+        st_shared_v4_f32(xchg_addr(sx, 1 - cw, j, tid), first ? o[4 * (H + j) + 0] : o[4 * j + 0],
+                         first ? o[4 * (H + j) + 1] : o[4 * j + 1], first ? o[4 * (H + j) + 2] : o[4 * j + 2],
+                         first ? o[4 * (H + j) + 3] : o[4 * j + 3]);
     }
     st_shared_v4_f32(xchg_addr(sx, 1 - cw, H, tid), m[0], m[1], l[0], l[1]);
     named_bar_sync(BAR_PAIR, 2 * 128);
@@ -78,72 +138,58 @@ __device__ __forceinline__ void key_split_epilogue_of(const AttentionParams& p, 
 
     // Warpgroup 0's part is "a", warpgroup 1's "b", in both warpgroups.
     const float their_m[2] = {ml.x, ml.y}, their_l[2] = {ml.z, ml.w};
-    float wa[2], wb[2], lsum[2], mx[2];
+    float w_mine[2], w_theirs[2], lsum[2], mx[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const float ma = cw == 0 ? m[r] : their_m[r], mb = cw == 0 ? their_m[r] : m[r];
-        const float la = cw == 0 ? l[r] : their_l[r], lb = cw == 0 ? their_l[r] : l[r];
+        const float ma = first ? m[r] : their_m[r], mb = first ? their_m[r] : m[r];
+        const float la = first ? l[r] : their_l[r], lb = first ? their_l[r] : l[r];
         // The online softmax's -inf rule: a part with no finite max weighs 0, and no -inf - -inf.
         mx[r] = fmaxf(ma, mb);
         const float shift = mx[r] == -INFINITY ? 0.f : __fmul_rn(mx[r], c);
-        wa[r] = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
-        wb[r] = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
-        lsum[r] = fmaf(wb[r], lb, __fmul_rn(la, wa[r]));
+        const float wa = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
+        const float wb = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
+        lsum[r] = __fadd_rn(__fmul_rn(la, wa), __fmul_rn(lb, wb));
+        w_mine[r] = first ? wa : wb;
+        w_theirs[r] = first ? wb : wa;
     }
-    // This warpgroup's column blocks: ours are "a" in warpgroup 0 and "b" in warpgroup 1.
-    const float w_mine[2] = {cw == 0 ? wa[0] : wb[0], cw == 0 ? wa[1] : wb[1]};
-    const float w_theirs[2] = {cw == 0 ? wb[0] : wa[0], cw == 0 ? wb[1] : wa[1]};
 #pragma unroll
     for (int j = 0; j < H; ++j) {
-        const int b = mine + j;
         const float t[4] = {part[j].x, part[j].y, part[j].z, part[j].w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float ours = __fmul_rn(o[4 * b + e], w_mine[e >> 1]);
+            const float ours = __fmul_rn(keep[4 * j + e], w_mine[e >> 1]);
             const float other = __fmul_rn(t[e], w_theirs[e >> 1]);
-            // Added in the order a + b whichever warpgroup holds which.
-            o[4 * b + e] = cw == 0 ? ours + other : other + ours;
+            // a + b whichever warpgroup holds which (fadd is commutative: the same bits).
+            keep[4 * j + e] = __fadd_rn(ours, other);
         }
     }
 
     // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_log_sum_exp),
     // in 16-byte stores: quad_transpose gives each lane 4 whole column blocks.
-    const SeqInfo seq = block_seq(p, w.b);
+    const int mine = cw * H;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int grow = grow0 + 8 * r;
-        const KeyRange keys = block_keys(p, seq, grow);
-        const float inv = row_inverse(lsum[r], keys);
-        elem_t* orow = grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, grow)
-                                        : nullptr;
+        const float inv = row_inverse(lsum[r], keys[r]);
 #pragma unroll
         for (int g = 0; g < H / 4; ++g) {
             unsigned blocks[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const int b = mine + 4 * g + k;
-                blocks[k] = pack2_u32(o[4 * b + 2 * r] * inv, o[4 * b + 2 * r + 1] * inv);
+                const int j = 4 * g + k;
+                blocks[k] = pack2_u32(keep[4 * j + 2 * r] * inv, keep[4 * j + 2 * r + 1] * inv);
             }
             quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
-            if (orow != nullptr)
-                st_global_v4(orow + 8 * (mine + 4 * g + (lane & 3)),
+            if (orow[r] != nullptr)
+                st_global_v4(orow[r] + 8 * (mine + 4 * g + (lane & 3)),
                              make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
         }
-        if (cw == 0 && grow < seq.len_q && (lane & 3) == 0) {
+        if (first && grow < seq.len_q && (lane & 3) == 0) {
             // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
             p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
-                row_log_sum_exp(lsum[r], keys, (mx[r] * c + __log2f(lsum[r])) * 0.69314718055994531f);
+                row_log_sum_exp(lsum[r], keys[r], (mx[r] * c + __log2f(lsum[r])) * 0.69314718055994531f);
         }
     }
-}
-
-__device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, const Work& w, int cw, int tid,
-                                                   float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
-                                                   int grow0, float c, unsigned sx) {
-    if (cw == 0)
-        key_split_epilogue_of<0>(p, w, tid, o, m, l, grow0, c, sx);
-    else
-        key_split_epilogue_of<1>(p, w, tid, o, m, l, grow0, c, sx);
 }
 #endif
 

@@ -6,6 +6,10 @@
 //! D = 64 ([`HopperConfig::consumer_wgs`]), 512 threads with 3 consumer warpgroups and 192-row
 //! q tiles.
 //!
+//! One-round problems ([`default_wg_key_split`]) give both consumer warpgroups the same 64-row
+//! q tile, each every other key tile, merged in shared memory (`FC_HOPPER_WG_KEY_SPLIT`,
+//! `kernels/gen5_hopper/wg_key_split.cuh`).
+//!
 //! Small problems (fewer than half as many items as SMs) split each item's keys into
 //! `num_splits` ranges, one work unit each, and combine the partial results in the same launch
 //! (`FC_HOPPER_SPLIT_KV`; protocol in `docs/generations/gen5-split-kv.md`).
@@ -178,8 +182,9 @@ pub struct HopperConfig {
     /// O staged through the item's Q buffer, 16-byte coalesced stores (`FC_HOPPER_SMEM_EPILOGUE`;
     /// env `FLASHCORE_HOPPER_SMEM_EPILOGUE=0|1`, 1 implies `q_stages = 2`). `None`:
     /// [`HopperConfig::for_problem`] decides: on for dense, unsplit D = 64 problems whose items
-    /// fit one round (the mission shape 7.17 → 6.77 µs, session 16 run10: the kernel's O stores
-    /// are on the critical path of a one-round grid), off elsewhere (the ladder's many-round rows
+    /// fit one round and that do not take the key split ([`default_wg_key_split`]; session 16
+    /// run10, the mission shape 7.17 → 6.77 µs: the kernel's O stores are on the critical path of
+    /// a one-round grid), off elsewhere (the ladder's many-round rows
     /// had a lower sum with it, docs/results/2026-11-23-hopper-variants-h100).
     pub smem_epilogue: Option<bool>,
     /// `FC_HOPPER_CONSUMER_REGS` (env `FLASHCORE_HOPPER_CONSUMER_REGS`, 232|240).
@@ -414,12 +419,23 @@ impl HopperConfig {
             && self.overlap
             && self.smem_epilogue != Some(true)
             && self.consumer_wgs != Some(3)
-            && self.wg_key_split.unwrap_or(false);
+            && self
+                .wg_key_split
+                .unwrap_or_else(|| default_wg_key_split(problem, sm_count));
         if key_split {
+            // Each warpgroup walks every other tile, so a 2-deep ring gives it one tile of
+            // lookahead; at D = 64 four slots fit (session 18, run2: the mission shape 5.5 ->
+            // 5.05 µs).
+            let stages = if problem.head_dim == 64 && self.stages == STAGES {
+                KEY_SPLIT_STAGES_D64
+            } else {
+                self.stages
+            };
             return HopperConfig {
                 consumer_wgs: Some(2),
                 wg_key_split: Some(true),
                 smem_epilogue: Some(false),
+                stages,
                 ..*self
             };
         }
@@ -596,11 +612,29 @@ pub fn key_split_exchange_bytes(head_dim: usize) -> usize {
     2 * (head_dim / 16 + 1) * WARPGROUP_THREADS * 16
 }
 
+/// K/V ring depth of the key-split build at D = 64 (unless `FLASHCORE_HOPPER_STAGES` asks for
+/// another than the default 2).
+pub const KEY_SPLIT_STAGES_D64: usize = 4;
+
+/// Key tiles an item needs before its chain outweighs the early start of the next call
+/// ([`default_wg_key_split`]).
+pub const KEY_SPLIT_LONG_ITEM_TILES: usize = 8;
+
 /// Whether a dense problem splits its keys between the warpgroups when the environment does not
-/// choose: where its 64-row items fit one round of the SMs, so that halving each CTA's chain of
-/// key tiles costs no second round.
+/// choose. Its 64-row items must fit one round of the SMs; then either they leave half the SMs
+/// free, where the next call's CTAs start early under programmatic launch, or (D = 64, 4-deep
+/// ring) they are long enough that halving their chain outweighs that start. Session 18, run2
+/// (session 18's first build, graph replay, µs non-causal / causal, off -> on): (1,8,512,64)
+/// 6.84 / 7.26 -> 5.05 / 5.00, (1,8,128,64) 3.43 / 3.94 -> 3.13 / 3.55, (1,8,512,128) 10.83 /
+/// 8.93 -> 7.52 / 7.01; with 128 CTAs (1,8,1024,64) 11.30 / 11.62 -> 9.49 / 7.80 and
+/// (1,4,2048,64) 19.91 / 20.26 -> 14.18 / 12.31, but (1,16,512,64), 4 tiles, 7.00 / 7.38 -> 7.28
+/// / 5.85 and (1,8,1024,128), 2 slots, 16.87 / 14.98 -> 16.78 / 14.54. The final build's numbers:
+/// `docs/generations/gen5-persistent.md`, *Session 18*.
 pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
-    problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS) <= sm_count
+    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS);
+    let key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+    items <= sm_count / 2
+        || (items <= sm_count && problem.head_dim == 64 && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES)
 }
 
 /// Rounds of work items the three-warpgroup schedule must fill before it is taken.
@@ -912,14 +946,20 @@ mod tests {
                 assert_eq!(l.grid, (64, 1, 1));
                 assert_eq!(l.tensor_maps.unwrap().q_box_rows, 64);
                 assert_eq!(l.tensor_maps.unwrap().kv_box_rows, 128);
-                // Q (2 x 64 rows) + 2 stages of K and V + barriers + the exchange + slack.
+                // Q (2 x 64 rows) + 4 (D = 64) or 2 stages of K and V + barriers (4 or 2
+                // stages: 256 or 128 bytes) + the exchange + slack.
+                let stages = if d == 64 { 4 } else { 2 };
                 let exchange = 2 * (d / 16 + 1) * 128 * 16;
                 assert_eq!(
                     l.dynamic_smem_bytes as usize,
-                    2 * 64 * d * 2 + 4 * 128 * d * 2 + 128 + exchange + 1024
+                    2 * 64 * d * 2
+                        + 2 * stages * 128 * d * 2
+                        + 128 * (stages / 2)
+                        + exchange
+                        + 1024
                 );
-                // Off by default.
-                assert!(!plan_sets(
+                // The default rule takes the mission shape too (64 of 132 SMs).
+                assert!(plan_sets(
                     &HopperConfig::default(),
                     &p,
                     "FC_HOPPER_WG_KEY_SPLIT"
@@ -947,6 +987,20 @@ mod tests {
         let big = AttentionProblem::new(4, 16, 2048, 64);
         assert!(!plan_sets(&three, &big, "FC_HOPPER_WG_KEY_SPLIT"));
         assert!(plan_sets(&on, &big, "FC_HOPPER_WG_KEY_SPLIT"));
+        let off = overrides(&[("FLASHCORE_HOPPER_WG_KEY_SPLIT", "0")]).unwrap();
+        assert!(!plan_sets(&off, &p, "FC_HOPPER_WG_KEY_SPLIT"));
+    }
+
+    #[test]
+    fn default_key_split_rule() {
+        let rule = |b, h, s, d| default_wg_key_split(&AttentionProblem::new(b, h, s, d), 132);
+        // Half the SMs or fewer: the mission shape, one key tile, D = 128.
+        assert!(rule(1, 8, 512, 64) && rule(1, 8, 128, 64) && rule(1, 8, 512, 128));
+        // One round of 128 CTAs: D = 64 items of 8 key tiles or more only.
+        assert!(rule(1, 8, 1024, 64) && rule(1, 4, 2048, 64));
+        assert!(!rule(1, 16, 512, 64) && !rule(1, 8, 1024, 128));
+        // More than one round: never.
+        assert!(!rule(4, 16, 2048, 64) && !rule(2, 8, 1024, 64));
     }
 
     #[test]
@@ -955,9 +1009,10 @@ mod tests {
             |cfg: &HopperConfig, p: &AttentionProblem| plan_sets(cfg, p, "FC_HOPPER_SMEM_EPILOGUE");
         let default = HopperConfig::default();
         for causal in [false, true] {
+            // (One round at 128 rows; at 64, 128 CTAs of 4 key tiles: not key-split.)
             assert!(has(
                 &default,
-                &AttentionProblem::new(1, 8, 512, 64).with_causal(causal)
+                &AttentionProblem::new(1, 16, 512, 64).with_causal(causal)
             ));
             // Many rounds, D = 128 (the wide tile, or unmeasured), or turned off: not.
             assert!(!has(
@@ -970,10 +1025,10 @@ mod tests {
             ));
         }
         let off = overrides(&[("FLASHCORE_HOPPER_SMEM_EPILOGUE", "0")]).unwrap();
-        assert!(!has(&off, &AttentionProblem::new(1, 8, 512, 64)));
+        assert!(!has(&off, &AttentionProblem::new(1, 16, 512, 64)));
         // One Q buffer leaves no room to stage O: not.
         let one_q = overrides(&[("FLASHCORE_HOPPER_Q_STAGES", "1")]).unwrap();
-        assert!(!has(&one_q, &AttentionProblem::new(1, 8, 512, 64)));
+        assert!(!has(&one_q, &AttentionProblem::new(1, 16, 512, 64)));
         // Forced on, many rounds too.
         let on = overrides(&[("FLASHCORE_HOPPER_SMEM_EPILOGUE", "1")]).unwrap();
         assert!(has(&on, &AttentionProblem::new(4, 16, 2048, 64)));
@@ -1470,8 +1525,13 @@ mod tests {
             1
         );
 
-        // 1 turns splitting off for the small problem...
-        let off = overrides(&[("FLASHCORE_HOPPER_SPLITS", "1")]).unwrap();
+        // 1 turns splitting off for the small problem (here without the key-split warpgroups,
+        // which the default plan of it takes)...
+        let off = overrides(&[
+            ("FLASHCORE_HOPPER_SPLITS", "1"),
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "0"),
+        ])
+        .unwrap();
         let plan = PersistentHopper.plan_with(&off, &small, &dev).unwrap();
         assert_eq!((plan.num_splits, plan.workspace_f32), (1, 0));
         assert_eq!(plan.launches[0].grid, (32, 1, 1));
@@ -1512,8 +1572,8 @@ mod tests {
     #[test]
     fn dynamic_schedule_past_one_round_only() {
         let dev = DeviceInfo::synthetic_h100();
-        // (1,8,512,64): 32 units on 132 SMs, one round: static, no workspace.
-        let p = AttentionProblem::new(1, 8, 512, 64);
+        // (1,16,512,64): 64 units on 132 SMs, one round: static, no workspace.
+        let p = AttentionProblem::new(1, 16, 512, 64);
         let plan = default_plan(&p, &dev);
         assert_eq!(define_names(&plan), one_round_defines());
         assert_eq!(plan.workspace_f32, 0);

@@ -1,7 +1,8 @@
 // Named (hardware) barriers for the Hopper kernels: `bar.sync` / `bar.arrive` with an id and a
 // thread count (PTX ISA: barrier{.cta}). Id 0 is __syncthreads(); the Hopper kernel uses
 //   1, 2  ping-pong scheduler barriers of consumer warpgroups 1 and 2 (256 threads each use),
-//   3, 4  warpgroup-local barriers of consumer warpgroups 1 and 2 (128 threads, smem epilogue).
+//   3, 4  warpgroup-local barriers of consumer warpgroups 1 and 2 (128 threads, smem epilogue),
+//   5     both consumer warpgroups, key-split exchange (256 threads, FC_HOPPER_WG_KEY_SPLIT).
 // A barrier completes once `count` threads have arrived (arrive or sync), counted per warp; all
 // threads of a warp must execute the same instruction (they do: every call site is warp-uniform).
 #pragma once
