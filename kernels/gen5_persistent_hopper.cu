@@ -46,7 +46,8 @@
 // FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
 // griddepcontrol.wait; dense builds), FC_HOPPER_WG_KEY_SPLIT (0|1, default 0: key-split
 // warpgroups, 64-row items; dense, unsplit, overlapped, register epilogue), FC_HOPPER_DEBUG
-// (bounded mbarrier waits that trap instead of hanging), FC_HOPPER_TRACE (clock64 stamps of three CTAs' units, printed: gen5_hopper/trace.cuh).
+// (bounded mbarrier waits that trap instead of hanging), FC_HOPPER_TRACE (clock64 stamps of three
+// CTAs' units, printed: gen5_hopper/trace.cuh).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -353,8 +354,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     mbar_arrive(ke);
                     if (release_q_after_qk && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
                         mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + first_kb) * BN, col_in_block,
-                                   wg_unmasked, score_modified);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + first_kb) * BN,
+                                   col_in_block, wg_unmasked, score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     convert_p(s, pr);
                 }
@@ -379,8 +380,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                     mbar_arrive(ke);
                     if (release_q_after_qk && (KEY_SPLIT ? kb + KEY_STEP >= w.n_blocks : kb == w.n_blocks - 1))
                         mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block, wg_unmasked,
-                                   score_modified);
+                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN,
+                                   col_in_block, wg_unmasked, score_modified);
                     online_softmax(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
                     fence_regs(o);
@@ -426,8 +427,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 mbar_arrive(ke);
                 if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
 
-                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block, wg_unmasked,
-                               score_modified);
+                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block,
+                               wg_unmasked, score_modified);
                 online_softmax(s, m, l, alpha, softmax_scale_log2);
                 rescale_o(o, alpha);
                 unsigned pr[BN / 4];
