@@ -60,6 +60,7 @@
 #include "common/hopper/wgmma.cuh"
 #include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
+#include "common/hopper/cluster.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/work_counter.cuh"
 
@@ -76,7 +77,7 @@
 #include "gen5_hopper/producer_spread.cuh"
 #include "gen5_hopper/trace.cuh"
 
-extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
+extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_DIMS
     attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
                                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
     using namespace fch;
@@ -107,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
     constexpr bool kEarlyFirstUnit = !FC_HOPPER_DYNAMIC && !MODES && PRODUCER_REGS >= 40;
     Work first_unit;
     if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES) {
-        first_unit = decode_unit(p, sched, blockIdx.x);  // < n_units: grid <= units
+        first_unit = decode_unit(p, sched, first_unit_of_cta());  // < n_units: grid <= units
 #if FC_HOPPER_PREFETCH
         prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit, sched.nm);  // (before griddep_wait below)
 #endif
@@ -126,6 +127,11 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             mbar_init(bar_v_empty + 8 * s, KV_CONSUMER_THREADS);
         }
         mbar_init(bar_v_landed, 1);
+        if constexpr (CLUSTER_CTAS > 1) {
+            // The partner's half of our rows: one arrival (now) and the bytes of its st.async.
+            mbar_init(base + OFF_BAR_CXCHG, 1);
+            mbar_arrive_expect_tx(base + OFF_BAR_CXCHG, CXCHG_TX_BYTES);
+        }
         mbar_fence_init();
         tma_prefetch_map(&tm_q);
         tma_prefetch_map(&tm_k);
@@ -142,8 +148,17 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
         __trap();
     }
 #endif
+    if constexpr (CLUSTER_CTAS > 1) {
+        if (threadIdx.x == 0 && n_units > unit_stride()) {
+            printf("flashcore hopper: cluster key split with %d units on %d clusters\n", n_units, unit_stride());
+            __trap();
+        }
+    }
 #endif
     __syncthreads();
+    // The cluster key split's partner stores into our shared memory (its half of our rows): every
+    // thread arrives once the barriers are set up, and waits before its first remote access.
+    if constexpr (CLUSTER_CTAS > 1) cluster_arrive_release();
     // Nothing above reads or writes global memory (parameters and tensor maps are kernel
     // parameters): the previous kernel's outputs (Q, K, V, the tables, the dynamic schedule's
     // counters) are read, and O written, only after it has completed. Then the stream's next
@@ -189,8 +204,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
                 const int t = take_next_unit(p, sched, counters, n_units, leader, w);
                 const bool done = t >= n_units;
 #else
-            for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
-                const Work w = kEarlyFirstUnit && t == (int)blockIdx.x ? first_unit : decode_unit(p, sched, t);
+            for (int t = first_unit_of_cta(); t < n_units; t += unit_stride(), ++it) {
+                const Work w = kEarlyFirstUnit && t == first_unit_of_cta() ? first_unit : decode_unit(p, sched, t);
                 if (w.n_blocks < 0) {  // past a varlen sequence's end: the consumers skip it too
                     --it;
                     continue;
@@ -235,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             // before filling that stage, and every stage it filled is consumed (and waited on
             // through its "full" barrier) by the consumer warpgroups before they exit.
         }
+        if constexpr (CLUSTER_CTAS > 1) cluster_wait_acquire();  // (its arrival's pair)
     } else {
         // ===================================== consumers ====================================
         warpgroup_reg_alloc<CONSUMER_REGS>();
@@ -278,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             if (t < 0) break;  // both warpgroups read the same -1: equal slot counts
             const Work w = decode_unit(p, sched, t);
 #else
-        for (int t = blockIdx.x; t < n_units; t += gridDim.x, ++it) {
+        for (int t = first_unit_of_cta(); t < n_units; t += unit_stride(), ++it) {
             const Work w = decode_unit(p, sched, t);
             if (w.n_blocks < 0) {  // past a varlen sequence's end: the producer skips it too
                 --it;
@@ -464,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1)
             }
 #endif
 #if FC_HOPPER_WG_KEY_SPLIT
-            key_split_epilogue(p, w, cw, tid, o, m, l, grow0, softmax_scale_log2, base + OFF_XCHG);
+            key_split_epilogue(p, w, cw, tid, o, m, l, grow0, softmax_scale_log2, base);
             trace.mark(it, MARK_STORED);
             continue;
 #endif

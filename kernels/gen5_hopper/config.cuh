@@ -109,6 +109,21 @@
                                FC_HOPPER_SMEM_EPILOGUE || !FC_HOPPER_OVERLAP)
 #error "FC_HOPPER_WG_KEY_SPLIT=1 is the dense, unsplit, overlapped two-warpgroup build with the register epilogue"
 #endif
+// Cluster key split: a cluster of two CTAs takes one item; CTA r takes the r-th half of its key
+// tiles (its two warpgroups split those as above), and the two CTAs merge their parts through each
+// other's shared memory (wg_key_split.cuh), each finishing half of the item's rows. One item per
+// cluster: the plan's grid is two CTAs an item, so the exchange's buffer and barrier serve once.
+#ifndef FC_HOPPER_CLUSTER_KEY_SPLIT
+#define FC_HOPPER_CLUSTER_KEY_SPLIT 0
+#endif
+#if FC_HOPPER_CLUSTER_KEY_SPLIT && (!FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_DYNAMIC)
+#error "FC_HOPPER_CLUSTER_KEY_SPLIT=1 needs FC_HOPPER_WG_KEY_SPLIT=1 and the static schedule"
+#endif
+#if FC_HOPPER_CLUSTER_KEY_SPLIT
+#define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
+#else
+#define FC_HOPPER_CLUSTER_DIMS
+#endif
 
 
 namespace fch {
@@ -120,6 +135,8 @@ constexpr int WG_M = 64;                // q rows per consumer warpgroup
 // (Enums, as below: these constexprs were emitted as PTX globals.)
 enum : bool { KEY_SPLIT = FC_HOPPER_WG_KEY_SPLIT != 0 };
 enum : int {
+    // CTAs of a cluster, which split an item's key tiles between them (FC_HOPPER_CLUSTER_KEY_SPLIT).
+    CLUSTER_CTAS = FC_HOPPER_CLUSTER_KEY_SPLIT ? 2 : 1,
     // Warpgroups that split the item's rows between them (1 when they split its keys instead).
     ROW_WGS = KEY_SPLIT ? 1 : CONSUMER_WGS,
     // A consumer warpgroup's step through an item's key tiles (and through the K/V ring).
@@ -158,12 +175,21 @@ enum : int {  // each group's first barrier (an enum: constexpr ints here were e
 constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
 // Key-split warpgroups' exchange (wg_key_split.cuh): per receiving warpgroup, D / 16 column
 // blocks of O and one (m, l) quadruple, a float4 per thread each.
+// The cluster key split's exchange: the partner's row of each thread's two (D / 32 float4s of
+// this warpgroup's column half, then (m, l) in a slot of its own), slot-major over the 256
+// consumer threads, and its barrier after the unit words.
 enum : int {
+    OFF_BAR_CXCHG = OFF_ITEM + 8,
     XCHG_SLOTS = D / 16 + 1,
     XCHG_BYTES = KEY_SPLIT ? 2 * XCHG_SLOTS * 128 * 16 : 0,
-    OFF_XCHG = OFF_BAR + ((NUM_BARS * 8 + 8 + 127) / 128) * 128,
+    OFF_XCHG = OFF_BAR + ((NUM_BARS * 8 + 8 + (CLUSTER_CTAS > 1 ? 8 : 0) + 127) / 128) * 128,
+    CXCHG_ROW_SLOTS = D / 32,
+    CXCHG_BYTES = CLUSTER_CTAS > 1 ? (CXCHG_ROW_SLOTS + 1) * 256 * 16 : 0,
+    OFF_CXCHG = OFF_XCHG + XCHG_BYTES,
+    // What the partner's st.async deliver: the row's float4s and one (m, l) pair a thread.
+    CXCHG_TX_BYTES = 256 * (CXCHG_ROW_SLOTS * 16 + 8),
 };
-constexpr int SMEM_USED = OFF_XCHG + XCHG_BYTES;
+constexpr int SMEM_USED = OFF_CXCHG + CXCHG_BYTES;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
 enum : bool { SPREAD_PAGES = FC_HOPPER_SPREAD_PAGES != 0 };  // (an enum: this constexpr was emitted as a PTX global)

@@ -152,9 +152,11 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         // The head's q tiles share the prefetch of its first K/V tiles: box j (K_{j/2} for even
         // j, V_{j/2} for odd) by q tile j mod q_tiles_per_head. Each CTA prefetching all of them
         // queued 136 KiB of requests in its own TMA unit, and its Q load after the wait landed
-        // up to 1 900 cycles later instead of ~450 (run3's timeline).
+        // up to 1 900 cycles later instead of ~450 (run3's timeline). With the cluster key split
+        // the head's CTAs are CLUSTER_CTAS a q tile.
         const int boxes = 2 * min((p.seq_k + BN - 1) / BN, PREFETCH_TILES);
-        for (int j = w.m; j < boxes; j += q_tiles_per_head) {
+        const int prefetcher = CLUSTER_CTAS > 1 ? w.m * CLUSTER_CTAS + (int)cluster_cta_rank() : w.m;
+        for (int j = prefetcher; j < boxes; j += q_tiles_per_head * CLUSTER_CTAS) {
             const int k0 = (j >> 1) * BN;
 #pragma unroll
             for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d((j & 1) ? tm_v : tm_k, c * 64, k0, h_kv, w.b);

@@ -15,6 +15,11 @@ struct Work {
 #endif
 };
 
+// The static schedule's first unit of this CTA and its step to the next: a cluster of
+// CLUSTER_CTAS CTAs takes each unit (one CTA a unit without the cluster key split).
+__device__ __forceinline__ int first_unit_of_cta() { return (int)(blockIdx.x / CLUSTER_CTAS); }
+__device__ __forceinline__ int unit_stride() { return (int)(gridDim.x / CLUSTER_CTAS); }
+
 // Static schedule shared by producer and consumers (they must agree item by item).
 // Items are grouped in L2 sections of G (batch, head) pairs; inside a section the q-tile index is
 // the outer loop (descending for causal: longest tiles first) and the head the inner one, so the
@@ -43,7 +48,7 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
 #if FC_HOPPER_HEAD_MAJOR
         // One head per section without causal masking (below), and also when every CTA gets one
         // item at most: there is no balance to keep (run10).
-        s.g = p.causal && s.total > (int)gridDim.x ? (int)g : 1;
+        s.g = p.causal && s.total > unit_stride() ? (int)g : 1;
 #else
         s.g = (int)g;
 #endif
@@ -154,7 +159,19 @@ __device__ __forceinline__ Work decode_unit(const AttentionParams& p, const Sche
     w.split = split;
     return w;
 #else
-    return decode(p, s, u);
+    Work w = decode(p, s, u);
+    if constexpr (CLUSTER_CTAS > 1) {
+        // The cluster key split: CTA r takes the r-th half of the item's key tiles, the first
+        // half the longer (the second holds the diagonal tile, masked, under causal masking).
+        const int first_half = (w.n_blocks + 1) >> 1;
+        if (cluster_cta_rank() != 0) {
+            w.kb0 += first_half;
+            w.n_blocks -= first_half;
+        } else {
+            w.n_blocks = first_half;
+        }
+    }
+    return w;
 #endif
 }
 

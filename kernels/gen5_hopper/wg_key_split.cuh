@@ -93,18 +93,106 @@ __device__ __forceinline__ unsigned xchg_addr(unsigned sx, int to, int slot, int
     return sx + (unsigned)(((to * XCHG_SLOTS + slot) * 128 + tid) * 16);
 }
 
+// Two partial softmaxes of the same rows, a's and b's (m the raw running max, l the row sum
+// relative to it), weighed into one with the online softmax's rules: a part with no finite max
+// weighs 0, and no -inf - -inf. Every merge of key-split parts goes through here, always with the
+// lower keys' part as a, so that whoever merges the same parts gets the same bits.
+struct PartWeights {
+    float wa, wb;  // what a's and b's O (and l) are multiplied by
+    float m, l;    // the merged part's max and sum
+};
+__device__ __forceinline__ PartWeights part_weights(float ma, float la, float mb, float lb, float c) {
+    PartWeights w;
+    w.m = fmaxf(ma, mb);
+    const float shift = w.m == -INFINITY ? 0.f : __fmul_rn(w.m, c);
+    w.wa = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
+    w.wb = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
+    w.l = __fadd_rn(__fmul_rn(la, w.wa), __fmul_rn(lb, w.wb));
+    return w;
+}
+
+// One row of a warpgroup's column half of O, normalised, in 16-byte stores (the unsplit register
+// epilogue's: quad_transpose gives each lane 4 whole column blocks). v[2 j + e]: this lane's
+// value e of column block j of the half (H = D / 16 blocks); `orow` null past the sequence.
+__device__ __forceinline__ void store_half_row(elem_t* orow, const float (&v)[D / 8], float inv, int first_block,
+                                               int lane) {
+    constexpr int H = D / 16;
+#pragma unroll
+    for (int g = 0; g < H / 4; ++g) {
+        unsigned blocks[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) blocks[k] = pack2_u32(v[2 * (4 * g + k)] * inv, v[2 * (4 * g + k) + 1] * inv);
+        quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
+        if (orow != nullptr)
+            st_global_v4(orow + 8 * (first_block + 4 * g + (lane & 3)),
+                         make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
+    }
+}
+
+#if FC_HOPPER_CLUSTER_KEY_SPLIT
+// The cluster key split's second merge. Each thread holds its two rows' half of O merged over its
+// CTA's key tiles (v, the row's m and l); CTA r finishes row r of the two. The partner, thread
+// for thread, sends the row we finish into our shared memory (st.async, counted off our barrier)
+// and we send it its row. Both merge rank 0's part (the lower keys) as a.
+__device__ __forceinline__ void merge_cluster_row(const float (&keep)[D / 4], const float (&mx)[2],
+                                                  const float (&lsum)[2], int cw, int tid, float c, unsigned base,
+                                                  float (&row)[D / 8], PartWeights& pw) {
+    constexpr int H = D / 16;
+    const bool r1 = cluster_cta_rank() != 0;
+    const unsigned peer = r1 ? 0u : 1u;
+    const unsigned slot0 = base + OFF_CXCHG + (unsigned)((cw * 128 + tid) * 16);
+    const unsigned remote0 = cluster_map_shared(slot0, peer);
+    const unsigned remote_bar = cluster_map_shared(base + OFF_BAR_CXCHG, peer);
+    cluster_wait_acquire();  // the partner's barrier is initialised (and its CTA running)
+    // The partner's row is row 1 - r: values 2, 3 of a column block's quadruple for rank 0.
+#pragma unroll
+    for (int q = 0; q < H / 2; ++q) {
+        const int j0 = 2 * q, j1 = 2 * q + 1;
+        st_async_v4_f32(remote0 + q * 256 * 16, r1 ? keep[4 * j0] : keep[4 * j0 + 2],
+                        r1 ? keep[4 * j0 + 1] : keep[4 * j0 + 3], r1 ? keep[4 * j1] : keep[4 * j1 + 2],
+                        r1 ? keep[4 * j1 + 1] : keep[4 * j1 + 3], remote_bar);
+    }
+    st_async_v2_f32(remote0 + (H / 2) * 256 * 16, r1 ? mx[0] : mx[1], r1 ? lsum[0] : lsum[1], remote_bar);
+    mbar_wait_cluster(base + OFF_BAR_CXCHG, 0);
+    float theirs[2 * H];
+#pragma unroll
+    for (int q = 0; q < H / 2; ++q) {
+        const float4 t = ld_shared_v4_f32(slot0 + q * 256 * 16);
+        theirs[4 * q] = t.x;
+        theirs[4 * q + 1] = t.y;
+        theirs[4 * q + 2] = t.z;
+        theirs[4 * q + 3] = t.w;
+    }
+    const float2 ml = ld_shared_v2_f32(slot0 + (H / 2) * 256 * 16);
+    const float my_m = r1 ? mx[1] : mx[0], my_l = r1 ? lsum[1] : lsum[0];
+    pw = part_weights(r1 ? ml.x : my_m, r1 ? ml.y : my_l, r1 ? my_m : ml.x, r1 ? my_l : ml.y, c);
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float mine = r1 ? keep[4 * j + 2 + e] : keep[4 * j + e];
+            const float a = r1 ? theirs[2 * j + e] : mine, b = r1 ? mine : theirs[2 * j + e];
+            row[2 * j + e] = __fadd_rn(__fmul_rn(a, pw.wa), __fmul_rn(b, pw.wb));
+        }
+    }
+}
+#endif
+
 // The epilogue of a key-split item. Thread tid of both warpgroups holds the same two rows and
 // columns, each over its own key tiles (o unnormalised, m the raw running max, l quad-reduced).
 // Warpgroup cw keeps column blocks [cw H, cw H + H) (H = D / 16 blocks of 8 columns) and hands the
 // other half, with its (m, l), to its partner; both merge in the same order (warpgroup 0's part,
 // then 1's) so the two halves are normalised by bitwise the same l. Warpgroup 0 writes the LSE.
+// With the cluster key split the two CTAs then merge their parts (merge_cluster_row), each
+// writing one of a thread's two rows.
 // One code path for both warpgroups (the halves are picked with selects on constant indices: o[]
 // indexed by a run-time block number went to the stack), so each named barrier below is one
 // instruction that all 256 threads reach.
 __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, const Work& w, int cw, int tid,
                                                    const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
-                                                   int grow0, float c, unsigned sx) {
+                                                   int grow0, float c, unsigned base) {
     constexpr int H = D / 16;
+    const unsigned sx = base + OFF_XCHG;
     const bool first = cw == 0;
     const int lane = tid & 31;
     // The block info first, so that its parameter loads (cold in the constant cache) may overlap
@@ -143,14 +231,11 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     for (int r = 0; r < 2; ++r) {
         const float ma = first ? m[r] : their_m[r], mb = first ? their_m[r] : m[r];
         const float la = first ? l[r] : their_l[r], lb = first ? their_l[r] : l[r];
-        // The online softmax's -inf rule: a part with no finite max weighs 0, and no -inf - -inf.
-        mx[r] = fmaxf(ma, mb);
-        const float shift = mx[r] == -INFINITY ? 0.f : __fmul_rn(mx[r], c);
-        const float wa = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
-        const float wb = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
-        lsum[r] = __fadd_rn(__fmul_rn(la, wa), __fmul_rn(lb, wb));
-        w_mine[r] = first ? wa : wb;
-        w_theirs[r] = first ? wb : wa;
+        const PartWeights pw = part_weights(ma, la, mb, lb, c);
+        mx[r] = pw.m;
+        lsum[r] = pw.l;
+        w_mine[r] = first ? pw.wa : pw.wb;
+        w_theirs[r] = first ? pw.wb : pw.wa;
     }
 #pragma unroll
     for (int j = 0; j < H; ++j) {
@@ -164,32 +249,39 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
         }
     }
 
-    // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_log_sum_exp),
-    // in 16-byte stores: quad_transpose gives each lane 4 whole column blocks.
+    // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_log_sum_exp).
     const int mine = cw * H;
+#if FC_HOPPER_CLUSTER_KEY_SPLIT
+    float row[2 * H];
+    PartWeights pw;
+    merge_cluster_row(keep, mx, lsum, cw, tid, c, base, row, pw);
+    const bool r1 = cluster_cta_rank() != 0;
+    const int grow = grow0 + (r1 ? 8 : 0);
+    const KeyRange row_keys = r1 ? keys[1] : keys[0];
+    store_half_row(r1 ? orow[1] : orow[0], row, row_inverse(pw.l, row_keys), mine, lane);
+    if (first && grow < seq.len_q && (lane & 3) == 0) {
+        // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
+        p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
+            row_log_sum_exp(pw.l, row_keys, (pw.m * c + __log2f(pw.l)) * 0.69314718055994531f);
+    }
+#else
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int grow = grow0 + 8 * r;
-        const float inv = row_inverse(lsum[r], keys[r]);
+        float row[2 * H];
 #pragma unroll
-        for (int g = 0; g < H / 4; ++g) {
-            unsigned blocks[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int j = 4 * g + k;
-                blocks[k] = pack2_u32(keep[4 * j + 2 * r] * inv, keep[4 * j + 2 * r + 1] * inv);
-            }
-            quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
-            if (orow[r] != nullptr)
-                st_global_v4(orow[r] + 8 * (mine + 4 * g + (lane & 3)),
-                             make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
+        for (int j = 0; j < H; ++j) {
+            row[2 * j] = keep[4 * j + 2 * r];
+            row[2 * j + 1] = keep[4 * j + 2 * r + 1];
         }
+        store_half_row(orow[r], row, row_inverse(lsum[r], keys[r]), mine, lane);
         if (first && grow < seq.len_q && (lane & 3) == 0) {
             // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
             p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
                 row_log_sum_exp(lsum[r], keys[r], (mx[r] * c + __log2f(lsum[r])) * 0.69314718055994531f);
         }
     }
+#endif
 }
 #endif
 

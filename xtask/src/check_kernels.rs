@@ -95,6 +95,7 @@ pub const VARIANT_ENV: &[(&str, &str)] = &[
     ("FLASHCORE_HOPPER_SPLITS", "auto"),
     ("FLASHCORE_HOPPER_CONSUMER_WGS", "3"),
     ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+    ("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "1"),
 ];
 
 /// The same for backward plans: the portable backward's 16-row tiles, which only devices with

@@ -243,6 +243,14 @@ pub struct HopperConfig {
     /// dense, unsplit, overlapped plans with the register epilogue and two warpgroups; forced on,
     /// every other dense problem takes it too (for verifying it).
     pub wg_key_split: Option<bool>,
+    /// Cluster key split (`FC_HOPPER_CLUSTER_KEY_SPLIT`; env
+    /// `FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT=0|1`): on top of the key-split warpgroups, a cluster of
+    /// two CTAs takes each item, CTA r the r-th half of its key tiles, and the two merge their
+    /// parts through each other's shared memory (`kernels/gen5_hopper/wg_key_split.cuh`). A CTA
+    /// then walks a quarter of the item's key tiles a warpgroup. One item per cluster, so the
+    /// grid is two CTAs an item. `None`: [`default_cluster_key_split`]. Taken only with the
+    /// key split; forced on, every problem that takes the key split takes it too.
+    pub cluster_key_split: Option<bool>,
     /// A printed clock64 timeline of three CTAs' units (`FC_HOPPER_TRACE`,
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
     /// unit's time goes. Off by default. On, the kernel builds as a module of its own and the
@@ -274,6 +282,7 @@ impl Default for HopperConfig {
             programmatic_launch: None,
             prefetch: None,
             wg_key_split: None,
+            cluster_key_split: None,
             trace: false,
         }
     }
@@ -344,6 +353,9 @@ impl HopperConfig {
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")? {
             c.wg_key_split = Some(v);
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")? {
+            c.cluster_key_split = Some(v);
         }
         if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
             match v.trim().parse::<u64>() {
@@ -431,9 +443,13 @@ impl HopperConfig {
             } else {
                 self.stages
             };
+            let cluster = self
+                .cluster_key_split
+                .unwrap_or_else(|| default_cluster_key_split(problem, sm_count));
             return HopperConfig {
                 consumer_wgs: Some(2),
                 wg_key_split: Some(true),
+                cluster_key_split: Some(cluster),
                 smem_epilogue: Some(false),
                 stages,
                 ..*self
@@ -454,6 +470,7 @@ impl HopperConfig {
         let cfg = HopperConfig {
             consumer_wgs: Some(consumer_wgs),
             wg_key_split: Some(false),
+            cluster_key_split: Some(false),
             ..*self
         };
         // Paged caches keep 128-key tiles: a paged tile is loaded in power-of-two groups, and 176
@@ -506,6 +523,21 @@ impl HopperConfig {
         self.wg_key_split == Some(true)
     }
 
+    /// Whether a configuration [`HopperConfig::for_problem`] resolved splits keys between the
+    /// two CTAs of a cluster as well.
+    pub fn cluster_key_split(&self) -> bool {
+        self.key_split() && self.cluster_key_split == Some(true)
+    }
+
+    /// CTAs a work item takes: a cluster of two with the cluster key split.
+    pub fn ctas_per_item(&self) -> usize {
+        if self.cluster_key_split() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Q rows per work item (= Q TMA box rows): one warpgroup's when they split the keys.
     pub fn block_m(&self) -> usize {
         if self.key_split() {
@@ -546,14 +578,22 @@ impl HopperConfig {
         } else {
             0
         };
-        smem_bytes_with_tiles(
+        let tiles = smem_bytes_with_tiles(
             head_dim,
             elem_bytes,
             self.stages,
             self.q_stages,
             self.block_m(),
             self.block_n,
-        ) + exchange
+        );
+        if !self.cluster_key_split() {
+            return tiles + exchange;
+        }
+        // The cluster exchange's barrier after the unit words may take the barrier area into
+        // another 128 bytes (the kernel's OFF_XCHG), and its buffer follows the warpgroups'.
+        let bars = (2 * self.q_stages + 4 * self.stages + 1) * 8 + 8;
+        let grown = (bars + 8).div_ceil(128) * 128 - bars.div_ceil(128) * 128;
+        tiles + exchange + grown + cluster_exchange_bytes(head_dim)
     }
 
     /// The kernel defines. Variants at their default value are not emitted (the kernel's own
@@ -602,6 +642,9 @@ impl HopperConfig {
         if self.key_split() {
             d.push(("FC_HOPPER_WG_KEY_SPLIT".to_string(), "1".to_string()));
         }
+        if self.cluster_key_split() {
+            d.push(("FC_HOPPER_CLUSTER_KEY_SPLIT".to_string(), "1".to_string()));
+        }
         d
     }
 }
@@ -610,6 +653,13 @@ impl HopperConfig {
 /// warpgroup, D / 16 column blocks of O and one (m, l) quadruple, 16 bytes a thread each.
 pub fn key_split_exchange_bytes(head_dim: usize) -> usize {
     2 * (head_dim / 16 + 1) * WARPGROUP_THREADS * 16
+}
+
+/// Shared memory of the cluster key split's exchange (the kernel's `CXCHG_BYTES`): per consumer
+/// thread, the partner's row of its column half (D / 32 float4s) and its (m, l) in a slot of its
+/// own.
+pub fn cluster_exchange_bytes(head_dim: usize) -> usize {
+    (head_dim / 32 + 1) * 2 * WARPGROUP_THREADS * 16
 }
 
 /// K/V ring depth of the key-split build at D = 64 (unless `FLASHCORE_HOPPER_STAGES` asks for
@@ -635,6 +685,20 @@ pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool
     let key_tiles = problem.seq_k.div_ceil(BLOCK_N);
     items <= sm_count / 2
         || (items <= sm_count && problem.head_dim == 64 && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES)
+}
+
+/// Whether a problem that takes the key-split warpgroups also splits its keys between the two
+/// CTAs of a cluster when the environment does not choose: where a cluster for each 64-row item
+/// fits one round of the SMs and the items are long ([`KEY_SPLIT_LONG_ITEM_TILES`] key tiles or
+/// more). Session 19, run1 (graph replay, µs non-causal / causal, off -> on): (1,4,1024,64), 8
+/// tiles, 7.25 / 7.39 -> 6.28 / 5.95; but with 4 tiles or fewer the exchange and the SMs it takes
+/// from the next call's early start cost what the halved chain saves: the mission shape (1,8,512,64)
+/// 4.93 / 4.89-4.90 -> 4.98-5.00 / 4.89-4.90, (1,8,512,128) 6.30 / 6.37 -> 6.54 / 6.36,
+/// (1,8,128,64) 3.01 / 3.44 -> 3.57 / 3.93.
+pub fn default_cluster_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
+    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS);
+    let key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+    2 * items <= sm_count && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES
 }
 
 /// Rounds of work items the three-warpgroup schedule must fill before it is taken.
@@ -771,10 +835,27 @@ impl PersistentHopper {
             }
         }
         let units = items * splits;
-        // One CTA per SM, but no more CTAs than work units.
-        let grid_x = (device.sm_count as usize).min(units).max(1) as u32;
-        // Split plans use the workspace's first words for their own counters.
-        let dynamic = splits == 1 && cfg.dynamic_schedule(units, device.sm_count as usize);
+        // One CTA per SM, but no more CTAs than work units; with the cluster key split a cluster
+        // of two for each unit (the kernel's exchange serves one unit a cluster).
+        let ctas = if cfg.cluster_key_split() {
+            units * cfg.ctas_per_item()
+        } else {
+            (device.sm_count as usize).min(units)
+        };
+        let grid_x = u32::try_from(ctas.max(1))
+            .ok()
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or_else(|| {
+                Unsupported::new(
+                    NAME,
+                    format!("{units} work units need {ctas} CTAs, past the grid's limit"),
+                )
+            })?;
+        // Split plans use the workspace's first words for their own counters; the cluster key
+        // split has one unit a cluster and no schedule to balance.
+        let dynamic = splits == 1
+            && !cfg.cluster_key_split()
+            && cfg.dynamic_schedule(units, device.sm_count as usize);
 
         let l2_section = cfg
             .l2_section_bytes
@@ -792,7 +873,7 @@ impl PersistentHopper {
         // The prefetch pays where the previous call leaves SMs free for this one's CTAs to start
         // early: one round of units (run7: the mission shape -5 %; the ladder's many-round rows,
         // whose CTAs start only as the previous call's leave, moved within their noise).
-        let one_round = units <= device.sm_count as usize;
+        let one_round = units * cfg.ctas_per_item() <= device.sm_count as usize;
         if cfg.early_first_unit(dynamic, modes) && cfg.prefetch.unwrap_or(programmatic && one_round)
         {
             defines.push(("FC_HOPPER_PREFETCH".to_string(), "1".to_string()));
@@ -930,9 +1011,94 @@ mod tests {
     }
 
     #[test]
+    fn cluster_key_split_takes_two_ctas_an_item() {
+        let dev = DeviceInfo::synthetic_h100();
+        assert!(overrides(&[("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "2")]).is_err());
+        let default = HopperConfig::default();
+        for d in [64, 128] {
+            for causal in [false, true] {
+                // 64 items of 8 key tiles, a cluster each on 128 of 132 SMs.
+                let p = AttentionProblem::new(1, 4, 1024, d).with_causal(causal);
+                let plan = default_plan(&p, &dev);
+                let l = &plan.launches[0];
+                assert!(plan_sets(&default, &p, "FC_HOPPER_WG_KEY_SPLIT"));
+                assert!(plan_sets(&default, &p, "FC_HOPPER_CLUSTER_KEY_SPLIT"));
+                assert!(!plan_sets(&default, &p, "FC_HOPPER_DYNAMIC"));
+                assert_eq!(l.grid, (128, 1, 1));
+                assert_eq!(l.block, (384, 1, 1));
+                // The warpgroups' exchange, then the cluster's: 256 threads, D / 32 float4s
+                // and an (m, l) slot each; the barrier area as without it at these depths.
+                let stages = if d == 64 { 4 } else { 2 };
+                let exchange = 2 * (d / 16 + 1) * 128 * 16;
+                let cluster = (d / 32 + 1) * 256 * 16;
+                assert_eq!(
+                    l.dynamic_smem_bytes as usize,
+                    2 * 64 * d * 2
+                        + 2 * stages * 128 * d * 2
+                        + 128 * (stages / 2)
+                        + exchange
+                        + cluster
+                        + 1024
+                );
+                assert!(l.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
+            }
+        }
+        // Past one round of clusters, or with short items (the mission shape's 4 key tiles), the
+        // default keeps one CTA an item.
+        for (b, h, s, d) in [(1, 8, 1024, 64), (1, 8, 512, 64), (1, 8, 512, 128)] {
+            let p = AttentionProblem::new(b, h, s, d);
+            assert!(plan_sets(&default, &p, "FC_HOPPER_WG_KEY_SPLIT"));
+            assert!(!plan_sets(&default, &p, "FC_HOPPER_CLUSTER_KEY_SPLIT"));
+        }
+        // Forced, any problem that takes the key split: two CTAs an item, static schedule.
+        let forced = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+            ("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "1"),
+        ])
+        .unwrap();
+        let big = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
+        let plan = PersistentHopper.plan_with(&forced, &big, &dev).unwrap();
+        assert_eq!(plan.launches[0].grid, (2 * 4 * 16 * 32, 1, 1));
+        assert!(plan_sets(&forced, &big, "FC_HOPPER_CLUSTER_KEY_SPLIT"));
+        assert!(!plan_sets(&forced, &big, "FC_HOPPER_DYNAMIC"));
+        // Off, or without the warpgroups' key split (modes), no cluster.
+        let off = overrides(&[("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "0")]).unwrap();
+        let mission = AttentionProblem::new(1, 8, 512, 64);
+        assert!(!plan_sets(&off, &mission, "FC_HOPPER_CLUSTER_KEY_SPLIT"));
+        assert_eq!(
+            PersistentHopper
+                .plan_with(&off, &mission, &dev)
+                .unwrap()
+                .launches[0]
+                .grid,
+            (64, 1, 1)
+        );
+        let cluster_only = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "0"),
+            ("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "1"),
+        ])
+        .unwrap();
+        assert!(!plan_sets(
+            &cluster_only,
+            &mission,
+            "FC_HOPPER_CLUSTER_KEY_SPLIT"
+        ));
+        let paged = mission.with_modes(flashcore_core::Modes {
+            seqused_k: true,
+            ..flashcore_core::Modes::default()
+        });
+        assert!(!plan_sets(&forced, &paged, "FC_HOPPER_CLUSTER_KEY_SPLIT"));
+    }
+
+    #[test]
     fn key_split_warpgroups_share_one_64_row_tile() {
         let dev = DeviceInfo::synthetic_h100();
-        let on = overrides(&[("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1")]).unwrap();
+        // (The warpgroups' split alone: the cluster split has its own test below.)
+        let on = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+            ("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "0"),
+        ])
+        .unwrap();
         assert!(overrides(&[("FLASHCORE_HOPPER_WG_KEY_SPLIT", "2")]).is_err());
         for d in [64, 128] {
             for causal in [false, true] {
