@@ -511,8 +511,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                         st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
                     }
                     if (grow < seq.len_q && (lane & 3) == 0) {
-                        p.lse[block_lse_offset(p, seq, b, h, grow)] = row_log_sum_exp(
-                            l[r], r == 0 ? keys0 : keys1, (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                        p.lse[block_lse_offset(p, seq, b, h, grow)] =
+                            row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
                     }
                 }
                 named_bar_sync(BAR_WG + cw, 128);
@@ -556,10 +556,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                                 pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                         }
                         if ((lane & 3) == 0) {
-                            // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
                             p.lse[block_lse_offset(p, seq, b, h, grow)] =
-                                row_log_sum_exp(l[r], r == 0 ? keys0 : keys1,
-                                                (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                                row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
                         }
                     }
                 }
@@ -570,24 +568,16 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
                     elem_t* orow =
                         grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow) : nullptr;
+                    float row[D / 4];  // this lane's pair of each column block
 #pragma unroll
-                    for (int g = 0; g < D / 32; ++g) {
-                        unsigned blocks[4];  // column blocks 4g .. 4g + 3, this lane's pair of each
-#pragma unroll
-                        for (int k = 0; k < 4; ++k) {
-                            const int j = 4 * g + k;
-                            blocks[k] = pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-                        }
-                        quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
-                        if (orow != nullptr)
-                            st_global_v4(orow + 8 * (4 * g + (lane & 3)),
-                                         make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
+                    for (int j = 0; j < D / 8; ++j) {
+                        row[2 * j] = o[4 * j + 2 * r];
+                        row[2 * j + 1] = o[4 * j + 2 * r + 1];
                     }
+                    store_row_blocks<D / 8>(orow, row, inv, 0, lane);
                     if (grow < seq.len_q && (lane & 3) == 0) {
-                        // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
                         p.lse[block_lse_offset(p, seq, b, h, grow)] =
-                            row_log_sum_exp(l[r], r == 0 ? keys0 : keys1,
-                                            (m[r] * softmax_scale_log2 + __log2f(l[r])) * 0.69314718055994531f);
+                            row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
                     }
                 }
             }

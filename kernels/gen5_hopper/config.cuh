@@ -219,6 +219,17 @@ static_assert(CONSUMER_WGS == 3 || CONSUMER_REGS == 232 || CONSUMER_REGS == 240,
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the sm_90 opt-in limit");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMER_THREADS <= 65536, "register file overcommitted");
 
+// One slot on in the K/V ring (stage, and the parity of the slot's fill the barriers wait on):
+// after the last slot, the first again in the next phase. (The unsplit producer and consumer
+// loops and pass_key_tiles write it out: through this helper ptxas reordered their PTX, which was
+// verified and timed as it is; session 19.)
+__device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
 

@@ -114,6 +114,11 @@ __device__ __forceinline__ float row_log_sum_exp(float l, const KeyRange& keys, 
     if (l != 0.f) return lse_if_nonzero;
     return keys.hi > keys.lo ? FC_QNAN : __int_as_float(0x7f800000);
 }
+// A row's LSE in natural log from its raw max m and sum l: scale*m + ln(l) = (m*scale_log2 +
+// log2(l)) * ln(2), with the rules above.
+__device__ __forceinline__ float row_natural_lse(float l, float m, const KeyRange& keys, float scale_log2) {
+    return row_log_sum_exp(l, keys, (m * scale_log2 + __log2f(l)) * 0.69314718055994531f);
+}
 
 // Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
 // Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
@@ -180,6 +185,27 @@ __device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
             else
                 w[k | bit] = got;
         }
+    }
+}
+
+// BLOCKS of a row's 8-column blocks of O, normalised, in 16-byte stores: a quad's four lanes hold
+// each block 4 bytes apiece, and a transpose across the quad gives each lane whole blocks (4
+// times fewer stores, each a full 16 bytes; O strides are multiples of 8 elements). v[2 j + e]:
+// this lane's value e of block j; the blocks start at column block `first_block`; `orow` is null
+// for a row past the sequence (whose lanes still take part in the transpose).
+template <int BLOCKS>
+__device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[2 * BLOCKS], float inv,
+                                                 int first_block, int lane) {
+    static_assert(BLOCKS % 4 == 0, "whole groups of four blocks");
+#pragma unroll
+    for (int g = 0; g < BLOCKS / 4; ++g) {
+        unsigned blocks[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) blocks[k] = pack2_u32(v[2 * (4 * g + k)] * inv, v[2 * (4 * g + k) + 1] * inv);
+        quad_transpose(blocks, lane & 3);
+        if (orow != nullptr)
+            st_global_v4(orow + 8 * (first_block + 4 * g + (lane & 3)),
+                         make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
     }
 }
 

@@ -1,8 +1,29 @@
 // Generation 5 (Hopper) forward: the split-KV epilogue (FC_HOPPER_SPLIT_KV): partial O and
-// (m, l) per split, the last-arriving combine.
+// (m, l) per split, the last-arriving combine; and the weights with which every merge of two
+// partial softmaxes (this combine, the key splits' merges) weighs its parts.
 #pragma once
 
 namespace fch {
+
+// Two partial softmaxes of the same rows, a's and b's (m the raw running max, l the row sum
+// relative to it), weighed into one with the online softmax's rules: a part with no finite max
+// weighs 0, and no -inf - -inf is formed; the products are rounded on their own (__fmul_rn, no
+// contraction into an FMA), so an unchanged max rescales by exactly 1. Every merge of parts goes
+// through here: the split-KV combine (its running part as a) and the key splits' merges (the
+// lower keys' part as a, so that whoever merges the same parts gets the same bits).
+struct PartWeights {
+    float wa, wb;  // what a's and b's O (and l) are multiplied by
+    float m, l;    // the merged part's max and sum
+};
+__device__ __forceinline__ PartWeights part_weights(float ma, float la, float mb, float lb, float c) {
+    PartWeights w;
+    w.m = fmaxf(ma, mb);
+    const float shift = w.m == -INFINITY ? 0.f : __fmul_rn(w.m, c);
+    w.wa = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
+    w.wb = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
+    w.l = __fadd_rn(__fmul_rn(la, w.wa), __fmul_rn(lb, w.wb));
+    return w;
+}
 
 // ---- split-KV combine (FC_HOPPER_SPLIT_KV) -----------------------------------------------------
 // Protocol, memory-ordering argument and workspace layout: docs/generations/gen5-split-kv.md.
@@ -60,11 +81,11 @@ __device__ __forceinline__ void combine_step(float (&o)[D / 2], float (&lsum)[2]
     const float ms[2] = {ml.x, ml.y};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(mx[r], ms[r]);
-        const float shift = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, c);
-        scale[r] = mx[r] == -INFINITY ? 0.f : exp2f(__fmul_rn(mx[r], c) - shift);
-        wt[r] = ms[r] == -INFINITY ? 0.f : exp2f(__fmul_rn(ms[r], c) - shift);
-        mx[r] = m_new;
+        // (The sums are updated below with FMAs, as this combine was verified; pw.l is unused.)
+        const PartWeights pw = part_weights(mx[r], 0.f, ms[r], 0.f, c);
+        scale[r] = pw.wa;
+        wt[r] = pw.wb;
+        mx[r] = pw.m;
     }
     lsum[0] = fmaf(wt[0], ml.z, lsum[0] * scale[0]);
     lsum[1] = fmaf(wt[1], ml.w, lsum[1] * scale[1]);

@@ -12,10 +12,7 @@ namespace fch {
 // tiles (over all its items) sits in slot g mod STAGES, filled for the (g / STAGES)-th time.
 __device__ __forceinline__ void advance_ring(int& stage, unsigned& phase) {
     if constexpr (KEY_STEP == 1) {
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
+        step_ring(stage, phase);
     } else {
         static_assert(KEY_STEP <= STAGES, "a step skips no whole ring turn");
         stage += KEY_STEP;
@@ -36,13 +33,19 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
                                                         unsigned bar_v_empty, const CUtensorMap* tm_k,
                                                         const CUtensorMap* tm_v, int& stage, unsigned& phase) {
     for (int kb = 0; kb < w.n_blocks; kb += 2) {
-        const int n = min(2, w.n_blocks - kb);
-        // The second tile's slot is one on from the first's.
-        const int st[2] = {stage, stage + 1 == STAGES ? 0 : stage + 1};
-        const unsigned ph[2] = {phase, stage + 1 == STAGES ? phase ^ 1 : phase};
+        const int n = min(2, w.n_blocks - kb);  // (an odd count ends with a pair of one)
+        int st[2];
+        unsigned ph[2];
         KvTile tile[2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) tile[i] = plan_kv_tile(p, seq, w.b, (w.kb0 + kb + i) * BN, 0);
+        for (int i = 0; i < 2; ++i) {
+            if (i < n) {
+                st[i] = stage;
+                ph[i] = phase;
+                tile[i] = plan_kv_tile(p, seq, w.b, (w.kb0 + kb + i) * BN, 0);
+                step_ring(stage, phase);
+            }
+        }
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             if (i < n) {
@@ -58,14 +61,6 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
                 fetch_kv_tile(p, tile[i], h_kv, sV + st[i] * KV_TILE_BYTES, tm_v, bar_v_full + 8 * st[i], 0, 0,
                               nullptr);
             }
-        }
-        if (n == 2) {
-            stage = st[1];
-            phase = ph[1];
-        }
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
         }
     }
 }
@@ -91,42 +86,6 @@ __device__ __forceinline__ void key_split_balance_turns(int n_blocks, int cw) {
 // One exchange slot: float4 number `slot` of thread tid, in the half received by warpgroup `to`.
 __device__ __forceinline__ unsigned xchg_addr(unsigned sx, int to, int slot, int tid) {
     return sx + (unsigned)(((to * XCHG_SLOTS + slot) * 128 + tid) * 16);
-}
-
-// Two partial softmaxes of the same rows, a's and b's (m the raw running max, l the row sum
-// relative to it), weighed into one with the online softmax's rules: a part with no finite max
-// weighs 0, and no -inf - -inf. Every merge of key-split parts goes through here, always with the
-// lower keys' part as a, so that whoever merges the same parts gets the same bits.
-struct PartWeights {
-    float wa, wb;  // what a's and b's O (and l) are multiplied by
-    float m, l;    // the merged part's max and sum
-};
-__device__ __forceinline__ PartWeights part_weights(float ma, float la, float mb, float lb, float c) {
-    PartWeights w;
-    w.m = fmaxf(ma, mb);
-    const float shift = w.m == -INFINITY ? 0.f : __fmul_rn(w.m, c);
-    w.wa = ma == -INFINITY ? 0.f : exp2f(__fmul_rn(ma, c) - shift);
-    w.wb = mb == -INFINITY ? 0.f : exp2f(__fmul_rn(mb, c) - shift);
-    w.l = __fadd_rn(__fmul_rn(la, w.wa), __fmul_rn(lb, w.wb));
-    return w;
-}
-
-// One row of a warpgroup's column half of O, normalised, in 16-byte stores (the unsplit register
-// epilogue's: quad_transpose gives each lane 4 whole column blocks). v[2 j + e]: this lane's
-// value e of column block j of the half (H = D / 16 blocks); `orow` null past the sequence.
-__device__ __forceinline__ void store_half_row(elem_t* orow, const float (&v)[D / 8], float inv, int first_block,
-                                               int lane) {
-    constexpr int H = D / 16;
-#pragma unroll
-    for (int g = 0; g < H / 4; ++g) {
-        unsigned blocks[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) blocks[k] = pack2_u32(v[2 * (4 * g + k)] * inv, v[2 * (4 * g + k) + 1] * inv);
-        quad_transpose(blocks, lane & 3);  // every lane: other quads' rows may be past seq_q
-        if (orow != nullptr)
-            st_global_v4(orow + 8 * (first_block + 4 * g + (lane & 3)),
-                         make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
-    }
 }
 
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
@@ -249,7 +208,8 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
         }
     }
 
-    // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_log_sum_exp).
+    // O and LSE with the unsplit register epilogue's conventions (row_inverse, row_natural_lse,
+    // store_row_blocks).
     const int mine = cw * H;
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
     float row[2 * H];
@@ -258,12 +218,9 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     const bool r1 = cluster_cta_rank() != 0;
     const int grow = grow0 + (r1 ? 8 : 0);
     const KeyRange row_keys = r1 ? keys[1] : keys[0];
-    store_half_row(r1 ? orow[1] : orow[0], row, row_inverse(pw.l, row_keys), mine, lane);
-    if (first && grow < seq.len_q && (lane & 3) == 0) {
-        // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
-        p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
-            row_log_sum_exp(pw.l, row_keys, (pw.m * c + __log2f(pw.l)) * 0.69314718055994531f);
-    }
+    store_row_blocks<H>(r1 ? orow[1] : orow[0], row, row_inverse(pw.l, row_keys), mine, lane);
+    if (first && grow < seq.len_q && (lane & 3) == 0)
+        p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] = row_natural_lse(pw.l, pw.m, row_keys, c);
 #else
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -274,12 +231,9 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
             row[2 * j] = keep[4 * j + 2 * r];
             row[2 * j + 1] = keep[4 * j + 2 * r + 1];
         }
-        store_half_row(orow[r], row, row_inverse(lsum[r], keys[r]), mine, lane);
-        if (first && grow < seq.len_q && (lane & 3) == 0) {
-            // natural log: scale*m + ln(l) = (m*scale_log2 + log2(l)) * ln(2)
-            p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] =
-                row_log_sum_exp(lsum[r], keys[r], (mx[r] * c + __log2f(lsum[r])) * 0.69314718055994531f);
-        }
+        store_row_blocks<H>(orow[r], row, row_inverse(lsum[r], keys[r]), mine, lane);
+        if (first && grow < seq.len_q && (lane & 3) == 0)
+            p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] = row_natural_lse(lsum[r], mx[r], keys[r], c);
     }
 #endif
 }
