@@ -14,6 +14,9 @@
 //!   paged rows compare with the same peer numbers.
 //! - A device-to-device copy of each row's K+V byte count is the measured ceiling: its HBM
 //!   traffic, 2N / t (it reads N bytes and writes N; a read-only kernel can use all of it).
+//! - A read probe (`kernels/bench_read_probe.cu`, a kernel that only reads) of the same bytes,
+//!   timed as the copy is: N / t of a pure read stream, against which the peer target's GB/s is
+//!   set (is ≥ 1.05× the best peer reachable at all where the peer already reads near the limit).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +24,7 @@ use anyhow::{Context, Result};
 use flashcore::{DType, Layout};
 use serde::{Deserialize, Serialize};
 
+use super::gpu::{READ_PROBE_BLOCK, READ_PROBE_BLOCKS_PER_SM, READ_PROBE_UNROLL};
 use super::modes::{
     cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, ModeReport, PeerCase,
     PeerShape, Side, SuitePlan, Target, DTYPE,
@@ -314,6 +318,24 @@ pub struct CopyTiming {
     pub pairs: usize,
 }
 
+/// A read-only kernel over N bytes (`read_probe`, 16-byte loads XORed together, nothing
+/// written), timed in the run as the copy is: events around back-to-back launches, median.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadProbeTiming {
+    /// Bytes read per launch (once each; nothing written).
+    pub bytes: u64,
+    /// Median microseconds per launch.
+    pub us: f64,
+    /// Launches per sample.
+    pub calls: u64,
+    pub repeats: usize,
+    /// Source buffers rotated launch to launch.
+    pub sources: usize,
+    /// Blocks, and threads per block.
+    pub grid: u32,
+    pub block: u32,
+}
+
 /// A peer number from the anchor file (`B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash
 /// 95.5 us 2811 GB/s`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -334,6 +356,12 @@ pub struct DecodeInfo {
     pub copies: Vec<CopyTiming>,
     /// Why a copy time is missing, if one is.
     pub copy_note: Option<String>,
+    /// The read probes, one per copy size (empty in reports from before the probe).
+    #[serde(default)]
+    pub read_probes: Vec<ReadProbeTiming>,
+    /// Why a read probe time is missing, if one is.
+    #[serde(default)]
+    pub read_probe_note: Option<String>,
     pub anchors: Vec<DecodeAnchor>,
     /// Where the anchors came from, or why there are none.
     pub anchors_note: Option<String>,
@@ -361,6 +389,8 @@ pub fn info(causal: bool) -> DecodeInfo {
             .collect(),
         copies: vec![],
         copy_note: None,
+        read_probes: vec![],
+        read_probe_note: None,
         anchors: vec![],
         anchors_note: None,
         peer_method: PEER_METHOD.into(),
@@ -386,6 +416,15 @@ impl DecodeInfo {
     /// The ceiling for a row of `bytes`, GB/s.
     pub fn ceiling(&self, bytes: u64) -> Option<f64> {
         self.copy(bytes).map(|c| ceiling_gbps(bytes, c.us))
+    }
+
+    pub fn read_probe(&self, bytes: u64) -> Option<&ReadProbeTiming> {
+        self.read_probes.iter().find(|p| p.bytes == bytes)
+    }
+
+    /// What the read probe read at `bytes`, N / t in GB/s.
+    pub fn read_probe_gbps(&self, bytes: u64) -> Option<f64> {
+        self.read_probe(bytes).map(|p| gbps(bytes, p.us))
     }
 
     fn anchors_for<'a>(&'a self, shape: &'a PeerShape) -> impl Iterator<Item = &'a DecodeAnchor> {
@@ -591,6 +630,51 @@ pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
     out
 }
 
+/// What ≥ [`PEER_TARGET`] × the best peer asks of one row, beside the read probe of its bytes.
+/// The same for contiguous and paged: both compare with the same peer numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerNeed {
+    pub row: String,
+    pub kv_bytes: u64,
+    /// The fastest live peer: (backend, µs).
+    pub peer: Option<(String, f64)>,
+    pub peer_gbps: Option<f64>,
+    /// Best peer GB/s × PEER_TARGET: a call at that rate takes the peer's time / PEER_TARGET.
+    pub needed_gbps: Option<f64>,
+    pub probe_gbps: Option<f64>,
+    /// Above 1: the target asks for more than a kernel that only reads got in this run.
+    pub needed_over_probe: Option<f64>,
+}
+
+impl PeerNeed {
+    /// Whether the target's GB/s is at most the read probe's.
+    pub fn within_probe(&self) -> Option<bool> {
+        self.needed_over_probe.map(|x| x <= 1.0)
+    }
+}
+
+/// Per row, the GB/s that ≥ PEER_TARGET × the best peer needs, against the read probe.
+pub fn peer_needs(r: &ModeReport, d: &DecodeInfo) -> Vec<PeerNeed> {
+    d.rows
+        .iter()
+        .map(|row| {
+            let peer = best_peer(r, &row.key);
+            let peer_gbps = peer.map(|(_, us)| gbps(row.kv_bytes, us));
+            let needed_gbps = peer_gbps.map(|g| g * PEER_TARGET);
+            let probe_gbps = d.read_probe_gbps(row.kv_bytes);
+            PeerNeed {
+                row: row.key.clone(),
+                kv_bytes: row.kv_bytes,
+                peer: peer.map(|(n, us)| (n.to_string(), us)),
+                peer_gbps,
+                needed_gbps,
+                probe_gbps,
+                needed_over_probe: needed_gbps.zip(probe_gbps).map(|(n, p)| n / p),
+            }
+        })
+        .collect()
+}
+
 fn cell(s: &str) -> String {
     cell_within(s, 200)
 }
@@ -626,8 +710,12 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "GB/s = K and V bytes a call must read (2·B·Hkv·Sk·D·2) / its time. Copy ceiling: a device-to-device copy (cuMemcpyDtoDAsync) of the same N bytes between two buffers in the same run, CUDA events around back-to-back copies, median; the ceiling is its HBM traffic 2N / t (it reads N bytes and writes N; a kernel that only reads can use all of it), with N / t beside it in the copy table. \
+         Read probe: a kernel that only reads the same N bytes (kernels/bench_read_probe.cu: 16-byte loads, {} in flight per thread, {} blocks per SM of {} threads), timed as the copy is in the same run (events around back-to-back launches, median); its N / t is a measured read rate, not a proven bound, and the table after the tally sets the peer target's GB/s against it. \
          flashcore: CUDA-graph replays (see the method above), every case checked by the oracle first. Peers: {}. \
          Targets (issue 12): ≥ {:.0} % of the copy ceiling at rows with ≥ {} MiB of K/V; ≥ {:.2}× the best peer (best peer time / ours) at every row, contiguous and paged. The dense rows have no target.{}\n\n",
+        READ_PROBE_UNROLL,
+        READ_PROBE_BLOCKS_PER_SM,
+        READ_PROBE_BLOCK,
         d.peer_method,
         100.0 * CEILING_TARGET,
         BIG_KV_BYTES >> 20,
@@ -701,8 +789,45 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
             tally(|l| l.peer_met, |_| true),
         ));
     }
+    out.push_str(&render_peer_needs(r, d));
     out.push_str(&render_peers(r, d));
     out.push_str(&render_copies(d));
+    out
+}
+
+/// Per row: the GB/s the peer target needs against the read probe's.
+fn render_peer_needs(r: &ModeReport, d: &DecodeInfo) -> String {
+    let mut out = format!(
+        "\n### Is {t:.2}× the best peer within the read probe?\n\n\
+         A call {t:.2}× faster than the best peer reads its K/V at the peer's GB/s × {t:.2} (contiguous and paged alike: both compare with the same peer). Needed / probe above 1 asks for more than the read-only kernel got at the same bytes in this run.\n\n\
+         | row | K/V MiB | best peer | peer GB/s | {t:.2}× peer needs GB/s | read probe GB/s | needed / probe | ≤ read probe? |\n|---|---:|---|---:|---:|---:|---:|---|\n",
+        t = PEER_TARGET
+    );
+    for n in peer_needs(r, d) {
+        let row = d
+            .rows
+            .iter()
+            .find(|x| x.key == n.row)
+            .expect("a row of the info");
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            cell(&row_label(row)),
+            mib(n.kv_bytes),
+            n.peer
+                .as_ref()
+                .map(|(b, us)| format!("{b} {}", fmt_us(*us)))
+                .unwrap_or_else(|| "—".into()),
+            opt(n.peer_gbps, |g| format!("{g:.0}")),
+            opt(n.needed_gbps, |g| format!("{g:.0}")),
+            opt(n.probe_gbps, |g| format!("{g:.0}")),
+            opt(n.needed_over_probe, |x| format!("{x:.2}")),
+            match n.within_probe() {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "—",
+            },
+        ));
+    }
     out
 }
 
@@ -762,28 +887,41 @@ fn render_peers(r: &ModeReport, d: &DecodeInfo) -> String {
     out
 }
 
-/// The copies: bytes, time, the ceiling (read GB/s) and the total traffic.
+/// The copies (bytes, time, the ceiling and the total traffic) and the read probes beside them.
 fn render_copies(d: &DecodeInfo) -> String {
     let mut out = String::from(
-        "\n### Copy ceiling\n\n| K/V MiB | copy µs | read GB/s (N / t) | ceiling: traffic GB/s (2N / t) | copies per sample | samples | pairs rotated |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\n### Copy ceiling\n\n| K/V MiB | copy µs | read GB/s (N / t) | ceiling: traffic GB/s (2N / t) | copies per sample | samples | pairs rotated | read probe µs | read probe GB/s (N / t) | probe launches per sample | probe sources rotated |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for bytes in copy_sizes(d) {
-        match d.copy(bytes) {
-            Some(c) => out.push_str(&format!(
-                "| {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
-                mib(bytes),
+        let copy = match d.copy(bytes) {
+            Some(c) => format!(
+                "{} | {:.0} | {:.0} | {} | {} | {}",
                 fmt_us(c.us),
                 gbps(bytes, c.us),
                 ceiling_gbps(bytes, c.us),
                 c.calls,
                 c.repeats,
                 c.pairs
-            )),
-            None => out.push_str(&format!("| {} | — | — | — | — | — | — |\n", mib(bytes))),
-        }
+            ),
+            None => "— | — | — | — | — | —".into(),
+        };
+        let probe = match d.read_probe(bytes) {
+            Some(p) => format!(
+                "{} | {:.0} | {} | {}",
+                fmt_us(p.us),
+                gbps(bytes, p.us),
+                p.calls,
+                p.sources
+            ),
+            None => "— | — | — | —".into(),
+        };
+        out.push_str(&format!("| {} | {copy} | {probe} |\n", mib(bytes)));
     }
     if let Some(n) = &d.copy_note {
         out.push_str(&format!("\ncopy: {}\n", cell(n)));
+    }
+    if let Some(n) = &d.read_probe_note {
+        out.push_str(&format!("\nread probe: {}\n", cell(n)));
     }
     out
 }
@@ -1029,6 +1167,19 @@ garbage line\n";
             },
         ];
         d.copy_note = Some("512 MiB and 1024 MiB not timed in this fixture".into());
+        // 128 MiB read at 2581 GB/s, 256 MiB at 2826 GB/s: just under what 1.05× row 1's best
+        // peer (cuDNN, 94.2 µs, 2850 GB/s) needs.
+        let probe = |bytes: u64, us: f64| ReadProbeTiming {
+            bytes,
+            us,
+            calls: 400,
+            repeats: 15,
+            sources: 2,
+            grid: 528,
+            block: 512,
+        };
+        d.read_probes = vec![probe(128 << 20, 52.0), probe(256 << 20, 95.0)];
+        d.read_probe_note = Some("512 MiB and 1024 MiB not probed in this fixture".into());
         d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
         d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
         let (r0, r1) = (ROWS[0], ROWS[1]);
@@ -1159,6 +1310,33 @@ garbage line\n";
     }
 
     #[test]
+    fn the_peer_target_is_set_against_the_read_probe() {
+        let r = fixture();
+        let d = r.decode.as_ref().unwrap();
+        assert_eq!(d.read_probe_gbps(128 << 20), Some(gbps(128 << 20, 52.0)));
+        assert_eq!(d.read_probe_gbps(512 << 20), None);
+        let n = peer_needs(&r, d);
+        assert_eq!(n.len(), ROWS.len());
+        // Row 0: sdpa_flash at 66 µs reads 2034 GB/s; 1.05× that is 2135, 0.83 of the probe.
+        let n0 = &n[0];
+        assert_eq!(n0.peer, Some(("sdpa_flash".to_string(), 66.0)));
+        let needed = gbps(128 << 20, 66.0) * 1.05;
+        assert!((n0.needed_gbps.unwrap() - needed).abs() < 1e-9);
+        assert!((n0.needed_gbps.unwrap() - 2135.3).abs() < 0.1);
+        let ratio = needed / gbps(128 << 20, 52.0);
+        assert!((n0.needed_over_probe.unwrap() - ratio).abs() < 1e-12);
+        assert_eq!(n0.within_probe(), Some(true));
+        // Row 1: cuDNN at 94.2 µs reads 2850 GB/s; 1.05× is 2992, above the probe's 2826.
+        let n1 = &n[1];
+        assert!((n1.needed_gbps.unwrap() - 2992.1).abs() < 0.1);
+        assert!((n1.needed_over_probe.unwrap() - 1.0589).abs() < 1e-4);
+        assert_eq!(n1.within_probe(), Some(false));
+        // Row 2: no peer and no probe.
+        assert_eq!((n[2].needed_gbps, n[2].probe_gbps), (None, None));
+        assert_eq!(n[2].within_probe(), None);
+    }
+
+    #[test]
     fn decode_markdown_layout() {
         let r = fixture();
         let md = crate::bench::modes::render_markdown(&r);
@@ -1191,6 +1369,41 @@ garbage line\n";
             "{md}"
         );
         assert!(md.contains("| 512 | — |"), "{md}");
+        // The read probe beside the copy: 52 µs over 128 MiB is 2581 GB/s.
+        assert!(md.contains("| read probe µs | read probe GB/s (N / t) | probe launches per sample | probe sources rotated |"), "{md}");
+        assert!(
+            md.contains("| 128 | 200.0 | 671 | 1342 | 200 | 15 | 2 | 52.00 | 2581 | 400 | 2 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 512 | — | — | — | — | — | — | — | — | — | — |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("read probe: 512 MiB and 1024 MiB not probed"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Read probe: a kernel that only reads the same N bytes"),
+            "{md}"
+        );
+        // What 1.05× the best peer needs, against the probe.
+        assert!(
+            md.contains("### Is 1.05× the best peer within the read probe?"),
+            "{md}"
+        );
+        assert!(
+            md.contains("(decode, one long sequence) | 128 | sdpa_flash 66.00 | 2034 | 2135 | 2581 | 0.83 | yes |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("(decode) | 256 | sdpa_cudnn 94.20 | 2850 | 2992 | 2826 | 1.06 | NO |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Sk=4096 D=128 (decode) | 512 | — | — | — | — | — | — |"),
+            "{md}"
+        );
         insta::assert_snapshot!("bench_decode_table", md);
     }
 
@@ -1199,6 +1412,16 @@ garbage line\n";
         let r = fixture();
         let j = serde_json::to_string_pretty(&r).unwrap();
         assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), r);
+        // A decode report from before the read probe reads back without it.
+        let mut old: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let decode = old["decode"].as_object_mut().unwrap();
+        assert!(decode.remove("read_probes").is_some());
+        assert!(decode.remove("read_probe_note").is_some());
+        let back = serde_json::from_value::<ModeReport>(old).unwrap();
+        let mut want = r.clone();
+        let d = want.decode.as_mut().unwrap();
+        (d.read_probes, d.read_probe_note) = (vec![], None);
+        assert_eq!(back, want);
         // A report of another suite has no decode part, and one without the field reads back.
         let v = crate::bench::modes::tests::fixture();
         let j = serde_json::to_string(&v).unwrap();

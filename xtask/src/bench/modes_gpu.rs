@@ -4,7 +4,7 @@
 //! replays for short calls, for every call in the decode suite). Paged cases hold the keys and
 //! values of their contiguous case, scattered through the block table, and are judged against the
 //! same references. The decode suite also times its device-to-device copies (the bandwidth
-//! ceiling) and reads its anchors here.
+//! ceiling) and read probes (a read-only kernel on the same bytes) and reads its anchors here.
 
 use std::path::Path;
 use std::time::Instant;
@@ -14,7 +14,7 @@ use flashcore::{Attention, AttentionProblem, Device, KvStorage};
 use flashcore_oracle::{OracleProblem, Reference, Rows, Verdict};
 use ndarray::{s, ArrayD, Axis, IxDyn};
 
-use super::decode::{self, CopyTiming, DecodeInfo};
+use super::decode::{self, CopyTiming, DecodeInfo, ReadProbeTiming};
 use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
 use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
 use super::peers;
@@ -504,7 +504,8 @@ pub fn write_and_print(report: &ModeReport, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The decode suite's copies: one per distinct K+V byte count. A copy that fails leaves a note.
+/// The decode suite's bandwidth references, one of each per distinct K+V byte count: the copy
+/// (the ceiling), then the read probe on the same bytes. A timing that fails leaves a note.
 fn copy_ceilings(
     device: &Device,
     timer: &Timer,
@@ -512,43 +513,85 @@ fn copy_ceilings(
     args: &Args,
     loop_opts: &LoopOptions,
 ) {
-    let mut notes = Vec::new();
+    let max_buffers = if args.quick { 2 } else { 8 };
+    let mut copy_notes = Vec::new();
+    let mut probe_notes = Vec::new();
     for bytes in decode::copy_sizes(info) {
-        let timed = gpu::no_panic("copy", || {
-            gpu::time_copy(
-                timer,
-                device,
-                bytes as usize,
-                if args.quick { 2 } else { 8 },
-                loop_opts,
-            )
-        });
-        match timed {
-            Ok((s, pairs)) => {
-                eprintln!(
-                    "  copy {} MiB: {:.1} us, read {:.0} GB/s (ceiling), traffic {:.0} GB/s",
-                    bytes >> 20,
-                    s.us,
-                    decode::ceiling_gbps(bytes, s.us),
-                    2.0 * decode::gbps(bytes, s.us)
-                );
-                info.copies.push(CopyTiming {
-                    bytes,
-                    us: s.us,
-                    calls: s.calls,
-                    repeats: s.repeats,
-                    pairs,
-                });
-            }
+        match gpu::no_panic("copy", || {
+            copy_timing(device, timer, bytes, max_buffers, loop_opts)
+        }) {
+            Ok(c) => info.copies.push(c),
             Err(e) => {
                 eprintln!("  copy {} MiB failed: {e:#}", bytes >> 20);
-                notes.push(format!("{} MiB: {e:#}", bytes >> 20));
+                copy_notes.push(format!("{} MiB: {e:#}", bytes >> 20));
+            }
+        }
+        match gpu::no_panic("read probe", || {
+            read_probe_timing(device, timer, bytes, max_buffers, loop_opts)
+        }) {
+            Ok(p) => info.read_probes.push(p),
+            Err(e) => {
+                eprintln!("  read probe {} MiB failed: {e:#}", bytes >> 20);
+                probe_notes.push(format!("{} MiB: {e:#}", bytes >> 20));
             }
         }
     }
-    if !notes.is_empty() {
-        info.copy_note = Some(notes.join("; "));
+    if !copy_notes.is_empty() {
+        info.copy_note = Some(copy_notes.join("; "));
     }
+    if !probe_notes.is_empty() {
+        info.read_probe_note = Some(probe_notes.join("; "));
+    }
+}
+
+fn copy_timing(
+    device: &Device,
+    timer: &Timer,
+    bytes: u64,
+    max_pairs: usize,
+    loop_opts: &LoopOptions,
+) -> Result<CopyTiming> {
+    let (s, pairs) = gpu::time_copy(timer, device, bytes as usize, max_pairs, loop_opts)?;
+    eprintln!(
+        "  copy {} MiB: {:.1} us, read {:.0} GB/s (N / t), ceiling {:.0} GB/s (2N / t)",
+        bytes >> 20,
+        s.us,
+        decode::gbps(bytes, s.us),
+        decode::ceiling_gbps(bytes, s.us)
+    );
+    Ok(CopyTiming {
+        bytes,
+        us: s.us,
+        calls: s.calls,
+        repeats: s.repeats,
+        pairs,
+    })
+}
+
+fn read_probe_timing(
+    device: &Device,
+    timer: &Timer,
+    bytes: u64,
+    max_sources: usize,
+    loop_opts: &LoopOptions,
+) -> Result<ReadProbeTiming> {
+    let (s, sources, grid) =
+        gpu::time_read_probe(timer, device, bytes as usize, max_sources, loop_opts)?;
+    eprintln!(
+        "  read probe {} MiB: {:.1} us, read {:.0} GB/s (N / t)",
+        bytes >> 20,
+        s.us,
+        decode::gbps(bytes, s.us)
+    );
+    Ok(ReadProbeTiming {
+        bytes,
+        us: s.us,
+        calls: s.calls,
+        repeats: s.repeats,
+        sources,
+        grid,
+        block: gpu::READ_PROBE_BLOCK,
+    })
 }
 
 /// The decode anchors (`--anchors DIR`, else `../shared/anchors` or `shared/anchors`).
@@ -642,7 +685,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     };
     let timer = Timer::new(&device)?;
     if let Some(info) = report.decode.as_mut() {
-        eprintln!("copies (the bandwidth ceiling):");
+        eprintln!("copies (the bandwidth ceiling) and read probes:");
         copy_ceilings(&device, &timer, info, args, &loop_opts);
         decode_anchors(info, args);
     }
