@@ -1010,6 +1010,14 @@ mod tests {
             .contains(&(name.to_string(), "1".to_string()))
     }
 
+    /// Shared memory of a key-split plan: Q (2 x 64 rows) + 4 (D = 64) or 2 stages of K and V
+    /// + barriers (4 or 2 stages: 256 or 128 bytes) + the warpgroups' exchange + slack.
+    fn key_split_smem(d: usize) -> usize {
+        let stages = if d == 64 { 4 } else { 2 };
+        let exchange = 2 * (d / 16 + 1) * 128 * 16;
+        2 * 64 * d * 2 + 2 * stages * 128 * d * 2 + 128 * (stages / 2) + exchange + 1024
+    }
+
     #[test]
     fn cluster_key_split_takes_two_ctas_an_item() {
         let dev = DeviceInfo::synthetic_h100();
@@ -1026,19 +1034,11 @@ mod tests {
                 assert!(!plan_sets(&default, &p, "FC_HOPPER_DYNAMIC"));
                 assert_eq!(l.grid, (128, 1, 1));
                 assert_eq!(l.block, (384, 1, 1));
-                // The warpgroups' exchange, then the cluster's: 256 threads, D / 32 float4s
-                // and an (m, l) slot each; the barrier area as without it at these depths.
-                let stages = if d == 64 { 4 } else { 2 };
-                let exchange = 2 * (d / 16 + 1) * 128 * 16;
-                let cluster = (d / 32 + 1) * 256 * 16;
+                // The cluster's exchange after the warpgroups': 256 threads, D / 32 float4s and
+                // an (m, l) slot each; the barrier area as without it at these depths.
                 assert_eq!(
                     l.dynamic_smem_bytes as usize,
-                    2 * 64 * d * 2
-                        + 2 * stages * 128 * d * 2
-                        + 128 * (stages / 2)
-                        + exchange
-                        + cluster
-                        + 1024
+                    key_split_smem(d) + (d / 32 + 1) * 256 * 16
                 );
                 assert!(l.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);
             }
@@ -1112,18 +1112,7 @@ mod tests {
                 assert_eq!(l.grid, (64, 1, 1));
                 assert_eq!(l.tensor_maps.unwrap().q_box_rows, 64);
                 assert_eq!(l.tensor_maps.unwrap().kv_box_rows, 128);
-                // Q (2 x 64 rows) + 4 (D = 64) or 2 stages of K and V + barriers (4 or 2
-                // stages: 256 or 128 bytes) + the exchange + slack.
-                let stages = if d == 64 { 4 } else { 2 };
-                let exchange = 2 * (d / 16 + 1) * 128 * 16;
-                assert_eq!(
-                    l.dynamic_smem_bytes as usize,
-                    2 * 64 * d * 2
-                        + 2 * stages * 128 * d * 2
-                        + 128 * (stages / 2)
-                        + exchange
-                        + 1024
-                );
+                assert_eq!(l.dynamic_smem_bytes as usize, key_split_smem(d));
                 // The default rule takes the mission shape too (64 of 132 SMs).
                 assert!(plan_sets(
                     &HopperConfig::default(),

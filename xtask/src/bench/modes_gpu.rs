@@ -517,30 +517,37 @@ fn copy_ceilings(
     let mut copy_notes = Vec::new();
     let mut probe_notes = Vec::new();
     for bytes in decode::copy_sizes(info) {
-        match gpu::no_panic("copy", || {
+        let copy = time_reference("copy", bytes, &mut copy_notes, || {
             copy_timing(device, timer, bytes, max_buffers, loop_opts)
-        }) {
-            Ok(c) => info.copies.push(c),
-            Err(e) => {
-                eprintln!("  copy {} MiB failed: {e:#}", bytes >> 20);
-                copy_notes.push(format!("{} MiB: {e:#}", bytes >> 20));
-            }
-        }
-        match gpu::no_panic("read probe", || {
+        });
+        info.copies.extend(copy);
+        let probe = time_reference("read probe", bytes, &mut probe_notes, || {
             read_probe_timing(device, timer, bytes, max_buffers, loop_opts)
-        }) {
-            Ok(p) => info.read_probes.push(p),
-            Err(e) => {
-                eprintln!("  read probe {} MiB failed: {e:#}", bytes >> 20);
-                probe_notes.push(format!("{} MiB: {e:#}", bytes >> 20));
-            }
-        }
+        });
+        info.read_probes.extend(probe);
     }
     if !copy_notes.is_empty() {
         info.copy_note = Some(copy_notes.join("; "));
     }
     if !probe_notes.is_empty() {
         info.read_probe_note = Some(probe_notes.join("; "));
+    }
+}
+
+/// One bandwidth reference (`what`) on `bytes`: its timing, or a note of why there is none.
+fn time_reference<T>(
+    what: &str,
+    bytes: u64,
+    notes: &mut Vec<String>,
+    time: impl FnOnce() -> Result<T>,
+) -> Option<T> {
+    match gpu::no_panic(what, time) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("  {what} {} MiB failed: {e:#}", bytes >> 20);
+            notes.push(format!("{} MiB: {e:#}", bytes >> 20));
+            None
+        }
     }
 }
 
