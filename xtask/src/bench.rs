@@ -28,7 +28,7 @@ pub mod suite;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use flashcore::{Attention, DType, Device, Layout};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -611,15 +611,41 @@ fn prepare(
     let alloc_bytes = set_bytes + problem.lse_len() * 4;
     let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
     let cap = if args.quick { 2 } else { 1000 };
-    let sets = gpu::sets_needed(
-        set_bytes,
-        alloc_bytes,
-        device.info().l2_bytes as usize,
-        free,
-        cap,
-    );
+    let sets = match forced_input_sets()? {
+        Some(n) => {
+            eprintln!(
+                "bench-all: FLASHCORE_BENCH_INPUT_SETS={n}: inputs rotated over {n} set(s), so a \
+                 small problem's inputs stay in L2 between calls (a diagnostic: not comparable \
+                 with the peers' timings)"
+            );
+            n
+        }
+        None => gpu::sets_needed(
+            set_bytes,
+            alloc_bytes,
+            device.info().l2_bytes as usize,
+            free,
+            cap,
+        ),
+    };
     let bufs = Buffers::new(device, problem, &qb, &kb, &vb, sets)?;
     Ok((check, bufs))
+}
+
+/// `FLASHCORE_BENCH_INPUT_SETS=N` (1..=64): rotate the dense bench's inputs over N sets instead
+/// of enough to exceed twice the L2, to see what a kernel does when its inputs are already in L2.
+fn forced_input_sets() -> Result<Option<usize>> {
+    parse_input_sets(std::env::var("FLASHCORE_BENCH_INPUT_SETS").ok().as_deref())
+}
+
+fn parse_input_sets(v: Option<&str>) -> Result<Option<usize>> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(Some(n)),
+        _ => bail!("FLASHCORE_BENCH_INPUT_SETS={v}: expected 1..=64"),
+    }
 }
 
 /// The seed of a shape's inputs (`--seed` mixed with the shape).
@@ -748,6 +774,16 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    #[test]
+    fn input_sets_override_parses_and_refuses_out_of_range() {
+        assert_eq!(parse_input_sets(None).unwrap(), None);
+        assert_eq!(parse_input_sets(Some("1")).unwrap(), Some(1));
+        assert_eq!(parse_input_sets(Some(" 64 ")).unwrap(), Some(64));
+        for bad in ["0", "65", "", "two"] {
+            assert!(parse_input_sets(Some(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
