@@ -23,6 +23,9 @@
 //   * FC_HOPPER_WG_KEY_SPLIT=1 (one-round problems): both consumer warpgroups take the same 64-row
 //     q tile, each every other key tile, and merge in shared memory before the epilogue
 //     (gen5_hopper/wg_key_split.cuh): half the chain of dependent tiles a CTA walks.
+//   * FC_HOPPER_CLUSTER_KEY_SPLIT=1 (with the key split, long one-round items): a cluster of two CTAs
+//     takes each item, each half its key tiles, and they merge through each other's shared memory
+//     (common/hopper/cluster.cuh, wg_key_split.cuh); the grid is two CTAs an item.
 //
 // This file is the kernel itself: barrier setup, the producer loop and the consumer loop with its
 // epilogue. The parts it is built from live in gen5_hopper/, one concern each, as in
@@ -45,7 +48,8 @@
 // FC_HOPPER_CONSUMER_WGS (2|3, default 2; 3: 192-row items at D = 64, 160 consumer registers),
 // FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
 // griddepcontrol.wait; dense builds), FC_HOPPER_WG_KEY_SPLIT (0|1, default 0: key-split
-// warpgroups, 64-row items; dense, unsplit, overlapped, register epilogue), FC_HOPPER_DEBUG
+// warpgroups, 64-row items; dense, unsplit, overlapped, register epilogue),
+// FC_HOPPER_CLUSTER_KEY_SPLIT (0|1, default 0: with FC_HOPPER_WG_KEY_SPLIT, two CTAs an item), FC_HOPPER_DEBUG
 // (bounded mbarrier waits that trap instead of hanging), FC_HOPPER_TRACE (clock64 stamps of three
 // CTAs' units, printed: gen5_hopper/trace.cuh).
 #include "common/params.cuh"

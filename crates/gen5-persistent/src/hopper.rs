@@ -88,11 +88,14 @@ pub fn smem_bytes_with_tiles(
 ) -> usize {
     let q = block_m * head_dim * elem_bytes;
     let kv_tile = block_n * head_dim * elem_bytes;
-    // The barriers (+ the producer's v_landed), then the dynamic schedule's two unit-index words
-    // (OFF_ITEM).
-    let bars = (2 * q_stages + 4 * stages + 1) * 8 + 8;
-    let bars = bars.div_ceil(128) * 128;
-    q_stages * q + 2 * stages * kv_tile + bars + SMEM_ALIGN_SLACK
+    q_stages * q + 2 * stages * kv_tile + barrier_area_bytes(q_stages, stages, 0) + SMEM_ALIGN_SLACK
+}
+
+/// The barrier area (the kernel's OFF_XCHG - OFF_BAR): the barriers (+ the producer's v_landed),
+/// the dynamic schedule's two unit-index words (OFF_ITEM) and `extra` bytes after them, rounded up
+/// to 128 bytes.
+fn barrier_area_bytes(q_stages: usize, stages: usize, extra: usize) -> usize {
+    ((2 * q_stages + 4 * stages + 1) * 8 + 8 + extra).div_ceil(128) * 128
 }
 
 /// [`smem_bytes_for`] of the default configuration.
@@ -591,8 +594,8 @@ impl HopperConfig {
         }
         // The cluster exchange's barrier after the unit words may take the barrier area into
         // another 128 bytes (the kernel's OFF_XCHG), and its buffer follows the warpgroups'.
-        let bars = (2 * self.q_stages + 4 * self.stages + 1) * 8 + 8;
-        let grown = (bars + 8).div_ceil(128) * 128 - bars.div_ceil(128) * 128;
+        let grown = barrier_area_bytes(self.q_stages, self.stages, 8)
+            - barrier_area_bytes(self.q_stages, self.stages, 0);
         tiles + exchange + grown + cluster_exchange_bytes(head_dim)
     }
 
@@ -681,8 +684,7 @@ pub const KEY_SPLIT_LONG_ITEM_TILES: usize = 8;
 /// / 5.85 and (1,8,1024,128), 2 slots, 16.87 / 14.98 -> 16.78 / 14.54. The final build's numbers:
 /// `docs/generations/gen5-persistent.md`, *Session 18*.
 pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
-    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS);
-    let key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+    let (items, key_tiles) = key_split_items(problem);
     items <= sm_count / 2
         || (items <= sm_count && problem.head_dim == 64 && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES)
 }
@@ -696,9 +698,15 @@ pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool
 /// 4.93 / 4.89-4.90 -> 4.98-5.00 / 4.89-4.90, (1,8,512,128) 6.30 / 6.37 -> 6.54 / 6.36,
 /// (1,8,128,64) 3.01 / 3.44 -> 3.57 / 3.93.
 pub fn default_cluster_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
-    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS);
-    let key_tiles = problem.seq_k.div_ceil(BLOCK_N);
+    let (items, key_tiles) = key_split_items(problem);
     2 * items <= sm_count && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES
+}
+
+/// A problem's 64-row work items and the key tiles of the longest, as the key-split rules count
+/// them.
+fn key_split_items(problem: &AttentionProblem) -> (usize, usize) {
+    let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(WARPGROUP_ROWS);
+    (items, problem.seq_k.div_ceil(BLOCK_N))
 }
 
 /// Rounds of work items the three-warpgroup schedule must fill before it is taken.

@@ -803,12 +803,8 @@ fn render_peer_needs(r: &ModeReport, d: &DecodeInfo) -> String {
          | row | K/V MiB | best peer | peer GB/s | {t:.2}× peer needs GB/s | read probe GB/s | needed / probe | ≤ read probe? |\n|---|---:|---|---:|---:|---:|---:|---|\n",
         t = PEER_TARGET
     );
-    for n in peer_needs(r, d) {
-        let row = d
-            .rows
-            .iter()
-            .find(|x| x.key == n.row)
-            .expect("a row of the info");
+    // (peer_needs keeps d.rows' order, one entry a row.)
+    for (n, row) in peer_needs(r, d).iter().zip(&d.rows) {
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(&row_label(row)),
