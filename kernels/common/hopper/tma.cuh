@@ -38,3 +38,12 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map
         : "memory");
 }
 
+
+// 1-D bulk copy of `bytes` (a multiple of 16; 16-byte aligned ends) from global memory into
+// shared memory at `dst`, completing `bytes` transaction bytes on mbarrier `bar`. No tensor map:
+// any address the caller computes (a paged row, a packed sequence's row).
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(reinterpret_cast<unsigned long long>(src)), "r"(bytes), "r"(bar)
+                 : "memory");
+}

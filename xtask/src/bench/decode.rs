@@ -318,10 +318,15 @@ pub struct CopyTiming {
     pub pairs: usize,
 }
 
-/// A read-only kernel over N bytes (`read_probe`, 16-byte loads XORed together, nothing
-/// written), timed in the run as the copy is: events around back-to-back launches, median.
+/// A read-only kernel over N bytes, timed in the run as the copy is: events around back-to-back
+/// launches, median. Two designs (`kind`): `ldg` (`read_probe`, 16-byte loads XORed together,
+/// nothing written) and `bulk:<chunk>:<stages>:<blocks per SM>` (`read_probe_bulk`, TMA bulk
+/// copies into a shared-memory ring).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReadProbeTiming {
+    /// Which probe (reports from before the TMA probe had only `ldg`).
+    #[serde(default = "ldg_kind")]
+    pub kind: String,
     /// Bytes read per launch (once each; nothing written).
     pub bytes: u64,
     /// Median microseconds per launch.
@@ -334,6 +339,10 @@ pub struct ReadProbeTiming {
     /// Blocks, and threads per block.
     pub grid: u32,
     pub block: u32,
+}
+
+fn ldg_kind() -> String {
+    "ldg".into()
 }
 
 /// A peer number from the anchor file (`B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash
@@ -356,7 +365,7 @@ pub struct DecodeInfo {
     pub copies: Vec<CopyTiming>,
     /// Why a copy time is missing, if one is.
     pub copy_note: Option<String>,
-    /// The read probes, one per copy size (empty in reports from before the probe).
+    /// The read probes, each design at each copy size (empty in reports from before the probe).
     #[serde(default)]
     pub read_probes: Vec<ReadProbeTiming>,
     /// Why a read probe time is missing, if one is.
@@ -418,11 +427,15 @@ impl DecodeInfo {
         self.copy(bytes).map(|c| ceiling_gbps(bytes, c.us))
     }
 
+    /// The fastest read probe at `bytes` (the read rate the peer targets are set against).
     pub fn read_probe(&self, bytes: u64) -> Option<&ReadProbeTiming> {
-        self.read_probes.iter().find(|p| p.bytes == bytes)
+        self.read_probes
+            .iter()
+            .filter(|p| p.bytes == bytes)
+            .min_by(|a, b| a.us.total_cmp(&b.us))
     }
 
-    /// What the read probe read at `bytes`, N / t in GB/s.
+    /// What the fastest read probe read at `bytes`, N / t in GB/s.
     pub fn read_probe_gbps(&self, bytes: u64) -> Option<f64> {
         self.read_probe(bytes).map(|p| gbps(bytes, p.us))
     }
@@ -710,7 +723,7 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "GB/s = K and V bytes a call must read (2·B·Hkv·Sk·D·2) / its time. Copy ceiling: a device-to-device copy (cuMemcpyDtoDAsync) of the same N bytes between two buffers in the same run, CUDA events around back-to-back copies, median; the ceiling is its HBM traffic 2N / t (it reads N bytes and writes N; a kernel that only reads can use all of it), with N / t beside it in the copy table. \
-         Read probe: a kernel that only reads the same N bytes (kernels/bench_read_probe.cu: 16-byte loads, {} in flight per thread, {} blocks per SM of {} threads), timed as the copy is in the same run (events around back-to-back launches, median); its N / t is a measured read rate, not a proven bound, and the table after the tally sets the peer target's GB/s against it. \
+         Read probes: kernels that only read the same N bytes (kernels/bench_read_probe.cu), `ldg` (16-byte loads, {} in flight per thread, {} blocks per SM of {} threads) and `bulk` (TMA bulk copies, `bulk:<bytes a copy>:<ring stages>:<blocks per SM>`, one thread issuing), timed as the copy is in the same run (events around back-to-back launches, median); their N / t are measured read rates, not proven bounds, and the table after the tally sets the peer target's GB/s against the faster at each size. \
          flashcore: CUDA-graph replays (see the method above), every case checked by the oracle first. Peers: {}. \
          Targets (issue 12): ≥ {:.0} % of the copy ceiling at rows with ≥ {} MiB of K/V; ≥ {:.2}× the best peer (best peer time / ours) at every row, contiguous and paged. The dense rows have no target.{}\n\n",
         READ_PROBE_UNROLL,
@@ -799,7 +812,7 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
 fn render_peer_needs(r: &ModeReport, d: &DecodeInfo) -> String {
     let mut out = format!(
         "\n### Is {t:.2}× the best peer within the read probe?\n\n\
-         A call {t:.2}× faster than the best peer reads its K/V at the peer's GB/s × {t:.2} (contiguous and paged alike: both compare with the same peer). Needed / probe above 1 asks for more than the read-only kernel got at the same bytes in this run.\n\n\
+         A call {t:.2}× faster than the best peer reads its K/V at the peer's GB/s × {t:.2} (contiguous and paged alike: both compare with the same peer). Needed / probe above 1 asks for more than the faster read-only kernel got at the same bytes in this run.\n\n\
          | row | K/V MiB | best peer | peer GB/s | {t:.2}× peer needs GB/s | read probe GB/s | needed / probe | ≤ read probe? |\n|---|---:|---|---:|---:|---:|---:|---|\n",
         t = PEER_TARGET
     );
@@ -883,10 +896,10 @@ fn render_peers(r: &ModeReport, d: &DecodeInfo) -> String {
     out
 }
 
-/// The copies (bytes, time, the ceiling and the total traffic) and the read probes beside them.
+/// The copies (bytes, time, the ceiling and the total traffic), then the read probes.
 fn render_copies(d: &DecodeInfo) -> String {
     let mut out = String::from(
-        "\n### Copy ceiling\n\n| K/V MiB | copy µs | read GB/s (N / t) | ceiling: traffic GB/s (2N / t) | copies per sample | samples | pairs rotated | read probe µs | read probe GB/s (N / t) | probe launches per sample | probe sources rotated |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\n### Copy ceiling\n\n| K/V MiB | copy µs | read GB/s (N / t) | ceiling: traffic GB/s (2N / t) | copies per sample | samples | pairs rotated |\n|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for bytes in copy_sizes(d) {
         let copy = match d.copy(bytes) {
@@ -901,20 +914,39 @@ fn render_copies(d: &DecodeInfo) -> String {
             ),
             None => "— | — | — | — | — | —".into(),
         };
-        let probe = match d.read_probe(bytes) {
-            Some(p) => format!(
-                "{} | {:.0} | {} | {}",
-                fmt_us(p.us),
-                gbps(bytes, p.us),
-                p.calls,
-                p.sources
-            ),
-            None => "— | — | — | —".into(),
-        };
-        out.push_str(&format!("| {} | {copy} | {probe} |\n", mib(bytes)));
+        out.push_str(&format!("| {} | {copy} |\n", mib(bytes)));
     }
     if let Some(n) = &d.copy_note {
         out.push_str(&format!("\ncopy: {}\n", cell(n)));
+    }
+    out.push_str(
+        "\n### Read probes\n\n| K/V MiB | probe | µs | read GB/s (N / t) | launches per sample | samples | sources rotated | grid × block | the faster |\n|---:|---|---:|---:|---:|---:|---:|---|---|\n",
+    );
+    for bytes in copy_sizes(d) {
+        let fastest = d.read_probe(bytes);
+        let mut any = false;
+        for p in d.read_probes.iter().filter(|p| p.bytes == bytes) {
+            any = true;
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.0} | {} | {} | {} | {} × {} | {} |\n",
+                mib(bytes),
+                p.kind,
+                fmt_us(p.us),
+                gbps(bytes, p.us),
+                p.calls,
+                p.repeats,
+                p.sources,
+                p.grid,
+                p.block,
+                if fastest == Some(p) { "yes" } else { "" }
+            ));
+        }
+        if !any {
+            out.push_str(&format!(
+                "| {} | — | — | — | — | — | — | — | — |\n",
+                mib(bytes)
+            ));
+        }
     }
     if let Some(n) = &d.read_probe_note {
         out.push_str(&format!("\nread probe: {}\n", cell(n)));
@@ -1166,6 +1198,7 @@ garbage line\n";
         // 128 MiB read at 2581 GB/s, 256 MiB at 2826 GB/s: just under what 1.05× row 1's best
         // peer (cuDNN, 94.2 µs, 2850 GB/s) needs.
         let probe = |bytes: u64, us: f64| ReadProbeTiming {
+            kind: "ldg".into(),
             bytes,
             us,
             calls: 400,
@@ -1174,7 +1207,19 @@ garbage line\n";
             grid: 528,
             block: 512,
         };
-        d.read_probes = vec![probe(128 << 20, 52.0), probe(256 << 20, 95.0)];
+        // The TMA probe: slower at 128 MiB, faster at 256 (the faster one counts).
+        let bulk = |bytes: u64, us: f64| ReadProbeTiming {
+            kind: "bulk:32768:4:1".into(),
+            grid: 132,
+            block: 32,
+            ..probe(bytes, us)
+        };
+        d.read_probes = vec![
+            probe(128 << 20, 52.0),
+            bulk(128 << 20, 53.0),
+            probe(256 << 20, 96.0),
+            bulk(256 << 20, 95.0),
+        ];
         d.read_probe_note = Some("512 MiB and 1024 MiB not probed in this fixture".into());
         d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
         d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
@@ -1365,14 +1410,22 @@ garbage line\n";
             "{md}"
         );
         assert!(md.contains("| 512 | — |"), "{md}");
-        // The read probe beside the copy: 52 µs over 128 MiB is 2581 GB/s.
-        assert!(md.contains("| read probe µs | read probe GB/s (N / t) | probe launches per sample | probe sources rotated |"), "{md}");
+        // The read probes after the copies: 52 µs over 128 MiB is 2581 GB/s, the faster there.
+        assert!(md.contains("### Read probes"), "{md}");
         assert!(
-            md.contains("| 128 | 200.0 | 671 | 1342 | 200 | 15 | 2 | 52.00 | 2581 | 400 | 2 |"),
+            md.contains("| 128 | ldg | 52.00 | 2581 | 400 | 15 | 2 | 528 × 512 | yes |"),
             "{md}"
         );
         assert!(
-            md.contains("| 512 | — | — | — | — | — | — | — | — | — | — |"),
+            md.contains("| 128 | bulk:32768:4:1 | 53.00 | 2532 | 400 | 15 | 2 | 132 × 32 |  |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 256 | bulk:32768:4:1 | 95.00 | 2826 | 400 | 15 | 2 | 132 × 32 | yes |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 512 | — | — | — | — | — | — | — | — |"),
             "{md}"
         );
         assert!(
@@ -1380,7 +1433,7 @@ garbage line\n";
             "{md}"
         );
         assert!(
-            md.contains("Read probe: a kernel that only reads the same N bytes"),
+            md.contains("Read probes: kernels that only read the same N bytes"),
             "{md}"
         );
         // What 1.05× the best peer needs, against the probe.
@@ -1418,6 +1471,21 @@ garbage line\n";
         let d = want.decode.as_mut().unwrap();
         (d.read_probes, d.read_probe_note) = (vec![], None);
         assert_eq!(back, want);
+        // One from before the TMA probe: its probes had no kind, and were all `ldg`.
+        let mut old: serde_json::Value = serde_json::from_str(&j).unwrap();
+        for p in old["decode"]["read_probes"].as_array_mut().unwrap() {
+            assert!(p.as_object_mut().unwrap().remove("kind").is_some());
+        }
+        let back = serde_json::from_value::<ModeReport>(old).unwrap();
+        let kinds: Vec<&str> = back
+            .decode
+            .as_ref()
+            .unwrap()
+            .read_probes
+            .iter()
+            .map(|p| p.kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["ldg"; 4]);
         // A report of another suite has no decode part, and one without the field reads back.
         let v = crate::bench::modes::tests::fixture();
         let j = serde_json::to_string(&v).unwrap();

@@ -405,21 +405,22 @@ pub const READ_PROBE_UNROLL: u32 = 8;
 /// written), timed as `time_copy` times the copy: CUDA events around back-to-back launches,
 /// median per launch, sources of random bytes rotated so that one pass reads more than twice the
 /// L2 (`sets_needed` on the N bytes a launch touches, at most `max_sources`). Returns the timing,
-/// the sources used and the grid.
+/// the sources used and the launch's (grid, block).
 pub fn time_read_probe(
     timer: &Timer,
     device: &Device,
     bytes: usize,
     max_sources: usize,
     opts: &LoopOptions,
-) -> Result<(Sampled, usize, u32)> {
+    kind: ReadProbeKind,
+) -> Result<(Sampled, usize, (u32, u32))> {
     if !bytes.is_multiple_of(16) {
         bail!("the read probe reads 16-byte vectors; {bytes} bytes is not a multiple of 16");
     }
     let s = device.stream();
     let sources = buffers_to_rotate(device, bytes, max_sources)?;
     let srcs = random_buffers(device, bytes, sources)?;
-    let probe = ReadProbe::load(device)?;
+    let probe = ReadProbe::load(device, kind)?;
     let mut out = cu(
         s.alloc_zeros::<u32>(probe.grid as usize),
         "allocating the probe output",
@@ -432,35 +433,128 @@ pub fn time_read_probe(
     })?;
     // The sources and the output drop after this, once no launch can still read them.
     cu(s.synchronize(), "finishing the read probe")?;
-    Ok((sampled, sources, probe.grid))
+    Ok((sampled, sources, (probe.grid, probe.block)))
 }
 
-/// The loaded read probe and its grid (`READ_PROBE_BLOCKS_PER_SM` blocks per SM).
+/// Which read kernel a probe launches (`FLASHCORE_BENCH_READ_PROBE`, a diagnostic: `ldg`, the
+/// default, or `bulk[:chunk bytes:stages:blocks per SM]`, the TMA stream of `read_probe_bulk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadProbeKind {
+    Ldg,
+    Bulk {
+        chunk: u32,
+        stages: u32,
+        blocks_per_sm: u32,
+    },
+}
+
+impl ReadProbeKind {
+    pub fn parse(s: &str) -> Result<ReadProbeKind> {
+        let mut parts = s.trim().split(':');
+        match parts.next() {
+            Some("ldg") | Some("") | None => Ok(ReadProbeKind::Ldg),
+            Some("bulk") => {
+                let mut next = |default: u32| -> Result<u32> {
+                    match parts.next() {
+                        None => Ok(default),
+                        Some(v) => v.parse().map_err(|_| {
+                            anyhow!("FLASHCORE_BENCH_READ_PROBE: {v:?} is not a count")
+                        }),
+                    }
+                };
+                let kind = ReadProbeKind::Bulk {
+                    chunk: next(16384)?,
+                    stages: next(6)?,
+                    blocks_per_sm: next(2)?,
+                };
+                if let ReadProbeKind::Bulk { chunk, stages, .. } = kind {
+                    if chunk == 0 || !chunk.is_multiple_of(16) || stages == 0 {
+                        bail!("FLASHCORE_BENCH_READ_PROBE: chunks are a multiple of 16 bytes, stages at least 1");
+                    }
+                }
+                Ok(kind)
+            }
+            Some(other) => bail!(
+                "FLASHCORE_BENCH_READ_PROBE={other}: expected ldg or bulk[:chunk:stages:blocks]"
+            ),
+        }
+    }
+
+    /// The probes the decode suite times: the LSU stream and the TMA stream whose ring shape
+    /// read fastest in session 20's run1 (32 KiB copies, 4 stages, one block an SM), or those
+    /// `FLASHCORE_BENCH_READ_PROBE` names (comma-separated; a diagnostic).
+    pub fn from_env() -> Result<Vec<ReadProbeKind>> {
+        match std::env::var("FLASHCORE_BENCH_READ_PROBE") {
+            Ok(v) => v.split(',').map(ReadProbeKind::parse).collect(),
+            Err(_) => Ok(vec![
+                ReadProbeKind::Ldg,
+                ReadProbeKind::Bulk {
+                    chunk: 32768,
+                    stages: 4,
+                    blocks_per_sm: 1,
+                },
+            ]),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            ReadProbeKind::Ldg => "ldg".into(),
+            ReadProbeKind::Bulk {
+                chunk,
+                stages,
+                blocks_per_sm,
+            } => format!("bulk:{chunk}:{stages}:{blocks_per_sm}"),
+        }
+    }
+}
+
+/// The loaded read probe and its launch shape.
 struct ReadProbe {
     function: CudaFunction,
     grid: u32,
+    block: u32,
+    smem: u32,
 }
 
 impl ReadProbe {
-    fn load(device: &Device) -> Result<ReadProbe> {
-        let defines = [(
-            "READ_PROBE_UNROLL".to_string(),
-            READ_PROBE_UNROLL.to_string(),
-        )];
+    fn load(device: &Device, kind: ReadProbeKind) -> Result<ReadProbe> {
+        let (entry, defines, block, blocks_per_sm, smem) = match kind {
+            ReadProbeKind::Ldg => (
+                READ_PROBE_ENTRY,
+                vec![(
+                    "READ_PROBE_UNROLL".to_string(),
+                    READ_PROBE_UNROLL.to_string(),
+                )],
+                READ_PROBE_BLOCK,
+                READ_PROBE_BLOCKS_PER_SM,
+                0,
+            ),
+            ReadProbeKind::Bulk {
+                chunk,
+                stages,
+                blocks_per_sm,
+            } => (
+                "read_probe_bulk",
+                vec![
+                    ("READ_PROBE_CHUNK".to_string(), chunk.to_string()),
+                    ("READ_PROBE_STAGES".to_string(), stages.to_string()),
+                ],
+                32,
+                blocks_per_sm,
+                chunk * stages,
+            ),
+        };
         // The dtype only picks a define that the probe does not read.
         let function = device
-            .function(
-                READ_PROBE_SOURCE,
-                READ_PROBE_ENTRY,
-                DType::Bf16,
-                &defines,
-                0,
-            )
+            .function(READ_PROBE_SOURCE, entry, DType::Bf16, &defines, smem)
             .map_err(|e| anyhow!("{e}"))?;
         cu(device.context().bind_to_thread(), "binding the context")?;
         Ok(ReadProbe {
             function,
-            grid: device.info().sm_count * READ_PROBE_BLOCKS_PER_SM,
+            grid: device.info().sm_count * blocks_per_sm,
+            block,
+            smem,
         })
     }
 
@@ -472,20 +566,20 @@ impl ReadProbe {
             &n16 as *const u64 as *mut c_void,
             &out as *const u64 as *mut c_void,
         ];
-        // SAFETY: the arguments match read_probe's (const uint4*, unsigned long long,
+        // SAFETY: the arguments match both probes' (a source pointer, unsigned long long,
         // unsigned*), and the caller keeps the buffers behind `src` and `out` alive until the
         // stream has run the launch.
         unsafe {
             flashcore::cudarc::driver::result::launch_kernel(
                 self.function.cu_function(),
                 (self.grid, 1, 1),
-                (READ_PROBE_BLOCK, 1, 1),
-                0,
+                (self.block, 1, 1),
+                self.smem,
                 device.stream().cu_stream(),
                 &mut args,
             )
         }
-        .map_err(|e| anyhow!("CUDA error in launching read_probe: {e:?}"))
+        .map_err(|e| anyhow!("CUDA error in launching the read probe: {e:?}"))
     }
 }
 

@@ -505,7 +505,17 @@ pub fn cache_case_heads(
     let storage = match kv {
         KvKind::Paged { block_size } => {
             let max_blocks = capacity.div_ceil(block_size);
-            let (table, num_blocks) = shuffled_table(batch, max_blocks, seed);
+            // FLASHCORE_BENCH_PAGE_ORDER=in-order (a diagnostic): sequence b's pages are blocks
+            // b·max_blocks.., in order, so the paged case reads the contiguous case's addresses.
+            let in_order = std::env::var("FLASHCORE_BENCH_PAGE_ORDER").as_deref() == Ok("in-order");
+            let (table, num_blocks) = if in_order {
+                (
+                    (0..(batch * max_blocks) as i32).collect(),
+                    batch * max_blocks + SPARE_BLOCKS,
+                )
+            } else {
+                shuffled_table(batch, max_blocks, seed)
+            };
             p.modes.kv = KvStorage::Paged {
                 num_blocks,
                 block_size,
@@ -514,7 +524,8 @@ pub fn cache_case_heads(
             p.seq_k = max_blocks * block_size;
             d.block_table = Some(table);
             d.num_blocks = num_blocks;
-            format!("paged, block {block_size}, {num_blocks} blocks shuffled")
+            let order = if in_order { "in order" } else { "shuffled" };
+            format!("paged, block {block_size}, {num_blocks} blocks {order}")
         }
         _ => "contiguous".into(),
     };

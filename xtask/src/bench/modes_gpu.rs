@@ -505,7 +505,7 @@ pub fn write_and_print(report: &ModeReport, dir: &Path) -> Result<()> {
 }
 
 /// The decode suite's bandwidth references, one of each per distinct K+V byte count: the copy
-/// (the ceiling), then the read probe on the same bytes. A timing that fails leaves a note.
+/// (the ceiling), then each read probe on the same bytes. A timing that fails leaves a note.
 fn copy_ceilings(
     device: &Device,
     timer: &Timer,
@@ -516,15 +516,36 @@ fn copy_ceilings(
     let max_buffers = if args.quick { 2 } else { 8 };
     let mut copy_notes = Vec::new();
     let mut probe_notes = Vec::new();
+    // The TMA probe needs sm_90 (cp.async.bulk).
+    let probes: Vec<gpu::ReadProbeKind> = match gpu::ReadProbeKind::from_env() {
+        Ok(kinds) => kinds
+            .into_iter()
+            .filter(|k| {
+                let keep =
+                    matches!(k, gpu::ReadProbeKind::Ldg) || device.info().compute_capability.0 >= 9;
+                if !keep {
+                    probe_notes.push(format!("{} needs sm_90", k.label()));
+                }
+                keep
+            })
+            .collect(),
+        Err(e) => {
+            probe_notes.push(format!("{e:#}"));
+            vec![]
+        }
+    };
     for bytes in decode::copy_sizes(info) {
         let copy = time_reference("copy", bytes, &mut copy_notes, || {
             copy_timing(device, timer, bytes, max_buffers, loop_opts)
         });
         info.copies.extend(copy);
-        let probe = time_reference("read probe", bytes, &mut probe_notes, || {
-            read_probe_timing(device, timer, bytes, max_buffers, loop_opts)
-        });
-        info.read_probes.extend(probe);
+        for &kind in &probes {
+            let what = format!("read probe {}", kind.label());
+            let probe = time_reference(&what, bytes, &mut probe_notes, || {
+                read_probe_timing(device, timer, bytes, max_buffers, loop_opts, kind)
+            });
+            info.read_probes.extend(probe);
+        }
     }
     if !copy_notes.is_empty() {
         info.copy_note = Some(copy_notes.join("; "));
@@ -545,7 +566,7 @@ fn time_reference<T>(
         Ok(t) => Some(t),
         Err(e) => {
             eprintln!("  {what} {} MiB failed: {e:#}", bytes >> 20);
-            notes.push(format!("{} MiB: {e:#}", bytes >> 20));
+            notes.push(format!("{what}, {} MiB: {e:#}", bytes >> 20));
             None
         }
     }
@@ -575,29 +596,33 @@ fn copy_timing(
     })
 }
 
+/// One read probe design on `bytes`.
 fn read_probe_timing(
     device: &Device,
     timer: &Timer,
     bytes: u64,
     max_sources: usize,
     loop_opts: &LoopOptions,
+    kind: gpu::ReadProbeKind,
 ) -> Result<ReadProbeTiming> {
-    let (s, sources, grid) =
-        gpu::time_read_probe(timer, device, bytes as usize, max_sources, loop_opts)?;
+    let (s, sources, (grid, block)) =
+        gpu::time_read_probe(timer, device, bytes as usize, max_sources, loop_opts, kind)?;
     eprintln!(
-        "  read probe {} MiB: {:.1} us, read {:.0} GB/s (N / t)",
+        "  read probe {} {} MiB: {:.1} us, read {:.0} GB/s (N / t)",
+        kind.label(),
         bytes >> 20,
         s.us,
         decode::gbps(bytes, s.us)
     );
     Ok(ReadProbeTiming {
+        kind: kind.label(),
         bytes,
         us: s.us,
         calls: s.calls,
         repeats: s.repeats,
         sources,
         grid,
-        block: gpu::READ_PROBE_BLOCK,
+        block,
     })
 }
 
