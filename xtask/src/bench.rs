@@ -16,6 +16,7 @@
 
 pub mod backward;
 pub mod backward_gpu;
+pub mod bandwidth;
 pub mod decode;
 pub mod gpu;
 pub mod modes;

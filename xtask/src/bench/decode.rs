@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use flashcore::{DType, Layout};
 use serde::{Deserialize, Serialize};
 
-use super::gpu::{READ_PROBE_BLOCK, READ_PROBE_BLOCKS_PER_SM, READ_PROBE_UNROLL};
+use super::bandwidth::{READ_PROBE_BLOCK, READ_PROBE_BLOCKS_PER_SM, READ_PROBE_UNROLL};
 use super::modes::{
     cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, ModeReport, PeerCase,
     PeerShape, Side, SuitePlan, Target, DTYPE,

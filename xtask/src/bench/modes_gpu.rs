@@ -14,6 +14,7 @@ use flashcore::{Attention, AttentionProblem, Device, KvStorage};
 use flashcore_oracle::{OracleProblem, Reference, Rows, Verdict};
 use ndarray::{s, ArrayD, Axis, IxDyn};
 
+use super::bandwidth;
 use super::decode::{self, CopyTiming, DecodeInfo, ReadProbeTiming};
 use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
 use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
@@ -517,12 +518,12 @@ fn copy_ceilings(
     let mut copy_notes = Vec::new();
     let mut probe_notes = Vec::new();
     // The TMA probe needs sm_90 (cp.async.bulk).
-    let probes: Vec<gpu::ReadProbeKind> = match gpu::ReadProbeKind::from_env() {
+    let probes: Vec<bandwidth::ReadProbeKind> = match bandwidth::ReadProbeKind::from_env() {
         Ok(kinds) => kinds
             .into_iter()
             .filter(|k| {
-                let keep =
-                    matches!(k, gpu::ReadProbeKind::Ldg) || device.info().compute_capability.0 >= 9;
+                let keep = matches!(k, bandwidth::ReadProbeKind::Ldg)
+                    || device.info().compute_capability.0 >= 9;
                 if !keep {
                     probe_notes.push(format!("{} needs sm_90", k.label()));
                 }
@@ -579,7 +580,7 @@ fn copy_timing(
     max_pairs: usize,
     loop_opts: &LoopOptions,
 ) -> Result<CopyTiming> {
-    let (s, pairs) = gpu::time_copy(timer, device, bytes as usize, max_pairs, loop_opts)?;
+    let (s, pairs) = bandwidth::time_copy(timer, device, bytes as usize, max_pairs, loop_opts)?;
     eprintln!(
         "  copy {} MiB: {:.1} us, read {:.0} GB/s (N / t), ceiling {:.0} GB/s (2N / t)",
         bytes >> 20,
@@ -603,10 +604,10 @@ fn read_probe_timing(
     bytes: u64,
     max_sources: usize,
     loop_opts: &LoopOptions,
-    kind: gpu::ReadProbeKind,
+    kind: bandwidth::ReadProbeKind,
 ) -> Result<ReadProbeTiming> {
     let (s, sources, (grid, block)) =
-        gpu::time_read_probe(timer, device, bytes as usize, max_sources, loop_opts, kind)?;
+        bandwidth::time_read_probe(timer, device, bytes as usize, max_sources, loop_opts, kind)?;
     eprintln!(
         "  read probe {} {} MiB: {:.1} us, read {:.0} GB/s (N / t)",
         kind.label(),
