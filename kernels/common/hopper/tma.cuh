@@ -38,7 +38,6 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* map
         : "memory");
 }
 
-
 // 1-D bulk copy of `bytes` (a multiple of 16; 16-byte aligned ends) from global memory into
 // shared memory at `dst`, completing `bytes` transaction bytes on mbarrier `bar`. No tensor map:
 // any address the caller computes (a paged row, a packed sequence's row).
