@@ -46,9 +46,12 @@ pub const READ_PROBE_BLOCK: u32 = 512;
 pub const READ_PROBE_BLOCKS_PER_SM: u32 = 4;
 /// Independent 16-byte loads each thread has in flight.
 pub const READ_PROBE_UNROLL: u32 = 8;
+/// Threads per block of `read_probe_bulk` (its `__launch_bounds__`: one warp, one thread issuing).
+const READ_PROBE_BULK_BLOCK: u32 = 32;
 
-/// A read-only kernel over `bytes` (`read_probe`: 16-byte loads, XORed together, nothing
-/// written), timed as `time_copy` times the copy: CUDA events around back-to-back launches,
+/// A read-only kernel over `bytes` (`kind`: `read_probe`'s 16-byte loads XORed together, or
+/// `read_probe_bulk`'s TMA copies into shared memory; nothing written), timed as `time_copy`
+/// times the copy: CUDA events around back-to-back launches,
 /// median per launch, sources of random bytes rotated so that one pass reads more than twice the
 /// L2 (`sets_needed` on the N bytes a launch touches, at most `max_sources`). Returns the timing,
 /// the sources used and the launch's (grid, block).
@@ -108,23 +111,15 @@ impl ReadProbeKind {
                         }),
                     }
                 };
-                let kind = ReadProbeKind::Bulk {
-                    chunk: next(16384)?,
-                    stages: next(6)?,
-                    blocks_per_sm: next(2)?,
-                };
-                if let ReadProbeKind::Bulk {
+                let (chunk, stages, blocks_per_sm) = (next(16384)?, next(6)?, next(2)?);
+                if chunk == 0 || !chunk.is_multiple_of(16) || stages == 0 || blocks_per_sm == 0 {
+                    bail!("FLASHCORE_BENCH_READ_PROBE: chunks are a multiple of 16 bytes, stages and blocks at least 1");
+                }
+                Ok(ReadProbeKind::Bulk {
                     chunk,
                     stages,
                     blocks_per_sm,
-                } = kind
-                {
-                    if chunk == 0 || !chunk.is_multiple_of(16) || stages == 0 || blocks_per_sm == 0
-                    {
-                        bail!("FLASHCORE_BENCH_READ_PROBE: chunks are a multiple of 16 bytes, stages and blocks at least 1");
-                    }
-                }
-                Ok(kind)
+                })
             }
             Some(other) => bail!(
                 "FLASHCORE_BENCH_READ_PROBE={other}: expected ldg or bulk[:chunk:stages:blocks]"
@@ -147,6 +142,12 @@ impl ReadProbeKind {
                 },
             ]),
         }
+    }
+
+    /// Whether the probe runs on a device of compute capability `major`.x (`read_probe_bulk`'s
+    /// cp.async.bulk is sm_90 and later; elsewhere its entry traps).
+    pub fn runs_on(&self, major: u32) -> bool {
+        matches!(self, ReadProbeKind::Ldg) || major >= 9
     }
 
     pub fn label(&self) -> String {
@@ -192,7 +193,7 @@ impl ReadProbe {
                     ("READ_PROBE_CHUNK".to_string(), chunk.to_string()),
                     ("READ_PROBE_STAGES".to_string(), stages.to_string()),
                 ],
-                32,
+                READ_PROBE_BULK_BLOCK,
                 blocks_per_sm,
                 chunk * stages,
             ),
@@ -332,6 +333,8 @@ mod tests {
         // The label is what the report records and what parses back.
         assert_eq!(k.label(), "bulk:32768:4:1");
         assert_eq!(ReadProbeKind::parse(&k.label()).unwrap(), k);
+        // The TMA probe needs sm_90; the LSU one runs anywhere.
+        assert!(ReadProbeKind::Ldg.runs_on(8) && k.runs_on(9) && !k.runs_on(8));
         for bad in [
             "tma",
             "bulk:100",

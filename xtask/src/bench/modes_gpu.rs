@@ -517,13 +517,11 @@ fn copy_ceilings(
     let max_buffers = if args.quick { 2 } else { 8 };
     let mut copy_notes = Vec::new();
     let mut probe_notes = Vec::new();
-    // The TMA probe needs sm_90 (cp.async.bulk).
     let probes: Vec<bandwidth::ReadProbeKind> = match bandwidth::ReadProbeKind::from_env() {
         Ok(kinds) => kinds
             .into_iter()
             .filter(|k| {
-                let keep = matches!(k, bandwidth::ReadProbeKind::Ldg)
-                    || device.info().compute_capability.0 >= 9;
+                let keep = k.runs_on(device.info().compute_capability.0);
                 if !keep {
                     probe_notes.push(format!("{} needs sm_90", k.label()));
                 }
