@@ -132,7 +132,7 @@ pub struct Args {
     /// looks in ../shared/anchors and shared/anchors when this is not given).
     #[arg(long)]
     pub anchors: Option<PathBuf>,
-    /// Skip the cuBLAS GEMM reference (no "% GEMM" column).
+    /// Skip the cuBLAS GEMM reference (no "% GEMM" column; --suite decode: no GEMM rate for the peer target).
     #[arg(long)]
     pub no_gemm: bool,
     /// M = N = K of the GEMM reference.

@@ -29,7 +29,7 @@ use super::modes::{
     cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, ModeReport, PeerCase,
     PeerShape, Side, SuitePlan, Target, DTYPE,
 };
-use super::report::{cell_within, fmt_us, Outcome, Source};
+use super::report::{cell_within, fmt_us, GemmPeak, Outcome, Source};
 use super::suite::Suite;
 
 /// One row of the suite.
@@ -371,6 +371,13 @@ pub struct DecodeInfo {
     /// Why a read probe time is missing, if one is.
     #[serde(default)]
     pub read_probe_note: Option<String>,
+    /// The compute reference: a cuBLAS GEMM in the suite's dtype, timed in the run (none in
+    /// reports from before it, or with --no-gemm).
+    #[serde(default)]
+    pub gemm: Option<GemmPeak>,
+    /// Why there is no GEMM time, if there is none.
+    #[serde(default)]
+    pub gemm_note: Option<String>,
     pub anchors: Vec<DecodeAnchor>,
     /// Where the anchors came from, or why there are none.
     pub anchors_note: Option<String>,
@@ -400,6 +407,8 @@ pub fn info(causal: bool) -> DecodeInfo {
         copy_note: None,
         read_probes: vec![],
         read_probe_note: None,
+        gemm: None,
+        gemm_note: None,
         anchors: vec![],
         anchors_note: None,
         peer_method: PEER_METHOD.into(),
@@ -643,8 +652,10 @@ pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
     out
 }
 
-/// What ≥ [`PEER_TARGET`] × the best peer asks of one row, beside the read probe of its bytes.
-/// The same for contiguous and paged: both compare with the same peer numbers.
+/// What ≥ [`PEER_TARGET`] × the best peer asks of one row, beside the read probe of its bytes
+/// and the GEMM rate: a bandwidth-bound row is held by the first, a compute-bound one (chunked
+/// prefill) by the second. The same for contiguous and paged: both compare with the same peer
+/// numbers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerNeed {
     pub row: String,
@@ -657,12 +668,25 @@ pub struct PeerNeed {
     pub probe_gbps: Option<f64>,
     /// Above 1: the target asks for more than a kernel that only reads got in this run.
     pub needed_over_probe: Option<f64>,
+    /// The row's matrix-product FLOPs as the peers count them (4·B·Hq·Sq·Sk·D, non-causal).
+    pub flops: f64,
+    /// Best peer TFLOP/s × PEER_TARGET.
+    pub needed_tflops: Option<f64>,
+    pub gemm_tflops: Option<f64>,
+    /// Above 1: the target asks for more matrix throughput than cuBLAS's GEMM got in this run,
+    /// before any of attention's softmax work.
+    pub needed_over_gemm: Option<f64>,
 }
 
 impl PeerNeed {
     /// Whether the target's GB/s is at most the read probe's.
     pub fn within_probe(&self) -> Option<bool> {
         self.needed_over_probe.map(|x| x <= 1.0)
+    }
+
+    /// Whether the target's TFLOP/s is at most the GEMM's.
+    pub fn within_gemm(&self) -> Option<bool> {
+        self.needed_over_gemm.map(|x| x <= 1.0)
     }
 }
 
@@ -675,6 +699,9 @@ pub fn peer_needs(r: &ModeReport, d: &DecodeInfo) -> Vec<PeerNeed> {
             let peer_gbps = peer.map(|(_, us)| gbps(row.kv_bytes, us));
             let needed_gbps = peer_gbps.map(|g| g * PEER_TARGET);
             let probe_gbps = d.read_probe_gbps(row.kv_bytes);
+            let flops = row.shape.dense_flops();
+            let needed_tflops = peer.map(|(_, us)| flops / us / 1e6 * PEER_TARGET);
+            let gemm_tflops = d.gemm.as_ref().map(|g| g.tflops);
             PeerNeed {
                 row: row.key.clone(),
                 kv_bytes: row.kv_bytes,
@@ -683,6 +710,10 @@ pub fn peer_needs(r: &ModeReport, d: &DecodeInfo) -> Vec<PeerNeed> {
                 needed_gbps,
                 probe_gbps,
                 needed_over_probe: needed_gbps.zip(probe_gbps).map(|(n, p)| n / p),
+                flops,
+                needed_tflops,
+                gemm_tflops,
+                needed_over_gemm: needed_tflops.zip(gemm_tflops).map(|(n, g)| n / g),
             }
         })
         .collect()
@@ -808,20 +839,27 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
     out
 }
 
-/// Per row: the GB/s the peer target needs against the read probe's.
+/// Per row: the GB/s the peer target needs against the read probe's, and the TFLOP/s against
+/// the GEMM's.
 fn render_peer_needs(r: &ModeReport, d: &DecodeInfo) -> String {
     let mut out = format!(
-        "\n### Is {t:.2}× the best peer within the read probe?\n\n\
-         A call {t:.2}× faster than the best peer reads its K/V at the peer's GB/s × {t:.2} (contiguous and paged alike: both compare with the same peer). Needed / probe above 1 asks for more than the faster read-only kernel got at the same bytes in this run.\n\n\
-         | row | K/V MiB | best peer | peer GB/s | {t:.2}× peer needs GB/s | read probe GB/s | needed / probe | ≤ read probe? |\n|---|---:|---|---:|---:|---:|---:|---|\n",
+        "\n### Is {t:.2}× the best peer within the read probe and the GEMM rate?\n\n\
+         A call {t:.2}× faster than the best peer reads its K/V at the peer's GB/s × {t:.2} and does its matrix products at the peer's TFLOP/s × {t:.2} (contiguous and paged alike: both compare with the same peer). Needed / probe above 1 asks for more than the faster read-only kernel got at the same bytes in this run; needed / GEMM above 1 asks for more than cuBLAS's GEMM got in this run, before any of attention's softmax work.\n\n\
+         | row | K/V MiB | GFLOP | best peer | peer GB/s | {t:.2}× peer needs GB/s | read probe GB/s | needed / probe | ≤ read probe? | {t:.2}× peer needs TFLOP/s | GEMM TFLOP/s | needed / GEMM | ≤ GEMM? |\n|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
         t = PEER_TARGET
     );
+    let yes_no = |m: Option<bool>| match m {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "—",
+    };
     // (peer_needs keeps d.rows' order, one entry a row.)
     for (n, row) in peer_needs(r, d).iter().zip(&d.rows) {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(&row_label(row)),
             mib(n.kv_bytes),
+            n.flops / 1e9,
             n.peer
                 .as_ref()
                 .map(|(b, us)| format!("{b} {}", fmt_us(*us)))
@@ -830,12 +868,23 @@ fn render_peer_needs(r: &ModeReport, d: &DecodeInfo) -> String {
             opt(n.needed_gbps, |g| format!("{g:.0}")),
             opt(n.probe_gbps, |g| format!("{g:.0}")),
             opt(n.needed_over_probe, |x| format!("{x:.2}")),
-            match n.within_probe() {
-                Some(true) => "yes",
-                Some(false) => "NO",
-                None => "—",
-            },
+            yes_no(n.within_probe()),
+            opt(n.needed_tflops, |t| format!("{t:.1}")),
+            opt(n.gemm_tflops, |t| format!("{t:.1}")),
+            opt(n.needed_over_gemm, |x| format!("{x:.3}")),
+            yes_no(n.within_gemm()),
         ));
+    }
+    match (&d.gemm, &d.gemm_note) {
+        (Some(g), _) => out.push_str(&format!(
+            "\nGEMM: cuBLAS {} {n}×{n}×{n} (cublasGemmEx, f32 accumulate), {} µs a call, {:.1} TFLOP/s, timed in this run as the kernels are.\n",
+            g.dtype,
+            fmt_us(g.us),
+            g.tflops,
+            n = g.n
+        )),
+        (None, Some(note)) => out.push_str(&format!("\nGEMM: not timed ({}).\n", cell(note))),
+        (None, None) => out.push_str("\nGEMM: not timed.\n"),
     }
     out
 }
@@ -1221,6 +1270,12 @@ garbage line\n";
             bulk(256 << 20, 95.0),
         ];
         d.read_probe_note = Some("512 MiB and 1024 MiB not probed in this fixture".into());
+        d.gemm = Some(GemmPeak {
+            dtype: DType::Bf16,
+            n: 8192,
+            us: 1570.0,
+            tflops: 700.0,
+        });
         d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
         d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
         let (r0, r1) = (ROWS[0], ROWS[1]);
@@ -1375,6 +1430,43 @@ garbage line\n";
         // Row 2: no peer and no probe.
         assert_eq!((n[2].needed_gbps, n[2].probe_gbps), (None, None));
         assert_eq!(n[2].within_probe(), None);
+        assert_eq!((n[2].needed_tflops, n[2].within_gemm()), (None, None));
+        // Against the GEMM a decode row asks for next to nothing: 0.54 GFLOP in 66 / 1.05 µs.
+        assert!((n0.flops - 4.0 * 32.0 * 32768.0 * 128.0).abs() < 1.0);
+        assert!((n0.needed_tflops.unwrap() - n0.flops / 66.0 / 1e6 * 1.05).abs() < 1e-12);
+        assert_eq!(n0.gemm_tflops, Some(700.0));
+        assert_eq!(n0.within_gemm(), Some(true));
+    }
+
+    #[test]
+    fn the_peer_target_is_set_against_the_gemm_on_compute_bound_rows() {
+        // Chunked prefill (68.7 GFLOP) with a peer at 95 µs: 723 TFLOP/s, 1.05× that is 760,
+        // above the fixture's 700 TFLOP/s GEMM; at 110 µs 1.05× asks for 656, within it.
+        let chunk = ROWS[6];
+        assert_eq!(chunk.what, "chunked prefill");
+        for (peer_us, within) in [(95.0, false), (110.0, true)] {
+            let mut r = fixture();
+            r.rows
+                .push(timed(&chunk.key(), "sdpa_cudnn", Source::Peer, peer_us));
+            let d = r.decode.as_ref().unwrap();
+            let n = &peer_needs(&r, d)[6];
+            assert!((n.flops / 1e9 - 68.72).abs() < 0.01, "{}", n.flops);
+            let needed = n.flops / peer_us / 1e6 * 1.05;
+            assert!((n.needed_tflops.unwrap() - needed).abs() < 1e-9);
+            assert!((n.needed_over_gemm.unwrap() - needed / 700.0).abs() < 1e-12);
+            assert_eq!(n.within_gemm(), Some(within));
+            // Its bytes are far within the read probe's reach: no probe at 128 MiB needed more.
+            assert_eq!(n.within_probe(), Some(true));
+        }
+        // Without a GEMM time there is no verdict, and the report says why.
+        let mut r = fixture();
+        r.rows
+            .push(timed(&chunk.key(), "sdpa_cudnn", Source::Peer, 95.0));
+        let d = r.decode.as_mut().unwrap();
+        (d.gemm, d.gemm_note) = (None, Some("--no-gemm".into()));
+        let d = r.decode.as_ref().unwrap();
+        assert_eq!(peer_needs(&r, d)[6].within_gemm(), None);
+        assert!(render(&r, d).contains("GEMM: not timed (--no-gemm)."));
     }
 
     #[test]
@@ -1438,19 +1530,25 @@ garbage line\n";
         );
         // What 1.05× the best peer needs, against the probe.
         assert!(
-            md.contains("### Is 1.05× the best peer within the read probe?"),
+            md.contains("### Is 1.05× the best peer within the read probe and the GEMM rate?"),
             "{md}"
         );
         assert!(
-            md.contains("(decode, one long sequence) | 128 | sdpa_flash 66.00 | 2034 | 2135 | 2581 | 0.83 | yes |"),
+            md.contains("(decode, one long sequence) | 128 | 0.5 | sdpa_flash 66.00 | 2034 | 2135 | 2581 | 0.83 | yes | 8.5 | 700.0 | 0.012 | yes |"),
             "{md}"
         );
         assert!(
-            md.contains("(decode) | 256 | sdpa_cudnn 94.20 | 2850 | 2992 | 2826 | 1.06 | NO |"),
+            md.contains("(decode) | 256 | 1.1 | sdpa_cudnn 94.20 | 2850 | 2992 | 2826 | 1.06 | NO | 12.0 | 700.0 | 0.017 | yes |"),
             "{md}"
         );
         assert!(
-            md.contains("Sk=4096 D=128 (decode) | 512 | — | — | — | — | — | — |"),
+            md.contains(
+                "Sk=4096 D=128 (decode) | 512 | 2.1 | — | — | — | — | — | — | — | 700.0 | — | — |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("GEMM: cuBLAS bf16 8192×8192×8192 (cublasGemmEx, f32 accumulate), 1570.0 µs a call, 700.0 TFLOP/s"),
             "{md}"
         );
         insta::assert_snapshot!("bench_decode_table", md);

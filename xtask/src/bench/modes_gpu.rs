@@ -17,9 +17,9 @@ use ndarray::{s, ArrayD, Axis, IxDyn};
 use super::bandwidth;
 use super::decode::{self, CopyTiming, DecodeInfo, ReadProbeTiming};
 use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
-use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape};
+use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape, DTYPE};
 use super::peers;
-use super::report::{DeviceSummary, Outcome, PeerStatus, Source};
+use super::report::{DeviceSummary, GemmPeak, Outcome, PeerStatus, Source};
 use super::suite::{CausalSel, Suite};
 use super::Args;
 use crate::case::{precision, random_tensor_parallel};
@@ -554,6 +554,33 @@ fn copy_ceilings(
     }
 }
 
+/// The decode suite's compute reference: a cuBLAS GEMM in the suite's dtype (--gemm-n), against
+/// which the peer target's TFLOP/s is set on the compute-bound rows. A failure leaves a note.
+fn gemm_reference(device: &Device, info: &mut DecodeInfo, args: &Args, loop_opts: &LoopOptions) {
+    if args.no_gemm {
+        info.gemm_note = Some("--no-gemm".into());
+        return;
+    }
+    let n = args.gemm_n;
+    match gpu::no_panic("cuBLAS GEMM", || {
+        gpu::gemm_peak(device, DTYPE, n, loop_opts)
+    }) {
+        Ok((us, tflops)) => {
+            eprintln!("  cuBLAS {DTYPE} GEMM {n}^3: {us:.1} us, {tflops:.1} TFLOP/s");
+            info.gemm = Some(GemmPeak {
+                dtype: DTYPE,
+                n,
+                us,
+                tflops,
+            });
+        }
+        Err(e) => {
+            eprintln!("  cuBLAS GEMM reference not measured: {e:#}");
+            info.gemm_note = Some(format!("{e:#}"));
+        }
+    }
+}
+
 /// One bandwidth reference (`what`) on `bytes`: its timing, or a note of why there is none.
 fn time_reference<T>(
     what: &str,
@@ -718,6 +745,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     if let Some(info) = report.decode.as_mut() {
         eprintln!("copies (the bandwidth ceiling) and read probes:");
         copy_ceilings(&device, &timer, info, args, &loop_opts);
+        gemm_reference(&device, info, args, &loop_opts);
         decode_anchors(info, args);
     }
     let mut spent = vec![0.0; kernels.len()];
