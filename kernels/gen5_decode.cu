@@ -143,8 +143,8 @@ __device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
 // holds group g's first row and passes it round by shuffle. A group then costs two shuffles, an
 // add and its copies. The general group loader (load_tile_groups_async, kept for a sequence's
 // last tile) works each copy's address, bounds and swizzle out again: at block 16 its case ran
-// 48 % more instructions than the contiguous one and took 1.09x its time, this one 1.06x
-// (session 21, runs 4-5).
+// 48 % more instructions than the contiguous one and took 1.09-1.10x its time, this one
+// 1.06-1.07x (session 21, runs 3-6).
 constexpr int group_rows = 16;
 constexpr int groups_per_tile = kv_tile_rows / group_rows;
 constexpr int rows_per_pass = num_threads / Tile::kChunksPerRow;  // 8 at D = 128, 16 at D = 64
