@@ -1,0 +1,791 @@
+//! The decode suite of `bench-all` (`--suite decode`, issue 12): what it runs and the bandwidth
+//! arithmetic (K/V bytes read, GB/s, percent of the copy ceiling, speed against the best peer);
+//! the anchor file it cross-checks with (`anchors.rs`) and its tables (`report.rs`). Nothing here
+//! touches a GPU; `modes_gpu` times the cases, the references and the peers.
+//!
+//! - Eight rows (B, Hq, Hkv, Sq, Sk, D), bf16, non-causal unless `--causal on`: decode (Sq = 1)
+//!   from one long sequence to many short ones, GQA 4:1 and 8:1 and MHA, a chunked prefill
+//!   (Sq = 128) and speculative decoding (Sq = 4).
+//! - Each row on every flashcore generation three times: a contiguous cache (`seqused_k` = Sk for
+//!   every sequence, capacity Sk), a paged cache (block 64, shuffled table: the `paged` suite's
+//!   `cache_case`) holding the same keys and values, and the plain dense problem (no modes, the
+//!   same memory as the full contiguous cache; no target, it shows what the modes cost).
+//! - The peers (`torch_sdpa.py --decode`) run each row on contiguous K/V `[B, Hkv, Sk, D]`; the
+//!   paged rows compare with the same peer numbers.
+//! - A device-to-device copy of each row's K+V byte count is the measured ceiling: its HBM
+//!   traffic, 2N / t (it reads N bytes and writes N; a read-only kernel can use all of it).
+//! - A read probe (`kernels/bench_read_probe.cu`, a kernel that only reads) of the same bytes,
+//!   timed as the copy is: N / t of a pure read stream, against which the peer target's GB/s is
+//!   set (is ≥ 1.05× the best peer reachable at all where the peer already reads near the limit).
+//! - A cuBLAS GEMM in the suite's dtype, timed the same way: the compute reference the peer
+//!   target's TFLOP/s is set against (chunked prefill is held by the tensor cores, not by HBM).
+
+use flashcore::Layout;
+use serde::{Deserialize, Serialize};
+
+use super::modes::{
+    cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, PeerCase, PeerShape,
+    Side, SuitePlan, Target, DTYPE,
+};
+use super::report::GemmPeak;
+use super::suite::Suite;
+
+mod anchors;
+mod report;
+
+pub use anchors::{anchor_dir, load_anchors, DecodeAnchor};
+pub use report::render;
+
+/// One row of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeShape {
+    pub batch: usize,
+    pub heads_q: usize,
+    pub heads_kv: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub head_dim: usize,
+    /// What the row stands for.
+    pub what: &'static str,
+}
+
+const fn row(
+    batch: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    seq_q: usize,
+    seq_k: usize,
+    what: &'static str,
+) -> DecodeShape {
+    DecodeShape {
+        batch,
+        heads_q,
+        heads_kv,
+        seq_q,
+        seq_k,
+        head_dim: 128,
+        what,
+    }
+}
+
+/// The issue's rows, in its order.
+pub const ROWS: [DecodeShape; 8] = [
+    row(1, 32, 8, 1, 32768, "decode, one long sequence"),
+    row(8, 32, 8, 1, 8192, "decode"),
+    row(32, 32, 8, 1, 4096, "decode"),
+    row(64, 32, 8, 1, 2048, "decode, many short sequences"),
+    row(16, 64, 8, 1, 8192, "decode, GQA 8:1"),
+    row(8, 32, 32, 1, 8192, "decode, MHA"),
+    row(4, 32, 8, 128, 8192, "chunked prefill"),
+    row(8, 32, 8, 4, 8192, "speculative decoding"),
+];
+
+/// Page size of the paged cache.
+pub const BLOCK_SIZE: usize = 64;
+/// Rows with at least this much K/V (128 MiB) must reach [`CEILING_TARGET`] of the copy.
+pub const BIG_KV_BYTES: u64 = 128 << 20;
+/// Fraction of the copy ceiling the big rows must reach.
+pub const CEILING_TARGET: f64 = 0.90;
+/// Best peer time / flashcore time every row must reach, contiguous and paged.
+pub const PEER_TARGET: f64 = 1.05;
+
+/// How a flashcore case of a row stores K and V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    Contiguous,
+    Paged,
+    Dense,
+    /// Dense K/V in the peers' layout, `[B, Hkv, Sk, D]`: a head's keys are contiguous, where
+    /// the caches (and `Dense`) hold `[B, Sk, Hkv, D]` rows of all heads (a diagnostic: what the
+    /// layout costs a bandwidth-bound row).
+    DenseBhsd,
+}
+
+impl Storage {
+    pub const ALL: [Storage; 4] = [
+        Storage::Contiguous,
+        Storage::Paged,
+        Storage::Dense,
+        Storage::DenseBhsd,
+    ];
+
+    /// The case key's suffix.
+    pub fn suffix(self) -> String {
+        match self {
+            Storage::Contiguous => "contig".into(),
+            Storage::Paged => format!("paged-{BLOCK_SIZE}"),
+            Storage::Dense => "dense".into(),
+            Storage::DenseBhsd => "dense-bhsd".into(),
+        }
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            Storage::Contiguous => "contiguous".into(),
+            Storage::Paged => format!("paged {BLOCK_SIZE}"),
+            Storage::Dense => "dense".into(),
+            Storage::DenseBhsd => "dense bhsd".into(),
+        }
+    }
+
+    /// Whether the issue's targets apply (contiguous and paged; the dense cases are diagnostics).
+    pub fn has_targets(self) -> bool {
+        !matches!(self, Storage::Dense | Storage::DenseBhsd)
+    }
+}
+
+impl DecodeShape {
+    /// "b8-hq32-hkv8-sq1-sk8192-d128": the peers' case key, and the flashcore cases' prefix.
+    pub fn key(&self) -> String {
+        format!(
+            "b{}-hq{}-hkv{}-sq{}-sk{}-d{}",
+            self.batch, self.heads_q, self.heads_kv, self.seq_q, self.seq_k, self.head_dim
+        )
+    }
+
+    pub fn case_key(&self, storage: Storage) -> String {
+        format!("{}/{}", self.key(), storage.suffix())
+    }
+
+    /// Bytes of K and V a call must read: 2 · B · Hkv · Sk · D · 2 (bf16).
+    pub fn kv_bytes(&self) -> u64 {
+        kv_bytes(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+    }
+
+    pub fn heads(&self) -> Heads {
+        Heads {
+            q: self.heads_q,
+            kv: self.heads_kv,
+            dim: self.head_dim,
+        }
+    }
+
+    /// The problem as the peers run it: contiguous K/V, never causal (SDPA's is_causal is
+    /// top-left aligned, flashcore's bottom-right; they agree only when Sq = Sk).
+    pub fn peer_shape(&self) -> PeerShape {
+        PeerShape {
+            batch: self.batch,
+            heads: self.heads_q,
+            heads_kv: self.heads_kv,
+            seq: self.seq_q,
+            seq_k: self.seq_k,
+            head_dim: self.head_dim,
+            causal: false,
+            dtype: DTYPE,
+        }
+    }
+}
+
+/// Bytes of K and V (2 bytes an element) for B sequences of Sk keys, Hkv heads of D.
+pub fn kv_bytes(batch: usize, heads_kv: usize, seq_k: usize, head_dim: usize) -> u64 {
+    2 * (batch * heads_kv * seq_k * head_dim) as u64 * 2
+}
+
+/// GB/s (10^9 bytes a second) of `bytes` moved in `us` microseconds.
+pub fn gbps(bytes: u64, us: f64) -> f64 {
+    bytes as f64 / us / 1e3
+}
+
+/// The ceiling a kernel reading `bytes` is held to: the HBM traffic of a device-to-device copy of
+/// the same bytes, 2N / t (it reads N and writes N). N / t alone would be half of what the
+/// memory delivers, and a read-only kernel can use all of it: the peers read at 2.3-3.0 TB/s.
+pub fn ceiling_gbps(bytes: u64, copy_us: f64) -> f64 {
+    2.0 * gbps(bytes, copy_us)
+}
+
+/// `rate` as a percentage of `ceiling`.
+pub fn percent_of(rate: f64, ceiling: f64) -> f64 {
+    100.0 * rate / ceiling
+}
+
+/// Best peer time / our time: above 1 means faster than every peer.
+pub fn vs_peer(peer_us: f64, our_us: f64) -> f64 {
+    peer_us / our_us
+}
+
+/// What `--suite decode` runs. `causal` makes the flashcore cases causal (bottom-right: each of
+/// the Sq queries sees the keys up to its own position at the end of the cache); the peers stay
+/// non-causal, since SDPA cannot take that mask.
+pub fn plan(seed: u64, causal: bool) -> SuitePlan {
+    let mut cases = Vec::new();
+    let mut peers = Vec::new();
+    let mut comparisons = Vec::new();
+    for r in &ROWS {
+        let used = vec![r.seq_k; r.batch];
+        let contig_key = r.case_key(Storage::Contiguous);
+        for storage in Storage::ALL {
+            let key = r.case_key(storage);
+            let mut c = match storage {
+                Storage::Contiguous => cache_case_heads(
+                    &key,
+                    r.heads(),
+                    r.seq_q,
+                    r.seq_k,
+                    &used,
+                    causal,
+                    KvKind::Contiguous,
+                    seed,
+                ),
+                Storage::Paged => cache_case_heads(
+                    &key,
+                    r.heads(),
+                    r.seq_q,
+                    r.seq_k,
+                    &used,
+                    causal,
+                    KvKind::Paged {
+                        block_size: BLOCK_SIZE,
+                    },
+                    seed,
+                ),
+                Storage::Dense => {
+                    dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal)
+                }
+                Storage::DenseBhsd => {
+                    let mut c =
+                        dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal);
+                    c.problem = c.problem.with_layout(Layout::Bhsd);
+                    c.label = format!("{}, [B, Hkv, Sk, D]", c.label);
+                    c
+                }
+            };
+            if matches!(storage, Storage::Paged | Storage::Dense) {
+                // Same keys and values (and oracle references) as the contiguous cache. The
+                // bhsd case draws its own: its tensors are laid out differently.
+                c.data_from = Some(contig_key.clone());
+            }
+            comparisons.push(Comparison {
+                name: format!("{}: best peer time / {} time", r.key(), storage.text()),
+                num: (r.key(), Side::BestPeer),
+                den: (key, Side::This),
+                measure: Measure::Time,
+                target: storage
+                    .has_targets()
+                    .then_some(Target::AtLeast(PEER_TARGET)),
+            });
+            cases.push(c);
+        }
+        let shape = r.peer_shape();
+        peers.push(PeerCase {
+            key: r.key(),
+            label: format!(
+                "{} ({}); contiguous K/V [B, Hkv, Sk, D], enable_gqa",
+                shape.label(),
+                r.what
+            ),
+            shape,
+            flops: shape.dense_flops(),
+        });
+    }
+    let mut notes = vec![
+        format!(
+            "flashcore: each row on a contiguous cache (seqused_k = Sk, capacity Sk), a paged one (block {BLOCK_SIZE}, shuffled table, the same keys and values) and as the plain dense problem (no modes; no target, it shows what the modes cost)"
+        ),
+        "peers: PyTorch SDPA flash and cuDNN (and FA3 where it imports) on contiguous K/V [B, Hkv, Sk, D] with enable_gqa; the paged rows compare with the same peer numbers (no peer takes a paged cache)".into(),
+    ];
+    if causal {
+        notes.push("--causal on: the flashcore cases are causal (bottom-right aligned); the peers stay non-causal (SDPA's is_causal is top-left aligned), so rows with Sq > 1 compare different masks".into());
+    }
+    SuitePlan {
+        suite: Suite::Decode,
+        cases,
+        peers,
+        comparisons,
+        notes,
+    }
+}
+
+/// One row as the report keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeRowInfo {
+    /// The peers' case key; the flashcore cases are `<key>/<storage suffix>`.
+    pub key: String,
+    pub shape: PeerShape,
+    pub what: String,
+    pub kv_bytes: u64,
+    /// (storage, flashcore case key).
+    pub cases: Vec<(Storage, String)>,
+}
+
+/// A device-to-device copy timed in the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyTiming {
+    /// Bytes copied (read once and written once).
+    pub bytes: u64,
+    /// Median microseconds per copy.
+    pub us: f64,
+    /// Copies per sample.
+    pub calls: u64,
+    pub repeats: usize,
+    /// Source/destination pairs rotated copy to copy.
+    pub pairs: usize,
+}
+
+/// A read-only kernel over N bytes, timed in the run as the copy is: events around back-to-back
+/// launches, median. Two designs (`kind`): `ldg` (`read_probe`, 16-byte loads XORed together,
+/// nothing written) and `bulk:<chunk>:<stages>:<blocks per SM>` (`read_probe_bulk`, TMA bulk
+/// copies into a shared-memory ring).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadProbeTiming {
+    /// Which probe (reports from before the TMA probe had only `ldg`).
+    #[serde(default = "ldg_kind")]
+    pub kind: String,
+    /// Bytes read per launch (once each; nothing written).
+    pub bytes: u64,
+    /// Median microseconds per launch.
+    pub us: f64,
+    /// Launches per sample.
+    pub calls: u64,
+    pub repeats: usize,
+    /// Source buffers rotated launch to launch.
+    pub sources: usize,
+    /// Blocks, and threads per block.
+    pub grid: u32,
+    pub block: u32,
+}
+
+fn ldg_kind() -> String {
+    "ldg".into()
+}
+
+/// The decode suite's part of the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeInfo {
+    pub causal: bool,
+    pub rows: Vec<DecodeRowInfo>,
+    pub copies: Vec<CopyTiming>,
+    /// Why a copy time is missing, if one is.
+    pub copy_note: Option<String>,
+    /// The read probes, each design at each copy size (empty in reports from before the probe).
+    #[serde(default)]
+    pub read_probes: Vec<ReadProbeTiming>,
+    /// Why a read probe time is missing, if one is.
+    #[serde(default)]
+    pub read_probe_note: Option<String>,
+    /// The compute reference: a cuBLAS GEMM in the suite's dtype, timed in the run (none in
+    /// reports from before it, or with --no-gemm).
+    #[serde(default)]
+    pub gemm: Option<GemmPeak>,
+    /// Why there is no GEMM time, if there is none.
+    #[serde(default)]
+    pub gemm_note: Option<String>,
+    pub anchors: Vec<DecodeAnchor>,
+    /// Where the anchors came from, or why there are none.
+    pub anchors_note: Option<String>,
+    /// How the peers were timed (from the method the script was asked for).
+    pub peer_method: String,
+}
+
+/// The peer script's method for this suite (the anchor file's).
+pub const PEER_ARGS: [&str; 3] = ["--decode", "--backends", "sdpa_flash,sdpa_cudnn,fa3"];
+pub const PEER_METHOD: &str = "torch_sdpa.py --decode: 3 input sets rotated, 30 calls captured in one CUDA graph, 11 replays each timed by events, median per call (the anchor file's method)";
+
+/// The report's decode part before anything is timed.
+pub fn info(causal: bool) -> DecodeInfo {
+    DecodeInfo {
+        causal,
+        rows: ROWS
+            .iter()
+            .map(|r| DecodeRowInfo {
+                key: r.key(),
+                shape: r.peer_shape(),
+                what: r.what.into(),
+                kv_bytes: r.kv_bytes(),
+                cases: Storage::ALL.iter().map(|&s| (s, r.case_key(s))).collect(),
+            })
+            .collect(),
+        copies: vec![],
+        copy_note: None,
+        read_probes: vec![],
+        read_probe_note: None,
+        gemm: None,
+        gemm_note: None,
+        anchors: vec![],
+        anchors_note: None,
+        peer_method: PEER_METHOD.into(),
+    }
+}
+
+/// The distinct byte counts the copies are timed at, in first-row order.
+pub fn copy_sizes(info: &DecodeInfo) -> Vec<u64> {
+    let mut v: Vec<u64> = Vec::new();
+    for r in &info.rows {
+        if !v.contains(&r.kv_bytes) {
+            v.push(r.kv_bytes);
+        }
+    }
+    v
+}
+
+impl DecodeInfo {
+    pub fn copy(&self, bytes: u64) -> Option<&CopyTiming> {
+        self.copies.iter().find(|c| c.bytes == bytes)
+    }
+
+    /// The ceiling for a row of `bytes`, GB/s.
+    pub fn ceiling(&self, bytes: u64) -> Option<f64> {
+        self.copy(bytes).map(|c| ceiling_gbps(bytes, c.us))
+    }
+
+    /// The fastest read probe at `bytes` (the read rate the peer targets are set against).
+    pub fn read_probe(&self, bytes: u64) -> Option<&ReadProbeTiming> {
+        self.read_probes
+            .iter()
+            .filter(|p| p.bytes == bytes)
+            .min_by(|a, b| a.us.total_cmp(&b.us))
+    }
+
+    /// What the fastest read probe read at `bytes`, N / t in GB/s.
+    pub fn read_probe_gbps(&self, bytes: u64) -> Option<f64> {
+        self.read_probe(bytes).map(|p| gbps(bytes, p.us))
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::anchors::parse_anchors;
+    use super::*;
+    use crate::bench::modes::ModeReport;
+    use crate::bench::modes::{CaseInfo, ModeRow};
+    use crate::bench::report::{DeviceSummary, PeerStatus, Settings, Timing};
+    use crate::bench::report::{Outcome, Source};
+    use flashcore::DType;
+    use flashcore::KvStorage;
+
+    #[test]
+    fn the_rows_are_the_issues() {
+        let got: Vec<(usize, usize, usize, usize, usize, usize)> = ROWS
+            .iter()
+            .map(|r| (r.batch, r.heads_q, r.heads_kv, r.seq_q, r.seq_k, r.head_dim))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 32, 8, 1, 32768, 128),
+                (8, 32, 8, 1, 8192, 128),
+                (32, 32, 8, 1, 4096, 128),
+                (64, 32, 8, 1, 2048, 128),
+                (16, 64, 8, 1, 8192, 128),
+                (8, 32, 32, 1, 8192, 128),
+                (4, 32, 8, 128, 8192, 128),
+                (8, 32, 8, 4, 8192, 128),
+            ]
+        );
+        let keys: Vec<String> = ROWS.iter().map(|r| r.key()).collect();
+        let mut dedup = keys.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), keys.len(), "keys are unique");
+        assert_eq!(ROWS[1].key(), "b8-hq32-hkv8-sq1-sk8192-d128");
+    }
+
+    #[test]
+    fn bytes_and_rates() {
+        // 2 · 8 · 8 · 8192 · 128 · 2 = 256 MiB.
+        assert_eq!(ROWS[1].kv_bytes(), 268_435_456);
+        assert_eq!(ROWS[0].kv_bytes(), 128 << 20);
+        assert_eq!(ROWS[5].kv_bytes(), 1 << 30);
+        // The anchor file's numbers: 95.5 µs at B=8 Sk=8192 is 2811 GB/s.
+        assert_eq!(gbps(ROWS[1].kv_bytes(), 95.5).round(), 2811.0);
+        assert_eq!(gbps(ROWS[2].kv_bytes(), 177.7).round(), 3021.0);
+        assert_eq!(ceiling_gbps(1_000_000, 1000.0), 2.0);
+        assert_eq!(percent_of(1.5, 2.0), 75.0);
+        assert_eq!(vs_peer(105.0, 100.0), 1.05);
+        // Every row has at least 128 MiB, so every row has the ceiling target.
+        assert!(ROWS.iter().all(|r| r.kv_bytes() >= BIG_KV_BYTES));
+        let i = info(false);
+        assert_eq!(
+            copy_sizes(&i),
+            [128 << 20, 256 << 20, 512 << 20, 1 << 30],
+            "one copy per distinct size"
+        );
+    }
+
+    #[test]
+    fn the_plan_has_contiguous_paged_and_dense_cases_on_the_same_data() {
+        let p = plan(0x5eed, false);
+        assert_eq!(p.cases.len(), 4 * ROWS.len());
+        assert_eq!(p.peers.len(), ROWS.len());
+        for (r, four) in ROWS.iter().zip(p.cases.chunks(4)) {
+            let [c, pg, dn, bhsd] = four else { panic!() };
+            assert_eq!(bhsd.key, format!("{}/dense-bhsd", r.key()));
+            assert_eq!(bhsd.problem.layout, Layout::Bhsd);
+            assert_eq!(dn.problem.layout, Layout::Bshd);
+            assert!(bhsd.problem.modes.is_dense());
+            assert_eq!(bhsd.data_from, None);
+            let three = &four[..3];
+            assert_eq!(c.key, r.case_key(Storage::Contiguous));
+            assert_eq!(pg.key, format!("{}/paged-64", r.key()));
+            assert_eq!(dn.key, format!("{}/dense", r.key()));
+            for x in three {
+                let q = &x.problem;
+                assert_eq!(
+                    (q.batch, q.heads_q, q.heads_kv, q.seq_q, q.head_dim),
+                    (r.batch, r.heads_q, r.heads_kv, r.seq_q, r.head_dim)
+                );
+                assert!(!q.causal && q.dtype == DType::Bf16);
+                assert_eq!(x.draw.len_k, vec![r.seq_k; r.batch]);
+                assert_eq!(x.flops, r.peer_shape().dense_flops(), "{}", x.key);
+            }
+            assert_eq!(c.problem.seq_k, r.seq_k);
+            assert_eq!(c.problem.modes.kv, KvStorage::Dense);
+            assert!(c.problem.modes.seqused_k);
+            assert_eq!(c.draw.seqused_k, Some(vec![r.seq_k as i32; r.batch]));
+            let KvStorage::Paged {
+                block_size,
+                max_blocks_per_seq,
+                num_blocks,
+            } = pg.problem.modes.kv
+            else {
+                panic!("{} is paged", pg.key)
+            };
+            assert_eq!((block_size, max_blocks_per_seq), (64, r.seq_k / 64));
+            let table = pg.draw.block_table.as_ref().unwrap();
+            let mut seen = table.clone();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), table.len(), "no block owned twice");
+            assert!(table.iter().all(|&b| (b as usize) < num_blocks));
+            assert!(dn.problem.modes.is_dense());
+            assert!(dn.draw.seqused_k.is_none());
+            assert_eq!(pg.data_from.as_deref(), Some(c.key.as_str()));
+            assert_eq!(dn.data_from.as_deref(), Some(c.key.as_str()));
+            assert_eq!(c.data_from, None);
+        }
+        for x in &p.cases {
+            x.problem
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+            x.draw
+                .host_tables()
+                .validate(&x.problem)
+                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+        }
+        // Targets on contiguous and paged only.
+        let with: Vec<&str> = p
+            .comparisons
+            .iter()
+            .filter(|c| c.target == Some(Target::AtLeast(1.05)))
+            .map(|c| c.den.0.as_str())
+            .collect();
+        assert_eq!(with.len(), 2 * ROWS.len());
+        assert!(with.iter().all(|k| !k.ends_with("/dense")));
+        assert!(p.peers.iter().all(|x| !x.shape.causal));
+        // --causal on: flashcore causal, peers not.
+        let c = plan(0x5eed, true);
+        assert!(c.cases.iter().all(|x| x.problem.causal));
+        assert!(c.peers.iter().all(|x| !x.shape.causal));
+        assert!(c.notes.iter().any(|n| n.contains("--causal on")));
+    }
+
+    pub(crate) const ANCHORS: &str = "# Decode / KV-cache shapes on an H100 80GB HBM3, PyTorch 2.11+cu130, cuDNN 9.19, bf16.\n\
+# Q [B,Hq,Sq,D], K/V [B,Hkv,Sk,D] contiguous, F.scaled_dot_product_attention(enable_gqa=True, is_causal=False),\n\
+#   190 us (8,1,8192), 338 us (1,1,32768), 378 us (32,1,4096), 105 us (4,128,8192).\n\
+B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash      95.5 us     2811 GB/s\n\
+B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_cudnn      94.2 us     2850 GB/s\n\
+B=4 Hq=32 Hkv=8 Sq=128 Sk=8192 D=128 bf16 sdpa_cudnn     108.6 us     1236 GB/s\n\
+B=4 H=16 S=2048 D=64 causal=0 cudnn  162.4 us  423.1 TFLOP/s rel=2.71e-04\n\
+garbage line\n";
+
+    pub(crate) fn timed(case: &str, imp: &str, source: Source, us: f64) -> ModeRow {
+        let mut t = Timing::from_flops(1e9, None, Some(us)).unwrap();
+        t.check = (source == Source::Flashcore).then(|| "ok 0.30 (512 rows)".to_string());
+        ModeRow {
+            case: case.into(),
+            implementation: imp.into(),
+            source,
+            outcome: Outcome::Timed(t),
+        }
+    }
+
+    /// A decode report: two rows timed (one fast, one slow), one wrong, the rest missing.
+    pub fn fixture() -> ModeReport {
+        let p = plan(0x5eed, false);
+        let mut d = info(false);
+        d.copies = vec![
+            CopyTiming {
+                bytes: 128 << 20,
+                us: 200.0,
+                calls: 200,
+                repeats: 15,
+                pairs: 2,
+            },
+            CopyTiming {
+                bytes: 256 << 20,
+                us: 380.0,
+                calls: 100,
+                repeats: 15,
+                pairs: 2,
+            },
+        ];
+        d.copy_note = Some("512 MiB and 1024 MiB not timed in this fixture".into());
+        // 128 MiB read at 2581 GB/s, 256 MiB at 2826 GB/s: just under what 1.05× row 1's best
+        // peer (cuDNN, 94.2 µs, 2850 GB/s) needs.
+        let probe = |bytes: u64, us: f64| ReadProbeTiming {
+            kind: "ldg".into(),
+            bytes,
+            us,
+            calls: 400,
+            repeats: 15,
+            sources: 2,
+            grid: 528,
+            block: 512,
+        };
+        // The TMA probe: slower at 128 MiB, faster at 256 (the faster one counts).
+        let bulk = |bytes: u64, us: f64| ReadProbeTiming {
+            kind: "bulk:32768:4:1".into(),
+            grid: 132,
+            block: 32,
+            ..probe(bytes, us)
+        };
+        d.read_probes = vec![
+            probe(128 << 20, 52.0),
+            bulk(128 << 20, 53.0),
+            probe(256 << 20, 96.0),
+            bulk(256 << 20, 95.0),
+        ];
+        d.read_probe_note = Some("512 MiB and 1024 MiB not probed in this fixture".into());
+        d.gemm = Some(GemmPeak {
+            dtype: DType::Bf16,
+            n: 8192,
+            us: 1570.0,
+            tflops: 700.0,
+        });
+        d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
+        d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
+        let (r0, r1) = (ROWS[0], ROWS[1]);
+        let rows = vec![
+            // 128 MiB at 60 µs against a 100 µs copy: 167 % of the ceiling.
+            timed(
+                &r0.case_key(Storage::Contiguous),
+                "persistent-hopper",
+                Source::Flashcore,
+                60.0,
+            ),
+            timed(
+                &r0.case_key(Storage::Paged),
+                "persistent-hopper",
+                Source::Flashcore,
+                64.0,
+            ),
+            ModeRow {
+                case: r0.case_key(Storage::Dense),
+                implementation: "persistent-hopper".into(),
+                source: Source::Flashcore,
+                outcome: Outcome::Wrong {
+                    message: "sequence 0: error ratio 3.1".into(),
+                },
+            },
+            // 256 MiB at 200 µs against a 190 µs copy: 95 %; peers at 94.2 µs: 0.47x.
+            timed(
+                &r1.case_key(Storage::Contiguous),
+                "persistent-hopper",
+                Source::Flashcore,
+                200.0,
+            ),
+            ModeRow {
+                case: r1.case_key(Storage::Paged),
+                implementation: "persistent-hopper".into(),
+                source: Source::Flashcore,
+                outcome: Outcome::Unsupported {
+                    reason: "paged: no".into(),
+                },
+            },
+            timed(&r0.key(), "sdpa_flash", Source::Peer, 66.0),
+            timed(&r0.key(), "sdpa_cudnn", Source::Peer, 70.0),
+            timed(&r1.key(), "sdpa_flash", Source::Peer, 96.0),
+            timed(&r1.key(), "sdpa_cudnn", Source::Peer, 94.2),
+            ModeRow {
+                case: r1.key(),
+                implementation: "fa3".into(),
+                source: Source::Peer,
+                outcome: Outcome::Error {
+                    message: "RuntimeError: nope".into(),
+                },
+            },
+        ];
+        let mut cases: Vec<CaseInfo> = p
+            .cases
+            .iter()
+            .map(|c| CaseInfo {
+                key: c.key.clone(),
+                label: c.label.clone(),
+                flops: c.flops,
+            })
+            .collect();
+        cases.extend(p.peers.iter().map(|c| CaseInfo {
+            key: c.key.clone(),
+            label: c.label.clone(),
+            flops: c.flops,
+        }));
+        ModeReport {
+            suite: Suite::Decode,
+            device: DeviceSummary {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                compute_capability: "9.0".into(),
+                sm_count: 132,
+                l2_bytes: 50 << 20,
+            },
+            settings: Settings {
+                layout: "bshd".into(),
+                repeats: 15,
+                sample_ms: 20.0,
+                graph_threshold_us: crate::bench::modes::GRAPH_ALWAYS_US,
+                graph_calls: 50,
+                check_rows: 512,
+                max_seconds_per_shape: 2.0,
+                quick: false,
+                command: "xtask bench-all --suite decode".into(),
+            },
+            peers: PeerStatus::Ran {
+                device: "NVIDIA H100 80GB HBM3".into(),
+                torch: "2.11.0+cu130".into(),
+                cudnn: Some("91900".into()),
+                skipped: vec![],
+            },
+            notes: p.notes.clone(),
+            cases,
+            rows,
+            comparisons: p.comparisons.clone(),
+            decode: Some(d),
+        }
+    }
+
+    #[test]
+    fn decode_report_round_trips_through_json() {
+        let r = fixture();
+        let j = serde_json::to_string_pretty(&r).unwrap();
+        assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), r);
+        // A decode report from before the read probe reads back without it.
+        let mut old: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let decode = old["decode"].as_object_mut().unwrap();
+        assert!(decode.remove("read_probes").is_some());
+        assert!(decode.remove("read_probe_note").is_some());
+        let back = serde_json::from_value::<ModeReport>(old).unwrap();
+        let mut want = r.clone();
+        let d = want.decode.as_mut().unwrap();
+        (d.read_probes, d.read_probe_note) = (vec![], None);
+        assert_eq!(back, want);
+        // One from before the TMA probe: its probes had no kind, and were all `ldg`.
+        let mut old: serde_json::Value = serde_json::from_str(&j).unwrap();
+        for p in old["decode"]["read_probes"].as_array_mut().unwrap() {
+            assert!(p.as_object_mut().unwrap().remove("kind").is_some());
+        }
+        let back = serde_json::from_value::<ModeReport>(old).unwrap();
+        let kinds: Vec<&str> = back
+            .decode
+            .as_ref()
+            .unwrap()
+            .read_probes
+            .iter()
+            .map(|p| p.kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["ldg"; 4]);
+        // A report of another suite has no decode part, and one without the field reads back.
+        let v = crate::bench::modes::tests::fixture();
+        let j = serde_json::to_string(&v).unwrap();
+        assert!(!j.contains("\"decode\""));
+        assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), v);
+    }
+}
