@@ -97,6 +97,15 @@ pub enum ReadProbeKind {
     },
 }
 
+/// The TMA stream the decode suite times, and what `bulk` means where the spec leaves its
+/// numbers out: the ring shape that read fastest in session 20's run1 (32 KiB copies, 4 stages,
+/// one block an SM).
+pub const BULK_DEFAULT: ReadProbeKind = ReadProbeKind::Bulk {
+    chunk: 32768,
+    stages: 4,
+    blocks_per_sm: 1,
+};
+
 impl ReadProbeKind {
     pub fn parse(s: &str) -> Result<ReadProbeKind> {
         let mut parts = s.trim().split(':');
@@ -111,7 +120,16 @@ impl ReadProbeKind {
                         }),
                     }
                 };
-                let (chunk, stages, blocks_per_sm) = (next(16384)?, next(6)?, next(2)?);
+                let ReadProbeKind::Bulk {
+                    chunk,
+                    stages,
+                    blocks_per_sm,
+                } = BULK_DEFAULT
+                else {
+                    unreachable!("BULK_DEFAULT is a bulk probe")
+                };
+                let (chunk, stages, blocks_per_sm) =
+                    (next(chunk)?, next(stages)?, next(blocks_per_sm)?);
                 if chunk == 0 || !chunk.is_multiple_of(16) || stages == 0 || blocks_per_sm == 0 {
                     bail!("FLASHCORE_BENCH_READ_PROBE: chunks are a multiple of 16 bytes, stages and blocks at least 1");
                 }
@@ -127,20 +145,12 @@ impl ReadProbeKind {
         }
     }
 
-    /// The probes the decode suite times: the LSU stream and the TMA stream whose ring shape
-    /// read fastest in session 20's run1 (32 KiB copies, 4 stages, one block an SM), or those
+    /// The probes the decode suite times: the LSU stream and [`BULK_DEFAULT`], or those
     /// `FLASHCORE_BENCH_READ_PROBE` names (comma-separated; a diagnostic).
     pub fn from_env() -> Result<Vec<ReadProbeKind>> {
         match std::env::var("FLASHCORE_BENCH_READ_PROBE") {
             Ok(v) => v.split(',').map(ReadProbeKind::parse).collect(),
-            Err(_) => Ok(vec![
-                ReadProbeKind::Ldg,
-                ReadProbeKind::Bulk {
-                    chunk: 32768,
-                    stages: 4,
-                    blocks_per_sm: 1,
-                },
-            ]),
+            Err(_) => Ok(vec![ReadProbeKind::Ldg, BULK_DEFAULT]),
         }
     }
 
@@ -312,13 +322,14 @@ mod tests {
     #[test]
     fn probe_kinds_parse_strictly() {
         assert_eq!(ReadProbeKind::parse("ldg").unwrap(), ReadProbeKind::Ldg);
-        // Defaults fill what is left out.
+        // The suite's ring fills what is left out.
+        assert_eq!(ReadProbeKind::parse("bulk").unwrap(), BULK_DEFAULT);
         assert_eq!(
-            ReadProbeKind::parse("bulk").unwrap(),
+            ReadProbeKind::parse("bulk:8192").unwrap(),
             ReadProbeKind::Bulk {
-                chunk: 16384,
-                stages: 6,
-                blocks_per_sm: 2
+                chunk: 8192,
+                stages: 4,
+                blocks_per_sm: 1
             }
         );
         let k = ReadProbeKind::parse("bulk:32768:4:1").unwrap();
