@@ -100,10 +100,13 @@ pub enum ReadProbeKind {
 /// The TMA stream the decode suite times, and what `bulk` means where the spec leaves its
 /// numbers out: the ring shape that read fastest in session 20's run1 (32 KiB copies, 4 stages,
 /// one block an SM).
+const BULK_CHUNK: u32 = 32768;
+const BULK_STAGES: u32 = 4;
+const BULK_BLOCKS_PER_SM: u32 = 1;
 pub const BULK_DEFAULT: ReadProbeKind = ReadProbeKind::Bulk {
-    chunk: 32768,
-    stages: 4,
-    blocks_per_sm: 1,
+    chunk: BULK_CHUNK,
+    stages: BULK_STAGES,
+    blocks_per_sm: BULK_BLOCKS_PER_SM,
 };
 
 impl ReadProbeKind {
@@ -120,16 +123,11 @@ impl ReadProbeKind {
                         }),
                     }
                 };
-                let ReadProbeKind::Bulk {
-                    chunk,
-                    stages,
-                    blocks_per_sm,
-                } = BULK_DEFAULT
-                else {
-                    unreachable!("BULK_DEFAULT is a bulk probe")
-                };
-                let (chunk, stages, blocks_per_sm) =
-                    (next(chunk)?, next(stages)?, next(blocks_per_sm)?);
+                let (chunk, stages, blocks_per_sm) = (
+                    next(BULK_CHUNK)?,
+                    next(BULK_STAGES)?,
+                    next(BULK_BLOCKS_PER_SM)?,
+                );
                 if chunk == 0 || !chunk.is_multiple_of(16) || stages == 0 || blocks_per_sm == 0 {
                     bail!("FLASHCORE_BENCH_READ_PROBE: chunks are a multiple of 16 bytes, stages and blocks at least 1");
                 }
