@@ -166,6 +166,10 @@ pub struct AttentionProblem {
     pub custom_strides: Option<ProblemStrides>,
     /// Varlen, KV cache, windows and score modifiers (`docs/MODES.md`); dense by default.
     pub modes: Modes,
+    /// Batch-invariant plans (`docs/MODES.md`, *Batch invariance*): each sequence's O and LSE are
+    /// bit-identical whatever else is in its batch. The plans then choose tile shapes, key splits
+    /// and kernels from a sequence's own lengths, never from the batch or the SM count.
+    pub batch_invariant: bool,
 }
 
 /// Strides of all four tensors (O has heads_q heads, K and V have heads_kv).
@@ -197,6 +201,7 @@ impl AttentionProblem {
             layout: Layout::Bshd,
             custom_strides: None,
             modes: Modes::default(),
+            batch_invariant: false,
         }
     }
 
@@ -224,6 +229,10 @@ impl AttentionProblem {
     }
     pub fn with_scale(mut self, scale: f32) -> Self {
         self.softmax_scale = Some(scale);
+        self
+    }
+    pub fn with_batch_invariant(mut self, on: bool) -> Self {
+        self.batch_invariant = on;
         self
     }
 
@@ -445,7 +454,7 @@ impl std::fmt::Display for AttentionProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "B={} Hq={} Hkv={} Sq={} Sk={} D={} {} {}{} scale={}",
+            "B={} Hq={} Hkv={} Sq={} Sk={} D={} {} {}{}{} scale={}",
             self.batch,
             self.heads_q,
             self.heads_kv,
@@ -455,6 +464,11 @@ impl std::fmt::Display for AttentionProblem {
             self.dtype,
             self.layout.name(),
             if self.causal { " causal" } else { "" },
+            if self.batch_invariant {
+                " batch-invariant"
+            } else {
+                ""
+            },
             self.scale()
         )
     }

@@ -558,6 +558,7 @@ prop_compose! {
             batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, causal, softmax_scale, layout,
             custom_strides: custom.map(|(q, k, v, o)| ProblemStrides { q, k, v, o }),
             modes: Default::default(),
+            batch_invariant: false,
         }
     }
 }

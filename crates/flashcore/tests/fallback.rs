@@ -249,6 +249,7 @@ prop_compose! {
                 q: t(&s[0..3]), k: t(&s[3..6]), v: t(&s[6..9]), o: t(&s[9..12]),
             }),
             modes: Default::default(),
+            batch_invariant: false,
         }
     }
 }
