@@ -53,6 +53,16 @@
 #ifndef FC_DECODE_MIN_BLOCKS
 #define FC_DECODE_MIN_BLOCKS 2
 #endif
+// Batch-invariant plans (decode.rs): a unit's key tiles in chunks of this many tiles (0: the
+// default plan's num_splits balanced pieces). See chunk_size.
+#ifndef FC_DECODE_CHUNK_TILES
+#define FC_DECODE_CHUNK_TILES 0
+#endif
+// Words of the workspace in front of this kernel's partials (a routed plan's persistent kernel
+// keeps its counters there).
+#ifndef FC_DECODE_WS_OFFSET
+#define FC_DECODE_WS_OFFSET 0
+#endif
 
 namespace decode {
 
@@ -85,6 +95,8 @@ struct Unit {
 };
 
 __device__ __forceinline__ int packed_q_tiles(const AttentionParams& p) {
+    // A routed launch takes only sequences whose packed rows fit one tile (seqlen.cuh).
+    if (FC_SEQ_ROUTE == 2) return 1;
     return ceil_div(p.seq_q * p.q_heads_per_kv, q_tile_rows);
 }
 
@@ -116,6 +128,34 @@ __device__ __forceinline__ void split_tiles(const KeyTiles& kt, int s, int n, in
     lo = kt.first + (int)(tiles * s / n);
     hi = kt.first + (int)(tiles * (s + 1) / n);
 }
+
+// Batch-invariant chunks: fixed-size pieces of the visited range counted from its first tile,
+// so they follow from the sequence alone. A unit longer than max_splits chunks takes larger ones
+// (decode.rs chunk_tiles_for). The plan's num_splits covers the most chunks any unit has; the
+// last split takes whatever is left, so a table that lies about lengths still loses no key.
+// (Functions, not constants: a namespace-scope constant is emitted into every build's PTX.)
+__host__ __device__ constexpr int chunk_tiles() { return FC_DECODE_CHUNK_TILES; }
+__host__ __device__ constexpr int max_chunks() { return 256; }  // decode.rs MAX_SPLITS
+__device__ __forceinline__ int chunk_size(const KeyTiles& kt) {
+    constexpr int chunk_tiles = decode::chunk_tiles();
+    const int by_count = ceil_div(kt.end - kt.first, max_chunks());
+    const int size = chunk_tiles > by_count ? chunk_tiles : by_count;
+    return size > 1 ? size : 1;
+}
+// Splits that carry keys of this unit: its chunks (at most the plan's count), or every split.
+__device__ __forceinline__ int unit_splits(const KeyTiles& kt, int splits) {
+    if (chunk_tiles() == 0) return splits;
+    const int chunks = ceil_div(kt.end - kt.first, chunk_size(kt));
+    return chunks < 1 ? 1 : (chunks < splits ? chunks : splits);
+}
+__device__ __forceinline__ void chunk_of(const KeyTiles& kt, int s, int n, int& lo, int& hi) {
+    const int size = chunk_size(kt);
+    lo = kt.first + s * size;
+    hi = s == n - 1 ? kt.end : lo + size;
+}
+
+// The workspace this kernel owns.
+__device__ __forceinline__ float* workspace_of(const AttentionParams& p) { return p.workspace + FC_DECODE_WS_OFFSET; }
 
 // Workspace: per (unit, split, packed row) a normalised f32 O row, then all the log2-LSEs.
 __device__ __forceinline__ long long partial_row(const AttentionParams& p, long long u, int s, int r) {
@@ -281,8 +321,17 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         const int rows = min(q_tile_rows, packed_rows - r0);
         const int q_first = r0 / group_size, q_last = (r0 + rows - 1) / group_size;
         const KeyTiles kt = visited_key_tiles(p, seq, q_first, q_last - q_first + 1, kv_tile_rows);
+        // Splits of this unit: with chunks, past its last chunk there is nothing (block-uniform),
+        // and one chunk is written as an unsplit unit's output, whatever the others need.
+        int own_splits = splits;
         int kb0, kb1;
-        split_tiles(kt, split, splits, kb0, kb1);
+        if constexpr (chunk_tiles() > 0) {
+            own_splits = unit_splits(kt, splits);
+            if (split >= own_splits) continue;
+            chunk_of(kt, split, own_splits, kb0, kb1);
+        } else {
+            split_tiles(kt, split, splits, kb0, kb1);
+        }
         const int n_tiles = kb1 - kb0;
 
         // This lane's two packed rows (group, group + 8) as query rows and heads.
@@ -422,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 o1 += weight * ow.y;
             }
             const PackedRow pr = packed_row(p, h_kv, r0 + row);
-            if (splits == 1) {
+            if (own_splits == 1) {
                 const KeyRange keys = key_range(p, seq, pr.q_row);
                 const bool sees_keys = keys.hi > keys.lo;
                 const float scale = final_scale(l, sees_keys);
@@ -434,8 +483,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
                 const float inv = l != 0.f ? 1.f / l : 0.f;
                 const long long slot = partial_row(p, u, split, row);
-                *reinterpret_cast<float2*>(&p.workspace[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
-                if (col == 0) p.workspace[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+                *reinterpret_cast<float2*>(&workspace_of(p)[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
+                if (col == 0) workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
             }
         }
         __syncthreads();  // the stats and merge area are free for the next unit
@@ -499,31 +548,41 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
         const SeqInfo seq = seq_info(p, unit.b);
         const int r = unit.q_tile * q_tile_rows + row;
         if (r >= seq.len_q * p.q_heads_per_kv) continue;  // warp-uniform
+        // The splits that carry this unit's keys: its chunks in a batch-invariant plan, where a
+        // unit of one chunk was written whole by the split kernel.
+        int n = splits;
+        if constexpr (chunk_tiles() > 0) {
+            const int r0 = unit.q_tile * q_tile_rows;
+            const int rows = min(q_tile_rows, seq.len_q * p.q_heads_per_kv - r0);
+            const int q_first = r0 / p.q_heads_per_kv, q_last = (r0 + rows - 1) / p.q_heads_per_kv;
+            n = unit_splits(visited_key_tiles(p, seq, q_first, q_last - q_first + 1, kv_tile_rows), splits);
+            if (n == 1) continue;
+        }
         const PackedRow pr = packed_row(p, unit.h_kv, r);
         const KeyRange keys = key_range(p, seq, pr.q_row);
         const bool sees_keys = keys.hi > keys.lo;
         elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row) + cols * lane;
 
-        if (splits <= few_splits) {
+        if (n <= few_splits) {
             // Every split's O columns are loaded before the LSEs are reduced, one round trip to L2
             // where the general loop below takes two; the same sums in the same order.
             Cols v[few_splits];
 #pragma unroll
             for (int s = 0; s < few_splits; ++s)
-                if (s < splits)
-                    v[s] = *reinterpret_cast<const Cols*>(&p.workspace[partial_row(p, u, s, row) * head_dim + cols * lane]);
-            const float lse_l = lane < splits ? p.workspace[lse_base + partial_row(p, u, lane, row)] : -FC_INF;
+                if (s < n)
+                    v[s] = *reinterpret_cast<const Cols*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + cols * lane]);
+            const float lse_l = lane < n ? workspace_of(p)[lse_base + partial_row(p, u, lane, row)] : -FC_INF;
             float m = lse_l;
             for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
             float sum = m != -FC_INF ? fast_exp2(lse_l - m) : 0.f;
             for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
             const float lse2 = m + __log2f(sum);
-            const float weight_l = lane < splits ? fast_exp2(lse_l - lse2) : 0.f;
+            const float weight_l = lane < n ? fast_exp2(lse_l - lse2) : 0.f;
             float acc[cols] = {};
             if (sum != 0.f) {
 #pragma unroll
                 for (int s = 0; s < few_splits; ++s) {
-                    if (s < splits) {
+                    if (s < n) {
                         const float w = __shfl_sync(0xffffffffu, weight_l, s);
                         const float* vf = reinterpret_cast<const float*>(&v[s]);
 #pragma unroll
@@ -540,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
 #pragma unroll
         for (int i = 0; i < lse_per_lane; ++i) {
             const int s = lane + 32 * i;
-            lse_s[i] = s < splits ? p.workspace[lse_base + partial_row(p, u, s, row)] : -FC_INF;
+            lse_s[i] = s < n ? workspace_of(p)[lse_base + partial_row(p, u, s, row)] : -FC_INF;
             m = fmaxf(m, lse_s[i]);
         }
         for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
@@ -554,15 +613,15 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
         const float lse2 = m + __log2f(sum);
 #pragma unroll
         for (int i = 0; i < lse_per_lane; ++i)
-            if (lane + 32 * i < splits) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
+            if (lane + 32 * i < n) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
         __syncwarp();
 
         float acc[cols] = {};
         if (sum != 0.f) {
 #pragma unroll 4
-            for (int s = 0; s < splits; ++s) {
+            for (int s = 0; s < n; ++s) {
                 const Cols v =
-                    *reinterpret_cast<const Cols*>(&p.workspace[partial_row(p, u, s, row) * head_dim + cols * lane]);
+                    *reinterpret_cast<const Cols*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + cols * lane]);
                 const float w = split_weight[warp][s];
                 const float* vf = reinterpret_cast<const float*>(&v);
 #pragma unroll

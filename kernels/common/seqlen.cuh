@@ -5,6 +5,16 @@
 #pragma once
 #include "params.cuh"
 
+// Batch-invariant varlen plans route each sequence by its own query count
+// (crates/gen5-persistent/src/decode.rs, Route): a sequence whose packed query rows
+// (len_q x q_heads_per_kv) fit one decode tile goes to the decode kernel, any other to the
+// persistent kernel, in two launches of one plan. FC_SEQ_ROUTE 1: this launch takes the longer
+// sequences; 2: the decode-shaped ones; 0: every sequence. A sequence the launch does not take
+// has no query rows in it, so nothing of it is read or written there.
+#ifndef FC_SEQ_ROUTE
+#define FC_SEQ_ROUTE 0
+#endif
+
 struct SeqInfo {
     int len_q, len_k;   // rows of this sequence's Q and K
     long long q_row0;   // first storage row of its Q / O (cu_seqlens_q[b], else 0)
@@ -26,6 +36,11 @@ __device__ __forceinline__ SeqInfo seq_info(const AttentionParams& p, int b) {
         s.len_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
     }
     if (p.seqused_k != nullptr) s.len_k = p.seqused_k[b] + p.seqlen_new;
+    if (FC_SEQ_ROUTE != 0) {
+        constexpr int decode_tile_rows = 16;  // decode.rs Q_TILE_ROWS
+        const bool decode_shaped = (long long)s.len_q * p.q_heads_per_kv <= decode_tile_rows;
+        if (decode_shaped != (FC_SEQ_ROUTE == 2)) s.len_q = 0;
+    }
     return s;
 }
 

@@ -21,6 +21,17 @@
 //! - `FLASHCORE_DECODE_PDL=0|1`: programmatic dependent launch of both kernels (default on
 //!   sm_90+: the combine's launch and setup overlap the split kernel, and the split kernel's the
 //!   kernel before it).
+//! - `FLASHCORE_DECODE_CHUNK_TILES=N` (1..=[`MAX_CHUNK_TILES`]): the key chunk of
+//!   batch-invariant plans, in 64-key tiles (default [`BATCH_INVARIANT_CHUNK_TILES`]); small
+//!   chunks drive the combine through many splits in a verify sweep.
+//!
+//! **Batch-invariant plans** (`problem.batch_invariant`, `docs/MODES.md`) cut each unit's key
+//! tiles into chunks of a fixed size counted from its first visited tile ([`chunk_tiles_for`]),
+//! so a sequence's splits, and the order its partials are merged in, follow from its own lengths
+//! and never from the batch or the SM count. A sequence of one chunk writes its output directly,
+//! whatever the other sequences need. In a varlen batch whose longest query does not fit one
+//! decode tile, each sequence is routed by its own query count ([`Route`]): the decode-shaped
+//! ones here, the rest to the persistent kernel, in two launches of one plan.
 
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
@@ -46,6 +57,27 @@ pub const MIN_TILES_PER_SPLIT: usize = 4;
 pub const MAX_STAGES: usize = 8;
 /// Largest workspace a decode plan asks for; more splits than fit are not taken.
 pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
+/// Key tiles per chunk of a batch-invariant plan (2048 keys): the split count the default plan
+/// gives the suite's one long sequence ((1,32,8,1,32768): 8 units on 132 SMs, 16 splits of 32
+/// tiles), so the plan that cannot see the batch still fills the GPU for one long sequence; a
+/// full batch pays for the extra splits instead (measured in
+/// `docs/results/2026-11-28-batch-invariance-h200`).
+pub const BATCH_INVARIANT_CHUNK_TILES: usize = 32;
+/// Largest `FLASHCORE_DECODE_CHUNK_TILES`.
+pub const MAX_CHUNK_TILES: usize = 1 << 16;
+/// Words the persistent kernel's counters keep at the front of a routed plan's workspace; the
+/// decode partials start after them (`FC_DECODE_WS_OFFSET`, 128-byte aligned).
+pub const ROUTED_WORKSPACE_OFFSET: usize = 32;
+
+/// Which sequences a decode launch takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// All of them (the problem's longest query fits one decode tile, or the kernel is forced).
+    Every,
+    /// Only those whose own queries fit one decode tile (`FC_SEQ_ROUTE=2`); the persistent
+    /// kernel of the same plan takes the others (`FC_SEQ_ROUTE=1`).
+    DecodeShaped,
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeMode {
@@ -74,6 +106,9 @@ pub struct DecodeConfig {
     /// (`FC_DECODE_PREFETCH`; `FLASHCORE_DECODE_PREFETCH=0|1`; `None`: programmatic split plans,
     /// where the wait is for the last call's combine and DRAM is otherwise idle).
     pub prefetch: Option<bool>,
+    /// Key tiles per chunk of batch-invariant plans (`FLASHCORE_DECODE_CHUNK_TILES`; `None`:
+    /// [`BATCH_INVARIANT_CHUNK_TILES`]).
+    pub chunk_tiles: Option<usize>,
 }
 
 impl DecodeConfig {
@@ -121,6 +156,14 @@ impl DecodeConfig {
                         "FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"
                     ))
                 }
+            }
+        }
+        if let Some(v) = lookup("FLASHCORE_DECODE_CHUNK_TILES") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_CHUNK_TILES).contains(&n) => c.chunk_tiles = Some(n),
+                _ => return Err(format!(
+                    "FLASHCORE_DECODE_CHUNK_TILES={v}: expected key tiles in 1..={MAX_CHUNK_TILES}"
+                )),
             }
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
@@ -172,12 +215,17 @@ pub fn packed_q_tiles(problem: &AttentionProblem) -> usize {
     (problem.seq_q * problem.q_heads_per_kv()).div_ceil(Q_TILE_ROWS)
 }
 
-/// Work units before splitting: (sequence, KV head, packed q tile).
-pub fn units(problem: &AttentionProblem) -> usize {
+/// Work units before splitting: (sequence, KV head, packed q tile). A routed launch takes only
+/// sequences whose packed rows fit one tile (the kernel's `packed_q_tiles`).
+pub fn units(problem: &AttentionProblem, route: Route) -> usize {
+    let tiles = match route {
+        Route::Every => packed_q_tiles(problem),
+        Route::DecodeShaped => 1,
+    };
     problem
         .batch
         .saturating_mul(problem.heads_kv)
-        .saturating_mul(packed_q_tiles(problem))
+        .saturating_mul(tiles)
 }
 
 /// Key tiles the longest unit visits at most (a window bounds it; the masks' exact ranges are
@@ -188,6 +236,38 @@ pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
         keys = keys.min(w.saturating_add(problem.seq_q).saturating_add(1));
     }
     keys.div_ceil(KV_TILE_ROWS)
+}
+
+/// An upper bound on the key tiles any unit visits: [`max_key_tiles`], plus the one tile a
+/// window's range can straddle when it does not start on a tile boundary. Batch-invariant plans
+/// size their split count by it, so it must never be short.
+pub fn visited_tiles_bound(problem: &AttentionProblem) -> usize {
+    let all = (problem.seq_k + problem.modes.append.unwrap_or(0)).div_ceil(KV_TILE_ROWS);
+    let window_left = problem.modes.window_left.is_some();
+    all.min(max_key_tiles(problem) + usize::from(window_left))
+}
+
+/// The chunk (in key tiles) of a unit that visits `tiles` key tiles, in a batch-invariant plan
+/// with base chunk `base`: `base`, or as many as keep the unit within [`MAX_SPLITS`] chunks (the
+/// combine's limit). Mirrors the kernel's `chunk_size`.
+pub fn chunk_tiles_for(tiles: usize, base: usize) -> usize {
+    base.max(tiles.div_ceil(MAX_SPLITS)).max(1)
+}
+
+/// The chunks of a unit that visits `tiles` key tiles (at least one). Mirrors `chunk_count`.
+pub fn chunks_for(tiles: usize, base: usize) -> usize {
+    tiles.div_ceil(chunk_tiles_for(tiles, base)).max(1)
+}
+
+/// Whether a batch-invariant problem takes the routed plan: varlen queries whose longest does
+/// not fit one decode tile (shorter sequences may), on a head dim the decode kernel is built for.
+pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
+    problem.batch_invariant
+        && cfg.mode == DecodeMode::Auto
+        && problem.modes.packed_q.is_some()
+        && HEAD_DIMS.contains(&problem.head_dim)
+        && problem.q_heads_per_kv() <= Q_TILE_ROWS
+        && !takes(problem, cfg)
 }
 
 /// Splits per unit when the environment does not force a count: enough to give every SM one CTA
@@ -252,6 +332,54 @@ pub fn plan(
     device: &DeviceInfo,
     cfg: &DecodeConfig,
 ) -> Result<LaunchPlan, Unsupported> {
+    plan_route(kernel, problem, device, cfg, Route::Every)
+}
+
+/// A batch-invariant varlen plan ([`routes_per_sequence`]): `persistent`, the plan of the path
+/// asking, takes the sequences whose queries do not fit one decode tile, and the decode launches
+/// after it the others. Their workspaces sit side by side: the persistent kernel's counters at
+/// the front, the decode partials from [`ROUTED_WORKSPACE_OFFSET`] on.
+pub fn routed_plan(
+    kernel: &'static str,
+    mut persistent: LaunchPlan,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    cfg: &DecodeConfig,
+) -> Result<LaunchPlan, Unsupported> {
+    if persistent.num_splits > 1 || persistent.workspace_counters > ROUTED_WORKSPACE_OFFSET {
+        return Err(Unsupported::new(
+            kernel,
+            "a routed batch-invariant plan needs an unsplit persistent plan (forced splits?)",
+        ));
+    }
+    for l in &mut persistent.launches {
+        l.defines
+            .push(("FC_SEQ_ROUTE".to_string(), "1".to_string()));
+    }
+    let decode = plan_route(kernel, problem, device, cfg, Route::DecodeShaped)?;
+    persistent.launches.extend(decode.launches);
+    persistent.workspace_f32 = if decode.workspace_f32 > 0 {
+        ROUTED_WORKSPACE_OFFSET + decode.workspace_f32
+    } else {
+        persistent.workspace_f32
+    };
+    persistent.num_splits = decode.num_splits;
+    Ok(persistent)
+}
+
+/// The split count of a batch-invariant plan: the most chunks any unit can have.
+fn batch_invariant_splits(problem: &AttentionProblem, cfg: &DecodeConfig) -> (usize, usize) {
+    let base = cfg.chunk_tiles.unwrap_or(BATCH_INVARIANT_CHUNK_TILES);
+    (chunks_for(visited_tiles_bound(problem), base), base)
+}
+
+fn plan_route(
+    kernel: &'static str,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    cfg: &DecodeConfig,
+    route: Route,
+) -> Result<LaunchPlan, Unsupported> {
     let d = problem.head_dim;
     if !HEAD_DIMS.contains(&d) {
         return Err(Unsupported::new(
@@ -271,23 +399,7 @@ pub fn plan(
             ),
         ));
     }
-    let units = units(problem);
-    let mut splits = if cfg.sweep {
-        sweep_splits(problem)
-    } else {
-        cfg.splits
-            .unwrap_or_else(|| auto_splits(units, max_key_tiles(problem), device.sm_count as usize))
-    };
-    let mut workspace = 0;
-    while splits > 1 {
-        match workspace_f32(units, splits, d) {
-            Some(ws) if ws <= MAX_WORKSPACE_BYTES / 4 && units * splits <= i32::MAX as usize => {
-                workspace = ws;
-                break;
-            }
-            _ => splits /= 2,
-        }
-    }
+    let units = units(problem, route);
     let mut defines = vec![
         ("FC_HEAD_DIM".to_string(), d.to_string()),
         ("FC_DECODE_STAGES".to_string(), stages.to_string()),
@@ -296,6 +408,57 @@ pub fn plan(
             min_blocks(d).to_string(),
         ),
     ];
+    let mut workspace = 0;
+    let splits = if problem.batch_invariant {
+        // The chunks are the kernel's; the split count only has to cover the most any unit
+        // has. Halving it, as below, would change them: a plan that does not fit is refused.
+        let (splits, base) = batch_invariant_splits(problem, cfg);
+        defines.push(("FC_DECODE_CHUNK_TILES".to_string(), base.to_string()));
+        if splits > 1 {
+            workspace = workspace_f32(units, splits, d)
+                .filter(|&ws| ws <= MAX_WORKSPACE_BYTES / 4 && units * splits <= i32::MAX as usize)
+                .ok_or_else(|| {
+                    Unsupported::new(
+                        kernel,
+                        format!(
+                            "batch-invariant decode of {units} units x {splits} key chunks needs more \
+                             than the {} MiB workspace limit; split the batch",
+                            MAX_WORKSPACE_BYTES >> 20
+                        ),
+                    )
+                })?;
+        }
+        splits
+    } else {
+        let mut splits = if cfg.sweep {
+            sweep_splits(problem)
+        } else {
+            cfg.splits.unwrap_or_else(|| {
+                auto_splits(units, max_key_tiles(problem), device.sm_count as usize)
+            })
+        };
+        while splits > 1 {
+            match workspace_f32(units, splits, d) {
+                Some(ws)
+                    if ws <= MAX_WORKSPACE_BYTES / 4 && units * splits <= i32::MAX as usize =>
+                {
+                    workspace = ws;
+                    break;
+                }
+                _ => splits /= 2,
+            }
+        }
+        splits
+    };
+    if route == Route::DecodeShaped {
+        defines.push(("FC_SEQ_ROUTE".to_string(), "2".to_string()));
+        if workspace > 0 {
+            defines.push((
+                "FC_DECODE_WS_OFFSET".to_string(),
+                ROUTED_WORKSPACE_OFFSET.to_string(),
+            ));
+        }
+    }
     // Both kernels wait (griddepcontrol.wait) before their first global access; the
     // instructions exist from sm_90 on.
     let programmatic = device.compute_capability.0 >= 9 && cfg.programmatic_launch.unwrap_or(true);

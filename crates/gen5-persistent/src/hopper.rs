@@ -426,6 +426,29 @@ impl HopperConfig {
     /// consumer registers). Not with split-KV or the smem epilogue, which were only measured and
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
+        if problem.batch_invariant {
+            return self.batch_invariant().for_any_batch(problem, sm_count);
+        }
+        self.for_any_batch(problem, sm_count)
+    }
+
+    /// This configuration with every choice that follows the batch or the SM count pinned
+    /// (`docs/MODES.md`, *Batch invariance*). A row's arithmetic depends on its q tile's
+    /// warpgroups walking every key tile in order, and on the key tile's width; the key split
+    /// (warpgroups or a cluster each summing part of the keys) and split-KV change that order,
+    /// and their defaults follow the item count. The wide non-causal tile is kept for every
+    /// problem that could take it (see `modes_dynamic` below), so a
+    /// sequence gets it alone and inside a varlen batch alike.
+    fn batch_invariant(&self) -> HopperConfig {
+        HopperConfig {
+            wg_key_split: Some(false),
+            cluster_key_split: Some(false),
+            auto_split: false,
+            ..*self
+        }
+    }
+
+    fn for_any_batch(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
         // Key-split warpgroups: the build exists for dense, unsplit, overlapped plans with the
         // register epilogue and two warpgroups.
@@ -483,8 +506,11 @@ impl HopperConfig {
         // The modes build with the dynamic schedule spills at 176-key tiles (28 bytes,
         // check-kernels), so a mode problem takes them only while its items fit one round.
         let paged = matches!(problem.modes.kv, KvStorage::Paged { .. });
-        let modes_dynamic =
-            !problem.modes.is_dense() && self.dynamic_schedule(cfg.items(problem), sm_count);
+        // Batch-invariant plans take the wide tile whatever the item count (the schedule follows
+        // it, and the width sets the order a row's keys are summed in).
+        let modes_dynamic = !problem.modes.is_dense()
+            && !problem.batch_invariant
+            && self.dynamic_schedule(cfg.items(problem), sm_count);
         if self.wide_noncausal
             && problem.head_dim == 128
             && !problem.causal
@@ -493,11 +519,19 @@ impl HopperConfig {
             && !paged
             && !modes_dynamic
         {
+            // The modes build spills with the dynamic schedule at this width, so a
+            // batch-invariant mode problem keeps the static one (the schedule moves no value).
+            let dynamic = if problem.batch_invariant && !problem.modes.is_dense() {
+                Some(self.dynamic.unwrap_or(false))
+            } else {
+                self.dynamic
+            };
             HopperConfig {
                 block_n: WIDE_BLOCK_N,
                 q_stages: 1,
                 consumer_regs: 240,
                 smem_epilogue: Some(false),
+                dynamic,
                 ..cfg
             }
         } else {
@@ -786,7 +820,11 @@ impl Attention for PersistentHopper {
             return crate::decode::plan(NAME, problem, device, &decode_cfg);
         }
         let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
-        self.plan_with(&cfg, problem, device)
+        let plan = self.plan_with(&cfg, problem, device)?;
+        if crate::decode::routes_per_sequence(problem, &decode_cfg) {
+            return crate::decode::routed_plan(NAME, plan, problem, device, &decode_cfg);
+        }
+        Ok(plan)
     }
 }
 

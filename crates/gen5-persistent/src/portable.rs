@@ -201,10 +201,14 @@ pub fn register_budget(warps: usize, ctas_per_sm: usize) -> usize {
 /// * `modes` (the FC_PORTABLE_MODES build): the same, except 64-key tiles at D = 64 on sm_90
 ///   (the block info and score modifiers do not fit beside a 128-key S tile in 168 registers:
 ///   ptxas spills 28 bytes), and 32 bytes more shared memory per warp.
+/// * `batch_invariant`: the key tile's width sets the order a row's keys are summed in, so a
+///   dense problem takes the modes build's width (a sequence alone then sums as it does in a
+///   varlen batch).
 pub fn choose_config(
     head_dim: usize,
     dynamic: bool,
     modes: bool,
+    batch_invariant: bool,
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
@@ -234,7 +238,7 @@ pub fn choose_config(
     // D = 128, 7 warps: S + O + all of Q fit in the 255-register budget (ptxas: 240), +10 % over
     // 64-key tiles (docs/results/2026-11-23-portable-d128-h100).
     let default_block_n = match (hopper, head_dim, warps) {
-        (true, 64, 4) if !modes => 128,
+        (true, 64, 4) if !modes && !batch_invariant => 128,
         (true, 128, 7) => 128,
         _ => BLOCK_N,
     };
@@ -376,7 +380,8 @@ impl PersistentPortable {
         // Inference modes get their own build (FC_PORTABLE_MODES); dense problems keep the dense
         // one, unchanged.
         let modes = !problem.modes.is_dense();
-        let static_cfg = choose_config(d, false, modes, device, ov)?;
+        let bi = problem.batch_invariant;
+        let static_cfg = choose_config(d, false, modes, bi, device, ov)?;
         // (Varlen: seq_q is max_seqlen_q, so every sequence's q tiles have an item; those past
         // a shorter sequence's end finish at once.)
         let items = problem
@@ -390,7 +395,7 @@ impl PersistentPortable {
         // counter's atomics are pure overhead.
         // (Only the Q registers differ between the two: the item size, hence `items`, does not.)
         let cfg = if ov.dynamic.unwrap_or(items > slots) {
-            choose_config(d, true, modes, device, ov)?
+            choose_config(d, true, modes, bi, device, ov)?
         } else {
             static_cfg
         };
@@ -496,12 +501,16 @@ impl Attention for PersistentPortable {
         if crate::decode::takes(problem, &decode_cfg) {
             return crate::decode::plan(NAME, problem, device, &decode_cfg);
         }
-        self.plan_with(
+        let plan = self.plan_with(
             problem,
             device,
             &Overrides::from_env(),
             env_flag("FLASHCORE_PORTABLE_DEBUG"),
-        )
+        )?;
+        if crate::decode::routes_per_sequence(problem, &decode_cfg) {
+            return crate::decode::routed_plan(NAME, plan, problem, device, &decode_cfg);
+        }
+        Ok(plan)
     }
 }
 

@@ -1,0 +1,264 @@
+//! Batch-invariant plans (`docs/MODES.md`, *Batch invariance*) choose everything that sets the
+//! order a row's keys are summed in from the sequence alone: these tests plan the same sequence
+//! in batches of every size, on devices of several SM counts, and compare the plans' arithmetic.
+//! (The device side, the bits themselves, is `cargo xtask reliability --only batchinv`.)
+
+use flashcore_core::{
+    Attention, AttentionProblem, DType, DeviceInfo, KvStorage, LaunchPlan, Modes,
+};
+use flashcore_persistent::decode::{self, DecodeConfig};
+use flashcore_persistent::{PersistentHopper, PersistentPortable};
+
+/// Defines that only schedule work, stage memory or size the ring: they move no value. The
+/// warpgroup count and the shared-memory epilogue are here too: each row's arithmetic is the
+/// same code in either (the `batchinv` check's dense scenarios run both against each other).
+const SCHEDULE_ONLY: &[&str] = &[
+    "FC_HOPPER_DYNAMIC",
+    "FC_HOPPER_HEAD_MAJOR",
+    "FC_HOPPER_L2_SECTION_BYTES",
+    "FC_HOPPER_PREFETCH",
+    "FC_HOPPER_SMEM_EPILOGUE",
+    "FC_HOPPER_CONSUMER_WGS",
+    "FC_HOPPER_CONSUMER_REGS",
+    "FC_HOPPER_Q_STAGES",
+    "FC_HOPPER_STAGES",
+    "FC_HOPPER_SPREAD_PAGES",
+    "FC_PORTABLE_DYNAMIC",
+    "FC_PORTABLE_L2_SECTION_BYTES",
+    "FC_PORTABLE_Q_REG_SLICES",
+    "FC_PORTABLE_Q_STAGES",
+    "FC_PORTABLE_STAGES",
+    "FC_PORTABLE_MIN_BLOCKS",
+    "FC_DECODE_PREFETCH",
+    "FC_DECODE_STAGES",
+    "FC_DECODE_MIN_BLOCKS",
+    "FC_DECODE_WS_OFFSET",
+];
+
+/// What of a plan decides the arithmetic: each launch's kernel and its value-moving defines.
+fn arithmetic(plan: &LaunchPlan) -> Vec<(String, Vec<(String, String)>)> {
+    plan.launches
+        .iter()
+        .map(|l| {
+            let mut d: Vec<(String, String)> = l
+                .defines
+                .iter()
+                .filter(|(k, _)| !SCHEDULE_ONLY.contains(&k.as_str()))
+                .cloned()
+                .collect();
+            d.sort();
+            (format!("{}:{}", l.source, l.entry), d)
+        })
+        .collect()
+}
+
+fn devices() -> Vec<DeviceInfo> {
+    [66, 114, 132]
+        .into_iter()
+        .map(|sm_count| DeviceInfo {
+            sm_count,
+            ..DeviceInfo::synthetic_h100()
+        })
+        .collect()
+}
+
+fn dense(batch: usize, heads: usize, seq: usize, d: usize, causal: bool) -> AttentionProblem {
+    AttentionProblem::new(batch, heads, seq, d)
+        .with_dtype(DType::Bf16)
+        .with_causal(causal)
+        .with_batch_invariant(true)
+}
+
+fn paged_decode(batch: usize, keys: usize) -> AttentionProblem {
+    let block_size = 64;
+    let max_blocks = keys.div_ceil(block_size);
+    AttentionProblem::new(batch, 32, 1, 128)
+        .with_kv(8, max_blocks * block_size)
+        .with_dtype(DType::Bf16)
+        .with_modes(Modes {
+            kv: KvStorage::Paged {
+                num_blocks: batch * max_blocks,
+                block_size,
+                max_blocks_per_seq: max_blocks,
+            },
+            seqused_k: true,
+            ..Modes::default()
+        })
+        .with_batch_invariant(true)
+}
+
+fn varlen(batch: usize, max_q: usize, max_k: usize, d: usize, causal: bool) -> AttentionProblem {
+    AttentionProblem::new(batch, 8, max_q, d)
+        .with_kv(2, max_k)
+        .with_dtype(DType::Bf16)
+        .with_causal(causal)
+        .with_modes(Modes {
+            packed_q: Some(batch * max_q / 2),
+            kv: KvStorage::Packed {
+                total_k: batch * max_k / 2,
+            },
+            ..Modes::default()
+        })
+        .with_batch_invariant(true)
+}
+
+fn plans(k: &dyn Attention, p: &AttentionProblem) -> Vec<LaunchPlan> {
+    devices()
+        .iter()
+        .map(|dev| k.plan(p, dev).unwrap_or_else(|e| panic!("{p}: {e}")))
+        .collect()
+}
+
+#[test]
+fn dense_plans_sum_every_row_alike_whatever_the_batch_and_the_gpu() {
+    for k in [&PersistentHopper as &dyn Attention, &PersistentPortable] {
+        for d in [64, 128] {
+            for causal in [false, true] {
+                for (heads, seq) in [(8, 512), (16, 2048), (8, 128)] {
+                    let first = arithmetic(&plans(k, &dense(1, heads, seq, d, causal))[0]);
+                    for batch in [1, 2, 4, 7, 64, 256] {
+                        for plan in plans(k, &dense(batch, heads, seq, d, causal)) {
+                            assert_eq!(
+                                arithmetic(&plan),
+                                first,
+                                "{} B={batch} H={heads} S={seq} D={d} causal {causal}",
+                                k.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_mode_does_not_promise_it() {
+    // The reason the mode exists: by default a small batch takes the key-split warpgroups.
+    let one = dense(1, 8, 512, 64, false).with_batch_invariant(false);
+    let many = dense(64, 8, 512, 64, false).with_batch_invariant(false);
+    let dev = DeviceInfo::synthetic_h100();
+    assert_ne!(
+        arithmetic(&PersistentHopper.plan(&one, &dev).unwrap()),
+        arithmetic(&PersistentHopper.plan(&many, &dev).unwrap())
+    );
+}
+
+#[test]
+fn varlen_plans_match_the_dense_plan_of_one_sequence() {
+    // A sequence alone (a dense batch of one) and inside a varlen batch must take the same key
+    // tile width: at D = 128 without causal masking the wide tile, whatever the item count.
+    for k in [&PersistentHopper as &dyn Attention, &PersistentPortable] {
+        for d in [64, 128] {
+            for causal in [false, true] {
+                let alone = plans(k, &dense(1, 8, 300, d, causal));
+                let block_n = |p: &LaunchPlan| {
+                    p.launches[0]
+                        .defines
+                        .iter()
+                        .find(|(n, _)| n.ends_with("_BLOCK_N"))
+                        .map(|(_, v)| v.clone())
+                };
+                for batch in [2, 64, 512] {
+                    for plan in plans(k, &varlen(batch, 300, 600, d, causal)) {
+                        assert_eq!(
+                            block_n(&plan),
+                            block_n(&alone[0]),
+                            "{} B={batch} D={d} causal {causal}",
+                            k.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_chunks_follow_the_keys_not_the_batch() {
+    let cfg = DecodeConfig::default();
+    for keys in [1, 64, 2048, 2049, 8192, 32768] {
+        let first = arithmetic(&plans(&PersistentHopper, &paged_decode(1, keys))[0]);
+        for batch in [1, 7, 64, 256] {
+            let p = paged_decode(batch, keys);
+            assert!(decode::takes(&p, &cfg));
+            for plan in plans(&PersistentHopper, &p) {
+                assert_eq!(arithmetic(&plan), first, "B={batch} keys={keys}");
+                // The split count covers the most chunks a sequence of this capacity has.
+                let want = decode::chunks_for(
+                    decode::visited_tiles_bound(&p),
+                    decode::BATCH_INVARIANT_CHUNK_TILES,
+                );
+                assert_eq!(plan.num_splits as usize, want, "B={batch} keys={keys}");
+                assert_eq!(plan.launches.len(), if want > 1 { 2 } else { 1 });
+            }
+        }
+    }
+}
+
+#[test]
+fn chunks_stay_within_the_combine_and_cover_the_keys() {
+    let base = decode::BATCH_INVARIANT_CHUNK_TILES;
+    for tiles in [0, 1, 31, 32, 33, 512, 8192, 8193, 100_000] {
+        let size = decode::chunk_tiles_for(tiles, base);
+        let n = decode::chunks_for(tiles, base);
+        assert!((1..=decode::MAX_SPLITS).contains(&n), "{tiles}: {n} chunks");
+        assert!(n * size >= tiles, "{tiles}: {n} x {size} tiles short");
+        assert!(size >= base);
+    }
+    assert_eq!(decode::chunks_for(512, base), 16);
+}
+
+#[test]
+fn windows_may_straddle_one_more_tile() {
+    // A 100-key window whose range starts mid-tile spans three 64-key tiles: the bound on the
+    // split count must allow for it.
+    let mut p = paged_decode(1, 4096);
+    p.modes.window_left = Some(100);
+    let window_tiles = (100usize + 1).div_ceil(64);
+    assert!(decode::visited_tiles_bound(&p) > window_tiles);
+    assert!(decode::visited_tiles_bound(&p) <= decode::max_key_tiles(&paged_decode(1, 4096)));
+}
+
+#[test]
+fn varlen_batches_with_long_queries_route_the_short_ones_to_the_decode_kernel() {
+    let cfg = DecodeConfig::default();
+    let p = varlen(16, 300, 5000, 128, true);
+    assert!(decode::routes_per_sequence(&p, &cfg));
+    assert!(!decode::routes_per_sequence(
+        &p.clone().with_batch_invariant(false),
+        &cfg
+    ));
+    for k in [&PersistentHopper as &dyn Attention, &PersistentPortable] {
+        let plan = k.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
+        let route = |i: usize| {
+            plan.launches[i]
+                .defines
+                .iter()
+                .find(|(n, _)| n == "FC_SEQ_ROUTE")
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            plan.launches.len(),
+            3,
+            "{}: persistent, split, combine",
+            k.name()
+        );
+        assert_eq!(route(0), Some("1"));
+        assert_eq!(route(1), Some("2"));
+        assert_eq!(plan.launches[1].entry, decode::SPLIT_ENTRY);
+        // The decode partials sit behind the persistent kernel's counters.
+        assert!(plan.workspace_counters <= decode::ROUTED_WORKSPACE_OFFSET);
+        assert!(plan.workspace_f32 > decode::ROUTED_WORKSPACE_OFFSET);
+        assert_eq!(
+            plan.num_splits as usize,
+            decode::chunks_for(
+                decode::visited_tiles_bound(&p),
+                decode::BATCH_INVARIANT_CHUNK_TILES
+            )
+        );
+    }
+    // Queries that fit one decode tile go there whole: no route.
+    let short = varlen(16, 2, 5000, 128, false);
+    assert!(!decode::routes_per_sequence(&short, &cfg));
+}
