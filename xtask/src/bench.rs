@@ -135,6 +135,10 @@ pub struct Args {
     /// Skip the cuBLAS GEMM reference (no "% GEMM" column; --suite decode: no GEMM rate for the peer target).
     #[arg(long)]
     pub no_gemm: bool,
+    /// Time flashcore's forward in the batch-invariant mode (docs/MODES.md); the peers as
+    /// always. Compare with a run without it for the mode's cost.
+    #[arg(long)]
+    pub batch_invariant: bool,
     /// M = N = K of the GEMM reference.
     #[arg(long, default_value_t = 8192)]
     pub gemm_n: usize,
@@ -260,6 +264,9 @@ pub fn run(args: Args) -> Result<()> {
         kernel_names(&kernels, |k| k.name()),
         out_dir.display()
     );
+    if args.batch_invariant {
+        eprintln!("bench-all: flashcore in the batch-invariant mode (--batch-invariant)");
+    }
     let loop_opts = args.loop_options();
     let mut report = Report {
         device: DeviceSummary::of(&info),
@@ -464,7 +471,9 @@ fn bench_shape(
     spent: &mut [f64],
     bar: &ProgressBar,
 ) -> Vec<Row> {
-    let problem = shape.problem(layout);
+    let problem = shape
+        .problem(layout)
+        .with_batch_invariant(args.batch_invariant);
     let mut rows: Vec<Option<Row>> = vec![None; kernels.len()];
     let mut todo = Vec::new();
     for (i, k) in kernels.iter().enumerate() {

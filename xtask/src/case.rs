@@ -10,6 +10,16 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::mode_case::ModeKeys;
 
+/// Whether cases parsed from a line without a `bi=` key are batch-invariant
+/// (`reliability --batch-invariant`).
+static BATCH_INVARIANT_DEFAULT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every case parsed from now on batch-invariant unless its line says `bi=0`.
+pub fn set_batch_invariant_default(on: bool) {
+    BATCH_INVARIANT_DEFAULT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Case {
     pub problem: AttentionProblem,
@@ -37,11 +47,16 @@ impl Case {
             s.push_str(&format!(",scale={scale}"));
         }
         s.push_str(&ModeKeys::from_modes(&p.modes).to_arg());
+        if p.batch_invariant {
+            s.push_str(",bi=1");
+        }
         s
     }
 
     pub fn parse(s: &str) -> Result<Case> {
-        let mut p = AttentionProblem::new(1, 1, 1, 64);
+        let mut p = AttentionProblem::new(1, 1, 1, 64).with_batch_invariant(
+            BATCH_INVARIANT_DEFAULT.load(std::sync::atomic::Ordering::Relaxed),
+        );
         let mut seed = 0u64;
         let mut hkv = None;
         let mut modes = ModeKeys::default();
@@ -69,6 +84,7 @@ impl Case {
                 "layout" => p.layout = v.parse().map_err(|e: String| anyhow!(e))?,
                 "seed" => seed = v.trim().parse()?,
                 "scale" => p.softmax_scale = Some(v.trim().parse()?),
+                "bi" => p.batch_invariant = matches!(v.trim(), "1" | "true" | "yes"),
                 other => bail!("unknown case key '{other}'"),
             }
         }

@@ -79,6 +79,36 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
     AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
 }
 
+/// The batch-invariant builds (`docs/MODES.md`): the decode kernel's key chunks, a varlen batch
+/// routed between a persistent kernel and the decode kernel (`FC_SEQ_ROUTE`), and the dense and
+/// mode plans whose tile width or schedule the mode pins, each small and large.
+pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
+    let varlen = |batch: usize, causal: bool| {
+        AttentionProblem::new(batch, 32, 512, head_dim)
+            .with_kv(8, 4096)
+            .with_causal(causal)
+            .with_modes(Modes {
+                packed_q: Some(batch * 256),
+                kv: KvStorage::Packed {
+                    total_k: batch * 2048,
+                },
+                ..Modes::default()
+            })
+    };
+    [
+        decode_problem(head_dim, 1),
+        decode_problem(head_dim, 32),
+        varlen(2, true),
+        varlen(16, false),
+        contiguous_cache_problem(head_dim, 16),
+        AttentionProblem::new(1, 8, 512, head_dim),
+        AttentionProblem::new(4, 16, 2048, head_dim),
+    ]
+    .into_iter()
+    .map(|p| p.with_batch_invariant(true))
+    .collect()
+}
+
 /// Longest `--dump-ptx` file name written as is (file systems stop at 255 bytes).
 const MAX_DUMP_NAME: usize = 200;
 
@@ -400,7 +430,14 @@ pub fn run(
                 let decode_problems = representative_head_dims(&caps.head_dims)
                     .into_iter()
                     .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)));
-                for problem in dense_problems.chain(mode_problems).chain(decode_problems) {
+                let batch_invariant = representative_head_dims(&caps.head_dims)
+                    .into_iter()
+                    .flat_map(batch_invariant_problems);
+                for problem in dense_problems
+                    .chain(mode_problems)
+                    .chain(decode_problems)
+                    .chain(batch_invariant)
+                {
                     let problem = problem.with_dtype(dtype);
                     let Ok(plan) = kernel.plan(&problem, &dev) else {
                         continue;

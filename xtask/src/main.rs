@@ -58,6 +58,9 @@ enum Command {
         /// cost the CPU about six times a forward reference of all rows).
         #[arg(long)]
         max_seq: Option<usize>,
+        /// Run every forward case in the batch-invariant mode (docs/MODES.md).
+        #[arg(long)]
+        batch_invariant: bool,
         /// Write the tallies as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
             case,
             no_shrink,
             max_seq,
+            batch_invariant,
             json,
             device,
         } => match Device::open(device) {
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
                         verify::Pass::Fwd => 1100,
                         verify::Pass::Bwd => 512,
                     }),
+                    batch_invariant,
                 };
                 verify::run(&dev, &opts).map(|_| ())
             }

@@ -528,16 +528,20 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
         }
         // Inference modes (docs/MODES.md) for kernels that take them: varlen with empty and
         // one-row sequences, paged and contiguous caches with appended rows, windows, softcap
-        // and ALiBi; the same lines as verify's fixed mode cases.
+        // and ALiBi; the same lines as verify's fixed mode cases. Then the batch-invariant
+        // plans: decode in fixed key chunks (two here, so the combine runs), and a varlen batch
+        // whose short sequences are routed to the decode kernel beside the persistent one.
         if caps.modes != flashcore::ModeSupport::NONE {
             let lines: &[&str] = &[
                 "b=3,hq=4,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
                 "b=2,hq=2,hkv=1,sq=7,sk=200,causal=1,cache=contig,append=3",
                 "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
+                "b=3,hq=8,hkv=2,sq=1,sk=2200,cache=paged,bs=64,bi=1",
+                "b=6,hq=8,hkv=2,sq=40,sk=300,causal=1,varlen=1,bi=1",
                 "b=3,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
                 "b=2,hq=2,sq=129,sk=257,wl=64,wr=0,softcap=30,alibi=batch",
             ];
-            let take = if race { 3 } else { lines.len() };
+            let take = if race { 5 } else { lines.len() };
             for (i, line) in lines.iter().take(take).enumerate() {
                 let dtype = caps.dtypes[i % caps.dtypes.len()];
                 let arg = format!("{line},d={d},dtype={dtype},seed={}", 700 + i);

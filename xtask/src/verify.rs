@@ -36,6 +36,8 @@ pub struct Options {
     pub shrink: bool,
     pub json: Option<std::path::PathBuf>,
     pub max_seq: usize,
+    /// Every case in the batch-invariant mode (`bi=1`): forward only.
+    pub batch_invariant: bool,
 }
 
 #[derive(Default, Clone, serde::Serialize)]
@@ -467,9 +469,12 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         if opts.random { opts.cases } else { 0 },
         if opts.edge { " + edge list" } else { "" }
     );
+    if opts.batch_invariant {
+        println!("verify: every case in the batch-invariant mode (bi=1)");
+    }
     let mut tallies = Vec::new();
     if let Some(arg) = &opts.single_case {
-        let case = Case::parse(arg)?;
+        let case = with_batch_invariant(Case::parse(arg)?, opts.batch_invariant);
         for k in &kernels {
             let mut t = Tally {
                 kernel: k.name().into(),
@@ -495,7 +500,11 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             kernel: k.name().into(),
             ..Default::default()
         };
-        let edges = if opts.edge { edge_cases(&caps) } else { vec![] };
+        let bi = opts.batch_invariant;
+        let edges: Vec<Case> = if opts.edge { edge_cases(&caps) } else { vec![] }
+            .into_iter()
+            .map(|c| with_batch_invariant(c, bi))
+            .collect();
         let total = edges.len() + if opts.random { opts.cases } else { 0 };
         let bar = CaseProgress::new(total, k.name().to_string());
         for case in &edges {
@@ -514,7 +523,9 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
         }
         if opts.random {
             let mut runner = seeded_runner(opts.seed ^ fxhash(k.name()), opts.cases);
-            let strategy = case_strategy(&caps, opts.max_seq);
+            let strategy = case_strategy(&caps, opts.max_seq)
+                .prop_map(move |c| with_batch_invariant(c, bi))
+                .boxed();
             let mut shrunk_one = false;
             for _ in 0..opts.cases {
                 let tree = strategy
@@ -549,10 +560,19 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
     finish(tallies, opts)
 }
 
+/// `case` with the batch-invariant option set to `on` (kept as drawn when off).
+fn with_batch_invariant(mut case: Case, on: bool) -> Case {
+    case.problem.batch_invariant |= on;
+    case
+}
+
 /// `verify --pass bwd`: the backward kernels on the forward's edge list and random dense
 /// problems (`dense_case_strategy`: the forward sweep's shapes without inference modes), each
 /// judged by the oracle's backward rule; the first failure is shrunk.
 fn run_backward(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
+    if opts.batch_invariant {
+        bail!("--batch-invariant is a forward option: the backward kernels do not take it (docs/MODES.md)");
+    }
     let kernels = crate::select::named(
         flashcore::backward_kernels(),
         |k| k.name(),

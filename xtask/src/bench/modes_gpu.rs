@@ -688,6 +688,13 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         modes::plan(args.suite, args.seed)
     };
     let data_sources = keep_cases(&mut plan, &args.case_filter);
+    if args.batch_invariant {
+        for c in &mut plan.cases {
+            c.problem.batch_invariant = true;
+        }
+        plan.notes
+            .push("flashcore in the batch-invariant mode (--batch-invariant)".into());
+    }
     let name = modes::suite_name(args.suite);
     let kernels = super::select_kernels(args.kernels.as_deref())?;
     eprintln!("bench-all --suite {name}:");

@@ -12,7 +12,9 @@ use super::{dims_for, Args, Report, Res};
 pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     for k in kernels {
         let d = dims_for(k.as_ref(), &[128, 64])[0];
-        let p = AttentionProblem::new(8, 16, 1024, d).with_causal(k.capabilities().causal);
+        let p = AttentionProblem::new(8, 16, 1024, d)
+            .with_causal(k.capabilities().causal)
+            .with_batch_invariant(args.batch_invariant);
         repeat(
             dev,
             k.as_ref(),
@@ -24,7 +26,9 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         );
         if k.name().contains("persistent") && args.persistent_runs > 0 {
             let d = dims_for(k.as_ref(), &[128])[0];
-            let p = AttentionProblem::new(4, 16, 8192, d).with_causal(true);
+            let p = AttentionProblem::new(4, 16, 8192, d)
+                .with_causal(true)
+                .with_batch_invariant(args.batch_invariant);
             repeat(
                 dev,
                 k.as_ref(),
@@ -38,7 +42,8 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
             // repeatable as the rest; one query, GQA 32:8, a 8192-key cache.
             let p = AttentionProblem::new(8, 32, 1, d)
                 .with_kv(8, 8192)
-                .with_dtype(flashcore::DType::Bf16);
+                .with_dtype(flashcore::DType::Bf16)
+                .with_batch_invariant(args.batch_invariant);
             repeat(
                 dev,
                 k.as_ref(),

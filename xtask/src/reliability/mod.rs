@@ -18,6 +18,8 @@
 //! - `modes`: the inference modes (docs/MODES.md): NaN in unread cache slots and pages leaves
 //!   the output bit-identical, paged = contiguous and varlen = each sequence alone bit for bit,
 //!   prefix-shared pages, and bad host or device tables rejected with the field named.
+//! - `batchinv`: the batch-invariant mode: each sequence of random varlen, paged, cached, decode
+//!   and dense batches bit-identical alone, in one batch and in another (`batchinv.rs`).
 //! - `oom`: more device memory than is free gives an out-of-memory error, and the same `Device`
 //!   then runs a normal case correctly (no leak from the failed call).
 //! - `soak`: 20000 `verify`-style random cases across the generations, zero failures, and
@@ -35,6 +37,7 @@
 
 mod backward;
 mod badinput;
+mod batchinv;
 mod determinism;
 mod device;
 mod grid;
@@ -68,6 +71,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("grid", grid::run),
     ("nonfinite", nonfinite::run),
     ("modes", modes::run),
+    ("batchinv", batchinv::run),
     ("oom", oom::run),
     ("soak", soak::run),
     ("streams", streams::run),
@@ -77,7 +81,7 @@ const CHECKS: &[(&str, Check)] = &[
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
-    /// modes, oom, soak, streams, backward.
+    /// modes, batchinv, oom, soak, streams, backward.
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
     /// Comma-separated generation names (default: all compiled in).
@@ -125,6 +129,10 @@ pub struct Args {
     pub no_huge: bool,
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
+    /// The forward problems of the checks in the batch-invariant mode (`bi=1` on every case
+    /// line, and the determinism check's problems); `batchinv` always runs in it.
+    #[arg(long)]
+    pub batch_invariant: bool,
     /// Seconds one step may run (or `soak` go without progress) before it counts as a hang:
     /// the run then stops with exit code 3.
     #[arg(long, default_value_t = 600)]
@@ -318,6 +326,10 @@ pub fn main(args: Args) -> Result<()> {
             .join(","),
         only.join(",")
     );
+    if args.batch_invariant {
+        println!("reliability: forward cases in the batch-invariant mode (bi=1)");
+    }
+    crate::case::set_batch_invariant_default(args.batch_invariant);
     start_watchdog();
     let mut report = Report::default();
     let on = |c: &str| only.iter().any(|x| x == c);
