@@ -169,11 +169,29 @@ pub fn alibi(dims: &[usize], batch: usize, heads_q: usize) -> Result<AlibiSlopes
     }
 }
 
+/// Whether the ops run in the batch-invariant mode (off until [`set_batch_invariant`]).
+static BATCH_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the batch-invariant mode on or off for every op called after it, process-wide (as a
+/// serving engine sets it once): each sequence's output is then bit-identical whatever else is
+/// in its batch (flashcore's `docs/MODES.md`, *Batch invariance*). candle-flash-attn has no
+/// such switch; its functions keep their signatures.
+pub fn set_batch_invariant(on: bool) {
+    BATCH_INVARIANT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the ops run in the batch-invariant mode.
+pub fn batch_invariant() -> bool {
+    BATCH_INVARIANT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// What every entry point shares beyond the tensors.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Options {
     pub dtype: DType,
     pub softmax_scale: f32,
+    /// The batch-invariant mode ([`set_batch_invariant`]).
+    pub batch_invariant: bool,
     pub window_size_left: Option<usize>,
     pub window_size_right: Option<usize>,
     pub softcap: Option<f32>,
@@ -187,6 +205,7 @@ impl Options {
         Options {
             dtype,
             softmax_scale,
+            batch_invariant: batch_invariant(),
             window_size_left: None,
             window_size_right: None,
             softcap: None,
@@ -290,6 +309,7 @@ fn problem(
         layout: Layout::Bshd,
         custom_strides: Some(strides),
         modes,
+        batch_invariant: opts.batch_invariant,
     };
     p.validate().map_err(|e| ArgError(e.to_string()))?;
     Ok(p)

@@ -29,6 +29,8 @@
 
 pub mod args;
 
+pub use args::{batch_invariant, set_batch_invariant};
+
 #[cfg(feature = "cuda")]
 mod ops;
 

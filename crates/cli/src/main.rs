@@ -67,6 +67,10 @@ enum Command {
         dtype: DType,
         #[arg(long, default_value_t = 0)]
         device: usize,
+        /// Batch-invariant mode: each sequence's O and LSE bit-identical whatever else is in the
+        /// batch (docs/MODES.md).
+        #[arg(long)]
+        batch_invariant: bool,
         #[command(flatten)]
         modes: ModeFlags,
     },
@@ -164,6 +168,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
             layout,
             dtype,
             device,
+            batch_invariant,
             modes,
         } => {
             let input = |e: anyhow::Error| Failure::Input(e);
@@ -216,7 +221,9 @@ fn run(cmd: Command) -> Result<(), Failure> {
                     npy::read_f32(&v).map_err(input)?,
                 )
             };
-            let problem = modes::build(&settings, &loaded).map_err(input)?;
+            let problem = modes::build(&settings, &loaded)
+                .map_err(input)?
+                .with_batch_invariant(batch_invariant);
             // Head dim, dtype and modes need no device to rule out.
             let lacks = |k: &dyn flashcore::Attention| -> Option<String> {
                 let c = k.capabilities();
