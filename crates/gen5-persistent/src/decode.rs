@@ -161,9 +161,11 @@ impl DecodeConfig {
         if let Some(v) = lookup("FLASHCORE_DECODE_CHUNK_TILES") {
             match v.trim().parse::<usize>() {
                 Ok(n) if (1..=MAX_CHUNK_TILES).contains(&n) => c.chunk_tiles = Some(n),
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "FLASHCORE_DECODE_CHUNK_TILES={v}: expected key tiles in 1..={MAX_CHUNK_TILES}"
-                )),
+                ))
+                }
             }
         }
         if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {

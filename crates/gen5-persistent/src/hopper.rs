@@ -427,7 +427,9 @@ impl HopperConfig {
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         if problem.batch_invariant {
-            return self.batch_invariant().for_any_batch(problem, sm_count);
+            return self
+                .batch_invariant(problem)
+                .for_any_batch(problem, sm_count);
         }
         self.for_any_batch(problem, sm_count)
     }
@@ -439,11 +441,22 @@ impl HopperConfig {
     /// and their defaults follow the item count. The wide non-causal tile is kept for every
     /// problem that could take it (see `modes_dynamic` below), so a
     /// sequence gets it alone and inside a varlen batch alike.
-    fn batch_invariant(&self) -> HopperConfig {
+    ///
+    /// Under causal masking the q tile's height matters too: a row walks the key tiles its
+    /// tile's last row needs, and a tile that leaves its max unchanged still rescales it by
+    /// `exp2(m·c − round(m·c))`, not exactly 1. Three warpgroups (192-row tiles) follow the
+    /// item count, so causal problems keep two (`docs/results/2026-11-28-batch-invariance-h200`:
+    /// three against two differed in 28 O and 940 LSE elements of a causal D = 64 sequence).
+    fn batch_invariant(&self, problem: &AttentionProblem) -> HopperConfig {
+        let consumer_wgs = match self.consumer_wgs {
+            None if problem.causal => Some(2),
+            wgs => wgs,
+        };
         HopperConfig {
             wg_key_split: Some(false),
             cluster_key_split: Some(false),
             auto_split: false,
+            consumer_wgs,
             ..*self
         }
     }

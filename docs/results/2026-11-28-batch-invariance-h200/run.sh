@@ -50,13 +50,13 @@ cost)
   ;;
 suites)
   fa3
-  timeout 200 $X bench-all --suite decode --kernels persistent-hopper --fa3-path /tmp/fa3pkg --out-dir $L/decode > $L/decode.log 2>&1; echo "decode default rc=$? (${SECONDS}s)" | tee -a $R
-  timeout 120 $X bench-all --suite decode --kernels persistent-hopper --no-peers --no-gemm --batch-invariant --out-dir $L/decode-bi > $L/decode-bi.log 2>&1; echo "decode bi rc=$? (${SECONDS}s)" | tee -a $R
+  timeout 180 $X bench-all --suite decode --kernels persistent-hopper --fa3-path /tmp/fa3pkg --out-dir $L/decode > $L/decode.log 2>&1; echo "decode default rc=$? (${SECONDS}s)" | tee -a $R
+  timeout 100 $X bench-all --suite decode --kernels persistent-hopper --no-peers --no-gemm --batch-invariant --out-dir $L/decode-bi > $L/decode-bi.log 2>&1; echo "decode bi rc=$? (${SECONDS}s)" | tee -a $R
   cmp "decode: --batch-invariant / default" $L/decode/bench-decode.json $L/decode-bi/bench-decode.json
   cp $L/decode/bench-decode.md $OUT/bench-decode.md 2>/dev/null
   for s in varlen paged; do
-    timeout 100 $X bench-all --suite $s --kernels persistent-hopper --no-peers --out-dir $L/$s > $L/$s.log 2>&1; echo "$s default rc=$? (${SECONDS}s)" | tee -a $R
-    timeout 100 $X bench-all --suite $s --kernels persistent-hopper --no-peers --batch-invariant --out-dir $L/$s-bi > $L/$s-bi.log 2>&1; echo "$s bi rc=$? (${SECONDS}s)" | tee -a $R
+    timeout 60 $X bench-all --suite $s --kernels persistent-hopper --no-peers --out-dir $L/$s > $L/$s.log 2>&1; echo "$s default rc=$? (${SECONDS}s)" | tee -a $R
+    timeout 60 $X bench-all --suite $s --kernels persistent-hopper --no-peers --batch-invariant --out-dir $L/$s-bi > $L/$s-bi.log 2>&1; echo "$s bi rc=$? (${SECONDS}s)" | tee -a $R
     cmp "$s: --batch-invariant / default" $L/$s/bench-$s.json $L/$s-bi/bench-$s.json
   done
   pack
@@ -65,6 +65,37 @@ reliability)
   timeout 560 $X reliability --kernels persistent-hopper,persistent-portable --json $L/rel.json > $L/reliability.log 2>&1; echo "reliability (all checks) rc=$? (${SECONDS}s)" | tee -a $R
   grep -E "^\| [a-z]+ \| persistent" $L/reliability.log | cut -c1-300 | tee -a $R
   grep -E "FAIL|reliability:" $L/reliability.log | cut -c1-400 | head -12 | tee -a $R
+  pack
+  ;;
+batchinv)
+  timeout 400 $X reliability --only batchinv --kernels persistent-hopper,persistent-portable,tile64 --json $L/rel.json > $L/batchinv.log 2>&1; echo "reliability batchinv rc=$? (${SECONDS}s)" | tee -a $R
+  grep -E "^\| batchinv " $L/batchinv.log | tr ';' '\n' | cut -c1-200 | tee -a $R
+  grep -E "reliability:|panicked" $L/batchinv.log | tee -a $R
+  pack
+  ;;
+causal64)
+  # After two warpgroups became the batch-invariant rule under causal masking: batchinv on the
+  # Hopper path, and the two causal D = 64 ladder rows that took three, default then the mode.
+  timeout 200 $X reliability --only batchinv --kernels persistent-hopper --json $L/rel.json > $L/batchinv.log 2>&1; echo "reliability batchinv hopper rc=$? (${SECONDS}s)" | tee -a $R
+  grep -E "^\| batchinv " $L/batchinv.log | tr ';' '\n' | grep -E "dense|FAIL|PASS" | cut -c1-200 | tee -a $R
+  for m in default bi; do
+    flag=; [ $m = bi ] && flag=--batch-invariant
+    timeout 90 $X bench-all --shape 4,16,2048,64 --shape 2,16,8192,64 --causal on --kernels persistent-hopper --no-peers $flag --out-dir $L/c64-$m > $L/c64-$m.log 2>&1; echo "causal D=64 $m rc=$? (${SECONDS}s)" | tee -a $R
+  done
+  cmp "causal D=64 ladder rows: --batch-invariant / default" $L/c64-default/bench-all.json $L/c64-bi/bench-all.json
+  pack
+  ;;
+rest)
+  # Every check but batchinv (its own run), with the long loops shortened to fit one call.
+  (timeout 420 $X reliability --kernels persistent-hopper,persistent-portable --only badinput,oob,determinism,grid,nonfinite,modes,oom,soak,streams,backward --no-huge --soak-cases 1500 --persistent-runs 200 --backward-runs 200 --json $L/rel.json > $L/reliability.log 2>&1; echo "reliability rc=$?" >> $L/rc.txt) &
+  wait
+  cat $L/rc.txt | tee -a $R
+  grep -E "^\| [a-z]+ \| persistent" $L/reliability.log | cut -c1-240 | tee -a $R
+  grep -E "reliability:" $L/reliability.log | tee -a $R
+  timeout 60 $X bench-all --suite decode --kernels persistent-hopper --no-peers --no-gemm --batch-invariant --case sq128- --case sq4- --out-dir $L/decode-bi2 > $L/decode-bi2.log 2>&1; echo "decode bi (last two rows) rc=$? (${SECONDS}s)" | tee -a $R
+  grep -E "^\| " $L/decode-bi2/bench-decode.md | grep -E "persistent-hopper" | cut -c1-200 | head -8 | tee -a $R
+  timeout 100 $X bench-all --pass bwd --shape 4,16,2048,64 --shape 4,16,2048,128 --kernels persistent-hopper --out-dir $L/bwd > $L/bwd.log 2>&1; echo "backward rc=$? (${SECONDS}s)" | tee -a $R
+  cp $L/bwd/bench-bwd.md $OUT/bench-bwd.md 2>/dev/null
   pack
   ;;
 esac

@@ -126,6 +126,10 @@ fn build(
         num_blocks: 0,
         alibi_slopes: shape.alibi.then(|| alibi.to_vec()),
     };
+    assert!(
+        packed_q || len_q.iter().all(|&l| l == max_q),
+        "unpacked Q needs equal query counts"
+    );
     let q = if packed_q {
         modes.packed_q = Some(*cu_q.last().unwrap() as usize);
         draw.cu_seqlens_q = Some(cu_q.clone());
@@ -341,7 +345,9 @@ fn pool(rng: &mut StdRng, shape: &Shape, n: usize, lens: &Lens) -> Vec<Seq> {
         .map(|_| {
             let decode = rng.gen_bool(lens.decode_share);
             let len_q = if decode {
-                rng.gen_range(lens.min_q..=(16 / g).max(1))
+                // Queries that fit one decode tile (and the scenario's cap).
+                let most = (16 / g).max(1).min(lens.max_q);
+                rng.gen_range(lens.min_q.min(most)..=most)
             } else {
                 rng.gen_range(lens.min_q..=lens.max_q)
             };
@@ -470,16 +476,11 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
     for i in 0..8 {
         runs.push((vec![i], *paged.choose(rng).unwrap()));
     }
-    let mut decode_pool = pool(rng, &decode, 256, &one_query);
-    for s in decode_pool.iter_mut() {
-        // One query per sequence (the pool's draw allows 1..=16/G).
-        s.q = s.q.slice(s![..1, .., ..]).to_owned();
-    }
     out.push(Scenario {
         name: "decode".into(),
         shape: decode.clone(),
         packed_q: false,
-        pool: decode_pool,
+        pool: pool(rng, &decode, 256, &one_query),
         runs,
         chunk_tiles: None,
     });
@@ -653,6 +654,24 @@ mod tests {
                     s.q.clone().permuted_axes([1, 0, 2]),
                     "{storage:?} seq {i}"
                 );
+            }
+        }
+    }
+
+    /// Every batch of every scenario builds into a problem and tables the core accepts (at a
+    /// tiny head dim: the pools are the GPU run's).
+    #[test]
+    fn every_scenario_builds_valid_batches() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for sc in scenarios(&mut rng, 8, DType::Bf16) {
+            for (batch, storage) in &sc.runs {
+                let seqs: Vec<&Seq> = batch.iter().map(|&i| &sc.pool[i]).collect();
+                let alibi = vec![0.5; sc.shape.heads_q];
+                let (p, draw, _) = build(&sc.shape, *storage, sc.packed_q, &seqs, &alibi, &mut rng);
+                p.validate().unwrap_or_else(|e| panic!("{}: {e}", sc.name));
+                draw.host_tables()
+                    .validate(&p)
+                    .unwrap_or_else(|e| panic!("{} {storage:?}: {e}", sc.name));
             }
         }
     }
