@@ -130,16 +130,19 @@ __device__ __forceinline__ void split_tiles(const KeyTiles& kt, int s, int n, in
 }
 
 // Batch-invariant chunks: fixed-size pieces of the visited range counted from its first tile,
-// so they follow from the sequence alone. A unit longer than max_splits chunks takes larger ones
-// (decode.rs chunk_tiles_for). The plan's num_splits covers the most chunks any unit has; the
-// last split takes whatever is left, so a table that lies about lengths still loses no key.
+// so they follow from the sequence alone. A unit of at least four chunks takes half chunks, one
+// longer than max_splits chunks larger ones (decode.rs chunk_tiles_for, which says why). The
+// plan's num_splits covers the most chunks any unit has; the last split takes whatever is left,
+// so a table that lies about lengths still loses no key.
 // (Functions, not constants: a namespace-scope constant is emitted into every build's PTX.)
 __host__ __device__ constexpr int chunk_tiles() { return FC_DECODE_CHUNK_TILES; }
 __host__ __device__ constexpr int max_chunks() { return 256; }  // decode.rs MAX_SPLITS
 __device__ __forceinline__ int chunk_size(const KeyTiles& kt) {
-    constexpr int chunk_tiles = decode::chunk_tiles();
-    const int by_count = ceil_div(kt.end - kt.first, max_chunks());
-    const int size = chunk_tiles > by_count ? chunk_tiles : by_count;
+    constexpr int base = decode::chunk_tiles();
+    const int tiles = kt.end - kt.first;
+    const int by_length = tiles >= 4 * base ? base / 2 : base;  // decode.rs LONG_CHUNKS
+    const int by_count = ceil_div(tiles, max_chunks());
+    const int size = by_length > by_count ? by_length : by_count;
     return size > 1 ? size : 1;
 }
 // Splits that carry keys of this unit: its chunks (at most the plan's count), or every split.

@@ -85,7 +85,7 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
 pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
     let varlen = |batch: usize, causal: bool| {
         AttentionProblem::new(batch, 32, 512, head_dim)
-            .with_kv(8, 4096)
+            .with_kv(8, 8192)
             .with_causal(causal)
             .with_modes(Modes {
                 packed_q: Some(batch * 256),
@@ -96,8 +96,9 @@ pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
             })
     };
     [
-        decode_problem(head_dim, 1),
+        // 4096 keys: one chunk, written by the split kernel; 16384: eight, and the combine.
         decode_problem(head_dim, 32),
+        AttentionProblem::new(1, 32, 1, head_dim).with_kv(8, 16384),
         varlen(2, true),
         varlen(16, false),
         contiguous_cache_problem(head_dim, 16),

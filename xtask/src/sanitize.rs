@@ -536,7 +536,7 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
                 "b=3,hq=4,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
                 "b=2,hq=2,hkv=1,sq=7,sk=200,causal=1,cache=contig,append=3",
                 "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
-                "b=3,hq=8,hkv=2,sq=1,sk=2200,cache=paged,bs=64,bi=1",
+                "b=3,hq=8,hkv=2,sq=1,sk=4500,cache=paged,bs=64,bi=1",
                 "b=6,hq=8,hkv=2,sq=40,sk=300,causal=1,varlen=1,bi=1",
                 "b=3,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
                 "b=2,hq=2,sq=129,sk=257,wl=64,wr=0,softcap=30,alibi=batch",

@@ -57,12 +57,15 @@ pub const MIN_TILES_PER_SPLIT: usize = 4;
 pub const MAX_STAGES: usize = 8;
 /// Largest workspace a decode plan asks for; more splits than fit are not taken.
 pub const MAX_WORKSPACE_BYTES: usize = 1 << 30;
-/// Key tiles per chunk of a batch-invariant plan (2048 keys): the split count the default plan
-/// gives the suite's one long sequence ((1,32,8,1,32768): 8 units on 132 SMs, 16 splits of 32
-/// tiles), so the plan that cannot see the batch still fills the GPU for one long sequence; a
-/// full batch pays for the extra splits instead (measured in
-/// `docs/results/2026-11-28-batch-invariance-h200`).
-pub const BATCH_INVARIANT_CHUNK_TILES: usize = 32;
+/// Key tiles per chunk of a batch-invariant plan (4096 keys; [`chunk_tiles_for`] halves it for
+/// long sequences). A plan that cannot see the batch must guess how much of the GPU one
+/// sequence's splits have to fill. A full batch pays for every extra split (a fixed cost each:
+/// Q load, ring fill, partial write, combine input); a lone long sequence needs many to fill the
+/// SMs at all. Long contexts are the ones that decode in small batches, so sequences of at least
+/// four chunks take half chunks: the suite's long row (1,32,8,1,32768) then gets the 16 splits of
+/// 2048 keys its default plan gives it, and the full-batch rows of 2048-8192 keys one or two
+/// (`docs/results/2026-11-28-batch-invariance-h200`).
+pub const BATCH_INVARIANT_CHUNK_TILES: usize = 64;
 /// Largest `FLASHCORE_DECODE_CHUNK_TILES`.
 pub const MAX_CHUNK_TILES: usize = 1 << 16;
 /// Words the persistent kernel's counters keep at the front of a routed plan's workspace; the
@@ -253,12 +256,39 @@ pub fn visited_tiles_bound(problem: &AttentionProblem) -> usize {
 /// with base chunk `base`: `base`, or as many as keep the unit within [`MAX_SPLITS`] chunks (the
 /// combine's limit). Mirrors the kernel's `chunk_size`.
 pub fn chunk_tiles_for(tiles: usize, base: usize) -> usize {
-    base.max(tiles.div_ceil(MAX_SPLITS)).max(1)
+    let size = if tiles >= LONG_CHUNKS * base {
+        base / 2
+    } else {
+        base
+    };
+    size.max(tiles.div_ceil(MAX_SPLITS)).max(1)
 }
 
-/// The chunks of a unit that visits `tiles` key tiles (at least one). Mirrors `chunk_count`.
+/// A unit of at least this many base chunks takes half chunks ([`chunk_tiles_for`]).
+pub const LONG_CHUNKS: usize = 4;
+
+/// The chunks of a unit that visits `tiles` key tiles (at least one). Mirrors `unit_splits`.
 pub fn chunks_for(tiles: usize, base: usize) -> usize {
     tiles.div_ceil(chunk_tiles_for(tiles, base)).max(1)
+}
+
+/// The most chunks a unit of at most `bound` key tiles can have. The count is not monotone in
+/// the length: it jumps where long units switch to half chunks, and it can drop where the
+/// [`MAX_SPLITS`] cap starts to widen them. On each stretch between those points it grows with
+/// the length, so the stretches' ends bound it.
+pub fn max_chunks_within(bound: usize, base: usize) -> usize {
+    let base = base.max(1);
+    let half = (base / 2).max(1);
+    [
+        bound,
+        bound.min(LONG_CHUNKS * base - 1),
+        bound.min(MAX_SPLITS * half),
+        bound.min(MAX_SPLITS * base),
+    ]
+    .into_iter()
+    .map(|t| chunks_for(t, base))
+    .max()
+    .unwrap_or(1)
 }
 
 /// Whether a batch-invariant problem takes the routed plan: varlen queries whose longest does
@@ -372,7 +402,7 @@ pub fn routed_plan(
 /// The split count of a batch-invariant plan: the most chunks any unit can have.
 fn batch_invariant_splits(problem: &AttentionProblem, cfg: &DecodeConfig) -> (usize, usize) {
     let base = cfg.chunk_tiles.unwrap_or(BATCH_INVARIANT_CHUNK_TILES);
-    (chunks_for(visited_tiles_bound(problem), base), base)
+    (max_chunks_within(visited_tiles_bound(problem), base), base)
 }
 
 fn plan_route(

@@ -190,7 +190,7 @@ fn decode_chunks_follow_the_keys_not_the_batch() {
             for plan in plans(&PersistentHopper, &p) {
                 assert_eq!(arithmetic(&plan, false), first, "B={batch} keys={keys}");
                 // The split count covers the most chunks a sequence of this capacity has.
-                let want = decode::chunks_for(
+                let want = decode::max_chunks_within(
                     decode::visited_tiles_bound(&p),
                     decode::BATCH_INVARIANT_CHUNK_TILES,
                 );
@@ -209,9 +209,31 @@ fn chunks_stay_within_the_combine_and_cover_the_keys() {
         let n = decode::chunks_for(tiles, base);
         assert!((1..=decode::MAX_SPLITS).contains(&n), "{tiles}: {n} chunks");
         assert!(n * size >= tiles, "{tiles}: {n} x {size} tiles short");
-        assert!(size >= base);
+        assert!(size >= base / 2);
     }
+    // The suite's rows: the long sequence keeps its 16 splits of 2048 keys; 8192 keys take two
+    // splits, 4096 and 2048 one.
     assert_eq!(decode::chunks_for(512, base), 16);
+    assert_eq!(decode::chunks_for(128, base), 2);
+    assert_eq!(decode::chunks_for(64, base), 1);
+    assert_eq!(decode::chunks_for(32, base), 1);
+}
+
+#[test]
+fn the_split_count_bounds_every_shorter_unit() {
+    // Every unit the plan may meet (at most the bound's tiles) has at most its split count of
+    // chunks, across the half-chunk switch and the cap, for the default and small bases.
+    for base in [1, 2, 3, 64] {
+        let mut most = 0;
+        for bound in 0..70_000 {
+            most = most.max(decode::chunks_for(bound, base));
+            assert_eq!(
+                decode::max_chunks_within(bound, base),
+                most,
+                "base {base}, bound {bound}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -257,7 +279,7 @@ fn varlen_batches_with_long_queries_route_the_short_ones_to_the_decode_kernel() 
         assert!(plan.workspace_f32 > decode::ROUTED_WORKSPACE_OFFSET);
         assert_eq!(
             plan.num_splits as usize,
-            decode::chunks_for(
+            decode::max_chunks_within(
                 decode::visited_tiles_bound(&p),
                 decode::BATCH_INVARIANT_CHUNK_TILES
             )

@@ -85,6 +85,25 @@ causal64)
   cmp "causal D=64 ladder rows: --batch-invariant / default" $L/c64-default/bench-all.json $L/c64-bi/bench-all.json
   pack
   ;;
+final)
+  # After the decode chunk became 4096 keys (2048 from 16384 keys on): batchinv and an oracle
+  # sweep with 4-tile chunks (units of 16 tiles or more take 2), then the decode rows whose
+  # split count changed, default with the peers and then the mode.
+  (timeout 200 $X reliability --only batchinv --kernels persistent-hopper --json $L/rel.json > $L/batchinv.log 2>&1; echo "reliability batchinv hopper rc=$?" >> $L/rc.txt) &
+  (FLASHCORE_DECODE_CHUNK_TILES=4 timeout 200 $X verify --batch-invariant --kernels persistent-hopper --cases 300 --no-edge --seed 2815 > $L/verify-bi-chunk4.log 2>&1; echo "verify --batch-invariant, 4-tile chunks rc=$?" >> $L/rc.txt) &
+  wait
+  sort $L/rc.txt | tee -a $R
+  grep -E "passed, .* failed" $L/verify-bi-chunk4.log | tail -1 | tee -a $R
+  grep -E "^\| batchinv " $L/batchinv.log | cut -d'|' -f2-4 | tee -a $R
+  grep -E "FAIL" $L/batchinv.log | cut -c1-400 | head -3 | tee -a $R
+  ROWS="--case b8-hq32-hkv8-sq1- --case b32-hq32 --case b16-hq64 --case hkv32-sq1"
+  fa3
+  timeout 110 $X bench-all --suite decode --kernels persistent-hopper --fa3-path /tmp/fa3pkg --no-gemm $ROWS --out-dir $L/decode > $L/decode.log 2>&1; echo "decode default rc=$? (${SECONDS}s)" | tee -a $R
+  timeout 80 $X bench-all --suite decode --kernels persistent-hopper --no-peers --no-gemm --batch-invariant $ROWS --out-dir $L/decode-bi > $L/decode-bi.log 2>&1; echo "decode bi rc=$? (${SECONDS}s)" | tee -a $R
+  cmp "decode: --batch-invariant / default" $L/decode/bench-decode.json $L/decode-bi/bench-decode.json
+  grep -E "^\| B=.*contiguous|^\| B=.*paged" $L/decode/bench-decode.md | cut -d'|' -f2,5,6,10,11 | tee -a $R
+  pack
+  ;;
 rest)
   # Every check but batchinv (its own run), with the long loops shortened to fit one call.
   (timeout 420 $X reliability --kernels persistent-hopper,persistent-portable --only badinput,oob,determinism,grid,nonfinite,modes,oom,soak,streams,backward --no-huge --soak-cases 1500 --persistent-runs 200 --backward-runs 200 --json $L/rel.json > $L/reliability.log 2>&1; echo "reliability rc=$?" >> $L/rc.txt) &
