@@ -756,6 +756,28 @@ mod tests {
     }
 
     #[test]
+    fn the_batch_invariant_switch_reaches_the_problem() {
+        let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+        let (qs, ks) = (dense(&qd), dense(&kd));
+        let build = || {
+            dense_problem(
+                &View::new("q", &qd, &qs),
+                &View::new("k", &kd, &ks),
+                &View::new("v", &kd, &ks),
+                &opts(),
+            )
+            .unwrap()
+        };
+        assert!(!batch_invariant());
+        assert!(!build().batch_invariant);
+        set_batch_invariant(true);
+        let on = build().batch_invariant;
+        set_batch_invariant(false);
+        assert!(on);
+        assert!(!build().batch_invariant);
+    }
+
+    #[test]
     fn strided_views_are_taken() {
         // q, k, v as slices of a packed qkv tensor (b, s, 3 * h, d): k starts h heads in.
         let (b, s, h, d) = (2, 5, 4, 64);
