@@ -57,6 +57,9 @@ enum Variant {
     /// One query against the size's keys: the decode plan, split where the keys are long enough
     /// (a split plan's build has the L2 prefetch on sm_90).
     Decode,
+    /// Packed queries and keys: in the batch-invariant mode, the plan that routes decode-shaped
+    /// sequences to the decode kernel beside a persistent one.
+    Varlen,
 }
 
 impl Variant {
@@ -65,6 +68,11 @@ impl Variant {
         match self {
             Variant::Dense => p,
             Variant::Decode => AttentionProblem::new(b, h, 1, d).with_kv(h, s),
+            Variant::Varlen => p.with_modes(Modes {
+                packed_q: Some(b * s),
+                kv: KvStorage::Packed { total_k: b * s },
+                ..Modes::default()
+            }),
             Variant::Window => p.with_modes(Modes {
                 window_left: Some(64),
                 ..Modes::default()
@@ -117,20 +125,26 @@ fn manifest() -> String {
                                 // cache, paged, window, softcap, ALiBi alike), so a window
                                 // stands for all of them; but pages of fewer than 64 rows
                                 // get a Hopper build of their own (FC_HOPPER_SPREAD_PAGES).
+                                // Each in the default and the batch-invariant mode.
                                 let variants = [
                                     Variant::Dense,
                                     Variant::Window,
                                     Variant::Pages16,
                                     Variant::Decode,
+                                    Variant::Varlen,
                                 ];
-                                for ((b, h, s), variant) in
-                                    sizes.into_iter().flat_map(|sz| variants.map(|v| (sz, v)))
-                                {
+                                let cases = sizes.into_iter().flat_map(|sz| {
+                                    variants.map(|v| (sz, v)).into_iter().flat_map(|(sz, v)| {
+                                        [false, true].map(|bi| (sz, v, bi))
+                                    })
+                                });
+                                for ((b, h, s), variant, bi) in cases {
                                     let p = variant
                                         .problem(b, h, s, d)
                                         .with_dtype(dtype)
                                         .with_causal(causal)
-                                        .with_layout(layout);
+                                        .with_layout(layout)
+                                        .with_batch_invariant(bi);
                                     let Ok(plan) = k.plan(&p, &dev) else { continue };
                                     for l in plan.launches {
                                         let mut line = format!("{} {arch} {dtype}", l.source);
