@@ -158,7 +158,8 @@ fn draw_len(rng: &mut impl Rng, max: usize) -> usize {
     }
 }
 
-fn prefix_sums(lens: &[usize]) -> Vec<i32> {
+/// `cu_seqlens` of these lengths: 0, then the running totals.
+pub fn prefix_sums(lens: &[usize]) -> Vec<i32> {
     let mut cu = vec![0i32];
     for &l in lens {
         cu.push(cu.last().unwrap() + l as i32);
@@ -259,6 +260,21 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
 }
 
 impl Draw {
+    /// Lengths alone: no tables, no slopes (a dense problem's, or the start of a hand-built one).
+    pub fn lengths(len_q: Vec<usize>, len_k: Vec<usize>) -> Draw {
+        Draw {
+            len_q,
+            len_k,
+            used: vec![],
+            cu_seqlens_q: None,
+            cu_seqlens_k: None,
+            seqused_k: None,
+            block_table: None,
+            num_blocks: 0,
+            alibi_slopes: None,
+        }
+    }
+
     pub fn host_tables(&self) -> HostTables<'_> {
         HostTables {
             cu_seqlens_q: self.cu_seqlens_q.as_deref(),

@@ -370,17 +370,7 @@ pub fn heads_problem(
 }
 
 fn dense_draw(p: &AttentionProblem) -> Draw {
-    Draw {
-        len_q: vec![p.seq_q; p.batch],
-        len_k: vec![p.seq_k; p.batch],
-        used: vec![],
-        cu_seqlens_q: None,
-        cu_seqlens_k: None,
-        seqused_k: None,
-        block_table: None,
-        num_blocks: 0,
-        alibi_slopes: None,
-    }
+    Draw::lengths(vec![p.seq_q; p.batch], vec![p.seq_k; p.batch])
 }
 
 fn case(key: &str, label: String, problem: AttentionProblem, draw: Draw) -> Case {

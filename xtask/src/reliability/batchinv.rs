@@ -101,30 +101,16 @@ fn build(
     let len_k: Vec<usize> = seqs.iter().map(|s| s.len_k()).collect();
     let max_q = len_q.iter().copied().max().unwrap_or(0);
     let max_k = len_k.iter().copied().max().unwrap_or(0);
-    let prefix = |lens: &[usize]| {
-        let mut cu = vec![0i32];
-        for &l in lens {
-            cu.push(cu.last().unwrap() + l as i32);
-        }
-        cu
-    };
     let mut modes = Modes {
         window_left: shape.window_left,
         softcap: shape.softcap,
         alibi: shape.alibi.then_some(AlibiSlopes::PerHead),
         ..Modes::default()
     };
-    let cu_q = prefix(&len_q);
+    let cu_q = mode_case::prefix_sums(&len_q);
     let mut draw = Draw {
-        len_q: len_q.clone(),
-        len_k: len_k.clone(),
-        used: vec![],
-        cu_seqlens_q: None,
-        cu_seqlens_k: None,
-        seqused_k: None,
-        block_table: None,
-        num_blocks: 0,
         alibi_slopes: shape.alibi.then(|| alibi.to_vec()),
+        ..Draw::lengths(len_q.clone(), len_k.clone())
     };
     assert!(
         packed_q || len_q.iter().all(|&l| l == max_q),
@@ -157,7 +143,7 @@ fn build(
             (k, v, max_k)
         }
         Storage::Packed => {
-            let cu_k = prefix(&len_k);
+            let cu_k = mode_case::prefix_sums(&len_k);
             modes.kv = KvStorage::Packed {
                 total_k: cu_k[b] as usize,
             };
@@ -396,6 +382,27 @@ fn mixed_runs(rng: &mut StdRng, n: usize, storages: &[Storage]) -> Vec<(Vec<usiz
     runs
 }
 
+/// A pool of `n` sequences in two random batches and alone ([`mixed_runs`]).
+fn mixed(
+    rng: &mut StdRng,
+    name: &str,
+    shape: Shape,
+    packed_q: bool,
+    (n, lens): (usize, &Lens),
+    storages: &[Storage],
+    chunk_tiles: Option<usize>,
+) -> Scenario {
+    let pool = pool(rng, &shape, n, lens);
+    Scenario {
+        name: name.into(),
+        shape,
+        packed_q,
+        runs: mixed_runs(rng, n, storages),
+        pool,
+        chunk_tiles,
+    }
+}
+
 fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
     let gqa = Shape {
         heads_q: 8,
@@ -416,26 +423,26 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
         max_k: 600,
         max_k_decode: 5000,
     };
-    let p = pool(rng, &gqa, 64, &lens);
-    out.push(Scenario {
-        name: "varlen".into(),
-        shape: gqa.clone(),
-        packed_q: true,
-        runs: mixed_runs(rng, p.len(), &[Storage::Packed]),
-        pool: p,
-        chunk_tiles: None,
-    });
-
+    let varlen = [Storage::Packed];
+    out.push(mixed(
+        rng,
+        "varlen",
+        gqa.clone(),
+        true,
+        (64, &lens),
+        &varlen,
+        None,
+    ));
     let paged = [16, 64, 256].map(|block_size| Storage::Paged { block_size });
-    let p = pool(rng, &gqa, 48, &lens);
-    out.push(Scenario {
-        name: "paged".into(),
-        shape: gqa.clone(),
-        packed_q: true,
-        runs: mixed_runs(rng, p.len(), &paged),
-        pool: p,
-        chunk_tiles: None,
-    });
+    out.push(mixed(
+        rng,
+        "paged",
+        gqa.clone(),
+        true,
+        (48, &lens),
+        &paged,
+        None,
+    ));
 
     let modes = Shape {
         causal: false,
@@ -444,16 +451,16 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
         alibi: true,
         ..gqa.clone()
     };
-    let p = pool(rng, &modes, 32, &lens);
     let contiguous = [0, 17, 300].map(|extra| Storage::Contiguous { extra });
-    out.push(Scenario {
-        name: "cache+modes".into(),
-        shape: modes,
-        packed_q: true,
-        runs: mixed_runs(rng, p.len(), &contiguous),
-        pool: p,
-        chunk_tiles: None,
-    });
+    out.push(mixed(
+        rng,
+        "cache+modes",
+        modes,
+        true,
+        (32, &lens),
+        &contiguous,
+        None,
+    ));
 
     // Decode: one query each, batches of 1, 7, 64 and 256 (the first n of the pool).
     let decode = Shape {
@@ -485,15 +492,15 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
         chunk_tiles: None,
     });
 
-    let p = pool(rng, &decode, 24, &one_query);
-    out.push(Scenario {
-        name: "decode, small chunks".into(),
-        shape: decode,
-        packed_q: false,
-        runs: mixed_runs(rng, p.len(), &paged),
-        pool: p,
-        chunk_tiles: Some(2),
-    });
+    out.push(mixed(
+        rng,
+        "decode, small chunks",
+        decode,
+        false,
+        (24, &one_query),
+        &paged,
+        Some(2),
+    ));
 
     // Dense: equal lengths, batches of several sizes (the default plans change warpgroups,
     // epilogue and key split with the item count).
