@@ -104,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
 
     // The schedule, and in the static order the producer's first unit, are worked out before the
     // barrier setup's sync, while a thread of another warp (32) sets the barriers up: a CTA with
-    // one item waits on the producer's first copy, which waited on both in turn (session 8).
+    // one item waits on the producer's first copy, which waited on both in turn (1fd8819).
     const Schedule sched = make_schedule(p);
     // Work units: items x splits (splits_of is the constant 1 without FC_HOPPER_SPLIT_KV).
     const int n_units = sched.total * splits_of(p);
@@ -543,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
             // Straight from the accumulators. In 16-byte stores: a quad's four lanes hold a row's
             // 8-column blocks 4 bytes each, and a transpose across the quad gives each lane whole
             // blocks (4 times fewer store instructions, each a full 16 bytes; O strides are
-            // multiples of 8 elements). Measured (session 17, run7) 1-2.4 % faster on the ladder's
+            // multiples of 8 elements). Measured (2026-11-26, ae94247) 1-2.4 % faster on the ladder's
             // 128-key builds; the 176-key build's key loop came out of ptxas scheduled differently
             // and its longest rows 0.6-1.8 % slower, so it keeps a 4-byte pair a lane.
             constexpr bool kVectorStores = BN != 176;

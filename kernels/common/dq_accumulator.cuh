@@ -85,7 +85,7 @@ struct DqAccumulator {
 };
 
 // The geometry gen5_portable_bwd_wide.cu adds in: a step's queries (64 above head_dim 64, 32 at or
-// below) by the head dim, in tiles of 32 x 32 or 16 x head_dim/2 (session 11 run4: 32 x 16 was
+// below) by the head dim, in tiles of 32 x 32 or 16 x head_dim/2 (acfed8e: 32 x 16 was
 // 1 % slower at D = 128; 32 x 16 at D = 64 level).
 #if FC_HEAD_DIM > 64
 using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, 32>;

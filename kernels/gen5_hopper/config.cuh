@@ -71,7 +71,7 @@
 // Paged caches whose TMA boxes hold fewer than 64 rows (block sizes 16, 32, 48, ...: eight boxes
 // or more per 128-key tile): all four producer warps issue the boxes (producer_spread.cuh). The
 // plan sets it for those problems only: the loop of its own made the other modes builds' code
-// larger, and chunked prefill on 64- and 256-row pages 4-5 % slower (session 9, run2).
+// larger, and chunked prefill on 64- and 256-row pages 4-5 % slower (2026-11-26, 658b48a).
 #ifndef FC_HOPPER_SPREAD_PAGES
 #define FC_HOPPER_SPREAD_PAGES 0
 #endif
@@ -222,7 +222,7 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMER_THREADS <= 65536, "
 // One slot on in the K/V ring (stage, and the parity of the slot's fill the barriers wait on):
 // after the last slot, the first again in the next phase. (The unsplit producer and consumer
 // loops and pass_key_tiles write it out: through this helper ptxas reordered their PTX, which was
-// verified and timed as it is; session 19.)
+// verified and timed as it is; b0b6866.)
 __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
     if (++stage == STAGES) {
         stage = 0;

@@ -355,7 +355,7 @@ pub fn run(
                 }
                 if wgmma_serialized(&report, launch.entry) {
                     // ptxas then waits for every wgmma right after issuing it: correct, and
-                    // silently far slower (a printf in the kernel is enough, session 17).
+                    // silently far slower (a printf in the kernel is enough: 599d16b).
                     failures.push(format!(
                         "{} {} {arch} {dtype} {}: ptxas serialized the wgmma pipeline:\n{report}",
                         kernel_name, launch.entry, row.defines
@@ -545,7 +545,7 @@ ptxas info    : Used 56 registers, used 1 barriers, 3072 bytes smem, 544 bytes c
 
     #[test]
     fn a_serialized_wgmma_pipeline_is_recognised() {
-        // ptxas 13.0's words for the traced Hopper forward (a printf in the kernel), session 17.
+        // ptxas 13.0's words for the traced Hopper forward (a printf in the kernel), 2026-11-26.
         let serialized = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async \
 instructions are serialized due to wgmma pipeline crossing function boundary at a function call \
 in the function 'attention_persistent_hopper'\n";
