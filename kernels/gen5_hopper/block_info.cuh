@@ -1,6 +1,11 @@
 // Generation 5 (Hopper) forward: block info, which rows and keys a work item sees (the dense
 // build's form the compiler can see through, or seqlen.cuh's general form with the modes).
 #pragma once
+#include "config.cuh"
+#include "../common/params.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/tensor_index.cuh"
 
 namespace fch {
 

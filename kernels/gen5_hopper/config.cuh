@@ -1,6 +1,7 @@
 // Generation 5 (Hopper) forward: the build's defines (defaults and the combinations that are
 // refused), tile shapes, the shared-memory map, barrier ids and the register split.
-// Part of gen5_persistent_hopper.cu, included in order; see that file for the design.
+// Part of gen5_persistent_hopper.cu; see that file for the design. Every part of gen5_hopper/
+// includes it first: it needs -DFC_HEAD_DIM and gives the other FC_HOPPER_* switches defaults.
 #pragma once
 
 #ifndef FC_HEAD_DIM

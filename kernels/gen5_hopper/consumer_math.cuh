@@ -1,6 +1,15 @@
 // Generation 5 (Hopper) forward: the consumers' per-tile math: the two wgmma GEMMs, masks and
 // score modifiers (score_mod.cuh), the online softmax and P's conversion to the PV operand.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/hopper/wgmma.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace fch {
 

@@ -1,6 +1,15 @@
 // Generation 5 (Hopper) forward: the producer's K/V fetch, the one place that knows where key
 // rows live (strided or paged; TMA boxes, zeroed tails).
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/kv_rows.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/tma.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 

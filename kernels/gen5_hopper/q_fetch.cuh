@@ -1,6 +1,13 @@
 // Generation 5 (Hopper) forward: the producer's unit and Q side, shared by both producer loops (the
 // whole-warp one in gen5_persistent_hopper.cu and the four-warp one in producer_spread.cuh).
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/work_counter.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/smem_io.cuh"
+#include "../common/hopper/tma.cuh"
 
 namespace fch {
 

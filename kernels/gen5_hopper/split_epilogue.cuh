@@ -2,6 +2,12 @@
 // (m, l) per split, the last-arriving combine; and the weights with which every merge of two
 // partial softmaxes (this combine, the key splits' merges) weighs its parts.
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/tensor_index.cuh"
 
 namespace fch {
 

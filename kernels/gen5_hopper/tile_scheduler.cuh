@@ -1,6 +1,13 @@
 // Generation 5 (Hopper) forward: the tile scheduler, work items (batch, head, BM-row q tile)
 // and their order (L2 sections, longest-first under causal masking), split units.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 

@@ -5,6 +5,21 @@
 // QK^T, softmax and PV is a dependent chain of ~2 300 cycles at D = 64), for a merge inside the
 // SM instead of a split across CTAs and a combine through global memory.
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "block_info.cuh"
+#include "consumer_math.cuh"
+#include "pingpong.cuh"
+#include "kv_fetch.cuh"
+#include "split_epilogue.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/smem_io.cuh"
+#include "../common/hopper/tma.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 

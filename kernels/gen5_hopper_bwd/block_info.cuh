@@ -1,6 +1,9 @@
 // Generation 5 (Hopper) backward: which work unit a CTA takes, which query blocks a key block
 // visits, and which (key, query) pairs the mask keeps.
 #pragma once
+#include "config.cuh"
+#include "../common/params.cuh"
+#include "../common/masking.cuh"
 
 namespace fhb {
 

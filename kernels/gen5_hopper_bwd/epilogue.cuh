@@ -3,6 +3,10 @@
 // layout (4 bytes a thread, 8 rows a warp instruction) they took 5-10 us a unit at
 // (4,16,2048,128), up to a tenth of the unit (dbf6e12).
 #pragma once
+#include "config.cuh"
+#include "../common/types.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace fhb {
 
