@@ -194,6 +194,20 @@ constexpr int SMEM_USED = OFF_CXCHG + CXCHG_BYTES;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
 enum : bool { SPREAD_PAGES = FC_HOPPER_SPREAD_PAGES != 0 };  // (an enum: this constexpr was emitted as a PTX global)
+// The other switches, for `if constexpr` in the parts: a feature plugs into the part it changes.
+enum : bool {
+    OVERLAP = FC_HOPPER_OVERLAP != 0,
+    PINGPONG = FC_HOPPER_PINGPONG != 0,
+    DYNAMIC = FC_HOPPER_DYNAMIC != 0,
+    SPLIT_KV = FC_HOPPER_SPLIT_KV != 0,
+    SMEM_EPILOGUE = FC_HOPPER_SMEM_EPILOGUE != 0,
+    PREFETCH = FC_HOPPER_PREFETCH != 0,
+#if defined(FC_HOPPER_DEBUG)
+    DEBUG_CHECKS = true,
+#else
+    DEBUG_CHECKS = false,
+#endif
+};
 // Producer threads: warp 0 in the modes build (it zeroes tail rows), thread 0 otherwise.
 constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
@@ -230,6 +244,12 @@ __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
         phase ^= 1;
     }
 }
+
+// Programmatic dependent launch: every thread waits for the previous grid right after the barrier
+// setup, except in the key-split build with the static schedule, where each warpgroup waits once it
+// has its registers (setmaxnreg) and the consumers their first unit, so that this setup too runs
+// under the previous kernel.
+enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC };
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

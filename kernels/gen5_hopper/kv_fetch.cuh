@@ -182,6 +182,10 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         }
     }
 }
+#else
+// (No prefetch in this build.)
+__device__ __forceinline__ void prefetch_unit_l2(const AttentionParams&, const CUtensorMap*, const CUtensorMap*,
+                                                 const CUtensorMap*, const Work&, int) {}
 #endif
 
 }  // namespace fch

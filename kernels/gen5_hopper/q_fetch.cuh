@@ -11,7 +11,6 @@
 
 namespace fch {
 
-#if FC_HOPPER_DYNAMIC
 // Dynamic schedule: lane 0 (`leader`) takes units from the counter, for the warp, until one has
 // query rows (units past a varlen sequence's end are skipped; the consumers skip them too) or none
 // is left. Returns the unit (n_units or more when none is left) and decodes it into w; taken when
@@ -45,7 +44,6 @@ __device__ __forceinline__ bool hand_off_unit(unsigned base, unsigned q_full, in
     }
     return false;
 }
-#endif
 
 // Lane 0 (`leader`) fills Q buffer qs with unit w's query tile (its rows from q_row0, the
 // sequence's first row in a packed Q), completing q_full.

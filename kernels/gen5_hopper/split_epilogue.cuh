@@ -182,6 +182,10 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
     //    again in this launch, and the next launch is stream-ordered after this one.
     if (lane == 0) st_relaxed_gpu_u32(ctr, 0u);
 }
+#else
+// (No split-KV path in this build: the epilogue never takes this call; see epilogue.cuh.)
+__device__ __forceinline__ void split_epilogue(const AttentionParams&, int, const Work&, int, int, float (&)[D / 2],
+                                               const float (&)[2], const float (&)[2], int, int) {}
 #endif
 
 }  // namespace fch

@@ -80,7 +80,6 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
     }
 }
 
-#if FC_HOPPER_WG_KEY_SPLIT
 // Where warpgroup cw's first tile of an item sits: `ring` tiles went before the item.
 __device__ __forceinline__ void key_split_ring_start(int ring, int cw, int& stage, unsigned& phase) {
     const int g = ring + cw;
@@ -252,6 +251,5 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     }
 #endif
 }
-#endif
 
 }  // namespace fch
