@@ -384,10 +384,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
 
             // ---- epilogue: O /= l, LSE; rows >= seq_q are never written ----
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            }
+            for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);  // the row's sum (online_softmax.cuh)
             if constexpr (SPLIT_KV) {
                 if (p.num_splits > 1) {
                     split_epilogue(p, sched.total, w, cw, tid, o, m, l, grow0, col_in_block);
