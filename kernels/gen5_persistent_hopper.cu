@@ -35,7 +35,7 @@
 //   tile_scheduler.cuh  work units, their order and splits; block_info.cuh: the rows and keys they see
 //   producer.cuh        load_kv_tile, one K/V tile into the ring (Q: q_fetch.cuh's fill_q; where rows
 //                       live: kv_fetch.cuh; small pages: producer_spread.cuh's own loop)
-//   mainloop.cuh        a consumer's key-tile steps: first_qk, scores_to_p, next_key_tile and last_pv
+//   mainloop.cuh        a consumer's key-tile steps: qk_tile, scores_to_p, next_key_tile and pv_tile
 //                       (overlapped), serial_key_tile; their math (GEMMs, masks, score modifiers,
 //                       online softmax) in consumer_math.cuh; pingpong.cuh the GEMM turns
 //   epilogue.cuh        O staged through shared memory; split_epilogue.cuh the split-KV combine,
@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     float s[BN / 2];
                     unsigned pr[BN / 4];
                     // ---- first key tile: S_0, softmax_0 (no PV yet) ----
-                    first_qk(sm, cw, q_desc, k_desc0, stage, phase, s, trace, it);
+                    qk_tile(sm, cw, q_desc, k_desc0, stage, phase, s, trace, it);
                     if (RELEASE_Q_AFTER_QK && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
                         mbar_arrive(q_empty);
                     scores_to_p(p, w.b, w.h, w.kb0, first_kb, grow0, w.m * BM + row_wg * WG_M, col_in_block,
@@ -361,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                         vphase = phase;
                         advance_ring(stage, phase);
                     }
-                    last_pv(sm, v_desc0, vstage, vphase, pr, o, trace, it);
+                    pv_tile(sm, v_desc0, vstage, vphase, pr, o, trace, it);
                 } else if (RELEASE_Q_AFTER_QK) {
                     mbar_arrive(q_empty);  // no key tile (of its own): Q was loaded but is not needed
                 }
@@ -373,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
                     serial_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, q_desc, k_desc0, v_desc0, sm, stage, phase,
                                     q_empty, grow0, w.m * BM + row_wg * WG_M, col_in_block, wg_unmasked,
-                                    score_modified, softmax_scale_log2, o, m, l, alpha);
+                                    score_modified, softmax_scale_log2, o, m, l, alpha, trace, it);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
