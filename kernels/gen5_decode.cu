@@ -187,7 +187,7 @@ __device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
 // add and its copies. The general group loader (load_tile_groups_async, kept for a sequence's
 // last tile) works each copy's address, bounds and swizzle out again: at block 16 its case ran
 // 48 % more instructions than the contiguous one and took 1.09-1.10x its time, this one
-// 1.06-1.07x (session 21, runs 3-6).
+// 1.06-1.07x (2026-11-27, 70d02a6).
 constexpr int group_rows = 16;
 constexpr int groups_per_tile = kv_tile_rows / group_rows;
 constexpr int rows_per_pass = num_threads / Tile::kChunksPerRow;  // 8 at D = 128, 16 at D = 64
@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     // which that kernel may still read. Only then may the combine (or the stream's next kernel)
     // start its CTAs, which wait for this grid in turn: signalled before the wait, a chain of
     // launches ran ahead, each kernel's waiting CTAs taking SM slots, and the two-split rows
-    // ran 14-16 % slower (run8).
+    // ran 14-16 % slower (25afc0a).
     const GroupCopy k_copy = group_copy(p.k_row_stride, tid), v_copy = group_copy(p.v_row_stride, tid);
     if (blockIdx.x < units * splits) prefetch_first_tiles(p, blockIdx.x, splits, tid);
     griddep_wait();

@@ -27,13 +27,28 @@
 //     takes each item, each half its key tiles, and they merge through each other's shared memory
 //     (common/hopper/cluster.cuh, wg_key_split.cuh); the grid is two CTAs an item.
 //
-// This file is the kernel itself: barrier setup, the producer loop and the consumer loop with its
-// epilogue. The parts it is built from live in gen5_hopper/, one concern each, as in
-// FlashAttention-3's hopper/: config (defines, tile shapes, smem map), block_info (which rows and
-// keys an item sees), tile_scheduler (items, their order, split units), consumer_math (GEMMs,
-// masks and score modifiers, online softmax), pingpong, kv_fetch (where key rows live),
-// split_epilogue, wg_key_split and trace (an optional timeline); its shared-memory helpers are
-// common/hopper/smem_io.cuh. Splitting them out left the PTX of every checked build unchanged.
+// This file is the kernel: the CTA's setup, then each warpgroup's loop over its work units and key
+// tiles. The parts live in gen5_hopper/, one concern each, in the shape of FlashAttention-3's
+// hopper/ (flash_fwd_kernel_sm90.h, its mainloop's load and mma, epilogue, softmax, scheduler):
+//   config.cuh          the build's switches (FC_HOPPER_*, also as constants for `if constexpr`),
+//                       tile shapes, the shared-memory map; smem_map.cuh: its addresses, barrier setup
+//   tile_scheduler.cuh  work units, their order and splits; block_info.cuh: the rows and keys they see
+//   producer.cuh        load_kv_tile, one K/V tile into the ring (Q: q_fetch.cuh's fill_q; where rows
+//                       live: kv_fetch.cuh; small pages: producer_spread.cuh's own loop)
+//   mainloop.cuh        a consumer's key-tile steps: qk_tile, scores_to_p, next_key_tile and pv_tile
+//                       (overlapped), serial_key_tile; their math (GEMMs, masks, score modifiers,
+//                       online softmax) in consumer_math.cuh; pingpong.cuh the GEMM turns
+//   epilogue.cuh        O staged through shared memory; split_epilogue.cuh the split-KV combine,
+//                       wg_key_split.cuh the key splits' merge; the register epilogue is below
+//   trace.cuh           an optional timeline.
+// A feature plugs into its part, switched with `if constexpr`. What stays here, and why: the loops
+// over units and key tiles, and the register epilogue. Moved into device functions of their own they
+// came out of NVVM as other PTX (each function is simplified alone before it is inlined: the K/V
+// ring step's two selects changed order, the key split lost that its first tile is >= 0, the split
+// build's combine gained copies), and the PTX of every checked build is kept as it was measured. The
+// helpers take scalars, not structs of the kernel's values, for the same reason (a struct's fields
+// are not the kernel's own values until it is inlined). The static and dynamic schedules' unit loops
+// differ in shape (a stride, against a take-then-hand-off that may end mid-unit), hence their #if.
 //
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
@@ -68,8 +83,9 @@
 #include "common/grid_dependency.cuh"
 #include "common/work_counter.cuh"
 
-// The parts, in the order they build on each other (FlashAttention-3's hopper/ split):
+// The parts, in the order they build on each other:
 #include "gen5_hopper/config.cuh"
+#include "gen5_hopper/smem_map.cuh"
 #include "gen5_hopper/block_info.cuh"
 #include "gen5_hopper/tile_scheduler.cuh"
 #include "gen5_hopper/consumer_math.cuh"
@@ -80,6 +96,31 @@
 #include "gen5_hopper/wg_key_split.cuh"
 #include "gen5_hopper/producer_spread.cuh"
 #include "gen5_hopper/trace.cuh"
+#include "gen5_hopper/producer.cuh"
+#include "gen5_hopper/mainloop.cuh"
+#include "gen5_hopper/epilogue.cuh"
+
+namespace fch {
+
+// FC_HOPPER_DEBUG: launch contracts whose breach would corrupt memory or hang, trapped at the start.
+__device__ __forceinline__ void check_launch(const AttentionParams& p, const unsigned char* smem_raw, unsigned base,
+                                             int n_units) {
+    if (threadIdx.x != 0) return;
+    if ((base - smem_u32(smem_raw)) + SMEM_USED > SMEM_BYTES) {
+        printf("flashcore hopper: dynamic smem base misaligned beyond the slack\n");
+        __trap();
+    }
+    if (SPLIT_KV && p.num_splits > 1 && p.workspace == nullptr) {
+        printf("flashcore hopper: num_splits %d but no workspace\n", p.num_splits);
+        __trap();
+    }
+    if (CLUSTER_CTAS > 1 && n_units > unit_stride()) {
+        printf("flashcore hopper: cluster key split with %d units on %d clusters\n", n_units, unit_stride());
+        __trap();
+    }
+}
+
+}  // namespace fch
 
 extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_DIMS
     attention_persistent_hopper(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap tm_q,
@@ -89,76 +130,38 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
     trace.begin(threadIdx.x >= 128 && threadIdx.x % 128 == 0);
     // Declared 16-aligned on purpose: with __align__(1024) the compiler may fold the round-up below away.
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned sQ = base + OFF_Q;
-    const unsigned sK = base + OFF_K;
-    const unsigned sV = base + OFF_V;
-    // q_full[qs] = bar_q_full + 8 qs, k_full[s] = bar_k_full + 8 s, etc.
-    const unsigned bar_q_full = base + OFF_BAR_Q_FULL;
-    const unsigned bar_q_empty = base + OFF_BAR_Q_EMPTY;
-    const unsigned bar_k_full = base + OFF_BAR_K_FULL;
-    const unsigned bar_k_empty = base + OFF_BAR_K_EMPTY;
-    const unsigned bar_v_full = base + OFF_BAR_V_FULL;
-    const unsigned bar_v_empty = base + OFF_BAR_V_EMPTY;
-    const unsigned bar_v_landed = base + OFF_BAR_V_LANDED;
+    const SmemMap sm(smem_raw);
+    const TensorMaps maps = {&tm_q, &tm_k, &tm_v};
+    // The map's addresses as the kernel's own values (the loops below use these; see smem_map.cuh).
+    const unsigned base = sm.base;
+    const unsigned sQ = sm.q;
+    const unsigned sK = sm.k;
+    const unsigned sV = sm.v;
+    const unsigned bar_q_full = sm.q_full;
+    const unsigned bar_q_empty = sm.q_empty;
+    const unsigned bar_k_full = sm.k_full;
+    const unsigned bar_k_empty = sm.k_empty;
+    const unsigned bar_v_full = sm.v_full;
+    const unsigned bar_v_empty = sm.v_empty;
 
-    // The schedule, and in the static order the producer's first unit, are worked out before the
-    // barrier setup's sync, while a thread of another warp (32) sets the barriers up: a CTA with
-    // one item waits on the producer's first copy, which waited on both in turn (session 8).
+    // The schedule, and the producer's first unit (EARLY_FIRST_UNIT, producer.cuh), are worked out
+    // while a thread of another warp (32) sets the barriers up.
     const Schedule sched = make_schedule(p);
     // Work units: items x splits (splits_of is the constant 1 without FC_HOPPER_SPLIT_KV).
     const int n_units = sched.total * splits_of(p);
-    // (Not in the modes build nor with 24 producer registers: the unit kept in registers spilled.)
-    constexpr bool kEarlyFirstUnit = !FC_HOPPER_DYNAMIC && !MODES && PRODUCER_REGS >= 40;
     Work first_unit;
-    if (kEarlyFirstUnit && threadIdx.x < PRODUCER_LANES) {
+    if (EARLY_FIRST_UNIT && threadIdx.x < PRODUCER_LANES) {
         first_unit = decode_unit(p, sched, first_unit_of_cta());  // < n_units: grid <= units
-#if FC_HOPPER_PREFETCH
-        prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit, sched.nm);  // (before griddep_wait below)
-#endif
+        // (before griddep_wait below)
+        if constexpr (PREFETCH) prefetch_unit_l2(p, &tm_q, &tm_k, &tm_v, first_unit, sched.nm);
     }
     if (threadIdx.x == (MODES ? 0 : 32)) {
-#pragma unroll
-        for (int s = 0; s < Q_STAGES; ++s) {
-            mbar_init(bar_q_full + 8 * s, 1);
-            mbar_init(bar_q_empty + 8 * s, CONSUMER_THREADS + Q_EMPTY_FOLLOWER_ARRIVALS);
-        }
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(bar_k_full + 8 * s, 1);
-            mbar_init(bar_k_empty + 8 * s, KV_CONSUMER_THREADS);
-            mbar_init(bar_v_full + 8 * s, 1);
-            mbar_init(bar_v_empty + 8 * s, KV_CONSUMER_THREADS);
-        }
-        mbar_init(bar_v_landed, 1);
-        if constexpr (CLUSTER_CTAS > 1) {
-            // The partner's half of our rows: one arrival (now) and the bytes of its st.async.
-            mbar_init(base + OFF_BAR_CXCHG, 1);
-            mbar_arrive_expect_tx(base + OFF_BAR_CXCHG, CXCHG_TX_BYTES);
-        }
-        mbar_fence_init();
+        init_barriers(sm, CONSUMER_THREADS + Q_EMPTY_FOLLOWER_ARRIVALS);
         tma_prefetch_map(&tm_q);
         tma_prefetch_map(&tm_k);
         tma_prefetch_map(&tm_v);
     }
-#if defined(FC_HOPPER_DEBUG)
-    if (threadIdx.x == 0 && (base - smem_u32(smem_raw)) + SMEM_USED > SMEM_BYTES) {
-        printf("flashcore hopper: dynamic smem base misaligned beyond the slack\n");
-        __trap();
-    }
-#if FC_HOPPER_SPLIT_KV
-    if (threadIdx.x == 0 && p.num_splits > 1 && p.workspace == nullptr) {
-        printf("flashcore hopper: num_splits %d but no workspace\n", p.num_splits);
-        __trap();
-    }
-#endif
-    if constexpr (CLUSTER_CTAS > 1) {
-        if (threadIdx.x == 0 && n_units > unit_stride()) {
-            printf("flashcore hopper: cluster key split with %d units on %d clusters\n", n_units, unit_stride());
-            __trap();
-        }
-    }
-#endif
+    if constexpr (DEBUG_CHECKS) check_launch(p, smem_raw, base, n_units);
     __syncthreads();
     // The cluster key split's partner stores into our shared memory (its half of our rows): every
     // thread arrives once the barriers are set up, and waits before its first remote access.
@@ -169,10 +172,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
     // kernel, if launched programmatically (as this one is by default), may start its CTAs on
     // SMs this grid leaves free and get through its setup while this grid runs. (Signalled
     // before the wait, launches ran several kernels ahead, their waiting CTAs taking SM slots.)
-    // The key-split build waits later, each warpgroup once it has its registers (setmaxnreg) and
-    // the consumers their first unit: that setup then runs under the previous kernel too.
-    constexpr bool kSetupBeforeWait = KEY_SPLIT && !FC_HOPPER_DYNAMIC;
-    if constexpr (!kSetupBeforeWait) {
+    // (The key-split build waits later: SETUP_BEFORE_GRID_WAIT, config.cuh.)
+    if constexpr (!SETUP_BEFORE_GRID_WAIT) {
         griddep_wait();
         if (threadIdx.x == 0) griddep_launch_dependents();
         trace.after_wait();
@@ -183,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
     if (warpgroup == 0) {
         // ===================================== producer =====================================
         warpgroup_reg_dealloc<PRODUCER_REGS>();
-        if constexpr (kSetupBeforeWait) {
+        if constexpr (SETUP_BEFORE_GRID_WAIT) {
             griddep_wait();
             if (threadIdx.x == 0) griddep_launch_dependents();
         }
@@ -209,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                 const bool done = t >= n_units;
 #else
             for (int t = first_unit_of_cta(); t < n_units; t += unit_stride(), ++it) {
-                const Work w = kEarlyFirstUnit && t == first_unit_of_cta() ? first_unit : decode_unit(p, sched, t);
+                const Work w = EARLY_FIRST_UNIT && t == first_unit_of_cta() ? first_unit : decode_unit(p, sched, t);
                 if (w.n_blocks < 0) {  // past a varlen sequence's end: the consumers skip it too
                     --it;
                     continue;
@@ -235,15 +236,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     continue;
                 }
                 for (int kb = 0; kb < w.n_blocks; ++kb) {
-                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
-                    const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
-                    const int k0 = (w.kb0 + kb) * BN;
-                    const KvTile tile = plan_kv_tile(p, seq, w.b, k0, lane);  // while the slots drain
-                    mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
-                    fetch_kv_tile(p, tile, h_kv, sK + stage * KV_TILE_BYTES, &tm_k, kf, 0, lane, nullptr);
-                    mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                    fetch_kv_tile(p, tile, h_kv, sV + stage * KV_TILE_BYTES, &tm_v, vf, bar_v_landed, lane,
-                                  &landed_phase);
+                    load_kv_tile(p, seq, w.b, h_kv, w.kb0, kb, lane, sm, maps, stage, phase, landed_phase);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -274,17 +267,15 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
         // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box.
         const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
 
-#if FC_HOPPER_PINGPONG
-        // Prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this arrive).
-        if (cw == 0) named_bar_arrive(BAR_SCHED + 0, 2 * 128);
-#endif
+        // Ping-pong prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this).
+        if constexpr (PINGPONG) {
+            if (cw == 0) named_bar_arrive(BAR_SCHED + 0, 2 * 128);
+        }
 
         int stage = 0;
         unsigned phase = 0;
         int it = 0;
-#if FC_HOPPER_WG_KEY_SPLIT
-        int ring = 0;  // K/V tiles of the items before this one (both warpgroups count them all)
-#endif
+        int ring = 0;  // key split: K/V tiles of the items before this one (both warpgroups count them all)
 #if FC_HOPPER_DYNAMIC
         for (;; ++it) {
             const int qs = Q_STAGES == 1 ? 0 : (it & 1);
@@ -308,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
             const unsigned qpar = Q_STAGES == 1 ? (unsigned)(it & 1) : (unsigned)((it >> 1) & 1);
             const unsigned q_full = bar_q_full + 8 * qs;
             const unsigned q_empty = bar_q_empty + 8 * qs;
-            if (kSetupBeforeWait && it == 0) {  // before this thread's first write of O
+            if (SETUP_BEFORE_GRID_WAIT && it == 0) {  // before this thread's first write of O
                 griddep_wait();
                 trace.after_wait();
             }
@@ -316,9 +307,6 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
 #endif
             trace.set_tiles(it, w.n_blocks);
             const unsigned long long q_desc = q_desc0 + ((unsigned long long)(qs * Q_BYTES) >> 4);
-            // With the smem epilogue the Q buffer is released after O went through it, not after
-            // the last QK^T.
-            constexpr bool release_q_after_qk = !FC_HOPPER_SMEM_EPILOGUE;
             const int grow0 = w.m * BM + row_in_tile;
             const int grow1 = grow0 + 8;
             // With score modifiers (prepare_scores) the logits are in log2 units before the
@@ -340,260 +328,139 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
             float l[2] = {0.f, 0.f};
             float alpha[2];
 
-#if !FC_HOPPER_DYNAMIC
-            mbar_wait(q_full, qpar, TAG_Q_FULL);
-            trace.mark(it, MARK_Q_READY);
-#endif
+            if constexpr (!DYNAMIC) {  // (the dynamic schedule's consumers waited to read the unit)
+                mbar_wait(q_full, qpar, TAG_Q_FULL);
+                trace.mark(it, MARK_Q_READY);
+            }
 
-#if FC_HOPPER_OVERLAP
-            // Key-split warpgroups take every other tile, from tile cw; otherwise each takes all.
-            const int first_kb = KEY_SPLIT ? cw : 0;
-#if FC_HOPPER_WG_KEY_SPLIT
-            key_split_ring_start(ring, cw, stage, phase);
-#endif
-            if (!wg_has_rows) {
-                pass_key_tiles(w.n_blocks, cw, bar_k_full, bar_k_empty, bar_v_full, bar_v_empty, stage, phase, q_empty,
-                               release_q_after_qk);
-                if (release_q_after_qk && w.n_blocks == 0) mbar_arrive(q_empty);
-            } else if (w.n_blocks > first_kb) {
-                float s[BN / 2];
-                unsigned pr[BN / 4];
-                // ---- first key tile: S_0, softmax_0 (no PV yet) ----
-                {
-                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
-                    mbar_wait(kf, phase, TAG_K_FULL);
-                    trace.mark(it, MARK_K0_READY);
-                    pp_sync(cw);
-                    wgmma_fence();
-                    gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
-                    wgmma_commit();
-                    pp_arrive(cw);
-                    wgmma_wait<0>();
-                    fence_regs(s);
-                    trace.mark(it, MARK_S0_DONE);
-                    mbar_arrive(ke);
-                    if (release_q_after_qk && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
+            if constexpr (OVERLAP) {
+                // Key-split warpgroups take every other tile, from tile cw; otherwise each takes all.
+                const int first_kb = KEY_SPLIT ? cw : 0;
+                if constexpr (KEY_SPLIT) key_split_ring_start(ring, cw, stage, phase);
+                if (!wg_has_rows) {
+                    pass_key_tiles(w.n_blocks, cw, bar_k_full, bar_k_empty, bar_v_full, bar_v_empty, stage, phase,
+                                   q_empty, RELEASE_Q_AFTER_QK);
+                    if (RELEASE_Q_AFTER_QK && w.n_blocks == 0) mbar_arrive(q_empty);
+                } else if (w.n_blocks > first_kb) {
+                    float s[BN / 2];
+                    unsigned pr[BN / 4];
+                    // ---- first key tile: S_0, softmax_0 (no PV yet) ----
+                    qk_tile(sm, cw, q_desc, k_desc0, stage, phase, s, trace, it);
+                    if (RELEASE_Q_AFTER_QK && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
                         mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + first_kb) * BN,
-                                   col_in_block, wg_unmasked, score_modified);
-                    online_softmax(s, m, l, alpha, softmax_scale_log2);
-                    convert_p(s, pr);
-                }
-                int vstage = stage;
-                unsigned vphase = phase;
-                advance_ring(stage, phase);
-                for (int kb = first_kb + KEY_STEP; kb < w.n_blocks; kb += KEY_STEP) {
-                    const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
-                    const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
-                    mbar_wait(kf, phase, TAG_K_FULL);
-                    pp_sync(cw);
-                    wgmma_fence();
-                    gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
-                    wgmma_commit();
-                    mbar_wait(vf, vphase, TAG_V_FULL);
-                    wgmma_fence();  // (does not wait for S_kb; orders our writes of o/pr before the PV reads)
-                    gemm_pv(o, pr, v_desc0 + ((unsigned long long)(vstage * KV_TILE_BYTES) >> 4));
-                    wgmma_commit();
-                    pp_arrive(cw);
-                    wgmma_wait<1>();  // S_kb done; PV_{kb-1} may still run
-                    fence_regs(s);
-                    mbar_arrive(ke);
-                    if (release_q_after_qk && (KEY_SPLIT ? kb + KEY_STEP >= w.n_blocks : kb == w.n_blocks - 1))
-                        mbar_arrive(q_empty);
-                    prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN,
-                                   col_in_block, wg_unmasked, score_modified);
-                    online_softmax(s, m, l, alpha, softmax_scale_log2);
-                    wgmma_wait<0>();  // PV_{kb-1} done: O and P registers are ours again
-                    fence_regs(o);
-                    fence_regs(pr);
-                    mbar_arrive(ve);
-                    rescale_o(o, alpha);
-                    convert_p(s, pr);
-                    vstage = stage;
-                    vphase = phase;
+                    scores_to_p(p, w.b, w.h, w.kb0, first_kb, grow0, w.m * BM + row_wg * WG_M, col_in_block,
+                                wg_unmasked, score_modified, softmax_scale_log2, s, pr, m, l, alpha);
+                    int vstage = stage;
+                    unsigned vphase = phase;
                     advance_ring(stage, phase);
+                    for (int kb = first_kb + KEY_STEP; kb < w.n_blocks; kb += KEY_STEP) {
+                        next_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, cw, q_desc, k_desc0, v_desc0, sm, stage,
+                                      phase, vstage, vphase, q_empty, grow0, w.m * BM + row_wg * WG_M, col_in_block,
+                                      wg_unmasked, score_modified, softmax_scale_log2, s, pr, o, m, l, alpha);
+                        vstage = stage;
+                        vphase = phase;
+                        advance_ring(stage, phase);
+                    }
+                    pv_tile(sm, v_desc0, vstage, vphase, pr, o, trace, it);
+                } else if (RELEASE_Q_AFTER_QK) {
+                    mbar_arrive(q_empty);  // no key tile (of its own): Q was loaded but is not needed
                 }
-                // ---- last PV (outside the ping-pong: no issue slot) ----
-                {
-                    const unsigned vf = bar_v_full + 8 * vstage, ve = bar_v_empty + 8 * vstage;
-                    mbar_wait(vf, vphase, TAG_V_FULL);
-                    wgmma_fence();
-                    gemm_pv(o, pr, v_desc0 + ((unsigned long long)(vstage * KV_TILE_BYTES) >> 4));
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    fence_regs(o);
-                    fence_regs(pr);
-                    mbar_arrive(ve);
-                    trace.mark(it, MARK_LOOP_DONE);
+                if constexpr (KEY_SPLIT) {
+                    key_split_balance_turns(w.n_blocks, cw);
+                    ring += w.n_blocks;
                 }
-            } else if (release_q_after_qk) {
-                mbar_arrive(q_empty);  // no key tile (of its own): Q was loaded but is not needed
+            } else {
+                for (int kb = 0; kb < w.n_blocks; ++kb) {
+                    serial_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, q_desc, k_desc0, v_desc0, sm, stage, phase,
+                                    q_empty, grow0, w.m * BM + row_wg * WG_M, col_in_block, wg_unmasked,
+                                    score_modified, softmax_scale_log2, o, m, l, alpha, trace, it);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                if (RELEASE_Q_AFTER_QK && w.n_blocks == 0) mbar_arrive(q_empty);  // no key tile: Q unused
             }
-#if FC_HOPPER_WG_KEY_SPLIT
-            key_split_balance_turns(w.n_blocks, cw);
-            ring += w.n_blocks;
-#endif
-#else
-            for (int kb = 0; kb < w.n_blocks; ++kb) {
-                const unsigned kf = bar_k_full + 8 * stage, ke = bar_k_empty + 8 * stage;
-                const unsigned vf = bar_v_full + 8 * stage, ve = bar_v_empty + 8 * stage;
-                float s[BN / 2];
-                mbar_wait(kf, phase, TAG_K_FULL);
-                wgmma_fence();
-                gemm_qk(s, q_desc, k_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(s);
-                mbar_arrive(ke);
-                if (release_q_after_qk && kb == w.n_blocks - 1) mbar_arrive(q_empty);
-
-                prepare_scores(p, s, w.b, w.h, grow0, w.m * BM + row_wg * WG_M, (w.kb0 + kb) * BN, col_in_block,
-                               wg_unmasked, score_modified);
-                online_softmax(s, m, l, alpha, softmax_scale_log2);
-                rescale_o(o, alpha);
-                unsigned pr[BN / 4];
-                convert_p(s, pr);
-
-                mbar_wait(vf, phase, TAG_V_FULL);
-                wgmma_fence();
-                gemm_pv(o, pr, v_desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4));
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pr);
-                mbar_arrive(ve);
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-            }
-            if (release_q_after_qk && w.n_blocks == 0) mbar_arrive(q_empty);  // no key tile: Q unused
-#endif
 
             // ---- epilogue: O /= l, LSE; rows >= seq_q are never written ----
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);  // the row's sum (online_softmax.cuh)
+            if constexpr (SPLIT_KV) {
+                if (p.num_splits > 1) {
+                    split_epilogue(p, sched.total, w, cw, tid, o, m, l, grow0, col_in_block);
+                    trace.mark(it, MARK_STORED);
+                    continue;  // (the epilogue below is the unsplit one)
+                }
             }
-#if FC_HOPPER_SPLIT_KV
-            if (p.num_splits > 1) {
-                split_epilogue(p, sched.total, w, cw, tid, o, m, l, grow0, col_in_block);
+            if constexpr (KEY_SPLIT) {
+                key_split_epilogue(p, w, cw, tid, o, m, l, grow0, softmax_scale_log2, base);
                 trace.mark(it, MARK_STORED);
-                continue;  // (the register epilogue below is the unsplit one; no smem epilogue here)
+                continue;
             }
-#endif
-#if FC_HOPPER_WG_KEY_SPLIT
-            key_split_epilogue(p, w, cw, tid, o, m, l, grow0, softmax_scale_log2, base);
-            trace.mark(it, MARK_STORED);
-            continue;
-#endif
             const int h = w.h, b = w.b;
             // The block info again (reloaded, not kept in registers across the key loop).
             const SeqInfo seq = block_seq(p, b);
             const KeyRange keys0 = block_keys(p, seq, grow0);
             const KeyRange keys1 = block_keys(p, seq, grow1);
-#if FC_HOPPER_SMEM_EPILOGUE
-            {
-                // Stage this warpgroup's 64 x D slice of O (as elem_t) in its own 64-row slice of
-                // the item's Q buffer, 128B-swizzled like a Q box (16-byte chunk q of local row lr
-                // sits at chunk q ^ (lr & 7)): the quad stores of one instruction hit 8 different
-                // chunks (conflict-free), and so do the 16-byte reads of 8 consecutive threads.
-                // Every wgmma that read this slice (the last QK^T) is complete: this warp's
-                // wait_group 0 on the last PV implies all four warps issued it, after their
-                // wait_group 1 on the last QK^T.
-                const unsigned sO = sQ + qs * Q_BYTES + cw * WG_M * ROW_BYTES;
+            if constexpr (SMEM_EPILOGUE) {
+                store_o_through_smem(p, w, cw, tid, warp, lane, col_in_block, o, m, l, seq, grow0, grow1, keys0, keys1,
+                                     softmax_scale_log2, sQ, qs, q_empty);
+            } else {
+                // Straight from the accumulators. In 16-byte stores: a quad's four lanes hold a row's
+                // 8-column blocks 4 bytes each, and a transpose across the quad gives each lane whole
+                // blocks (4 times fewer store instructions, each a full 16 bytes; O strides are
+                // multiples of 8 elements). Measured (2026-11-26, ae94247) 1-2.4 % faster on the ladder's
+                // 128-key builds; the 176-key build's key loop came out of ptxas scheduled differently
+                // and its longest rows 0.6-1.8 % slower, so it keeps a 4-byte pair a lane.
+                constexpr bool kVectorStores = BN != 176;
+                if constexpr (!kVectorStores) {
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int grow = r == 0 ? grow0 : grow1;
-                    const int lr = warp * 16 + (lane >> 2) + 8 * r;
-                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                    for (int r = 0; r < 2; ++r) {
+                        const int grow = r == 0 ? grow0 : grow1;
+                        if (grow < seq.len_q) {
+                            const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                            elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
-                    for (int j = 0; j < D / 8; ++j) {
-                        const unsigned addr = sO + (j >> 3) * Q_BOX_BYTES + lr * ROW_BYTES +
-                                              ((((unsigned)j & 7u) ^ ((unsigned)lr & 7u)) << 4) + (lane & 3) * 4;
-                        st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
+                            for (int j = 0; j < D / 8; ++j) {
+                                *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
+                                    pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                            }
+                            if ((lane & 3) == 0) {
+                                p.lse[block_lse_offset(p, seq, b, h, grow)] =
+                                    row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
+                            }
+                        }
                     }
-                    if (grow < seq.len_q && (lane & 3) == 0) {
-                        p.lse[block_lse_offset(p, seq, b, h, grow)] =
-                            row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
-                    }
-                }
-                named_bar_sync(BAR_WG + cw, 128);
-                // 64 rows x NBOX boxes x 8 chunks: 8 consecutive threads write one 128-byte run.
+                } else {
 #pragma unroll
-                for (int i = 0; i < 4 * NBOX; ++i) {
-                    const int idx = tid + 128 * i;
-                    const int q = idx & 7;
-                    const int lr = (idx >> 3) & 63;
-                    const int c = idx >> 9;
-                    const int grow = w.m * BM + cw * WG_M + lr;
-                    if (grow < seq.len_q) {
-                        const uint4 v =
-                            ld_shared_v4(sO + c * Q_BOX_BYTES + lr * ROW_BYTES + (((unsigned)q ^ ((unsigned)lr & 7u)) << 4));
-                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
-                        st_global_v4(orow + 64 * c + 8 * q, v);
-                    }
-                }
-                // Our generic reads/writes of the buffer before the TMA that refills it (item it + 2).
-                fence_proxy_async_smem();
-                mbar_arrive(q_empty);
-            }
-#else
-            // Straight from the accumulators. In 16-byte stores: a quad's four lanes hold a row's
-            // 8-column blocks 4 bytes each, and a transpose across the quad gives each lane whole
-            // blocks (4 times fewer store instructions, each a full 16 bytes; O strides are
-            // multiples of 8 elements). Measured (session 17, run7) 1-2.4 % faster on the ladder's
-            // 128-key builds; the 176-key build's key loop came out of ptxas scheduled differently
-            // and its longest rows 0.6-1.8 % slower, so it keeps a 4-byte pair a lane.
-            constexpr bool kVectorStores = BN != 176;
-            if constexpr (!kVectorStores) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int grow = r == 0 ? grow0 : grow1;
-                    if (grow < seq.len_q) {
+                    for (int r = 0; r < 2; ++r) {
+                        const int grow = r == 0 ? grow0 : grow1;
                         const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
-                        elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
+                        elem_t* orow = grow < seq.len_q
+                                           ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow)
+                                           : nullptr;
+                        float row[D / 4];  // this lane's pair of each column block
 #pragma unroll
                         for (int j = 0; j < D / 8; ++j) {
-                            *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
-                                pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                            row[2 * j] = o[4 * j + 2 * r];
+                            row[2 * j + 1] = o[4 * j + 2 * r + 1];
                         }
-                        if ((lane & 3) == 0) {
+                        store_row_blocks<D / 8>(orow, row, inv, 0, lane);
+                        if (grow < seq.len_q && (lane & 3) == 0) {
                             p.lse[block_lse_offset(p, seq, b, h, grow)] =
                                 row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
                         }
                     }
                 }
-            } else {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int grow = r == 0 ? grow0 : grow1;
-                    const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
-                    elem_t* orow =
-                        grow < seq.len_q ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow) : nullptr;
-                    float row[D / 4];  // this lane's pair of each column block
-#pragma unroll
-                    for (int j = 0; j < D / 8; ++j) {
-                        row[2 * j] = o[4 * j + 2 * r];
-                        row[2 * j + 1] = o[4 * j + 2 * r + 1];
-                    }
-                    store_row_blocks<D / 8>(orow, row, inv, 0, lane);
-                    if (grow < seq.len_q && (lane & 3) == 0) {
-                        p.lse[block_lse_offset(p, seq, b, h, grow)] =
-                            row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);
-                    }
-                }
             }
-#endif
             trace.mark(it, MARK_STORED);
         }
         trace.finish(it);
-#if FC_HOPPER_PINGPONG
-        // Drain: the last warpgroup's last arrive on barrier 1 is matched here, so every scheduler
-        // barrier ends the kernel complete (with no tile at all this pairs with the priming arrive).
-        if (cw == 0) named_bar_sync(BAR_SCHED + 0, 2 * 128);
-#endif
+        // Ping-pong drain: the last warpgroup's last arrive on barrier 1 is matched here, so every
+        // scheduler barrier ends the kernel complete (with no tile at all this pairs with the prime).
+        if constexpr (PINGPONG) {
+            if (cw == 0) named_bar_sync(BAR_SCHED + 0, 2 * 128);
+        }
     }
 }
 

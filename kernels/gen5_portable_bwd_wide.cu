@@ -31,13 +31,13 @@
 // FC_BWD_STEP64 (the plan's choice on sm_90; FLASHCORE_PORTABLE_BWD_STEP_QUERIES=32|64 overrides
 // it): at head_dim <= 64 the dK/dV pass of either schedule takes 64 queries a step, each warp's
 // products in two 32-query halves, with one barrier (and, atomic, one dQ product) per 64 queries
-// (3-10 % faster on the H100, session 14).
+// (3-10 % faster on the H100, 31e7ea5).
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
 // dK/dV pass only reach their own rows, which are not written.
 //
-// Tried and not kept (session 10, docs/results/2026-11-26-session10-h100/ runs 1-4): the dQ pass
+// Tried and not kept (2026-11-26, 090c856): the dQ pass
 // in the two-phase tiling at D = 128 (868 µs against the 16-row kernel's 815 under ncu at
 // (4,16,2048,128)); 4-warp blocks of the two-phase layout (level at D = 128, 10 % slower at
 // (8,32,4096,128)); the two-phase layout at D = 64 (728 against 685 µs).
@@ -73,11 +73,11 @@ using RowTile = SwizzledTile<head_dim>;
 
 #if defined(FC_BWD_ATOMIC_DQ)
 using DqAcc = PortableDqAccumulator;
-// k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (session 11 run3's
-// profile); unrolled by 4 it ran 2-5 % faster (run4), by all 8 another 1-3 % (session 12 run4:
+// k steps of the dQ product unrolled: rolled, every step waited on its ldmatrix (a profile of
+// 2026-11-26); unrolled by 4 it ran 2-5 % faster, by all 8 another 1-3 % (af6a7fc:
 // at D = 128 with the paired Sᵀ/dPᵀ loop). At D <= 64 below sm_90, 8 spills.
 #if defined(FC_BWD_STEP64) && FC_HEAD_DIM <= 64
-constexpr int dq_k_unroll = 4;  // 64-query steps, one 32-row tile a warp: the build measured (session 14)
+constexpr int dq_k_unroll = 4;  // 64-query steps, one 32-row tile a warp: the build measured (31e7ea5)
 #elif FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 constexpr int dq_k_unroll = 8;
 #else
@@ -431,7 +431,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
             const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + warp_query0;
 
             // 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ in one k loop, each product's loads behind the other's
-            // MMAs (1-3 % over two loops, session 12 run4); Sᵀ → Pᵀ (causal: the element mask only on
+            // MMAs (1-3 % over two loops, af6a7fc); Sᵀ → Pᵀ (causal: the element mask only on
             // tile pairs that cross the diagonal).
             float pt[row_tiles][query_tiles8][4], dpt[row_tiles][query_tiles8][4];
             zero_warp_tile(pt);
@@ -465,7 +465,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
             __syncthreads();  // every warp's Pᵀ and dSᵀ are in their tiles
 
             // 2. dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, in one k loop (1-2 % over two
-            // loops, session 12 run8).
+            // loops, c0bce7e).
             warp_gemm_ab_pair<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
                 dv, smem_base + pt_at, smem_base + do_at(buf), dk, smem_base + dst_at, smem_base + q_at(buf), warp_key0,
                 warp_col0, lane);

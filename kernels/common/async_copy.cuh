@@ -111,8 +111,8 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
 // row (rows at or past valid_rows are zero-filled from group 0's address, unread; valid_rows > 0).
 // One page lookup per group and warp: lane g looks up group g, all at once, and the warp shares
 // the addresses by shuffle. A lookup per 16-byte copy made paged tiles 1.6-5x the strided time
-// (run6/run7 on the H100: the address arithmetic, not the table's latency); every thread looking
-// up every group still cost the portable path 1.31x at block 64 (session 7, run3). Every thread
+// (H100, 2026-11-25, 4ad4cb5: the address arithmetic, not the table's latency); every thread
+// looking up every group still cost the portable path 1.31x at block 64 (6031875). Every thread
 // of each warp calls this (the shuffles). Narrow rows keep a lookup per thread and pass.
 template <int kRows, int kCols, int kThreads, class GroupPtr>
 __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const GroupPtr& group_ptr,

@@ -12,6 +12,7 @@
 // to whole blocks (the padding takes adds of exact zeros and is never read back).
 // Keep in sync with crates/gen5-persistent/src/backward.rs (`atomic_dq_*`).
 #pragma once
+#include "params.cuh"
 
 template <int kHeadDim, int kBlockRows, int kTileRows, int kTileCols>
 struct DqAccumulator {
@@ -85,8 +86,11 @@ struct DqAccumulator {
 };
 
 // The geometry gen5_portable_bwd_wide.cu adds in: a step's queries (64 above head_dim 64, 32 at or
-// below) by the head dim, in tiles of 32 x 32 or 16 x head_dim/2 (session 11 run4: 32 x 16 was
+// below) by the head dim, in tiles of 32 x 32 or 16 x head_dim/2 (acfed8e: 32 x 16 was
 // 1 % slower at D = 128; 32 x 16 at D = 64 level).
+#ifndef FC_HEAD_DIM
+#error "common/dq_accumulator.cuh: the portable backward's geometry needs -DFC_HEAD_DIM (its head dim)"
+#endif
 #if FC_HEAD_DIM > 64
 using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, 32>;
 #elif defined(FC_BWD_STEP64)

@@ -36,12 +36,27 @@ __device__ __forceinline__ int first_query_seeing(const AttentionParams& p, int 
 // there, so the answer is NaN, as in the f64 reference. A NaN l propagates either way.
 #define FC_QNAN __int_as_float(0x7fc00000)
 
+// The rules for any mask: `sees_keys()` says whether the row sees a key, asked only when l is 0
+// (the causal form below; the Hopper path asks its block info, gen5_hopper/consumer_math.cuh).
+// The factor O is multiplied by:
+template <class SeesKeys>
+__device__ __forceinline__ float row_sum_inverse_if(float l, SeesKeys sees_keys) {
+    if (l != 0.f) return 1.f / l;
+    return sees_keys() ? FC_QNAN : 0.f;
+}
+// The row's LSE, lse_if_nonzero being the natural-log LSE computed from a nonzero l:
+template <class SeesKeys>
+__device__ __forceinline__ float row_lse_if(float l, float lse_if_nonzero, SeesKeys sees_keys) {
+    if (l != 0.f) return lse_if_nonzero;
+    return sees_keys() ? FC_QNAN : __int_as_float(0x7f800000);
+}
+
+// The causal form. (Written out, not through the templates above: through them the split-KV
+// combine, gen5_hopper/split_epilogue.cuh, compiled to other PTX.)
 __device__ __forceinline__ float row_sum_inverse(const AttentionParams& p, int query_row, float l) {
     if (l != 0.f) return 1.f / l;
     return causal_key_end(p, query_row) > 0 ? FC_QNAN : 0.f;
 }
-
-// lse_if_nonzero is the row's natural-log LSE computed from a nonzero l.
 __device__ __forceinline__ float row_lse(const AttentionParams& p, int query_row, float l, float lse_if_nonzero) {
     if (l != 0.f) return lse_if_nonzero;
     return causal_key_end(p, query_row) > 0 ? FC_QNAN : __int_as_float(0x7f800000);

@@ -5,7 +5,9 @@
 // four threads of a quad (lanes 4*group .. 4*group+3) together hold whole rows. Row reductions are
 // therefore a thread-local pass plus two __shfl_xor_sync steps (xor 1, xor 2) inside the quad.
 //
-// Templates over the tile widths keep this shared by every generation:
+// Templates over the tile widths keep this shared by every generation (the Hopper path takes its
+// masks, score modifiers and quad reductions from here too, on its wgmma accumulators: n8_tiles;
+// its softmax step is its own, gen5_hopper/consumer_math.cuh says why):
 //   kKeyTiles  — n8 tiles of the score tile S (keys per K/V tile / 8),
 //   kOutTiles  — n8 tiles of the output accumulator O (head_dim / 8).
 //
@@ -38,6 +40,15 @@ __device__ __forceinline__ void softmax_init(SoftmaxRows& st) {
     st.row_max[1] = -FC_INF;
     st.row_sum[0] = 0.f;
     st.row_sum[1] = 0.f;
+}
+
+// A fragment kept flat, element e of n8 tile j at s[4 j + e] (the Hopper path's wgmma accumulators,
+// common/hopper/wgmma.cuh), seen as [n8 tile][4]: the same registers in the same order, so the
+// helpers below serve both layouts.
+template <int kElems>
+__device__ __forceinline__ float (&n8_tiles(float (&s)[kElems]))[kElems / 4][4] {
+    static_assert(kElems % 4 == 0, "whole n8 tiles");
+    return reinterpret_cast<float(&)[kElems / 4][4]>(s);
 }
 
 // Max / sum over the 4 threads of a quad (the threads that share a row).
@@ -79,6 +90,22 @@ __device__ __forceinline__ void mask_scores(float (&s)[kKeyTiles][4], int lane_k
     }
 }
 
+// Keys outside [lo, hi) of each of the lane's two rows become -inf, checked at both ends (a
+// window's left edge can cut a tile from below; mask_scores_range below decides when it does).
+template <int kKeyTiles>
+__device__ __forceinline__ void mask_scores_window(float (&s)[kKeyTiles][4], int lane_key0, const int (&lo)[2],
+                                                   const int (&hi)[2]) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = lane_key0 + 8 * j + (e & 1);
+            const int r = e >> 1;
+            if (key < lo[r] || key >= hi[r]) s[j][e] = -FC_INF;
+        }
+    }
+}
+
 // Keys outside [lo, hi) of each of the lane's two rows become -inf (the window / length form of
 // mask_scores; bounds relative to the tile, from key_range in seqlen.cuh).
 template <int kKeyTiles>
@@ -90,15 +117,7 @@ __device__ __forceinline__ void mask_scores_range(float (&s)[kKeyTiles][4], int 
         mask_scores(s, lane_key0, hi[0], hi[1]);
         return;
     }
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int key = lane_key0 + 8 * j + (e & 1);
-            const int r = e >> 1;
-            if (key < lo[r] || key >= hi[r]) s[j][e] = -FC_INF;
-        }
-    }
+    mask_scores_window(s, lane_key0, lo, hi);
 }
 
 // Raw q·k to log2-domain logits with the score modifiers (score_mod.cuh) on fragment layout:

@@ -1,7 +1,7 @@
 // D_i = rowsum(dO_i ∘ O_i), the backward's first launch, several rows a warp: a row is read in
 // 16-byte chunks, one a lane, by `lanes` lanes (head_dim / 8 rounded up to a power of two), so each
 // lane has a 16-byte load of O and of dO in flight instead of a 4-byte one (one row a warp left the
-// pass latency-bound: session 11). O and dO rows are 16-byte aligned (the capabilities' 8-element
+// pass latency-bound: 98c71b5). O and dO rows are 16-byte aligned (the capabilities' 8-element
 // alignment). Host side: `dot_rows_per_warp` in crates/gen5-persistent/src/backward.rs.
 #pragma once
 #include "types.cuh"

@@ -52,7 +52,7 @@ struct KeyRange {
 // Bottom-right aligned: the row's diagonal key is row + len_k - len_q. Causal bounds the window
 // at 0 on the right. 32-bit throughout: it runs per key tile in the persistent consumers, where
 // its 64-bit compares and selects were a visible share of the modes build's extra instructions
-// (session 6, run2). Lengths and windows are at most INT_MAX and row is below len_q + a tile, so
+// (2026-11-25, d93e11c). Lengths and windows are at most INT_MAX and row is below len_q + a tile, so
 // each sum below is ordered to stay in range (the comments say why).
 __device__ __forceinline__ KeyRange key_range(const AttentionParams& p, const SeqInfo& s, int row) {
     const int row_past_q = row - s.len_q;  // in [-len_q, tile): diag = row_past_q + len_k

@@ -4,7 +4,7 @@
 // Why larger tiles: an ldmatrix.x4 feeds one m16n8k16 pair per 16 rows it covers, so a warp that
 // owns 16 rows reads (16 + N)·K/256 x4 loads for 16·N·K/2048 products. At 32 × 32 it is half the
 // loads per product of 16 × 32, and shared-memory bandwidth, not the tensor pipe, is what bounds
-// the backward's products on mma.sync (gen5-portable-bwd.md, ncu of session 9).
+// the backward's products on mma.sync (gen5-portable-bwd.md, ncu profile of 2026-11-26).
 //
 // accumulator acc[mt][nt] holds rows 16·mt + {group, group + 8} and columns 8·nt + 2·tig (+1) of
 // the warp's tile, in mma.cuh's C layout.
@@ -118,7 +118,7 @@ __device__ __forceinline__ SliceAddresses<kCols> b_trans_addresses(int b_row0, i
 // a_row0 .. +16·kMT, columns 0 .. kK of a [rows][kACols] tile; each B is rows 0 .. kK, columns
 // b_col0 .. +8·kNT of a row-major [k][kBCols] tile, read with ldmatrix.trans (as V in P·V). Both
 // products' loads of a k step come before either's MMAs, so one hides the other's latency (1-2 %
-// over two loops, session 12 run8). The k loop is not unrolled: unrolled, ptxas hoisted all of its
+// over two loops, c0bce7e). The k loop is not unrolled: unrolled, ptxas hoisted all of its
 // loads above the first product, and beside the 128 registers of dK and dV that spilled at
 // D = 128. Each step's A address is computed, not looked up: a table indexed by a run-time step
 // would live in local memory.

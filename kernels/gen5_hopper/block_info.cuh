@@ -1,6 +1,11 @@
 // Generation 5 (Hopper) forward: block info, which rows and keys a work item sees (the dense
 // build's form the compiler can see through, or seqlen.cuh's general form with the modes).
 #pragma once
+#include "config.cuh"
+#include "../common/params.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/tensor_index.cuh"
 
 namespace fch {
 
@@ -24,7 +29,7 @@ __device__ __forceinline__ KeyRange block_keys(const AttentionParams& p, const S
 }
 // Where row `row`'s LSE goes. The dense build must not test `cu_seqlens_q` (seq_lse_offset does):
 // that parameter line is read nowhere else there, so the test is a cold constant-cache miss on the
-// epilogue's critical path (session 7, run1/run2 stall samples). Equal in a dense problem, whose
+// epilogue's critical path (stall samples, 2026-11-25; 17a898f). Equal in a dense problem, whose
 // cu_seqlens_q is absent by validation.
 __device__ __forceinline__ long long block_lse_offset(const AttentionParams& p, const SeqInfo& seq, int b, int h,
                                                       int row) {

@@ -1,6 +1,7 @@
 // Generation 5 (Hopper) forward: the build's defines (defaults and the combinations that are
 // refused), tile shapes, the shared-memory map, barrier ids and the register split.
-// Part of gen5_persistent_hopper.cu, included in order; see that file for the design.
+// Part of gen5_persistent_hopper.cu; see that file for the design. Every part of gen5_hopper/
+// includes it first: it needs -DFC_HEAD_DIM and gives the other FC_HOPPER_* switches defaults.
 #pragma once
 
 #ifndef FC_HEAD_DIM
@@ -71,7 +72,7 @@
 // Paged caches whose TMA boxes hold fewer than 64 rows (block sizes 16, 32, 48, ...: eight boxes
 // or more per 128-key tile): all four producer warps issue the boxes (producer_spread.cuh). The
 // plan sets it for those problems only: the loop of its own made the other modes builds' code
-// larger, and chunked prefill on 64- and 256-row pages 4-5 % slower (session 9, run2).
+// larger, and chunked prefill on 64- and 256-row pages 4-5 % slower (2026-11-26, 658b48a).
 #ifndef FC_HOPPER_SPREAD_PAGES
 #define FC_HOPPER_SPREAD_PAGES 0
 #endif
@@ -193,6 +194,20 @@ constexpr int SMEM_USED = OFF_CXCHG + CXCHG_BYTES;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr bool MODES = FC_HOPPER_MODES;
 enum : bool { SPREAD_PAGES = FC_HOPPER_SPREAD_PAGES != 0 };  // (an enum: this constexpr was emitted as a PTX global)
+// The other switches, for `if constexpr` in the parts: a feature plugs into the part it changes.
+enum : bool {
+    OVERLAP = FC_HOPPER_OVERLAP != 0,
+    PINGPONG = FC_HOPPER_PINGPONG != 0,
+    DYNAMIC = FC_HOPPER_DYNAMIC != 0,
+    SPLIT_KV = FC_HOPPER_SPLIT_KV != 0,
+    SMEM_EPILOGUE = FC_HOPPER_SMEM_EPILOGUE != 0,
+    PREFETCH = FC_HOPPER_PREFETCH != 0,
+#if defined(FC_HOPPER_DEBUG)
+    DEBUG_CHECKS = true,
+#else
+    DEBUG_CHECKS = false,
+#endif
+};
 // Producer threads: warp 0 in the modes build (it zeroes tail rows), thread 0 otherwise.
 constexpr int PRODUCER_LANES = MODES ? 32 : 1;
 // What the host must request as dynamic shared memory (crates/gen5-persistent/src/hopper.rs
@@ -222,13 +237,19 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMER_THREADS <= 65536, "
 // One slot on in the K/V ring (stage, and the parity of the slot's fill the barriers wait on):
 // after the last slot, the first again in the next phase. (The unsplit producer and consumer
 // loops and pass_key_tiles write it out: through this helper ptxas reordered their PTX, which was
-// verified and timed as it is; session 19.)
+// verified and timed as it is; b0b6866.)
 __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
     if (++stage == STAGES) {
         stage = 0;
         phase ^= 1;
     }
 }
+
+// Programmatic dependent launch: every thread waits for the previous grid right after the barrier
+// setup, except in the key-split build with the static schedule, where each warpgroup waits once it
+// has its registers (setmaxnreg) and the consumers their first unit, so that this setup too runs
+// under the previous kernel.
+enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC };
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

@@ -1,6 +1,19 @@
 // Generation 5 (Hopper) forward: the consumers' per-tile math: the two wgmma GEMMs, masks and
-// score modifiers (score_mod.cuh), the online softmax and P's conversion to the PV operand.
+// score modifiers, the online softmax and P's conversion to the PV operand. The wgmma accumulator
+// keeps mma.sync's C layout per 8-column block (wgmma.cuh), so the masks, the score modifiers, the
+// quad reductions and the empty-row rules are the portable path's (online_softmax.cuh, masking.cuh)
+// on the flat accumulator seen as n8 tiles; the softmax step itself differs, see online_softmax.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/online_softmax.cuh"
+#include "../common/hopper/wgmma.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace fch {
 
@@ -28,43 +41,20 @@ __device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[
     }
 }
 
-// Keys outside each row's [lo, hi) become -inf (windows, per-sequence lengths, causal). col0 =
-// first key this thread holds. Causal and length limits cut a tile from above only; a lower bound
-// inside the tile comes from a window's left edge alone, so that is checked once and the common
-// masked tile skips one compare per score (64 per thread at BN = 128).
+// Keys outside each row's [lo, hi) become -inf (windows, per-sequence lengths, causal): the
+// portable path's masks (online_softmax.cuh) on the wgmma accumulators, with absolute key indices
+// (col0 = the first key this thread holds). Causal and length limits cut a tile from above only; a
+// lower bound inside the tile comes from a window's left edge alone, so that is checked once (and
+// only in the modes build, which has windows) and the common masked tile skips one compare per
+// score (64 per thread at BN = 128).
 __device__ __forceinline__ void apply_mask_range(float (&s)[BN / 2], int col0, const KeyRange& r0, const KeyRange& r1) {
     const bool cut_below = MODES && (r0.lo > col0 || r1.lo > col0);
     if (!cut_below) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int c = col0 + 8 * j;
-            if (c >= r0.hi) s[4 * j + 0] = -INFINITY;
-            if (c + 1 >= r0.hi) s[4 * j + 1] = -INFINITY;
-            if (c >= r1.hi) s[4 * j + 2] = -INFINITY;
-            if (c + 1 >= r1.hi) s[4 * j + 3] = -INFINITY;
-        }
+        mask_scores(n8_tiles(s), col0, r0.hi, r1.hi);
         return;
     }
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int c = col0 + 8 * j;
-        if (c < r0.lo || c >= r0.hi) s[4 * j + 0] = -INFINITY;
-        if (c + 1 < r0.lo || c + 1 >= r0.hi) s[4 * j + 1] = -INFINITY;
-        if (c < r1.lo || c >= r1.hi) s[4 * j + 2] = -INFINITY;
-        if (c + 1 < r1.lo || c + 1 >= r1.hi) s[4 * j + 3] = -INFINITY;
-    }
-}
-
-// Raw scores to log2-domain logits with the score modifiers (score_mod.cuh), on the wgmma
-// accumulator layout (rows row0 and row0 + 8, keys col0 + 8 j + {0, 1}). With modifiers the
-// online softmax then runs with scale 1.
-__device__ __forceinline__ void modify_scores(float (&s)[BN / 2], const ScoreMod& mod, int row0, int col0) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            s[4 * j + e] = logit_log2(mod, s[4 * j + e], row0 + 8 * (e >> 1), col0 + 8 * j + (e & 1));
-    }
+    const int lo[2] = {r0.lo, r1.lo}, hi[2] = {r0.hi, r1.hi};
+    mask_scores_window(n8_tiles(s), col0, lo, hi);
 }
 
 // Keys [lo, hi) that every row of a warpgroup (rows wg_row0 .. wg_row0 + WG_M - 1) sees: a key
@@ -83,7 +73,7 @@ __device__ __forceinline__ KeyRange warpgroup_unmasked_keys(const AttentionParam
 // Registers are the limit in the consumers, so little of the block info is kept across the key
 // loop. The dense build recomputes everything here from the parameter block (constant bank). The
 // modes build's lengths live in global memory: reloading them and deriving the warpgroup's
-// bounds on every tile measured 9 % more instructions than the dense build (session 6, run2), so
+// bounds on every tile measured 9 % more instructions than the dense build (2026-11-25, 78550e5), so
 // it takes the bounds from the item's start (`wg_unmasked`, two registers) and reloads the
 // lengths only where a tile is masked or modified (an L1 hit; the loop's barrier asm keeps the
 // compiler from hoisting them). Whether the problem has modifiers (`modified`) comes from the
@@ -94,7 +84,7 @@ __device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (
     if (MODES && modified) {
         const SeqInfo seq = block_seq(p, b);
         const ScoreMod mod = score_mod(p, seq, b, h);
-        modify_scores(s, mod, row0, k0 + col_in_block);
+        modify_scores(n8_tiles(s), mod, row0, k0 + col_in_block);  // (online_softmax.cuh)
     }
     const KeyRange wg = MODES ? wg_unmasked : warpgroup_unmasked_keys(p, b, wg_row0);
     if (k0 < wg.lo || k0 + BN > wg.hi) {
@@ -103,16 +93,14 @@ __device__ __forceinline__ void prepare_scores(const AttentionParams& p, float (
     }
 }
 
-// Epilogue rules with the block info (as masking.cuh's, for any mask): a row with l = 0 that sees
-// keys got only -inf logits (infinite inputs), which is 0/0 = NaN as in the f64 reference; a row
-// that sees none is the defined empty row, O = 0 and LSE = +inf.
+// The epilogue rules of masking.cuh (a row with l = 0 that sees keys got only -inf logits: NaN, as
+// in the f64 reference; a row that sees none is the defined empty row, O = 0 and LSE = +inf), with
+// the block info's keys for any mask.
 __device__ __forceinline__ float row_inverse(float l, const KeyRange& keys) {
-    if (l != 0.f) return 1.f / l;
-    return keys.hi > keys.lo ? FC_QNAN : 0.f;
+    return row_sum_inverse_if(l, [&] { return keys.hi > keys.lo; });
 }
 __device__ __forceinline__ float row_log_sum_exp(float l, const KeyRange& keys, float lse_if_nonzero) {
-    if (l != 0.f) return lse_if_nonzero;
-    return keys.hi > keys.lo ? FC_QNAN : __int_as_float(0x7f800000);
+    return row_lse_if(l, lse_if_nonzero, [&] { return keys.hi > keys.lo; });
 }
 // A row's LSE in natural log from its raw max m and sum l: scale*m + ln(l) = (m*scale_log2 +
 // log2(l)) * ln(2), with the rules above.
@@ -124,6 +112,13 @@ __device__ __forceinline__ float row_natural_lse(float l, float m, const KeyRang
 // Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
 // factors alpha[2] the old O rows must be multiplied by. -inf rows stay finite: a row whose max
 // is still -inf uses 0 as its shift, so every p is exp2(-inf) = 0 and alpha = 0 (O is 0 anyway).
+// Not online_softmax.cuh's online_softmax_update, on purpose: that one takes scores already in the
+// log2 domain (a multiply per score first) and rescales O inside; this one takes the raw wgmma
+// accumulators, keeps the max in raw units and folds the scale into each exponent's FMA (one FFMA
+// a score; the plan requires softmax_scale > 0, hopper.rs, for the raw max to be the scaled one),
+// and leaves O's rescale to the caller, which in the overlapped loop must first wait for the PV
+// wgmma that still owns O. It also takes both rows' maxima in one pass, where the portable step
+// goes row by row: one shared step would change the PTX of every build of one path or the other.
 __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                                float scale_log2) {
     float mx[2] = {m[0], m[1]};
@@ -133,10 +128,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
+    for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
     float shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

@@ -1,6 +1,15 @@
 // Generation 5 (Hopper) forward: the producer's K/V fetch, the one place that knows where key
 // rows live (strided or paged; TMA boxes, zeroed tails).
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/kv_rows.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/tma.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 
@@ -21,7 +30,7 @@ __device__ __forceinline__ int paged_box_rows(int block_size) {
 // With FC_HOPPER_SPREAD_PAGES (small pages) the producer warpgroup's four warps issue a paged
 // tile's boxes, lane g of warp g % 4 issuing group g. UTMALDG takes warp-uniform operands, so one
 // warp's lanes issue their boxes one after another; on paged-16 the producer warp issued all the
-// time and hardly ever waited for a slot (session 8, run1's stall samples, against a producer
+// time and hardly ever waited for a slot (stall samples, 2026-11-26, d8d4083; against a producer
 // that waits on "empty" for contiguous tiles).
 enum : int { KV_ISSUE_WARPS = 4 };  // (an enum: a constexpr int is emitted as a PTX global)
 
@@ -30,7 +39,7 @@ enum : int { KV_ISSUE_WARPS = 4 };  // (an enum: a constexpr int is emitted as a
 // only the copies are left to issue. With a two-stage ring a slot's refill is on the consumers'
 // critical path; paged tiles (the same copies as contiguous ones at block 256) ran 3-13 % behind
 // with the table read, the divisions by the block size and the byte count between the wait and
-// the copies (session 7, run4).
+// the copies (2026-11-25, e01564b).
 struct KvTile {
     int valid;        // rows of the tile inside the sequence's keys (>= 1)
     int row;          // strided: the tile's first storage row; paged: this lane's group's row in its page
@@ -111,7 +120,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         __syncwarp();  // the expected bytes are set before any box of this warp can complete
         // A V tile with a zeroed tail completes on `landed`, one barrier that only warp 0 waits on:
         // warp 0 issues all of it, or a follower could put the next such tile's boxes on `landed`
-        // before warp 0 has seen this one's phase (session 8's run18 hung).
+        // before warp 0 has seen this one's phase (it hung on 2026-11-26; 658b48a).
         const bool spread_here = SPREAD_PAGES && !zero_tail;
         if (lane < t.groups && (spread_here ? lane % KV_ISSUE_WARPS == warp : lead)) {
             const unsigned group_dst = dst + t.dst_off;
@@ -152,7 +161,7 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         // The head's q tiles share the prefetch of its first K/V tiles: box j (K_{j/2} for even
         // j, V_{j/2} for odd) by q tile j mod q_tiles_per_head. Each CTA prefetching all of them
         // queued 136 KiB of requests in its own TMA unit, and its Q load after the wait landed
-        // up to 1 900 cycles later instead of ~450 (run3's timeline). With the cluster key split
+        // up to 1 900 cycles later instead of ~450 (timeline of ecfd9dc). With the cluster key split
         // the head's CTAs are CLUSTER_CTAS a q tile.
         const int boxes = 2 * min((p.seq_k + BN - 1) / BN, PREFETCH_TILES);
         const int prefetcher = CLUSTER_CTAS > 1 ? w.m * CLUSTER_CTAS + (int)cluster_cta_rank() : w.m;
@@ -173,6 +182,10 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         }
     }
 }
+#else
+// (No prefetch in this build.)
+__device__ __forceinline__ void prefetch_unit_l2(const AttentionParams&, const CUtensorMap*, const CUtensorMap*,
+                                                 const CUtensorMap*, const Work&, int) {}
 #endif
 
 }  // namespace fch

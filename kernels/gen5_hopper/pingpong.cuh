@@ -1,5 +1,8 @@
 // Generation 5 (Hopper) forward: the consumer warpgroups' GEMM ping-pong (named barriers).
 #pragma once
+#include "config.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/named_barrier.cuh"
 
 namespace fch {
 

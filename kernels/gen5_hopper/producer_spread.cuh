@@ -8,6 +8,16 @@
 // A loop of its own, so the other producer loop (the dense build's among them) carries none of
 // its state through the producer's 40 registers.
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "block_info.cuh"
+#include "q_fetch.cuh"
+#include "kv_fetch.cuh"
+#include "../common/params.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/smem_io.cuh"
+#include "../common/hopper/tma.cuh"
 
 namespace fch {
 

@@ -1,10 +1,16 @@
 // Generation 5 (Hopper) forward: the producer's unit and Q side, shared by both producer loops (the
 // whole-warp one in gen5_persistent_hopper.cu and the four-warp one in producer_spread.cuh).
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/work_counter.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/smem_io.cuh"
+#include "../common/hopper/tma.cuh"
 
 namespace fch {
 
-#if FC_HOPPER_DYNAMIC
 // Dynamic schedule: lane 0 (`leader`) takes units from the counter, for the warp, until one has
 // query rows (units past a varlen sequence's end are skipped; the consumers skip them too) or none
 // is left. Returns the unit (n_units or more when none is left) and decodes it into w; taken when
@@ -38,7 +44,6 @@ __device__ __forceinline__ bool hand_off_unit(unsigned base, unsigned q_full, in
     }
     return false;
 }
-#endif
 
 // Lane 0 (`leader`) fills Q buffer qs with unit w's query tile (its rows from q_row0, the
 // sequence's first row in a packed Q), completing q_full.

@@ -2,6 +2,12 @@
 // (m, l) per split, the last-arriving combine; and the weights with which every merge of two
 // partial softmaxes (this combine, the key splits' merges) weighs its parts.
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/tensor_index.cuh"
 
 namespace fch {
 
@@ -176,6 +182,10 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
     //    again in this launch, and the next launch is stream-ordered after this one.
     if (lane == 0) st_relaxed_gpu_u32(ctr, 0u);
 }
+#else
+// (No split-KV path in this build: the epilogue never takes this call; see epilogue.cuh.)
+__device__ __forceinline__ void split_epilogue(const AttentionParams&, int, const Work&, int, int, float (&)[D / 2],
+                                               const float (&)[2], const float (&)[2], int, int) {}
 #endif
 
 }  // namespace fch

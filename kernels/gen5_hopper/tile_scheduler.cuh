@@ -1,6 +1,13 @@
 // Generation 5 (Hopper) forward: the tile scheduler, work items (batch, head, BM-row q tile)
 // and their order (L2 sections, longest-first under causal masking), split units.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 
@@ -41,13 +48,13 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
         // Heads whose K/V fit the section, in f32: a heuristic every thread computes alike, so no
         // exact division is needed. The two 64-bit divisions of the general form below
         // (subroutine calls in every thread) sat on the path to the producer's first copy, which
-        // one-item CTAs wait on (session 8, run9).
+        // one-item CTAs wait on (2026-11-26, 1fd8819).
         const float qpk = p.q_heads_per_kv > 0 ? (float)p.q_heads_per_kv : 1.f;
         const float kv_bytes = fmaxf(2.f * (float)max(p.seq_k, 1) * (float)(D * sizeof(elem_t)) / qpk, 1.f);
         const float g = fminf(fmaxf(floorf((float)FC_HOPPER_L2_SECTION_BYTES / kv_bytes), 1.f), (float)s.bh);
 #if FC_HOPPER_HEAD_MAJOR
         // One head per section without causal masking (below), and also when every CTA gets one
-        // item at most: there is no balance to keep (run10).
+        // item at most: there is no balance to keep (1fd8819).
         s.g = p.causal && s.total > unit_stride() ? (int)g : 1;
 #else
         s.g = (int)g;
@@ -55,7 +62,7 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
         return s;
     }
     // The modes build keeps the exact form: its paged suite, near its targets, moved with the
-    // f32 one (run13).
+    // f32 one (1fd8819).
     int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
     unsigned long long kv_bytes = 2ull * (unsigned long long)(p.seq_k > 0 ? p.seq_k : 1) * D * sizeof(elem_t) / qpk;
     if (kv_bytes == 0) kv_bytes = 1;

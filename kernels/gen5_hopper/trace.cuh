@@ -2,9 +2,9 @@
 // FC_HOPPER_TRACE=1; off in every measured build). Thread 0 of each consumer warpgroup of CTAs 0,
 // gridDim.x / 2 and gridDim.x - 1 stamps clock64 at the CTA's start, after the grid-dependency
 // wait and at each unit's boundaries, in the module's third launch: where a unit's time goes
-// outside its key loop (session 17). The stamps go straight to a module variable; the plan's second
+// outside its key loop (1016eb2). The stamps go straight to a module variable; the plan's second
 // launch, attention_persistent_hopper_trace_print (one thread, same module), prints them once.
-// What the stamps must not change (session 17): a printf in the kernel made ptxas serialize its
+// What the stamps must not change (2026-11-26): a printf in the kernel made ptxas serialize its
 // wgmma pipeline (C7510: every wgmma waited for at once), and stamps inside the key loop moved the
 // softmax above the wait for PV (a store there is a point ptxas does not hoist that wait across),
 // so there are none in the loop. Cycles, since %globaltimer ticks in microseconds; the CTA's start

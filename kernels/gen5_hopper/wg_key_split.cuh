@@ -5,6 +5,21 @@
 // QK^T, softmax and PV is a dependent chain of ~2 300 cycles at D = 64), for a merge inside the
 // SM instead of a split across CTAs and a combine through global memory.
 #pragma once
+#include "config.cuh"
+#include "tile_scheduler.cuh"
+#include "block_info.cuh"
+#include "consumer_math.cuh"
+#include "pingpong.cuh"
+#include "kv_fetch.cuh"
+#include "split_epilogue.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/seqlen.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/smem_io.cuh"
+#include "../common/hopper/tma.cuh"
+#include "../common/hopper/cluster.cuh"
 
 namespace fch {
 
@@ -65,7 +80,6 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
     }
 }
 
-#if FC_HOPPER_WG_KEY_SPLIT
 // Where warpgroup cw's first tile of an item sits: `ring` tiles went before the item.
 __device__ __forceinline__ void key_split_ring_start(int ring, int cw, int& stage, unsigned& phase) {
     const int g = ring + cw;
@@ -155,7 +169,7 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     const bool first = cw == 0;
     const int lane = tid & 31;
     // The block info first, so that its parameter loads (cold in the constant cache) may overlap
-    // the wait for the partner (session 18, run3: the call's time did not move with it).
+    // the wait for the partner (measured 2026-11-26, df12f9f: the call's time did not move with it).
     const SeqInfo seq = block_seq(p, w.b);
     KeyRange keys[2];
     elem_t* orow[2];
@@ -237,6 +251,5 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     }
 #endif
 }
-#endif
 
 }  // namespace fch

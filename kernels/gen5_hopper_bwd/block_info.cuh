@@ -1,6 +1,9 @@
 // Generation 5 (Hopper) backward: which work unit a CTA takes, which query blocks a key block
 // visits, and which (key, query) pairs the mask keeps.
 #pragma once
+#include "config.cuh"
+#include "../common/params.cuh"
+#include "../common/masking.cuh"
 
 namespace fhb {
 
@@ -22,7 +25,7 @@ __device__ __forceinline__ long long num_units(const AttentionParams& p) {
 // go key block major, so under causal masking the first key blocks, which see the most queries,
 // start first (longest first), and the CTAs of a wave share their heads' Q, dO and dQ accumulator
 // in L2. Key block major over all heads (the first version) ran 8 x 32 heads at once and lost 40 %
-// at (8,32,4096,128) (run1).
+// at (8,32,4096,128) (c3bc4f9).
 __device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long t) {
     const long long heads = (long long)p.batch * p.heads_kv;
     const long long n_kb = key_blocks(p);

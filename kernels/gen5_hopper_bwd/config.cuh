@@ -69,7 +69,7 @@ constexpr int DQ_SLICES = D / 64;  // slices per query block in the accumulator
 constexpr int DQ_BLOCKS_PER_STEP = QUERY_ROWS / DQ_SLICE_QUERIES;  // accumulator query blocks per step
 constexpr bool DQ_SPLIT_KEYS = D == 64 && QUERY_ROWS == 64;
 constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgroup's dQ product sums
-// What runs under a step's dPᵀ = V·dOᵀ (measured choices, session 13 run2):
+// What runs under a step's dPᵀ = V·dOᵀ (measured choices, 921f288):
 //   64 queries: Pᵀ, and dV += Pᵀ·dO is issued before dPᵀ is waited for;
 //   128 queries (D = 64): Pᵀ (2-3 % faster than waiting for Sᵀ and dPᵀ together);
 //   80 queries (D = 128): nothing: Sᵀ and dPᵀ are waited for together, 1-2 % faster than computing

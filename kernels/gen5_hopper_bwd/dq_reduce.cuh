@@ -9,6 +9,9 @@
 // permutation. Both are zeroed or written whole by the prepare kernel before the main kernel runs
 // (nothing to clear between calls). Keep in sync with crates/gen5-persistent/src/hopper_bwd.rs.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
 
 namespace fhb {
 

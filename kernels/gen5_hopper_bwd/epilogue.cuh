@@ -1,8 +1,12 @@
 // Generation 5 (Hopper) backward: a consumer warpgroup's dK and dV rows out of the accumulators,
 // through shared memory so that they leave as whole rows. Stored straight from the accumulator
 // layout (4 bytes a thread, 8 rows a warp instruction) they took 5-10 us a unit at
-// (4,16,2048,128), up to a tenth of the unit (session 13, run9).
+// (4,16,2048,128), up to a tenth of the unit (dbf6e12).
 #pragma once
+#include "config.cuh"
+#include "../common/types.cuh"
+#include "../common/hopper/named_barrier.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace fhb {
 

@@ -3,6 +3,13 @@
 // on N (the step's 64 queries), so Pᵀ and dSᵀ come out of the accumulators in the A-fragment
 // layout and feed dV += Pᵀ·dO and dK += dSᵀ·Q straight from registers (RS wgmma).
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/opaque.cuh"
+#include "../common/hopper/wgmma.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace fhb {
 

@@ -1,6 +1,14 @@
 // Generation 5 (Hopper) backward: the producer warp's copies. K and V once per work unit; Q, dO and
 // the step's LSE and D per query block into the ring. Part of gen5_hopper_bwd.cu.
 #pragma once
+#include "config.cuh"
+#include "block_info.cuh"
+#include "dq_reduce.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/tensor_index.cuh"
+#include "../common/hopper/mbarrier.cuh"
+#include "../common/hopper/tma.cuh"
 
 namespace fhb {
 

@@ -1,7 +1,7 @@
 // Generation 5 (Hopper) backward: an optional timeline (FLASHCORE_HOPPER_BWD_TRACE=1, which builds
 // with FC_BWD_TRACE=1; off in every measured build). The first consumer thread of CTAs 0,
 // gridDim.x / 2 and gridDim.x - 1 stamps %globaltimer at each unit's boundaries, and prints the
-// stamps of the module's third launch: where a unit's time goes outside its steps (session 13).
+// stamps of the module's third launch: where a unit's time goes outside its steps (dbf6e12).
 #pragma once
 
 #ifndef FC_BWD_TRACE

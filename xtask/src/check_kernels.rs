@@ -1,6 +1,7 @@
 //! `cargo xtask check-kernels`: every kernel each generation would launch, compiled by NVRTC for
-//! sm_80, sm_86, sm_89 and sm_90a, with ptxas's resource report. Fails on a compile error, on any
-//! spill, on shared memory over the architecture's limit, or where ptxas ignored setmaxnreg or
+//! sm_80, sm_86, sm_89 and sm_90a, with ptxas's resource report, and every header compiled alone
+//! (header_check.rs). Fails on a compile error, on a header that does not include what it uses, on
+//! any spill, on shared memory over the architecture's limit, or where ptxas ignored setmaxnreg or
 //! serialized the wgmma pipeline.
 
 use std::collections::BTreeSet;
@@ -268,7 +269,9 @@ pub fn run(
     }
     let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut failures = Vec::new();
+    // Each header alone first: a missing include then reads as such, not as a kernel's error.
+    let headers = crate::header_check::check()?;
+    let mut failures = headers.failures.clone();
     // --compare-ptx: (build, verdict) for every build that is not the same as before.
     let mut ptx_changes: Vec<(String, ptx_compare::Verdict)> = Vec::new();
     let mut ptx_same = 0usize;
@@ -386,7 +389,7 @@ pub fn run(
                 }
                 if wgmma_serialized(&report, launch.entry) {
                     // ptxas then waits for every wgmma right after issuing it: correct, and
-                    // silently far slower (a printf in the kernel is enough, session 17).
+                    // silently far slower (a printf in the kernel is enough: 599d16b).
                     failures.push(format!(
                         "{} {} {arch} {dtype} {}: ptxas serialized the wgmma pipeline:\n{report}",
                         kernel_name, launch.entry, row.defines
@@ -513,6 +516,12 @@ pub fn run(
         bail!("{} kernel check(s) failed", failures.len());
     }
     println!(
+        "check-kernels: {} headers compile alone ({} builds: {}, f16 and bf16, defines from HEADER_DEFINES)",
+        headers.headers,
+        headers.builds,
+        crate::header_check::HEADER_ARCHES.join(" and ").replace("compute_", "sm_")
+    );
+    println!(
         "check-kernels: {} kernel builds compiled, no spills, shared memory within limits",
         rows.len()
     );
@@ -583,7 +592,7 @@ ptxas info    : Used 56 registers, used 1 barriers, 3072 bytes smem, 544 bytes c
 
     #[test]
     fn a_serialized_wgmma_pipeline_is_recognised() {
-        // ptxas 13.0's words for the traced Hopper forward (a printf in the kernel), session 17.
+        // ptxas 13.0's words for the traced Hopper forward (a printf in the kernel), 2026-11-26.
         let serialized = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async \
 instructions are serialized due to wgmma pipeline crossing function boundary at a function call \
 in the function 'attention_persistent_hopper'\n";

@@ -69,7 +69,7 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, int tag = 0) {
 #if defined(FC_HOPPER_DEBUG)
     // Bounded by time, not by spins: a try_wait may suspend the thread for a while before it
-    // fails, and 2^30 of them did not report within a 200 s call (session 6, run6).
+    // fails, and 2^30 of them did not report within a 200 s call (10b4272).
     const unsigned long long start = globaltimer_ns();
     while (!mbar_try_wait(bar, parity)) {
         if (globaltimer_ns() - start > FC_HOPPER_DEBUG_WAIT_NS) {
