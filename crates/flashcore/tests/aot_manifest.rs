@@ -134,9 +134,10 @@ fn manifest() -> String {
                                     Variant::Varlen,
                                 ];
                                 let cases = sizes.into_iter().flat_map(|sz| {
-                                    variants.map(|v| (sz, v)).into_iter().flat_map(|(sz, v)| {
-                                        [false, true].map(|bi| (sz, v, bi))
-                                    })
+                                    variants
+                                        .map(|v| (sz, v))
+                                        .into_iter()
+                                        .flat_map(|(sz, v)| [false, true].map(|bi| (sz, v, bi)))
                                 });
                                 for ((b, h, s), variant, bi) in cases {
                                     let p = variant
