@@ -21,11 +21,12 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut}
 use ndarray::{Array4, ArrayView3, ArrayView4};
 
 use crate::device::{Device, DeviceInfo};
+use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::host::{nan_bits, HostElement};
 use crate::launch::{linear_grid, tiles, AttentionParams};
 use crate::plan::{Capabilities, KernelLaunch, LaunchPlan, TensorMapSpec};
-use crate::problem::{AttentionProblem, DType, TensorStrides};
+use crate::problem::{AttentionProblem, TensorStrides};
 use crate::tensors::{TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.

@@ -5,10 +5,11 @@
 use ndarray::{Array3, Array4, ArrayD, ArrayView4, ArrayViewD};
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem};
 use crate::modes::{HostTables, KvStorage};
 use crate::plan::Attention;
-use crate::problem::{AttentionProblem, DType};
+use crate::problem::AttentionProblem;
 use crate::tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
 mod sealed {

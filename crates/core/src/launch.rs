@@ -8,10 +8,11 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::modes::{AlibiSlopes, KvStorage};
 use crate::plan::{Attention, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec};
-use crate::problem::{AttentionProblem, DType, ProblemStrides, TensorStrides};
+use crate::problem::{AttentionProblem, ProblemStrides, TensorStrides};
 use crate::tensors::{AttentionTensors, TensorMut, TensorRef};
 
 /// Mirror of `struct AttentionParams` in kernels/common/params.cuh: change both together.

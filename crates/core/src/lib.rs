@@ -1,6 +1,7 @@
 //! flashcore-core: what every attention generation shares.
 //!
-//! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation.
+//! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation; [`dtype`]:
+//!   the element type ([`DType`]).
 //! - [`backward`]: the backward pass ([`AttentionBackward`]: dQ, dK, dV), its tensors and host path.
 //! - [`plan`]: the [`Attention`] trait a generation implements, and its launch plan types.
 //! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
@@ -11,6 +12,7 @@
 pub mod backward;
 pub mod compile;
 pub mod device;
+pub mod dtype;
 pub mod error;
 pub mod host;
 pub mod launch;
@@ -24,6 +26,7 @@ pub use backward::{
     backward_host, backward_on, AttentionBackward, BackwardParams, BackwardTensors, HostGradients,
 };
 pub use device::{Device, DeviceInfo};
+pub use dtype::DType;
 pub use error::{Error, InvalidProblem, Unsupported};
 pub use host::{
     forward_host, forward_host_modes, HostElement, HostInputs, HostOutput, HostOutputs,
@@ -33,7 +36,7 @@ pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
 pub use plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
 };
-pub use problem::{AttentionProblem, DType, Layout, ProblemStrides, TensorStrides};
+pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};
 pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
 /// Re-exported so generation crates and tools use the same cudarc as the core.

@@ -2,9 +2,10 @@
 //! launch its kernel. Validation, compilation, buffers and the launch itself live in the core.
 
 use crate::device::{Device, DeviceInfo};
+use crate::dtype::DType;
 use crate::error::{Error, Unsupported};
 use crate::modes::ModeSupport;
-use crate::problem::{AttentionProblem, DType, Layout};
+use crate::problem::{AttentionProblem, Layout};
 use crate::tensors::AttentionTensors;
 
 /// Head dims a kernel takes.

@@ -2,8 +2,9 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
+use crate::dtype::DType;
 use crate::error::InvalidProblem;
-use crate::problem::{AttentionProblem, DType};
+use crate::problem::AttentionProblem;
 
 /// A read-only device tensor of 16-bit elements.
 pub struct TensorRef<'a> {
