@@ -24,8 +24,9 @@ use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::host::{nan_bits, HostElement};
-use crate::launch::{linear_grid, tiles, AttentionParams};
-use crate::plan::{Capabilities, KernelLaunch, LaunchPlan, TensorMapSpec};
+use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMapSpec};
+use crate::params::AttentionParams;
+use crate::plan::Capabilities;
 use crate::problem::{AttentionProblem, TensorStrides};
 use crate::tensors::{TensorMut, TensorRef};
 
@@ -340,7 +341,7 @@ pub fn backward_on(
             for map in maps.iter().flatten() {
                 args.push(map as *const CUtensorMap as *mut c_void);
             }
-            crate::launch::launch_raw(device, stream, launch, &function, &mut args)?;
+            crate::execute::launch_raw(device, stream, launch, &function, &mut args)?;
         }
         Ok(())
     });
@@ -356,11 +357,11 @@ fn backward_tensor_maps(
     bwd: &BackwardParams,
     spec: &TensorMapSpec,
 ) -> Result<[CUtensorMap; 4], Error> {
-    let [q, k, v] = crate::launch::encode_tensor_maps(p, params, spec)?;
-    let d_o = crate::launch::encode_tensor_map(
+    let [q, k, v] = crate::tensor_map::encode_tensor_maps(p, params, spec)?;
+    let d_o = crate::tensor_map::encode_tensor_map(
         p,
         spec,
-        &crate::launch::MapTarget {
+        &crate::tensor_map::MapTarget {
             name: "d_o",
             ptr: bwd.d_o,
             strides: p.strides().o,

@@ -363,7 +363,7 @@ pub fn forward_host_modes<E: HostElement>(
                     data: dv.as_view_mut(),
                     dtype,
                 },
-                crate::launch::KvAppend {
+                crate::tensors::KvAppend {
                     k_new: tref(&dk_new, dtype),
                     v_new: tref(&dv_new, dtype),
                 },

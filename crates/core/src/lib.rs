@@ -3,10 +3,13 @@
 //! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation; [`dtype`]:
 //!   the element type ([`DType`]).
 //! - [`backward`]: the backward pass ([`AttentionBackward`]: dQ, dK, dV), its tensors and host path.
-//! - [`plan`]: the [`Attention`] trait a generation implements, and its launch plan types.
+//! - [`plan`]: the [`Attention`] trait a generation implements, and the checks of a call;
+//!   [`launch_plan`]: what a plan asks the core to launch.
 //! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
 //! - [`compile`]: embedded kernel sources, NVRTC compilation, the on-disk PTX cache.
-//! - [`launch`]: parameter block, tensor maps, launches; [`host`]: ndarray in, ndarray out.
+//! - [`params`]: the parameter block; [`tensor_map`]: Hopper tensor maps; [`execute`]: the
+//!   launches; [`launch`]: the entry points and their helpers, where callers find them.
+//! - [`host`]: ndarray in, ndarray out.
 //! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
 
 pub mod backward;
@@ -14,11 +17,15 @@ pub mod compile;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod execute;
 pub mod host;
 pub mod launch;
+pub mod launch_plan;
 pub mod modes;
+pub mod params;
 pub mod plan;
 pub mod problem;
+pub mod tensor_map;
 pub mod tensors;
 pub mod toolkit;
 

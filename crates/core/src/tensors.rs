@@ -18,6 +18,12 @@ pub struct TensorMut<'a> {
     pub dtype: DType,
 }
 
+/// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense.
+pub struct KvAppend<'a> {
+    pub k_new: TensorRef<'a>,
+    pub v_new: TensorRef<'a>,
+}
+
 /// Q, K, V in; O and the f32 log-sum-exp out; the per-sequence tables of the problem's modes.
 pub struct AttentionTensors<'a> {
     pub q: TensorRef<'a>,
