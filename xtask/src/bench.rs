@@ -33,7 +33,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use flashcore::{Attention, DType, Device, Layout};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::case::{random_tensor_parallel, to_layout, ShapeCheck};
+use crate::case::ShapeCheck;
+use crate::inputs::{random_tensor_parallel, to_layout};
 use gpu::{Buffers, LoopOptions, Timer};
 use report::{
     DeviceSummary, GemmPeak, Method, Outcome, PeerStatus, Report, Row, Settings, Source, Timing,

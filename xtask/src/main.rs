@@ -6,6 +6,7 @@ mod bench;
 mod case;
 mod check_kernels;
 mod cuda_wheels;
+mod inputs;
 mod mode_case;
 mod progress;
 mod ptx_compare;

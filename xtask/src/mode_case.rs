@@ -10,7 +10,7 @@ use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
 use rand::{Rng, SeedableRng};
 
-use crate::case::{precision, random_tensor, to_layout, Case};
+use crate::inputs::{precision, random_tensor, to_layout};
 
 /// How a case's storage is laid out, beyond what `AttentionProblem::modes` says: what its
 /// `--case` keys were. Kept beside the problem so a case prints back to the same line.
@@ -415,12 +415,11 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
 /// Judges every sequence of a mode case's outputs; the verdict with the largest ratio (or the
 /// first failure) stands for the case.
 pub fn judge(
-    case: &Case,
+    p: &AttentionProblem,
     draw: &Draw,
     inp: &ModeInputs,
     out: &flashcore::HostOutputs,
 ) -> std::result::Result<Verdict, String> {
-    let p = &case.problem;
     let mut worst: Option<Verdict> = None;
     for b in 0..p.batch {
         let op = seq_oracle_problem(p, draw, b);
@@ -480,6 +479,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::case::Case;
 
     #[test]
     fn a_mode_case_round_trips_and_redraws_the_same_tables() {

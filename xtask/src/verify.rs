@@ -736,7 +736,7 @@ pub fn oracle_backward_self_check() -> Result<usize> {
         let inp = crate::case::inputs(&case);
         let d_o = crate::case::grad_output(&case);
         let op = case.oracle_problem();
-        let prec = crate::case::precision(case.problem.dtype);
+        let prec = crate::inputs::precision(case.problem.dtype);
         let (q, k, v, g) = (inp.q.view(), inp.k.view(), inp.v.view(), d_o.view());
         let rf = gradients_f64(&op, q, k, v, g);
         let lp = gradients_low_precision(&op, prec, q, k, v, g);

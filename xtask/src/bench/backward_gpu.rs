@@ -27,7 +27,8 @@ use super::gpu::{self, Buffers, LoopOptions, Timer};
 use super::report::{DeviceSummary, Outcome, PeerStatus, Row, Source, Timing};
 use super::suite::{self, Shape};
 use super::{decode, peers, Args};
-use crate::case::{random_tensor_parallel, to_layout, ShapeCheck};
+use crate::case::ShapeCheck;
+use crate::inputs::{random_tensor_parallel, to_layout};
 
 fn cu<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| anyhow!("CUDA error in {what}: {e:?}"))

@@ -670,7 +670,7 @@ pub fn gemm_peak(
     use flashcore::cudarc::cublas::{result, sys as bsys, CudaBlas};
     ensure_cublas()?;
     let s = device.stream();
-    let data = crate::case::random_tensor_parallel(dtype, [1, 1, n, n], 7);
+    let data = crate::inputs::random_tensor_parallel(dtype, [1, 1, n, n], 7);
     let bits: Vec<u16> = data.iter().map(|&x| dtype.to_bits(x)).collect();
     drop(data);
     let a = cu(s.clone_htod(&bits), "uploading GEMM A")?;

@@ -22,7 +22,7 @@ use super::peers;
 use super::report::{DeviceSummary, GemmPeak, Outcome, PeerStatus, Source};
 use super::suite::{CausalSel, Suite};
 use super::Args;
-use crate::case::{precision, random_tensor_parallel};
+use crate::inputs::{precision, random_tensor_parallel};
 use crate::mode_case::{self, Draw};
 
 /// Q, K, V of a case in storage order (`flashcore::host::storage_shapes`), f32 values rounded to

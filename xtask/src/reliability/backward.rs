@@ -25,9 +25,8 @@ use super::device::{alloc_f32, alloc_u16, download16, memset16, upload, DevCase}
 use super::host::{count_nan_bits, count_nonfinite_bits, mib, padding_sentinel, Synth};
 use super::watchdog::{progress, step};
 use super::{dims_in, Args, Report, Res};
-use crate::case::{
-    backward_inputs, forward_for_backward, precision, BackwardInputs, Case, NoInputs,
-};
+use crate::case::{backward_inputs, forward_for_backward, BackwardInputs, Case, NoInputs};
+use crate::inputs::precision;
 use placement::{backward_device_bytes, compare_padded, spot_batches, Padding, Placement};
 
 const CHECK: &str = "backward";
@@ -140,7 +139,7 @@ impl HostBits {
             k: bits(bi.inputs.k.view()),
             v: bits(bi.inputs.v.view()),
             // The forward's O is in the layout's order; the axis swap is its own inverse.
-            o: bits(crate::case::to_layout(bi.forward.o.view(), p.layout)),
+            o: bits(crate::inputs::to_layout(bi.forward.o.view(), p.layout)),
             d_o: bits(bi.d_o.view()),
             lse: bi.forward.lse.iter().copied().collect(),
         }
