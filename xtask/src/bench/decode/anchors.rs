@@ -8,7 +8,7 @@ use flashcore::DType;
 use serde::{Deserialize, Serialize};
 
 use super::DecodeInfo;
-use crate::bench::modes::PeerShape;
+use crate::bench::modes::cases::PeerShape;
 
 /// A peer number from the anchor file (`B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash
 /// 95.5 us 2811 GB/s`).

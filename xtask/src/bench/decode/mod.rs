@@ -23,7 +23,7 @@
 use flashcore::Layout;
 use serde::{Deserialize, Serialize};
 
-use super::modes::{
+use super::modes::cases::{
     cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, PeerCase, PeerShape,
     Side, SuitePlan, Target, DTYPE,
 };
