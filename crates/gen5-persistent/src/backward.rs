@@ -18,6 +18,7 @@ use flashcore_core::{
     Unsupported,
 };
 
+use crate::env::{parse_number, Env};
 use crate::PersistentPortable;
 
 pub const SOURCE: &str = "gen5_portable_bwd.cu";
@@ -244,11 +245,11 @@ struct Overrides {
 
 impl Overrides {
     fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok();
+        let env = Env::process();
         Overrides {
-            tiles: var("FLASHCORE_PORTABLE_BWD_TILES"),
-            section_heads: var("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"),
-            step_queries: var("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
+            tiles: env.get("FLASHCORE_PORTABLE_BWD_TILES"),
+            section_heads: env.get("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"),
+            step_queries: env.get("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
         }
     }
 }
@@ -264,9 +265,9 @@ fn section_heads(
     forced: Option<String>,
 ) -> Result<Option<usize>, String> {
     if let Some(v) = forced {
-        return match v.trim().parse::<usize>() {
-            Ok(0) => Ok(None),
-            Ok(n) if n <= 1 << 20 => Ok(Some(n)),
+        return match parse_number(&v) {
+            Some(0) => Ok(None),
+            Some(n) if n <= 1 << 20 => Ok(Some(n)),
             _ => Err(format!(
                 "FLASHCORE_PORTABLE_BWD_SECTION_HEADS={v:?}: expected 0 ..= {}",
                 1 << 20

@@ -33,6 +33,7 @@
 //! decode tile, each sequence is routed by its own query count ([`Route`]): the decode-shaped
 //! ones here, the rest to the persistent kernel, in two launches of one plan.
 
+use crate::env::{parse_number, Env};
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
 /// Kernel file and entry points.
@@ -116,74 +117,64 @@ pub struct DecodeConfig {
 
 impl DecodeConfig {
     pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::read(Env::process())
     }
 
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::read(Env::new(&lookup))
+    }
+
+    fn read(env: Env) -> Result<Self, String> {
         let mut c = DecodeConfig::default();
-        if let Some(v) = lookup("FLASHCORE_DECODE") {
-            c.mode = match v.trim() {
-                "" | "auto" => DecodeMode::Auto,
-                "0" | "off" => DecodeMode::Off,
-                "force" => DecodeMode::Force,
-                other => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE={other}: expected auto, off or force"
-                    ))
-                }
-            };
+        let mode = |v: &str| match v.trim() {
+            "" | "auto" => Some(DecodeMode::Auto),
+            "0" | "off" => Some(DecodeMode::Off),
+            "force" => Some(DecodeMode::Force),
+            _ => None,
+        };
+        if let Some(m) = env.parse("FLASHCORE_DECODE", mode, |v| {
+            format!("FLASHCORE_DECODE={}: expected auto, off or force", v.trim())
+        })? {
+            c.mode = m;
         }
-        if let Some(v) = lookup("FLASHCORE_DECODE_PDL") {
-            c.programmatic_launch = match v.trim() {
-                "1" | "on" => Some(true),
-                "0" | "off" => Some(false),
-                other => return Err(format!("FLASHCORE_DECODE_PDL={other}: expected 0|1|on|off")),
-            };
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_PREFETCH") {
-            c.prefetch = match v.trim() {
-                "1" | "on" => Some(true),
-                "0" | "off" => Some(false),
-                other => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_PREFETCH={other}: expected 0|1|on|off"
-                    ))
-                }
-            };
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_STAGES") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (2..=MAX_STAGES).contains(&n) => c.stages = Some(n),
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"
-                    ))
-                }
-            }
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_CHUNK_TILES") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_CHUNK_TILES).contains(&n) => c.chunk_tiles = Some(n),
-                _ => {
-                    return Err(format!(
+        c.programmatic_launch = env.flag("FLASHCORE_DECODE_PDL", |v| {
+            format!("FLASHCORE_DECODE_PDL={}: expected 0|1|on|off", v.trim())
+        })?;
+        c.prefetch = env.flag("FLASHCORE_DECODE_PREFETCH", |v| {
+            format!(
+                "FLASHCORE_DECODE_PREFETCH={}: expected 0|1|on|off",
+                v.trim()
+            )
+        })?;
+        c.stages = env.number(
+            "FLASHCORE_DECODE_STAGES",
+            |n| (2..=MAX_STAGES).contains(&n),
+            |v| format!("FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"),
+        )?;
+        c.chunk_tiles = env.number(
+            "FLASHCORE_DECODE_CHUNK_TILES",
+            |n| (1..=MAX_CHUNK_TILES).contains(&n),
+            |v| {
+                format!(
                     "FLASHCORE_DECODE_CHUNK_TILES={v}: expected key tiles in 1..={MAX_CHUNK_TILES}"
-                ))
-                }
-            }
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
-            if v.trim() == "sweep" {
-                c.sweep = true;
-                return Ok(c);
-            }
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
-                    ))
-                }
-            }
+                )
+            },
+        )?;
+        // `sweep`, or a count: Some(None) or Some(Some(n)).
+        let splits = |v: &str| match v.trim() {
+            "sweep" => Some(None),
+            n => parse_number(n)
+                .filter(|n| (1..=MAX_SPLITS).contains(n))
+                .map(Some),
+        };
+        match env.parse("FLASHCORE_DECODE_SPLITS", splits, |v| {
+            format!(
+                "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
+            )
+        })? {
+            Some(None) => c.sweep = true,
+            Some(Some(n)) => c.splits = Some(n),
+            None => {}
         }
         Ok(c)
     }

@@ -22,6 +22,8 @@ use flashcore_core::problem::AttentionProblem;
 use flashcore_core::{DeviceInfo, Unsupported};
 use flashcore_core::{KvStorage, ModeSupport};
 
+use crate::env::{parse_number, Env};
+
 /// The FA3-style Hopper kernel.
 pub struct PersistentHopper;
 
@@ -294,29 +296,23 @@ impl Default for HopperConfig {
 impl HopperConfig {
     /// The default with the `FLASHCORE_HOPPER_*` environment overrides applied.
     pub fn from_env() -> Result<Self, String> {
-        let var = |name: &str| std::env::var(name).ok();
-        Self::from_overrides(|name| var(name))
+        Self::read(Env::process())
     }
 
     /// `lookup(name)` returns the override for `FLASHCORE_HOPPER_<name>` (unset: `None`).
     pub fn from_overrides(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::read(Env::new(&lookup))
+    }
+
+    fn read(env: Env) -> Result<Self, String> {
         let mut c = Self::default();
-        let flag = |name: &str| -> Result<Option<bool>, String> {
-            match lookup(name) {
-                None => Ok(None),
-                Some(v) => parse_flag(&v)
-                    .map(Some)
-                    .ok_or_else(|| format!("{name}={v}: expected 0 or 1")),
-            }
-        };
-        let number = |name: &str, allowed: &[usize]| -> Result<Option<usize>, String> {
-            match lookup(name) {
-                None => Ok(None),
-                Some(v) => match v.trim().parse::<usize>() {
-                    Ok(n) if allowed.contains(&n) => Ok(Some(n)),
-                    _ => Err(format!("{name}={v}: expected one of {allowed:?}")),
-                },
-            }
+        let flag = |name: &str| env.flag(name, |v| format!("{name}={v}: expected 0 or 1"));
+        let number = |name: &str, allowed: &[usize]| {
+            env.number(
+                name,
+                |n| allowed.contains(&n),
+                |v| format!("{name}={v}: expected one of {allowed:?}"),
+            )
         };
         if let Some(v) = flag("FLASHCORE_HOPPER_OVERLAP")? {
             c.overlap = v;
@@ -360,15 +356,12 @@ impl HopperConfig {
         if let Some(v) = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")? {
             c.cluster_key_split = Some(v);
         }
-        if let Some(v) = lookup("FLASHCORE_HOPPER_L2_SECTION_MB") {
-            match v.trim().parse::<u64>() {
-                Ok(mb) if (1..=1024).contains(&mb) => c.l2_section_bytes = Some(mb << 20),
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_HOPPER_L2_SECTION_MB={v}: expected 1..=1024"
-                    ))
-                }
-            }
+        if let Some(mb) = env.number(
+            "FLASHCORE_HOPPER_L2_SECTION_MB",
+            |mb| (1..=1024).contains(&mb),
+            |v| format!("FLASHCORE_HOPPER_L2_SECTION_MB={v}: expected 1..=1024"),
+        )? {
+            c.l2_section_bytes = Some((mb as u64) << 20);
         }
         if let Some(v) = number("FLASHCORE_HOPPER_Q_STAGES", &[1, 2])? {
             c.q_stages = v;
@@ -379,17 +372,22 @@ impl HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_WGS", &[2, 3])? {
             c.consumer_wgs = Some(v);
         }
-        if let Some(v) = lookup("FLASHCORE_HOPPER_SPLITS") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
-                _ if v.trim() == "auto" => c.auto_split = true,
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_HOPPER_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} \
-                         (1 never splits) or `auto`"
-                    ))
-                }
-            }
+        // A count, or `auto`: Some(n) or None.
+        let splits = |v: &str| match v.trim() {
+            "auto" => Some(None),
+            n => parse_number(n)
+                .filter(|n| (1..=MAX_SPLITS).contains(n))
+                .map(Some),
+        };
+        match env.parse("FLASHCORE_HOPPER_SPLITS", splits, |v| {
+            format!(
+                "FLASHCORE_HOPPER_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} \
+                 (1 never splits) or `auto`"
+            )
+        })? {
+            Some(Some(n)) => c.splits = Some(n),
+            Some(None) => c.auto_split = true,
+            None => {}
         }
         if c.smem_epilogue == Some(true) {
             // O is staged in the item's own Q buffer, which then stays busy through the epilogue.
@@ -774,14 +772,6 @@ pub fn default_consumer_wgs(problem: &AttentionProblem, sm_count: usize) -> usiz
     }
 }
 
-fn parse_flag(v: &str) -> Option<bool> {
-    match v.trim() {
-        "1" | "true" | "on" | "yes" => Some(true),
-        "0" | "false" | "off" | "no" => Some(false),
-        _ => None,
-    }
-}
-
 /// wgmma and setmaxnreg are sm_90a-only: the arch-specific PTX does not run on later parts.
 /// (The forward and the backward both check this.)
 pub(crate) fn require_sm90a(name: &'static str, device: &DeviceInfo) -> Result<(), Unsupported> {
@@ -795,10 +785,6 @@ pub(crate) fn require_sm90a(name: &'static str, device: &DeviceInfo) -> Result<(
             device.compute_capability.0, device.compute_capability.1
         ),
     ))
-}
-
-pub(crate) fn env_flag(name: &str) -> Option<bool> {
-    parse_flag(&std::env::var(name).ok()?)
 }
 
 impl Attention for PersistentHopper {
@@ -945,7 +931,10 @@ impl PersistentHopper {
                 defines.push(("FC_HOPPER_SPREAD_PAGES".to_string(), "1".to_string()));
             }
         }
-        if env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
+        if Env::process()
+            .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
+            .unwrap_or(false)
+        {
             // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
             defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
         }

@@ -13,6 +13,7 @@ use flashcore_core::{
     Swizzle, TensorMapSpec, Unsupported,
 };
 
+use crate::env::Env;
 use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
@@ -125,35 +126,26 @@ pub struct BackwardTuning {
 
 impl BackwardTuning {
     pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|var| std::env::var(var).ok())
+        Self::read(Env::process())
     }
 
     /// [`Self::from_env`] with the variables read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let read =
-            |var: &str, default: usize, ok: &dyn Fn(usize) -> bool| -> Result<usize, String> {
-                match lookup(var) {
-                    None => Ok(default),
-                    Some(v) => match v.trim().parse::<usize>() {
-                        Ok(n) if ok(n) => Ok(n),
-                        _ => Err(format!("{var}={v:?} is not allowed")),
-                    },
-                }
-            };
+        Self::read(Env::new(&lookup))
+    }
+
+    fn read(env: Env) -> Result<Self, String> {
+        let number = |var: &str, allowed: &dyn Fn(usize) -> bool| {
+            env.number(var, allowed, |v| format!("{var}={v:?} is not allowed"))
+        };
         Ok(BackwardTuning {
-            stages: read("FLASHCORE_HOPPER_BWD_STAGES", 2, &|n| n == 2 || n == 3)?,
-            section_units: match lookup("FLASHCORE_HOPPER_BWD_SECTION_UNITS") {
-                None => None,
-                Some(_) => Some(read("FLASHCORE_HOPPER_BWD_SECTION_UNITS", 0, &|n| {
-                    (1..=1 << 20).contains(&n)
-                })?),
-            },
-            query_rows: match lookup("FLASHCORE_HOPPER_BWD_QUERY_ROWS") {
-                None => None,
-                Some(_) => Some(read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", 0, &|n| {
-                    n == 64 || n == 80 || n == 128
-                })?),
-            },
+            stages: number("FLASHCORE_HOPPER_BWD_STAGES", &|n| n == 2 || n == 3)?.unwrap_or(2),
+            section_units: number("FLASHCORE_HOPPER_BWD_SECTION_UNITS", &|n| {
+                (1..=1 << 20).contains(&n)
+            })?,
+            query_rows: number("FLASHCORE_HOPPER_BWD_QUERY_ROWS", &|n| {
+                n == 64 || n == 80 || n == 128
+            })?,
         })
     }
 }
@@ -242,11 +234,17 @@ pub fn plan_with_tuning(
         ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
         ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
     ];
-    if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
+    if Env::process()
+        .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
+        .unwrap_or(false)
+    {
         // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
         defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
     }
-    if crate::hopper::env_flag("FLASHCORE_HOPPER_BWD_TRACE").unwrap_or(false) {
+    if Env::process()
+        .flag_or_unset("FLASHCORE_HOPPER_BWD_TRACE")
+        .unwrap_or(false)
+    {
         // A printed timeline of three CTAs' units (trace.cuh), for finding where time goes.
         defines.push(("FC_BWD_TRACE".to_string(), "1".to_string()));
     }

@@ -19,6 +19,8 @@ use flashcore_core::plan::{Attention, Capabilities, HeadDims, KernelLaunch, Laun
 use flashcore_core::problem::AttentionProblem;
 use flashcore_core::{DeviceInfo, ModeSupport, Unsupported};
 
+use crate::env::Env;
+
 /// The portable (sm_80+) generation-5 kernel.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PersistentPortable;
@@ -133,17 +135,6 @@ pub fn smem_bytes(
     .smem_bytes()
 }
 
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok()?.trim().parse().ok()
-}
-
-fn env_flag(name: &str) -> bool {
-    matches!(
-        std::env::var(name).ok().as_deref().map(str::trim),
-        Some("1" | "true" | "on" | "yes")
-    )
-}
-
 /// Tuning overrides read from the environment (for A/B runs; the defaults are the plan's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -161,18 +152,21 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// Unparsable values count as unset, as they always have here; the plan checks the numbers.
     pub fn from_env() -> Self {
+        let env = Env::process();
+        let number = |name: &str| env.number_or_unset(name);
         Overrides {
-            warps: env_usize("FLASHCORE_PORTABLE_WARPS"),
-            m_tiles: env_usize("FLASHCORE_PORTABLE_WARP_M_TILES"),
-            ctas_per_sm: env_usize("FLASHCORE_PORTABLE_CTAS_PER_SM"),
-            block_n: env_usize("FLASHCORE_PORTABLE_BLOCK_N"),
-            stages: env_usize("FLASHCORE_PORTABLE_STAGES"),
-            q_stages: env_usize("FLASHCORE_PORTABLE_Q_STAGES"),
-            q_reg_slices: env_usize("FLASHCORE_PORTABLE_Q_REG_SLICES"),
-            dynamic: env_usize("FLASHCORE_PORTABLE_DYNAMIC").map(|v| v != 0),
-            l2_section_mib: env_usize("FLASHCORE_PORTABLE_L2_SECTION_MIB"),
-            head_major: env_usize("FLASHCORE_PORTABLE_HEAD_MAJOR").map(|v| v != 0),
+            warps: number("FLASHCORE_PORTABLE_WARPS"),
+            m_tiles: number("FLASHCORE_PORTABLE_WARP_M_TILES"),
+            ctas_per_sm: number("FLASHCORE_PORTABLE_CTAS_PER_SM"),
+            block_n: number("FLASHCORE_PORTABLE_BLOCK_N"),
+            stages: number("FLASHCORE_PORTABLE_STAGES"),
+            q_stages: number("FLASHCORE_PORTABLE_Q_STAGES"),
+            q_reg_slices: number("FLASHCORE_PORTABLE_Q_REG_SLICES"),
+            dynamic: env.flag_or_unset("FLASHCORE_PORTABLE_DYNAMIC"),
+            l2_section_mib: number("FLASHCORE_PORTABLE_L2_SECTION_MIB"),
+            head_major: env.flag_or_unset("FLASHCORE_PORTABLE_HEAD_MAJOR"),
         }
     }
 }
@@ -505,7 +499,9 @@ impl Attention for PersistentPortable {
             problem,
             device,
             &Overrides::from_env(),
-            env_flag("FLASHCORE_PORTABLE_DEBUG"),
+            Env::process()
+                .flag_or_unset("FLASHCORE_PORTABLE_DEBUG")
+                .unwrap_or(false),
         )?;
         if crate::decode::routes_per_sequence(problem, &decode_cfg) {
             return crate::decode::routed_plan(NAME, plan, problem, device, &decode_cfg);
