@@ -14,6 +14,7 @@
 //! `--pass bwd | fwdbwd` times the backward kernels instead (`backward`, pure, and
 //! `backward_gpu`), writing `bench-bwd.json` / `bench-fwdbwd.json` and `.md`.
 
+pub mod anchors;
 pub mod backward;
 pub mod backward_gpu;
 pub mod bandwidth;

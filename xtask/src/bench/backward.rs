@@ -3,14 +3,17 @@
 //! backward is not timed in the run: it comes from `h100-backward-peers.txt`), the ratios and
 //! the markdown. Nothing here touches a GPU; `backward_gpu` does the timing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use flashcore::DType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::peers::{anchor_backend, peer_status, shape_of};
+use super::anchors::{
+    backend_name, comment_lines, file_dtype, measurement_lines, read_anchor_files,
+};
+use super::peers::{peer_status, shape_of};
 use super::report::{
     best_ours_in, best_peer_in, cell_within, fmt_us, peers_line, row_lead, rows_ours_first,
     shapes_of, yes_no, DeviceSummary, Outcome, PeerStatus, Row, Settings, Source, Timing,
@@ -97,42 +100,24 @@ pub struct BackwardAnchor {
 /// Lines without a `fwd N us` and a `bwd N us` (the forward anchor files) are not backward
 /// anchors. The dtype is bf16 when the file name or a `#` line says so, else f16.
 pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor> {
-    let header_bf16 = text
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .any(|l| l.contains("bfloat16") || l.contains("bf16"));
-    let dtype = if file.contains("bf16") || header_bf16 {
-        DType::Bf16
-    } else {
-        DType::F16
-    };
+    let dtype = file_dtype(file, text);
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        let toks: Vec<&str> = line.split_whitespace().collect();
-        let kv = |k: &str| {
-            toks.iter()
-                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<usize>().ok())
+    for w in measurement_lines(text) {
+        let (Some(b), Some(h), Some(s), Some(d), Some(c)) = (
+            w.count("B"),
+            w.count("H"),
+            w.count("S"),
+            w.count("D"),
+            w.count("causal"),
+        ) else {
+            continue;
         };
-        // The number between `tag` and "us".
-        let time = |tag: &str| {
-            toks.windows(3)
-                .find(|w| w[0] == tag && w[2] == "us")
-                .and_then(|w| w[1].parse::<f64>().ok())
-        };
-        let (Some(b), Some(h), Some(s), Some(d), Some(c)) =
-            (kv("B"), kv("H"), kv("S"), kv("D"), kv("causal"))
+        let (Some(fwd_us), Some(bwd_us)) =
+            (w.number_between("fwd", "us"), w.number_between("bwd", "us"))
         else {
             continue;
         };
-        let (Some(fwd_us), Some(bwd_us)) = (time("fwd"), time("bwd")) else {
-            continue;
-        };
-        let Some(name) = toks
-            .iter()
-            .position(|t| t.starts_with("causal="))
-            .and_then(|i| toks.get(i + 1))
-        else {
+        let Some(name) = w.after_causal(1) else {
             continue;
         };
         out.push(BackwardAnchor {
@@ -144,7 +129,7 @@ pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor>
                 causal: c != 0,
                 dtype,
             },
-            backend: anchor_backend(name, file),
+            backend: backend_name(name, file),
             fwd_us,
             bwd_us,
         });
@@ -154,29 +139,18 @@ pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor>
 
 /// The backward anchors of every `*.txt` under `dir`, and the note on where they came from.
 pub fn load_backward_anchors(dir: &Path) -> Result<(Vec<BackwardAnchor>, AnchorNote)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the anchors directory {}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
     let mut anchors = Vec::new();
     let mut used = Vec::new();
     let mut method = Vec::new();
-    for f in &files {
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let found = parse_backward_anchor_file(&name, &text);
+    for f in read_anchor_files(dir, "the anchors directory")? {
+        let found = parse_backward_anchor_file(&f.name, &f.text);
         if found.is_empty() {
             continue;
         }
-        used.push(format!("{name} ({} rows)", found.len()));
+        used.push(format!("{} ({} rows)", f.name, found.len()));
         method.extend(
-            text.lines()
-                .filter(|l| l.starts_with('#'))
-                .map(|l| format!("{name}: {}", l.trim_start_matches('#').trim())),
+            comment_lines(&f.text)
+                .map(|l| format!("{}: {}", f.name, l.trim_start_matches('#').trim())),
         );
         anchors.extend(found);
     }

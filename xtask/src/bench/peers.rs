@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{anyhow, Context, Result};
-use flashcore::DType;
 use serde_json::Value;
 
+use super::anchors::{backend_name, file_dtype, measurement_lines, read_anchor_files};
 use super::report::{Outcome, PeerSkip, PeerStatus, Row, Source, Timing};
 use super::suite::Shape;
 
@@ -638,68 +638,33 @@ pub fn merge_peer_rows<K: PartialEq>(
     Ok(rows)
 }
 
-/// Peer names in the anchor files to the peer script's backend names.
-pub(crate) fn anchor_backend(name: &str, file: &str) -> String {
-    match name {
-        "flash" => "sdpa_flash".into(),
-        "cudnn" => "sdpa_cudnn".into(),
-        "efficient" => "sdpa_efficient".into(),
-        "fa3" if file.contains("jax") => "fa3-jax".into(),
-        other => other.into(),
-    }
-}
-
 /// One anchor file, lines like
 /// `B=4 H=16 S=2048 D=64 causal=0 cudnn  162.4 us  423.1 TFLOP/s rel=2.71e-04` or, for graph
 /// replays, `... causal=0 cudnn graph 9.37 us 57.3 TFLOP/s`. The dtype is bf16 when the file
 /// name or a `#` header says so, else f16. Returns (shape, backend, method is graph, µs, rel).
 pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f64, Option<f64>)> {
-    let header_bf16 = text
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .any(|l| l.contains("bfloat16") || l.contains("bf16"));
-    let dtype = if file.contains("bf16") || header_bf16 {
-        DType::Bf16
-    } else {
-        DType::F16
-    };
+    let dtype = file_dtype(file, text);
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        let toks: Vec<&str> = line.split_whitespace().collect();
+    for w in measurement_lines(text) {
         // A backward anchor line (`... fwd N us bwd M us`): its fwd is not a forward anchor.
-        if toks.contains(&"bwd") {
+        if w.has("bwd") {
             continue;
         }
-        let kv = |k: &str| {
-            toks.iter()
-                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<usize>().ok())
-        };
-        let (Some(b), Some(h), Some(s), Some(d), Some(c)) =
-            (kv("B"), kv("H"), kv("S"), kv("D"), kv("causal"))
-        else {
+        let (Some(b), Some(h), Some(s), Some(d), Some(c)) = (
+            w.count("B"),
+            w.count("H"),
+            w.count("S"),
+            w.count("D"),
+            w.count("causal"),
+        ) else {
             continue;
         };
-        let Some(us_pos) = toks.iter().position(|t| *t == "us") else {
+        let Some(us) = w.number_before("us") else {
             continue;
         };
-        let Some(us) = us_pos
-            .checked_sub(1)
-            .and_then(|i| toks[i].parse::<f64>().ok())
-        else {
+        let Some(name) = w.after_causal(1) else {
             continue;
         };
-        let Some(c_pos) = toks.iter().position(|t| t.starts_with("causal=")) else {
-            continue;
-        };
-        let Some(name) = toks.get(c_pos + 1) else {
-            continue;
-        };
-        let graph = toks.get(c_pos + 2) == Some(&"graph");
-        let rel = toks
-            .iter()
-            .find_map(|t| t.strip_prefix("rel="))
-            .and_then(|v| v.parse::<f64>().ok());
         out.push((
             Shape {
                 batch: b,
@@ -709,10 +674,10 @@ pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f6
                 causal: c != 0,
                 dtype,
             },
-            anchor_backend(name, file),
-            graph,
+            backend_name(name, file),
+            w.after_causal(2) == Some("graph"),
             us,
-            rel,
+            w.number_after("rel="),
         ));
     }
     out
@@ -721,18 +686,9 @@ pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f6
 /// Rows from every `*.txt` under `dir` for the shapes in `wanted`, eager and graph merged as
 /// for live peers, named "<backend> (anchor)".
 pub fn load_anchors(dir: &Path, wanted: &[Shape]) -> Result<Vec<Row>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading --anchors {}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
     let mut entries = Vec::new();
-    for f in &files {
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(f)?;
-        entries.extend(parse_anchor_file(&name, &text));
+    for f in read_anchor_files(dir, "--anchors")? {
+        entries.extend(parse_anchor_file(&f.name, &f.text));
     }
     Ok(anchor_rows(&entries, wanted))
 }
@@ -776,6 +732,7 @@ mod tests {
     use super::*;
     use crate::bench::report::Method;
     use crate::bench::suite::{expand, CausalSel, MISSION};
+    use flashcore::DType;
 
     fn mission() -> Vec<Shape> {
         expand(&MISSION, CausalSel::Both, &[DType::F16])
