@@ -28,6 +28,7 @@ pub mod problem;
 pub mod tensor_map;
 pub mod tensors;
 pub mod toolkit;
+mod toolkit_paths;
 
 pub use backward::{
     backward_host, backward_on, AttentionBackward, BackwardParams, BackwardTensors, HostGradients,
