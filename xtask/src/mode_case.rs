@@ -504,7 +504,7 @@ mod tests {
             let line = match seed % 5 {
                 0 => "b=4,hq=4,hkv=2,sq=33,sk=100,d=64,varlen=1",
                 1 => "b=3,hq=2,sq=5,sk=70,d=64,cache=paged,bs=16,append=3",
-                // Capacity below the appended rows (drawn by verify on the H100, run3).
+                // Capacity below the appended rows (drawn by verify on the H100, commit 7c13259).
                 2 => "b=1,hq=1,hkv=1,sq=1,sk=1,d=64,cache=contig,append=2",
                 3 => "b=2,hq=2,sq=3,sk=1,d=64,cache=paged,bs=16,append=20",
                 _ => "b=2,hq=2,sq=40,sk=90,d=64,varlen=1,cache=contig,alibi=head",

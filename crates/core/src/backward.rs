@@ -191,7 +191,7 @@ pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
         (s.v, p.heads_kv, p.seq_k),
     ] {
         // A gradient with no elements (seq_k = 0: no keys) has nothing to alias; its strides
-        // are 0 along the empty extent's neighbours (run9 on the H100: verify's sk=0 cases).
+        // are 0 along the empty extent's neighbours (H100, commit bbeeaea: verify's sk=0 cases).
         if p.batch == 0 || heads == 0 || seq == 0 {
             continue;
         }

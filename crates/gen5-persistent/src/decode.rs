@@ -299,9 +299,9 @@ pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bo
 ///
 /// Not more: a second CTA per SM (the shared memory allows two at D = 128) measured slower
 /// every time, because one CTA's ring already keeps enough loads in flight and every extra split
-/// adds its fixed cost (Q load, ring fill, partial write, one more combine input). Run3:
-/// (1,32,8,1,32768) 52.4 µs at 16 splits, 56.8 at 33; run6: (16,64,8,1,8192) 174.5 µs at 1 split
-/// (128 CTAs), 183.0 at 2.
+/// adds its fixed cost (Q load, ring fill, partial write, one more combine input). H100,
+/// 2026-11-25, commit 499c1a2: (1,32,8,1,32768) 52.4 µs at 16 splits, 56.8 at 33;
+/// (16,64,8,1,8192) 174.5 µs at 1 split (128 CTAs), 183.0 at 2.
 pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize) -> usize {
     if units == 0 || units >= sm_count {
         return 1;
@@ -486,9 +486,9 @@ fn plan_route(
     // instructions exist from sm_90 on.
     let programmatic = device.compute_capability.0 >= 9 && cfg.programmatic_launch.unwrap_or(true);
     // With a combine between two calls' split kernels, this call's CTAs start once the last
-    // call's splits are done and prefetch while only its combine runs (run7: long row −2.1 %,
-    // paged −2.4 %). Unsplit, they start beside the last call's CTAs, and their prefetch was
-    // evicted by that kernel's stream before use ((16,64,8,1,8192) +1.3 %): not there.
+    // call's splits are done and prefetch while only its combine runs (commit 2883df6: long row
+    // −2.1 %, paged −2.4 %). Unsplit, they start beside the last call's CTAs, and their prefetch
+    // was evicted by that kernel's stream before use ((16,64,8,1,8192) +1.3 %): not there.
     if cfg.prefetch.unwrap_or(programmatic && splits > 1) {
         defines.push(("FC_DECODE_PREFETCH".to_string(), "1".to_string()));
     }

@@ -23,13 +23,13 @@ pub const KEY_ROWS: usize = 128;
 
 /// Query rows per step by default (`QUERY_ROWS` in config.cuh):
 /// - D = 64: 128. Shorter steps left the per-step fixed costs (the dS barrier, waits, staging)
-///   weighing most; 128 ran 1.18-1.24x faster than 64 (session 6, run1).
+///   weighing most; 128 ran 1.18-1.24x faster than 64 (H100, 2026-11-25, commit 89a5f76).
 /// - D = 128 without causal masking: 80, FlashAttention-3's choice there: a quarter more work per
 ///   step's fixed costs, with dQᵀ = Kᵀ·dSᵀ since 80 is not a multiple of wgmma's M. 1.2-3 % faster
-///   than 64 at S = 4096 and 16384, level at 2048 (session 13, runs 1-2).
+///   than 64 at S = 4096 and 16384, level at 2048 (H100, 2026-11-26, commit 921f288).
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
-///   (session 13, runs 1-2).
+///   (H100, 2026-11-26, commit 921f288).
 pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
     match (head_dim, causal) {
         (64, _) => 128,
@@ -42,9 +42,9 @@ pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
 /// one and a half waves under it.
 /// - Causal: sections of 1.5 waves ran the (4,16,2048,64) and (4,16,2048,128) rows 6-7 % faster
 ///   and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections hold the same heads
-///   either way); session 9, run10: 66, 132, 198, 264 and 396 units, two passes.
+///   either way); H100, 2026-11-26, commit 090c856: 66, 132, 198, 264 and 396 units, two passes.
 /// - Without: half a wave ran (4,16,2048,128) 1.5-3 % faster than one wave and the other rows level
-///   (session 9 run10, session 10 run3: two passes each).
+///   (H100, 2026-11-26, commit 090c856: two runs, two passes each).
 pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) -> usize {
     let wave = device.sm_count.max(1) as usize;
     if problem.causal {

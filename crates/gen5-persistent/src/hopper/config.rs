@@ -40,10 +40,10 @@ pub struct HopperConfig {
     /// O staged through the item's Q buffer, 16-byte coalesced stores (`FC_HOPPER_SMEM_EPILOGUE`;
     /// env `FLASHCORE_HOPPER_SMEM_EPILOGUE=0|1`, 1 implies `q_stages = 2`). `None`:
     /// [`HopperConfig::for_problem`] decides: on for dense, unsplit D = 64 problems whose items
-    /// fit one round and that do not take the key split ([`default_wg_key_split`]; session 16
-    /// run10, the mission shape 7.17 → 6.77 µs: the kernel's O stores are on the critical path of
-    /// a one-round grid), off elsewhere (the ladder's many-round rows
-    /// had a lower sum with it, docs/results/2026-11-23-hopper-variants-h100).
+    /// fit one round and that do not take the key split ([`default_wg_key_split`]; H100,
+    /// 2026-11-26, commit 078f226: the mission shape 7.17 → 6.77 µs: the kernel's O stores are on
+    /// the critical path of a one-round grid), off elsewhere (the ladder's many-round rows had a
+    /// lower sum with it, docs/results/2026-11-23-hopper-variants-h100).
     pub smem_epilogue: Option<bool>,
     /// `FC_HOPPER_CONSUMER_REGS` (env `FLASHCORE_HOPPER_CONSUMER_REGS`, 232|240).
     pub consumer_regs: usize,
@@ -75,7 +75,7 @@ pub struct HopperConfig {
     /// registers (FlashAttention-3's non-causal width; 128 x 176 S tiles need the second Q
     /// buffer's shared memory). Measured +0-10 % over the default at the D = 128 non-causal
     /// ladder rows on the H100 and slower under causal masking or at D = 64 (docs/results/
-    /// 2026-11-23-gen5-session3-h100, ab17). Env `FLASHCORE_HOPPER_WIDE_NONCAUSAL=0|1`.
+    /// 2026-11-23-gen5-defaults-h100, ab17.txt). Env `FLASHCORE_HOPPER_WIDE_NONCAUSAL=0|1`.
     pub wide_noncausal: bool,
     /// K/V bytes the tile scheduler keeps hot at once (`FC_HOPPER_L2_SECTION_BYTES`; env
     /// `FLASHCORE_HOPPER_L2_SECTION_MB`, 1..=1024; `None`:
@@ -85,9 +85,9 @@ pub struct HopperConfig {
     /// `FLASHCORE_HOPPER_PDL=0|1`; `None`: dense problems only): the kernel may start while the
     /// stream's previous kernel runs, its setup (barriers, tensor-map prefetch) overlapping that
     /// kernel's tail, and waits for it (`griddepcontrol.wait`) before its first global-memory
-    /// access. Measured (session 15, runs 6 and 9): the mission shape −8 %, the D = 64 ladder
-    /// rows −1.2 to −1.7 % (eager), D = 128 level; the modes build's chunked-prefill row 1-2 %
-    /// slower, so mode problems launch plainly unless forced.
+    /// access. Measured (H100, 2026-11-26, commit 25afc0a): the mission shape −8 %, the D = 64
+    /// ladder rows −1.2 to −1.7 % (eager), D = 128 level; the modes build's chunked-prefill row
+    /// 1-2 % slower, so mode problems launch plainly unless forced.
     pub programmatic_launch: Option<bool>,
     /// L2 prefetch of a CTA's first unit (its Q tile and first K/V tiles) before the kernel waits
     /// for the one before it (`FC_HOPPER_PREFETCH`; env `FLASHCORE_HOPPER_PREFETCH=0|1`; `None`:
@@ -114,7 +114,7 @@ pub struct HopperConfig {
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
     /// unit's time goes. Off by default. On, the kernel builds as a module of its own and the
     /// plan gains a second launch, the printer; the kernel itself times as the default one
-    /// (session 17, run6).
+    /// (H100, 2026-11-26, commit a1fd15d).
     pub trace: bool,
 }
 
@@ -327,7 +327,7 @@ impl HopperConfig {
                 .unwrap_or_else(|| default_wg_key_split(problem, sm_count));
         if key_split {
             // Each warpgroup walks every other tile, so a 2-deep ring gives it one tile of
-            // lookahead; at D = 64 four slots fit (session 18, run2: the mission shape 5.5 ->
+            // lookahead; at D = 64 four slots fit (H100, commit ecfd9dc: the mission shape 5.5 ->
             // 5.05 µs).
             let stages = if problem.head_dim == 64 && self.stages == STAGES {
                 KEY_SPLIT_STAGES_D64
@@ -367,7 +367,7 @@ impl HopperConfig {
         // Paged caches keep 128-key tiles: a paged tile is loaded in power-of-two groups, and 176
         // would take 16-row boxes. Strided keys (a dense tensor, a contiguous cache, packed
         // varlen) take the wide tile with every mode: the chunked-prefill row on a contiguous
-        // cache ran 5 % behind its dense twin with 128-key tiles (session 15, run3).
+        // cache ran 5 % behind its dense twin with 128-key tiles (H100, commit a4c5f9f).
         // The modes build with the dynamic schedule spills at 176-key tiles (28 bytes,
         // check-kernels), so a mode problem takes them only while its items fit one round.
         let paged = matches!(problem.modes.kv, KvStorage::Paged { .. });

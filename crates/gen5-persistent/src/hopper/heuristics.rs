@@ -11,13 +11,13 @@ use super::smem::{BLOCK_N, WARPGROUP_ROWS};
 /// tiles: eight boxes or more per K or V tile) get a build whose four producer warps share the
 /// boxes (`FC_HOPPER_SPREAD_PAGES`). One warp issuing them lane after lane was the bottleneck of
 /// 16-row pages; the loop of its own is a build of its own because it made the other modes
-/// builds' chunked prefill 4-5 % slower (session 9, runs 1-2).
+/// builds' chunked prefill 4-5 % slower (H100, 2026-11-26, commit 658b48a).
 pub const SPREAD_BELOW_BOX_ROWS: u32 = 64;
 
 /// K/V bytes the tile scheduler keeps hot at once (its heads per L2 section, used under causal
 /// masking): a quarter of the device's L2, within 4-64 MiB. A quarter (12 MiB on the H100) ran
-/// the causal ladder rows 1-4 % faster than half, which the scheduler had used since session 3;
-/// 6, 50 and 100 MiB were slower (session 9, run12, two passes).
+/// the causal ladder rows 1-4 % faster than half, which the scheduler had used until then; 6, 50
+/// and 100 MiB were slower (H100, 2026-11-26, commit 4346661, two passes).
 pub fn default_l2_section_bytes(device: &DeviceInfo) -> u64 {
     (device.l2_bytes as u64 / 4).clamp(4 << 20, 64 << 20)
 }
@@ -54,13 +54,13 @@ pub const KEY_SPLIT_LONG_ITEM_TILES: usize = 8;
 /// Whether a dense problem splits its keys between the warpgroups when the environment does not
 /// choose. Its 64-row items must fit one round of the SMs; then either they leave half the SMs
 /// free, where the next call's CTAs start early under programmatic launch, or (D = 64, 4-deep
-/// ring) they are long enough that halving their chain outweighs that start. Session 18, run2
-/// (session 18's first build, graph replay, µs non-causal / causal, off -> on): (1,8,512,64)
+/// ring) they are long enough that halving their chain outweighs that start. H100, 2026-11-26,
+/// commit ecfd9dc (its first build, graph replay, µs non-causal / causal, off -> on): (1,8,512,64)
 /// 6.84 / 7.26 -> 5.05 / 5.00, (1,8,128,64) 3.43 / 3.94 -> 3.13 / 3.55, (1,8,512,128) 10.83 /
 /// 8.93 -> 7.52 / 7.01; with 128 CTAs (1,8,1024,64) 11.30 / 11.62 -> 9.49 / 7.80 and
 /// (1,4,2048,64) 19.91 / 20.26 -> 14.18 / 12.31, but (1,16,512,64), 4 tiles, 7.00 / 7.38 -> 7.28
 /// / 5.85 and (1,8,1024,128), 2 slots, 16.87 / 14.98 -> 16.78 / 14.54. The final build's numbers:
-/// `docs/generations/gen5-persistent.md`, *Session 18*.
+/// `docs/generations/gen5-persistent.md`, *Measured*.
 pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
     let (items, key_tiles) = key_split_items(problem);
     items <= sm_count / 2
@@ -70,11 +70,11 @@ pub fn default_wg_key_split(problem: &AttentionProblem, sm_count: usize) -> bool
 /// Whether a problem that takes the key-split warpgroups also splits its keys between the two
 /// CTAs of a cluster when the environment does not choose: where a cluster for each 64-row item
 /// fits one round of the SMs and the items are long ([`KEY_SPLIT_LONG_ITEM_TILES`] key tiles or
-/// more). Session 19, run1 (graph replay, µs non-causal / causal, off -> on): (1,4,1024,64), 8
-/// tiles, 7.25 / 7.39 -> 6.28 / 5.95; but with 4 tiles or fewer the exchange and the SMs it takes
-/// from the next call's early start cost what the halved chain saves: the mission shape (1,8,512,64)
-/// 4.93 / 4.89-4.90 -> 4.98-5.00 / 4.89-4.90, (1,8,512,128) 6.30 / 6.37 -> 6.54 / 6.36,
-/// (1,8,128,64) 3.01 / 3.44 -> 3.57 / 3.93.
+/// more). H100, 2026-11-27, commit a9e16a5 (graph replay, µs non-causal / causal, off -> on):
+/// (1,4,1024,64), 8 tiles, 7.25 / 7.39 -> 6.28 / 5.95; but with 4 tiles or fewer the exchange and
+/// the SMs it takes from the next call's early start cost what the halved chain saves: the mission
+/// shape (1,8,512,64) 4.93 / 4.89-4.90 -> 4.98-5.00 / 4.89-4.90, (1,8,512,128) 6.30 / 6.37 -> 6.54
+/// / 6.36, (1,8,128,64) 3.01 / 3.44 -> 3.57 / 3.93.
 pub fn default_cluster_key_split(problem: &AttentionProblem, sm_count: usize) -> bool {
     let (items, key_tiles) = key_split_items(problem);
     2 * items <= sm_count && key_tiles >= KEY_SPLIT_LONG_ITEM_TILES
@@ -94,7 +94,7 @@ pub const THREE_WGS_MIN_ROUNDS: usize = 4;
 /// (192-row items) once their items fill [`THREE_WGS_MIN_ROUNDS`] rounds of the SMs, else two.
 /// Three ran (2,16,8192,64) 8 % faster causal or not and (4,16,2048,64), 5.3 rounds, level; at
 /// (1,8,512,64), 24 items on 132 SMs, each CTA's one item got 1.5x longer: 8.2 -> 10.1 µs
-/// (docs/results/2026-11-26-session14-h100, run1). Few rounds leave the quantization of the
+/// (docs/results/2026-11-26-three-warpgroups-h100). Few rounds leave the quantization of the
 /// rounds and of the last q tile (192 rows against 128) uncovered.
 pub fn default_consumer_wgs(problem: &AttentionProblem, sm_count: usize) -> usize {
     let items = problem.batch * problem.heads_q * problem.seq_q.div_ceil(3 * WARPGROUP_ROWS);

@@ -190,8 +190,9 @@ impl PersistentHopper {
         }
         let programmatic = cfg.programmatic_launch.unwrap_or(!modes);
         // The prefetch pays where the previous call leaves SMs free for this one's CTAs to start
-        // early: one round of units (run7: the mission shape -5 %; the ladder's many-round rows,
-        // whose CTAs start only as the previous call's leave, moved within their noise).
+        // early: one round of units (commit 2883df6: the mission shape -5 %; the ladder's
+        // many-round rows, whose CTAs start only as the previous call's leave, moved within their
+        // noise).
         let one_round = units * cfg.ctas_per_item() <= device.sm_count as usize;
         if cfg.early_first_unit(dynamic, modes) && cfg.prefetch.unwrap_or(programmatic && one_round)
         {
