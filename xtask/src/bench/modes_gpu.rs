@@ -367,7 +367,7 @@ fn bench_case(
         let k = kernels[i].as_ref();
         let start = Instant::now();
         let outcome = gpu::no_panic(k.name(), || {
-            super::bench_one(
+            super::dense::bench_one(
                 device, timer, k, &judge, case.flops, &mut bufs, args, loop_opts,
             )
         })
