@@ -336,6 +336,27 @@ pub fn workspace_f32(units: usize, splits: usize, head_dim: usize) -> Option<usi
         .checked_mul(head_dim + 1)
 }
 
+/// The plan of a persistent path (`name`) with the decode kernel in front of it: a
+/// decode-shaped problem takes the decode plan alone; any other takes `persistent`'s plan, with
+/// the decode-shaped sequences of its batch routed to the decode kernel where it has some
+/// ([`routes_per_sequence`]).
+pub(crate) fn or_persistent(
+    name: &'static str,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    persistent: impl FnOnce() -> Result<LaunchPlan, Unsupported>,
+) -> Result<LaunchPlan, Unsupported> {
+    let cfg = DecodeConfig::from_env().map_err(|e| Unsupported::new(name, e))?;
+    if takes(problem, &cfg) {
+        return plan(name, problem, device, &cfg);
+    }
+    let persistent = persistent()?;
+    if routes_per_sequence(problem, &cfg) {
+        return routed_plan(name, persistent, problem, device, &cfg);
+    }
+    Ok(persistent)
+}
+
 /// Whether this plan takes the problem: a supported head dim, and (unless forced) queries per
 /// KV head that fit one packed tile.
 pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {

@@ -87,17 +87,10 @@ impl Attention for PersistentHopper {
                 format!("softmax_scale {scale} must be > 0"),
             ));
         }
-        let decode_cfg =
-            crate::decode::DecodeConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
-        if crate::decode::takes(problem, &decode_cfg) {
-            return crate::decode::plan(NAME, problem, device, &decode_cfg);
-        }
-        let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
-        let plan = self.plan_with(&cfg, problem, device)?;
-        if crate::decode::routes_per_sequence(problem, &decode_cfg) {
-            return crate::decode::routed_plan(NAME, plan, problem, device, &decode_cfg);
-        }
-        Ok(plan)
+        crate::decode::or_persistent(NAME, problem, device, || {
+            let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+            self.plan_with(&cfg, problem, device)
+        })
     }
 }
 
