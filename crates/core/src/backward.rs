@@ -23,7 +23,7 @@ use ndarray::{Array4, ArrayView3, ArrayView4};
 use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
-use crate::host::{nan_bits, HostElement};
+use crate::host::{download, nan_bits, HostElement};
 use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMapSpec};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
@@ -129,16 +129,9 @@ impl BackwardTensors<'_> {
 /// Names of the buffers [`check_backward_buffers`] takes, in order (LSE sits between dO and dQ).
 pub const BACKWARD_BUFFERS: [&str; 9] = ["q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv"];
 
-/// What [`BackwardTensors::check`] checks, on plain numbers: `lens` are the elements of
-/// [`BACKWARD_BUFFERS`], `dtypes` the tags of Q, K, V, O, dO, dQ, dK, dV. Dense strides need
-/// exact lengths; custom strides may sit in larger buffers.
-pub fn check_backward_buffers(
-    p: &AttentionProblem,
-    lens: [usize; 9],
-    dtypes: [DType; 8],
-) -> Result<(), InvalidProblem> {
-    let exact = p.custom_strides.is_none();
-    let needed = [
+/// The elements each of [`BACKWARD_BUFFERS`] addresses.
+pub fn backward_buffer_lens(p: &AttentionProblem) -> [usize; 9] {
+    [
         p.q_len(),
         p.k_len(),
         p.v_len(),
@@ -148,8 +141,23 @@ pub fn check_backward_buffers(
         p.q_len(),
         p.k_len(),
         p.v_len(),
-    ];
-    for ((tensor, got), needed) in BACKWARD_BUFFERS.into_iter().zip(lens).zip(needed) {
+    ]
+}
+
+/// What [`BackwardTensors::check`] checks, on plain numbers: `lens` are the elements of
+/// [`BACKWARD_BUFFERS`], `dtypes` the tags of Q, K, V, O, dO, dQ, dK, dV. Dense strides need
+/// exact lengths; custom strides may sit in larger buffers.
+pub fn check_backward_buffers(
+    p: &AttentionProblem,
+    lens: [usize; 9],
+    dtypes: [DType; 8],
+) -> Result<(), InvalidProblem> {
+    let exact = p.custom_strides.is_none();
+    for ((tensor, got), needed) in BACKWARD_BUFFERS
+        .into_iter()
+        .zip(lens)
+        .zip(backward_buffer_lens(p))
+    {
         if got < needed || (exact && got != needed) {
             return Err(InvalidProblem::LengthMismatch {
                 tensor,
@@ -195,22 +203,7 @@ pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
         if p.batch == 0 || heads == 0 || seq == 0 {
             continue;
         }
-        let mut axes = [
-            ("batch", st.batch, p.batch),
-            ("head", st.head, heads),
-            ("row", st.row, seq),
-        ];
-        axes.sort_by_key(|a| a.1);
-        let mut span = p.head_dim as u128;
-        for (axis, stride, n) in axes {
-            if n <= 1 {
-                continue;
-            }
-            if (stride as u128) < span {
-                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
-            }
-            span += stride as u128 * (n as u128 - 1);
-        }
+        st.check_distinct(p.batch, heads, seq, p.head_dim)?;
     }
     Ok(())
 }
@@ -519,13 +512,7 @@ pub fn backward_host<E: HostElement>(
     }
     device.synchronize()?;
     let down = |d: &cudarc::driver::CudaSlice<u16>, shape: [usize; 4], what: &str| {
-        let bits = stream
-            .clone_dtoh(d)
-            .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
-        let vals: Vec<E> = bits
-            .into_iter()
-            .map(|x| E::from_dtype_bits(x, dtype))
-            .collect();
+        let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(Array4::from_shape_vec(shape, vals).expect("length matches"))
     };
     Ok(HostGradients {

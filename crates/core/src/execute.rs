@@ -47,14 +47,9 @@ pub(crate) fn append_kv(
         tensor_maps: None,
         programmatic_launch: false,
     };
-    launch_with_args(
-        device,
-        stream,
-        problem.dtype,
-        &append,
-        &params,
-        &[k_new, v_new],
-    )
+    let pointers = [k_new, v_new];
+    let extra = pointers.each_ref().map(|p| p as *const u64 as *mut c_void);
+    launch_with(device, stream, problem.dtype, &append, &params, &extra)
 }
 
 /// The tensors' and tables' device addresses into the parameter block. The returned guards
@@ -177,7 +172,7 @@ pub fn run_plan_on(
             tensor_maps: None,
             programmatic_launch: false,
         };
-        return launch_one(device, stream, problem.dtype, &fill, &params, None);
+        return launch_with(device, stream, problem.dtype, &fill, &params, &[]);
     }
 
     device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
@@ -187,27 +182,28 @@ pub fn run_plan_on(
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,
             };
-            launch_one(
-                device,
-                stream,
-                problem.dtype,
-                launch,
-                &params,
-                maps.as_ref(),
-            )?;
+            // Tensor maps go after the parameter block, as `__grid_constant__` arguments.
+            let extra: Vec<*mut c_void> = maps
+                .iter()
+                .flatten()
+                .map(|m| m as *const sys::CUtensorMap as *mut c_void)
+                .collect();
+            launch_with(device, stream, problem.dtype, launch, &params, &extra)?;
         }
         Ok(())
     })
 }
 
-/// A core kernel that takes device pointers after the parameter block (e.g. `append_kv`).
-fn launch_with_args(
+/// Launches `launch` with the parameter block as its first argument and `extra` after it
+/// (tensor maps, or device pointers of a core kernel such as `append_kv`), each pointing at a
+/// value that outlives the call.
+fn launch_with(
     device: &Device,
     stream: &CudaStream,
     dtype: DType,
     launch: &KernelLaunch,
     params: &AttentionParams,
-    extra: &[u64],
+    extra: &[*mut c_void],
 ) -> Result<(), Error> {
     let function = device.function(
         launch.source,
@@ -217,33 +213,7 @@ fn launch_with_args(
         launch.dynamic_smem_bytes,
     )?;
     let mut args: Vec<*mut c_void> = vec![params as *const AttentionParams as *mut c_void];
-    for p in extra {
-        args.push(p as *const u64 as *mut c_void);
-    }
-    launch_raw(device, stream, launch, &function, &mut args)
-}
-
-fn launch_one(
-    device: &Device,
-    stream: &CudaStream,
-    dtype: DType,
-    launch: &KernelLaunch,
-    params: &AttentionParams,
-    maps: Option<&[sys::CUtensorMap; 3]>,
-) -> Result<(), Error> {
-    let function = device.function(
-        launch.source,
-        launch.entry,
-        dtype,
-        &launch.defines,
-        launch.dynamic_smem_bytes,
-    )?;
-    let mut args: Vec<*mut c_void> = vec![params as *const AttentionParams as *mut c_void];
-    if let Some(maps) = maps {
-        for m in maps.iter() {
-            args.push(m as *const sys::CUtensorMap as *mut c_void);
-        }
-    }
+    args.extend_from_slice(extra);
     launch_raw(device, stream, launch, &function, &mut args)
 }
 

@@ -393,13 +393,7 @@ pub fn forward_host_modes<E: HostElement>(
         }
     }
     let down = |d: &cudarc::driver::CudaSlice<u16>, shape: &[usize], what: &str| {
-        let bits = stream
-            .clone_dtoh(d)
-            .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
-        let vals: Vec<E> = bits
-            .into_iter()
-            .map(|x| E::from_dtype_bits(x, dtype))
-            .collect();
+        let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
     };
     let o = down(&d_o, &q_shape, "O")?;
@@ -420,6 +414,22 @@ pub fn forward_host_modes<E: HostElement>(
         k_cache,
         v_cache,
     })
+}
+
+/// A device tensor of dtype bits, copied back (`what` names it in the error) and converted.
+pub(crate) fn download<E: HostElement>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    d: &cudarc::driver::CudaSlice<u16>,
+    dtype: DType,
+    what: &str,
+) -> Result<Vec<E>, Error> {
+    let bits = stream
+        .clone_dtoh(d)
+        .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
+    Ok(bits
+        .into_iter()
+        .map(|x| E::from_dtype_bits(x, dtype))
+        .collect())
 }
 
 #[cfg(test)]

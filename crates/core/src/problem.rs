@@ -72,6 +72,35 @@ pub struct TensorStrides {
 }
 
 impl TensorStrides {
+    /// `OverlappingOutput` unless every (batch, head, row, col) of a tensor of these extents has
+    /// an element of its own: sorted by stride, each axis must step past everything the smaller
+    /// axes span (sufficient for distinct addresses).
+    pub(crate) fn check_distinct(
+        &self,
+        batch: usize,
+        heads: usize,
+        rows: usize,
+        head_dim: usize,
+    ) -> Result<(), InvalidProblem> {
+        let mut axes = [
+            ("batch", self.batch, batch),
+            ("head", self.head, heads),
+            ("row", self.row, rows),
+        ];
+        axes.sort_by_key(|a| a.1);
+        let mut span = head_dim as u128;
+        for (axis, stride, n) in axes {
+            if n <= 1 {
+                continue;
+            }
+            if (stride as u128) < span {
+                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
+            }
+            span += stride as u128 * (n as u128 - 1);
+        }
+        Ok(())
+    }
+
     /// Elements a buffer needs to hold every addressed element.
     pub fn required_len(&self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> usize {
         if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {
@@ -365,28 +394,11 @@ impl AttentionProblem {
             }
         }
         // O is written: two (batch, head, row, col) that share an element would be written by
-        // different blocks, a race with no defined result. Sorted by stride, each axis must step
-        // past everything the smaller axes span (sufficient for distinct addresses).
+        // different blocks, a race with no defined result.
         if self.is_empty_output() {
             return Ok(());
         }
-        let mut axes = [
-            ("batch", s.o.batch, q_batch),
-            ("head", s.o.head, self.heads_q),
-            ("row", s.o.row, q_rows),
-        ];
-        axes.sort_by_key(|a| a.1);
-        let mut span = self.head_dim as u128;
-        for (axis, stride, n) in axes {
-            if n <= 1 {
-                continue;
-            }
-            if (stride as u128) < span {
-                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
-            }
-            span += stride as u128 * (n as u128 - 1);
-        }
-        Ok(())
+        s.o.check_distinct(q_batch, self.heads_q, q_rows, self.head_dim)
     }
 }
 
