@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use flashcore::DType;
 
+use super::suite::Shape;
+
 /// One anchor file as read.
 pub struct AnchorFile {
     /// The file name, which may carry the dtype ("…-bf16-….txt").
@@ -76,6 +78,19 @@ impl<'a> Words<'a> {
             .iter()
             .find_map(|t| t.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
             .and_then(|v| v.parse().ok())
+    }
+
+    /// The dense shape of a forward or backward line: `B=`, `H=`, `S=`, `D=` and `causal=`, in
+    /// `dtype`.
+    pub fn dense_shape(&self, dtype: DType) -> Option<Shape> {
+        Some(Shape {
+            batch: self.count("B")?,
+            heads: self.count("H")?,
+            seq: self.count("S")?,
+            head_dim: self.count("D")?,
+            causal: self.count("causal")? != 0,
+            dtype,
+        })
     }
 
     /// The number of `prefix…` (e.g. `rel=2.7e-04`).

@@ -103,13 +103,7 @@ pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor>
     let dtype = file_dtype(file, text);
     let mut out = Vec::new();
     for w in measurement_lines(text) {
-        let (Some(b), Some(h), Some(s), Some(d), Some(c)) = (
-            w.count("B"),
-            w.count("H"),
-            w.count("S"),
-            w.count("D"),
-            w.count("causal"),
-        ) else {
+        let Some(shape) = w.dense_shape(dtype) else {
             continue;
         };
         let (Some(fwd_us), Some(bwd_us)) =
@@ -121,14 +115,7 @@ pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor>
             continue;
         };
         out.push(BackwardAnchor {
-            shape: Shape {
-                batch: b,
-                heads: h,
-                seq: s,
-                head_dim: d,
-                causal: c != 0,
-                dtype,
-            },
+            shape,
             backend: backend_name(name, file),
             fwd_us,
             bwd_us,
@@ -587,7 +574,7 @@ pub fn render_markdown(report: &BackwardReport) -> String {
 #[cfg(test)]
 pub mod tests {
     use super::*;
-    use crate::bench::report::Method;
+    use crate::bench::report::{fixture_run, Method};
 
     const ANCHORS: &str = "\
 # Backward on an H100 80GB HBM3, fp16, inputs [B,H,S,D] (torch) / [B,S,H,D] (jax), random normal.
@@ -829,25 +816,12 @@ B=4 H=16 S=2048 D=64 causal=0 fa3-jax   fwd     234.5 us bwd     606.4 us  bwd  
         let a = parse_backward_anchor_file("h100-backward-peers.txt", ANCHORS);
         let anchors = anchor_rows(&a, &shapes, Pass::Bwd, &ours);
         ours.extend(anchors);
+        let (device, settings) =
+            fixture_run("bhsd", "xtask bench-all --pass bwd --shape 4,16,2048,64");
         BackwardReport {
             pass: Pass::Bwd,
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
-            settings: Settings {
-                layout: "bhsd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
-                graph_threshold_us: 50.0,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --pass bwd --shape 4,16,2048,64".into(),
-            },
+            device,
+            settings,
             forward: "the fastest compiled-in forward that takes the problem".into(),
             peers,
             anchors: AnchorNote {

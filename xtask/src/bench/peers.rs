@@ -650,13 +650,7 @@ pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f6
         if w.has("bwd") {
             continue;
         }
-        let (Some(b), Some(h), Some(s), Some(d), Some(c)) = (
-            w.count("B"),
-            w.count("H"),
-            w.count("S"),
-            w.count("D"),
-            w.count("causal"),
-        ) else {
+        let Some(shape) = w.dense_shape(dtype) else {
             continue;
         };
         let Some(us) = w.number_before("us") else {
@@ -666,14 +660,7 @@ pub fn parse_anchor_file(file: &str, text: &str) -> Vec<(Shape, String, bool, f6
             continue;
         };
         out.push((
-            Shape {
-                batch: b,
-                heads: h,
-                seq: s,
-                head_dim: d,
-                causal: c != 0,
-                dtype,
-            },
+            shape,
             backend_name(name, file),
             w.after_causal(2) == Some("graph"),
             us,

@@ -54,6 +54,31 @@ pub struct Settings {
     pub command: String,
 }
 
+/// The device and settings the saved-report fixtures of the tests share: an H100 and the
+/// default loop, with `layout` and `command` as given.
+#[cfg(test)]
+pub(crate) fn fixture_run(layout: &str, command: &str) -> (DeviceSummary, Settings) {
+    (
+        DeviceSummary {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: "9.0".into(),
+            sm_count: 132,
+            l2_bytes: 50 << 20,
+        },
+        Settings {
+            layout: layout.into(),
+            repeats: 15,
+            sample_ms: 20.0,
+            graph_threshold_us: 50.0,
+            graph_calls: 50,
+            check_rows: 512,
+            max_seconds_per_shape: 2.0,
+            quick: false,
+            command: command.into(),
+        },
+    )
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemmPeak {
     #[serde(with = "dtype_name")]
@@ -666,24 +691,10 @@ pub mod tests {
                 "rel 2.5e-4",
             ),
         ];
+        let (device, settings) = fixture_run("bhsd", "xtask bench-all --suite ladder");
         Report {
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
-            settings: Settings {
-                layout: "bhsd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
-                graph_threshold_us: 50.0,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --suite ladder".into(),
-            },
+            device,
+            settings,
             gemm: vec![GemmPeak {
                 dtype: DType::F16,
                 n: 8192,

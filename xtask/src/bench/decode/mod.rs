@@ -448,7 +448,7 @@ pub mod tests {
     use super::*;
     use crate::bench::modes::ModeReport;
     use crate::bench::modes::{CaseInfo, ModeRow};
-    use crate::bench::report::{DeviceSummary, PeerStatus, Settings, Timing};
+    use crate::bench::report::{fixture_run, PeerStatus, Settings, Timing};
     use crate::bench::report::{Outcome, Source};
     use flashcore::DType;
     use flashcore::KvStorage;
@@ -719,24 +719,13 @@ garbage line\n";
             label: c.label.clone(),
             flops: c.flops,
         }));
+        let (device, settings) = fixture_run("bshd", "xtask bench-all --suite decode");
         ModeReport {
             suite: Suite::Decode,
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
+            device,
             settings: Settings {
-                layout: "bshd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
                 graph_threshold_us: crate::bench::modes::GRAPH_ALWAYS_US,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --suite decode".into(),
+                ..settings
             },
             peers: PeerStatus::Ran {
                 device: "NVIDIA H100 80GB HBM3".into(),

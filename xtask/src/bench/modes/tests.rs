@@ -4,7 +4,7 @@
 use flashcore::{DType, KvStorage};
 
 use super::*;
-use crate::bench::report::{DeviceSummary, Method, Outcome, PeerStatus, Settings, Source, Timing};
+use crate::bench::report::{fixture_run, Method, Outcome, PeerStatus, Source, Timing};
 use crate::bench::suite::Suite;
 
 #[test]
@@ -279,25 +279,11 @@ pub fn fixture() -> ModeReport {
         label: p.peers[0].label.clone(),
         flops: p.peers[0].flops,
     });
+    let (device, settings) = fixture_run("bshd", "xtask bench-all --suite varlen");
     ModeReport {
         suite: Suite::Varlen,
-        device: DeviceSummary {
-            name: "NVIDIA H100 80GB HBM3".into(),
-            compute_capability: "9.0".into(),
-            sm_count: 132,
-            l2_bytes: 50 << 20,
-        },
-        settings: Settings {
-            layout: "bshd".into(),
-            repeats: 15,
-            sample_ms: 20.0,
-            graph_threshold_us: 50.0,
-            graph_calls: 50,
-            check_rows: 512,
-            max_seconds_per_shape: 2.0,
-            quick: false,
-            command: "xtask bench-all --suite varlen".into(),
-        },
+        device,
+        settings,
         peers: PeerStatus::Ran {
             device: "NVIDIA H100 80GB HBM3".into(),
             torch: "2.11.0+cu130".into(),
