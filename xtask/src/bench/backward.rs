@@ -502,13 +502,7 @@ pub fn render_summary(report: &BackwardReport) -> String {
 pub fn render_header(report: &BackwardReport) -> String {
     let d = &report.device;
     let s = &report.settings;
-    let mut out = format!(
-        "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
-        d.name,
-        d.compute_capability,
-        d.sm_count,
-        d.l2_bytes as f64 / (1 << 20) as f64
-    );
+    let mut out = d.header_line();
     out.push_str(&match report.pass {
         Pass::Fwdbwd => format!(
             "pass: forward then backward, one training step's attention; TFLOP/s count {}× the \

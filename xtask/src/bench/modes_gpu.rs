@@ -719,22 +719,10 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         out_dir.display()
     );
     let loop_opts = args.loop_options();
-    let mut cases: Vec<CaseInfo> = plan
-        .cases
-        .iter()
-        .map(|c| CaseInfo {
-            key: c.key.clone(),
-            label: c.label.clone(),
-            flops: c.flops,
-        })
-        .collect();
+    let mut cases: Vec<CaseInfo> = plan.cases.iter().map(CaseInfo::from).collect();
     for p in &plan.peers {
         if !cases.iter().any(|c| c.key == p.key) {
-            cases.push(CaseInfo {
-                key: p.key.clone(),
-                label: p.label.clone(),
-                flops: p.flops,
-            });
+            cases.push(CaseInfo::from(p));
         }
     }
     let mut report = ModeReport {

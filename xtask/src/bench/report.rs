@@ -27,6 +27,17 @@ pub struct DeviceSummary {
 }
 
 impl DeviceSummary {
+    /// The first line of every report's header: name, compute capability, SMs and L2.
+    pub fn header_line(&self) -> String {
+        format!(
+            "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
+            self.name,
+            self.compute_capability,
+            self.sm_count,
+            self.l2_bytes as f64 / (1 << 20) as f64
+        )
+    }
+
     pub fn of(info: &flashcore::DeviceInfo) -> Self {
         DeviceSummary {
             name: info.name.clone(),
@@ -465,14 +476,7 @@ pub fn render_summary(report: &Report) -> String {
 pub fn render_header(report: &Report) -> String {
     let d = &report.device;
     let s = &report.settings;
-    let mut out = String::new();
-    out.push_str(&format!(
-        "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
-        d.name,
-        d.compute_capability,
-        d.sm_count,
-        d.l2_bytes as f64 / (1 << 20) as f64
-    ));
+    let mut out = d.header_line();
     if report.gemm.is_empty() {
         out.push_str(&format!(
             "cuBLAS GEMM peak: not measured ({})\n\n",

@@ -705,20 +705,8 @@ garbage line\n";
                 },
             },
         ];
-        let mut cases: Vec<CaseInfo> = p
-            .cases
-            .iter()
-            .map(|c| CaseInfo {
-                key: c.key.clone(),
-                label: c.label.clone(),
-                flops: c.flops,
-            })
-            .collect();
-        cases.extend(p.peers.iter().map(|c| CaseInfo {
-            key: c.key.clone(),
-            label: c.label.clone(),
-            flops: c.flops,
-        }));
+        let mut cases: Vec<CaseInfo> = p.cases.iter().map(CaseInfo::from).collect();
+        cases.extend(p.peers.iter().map(CaseInfo::from));
         let (device, settings) = fixture_run("bshd", "xtask bench-all --suite decode");
         ModeReport {
             suite: Suite::Decode,

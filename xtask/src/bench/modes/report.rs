@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cases::{Comparison, Measure, Side, Target, GRAPH_ALWAYS_US};
+use super::cases::{Case, Comparison, Measure, PeerCase, Side, Target, GRAPH_ALWAYS_US};
 use crate::bench::decode::DecodeInfo;
 use crate::bench::report::{
     cell_within, fmt_us, peers_line, DeviceSummary, Outcome, PeerStatus, Settings, Source, Timing,
@@ -16,6 +16,26 @@ pub struct CaseInfo {
     pub key: String,
     pub label: String,
     pub flops: f64,
+}
+
+impl From<&Case> for CaseInfo {
+    fn from(c: &Case) -> Self {
+        CaseInfo {
+            key: c.key.clone(),
+            label: c.label.clone(),
+            flops: c.flops,
+        }
+    }
+}
+
+impl From<&PeerCase> for CaseInfo {
+    fn from(c: &PeerCase) -> Self {
+        CaseInfo {
+            key: c.key.clone(),
+            label: c.label.clone(),
+            flops: c.flops,
+        }
+    }
 }
 
 /// One timed (or not) implementation on one case.
@@ -267,13 +287,7 @@ pub fn render_cases(r: &ModeReport) -> String {
 pub fn render_header(r: &ModeReport) -> String {
     let d = &r.device;
     let s = &r.settings;
-    let mut out = format!(
-        "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
-        d.name,
-        d.compute_capability,
-        d.sm_count,
-        d.l2_bytes as f64 / (1 << 20) as f64
-    );
+    let mut out = d.header_line();
     out.push_str(&peers_line(&r.peers));
     out.push_str(&format!(
         "method: the dense bench's: CUDA events around back-to-back calls, >= {} ms per sample, median of {} samples, \

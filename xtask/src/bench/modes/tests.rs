@@ -265,20 +265,8 @@ pub fn fixture() -> ModeReport {
         timed("padded", "sdpa_cudnn", Source::Peer, fv, 1400.0),
         timed("dense-eq", "sdpa_cudnn", Source::Peer, fd, 1100.0),
     ];
-    let mut cases: Vec<CaseInfo> = p
-        .cases
-        .iter()
-        .map(|c| CaseInfo {
-            key: c.key.clone(),
-            label: c.label.clone(),
-            flops: c.flops,
-        })
-        .collect();
-    cases.push(CaseInfo {
-        key: p.peers[0].key.clone(),
-        label: p.peers[0].label.clone(),
-        flops: p.peers[0].flops,
-    });
+    let mut cases: Vec<CaseInfo> = p.cases.iter().map(CaseInfo::from).collect();
+    cases.push(CaseInfo::from(&p.peers[0]));
     let (device, settings) = fixture_run("bshd", "xtask bench-all --suite varlen");
     ModeReport {
         suite: Suite::Varlen,
