@@ -377,15 +377,7 @@ fn run_mode_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcom
         case.data_seed,
     );
     let inp = crate::mode_case::mode_inputs(&p, case.data_seed);
-    let inputs = flashcore::HostInputs {
-        q: inp.q.view(),
-        k: inp.k.view(),
-        v: inp.v.view(),
-        k_new: inp.k_new.as_ref().map(|a| a.view()),
-        v_new: inp.v_new.as_ref().map(|a| a.view()),
-        tables: draw.host_tables(),
-    };
-    let out = match flashcore::forward_host_modes(kernel, device, &p, inputs) {
+    let out = match flashcore::forward_host_modes(kernel, device, &p, inp.host_inputs(&draw)) {
         Ok(o) => o,
         Err(Error::Unsupported(u)) => return Outcome::Skipped(u.reason),
         Err(e) => return Outcome::Fail(format!("error: {e}"), None),

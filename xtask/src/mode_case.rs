@@ -5,7 +5,7 @@
 //! the logical K/V the oracle gathers out of the cache (pages, used rows, appended rows).
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{AlibiSlopes, AttentionProblem, DType, HostTables, KvStorage, Modes};
+use flashcore::{AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvStorage, Modes};
 use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
 use rand::{Rng, SeedableRng};
@@ -277,6 +277,20 @@ pub struct ModeInputs {
     pub v: ArrayD<f32>,
     pub k_new: Option<ArrayD<f32>>,
     pub v_new: Option<ArrayD<f32>>,
+}
+
+impl ModeInputs {
+    /// The inputs with `draw`'s tables, as a host call takes them.
+    pub fn host_inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, f32> {
+        HostInputs {
+            q: self.q.view(),
+            k: self.k.view(),
+            v: self.v.view(),
+            k_new: self.k_new.as_ref().map(|a| a.view()),
+            v_new: self.v_new.as_ref().map(|a| a.view()),
+            tables: draw.host_tables(),
+        }
+    }
 }
 
 fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {

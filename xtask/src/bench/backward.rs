@@ -434,13 +434,7 @@ pub fn render_table(report: &BackwardReport) -> String {
                     ));
                 }
                 other => {
-                    let text = match other {
-                        Outcome::Wrong { message } => format!("WRONG: {message}"),
-                        Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
-                        Outcome::Error { message } => format!("error: {message}"),
-                        Outcome::Skipped { reason } => format!("skipped: {reason}"),
-                        Outcome::Timed(_) => unreachable!(),
-                    };
+                    let text = other.text();
                     out.push_str(&format!("{lead} — | — | — | — | — | {} |\n", cell(&text)));
                 }
             }

@@ -223,6 +223,19 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The outcome in a table's note column ("WRONG: …", "unsupported: …"; "timed" for a time).
+    pub fn text(&self) -> String {
+        match self {
+            Outcome::Timed(_) => "timed".into(),
+            Outcome::Wrong { message } => format!("WRONG: {message}"),
+            Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
+            Outcome::Error { message } => format!("error: {message}"),
+            Outcome::Skipped { reason } => format!("skipped: {reason}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub shape: Shape,
@@ -421,13 +434,7 @@ pub fn render_table(report: &Report) -> String {
                     ));
                 }
                 other => {
-                    let text = match other {
-                        Outcome::Wrong { message } => format!("WRONG: {message}"),
-                        Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
-                        Outcome::Error { message } => format!("error: {message}"),
-                        Outcome::Skipped { reason } => format!("skipped: {reason}"),
-                        Outcome::Timed(_) => unreachable!(),
-                    };
+                    let text = other.text();
                     out.push_str(&format!(
                         "{lead} — | — | — | — | — | — | {} |\n",
                         cell(&text)

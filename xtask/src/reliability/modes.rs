@@ -105,20 +105,7 @@ fn run_inputs(
     draw: &Draw,
     inp: &ModeInputs,
 ) -> Result<HostOutputs, String> {
-    flashcore::forward_host_modes(
-        k,
-        dev,
-        p,
-        HostInputs {
-            q: inp.q.view(),
-            k: inp.k.view(),
-            v: inp.v.view(),
-            k_new: inp.k_new.as_ref().map(|a| a.view()),
-            v_new: inp.v_new.as_ref().map(|a| a.view()),
-            tables: draw.host_tables(),
-        },
-    )
-    .map_err(|e| e.to_string())
+    flashcore::forward_host_modes(k, dev, p, inp.host_inputs(draw)).map_err(|e| e.to_string())
 }
 
 fn bits(a: &ArrayD<f32>) -> Vec<u32> {

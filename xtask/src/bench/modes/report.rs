@@ -108,7 +108,7 @@ impl ModeReport {
                 if r.timing().is_some() {
                     Ok(r)
                 } else {
-                    Err(format!("{case}: {}", outcome_text(&r.outcome)))
+                    Err(format!("{case}: {}", r.outcome.text()))
                 }
             }
             Side::BestPeer => rows
@@ -170,16 +170,6 @@ impl ModeReport {
             }
         }
         out
-    }
-}
-
-fn outcome_text(o: &Outcome) -> String {
-    match o {
-        Outcome::Timed(_) => "timed".into(),
-        Outcome::Wrong { message } => format!("WRONG: {message}"),
-        Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
-        Outcome::Error { message } => format!("error: {message}"),
-        Outcome::Skipped { reason } => format!("skipped: {reason}"),
     }
 }
 
@@ -262,7 +252,7 @@ pub fn render_rows(r: &ModeReport) -> String {
                 }
                 other => out.push_str(&format!(
                     "{lead} — | — | — | — | {} |\n",
-                    cell(&outcome_text(other))
+                    cell(&other.text())
                 )),
             }
         }
