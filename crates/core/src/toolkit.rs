@@ -10,9 +10,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::error::Error;
-use crate::toolkit_paths::{find_lib, lib_dirs, roots};
+use crate::toolkit_paths::roots;
 
-pub use crate::toolkit_paths::{cache_root, include_dir, wheel_dir, CUDA_MAJOR};
+pub use crate::toolkit_paths::{
+    cache_root, find_lib, include_dir, lib_dirs, wheel_dir, CUDA_MAJOR,
+};
 
 /// The ptxas binary, for resource reports.
 pub fn ptxas() -> Option<PathBuf> {
