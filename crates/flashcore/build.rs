@@ -43,8 +43,13 @@ const ARCHS: [(&str, &str); 4] = [
     ("compute_90a", "sm_90a"),
 ];
 
-/// The CUDA major version of the pinned wheels (`toolkit::CUDA_MAJOR` in the core).
-const CUDA_MAJOR: u32 = 13;
+/// The core's toolkit search (`flashcore_core::toolkit`), shared by path: a build script cannot
+/// use the crate it builds beside.
+#[path = "../core/src/toolkit_paths.rs"]
+#[allow(dead_code)] // the build needs only part of it
+mod toolkit_paths;
+
+use toolkit_paths::{find_lib, include_dir, lib_dirs, wheel_root};
 
 #[derive(Clone, Debug, Hash)]
 struct Module {
@@ -332,53 +337,6 @@ fn find_compiler() -> Result<Compiler, String> {
     Nvrtc::find().map(Compiler::Nvrtc)
 }
 
-/// `$FLASHCORE_CACHE_DIR`, else `$XDG_CACHE_HOME/flashcore`, else `~/.cache/flashcore` (the
-/// core's `toolkit::cache_root`).
-fn cache_root() -> PathBuf {
-    if let Ok(d) = std::env::var("FLASHCORE_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("flashcore");
-    }
-    if let Ok(h) = std::env::var("HOME") {
-        return PathBuf::from(h).join(".cache/flashcore");
-    }
-    std::env::temp_dir().join("flashcore-cache")
-}
-
-/// Toolkit roots, most specific first (the core's `toolkit::roots`).
-fn roots() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
-        if let Ok(p) = std::env::var(var) {
-            v.push(PathBuf::from(p));
-        }
-    }
-    v.push(PathBuf::from("/usr/local/cuda"));
-    v.push(PathBuf::from(format!("/usr/local/cuda-{CUDA_MAJOR}")));
-    let wheels = std::env::var("FLASHCORE_CUDA_WHEELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| cache_root().join("cuda-wheels"));
-    v.push(wheels.join(format!("nvidia/cu{CUDA_MAJOR}")));
-    v
-}
-
-fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().next()
-}
-
 type NvrtcResult = c_int;
 type Program = *mut c_void;
 
@@ -404,7 +362,7 @@ struct Nvrtc {
 
 impl Nvrtc {
     fn find() -> Result<Nvrtc, String> {
-        let wheel_lib = roots().last().unwrap().join("lib");
+        let wheel_lib = wheel_root().join("lib");
         let not_found = |what: &str| {
             // Rerun once the wheels appear (a path that does not exist reruns every build).
             println!(
@@ -416,20 +374,13 @@ impl Nvrtc {
                 wheel_lib.parent().unwrap().display()
             )
         };
-        let include = roots()
-            .into_iter()
-            .map(|r| r.join("include"))
-            .find(|p| p.join("cuda_fp16.h").is_file())
-            .ok_or_else(|| not_found("the CUDA headers (cuda_fp16.h)"))?;
-        for root in roots() {
-            for dir in ["lib64", "lib", "targets/x86_64-linux/lib"] {
-                let dir = root.join(dir);
-                let Some(lib) = find_lib(&dir, "libnvrtc.so") else {
-                    continue;
-                };
-                println!("cargo:rerun-if-changed={}", lib.display());
-                return Self::open(&lib, find_lib(&dir, "libnvrtc-builtins.so"), include);
-            }
+        let include = include_dir().ok_or_else(|| not_found("the CUDA headers (cuda_fp16.h)"))?;
+        for dir in lib_dirs() {
+            let Some(lib) = find_lib(&dir, "libnvrtc.so") else {
+                continue;
+            };
+            println!("cargo:rerun-if-changed={}", lib.display());
+            return Self::open(&lib, find_lib(&dir, "libnvrtc-builtins.so"), include);
         }
         Err(not_found("NVRTC (libnvrtc.so)"))
     }

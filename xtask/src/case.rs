@@ -2,12 +2,11 @@
 //! generation and judged by the oracle. A case prints as one `--case` argument that reruns it.
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{Attention, AttentionBackward, AttentionProblem, DType, Device, Error, Layout};
-use flashcore_oracle::{OracleProblem, Precision, Rows, Verdict};
+use flashcore::{Attention, AttentionBackward, AttentionProblem, Device, Error, Layout};
+use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{Array4, Axis};
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
 
+use crate::inputs::{precision, random_tensor, to_layout};
 use crate::mode_case::ModeKeys;
 
 /// Whether cases parsed from a line without a `bi=` key are batch-invariant
@@ -114,31 +113,6 @@ impl Case {
     pub fn oracle_work(&self) -> usize {
         let p = &self.problem;
         p.batch * p.heads_q * p.seq_q * p.seq_k.max(1) * p.head_dim
-    }
-}
-
-pub fn precision(d: DType) -> Precision {
-    match d {
-        DType::F16 => Precision::F16,
-        DType::Bf16 => Precision::Bf16,
-    }
-}
-
-/// Standard normal values rounded to the dtype, in logical [batch, heads, seq, head_dim] order.
-pub fn random_tensor(dtype: DType, shape: [usize; 4], seed: u64) -> Array4<f32> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n)
-        .map(|_| dtype.round(StandardNormal.sample(&mut rng)))
-        .collect();
-    Array4::from_shape_vec(shape, data).expect("length matches")
-}
-
-/// Logical [b, h, s, d] view to the layout's axis order (and back: the swap is its own inverse).
-pub fn to_layout(a: ndarray::ArrayView4<'_, f32>, layout: Layout) -> ndarray::ArrayView4<'_, f32> {
-    match layout {
-        Layout::Bhsd => a,
-        Layout::Bshd => a.permuted_axes([0, 2, 1, 3]),
     }
 }
 
@@ -403,63 +377,15 @@ fn run_mode_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcom
         case.data_seed,
     );
     let inp = crate::mode_case::mode_inputs(&p, case.data_seed);
-    let inputs = flashcore::HostInputs {
-        q: inp.q.view(),
-        k: inp.k.view(),
-        v: inp.v.view(),
-        k_new: inp.k_new.as_ref().map(|a| a.view()),
-        v_new: inp.v_new.as_ref().map(|a| a.view()),
-        tables: draw.host_tables(),
-    };
-    let out = match flashcore::forward_host_modes(kernel, device, &p, inputs) {
+    let out = match flashcore::forward_host_modes(kernel, device, &p, inp.host_inputs(&draw)) {
         Ok(o) => o,
         Err(Error::Unsupported(u)) => return Outcome::Skipped(u.reason),
         Err(e) => return Outcome::Fail(format!("error: {e}"), None),
     };
-    let case = Case {
-        problem: p,
-        data_seed: case.data_seed,
-    };
-    match crate::mode_case::judge(&case, &draw, &inp, &out) {
+    match crate::mode_case::judge(&p, &draw, &inp, &out) {
         Ok(v) => Outcome::Pass(v),
         Err(msg) => Outcome::Fail(msg, None),
     }
-}
-
-/// Like [`random_tensor`] (standard normal values rounded to the dtype, logical order) but
-/// generated on every core in fixed chunks of 2^20 elements, each with its own seed, so the
-/// values depend on `seed` alone and not on the thread count. For bench-sized inputs (up to
-/// ~10^8 elements) where the sequential generator would take seconds. Not the same stream as
-/// [`random_tensor`].
-pub fn random_tensor_parallel(dtype: DType, shape: [usize; 4], seed: u64) -> Array4<f32> {
-    const CHUNK: usize = 1 << 20;
-    let n: usize = shape.iter().product();
-    let mut data = vec![0f32; n];
-    let threads = std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1);
-    let chunks: Vec<(usize, &mut [f32])> = data.chunks_mut(CHUNK).enumerate().collect();
-    let per_thread = chunks.len().div_ceil(threads).max(1);
-    let mut groups: Vec<Vec<(usize, &mut [f32])>> = Vec::new();
-    let mut it = chunks.into_iter().peekable();
-    while it.peek().is_some() {
-        groups.push(it.by_ref().take(per_thread).collect());
-    }
-    std::thread::scope(|s| {
-        for group in groups {
-            s.spawn(move || {
-                for (i, chunk) in group {
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(
-                        seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                    );
-                    for x in chunk.iter_mut() {
-                        *x = dtype.round(StandardNormal.sample(&mut rng));
-                    }
-                }
-            });
-        }
-    });
-    Array4::from_shape_vec(shape, data).expect("length matches")
 }
 
 /// The oracle's two references for one problem and one input set on a sample of rows, computed
@@ -560,6 +486,7 @@ impl ShapeCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashcore::DType;
 
     #[test]
     fn a_case_round_trips_through_its_argument() {
@@ -586,22 +513,6 @@ mod tests {
         assert!(a.q.iter().filter(|x| **x == 0.0).count() < 2);
         assert_ne!(a.q, b.q);
         assert_ne!(a.k, a.v);
-    }
-
-    #[test]
-    fn parallel_inputs_depend_on_the_seed_only() {
-        let a = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 5);
-        let b = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 5);
-        let c = random_tensor_parallel(DType::F16, [1, 2, 700, 1024], 6);
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        let mean = a.iter().map(|&x| x as f64).sum::<f64>() / a.len() as f64;
-        let var = a.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / a.len() as f64;
-        assert!(
-            mean.abs() < 0.01 && (var - 1.0).abs() < 0.01,
-            "{mean} {var}"
-        );
-        assert!(a.iter().all(|&x| DType::F16.round(x) == x));
     }
 
     #[test]

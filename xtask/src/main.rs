@@ -7,6 +7,7 @@ mod case;
 mod check_kernels;
 mod cuda_wheels;
 mod header_check;
+mod inputs;
 mod mode_case;
 mod progress;
 mod ptx_compare;

@@ -5,12 +5,12 @@
 //! the logical K/V the oracle gathers out of the cache (pages, used rows, appended rows).
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{AlibiSlopes, AttentionProblem, DType, HostTables, KvStorage, Modes};
+use flashcore::{AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvStorage, Modes};
 use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
 use rand::{Rng, SeedableRng};
 
-use crate::case::{precision, random_tensor, to_layout, Case};
+use crate::inputs::{precision, random_tensor, to_layout};
 
 /// How a case's storage is laid out, beyond what `AttentionProblem::modes` says: what its
 /// `--case` keys were. Kept beside the problem so a case prints back to the same line.
@@ -295,6 +295,20 @@ pub struct ModeInputs {
     pub v_new: Option<ArrayD<f32>>,
 }
 
+impl ModeInputs {
+    /// The inputs with `draw`'s tables, as a host call takes them.
+    pub fn host_inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, f32> {
+        HostInputs {
+            q: self.q.view(),
+            k: self.k.view(),
+            v: self.v.view(),
+            k_new: self.k_new.as_ref().map(|a| a.view()),
+            v_new: self.v_new.as_ref().map(|a| a.view()),
+            tables: draw.host_tables(),
+        }
+    }
+}
+
 fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
     let mut s4 = [1usize; 4];
     s4[4 - shape.len()..].copy_from_slice(shape);
@@ -431,12 +445,11 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
 /// Judges every sequence of a mode case's outputs; the verdict with the largest ratio (or the
 /// first failure) stands for the case.
 pub fn judge(
-    case: &Case,
+    p: &AttentionProblem,
     draw: &Draw,
     inp: &ModeInputs,
     out: &flashcore::HostOutputs,
 ) -> std::result::Result<Verdict, String> {
-    let p = &case.problem;
     let mut worst: Option<Verdict> = None;
     for b in 0..p.batch {
         let op = seq_oracle_problem(p, draw, b);
@@ -496,6 +509,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::case::Case;
 
     #[test]
     fn a_mode_case_round_trips_and_redraws_the_same_tables() {
@@ -520,7 +534,7 @@ mod tests {
             let line = match seed % 5 {
                 0 => "b=4,hq=4,hkv=2,sq=33,sk=100,d=64,varlen=1",
                 1 => "b=3,hq=2,sq=5,sk=70,d=64,cache=paged,bs=16,append=3",
-                // Capacity below the appended rows (drawn by verify on the H100, run3).
+                // Capacity below the appended rows (drawn by verify on the H100, commit 7c13259).
                 2 => "b=1,hq=1,hkv=1,sq=1,sk=1,d=64,cache=contig,append=2",
                 3 => "b=2,hq=2,sq=3,sk=1,d=64,cache=paged,bs=16,append=20",
                 _ => "b=2,hq=2,sq=40,sk=90,d=64,varlen=1,cache=contig,alibi=head",

@@ -10,8 +10,8 @@
 //! - the greedy token ids: every decision whose reference margin (top token's logit minus the
 //!   other mode's token's logit) exceeds twice the logit tolerance must match; the exact count
 //!   and the widest margin among the differing ones are printed (bf16 runs of random weights
-//!   flip near-ties: run5 on the H100 had 490 of 512 equal, all 22 others within 2× the
-//!   measured logit difference).
+//!   flip near-ties: the H100 run of commit 8e61095 had 490 of 512 equal, all 22 others within
+//!   2× the measured logit difference).
 //!
 //! Then it reports prefill and decode tokens/s of both modes, the share of attention in the
 //! model's time, and the attention op timed alone at the model's shapes.
@@ -277,7 +277,7 @@ impl Model {
         }
         cache.len += s;
         // A prompt's last row is a strided view; candle's CUDA rms-norm takes contiguous input
-        // only ("input has to be contiguous", run4 on the H100).
+        // only ("input has to be contiguous" on the H100, commit 8e61095).
         let last = x.narrow(1, s - 1, 1)?.squeeze(1)?.contiguous()?;
         let last = candle_nn::ops::rms_norm(&last, &self.norm, 1e-5)?;
         self.lm_head.forward(&last)?.to_dtype(DType::F32)

@@ -170,6 +170,94 @@ fn out_view<T: DeviceRepr>(o: &mut CudaSlice<T>, dtype: flashcore::DType) -> Res
     Ok(TensorMut { data, dtype })
 }
 
+/// An input tensor as flashcore's 16-bit view ([`half_view`]), tagged with its dtype.
+fn half_ref<'a, T: CudaDType + 'static>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    dtype: flashcore::DType,
+) -> Result<TensorRef<'a>> {
+    Ok(TensorRef {
+        data: half_view::<T>(s, l)?,
+        dtype,
+    })
+}
+
+/// A tensor's storage and layout, as `Tensor::storage_and_layout` lends them.
+type Lent<'a> = (StorageRef<'a>, &'a Layout);
+
+/// An optional table ([`table_i32`]).
+fn optional_table<'a>(
+    t: &'a Option<Lent<'_>>,
+    dev: &CudaDevice,
+    name: &str,
+) -> Result<Option<CudaView<'a, i32>>> {
+    t.as_ref()
+        .map(|(s, l)| table_i32(cuda(s, name)?, l, dev, name))
+        .transpose()
+}
+
+/// Optional ALiBi slopes ([`alibi_view`]).
+fn optional_alibi<'a>(
+    a: &'a Option<Lent<'_>>,
+    dev: &CudaDevice,
+) -> Result<Option<CudaView<'a, f32>>> {
+    a.as_ref()
+        .map(|(s, l)| alibi_view(cuda(s, "alibi_slopes")?, l, dev))
+        .transpose()
+}
+
+/// Q, K and V as candle hands them to a `CustomOp3`: each storage with its layout.
+#[derive(Clone, Copy)]
+struct Qkv<'a> {
+    q: (&'a CudaStorage, &'a Layout),
+    k: (&'a CudaStorage, &'a Layout),
+    v: (&'a CudaStorage, &'a Layout),
+}
+
+impl<'a> Qkv<'a> {
+    /// The argument rules' views of Q, K and V.
+    fn views(&self) -> [View<'a>; 3] {
+        [
+            view("q", self.q.1),
+            view("k", self.k.1),
+            view("v", self.v.1),
+        ]
+    }
+}
+
+/// The forward of Q, K, V with `tables`, on candle's stream: O
+/// (`q`'s shape, contiguous) and the LSE.
+fn forward_into<T: CudaDType + DeviceRepr + 'static>(
+    problem: &AttentionProblem,
+    dtype: flashcore::DType,
+    qkv: Qkv<'_>,
+    tables: DeviceTables<'_>,
+) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
+    let Qkv {
+        q: (q, q_l),
+        k: (k, k_l),
+        v: (v, v_l),
+    } = qkv;
+    let dev = q.device();
+    let (mut o, mut lse) = alloc_out::<T>(dev, problem, q_l.shape())?;
+    let device = flashcore_device(dev)?;
+    let stream = dev.cuda_stream();
+    {
+        let mut tensors = AttentionTensors {
+            q: half_ref::<T>(q, q_l, dtype)?,
+            k: half_ref::<T>(k, k_l, dtype)?,
+            v: half_ref::<T>(v, v_l, dtype)?,
+            o: out_view(&mut o, dtype)?,
+            lse: lse.slice_mut(..),
+            tables,
+        };
+        run(problem, &device, |kern| {
+            kern.forward_on(&device, &stream, problem, &mut tensors)
+        })?;
+    }
+    Ok((o, lse))
+}
+
 /// The options candle-flash-attn's arguments describe: scale, window, softcap and the ALiBi
 /// slopes' shape.
 fn mode_options(
@@ -188,6 +276,20 @@ fn mode_options(
     }
 }
 
+/// [`mode_options`] of an op's candle-flash-attn fields (`softmax_scale`, `window_size_left`,
+/// `window_size_right`, `softcap`, `alibi_slopes`), which every op has.
+macro_rules! options_of {
+    ($op:expr, $dtype:expr) => {
+        mode_options(
+            $dtype,
+            $op.softmax_scale,
+            ($op.window_size_left, $op.window_size_right),
+            $op.softcap,
+            $op.alibi_slopes.as_ref(),
+        )
+    };
+}
+
 /// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
 #[derive(Clone)]
 pub struct FlashAttn {
@@ -199,83 +301,30 @@ pub struct FlashAttn {
 }
 
 impl FlashAttn {
-    fn options(&self, dtype: flashcore::DType) -> Options {
-        mode_options(
-            dtype,
-            self.softmax_scale,
-            (self.window_size_left, self.window_size_right),
-            self.softcap,
-            self.alibi_slopes.as_ref(),
-        )
-    }
-
     /// The problem, O and LSE of one forward call (the op's output, and what its backward needs).
-    #[allow(clippy::too_many_arguments)]
     fn forward_with_lse<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
+        qkv: Qkv<'_>,
     ) -> Result<(AttentionProblem, CudaSlice<T>, CudaSlice<f32>)> {
-        let dev = q.device();
-        let problem = args::dense_problem(
-            &view("q", q_l),
-            &view("k", k_l),
-            &view("v", v_l),
-            &self.options(dtype),
-        )?;
+        let [qv, kv, vv] = qkv.views();
+        let problem = args::dense_problem(&qv, &kv, &vv, &options_of!(self, dtype))?;
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
-        let alibi_slopes = match &alibi {
-            Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
-            None => None,
+        let tables = DeviceTables {
+            alibi_slopes: optional_alibi(&alibi, qkv.q.0.device())?,
+            ..Default::default()
         };
-        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
-        let device = flashcore_device(dev)?;
-        let stream = dev.cuda_stream();
-        {
-            let mut tensors = AttentionTensors {
-                q: TensorRef {
-                    data: half_view::<T>(q, q_l)?,
-                    dtype,
-                },
-                k: TensorRef {
-                    data: half_view::<T>(k, k_l)?,
-                    dtype,
-                },
-                v: TensorRef {
-                    data: half_view::<T>(v, v_l)?,
-                    dtype,
-                },
-                o: out_view(&mut o, dtype)?,
-                lse: lse.slice_mut(..),
-                tables: DeviceTables {
-                    alibi_slopes,
-                    ..Default::default()
-                },
-            };
-            run(&problem, &device, |kern| {
-                kern.forward_on(&device, &stream, &problem, &mut tensors)
-            })?;
-        }
+        let (o, lse) = forward_into::<T>(&problem, dtype, qkv, tables)?;
         Ok((problem, o, lse))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
+        qkv: Qkv<'_>,
     ) -> Result<(CudaStorage, Shape)> {
-        let (_, o, _) = self.forward_with_lse::<T>(dtype, q, q_l, k, k_l, v, v_l)?;
+        let (q, q_l) = qkv.q;
+        let (_, o, _) = self.forward_with_lse::<T>(dtype, qkv)?;
         Ok((
             CudaStorage::wrap_cuda_slice(o, q.device().clone()),
             q_l.shape().clone(),
@@ -312,19 +361,18 @@ macro_rules! qkv_op {
             v: &CudaStorage,
             v_l: &Layout,
         ) -> Result<(CudaStorage, Shape)> {
-            by_dtype!(self, $label, q, k, v, q, q_l, k, k_l, v, v_l)
+            let dtype = dtype_of($label, q.dtype(), k.dtype(), v.dtype())?;
+            let qkv = Qkv {
+                q: (q, q_l),
+                k: (k, k_l),
+                v: (v, v_l),
+            };
+            match dtype {
+                flashcore::DType::F16 => self.fwd::<f16>(dtype, qkv),
+                flashcore::DType::Bf16 => self.fwd::<bf16>(dtype, qkv),
+            }
         }
     };
-}
-
-macro_rules! by_dtype {
-    ($self:ident, $name:expr, $q:ident, $k:ident, $v:ident, $($arg:expr),*) => {{
-        let dtype = dtype_of($name, $q.dtype(), $k.dtype(), $v.dtype())?;
-        match dtype {
-            flashcore::DType::F16 => $self.fwd::<f16>(dtype, $($arg),*),
-            flashcore::DType::Bf16 => $self.fwd::<bf16>(dtype, $($arg),*),
-        }
-    }};
 }
 
 impl candle_core::CustomOp3 for FlashAttn {
@@ -367,22 +415,19 @@ struct FlashAttnGrads {
 }
 
 impl FlashAttnGrads {
-    #[allow(clippy::too_many_arguments)]
     fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
+        qkv: Qkv<'_>,
     ) -> Result<(CudaStorage, Shape)> {
+        let Qkv {
+            q: (q, q_l),
+            k: (k, k_l),
+            v: (v, v_l),
+        } = qkv;
         let dev = q.device();
         // The forward again, for the LSE (its O is dropped: dO·O takes the caller's O).
-        let (problem, _, lse) = self
-            .attn
-            .forward_with_lse::<T>(dtype, q, q_l, k, k_l, v, v_l)?;
+        let (problem, _, lse) = self.attn.forward_with_lse::<T>(dtype, qkv)?;
         if !problem.modes.is_dense() {
             candle_core::bail!(
                 "flashcore: the backward pass takes dense attention (causal or not) only; \
@@ -449,27 +494,13 @@ pub struct FlashAttnVarLen {
 }
 
 impl FlashAttnVarLen {
-    fn options(&self, dtype: flashcore::DType) -> Options {
-        mode_options(
-            dtype,
-            self.softmax_scale,
-            (self.window_size_left, self.window_size_right),
-            self.softcap,
-            self.alibi_slopes.as_ref(),
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
     fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
-        q: &CudaStorage,
-        q_l: &Layout,
-        k: &CudaStorage,
-        k_l: &Layout,
-        v: &CudaStorage,
-        v_l: &Layout,
+        qkv: Qkv<'_>,
     ) -> Result<(CudaStorage, Shape)> {
+        let (q, q_l) = qkv.q;
+        let [qv, kv, vv] = qkv.views();
         if self.mm_prefix_ranges.is_some() {
             candle_core::bail!(
                 "flashcore: mm_prefix_ranges (ranges that bypass the causal/window mask) are not \
@@ -478,21 +509,21 @@ impl FlashAttnVarLen {
         }
         let dev = q.device();
         let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())?;
-        let opts = self.options(dtype);
+        let opts = options_of!(self, dtype);
         let problem = match &self.block_table {
             None => args::varlen_problem(
-                &view("q", q_l),
-                &view("k", k_l),
-                &view("v", v_l),
+                &qv,
+                &kv,
+                &vv,
                 batch,
                 self.max_seqlen_q,
                 self.max_seqlen_k,
                 &opts,
             )?,
             Some(table) => args::paged_varlen_problem(
-                &view("q", q_l),
-                &view("k", k_l),
-                &view("v", v_l),
+                &qv,
+                &kv,
+                &vv,
                 table.dims(),
                 batch,
                 self.max_seqlen_q,
@@ -531,46 +562,15 @@ impl FlashAttnVarLen {
                 )?),
                 Some(_) => None,
             },
-            seqused_k: match &used {
-                Some((s, l)) => Some(table_i32(cuda(s, "seqused_k")?, l, dev, "seqused_k")?),
-                None => None,
-            },
-            block_table: match &table {
-                Some((s, l)) => Some(table_i32(cuda(s, "block_table")?, l, dev, "block_table")?),
-                None => None,
-            },
-            alibi_slopes: match &alibi {
-                Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
-                None => None,
-            },
+            seqused_k: optional_table(&used, dev, "seqused_k")?,
+            block_table: optional_table(&table, dev, "block_table")?,
+            alibi_slopes: optional_alibi(&alibi, dev)?,
         };
-        let shape = q_l.shape().clone();
-        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
-        let device = flashcore_device(dev)?;
-        let stream = dev.cuda_stream();
-        {
-            let mut tensors = AttentionTensors {
-                q: TensorRef {
-                    data: half_view::<T>(q, q_l)?,
-                    dtype,
-                },
-                k: TensorRef {
-                    data: half_view::<T>(k, k_l)?,
-                    dtype,
-                },
-                v: TensorRef {
-                    data: half_view::<T>(v, v_l)?,
-                    dtype,
-                },
-                o: out_view(&mut o, dtype)?,
-                lse: lse.slice_mut(..),
-                tables,
-            };
-            run(&problem, &device, |kern| {
-                kern.forward_on(&device, &stream, &problem, &mut tensors)
-            })?;
-        }
-        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+        let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            q_l.shape().clone(),
+        ))
     }
 }
 
@@ -625,13 +625,7 @@ impl FlashAttnKvCache {
         q_l: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let dev = q.device();
-        let opts = mode_options(
-            dtype,
-            self.softmax_scale,
-            (self.window_size_left, self.window_size_right),
-            self.softcap,
-            self.alibi_slopes.as_ref(),
-        );
+        let opts = options_of!(self, dtype);
         let new_layouts = match (&self.k_new, &self.v_new) {
             (Some(k), Some(v)) => Some((k.layout().clone(), v.layout().clone())),
             (None, None) => None,
@@ -675,25 +669,18 @@ impl FlashAttnKvCache {
                 dev,
                 "seqused_k",
             )?),
-            block_table: match &table {
-                Some((s, l)) => Some(table_i32(cuda(s, "block_table")?, l, dev, "block_table")?),
-                None => None,
-            },
-            alibi_slopes: match &alibi {
-                Some((s, l)) => Some(alibi_view(cuda(s, "alibi_slopes")?, l, dev)?),
-                None => None,
-            },
+            block_table: optional_table(&table, dev, "block_table")?,
+            alibi_slopes: optional_alibi(&alibi, dev)?,
             ..Default::default()
         };
         let kc = self.k_cache.storage_and_layout();
         let vc = self.v_cache.storage_and_layout();
         let (kc_s, vc_s) = (cuda(&kc.0, "k_cache")?, cuda(&vc.0, "v_cache")?);
-        let shape = q_l.shape().clone();
-        let (mut o, mut lse) = alloc_out::<T>(dev, &problem, &shape)?;
-        let device = flashcore_device(dev)?;
-        let stream = dev.cuda_stream();
-        match (&self.k_new, &self.v_new) {
+        let o = match (&self.k_new, &self.v_new) {
             (Some(k_new), Some(v_new)) => {
+                let (mut o, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
+                let device = flashcore_device(dev)?;
+                let stream = dev.cuda_stream();
                 let kn = k_new.storage_and_layout();
                 let vn = v_new.storage_and_layout();
                 let (kn_s, vn_s) = (cuda(&kn.0, "k_new")?, cuda(&vn.0, "v_new")?);
@@ -760,31 +747,22 @@ impl FlashAttnKvCache {
                         t,
                     )
                 })?;
+                o
             }
             _ => {
-                let mut tensors = AttentionTensors {
-                    q: TensorRef {
-                        data: half_view::<T>(q, q_l)?,
-                        dtype,
-                    },
-                    k: TensorRef {
-                        data: half_view::<T>(kc_s, kc.1)?,
-                        dtype,
-                    },
-                    v: TensorRef {
-                        data: half_view::<T>(vc_s, vc.1)?,
-                        dtype,
-                    },
-                    o: out_view(&mut o, dtype)?,
-                    lse: lse.slice_mut(..),
-                    tables,
+                let qkv = Qkv {
+                    q: (q, q_l),
+                    k: (kc_s, kc.1),
+                    v: (vc_s, vc.1),
                 };
-                run(&problem, &device, |kern| {
-                    kern.forward_on(&device, &stream, &problem, &mut tensors)
-                })?;
+                let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
+                o
             }
-        }
-        Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
+        };
+        Ok((
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            q_l.shape().clone(),
+        ))
     }
 }
 

@@ -531,7 +531,8 @@ mod gpu {
                 let v_cache = tensor(&mut rng, &[b, cap, hkv, d], 1.0, dtype, &dev)?;
                 let q = tensor(&mut rng, &[b, s_new.max(1), hq, d], 1.0, dtype, &dev)?;
                 // No empty k_new/v_new for s_new = 0: candle cannot allocate a zero-sized CUDA
-                // tensor (cuMemAlloc of 0 bytes is CUDA_ERROR_INVALID_VALUE, run3 on the H100).
+                // tensor (cuMemAlloc of 0 bytes is CUDA_ERROR_INVALID_VALUE on the H100, commit
+                // 8e61095).
                 let rows = s_new.max(1);
                 let k_new = tensor(&mut rng, &[b, rows, hkv, d], 1.0, dtype, &dev)?;
                 let v_new = tensor(&mut rng, &[b, rows, hkv, d], 1.0, dtype, &dev)?;

@@ -21,11 +21,13 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut}
 use ndarray::{Array4, ArrayView3, ArrayView4};
 
 use crate::device::{Device, DeviceInfo};
+use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
-use crate::host::{nan_bits, HostElement};
-use crate::launch::{linear_grid, tiles, AttentionParams};
-use crate::plan::{Capabilities, KernelLaunch, LaunchPlan, TensorMapSpec};
-use crate::problem::{AttentionProblem, DType, TensorStrides};
+use crate::host::{download, nan_bits, HostElement};
+use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMapSpec};
+use crate::params::AttentionParams;
+use crate::plan::Capabilities;
+use crate::problem::{AttentionProblem, TensorStrides};
 use crate::tensors::{TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
@@ -127,16 +129,9 @@ impl BackwardTensors<'_> {
 /// Names of the buffers [`check_backward_buffers`] takes, in order (LSE sits between dO and dQ).
 pub const BACKWARD_BUFFERS: [&str; 9] = ["q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv"];
 
-/// What [`BackwardTensors::check`] checks, on plain numbers: `lens` are the elements of
-/// [`BACKWARD_BUFFERS`], `dtypes` the tags of Q, K, V, O, dO, dQ, dK, dV. Dense strides need
-/// exact lengths; custom strides may sit in larger buffers.
-pub fn check_backward_buffers(
-    p: &AttentionProblem,
-    lens: [usize; 9],
-    dtypes: [DType; 8],
-) -> Result<(), InvalidProblem> {
-    let exact = p.custom_strides.is_none();
-    let needed = [
+/// The elements each of [`BACKWARD_BUFFERS`] addresses.
+pub fn backward_buffer_lens(p: &AttentionProblem) -> [usize; 9] {
+    [
         p.q_len(),
         p.k_len(),
         p.v_len(),
@@ -146,8 +141,23 @@ pub fn check_backward_buffers(
         p.q_len(),
         p.k_len(),
         p.v_len(),
-    ];
-    for ((tensor, got), needed) in BACKWARD_BUFFERS.into_iter().zip(lens).zip(needed) {
+    ]
+}
+
+/// What [`BackwardTensors::check`] checks, on plain numbers: `lens` are the elements of
+/// [`BACKWARD_BUFFERS`], `dtypes` the tags of Q, K, V, O, dO, dQ, dK, dV. Dense strides need
+/// exact lengths; custom strides may sit in larger buffers.
+pub fn check_backward_buffers(
+    p: &AttentionProblem,
+    lens: [usize; 9],
+    dtypes: [DType; 8],
+) -> Result<(), InvalidProblem> {
+    let exact = p.custom_strides.is_none();
+    for ((tensor, got), needed) in BACKWARD_BUFFERS
+        .into_iter()
+        .zip(lens)
+        .zip(backward_buffer_lens(p))
+    {
         if got < needed || (exact && got != needed) {
             return Err(InvalidProblem::LengthMismatch {
                 tensor,
@@ -189,26 +199,11 @@ pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
         (s.v, p.heads_kv, p.seq_k),
     ] {
         // A gradient with no elements (seq_k = 0: no keys) has nothing to alias; its strides
-        // are 0 along the empty extent's neighbours (run9 on the H100: verify's sk=0 cases).
+        // are 0 along the empty extent's neighbours (H100, commit bbeeaea: verify's sk=0 cases).
         if p.batch == 0 || heads == 0 || seq == 0 {
             continue;
         }
-        let mut axes = [
-            ("batch", st.batch, p.batch),
-            ("head", st.head, heads),
-            ("row", st.row, seq),
-        ];
-        axes.sort_by_key(|a| a.1);
-        let mut span = p.head_dim as u128;
-        for (axis, stride, n) in axes {
-            if n <= 1 {
-                continue;
-            }
-            if (stride as u128) < span {
-                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
-            }
-            span += stride as u128 * (n as u128 - 1);
-        }
+        st.check_distinct(p.batch, heads, seq, p.head_dim)?;
     }
     Ok(())
 }
@@ -339,7 +334,7 @@ pub fn backward_on(
             for map in maps.iter().flatten() {
                 args.push(map as *const CUtensorMap as *mut c_void);
             }
-            crate::launch::launch_raw(device, stream, launch, &function, &mut args)?;
+            crate::execute::launch_raw(device, stream, launch, &function, &mut args)?;
         }
         Ok(())
     });
@@ -355,11 +350,11 @@ fn backward_tensor_maps(
     bwd: &BackwardParams,
     spec: &TensorMapSpec,
 ) -> Result<[CUtensorMap; 4], Error> {
-    let [q, k, v] = crate::launch::encode_tensor_maps(p, params, spec)?;
-    let d_o = crate::launch::encode_tensor_map(
+    let [q, k, v] = crate::tensor_map::encode_tensor_maps(p, params, spec)?;
+    let d_o = crate::tensor_map::encode_tensor_map(
         p,
         spec,
-        &crate::launch::MapTarget {
+        &crate::tensor_map::MapTarget {
             name: "d_o",
             ptr: bwd.d_o,
             strides: p.strides().o,
@@ -517,13 +512,7 @@ pub fn backward_host<E: HostElement>(
     }
     device.synchronize()?;
     let down = |d: &cudarc::driver::CudaSlice<u16>, shape: [usize; 4], what: &str| {
-        let bits = stream
-            .clone_dtoh(d)
-            .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
-        let vals: Vec<E> = bits
-            .into_iter()
-            .map(|x| E::from_dtype_bits(x, dtype))
-            .collect();
+        let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(Array4::from_shape_vec(shape, vals).expect("length matches"))
     };
     Ok(HostGradients {

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use crate::dtype::DType;
 use crate::error::Error;
-use crate::problem::DType;
 use crate::toolkit;
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));

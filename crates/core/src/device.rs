@@ -7,8 +7,8 @@ use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 
 use crate::compile::{self, CompileRequest};
+use crate::dtype::DType;
 use crate::error::Error;
-use crate::problem::DType;
 use crate::toolkit;
 
 /// What kernels plan against: read from the device once.

@@ -1,6 +1,6 @@
 //! Every way an attention call can fail, each with a message that names the offending value.
 
-use crate::problem::DType;
+use crate::dtype::DType;
 
 /// The problem itself is malformed, whatever kernel is asked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

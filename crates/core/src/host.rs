@@ -5,10 +5,11 @@
 use ndarray::{Array3, Array4, ArrayD, ArrayView4, ArrayViewD};
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem};
 use crate::modes::{HostTables, KvStorage};
 use crate::plan::Attention;
-use crate::problem::{AttentionProblem, DType};
+use crate::problem::AttentionProblem;
 use crate::tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
 mod sealed {
@@ -362,7 +363,7 @@ pub fn forward_host_modes<E: HostElement>(
                     data: dv.as_view_mut(),
                     dtype,
                 },
-                crate::launch::KvAppend {
+                crate::tensors::KvAppend {
                     k_new: tref(&dk_new, dtype),
                     v_new: tref(&dv_new, dtype),
                 },
@@ -392,13 +393,7 @@ pub fn forward_host_modes<E: HostElement>(
         }
     }
     let down = |d: &cudarc::driver::CudaSlice<u16>, shape: &[usize], what: &str| {
-        let bits = stream
-            .clone_dtoh(d)
-            .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
-        let vals: Vec<E> = bits
-            .into_iter()
-            .map(|x| E::from_dtype_bits(x, dtype))
-            .collect();
+        let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
     };
     let o = down(&d_o, &q_shape, "O")?;
@@ -419,6 +414,22 @@ pub fn forward_host_modes<E: HostElement>(
         k_cache,
         v_cache,
     })
+}
+
+/// A device tensor of dtype bits, copied back (`what` names it in the error) and converted.
+pub(crate) fn download<E: HostElement>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    d: &cudarc::driver::CudaSlice<u16>,
+    dtype: DType,
+    what: &str,
+) -> Result<Vec<E>, Error> {
+    let bits = stream
+        .clone_dtoh(d)
+        .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
+    Ok(bits
+        .into_iter()
+        .map(|x| E::from_dtype_bits(x, dtype))
+        .collect())
 }
 
 #[cfg(test)]

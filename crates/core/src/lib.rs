@@ -1,29 +1,40 @@
 //! flashcore-core: what every attention generation shares.
 //!
-//! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation.
+//! - [`problem`]: the problem description ([`AttentionProblem`]) and its validation; [`dtype`]:
+//!   the element type ([`DType`]).
 //! - [`backward`]: the backward pass ([`AttentionBackward`]: dQ, dK, dV), its tensors and host path.
-//! - [`plan`]: the [`Attention`] trait a generation implements, and its launch plan types.
+//! - [`plan`]: the [`Attention`] trait a generation implements, and the checks of a call;
+//!   [`launch_plan`]: what a plan asks the core to launch.
 //! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
 //! - [`compile`]: embedded kernel sources, NVRTC compilation, the on-disk PTX cache.
-//! - [`launch`]: parameter block, tensor maps, launches; [`host`]: ndarray in, ndarray out.
+//! - [`params`]: the parameter block; [`tensor_map`]: Hopper tensor maps; [`execute`]: the
+//!   launches; [`launch`]: the entry points and their helpers, where callers find them.
+//! - [`host`]: ndarray in, ndarray out.
 //! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
 
 pub mod backward;
 pub mod compile;
 pub mod device;
+pub mod dtype;
 pub mod error;
+pub mod execute;
 pub mod host;
 pub mod launch;
+pub mod launch_plan;
 pub mod modes;
+pub mod params;
 pub mod plan;
 pub mod problem;
+pub mod tensor_map;
 pub mod tensors;
 pub mod toolkit;
+mod toolkit_paths;
 
 pub use backward::{
     backward_host, backward_on, AttentionBackward, BackwardParams, BackwardTensors, HostGradients,
 };
 pub use device::{Device, DeviceInfo};
+pub use dtype::DType;
 pub use error::{Error, InvalidProblem, Unsupported};
 pub use host::{
     forward_host, forward_host_modes, HostElement, HostInputs, HostOutput, HostOutputs,
@@ -33,7 +44,7 @@ pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
 pub use plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
 };
-pub use problem::{AttentionProblem, DType, Layout, ProblemStrides, TensorStrides};
+pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};
 pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 
 /// Re-exported so generation crates and tools use the same cudarc as the core.

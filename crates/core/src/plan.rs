@@ -1,11 +1,20 @@
 //! The `Attention` trait and what a generation tells the core: which problems it takes and how to
-//! launch its kernel. Validation, compilation, buffers and the launch itself live in the core.
+//! launch its kernel. Validation, compilation, buffers and the launch itself live in the core:
+//! [`forward_on`] checks a call and plans it, `execute.rs` queues the plan.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 
 use crate::device::{Device, DeviceInfo};
-use crate::error::{Error, Unsupported};
+use crate::dtype::DType;
+use crate::error::{Error, InvalidProblem, Unsupported};
+use crate::execute::{check_pointer_alignment, run_plan_on};
 use crate::modes::ModeSupport;
-use crate::problem::{AttentionProblem, DType, Layout};
+use crate::problem::{AttentionProblem, Layout};
 use crate::tensors::AttentionTensors;
+
+pub use crate::launch_plan::{KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec};
 
 /// Head dims a kernel takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,111 +184,6 @@ impl Capabilities {
     }
 }
 
-/// Hopper bulk-tensor-copy maps the core encodes on the host (cuTensorMapEncodeTiled) and passes
-/// after the params block, as `const __grid_constant__ CUtensorMap` arguments in the order
-/// Q, K, V. Each map views its tensor as 4-D (head_dim, seq, heads, batch) with the problem's
-/// strides; a box is `box_cols` elements of head_dim by `rows` of seq, one head, one batch.
-/// Rows past seq are filled with zeros by the hardware.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TensorMapSpec {
-    pub q_box_rows: u32,
-    pub kv_box_rows: u32,
-    /// Inner box extent in elements; 64 with 128-byte swizzle (64 halves = 128 bytes).
-    pub box_cols: u32,
-    pub swizzle: Swizzle,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Swizzle {
-    None,
-    B32,
-    B64,
-    B128,
-}
-
-/// One kernel launch of a plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelLaunch {
-    /// File under `kernels/`, e.g. "gen1_scalar.cu".
-    pub source: &'static str,
-    /// The `extern "C"` entry point.
-    pub entry: &'static str,
-    /// Preprocessor defines beyond FC_DTYPE_F16/FC_DTYPE_BF16, which the core adds.
-    pub defines: Vec<(String, String)>,
-    pub grid: (u32, u32, u32),
-    pub block: (u32, u32, u32),
-    pub dynamic_smem_bytes: u32,
-    pub tensor_maps: Option<TensorMapSpec>,
-    /// Launch with programmatic stream serialization (programmatic dependent launch, sm_90+):
-    /// the kernel may start while the stream's previous kernel still runs. Only for kernels
-    /// that execute `griddepcontrol.wait` before their first global-memory access
-    /// (`kernels/common/hopper/grid_dependency.cuh`).
-    pub programmatic_launch: bool,
-}
-
-impl KernelLaunch {
-    /// The launch of a grid-stride kernel that takes one (batch, q head, `q_tile_rows`-row query
-    /// tile) item per block of `warps` warps (generations 2-4): one block per item while that
-    /// fits grid.x, the kernel's loop covers the rest (and items past 2^31).
-    pub fn per_q_tile(
-        source: &'static str,
-        entry: &'static str,
-        defines: Vec<(String, String)>,
-        problem: &AttentionProblem,
-        q_tile_rows: usize,
-        warps: u32,
-        dynamic_smem_bytes: u32,
-    ) -> Self {
-        let items =
-            problem.batch * problem.heads_q * crate::launch::tiles(problem.seq_q, q_tile_rows);
-        KernelLaunch {
-            source,
-            entry,
-            defines,
-            grid: (crate::launch::linear_grid(items), 1, 1),
-            block: (warps * 32, 1, 1),
-            dynamic_smem_bytes,
-            tensor_maps: None,
-            programmatic_launch: false,
-        }
-    }
-}
-
-/// How to run one problem: launches in order on one stream.
-///
-/// **Workspace contract.** `params.workspace` points to `workspace_f32` words of device scratch
-/// that the core keeps across calls (one buffer per stream of a [`Device`], reused and grown as
-/// needed; the plans of one stream run one after another, so they never share it in flight). It
-/// is *not* cleared per call (a memset per call would cost about as much as a whole small
-/// problem inside a CUDA graph). Its first `workspace_counters` words are the exception: the core
-/// guarantees they are zero when the plan's first launch starts (it zeroes the buffer when it
-/// allocates it, and again only when an earlier plan may have used those words as scratch), and
-/// the plan's kernels must leave them zero when the plan's last launch finishes. Everything past
-/// them holds whatever the previous call left.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LaunchPlan {
-    pub launches: Vec<KernelLaunch>,
-    /// f32 scratch elements the core allocates and passes as `params.workspace`.
-    pub workspace_f32: usize,
-    /// Leading words of the workspace (counted in f32 words, used as u32 arrival counters) that
-    /// are zero when the plan starts and that its kernels leave zero (see the contract above);
-    /// at most `workspace_f32`.
-    pub workspace_counters: usize,
-    /// Written into `params.num_splits` (1 when the plan does not split the keys).
-    pub num_splits: u32,
-}
-
-impl LaunchPlan {
-    pub fn single(launch: KernelLaunch) -> Self {
-        LaunchPlan {
-            launches: vec![launch],
-            workspace_f32: 0,
-            workspace_counters: 0,
-            num_splits: 1,
-        }
-    }
-}
-
 /// One rung of the kernel ladder. A generation implements `name`, `capabilities` and `plan`;
 /// the core supplies validation, compilation, buffers and the launch.
 pub trait Attention: Send + Sync {
@@ -309,7 +213,7 @@ pub trait Attention: Send + Sync {
         problem: &AttentionProblem,
         tensors: &mut AttentionTensors<'_>,
     ) -> Result<(), Error> {
-        crate::launch::forward(self, device, problem, tensors)
+        forward(self, device, problem, tensors)
     }
 
     /// [`Attention::forward`] on `stream` instead of the device's stream: `stream` must belong
@@ -320,10 +224,64 @@ pub trait Attention: Send + Sync {
     fn forward_on(
         &self,
         device: &Device,
-        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        stream: &Arc<CudaStream>,
         problem: &AttentionProblem,
         tensors: &mut AttentionTensors<'_>,
     ) -> Result<(), Error> {
-        crate::launch::forward_on(self, device, stream, problem, tensors)
+        forward_on(self, device, stream, problem, tensors)
     }
+}
+
+/// Validates, plans and launches `attention` on `tensors`, on the device's stream.
+/// Asynchronous: returns once the launches are queued (call `Device::synchronize` to surface
+/// faults).
+pub fn forward(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    tensors: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    forward_on(attention, device, device.stream(), problem, tensors)
+}
+
+/// [`forward`] on `stream` (of the device's context) instead of the device's stream, e.g. the
+/// stream a framework runs the surrounding layers on. Nothing waits for the device: the launches
+/// are queued on `stream` behind whatever the caller queued there, with the stream's own scratch
+/// buffer (`Device::with_workspace`), so calls on different streams may run at once.
+pub fn forward_on(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    tensors: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    device.check_stream(stream)?;
+    if problem.modes.append.is_some() {
+        return Err(InvalidProblem::Mode {
+            field: "k_new",
+            reason: "appending writes into the cache: call forward_with_kvcache, which takes it \
+                     mutably"
+                .into(),
+        }
+        .into());
+    }
+    let plan = prepare(attention, device, stream, problem, tensors)?;
+    run_plan_on(device, stream, problem, &plan, tensors)
+}
+
+/// Every check of a call, in order; returns the plan. Launches nothing.
+pub(crate) fn prepare(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    stream: &CudaStream,
+    problem: &AttentionProblem,
+    tensors: &AttentionTensors<'_>,
+) -> Result<LaunchPlan, Error> {
+    problem.validate()?;
+    tensors.check(problem)?;
+    let caps = attention.capabilities();
+    caps.check(attention.name(), problem, device.info())?;
+    let plan = attention.plan(problem, device.info())?;
+    check_pointer_alignment(attention.name(), caps.alignment_elems, tensors, stream)?;
+    Ok(plan)
 }

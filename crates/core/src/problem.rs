@@ -1,68 +1,8 @@
 //! What an attention call computes: shapes, dtype, masking, scale and memory layout.
 
+pub use crate::dtype::DType;
 use crate::error::InvalidProblem;
 use crate::modes::{KvStorage, Modes};
-
-/// Element type of Q, K, V and O. The log-sum-exp is always f32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F16,
-    Bf16,
-}
-
-impl DType {
-    pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F16 => "f16",
-            DType::Bf16 => "bf16",
-        }
-    }
-
-    pub fn size_bytes(self) -> usize {
-        2
-    }
-
-    /// Rounds an f32 to this dtype and back: the value a kernel actually sees.
-    pub fn round(self, x: f32) -> f32 {
-        match self {
-            DType::F16 => half::f16::from_f32(x).to_f32(),
-            DType::Bf16 => half::bf16::from_f32(x).to_f32(),
-        }
-    }
-
-    pub fn to_bits(self, x: f32) -> u16 {
-        match self {
-            DType::F16 => half::f16::from_f32(x).to_bits(),
-            DType::Bf16 => half::bf16::from_f32(x).to_bits(),
-        }
-    }
-
-    pub fn from_bits(self, bits: u16) -> f32 {
-        match self {
-            DType::F16 => half::f16::from_bits(bits).to_f32(),
-            DType::Bf16 => half::bf16::from_bits(bits).to_f32(),
-        }
-    }
-}
-
-impl std::str::FromStr for DType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "f16" | "fp16" | "float16" | "half" => Ok(DType::F16),
-            "bf16" | "bfloat16" => Ok(DType::Bf16),
-            other => Err(format!("unknown dtype '{other}' (expected f16 or bf16)")),
-        }
-    }
-}
-
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Memory order of the four logical axes (batch, seq, heads, head_dim). head_dim is innermost
 /// in both, so a row of one head is contiguous.
@@ -132,6 +72,35 @@ pub struct TensorStrides {
 }
 
 impl TensorStrides {
+    /// `OverlappingOutput` unless every (batch, head, row, col) of a tensor of these extents has
+    /// an element of its own: sorted by stride, each axis must step past everything the smaller
+    /// axes span (sufficient for distinct addresses).
+    pub(crate) fn check_distinct(
+        &self,
+        batch: usize,
+        heads: usize,
+        rows: usize,
+        head_dim: usize,
+    ) -> Result<(), InvalidProblem> {
+        let mut axes = [
+            ("batch", self.batch, batch),
+            ("head", self.head, heads),
+            ("row", self.row, rows),
+        ];
+        axes.sort_by_key(|a| a.1);
+        let mut span = head_dim as u128;
+        for (axis, stride, n) in axes {
+            if n <= 1 {
+                continue;
+            }
+            if (stride as u128) < span {
+                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
+            }
+            span += stride as u128 * (n as u128 - 1);
+        }
+        Ok(())
+    }
+
     /// Elements a buffer needs to hold every addressed element.
     pub fn required_len(&self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> usize {
         if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {
@@ -425,28 +394,11 @@ impl AttentionProblem {
             }
         }
         // O is written: two (batch, head, row, col) that share an element would be written by
-        // different blocks, a race with no defined result. Sorted by stride, each axis must step
-        // past everything the smaller axes span (sufficient for distinct addresses).
+        // different blocks, a race with no defined result.
         if self.is_empty_output() {
             return Ok(());
         }
-        let mut axes = [
-            ("batch", s.o.batch, q_batch),
-            ("head", s.o.head, self.heads_q),
-            ("row", s.o.row, q_rows),
-        ];
-        axes.sort_by_key(|a| a.1);
-        let mut span = self.head_dim as u128;
-        for (axis, stride, n) in axes {
-            if n <= 1 {
-                continue;
-            }
-            if (stride as u128) < span {
-                return Err(InvalidProblem::OverlappingOutput { axis, stride, span });
-            }
-            span += stride as u128 * (n as u128 - 1);
-        }
-        Ok(())
+        s.o.check_distinct(q_batch, self.heads_q, q_rows, self.head_dim)
     }
 }
 

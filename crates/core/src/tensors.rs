@@ -2,8 +2,9 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
+use crate::dtype::DType;
 use crate::error::InvalidProblem;
-use crate::problem::{AttentionProblem, DType};
+use crate::problem::AttentionProblem;
 
 /// A read-only device tensor of 16-bit elements.
 pub struct TensorRef<'a> {
@@ -15,6 +16,12 @@ pub struct TensorRef<'a> {
 pub struct TensorMut<'a> {
     pub data: CudaViewMut<'a, u16>,
     pub dtype: DType,
+}
+
+/// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense.
+pub struct KvAppend<'a> {
+    pub k_new: TensorRef<'a>,
+    pub v_new: TensorRef<'a>,
 }
 
 /// Q, K, V in; O and the f32 log-sum-exp out; the per-sequence tables of the problem's modes.

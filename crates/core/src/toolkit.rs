@@ -6,58 +6,15 @@
 //! loaded (by soname) before it searches the system paths, so opening the real file by its full
 //! path first makes cudarc's later lookup find it, wherever it lives.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::error::Error;
+use crate::toolkit_paths::roots;
 
-/// The CUDA major version flashcore's pinned NVRTC and headers come from.
-pub const CUDA_MAJOR: u32 = 13;
-
-/// Where `cargo xtask check-kernels` installs the pinned wheels when no toolkit is found.
-pub fn wheel_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("FLASHCORE_CUDA_WHEELS") {
-        return PathBuf::from(d);
-    }
-    cache_root().join("cuda-wheels")
-}
-
-/// `$FLASHCORE_CACHE_DIR`, else `$XDG_CACHE_HOME/flashcore`, else `~/.cache/flashcore`.
-pub fn cache_root() -> PathBuf {
-    if let Ok(d) = std::env::var("FLASHCORE_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("flashcore");
-    }
-    if let Ok(h) = std::env::var("HOME") {
-        return PathBuf::from(h).join(".cache/flashcore");
-    }
-    std::env::temp_dir().join("flashcore-cache")
-}
-
-/// Toolkit roots to look in, most specific first.
-fn roots() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
-        if let Ok(p) = std::env::var(var) {
-            v.push(PathBuf::from(p));
-        }
-    }
-    v.push(PathBuf::from("/usr/local/cuda"));
-    v.push(PathBuf::from(format!("/usr/local/cuda-{CUDA_MAJOR}")));
-    // pip wheel layout: site-packages/nvidia/cu13/{lib,include,bin}
-    v.push(wheel_dir().join(format!("nvidia/cu{CUDA_MAJOR}")));
-    v
-}
-
-/// The include directory holding cuda_fp16.h, if any.
-pub fn include_dir() -> Option<PathBuf> {
-    roots()
-        .into_iter()
-        .map(|r| r.join("include"))
-        .find(|p| p.join("cuda_fp16.h").is_file())
-}
+pub use crate::toolkit_paths::{
+    cache_root, find_lib, include_dir, lib_dirs, wheel_dir, CUDA_MAJOR,
+};
 
 /// The ptxas binary, for resource reports.
 pub fn ptxas() -> Option<PathBuf> {
@@ -65,31 +22,6 @@ pub fn ptxas() -> Option<PathBuf> {
         .into_iter()
         .map(|r| r.join("bin/ptxas"))
         .find(|p| p.is_file())
-}
-
-fn lib_dirs() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for r in roots() {
-        v.push(r.join("lib64"));
-        v.push(r.join("lib"));
-        v.push(r.join("targets/x86_64-linux/lib"));
-    }
-    v
-}
-
-fn find_lib(dir: &Path, prefix: &str) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().next()
 }
 
 /// Loads NVRTC (and its builtins library, which NVRTC itself opens by bare name) once.

@@ -18,6 +18,7 @@ use flashcore_core::{
     Unsupported,
 };
 
+use crate::env::{parse_number, Env};
 use crate::PersistentPortable;
 
 pub const SOURCE: &str = "gen5_portable_bwd.cu";
@@ -181,9 +182,9 @@ pub fn atomic_dq_block_rows(head_dim: usize, step64: bool) -> usize {
 /// warp's products in two 32-query halves, half the barriers and step bookkeeping per query)
 /// instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` = `32` | `64`; unset: 64 on
 /// sm_90 and later, where it measured faster at every D = 64 ladder row for both schedules
-/// (session 14: atomic 4-10 %, runs 3-4; deterministic 3-5.5 %, run7), 32 below (not measured
-/// there; on the A100 two blocks of the atomic schedule's 82 976 bytes would no longer fit an
-/// SM). Above head_dim 64 it changes nothing: steps are 64 queries there already.
+/// (H100, 2026-11-26, commit 31e7ea5: atomic 4-10 %, deterministic 3-5.5 %), 32 below (not measured
+/// there; on the A100 two blocks of the atomic schedule's 82 976 bytes would no longer fit an SM).
+/// Above head_dim 64 it changes nothing: steps are 64 queries there already.
 fn step64(head_dim: usize, device: &DeviceInfo, forced: Option<&str>) -> Result<bool, String> {
     let step64 = match forced.map(str::trim) {
         None => device.compute_capability.0 >= 9,
@@ -244,11 +245,11 @@ struct Overrides {
 
 impl Overrides {
     fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok();
+        let env = Env::process();
         Overrides {
-            tiles: var("FLASHCORE_PORTABLE_BWD_TILES"),
-            section_heads: var("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"),
-            step_queries: var("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
+            tiles: env.get("FLASHCORE_PORTABLE_BWD_TILES"),
+            section_heads: env.get("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"),
+            step_queries: env.get("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
         }
     }
 }
@@ -264,9 +265,9 @@ fn section_heads(
     forced: Option<String>,
 ) -> Result<Option<usize>, String> {
     if let Some(v) = forced {
-        return match v.trim().parse::<usize>() {
-            Ok(0) => Ok(None),
-            Ok(n) if n <= 1 << 20 => Ok(Some(n)),
+        return match parse_number(&v) {
+            Some(0) => Ok(None),
+            Some(n) if n <= 1 << 20 => Ok(Some(n)),
             _ => Err(format!(
                 "FLASHCORE_PORTABLE_BWD_SECTION_HEADS={v:?}: expected 0 ..= {}",
                 1 << 20
@@ -290,7 +291,7 @@ fn plan_with(
     let d = problem.head_dim;
     caps.require_head_dim(name, d)?;
     // The atomic schedule exists on the wide tiles only (its 16-row version lost 1.5-1.9x to its
-    // scalar atomics, session 8).
+    // scalar atomics, commit acfed8e).
     let tiling = if atomic_dq {
         Tiling::Wide
     } else {
@@ -323,8 +324,8 @@ fn plan_with(
     if atomic_dq {
         defines.push(("FC_BWD_ATOMIC_DQ".to_string(), "1".to_string()));
         // Above head_dim 64, L2 sections, and each key tile's query walk starting at its own
-        // tile so the section's dQ reductions spread over the rows: 3-14 % faster (session 11,
-        // runs 5 and 6). At 64 and below both measured slower.
+        // tile so the section's dQ reductions spread over the rows: 3-14 % faster (H100, commit
+        // acfed8e, two runs). At 64 and below both measured slower.
         if !wide_in_registers(d) {
             let sections = section_heads(problem, device, overrides.section_heads.clone())
                 .map_err(|e| Unsupported::new(name, e))?;

@@ -33,6 +33,7 @@
 //! decode tile, each sequence is routed by its own query count ([`Route`]): the decode-shaped
 //! ones here, the rest to the persistent kernel, in two launches of one plan.
 
+use crate::env::{parse_number, Env};
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
 /// Kernel file and entry points.
@@ -116,74 +117,64 @@ pub struct DecodeConfig {
 
 impl DecodeConfig {
     pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::read(Env::process())
     }
 
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::read(Env::new(&lookup))
+    }
+
+    fn read(env: Env) -> Result<Self, String> {
         let mut c = DecodeConfig::default();
-        if let Some(v) = lookup("FLASHCORE_DECODE") {
-            c.mode = match v.trim() {
-                "" | "auto" => DecodeMode::Auto,
-                "0" | "off" => DecodeMode::Off,
-                "force" => DecodeMode::Force,
-                other => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE={other}: expected auto, off or force"
-                    ))
-                }
-            };
+        let mode = |v: &str| match v.trim() {
+            "" | "auto" => Some(DecodeMode::Auto),
+            "0" | "off" => Some(DecodeMode::Off),
+            "force" => Some(DecodeMode::Force),
+            _ => None,
+        };
+        if let Some(m) = env.parse("FLASHCORE_DECODE", mode, |v| {
+            format!("FLASHCORE_DECODE={}: expected auto, off or force", v.trim())
+        })? {
+            c.mode = m;
         }
-        if let Some(v) = lookup("FLASHCORE_DECODE_PDL") {
-            c.programmatic_launch = match v.trim() {
-                "1" | "on" => Some(true),
-                "0" | "off" => Some(false),
-                other => return Err(format!("FLASHCORE_DECODE_PDL={other}: expected 0|1|on|off")),
-            };
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_PREFETCH") {
-            c.prefetch = match v.trim() {
-                "1" | "on" => Some(true),
-                "0" | "off" => Some(false),
-                other => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_PREFETCH={other}: expected 0|1|on|off"
-                    ))
-                }
-            };
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_STAGES") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (2..=MAX_STAGES).contains(&n) => c.stages = Some(n),
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"
-                    ))
-                }
-            }
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_CHUNK_TILES") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_CHUNK_TILES).contains(&n) => c.chunk_tiles = Some(n),
-                _ => {
-                    return Err(format!(
+        c.programmatic_launch = env.flag("FLASHCORE_DECODE_PDL", |v| {
+            format!("FLASHCORE_DECODE_PDL={}: expected 0|1|on|off", v.trim())
+        })?;
+        c.prefetch = env.flag("FLASHCORE_DECODE_PREFETCH", |v| {
+            format!(
+                "FLASHCORE_DECODE_PREFETCH={}: expected 0|1|on|off",
+                v.trim()
+            )
+        })?;
+        c.stages = env.number(
+            "FLASHCORE_DECODE_STAGES",
+            |n| (2..=MAX_STAGES).contains(&n),
+            |v| format!("FLASHCORE_DECODE_STAGES={v}: expected a ring depth in 2..={MAX_STAGES}"),
+        )?;
+        c.chunk_tiles = env.number(
+            "FLASHCORE_DECODE_CHUNK_TILES",
+            |n| (1..=MAX_CHUNK_TILES).contains(&n),
+            |v| {
+                format!(
                     "FLASHCORE_DECODE_CHUNK_TILES={v}: expected key tiles in 1..={MAX_CHUNK_TILES}"
-                ))
-                }
-            }
-        }
-        if let Some(v) = lookup("FLASHCORE_DECODE_SPLITS") {
-            if v.trim() == "sweep" {
-                c.sweep = true;
-                return Ok(c);
-            }
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_SPLITS).contains(&n) => c.splits = Some(n),
-                _ => {
-                    return Err(format!(
-                        "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
-                    ))
-                }
-            }
+                )
+            },
+        )?;
+        // `sweep`, or a count: Some(None) or Some(Some(n)).
+        let splits = |v: &str| match v.trim() {
+            "sweep" => Some(None),
+            n => parse_number(n)
+                .filter(|n| (1..=MAX_SPLITS).contains(n))
+                .map(Some),
+        };
+        match env.parse("FLASHCORE_DECODE_SPLITS", splits, |v| {
+            format!(
+                "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
+            )
+        })? {
+            Some(None) => c.sweep = true,
+            Some(Some(n)) => c.splits = Some(n),
+            None => {}
         }
         Ok(c)
     }
@@ -308,9 +299,9 @@ pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bo
 ///
 /// Not more: a second CTA per SM (the shared memory allows two at D = 128) measured slower
 /// every time, because one CTA's ring already keeps enough loads in flight and every extra split
-/// adds its fixed cost (Q load, ring fill, partial write, one more combine input). Run3:
-/// (1,32,8,1,32768) 52.4 µs at 16 splits, 56.8 at 33; run6: (16,64,8,1,8192) 174.5 µs at 1 split
-/// (128 CTAs), 183.0 at 2.
+/// adds its fixed cost (Q load, ring fill, partial write, one more combine input). H100,
+/// 2026-11-25, commit 499c1a2: (1,32,8,1,32768) 52.4 µs at 16 splits, 56.8 at 33;
+/// (16,64,8,1,8192) 174.5 µs at 1 split (128 CTAs), 183.0 at 2.
 pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize) -> usize {
     if units == 0 || units >= sm_count {
         return 1;
@@ -343,6 +334,27 @@ pub fn workspace_f32(units: usize, splits: usize, head_dim: usize) -> Option<usi
         .checked_mul(splits)?
         .checked_mul(Q_TILE_ROWS)?
         .checked_mul(head_dim + 1)
+}
+
+/// The plan of a persistent path (`name`) with the decode kernel in front of it: a
+/// decode-shaped problem takes the decode plan alone; any other takes `persistent`'s plan, with
+/// the decode-shaped sequences of its batch routed to the decode kernel where it has some
+/// ([`routes_per_sequence`]).
+pub(crate) fn or_persistent(
+    name: &'static str,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+    persistent: impl FnOnce() -> Result<LaunchPlan, Unsupported>,
+) -> Result<LaunchPlan, Unsupported> {
+    let cfg = DecodeConfig::from_env().map_err(|e| Unsupported::new(name, e))?;
+    if takes(problem, &cfg) {
+        return plan(name, problem, device, &cfg);
+    }
+    let persistent = persistent()?;
+    if routes_per_sequence(problem, &cfg) {
+        return routed_plan(name, persistent, problem, device, &cfg);
+    }
+    Ok(persistent)
 }
 
 /// Whether this plan takes the problem: a supported head dim, and (unless forced) queries per
@@ -495,9 +507,9 @@ fn plan_route(
     // instructions exist from sm_90 on.
     let programmatic = device.compute_capability.0 >= 9 && cfg.programmatic_launch.unwrap_or(true);
     // With a combine between two calls' split kernels, this call's CTAs start once the last
-    // call's splits are done and prefetch while only its combine runs (run7: long row −2.1 %,
-    // paged −2.4 %). Unsplit, they start beside the last call's CTAs, and their prefetch was
-    // evicted by that kernel's stream before use ((16,64,8,1,8192) +1.3 %): not there.
+    // call's splits are done and prefetch while only its combine runs (commit 2883df6: long row
+    // −2.1 %, paged −2.4 %). Unsplit, they start beside the last call's CTAs, and their prefetch
+    // was evicted by that kernel's stream before use ((16,64,8,1,8192) +1.3 %): not there.
     if cfg.prefetch.unwrap_or(programmatic && splits > 1) {
         defines.push(("FC_DECODE_PREFETCH".to_string(), "1".to_string()));
     }

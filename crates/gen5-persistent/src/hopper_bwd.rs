@@ -13,6 +13,7 @@ use flashcore_core::{
     Swizzle, TensorMapSpec, Unsupported,
 };
 
+use crate::env::Env;
 use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
@@ -22,13 +23,13 @@ pub const KEY_ROWS: usize = 128;
 
 /// Query rows per step by default (`QUERY_ROWS` in config.cuh):
 /// - D = 64: 128. Shorter steps left the per-step fixed costs (the dS barrier, waits, staging)
-///   weighing most; 128 ran 1.18-1.24x faster than 64 (session 6, run1).
+///   weighing most; 128 ran 1.18-1.24x faster than 64 (H100, 2026-11-25, commit 89a5f76).
 /// - D = 128 without causal masking: 80, FlashAttention-3's choice there: a quarter more work per
 ///   step's fixed costs, with dQᵀ = Kᵀ·dSᵀ since 80 is not a multiple of wgmma's M. 1.2-3 % faster
-///   than 64 at S = 4096 and 16384, level at 2048 (session 13, runs 1-2).
+///   than 64 at S = 4096 and 16384, level at 2048 (H100, 2026-11-26, commit 921f288).
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
-///   (session 13, runs 1-2).
+///   (H100, 2026-11-26, commit 921f288).
 pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
     match (head_dim, causal) {
         (64, _) => 128,
@@ -41,9 +42,9 @@ pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
 /// one and a half waves under it.
 /// - Causal: sections of 1.5 waves ran the (4,16,2048,64) and (4,16,2048,128) rows 6-7 % faster
 ///   and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections hold the same heads
-///   either way); session 9, run10: 66, 132, 198, 264 and 396 units, two passes.
+///   either way); H100, 2026-11-26, commit 090c856: 66, 132, 198, 264 and 396 units, two passes.
 /// - Without: half a wave ran (4,16,2048,128) 1.5-3 % faster than one wave and the other rows level
-///   (session 9 run10, session 10 run3: two passes each).
+///   (H100, 2026-11-26, commit 090c856: two runs, two passes each).
 pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) -> usize {
     let wave = device.sm_count.max(1) as usize;
     if problem.causal {
@@ -125,35 +126,26 @@ pub struct BackwardTuning {
 
 impl BackwardTuning {
     pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|var| std::env::var(var).ok())
+        Self::read(Env::process())
     }
 
     /// [`Self::from_env`] with the variables read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let read =
-            |var: &str, default: usize, ok: &dyn Fn(usize) -> bool| -> Result<usize, String> {
-                match lookup(var) {
-                    None => Ok(default),
-                    Some(v) => match v.trim().parse::<usize>() {
-                        Ok(n) if ok(n) => Ok(n),
-                        _ => Err(format!("{var}={v:?} is not allowed")),
-                    },
-                }
-            };
+        Self::read(Env::new(&lookup))
+    }
+
+    fn read(env: Env) -> Result<Self, String> {
+        let number = |var: &str, allowed: &dyn Fn(usize) -> bool| {
+            env.number(var, allowed, |v| format!("{var}={v:?} is not allowed"))
+        };
         Ok(BackwardTuning {
-            stages: read("FLASHCORE_HOPPER_BWD_STAGES", 2, &|n| n == 2 || n == 3)?,
-            section_units: match lookup("FLASHCORE_HOPPER_BWD_SECTION_UNITS") {
-                None => None,
-                Some(_) => Some(read("FLASHCORE_HOPPER_BWD_SECTION_UNITS", 0, &|n| {
-                    (1..=1 << 20).contains(&n)
-                })?),
-            },
-            query_rows: match lookup("FLASHCORE_HOPPER_BWD_QUERY_ROWS") {
-                None => None,
-                Some(_) => Some(read("FLASHCORE_HOPPER_BWD_QUERY_ROWS", 0, &|n| {
-                    n == 64 || n == 80 || n == 128
-                })?),
-            },
+            stages: number("FLASHCORE_HOPPER_BWD_STAGES", &|n| n == 2 || n == 3)?.unwrap_or(2),
+            section_units: number("FLASHCORE_HOPPER_BWD_SECTION_UNITS", &|n| {
+                (1..=1 << 20).contains(&n)
+            })?,
+            query_rows: number("FLASHCORE_HOPPER_BWD_QUERY_ROWS", &|n| {
+                n == 64 || n == 80 || n == 128
+            })?,
         })
     }
 }
@@ -242,11 +234,17 @@ pub fn plan_with_tuning(
         ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
         ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
     ];
-    if crate::hopper::env_flag("FLASHCORE_HOPPER_DEBUG").unwrap_or(false) {
+    if Env::process()
+        .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
+        .unwrap_or(false)
+    {
         // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
         defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
     }
-    if crate::hopper::env_flag("FLASHCORE_HOPPER_BWD_TRACE").unwrap_or(false) {
+    if Env::process()
+        .flag_or_unset("FLASHCORE_HOPPER_BWD_TRACE")
+        .unwrap_or(false)
+    {
         // A printed timeline of three CTAs' units (trace.cuh), for finding where time goes.
         defines.push(("FC_BWD_TRACE".to_string(), "1".to_string()));
     }

@@ -15,6 +15,7 @@
 
 pub mod backward;
 pub mod decode;
+pub mod env;
 pub mod hopper;
 pub mod hopper_bwd;
 pub mod portable;

@@ -3,14 +3,17 @@
 //! backward is not timed in the run: it comes from `h100-backward-peers.txt`), the ratios and
 //! the markdown. Nothing here touches a GPU; `backward_gpu` does the timing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use flashcore::DType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::peers::{anchor_backend, peer_status, shape_of};
+use super::anchors::{
+    backend_name, comment_lines, file_dtype, measurement_lines, read_anchor_files,
+};
+use super::peers::{peer_status, shape_of};
 use super::report::{
     best_ours_in, best_peer_in, cell_within, fmt_us, peers_line, row_lead, rows_ours_first,
     shapes_of, yes_no, DeviceSummary, Outcome, PeerStatus, Row, Settings, Source, Timing,
@@ -97,54 +100,23 @@ pub struct BackwardAnchor {
 /// Lines without a `fwd N us` and a `bwd N us` (the forward anchor files) are not backward
 /// anchors. The dtype is bf16 when the file name or a `#` line says so, else f16.
 pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor> {
-    let header_bf16 = text
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .any(|l| l.contains("bfloat16") || l.contains("bf16"));
-    let dtype = if file.contains("bf16") || header_bf16 {
-        DType::Bf16
-    } else {
-        DType::F16
-    };
+    let dtype = file_dtype(file, text);
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        let toks: Vec<&str> = line.split_whitespace().collect();
-        let kv = |k: &str| {
-            toks.iter()
-                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<usize>().ok())
+    for w in measurement_lines(text) {
+        let Some(shape) = w.dense_shape(dtype) else {
+            continue;
         };
-        // The number between `tag` and "us".
-        let time = |tag: &str| {
-            toks.windows(3)
-                .find(|w| w[0] == tag && w[2] == "us")
-                .and_then(|w| w[1].parse::<f64>().ok())
-        };
-        let (Some(b), Some(h), Some(s), Some(d), Some(c)) =
-            (kv("B"), kv("H"), kv("S"), kv("D"), kv("causal"))
+        let (Some(fwd_us), Some(bwd_us)) =
+            (w.number_between("fwd", "us"), w.number_between("bwd", "us"))
         else {
             continue;
         };
-        let (Some(fwd_us), Some(bwd_us)) = (time("fwd"), time("bwd")) else {
-            continue;
-        };
-        let Some(name) = toks
-            .iter()
-            .position(|t| t.starts_with("causal="))
-            .and_then(|i| toks.get(i + 1))
-        else {
+        let Some(name) = w.after_causal(1) else {
             continue;
         };
         out.push(BackwardAnchor {
-            shape: Shape {
-                batch: b,
-                heads: h,
-                seq: s,
-                head_dim: d,
-                causal: c != 0,
-                dtype,
-            },
-            backend: anchor_backend(name, file),
+            shape,
+            backend: backend_name(name, file),
             fwd_us,
             bwd_us,
         });
@@ -154,29 +126,18 @@ pub fn parse_backward_anchor_file(file: &str, text: &str) -> Vec<BackwardAnchor>
 
 /// The backward anchors of every `*.txt` under `dir`, and the note on where they came from.
 pub fn load_backward_anchors(dir: &Path) -> Result<(Vec<BackwardAnchor>, AnchorNote)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the anchors directory {}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
     let mut anchors = Vec::new();
     let mut used = Vec::new();
     let mut method = Vec::new();
-    for f in &files {
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let found = parse_backward_anchor_file(&name, &text);
+    for f in read_anchor_files(dir, "the anchors directory")? {
+        let found = parse_backward_anchor_file(&f.name, &f.text);
         if found.is_empty() {
             continue;
         }
-        used.push(format!("{name} ({} rows)", found.len()));
+        used.push(format!("{} ({} rows)", f.name, found.len()));
         method.extend(
-            text.lines()
-                .filter(|l| l.starts_with('#'))
-                .map(|l| format!("{name}: {}", l.trim_start_matches('#').trim())),
+            comment_lines(&f.text)
+                .map(|l| format!("{}: {}", f.name, l.trim_start_matches('#').trim())),
         );
         anchors.extend(found);
     }
@@ -473,13 +434,7 @@ pub fn render_table(report: &BackwardReport) -> String {
                     ));
                 }
                 other => {
-                    let text = match other {
-                        Outcome::Wrong { message } => format!("WRONG: {message}"),
-                        Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
-                        Outcome::Error { message } => format!("error: {message}"),
-                        Outcome::Skipped { reason } => format!("skipped: {reason}"),
-                        Outcome::Timed(_) => unreachable!(),
-                    };
+                    let text = other.text();
                     out.push_str(&format!("{lead} — | — | — | — | — | {} |\n", cell(&text)));
                 }
             }
@@ -541,13 +496,7 @@ pub fn render_summary(report: &BackwardReport) -> String {
 pub fn render_header(report: &BackwardReport) -> String {
     let d = &report.device;
     let s = &report.settings;
-    let mut out = format!(
-        "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
-        d.name,
-        d.compute_capability,
-        d.sm_count,
-        d.l2_bytes as f64 / (1 << 20) as f64
-    );
+    let mut out = d.header_line();
     out.push_str(&match report.pass {
         Pass::Fwdbwd => format!(
             "pass: forward then backward, one training step's attention; TFLOP/s count {}× the \
@@ -613,7 +562,7 @@ pub fn render_markdown(report: &BackwardReport) -> String {
 #[cfg(test)]
 pub mod tests {
     use super::*;
-    use crate::bench::report::Method;
+    use crate::bench::report::{fixture_run, Method};
 
     const ANCHORS: &str = "\
 # Backward on an H100 80GB HBM3, fp16, inputs [B,H,S,D] (torch) / [B,S,H,D] (jax), random normal.
@@ -855,25 +804,12 @@ B=4 H=16 S=2048 D=64 causal=0 fa3-jax   fwd     234.5 us bwd     606.4 us  bwd  
         let a = parse_backward_anchor_file("h100-backward-peers.txt", ANCHORS);
         let anchors = anchor_rows(&a, &shapes, Pass::Bwd, &ours);
         ours.extend(anchors);
+        let (device, settings) =
+            fixture_run("bhsd", "xtask bench-all --pass bwd --shape 4,16,2048,64");
         BackwardReport {
             pass: Pass::Bwd,
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
-            settings: Settings {
-                layout: "bhsd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
-                graph_threshold_us: 50.0,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --pass bwd --shape 4,16,2048,64".into(),
-            },
+            device,
+            settings,
             forward: "the fastest compiled-in forward that takes the problem".into(),
             peers,
             anchors: AnchorNote {

@@ -18,16 +18,18 @@ use flashcore::{
     Attention, AttentionBackward, AttentionProblem, BackwardTensors, DType, Device, Layout,
     TensorMut, TensorRef,
 };
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::backward::{
     self, check_gradients, parse_backward_peers, predicted_skip, AnchorNote, BackwardReport, Pass,
 };
+use super::dense::{dense_shapes, print_wrong, sweep_bar};
 use super::gpu::{self, Buffers, LoopOptions, Timer};
 use super::report::{DeviceSummary, Outcome, PeerStatus, Row, Source, Timing};
 use super::suite::{self, Shape};
 use super::{decode, peers, Args};
-use crate::case::{random_tensor_parallel, to_layout, ShapeCheck};
+use crate::case::ShapeCheck;
+use crate::inputs::{random_tensor_parallel, to_layout};
 
 fn cu<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| anyhow!("CUDA error in {what}: {e:?}"))
@@ -201,21 +203,8 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             pass.name()
         );
     }
-    let dtypes: Vec<DType> = args
-        .dtypes
-        .iter()
-        .map(|d| d.parse::<DType>().map_err(|e| anyhow!(e)))
-        .collect::<Result<_>>()?;
-    let layout: Layout = args.layout.parse().map_err(|e: String| anyhow!(e))?;
-    let bhsd = if args.shapes.is_empty() {
-        suite::suite_bhsd(args.suite)
-    } else {
-        args.shapes.clone()
-    };
-    let shapes = suite::filter_by_key(
-        suite::expand(&bhsd, args.causal, &dtypes),
-        &args.case_filter,
-    );
+    let (_, layout, shapes) = dense_shapes(args)?;
+    let shapes = suite::filter_by_key(shapes, &args.case_filter);
     if shapes.is_empty() {
         bail!(
             "--case {:?} matches no shape key (e.g. b4-h16-s2048-d64-f16-c1)",
@@ -262,13 +251,10 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
 
     // 1. Ours.
     let timer = Timer::new(&device)?;
-    let bar = ProgressBar::new((shapes.len() * kernels.len()) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-            .unwrap()
-            .progress_chars("=> "),
+    let bar = sweep_bar(
+        shapes.len() * kernels.len(),
+        format!("bench {}", pass.name()),
     );
-    bar.set_prefix(format!("bench {}", pass.name()));
     let mut budget = Budget {
         spent: vec![0.0; kernels.len()],
         rate: vec![None; kernels.len()],
@@ -285,15 +271,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             &mut budget,
             &bar,
         );
-        for r in &rows {
-            if let Outcome::Wrong { message } = &r.outcome {
-                bar.println(format!(
-                    "WRONG {} at {}: {message}",
-                    r.implementation,
-                    shape.label()
-                ));
-            }
-        }
+        print_wrong(&bar, &rows, shape);
         report.rows.extend(rows);
         // Partial results survive a crash later in the run.
         let _ = std::fs::write(&json, serde_json::to_string_pretty(&report)?);
@@ -566,8 +544,8 @@ fn prepare(
     forward: &dyn Attention,
     args: &Args,
 ) -> Result<(BackwardBuffers, std::result::Result<String, String>)> {
-    let (check, [qb, kb, vb]): (ShapeCheck, _) = super::shape_inputs(shape, problem, args);
-    let seed = super::shape_seed(args.seed, shape);
+    let (check, [qb, kb, vb]): (ShapeCheck, _) = super::dense::shape_inputs(shape, problem, args);
+    let seed = super::dense::shape_seed(args.seed, shape);
     let d_o = random_tensor_parallel(
         problem.dtype,
         [

@@ -9,11 +9,11 @@
 //! again before it is timed, so a graph that differs from `forward` cannot report a number.
 
 use std::ffi::c_void;
-use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use flashcore::cudarc::driver::{sys, CudaEvent, CudaSlice, DevicePtr, DevicePtrMut, DriverError};
 use flashcore::launch::AttentionParams;
+use flashcore::toolkit::{find_lib, lib_dirs};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, LaunchPlan,
     TensorMut, TensorRef,
@@ -607,37 +607,8 @@ fn ensure_cublas() -> Result<()> {
     if unsafe { flashcore::cudarc::cublas::sys::is_culib_present() } {
         return Ok(());
     }
-    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok().map(PathBuf::from))
-        .collect();
-    roots.push("/usr/local/cuda".into());
-    roots.push(flashcore::toolkit::wheel_dir().join("nvidia/cu13"));
-    let dirs: Vec<PathBuf> = roots
-        .iter()
-        .flat_map(|r| {
-            [
-                r.join("lib64"),
-                r.join("lib"),
-                r.join("targets/x86_64-linux/lib"),
-            ]
-        })
-        .collect();
-    for d in &dirs {
-        let find = |prefix: &str| -> Option<PathBuf> {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-                .ok()?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(prefix))
-                })
-                .collect();
-            v.sort();
-            v.into_iter().next()
-        };
+    for d in lib_dirs() {
+        let find = |prefix: &str| find_lib(&d, prefix);
         if let Some(blas) = find("libcublas.so") {
             for lib in find("libcublasLt.so").into_iter().chain([blas]) {
                 // SAFETY: loading NVIDIA's library runs its initialisers; kept loaded forever.
@@ -670,7 +641,7 @@ pub fn gemm_peak(
     use flashcore::cudarc::cublas::{result, sys as bsys, CudaBlas};
     ensure_cublas()?;
     let s = device.stream();
-    let data = crate::case::random_tensor_parallel(dtype, [1, 1, n, n], 7);
+    let data = crate::inputs::random_tensor_parallel(dtype, [1, 1, n, n], 7);
     let bits: Vec<u16> = data.iter().map(|&x| dtype.to_bits(x)).collect();
     drop(data);
     let a = cu(s.clone_htod(&bits), "uploading GEMM A")?;

@@ -22,7 +22,7 @@ use super::peers;
 use super::report::{DeviceSummary, GemmPeak, Outcome, PeerStatus, Source};
 use super::suite::{CausalSel, Suite};
 use super::Args;
-use crate::case::{precision, random_tensor_parallel};
+use crate::inputs::{precision, random_tensor_parallel};
 use crate::mode_case::{self, Draw};
 
 /// Q, K, V of a case in storage order (`flashcore::host::storage_shapes`), f32 values rounded to
@@ -367,7 +367,7 @@ fn bench_case(
         let k = kernels[i].as_ref();
         let start = Instant::now();
         let outcome = gpu::no_panic(k.name(), || {
-            super::bench_one(
+            super::dense::bench_one(
                 device, timer, k, &judge, case.flops, &mut bufs, args, loop_opts,
             )
         })
@@ -719,22 +719,10 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         out_dir.display()
     );
     let loop_opts = args.loop_options();
-    let mut cases: Vec<CaseInfo> = plan
-        .cases
-        .iter()
-        .map(|c| CaseInfo {
-            key: c.key.clone(),
-            label: c.label.clone(),
-            flops: c.flops,
-        })
-        .collect();
+    let mut cases: Vec<CaseInfo> = plan.cases.iter().map(CaseInfo::from).collect();
     for p in &plan.peers {
         if !cases.iter().any(|c| c.key == p.key) {
-            cases.push(CaseInfo {
-                key: p.key.clone(),
-                label: p.label.clone(),
-                flops: p.flops,
-            });
+            cases.push(CaseInfo::from(p));
         }
     }
     let mut report = ModeReport {

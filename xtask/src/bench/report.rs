@@ -27,6 +27,17 @@ pub struct DeviceSummary {
 }
 
 impl DeviceSummary {
+    /// The first line of every report's header: name, compute capability, SMs and L2.
+    pub fn header_line(&self) -> String {
+        format!(
+            "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
+            self.name,
+            self.compute_capability,
+            self.sm_count,
+            self.l2_bytes as f64 / (1 << 20) as f64
+        )
+    }
+
     pub fn of(info: &flashcore::DeviceInfo) -> Self {
         DeviceSummary {
             name: info.name.clone(),
@@ -52,6 +63,31 @@ pub struct Settings {
     pub quick: bool,
     /// The command line, to rerun it.
     pub command: String,
+}
+
+/// The device and settings the saved-report fixtures of the tests share: an H100 and the
+/// default loop, with `layout` and `command` as given.
+#[cfg(test)]
+pub(crate) fn fixture_run(layout: &str, command: &str) -> (DeviceSummary, Settings) {
+    (
+        DeviceSummary {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: "9.0".into(),
+            sm_count: 132,
+            l2_bytes: 50 << 20,
+        },
+        Settings {
+            layout: layout.into(),
+            repeats: 15,
+            sample_ms: 20.0,
+            graph_threshold_us: 50.0,
+            graph_calls: 50,
+            check_rows: 512,
+            max_seconds_per_shape: 2.0,
+            quick: false,
+            command: command.into(),
+        },
+    )
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -185,6 +221,19 @@ pub enum Outcome {
     Skipped {
         reason: String,
     },
+}
+
+impl Outcome {
+    /// The outcome in a table's note column ("WRONG: …", "unsupported: …"; "timed" for a time).
+    pub fn text(&self) -> String {
+        match self {
+            Outcome::Timed(_) => "timed".into(),
+            Outcome::Wrong { message } => format!("WRONG: {message}"),
+            Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
+            Outcome::Error { message } => format!("error: {message}"),
+            Outcome::Skipped { reason } => format!("skipped: {reason}"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -385,13 +434,7 @@ pub fn render_table(report: &Report) -> String {
                     ));
                 }
                 other => {
-                    let text = match other {
-                        Outcome::Wrong { message } => format!("WRONG: {message}"),
-                        Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
-                        Outcome::Error { message } => format!("error: {message}"),
-                        Outcome::Skipped { reason } => format!("skipped: {reason}"),
-                        Outcome::Timed(_) => unreachable!(),
-                    };
+                    let text = other.text();
                     out.push_str(&format!(
                         "{lead} — | — | — | — | — | — | {} |\n",
                         cell(&text)
@@ -440,14 +483,7 @@ pub fn render_summary(report: &Report) -> String {
 pub fn render_header(report: &Report) -> String {
     let d = &report.device;
     let s = &report.settings;
-    let mut out = String::new();
-    out.push_str(&format!(
-        "device: {} (cc {}, {} SMs, L2 {:.1} MiB)\n\n",
-        d.name,
-        d.compute_capability,
-        d.sm_count,
-        d.l2_bytes as f64 / (1 << 20) as f64
-    ));
+    let mut out = d.header_line();
     if report.gemm.is_empty() {
         out.push_str(&format!(
             "cuBLAS GEMM peak: not measured ({})\n\n",
@@ -666,24 +702,10 @@ pub mod tests {
                 "rel 2.5e-4",
             ),
         ];
+        let (device, settings) = fixture_run("bhsd", "xtask bench-all --suite ladder");
         Report {
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
-            settings: Settings {
-                layout: "bhsd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
-                graph_threshold_us: 50.0,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --suite ladder".into(),
-            },
+            device,
+            settings,
             gemm: vec![GemmPeak {
                 dtype: DType::F16,
                 n: 8192,

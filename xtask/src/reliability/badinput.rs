@@ -10,7 +10,8 @@ use super::device::{download16, download32, DevCase};
 use super::host::Synth;
 use super::watchdog::step;
 use super::{case_oracle, dims_for, heads_for, Args, Report, Res};
-use crate::case::{precision, run_case, Case, Outcome};
+use crate::case::{run_case, Case, Outcome};
+use crate::inputs::precision;
 
 fn judge_case_outcome(o: Outcome) -> std::result::Result<String, String> {
     match o {

@@ -10,7 +10,7 @@ use super::device::{alloc_f32, alloc_u16, download16, download32, upload, DevCas
 use super::host::{count_nan_bits, offset, Synth};
 use super::watchdog::step;
 use super::{case_oracle, Args, Report, Res};
-use crate::case::precision;
+use crate::inputs::precision;
 
 struct BigCase {
     name: &'static str,

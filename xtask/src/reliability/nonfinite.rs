@@ -10,7 +10,7 @@ use ndarray::Array4;
 use super::host::{splitmix, Synth};
 use super::watchdog::{progress, step};
 use super::{case_oracle, dims_for, heads_for, Args, Report};
-use crate::case::precision;
+use crate::inputs::precision;
 
 pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     for k in kernels {
@@ -103,12 +103,12 @@ fn nonfinite_one(
         k,
         dev,
         p,
-        crate::case::to_layout(q.view(), l),
-        crate::case::to_layout(kk.view(), l),
-        crate::case::to_layout(v.view(), l),
+        crate::inputs::to_layout(q.view(), l),
+        crate::inputs::to_layout(kk.view(), l),
+        crate::inputs::to_layout(v.view(), l),
     )
     .map_err(|e| format!("error: {e}"))?;
-    let o = crate::case::to_layout(out.o.view(), l);
+    let o = crate::inputs::to_layout(out.o.view(), l);
     let op = case_oracle(p);
     let verdict = flashcore_oracle::check(
         &op,

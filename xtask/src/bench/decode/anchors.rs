@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use flashcore::DType;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::DecodeInfo;
-use crate::bench::modes::PeerShape;
+use crate::bench::anchors::{file_dtype, measurement_lines, read_anchor_files};
+use crate::bench::modes::cases::PeerShape;
 
 /// A peer number from the anchor file (`B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_flash
 /// 95.5 us 2811 GB/s`).
@@ -36,48 +36,23 @@ impl DecodeInfo {
 /// the first other word, causal only with a `causal=1` word. Other lines (the dense anchors'
 /// `H=` lines among them) are skipped.
 pub fn parse_anchors(file: &str, text: &str) -> Vec<DecodeAnchor> {
-    let header_bf16 = text
-        .lines()
-        .filter(|l| l.trim_start().starts_with('#'))
-        .any(|l| l.contains("bf16") || l.contains("bfloat16"));
-    let default_dtype = if file.contains("bf16") || header_bf16 {
-        DType::Bf16
-    } else {
-        DType::F16
-    };
+    let default_dtype = file_dtype(file, text);
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
-        let toks: Vec<&str> = line.split_whitespace().collect();
-        let kv = |k: &str| {
-            toks.iter()
-                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-                .and_then(|v| v.parse::<usize>().ok())
-        };
-        let (Some(b), Some(hq), Some(hkv), Some(sq), Some(sk), Some(d)) =
-            (kv("B"), kv("Hq"), kv("Hkv"), kv("Sq"), kv("Sk"), kv("D"))
-        else {
+    for w in measurement_lines(text) {
+        let (Some(b), Some(hq), Some(hkv), Some(sq), Some(sk), Some(d)) = (
+            w.count("B"),
+            w.count("Hq"),
+            w.count("Hkv"),
+            w.count("Sq"),
+            w.count("Sk"),
+            w.count("D"),
+        ) else {
             continue;
         };
-        let number_before = |unit: &str| {
-            toks.iter()
-                .position(|t| *t == unit)
-                .and_then(|i| i.checked_sub(1))
-                .and_then(|i| toks[i].parse::<f64>().ok())
-        };
-        let Some(us) = number_before("us") else {
+        let Some(us) = w.number_before("us") else {
             continue;
         };
-        let dtype = toks
-            .iter()
-            .find_map(|t| t.parse::<DType>().ok())
-            .unwrap_or(default_dtype);
-        let causal = kv("causal").is_some_and(|c| c != 0);
-        let Some(backend) = toks.iter().find(|t| {
-            !t.contains('=')
-                && t.parse::<DType>().is_err()
-                && t.parse::<f64>().is_err()
-                && t.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        }) else {
+        let Some(backend) = w.first_name() else {
             continue;
         };
         out.push(DecodeAnchor {
@@ -88,12 +63,12 @@ pub fn parse_anchors(file: &str, text: &str) -> Vec<DecodeAnchor> {
                 seq: sq,
                 seq_k: sk,
                 head_dim: d,
-                causal,
-                dtype,
+                causal: w.count("causal").is_some_and(|c| c != 0),
+                dtype: w.dtype().unwrap_or(default_dtype),
             },
             backend: backend.to_string(),
             us,
-            gbps: number_before("GB/s"),
+            gbps: w.number_before("GB/s"),
             file: file.into(),
         });
     }
@@ -114,28 +89,14 @@ pub fn anchor_dir(explicit: Option<&Path>) -> Option<PathBuf> {
 
 /// The decode anchors of every `*.txt` under `dir`, and a note naming the files they came from.
 pub fn load_anchors(dir: &Path) -> Result<(Vec<DecodeAnchor>, String)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the anchors directory {}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
     let mut all = Vec::new();
     let mut used = Vec::new();
-    for f in &files {
-        let name = f
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .to_string();
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let found = parse_anchors(&name, &text);
+    for f in read_anchor_files(dir, "the anchors directory")? {
+        let found = parse_anchors(&f.name, &f.text);
         if !found.is_empty() {
             let n = found.len();
             let s = if n == 1 { "" } else { "s" };
-            used.push(format!("{} ({n} number{s})", f.display()));
+            used.push(format!("{} ({n} number{s})", f.path.display()));
             all.extend(found);
         }
     }
@@ -152,6 +113,7 @@ mod tests {
     use super::super::tests::ANCHORS;
     use super::super::{gbps, kv_bytes, ROWS};
     use super::*;
+    use flashcore::DType;
 
     #[test]
     fn anchor_lines_parse() {

@@ -23,7 +23,7 @@
 use flashcore::Layout;
 use serde::{Deserialize, Serialize};
 
-use super::modes::{
+use super::modes::cases::{
     cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, PeerCase, PeerShape,
     Side, SuitePlan, Target, DTYPE,
 };
@@ -448,7 +448,7 @@ pub mod tests {
     use super::*;
     use crate::bench::modes::ModeReport;
     use crate::bench::modes::{CaseInfo, ModeRow};
-    use crate::bench::report::{DeviceSummary, PeerStatus, Settings, Timing};
+    use crate::bench::report::{fixture_run, PeerStatus, Settings, Timing};
     use crate::bench::report::{Outcome, Source};
     use flashcore::DType;
     use flashcore::KvStorage;
@@ -705,38 +705,15 @@ garbage line\n";
                 },
             },
         ];
-        let mut cases: Vec<CaseInfo> = p
-            .cases
-            .iter()
-            .map(|c| CaseInfo {
-                key: c.key.clone(),
-                label: c.label.clone(),
-                flops: c.flops,
-            })
-            .collect();
-        cases.extend(p.peers.iter().map(|c| CaseInfo {
-            key: c.key.clone(),
-            label: c.label.clone(),
-            flops: c.flops,
-        }));
+        let mut cases: Vec<CaseInfo> = p.cases.iter().map(CaseInfo::from).collect();
+        cases.extend(p.peers.iter().map(CaseInfo::from));
+        let (device, settings) = fixture_run("bshd", "xtask bench-all --suite decode");
         ModeReport {
             suite: Suite::Decode,
-            device: DeviceSummary {
-                name: "NVIDIA H100 80GB HBM3".into(),
-                compute_capability: "9.0".into(),
-                sm_count: 132,
-                l2_bytes: 50 << 20,
-            },
+            device,
             settings: Settings {
-                layout: "bshd".into(),
-                repeats: 15,
-                sample_ms: 20.0,
                 graph_threshold_us: crate::bench::modes::GRAPH_ALWAYS_US,
-                graph_calls: 50,
-                check_rows: 512,
-                max_seconds_per_shape: 2.0,
-                quick: false,
-                command: "xtask bench-all --suite decode".into(),
+                ..settings
             },
             peers: PeerStatus::Ran {
                 device: "NVIDIA H100 80GB HBM3".into(),

@@ -7,7 +7,7 @@ use super::{
     BIG_KV_BYTES, CEILING_TARGET, PEER_TARGET,
 };
 use crate::bench::bandwidth::{READ_PROBE_BLOCK, READ_PROBE_BLOCKS_PER_SM, READ_PROBE_UNROLL};
-use crate::bench::modes::ModeReport;
+use crate::bench::modes::report::ModeReport;
 use crate::bench::report::{cell_within, fmt_us, Outcome, Source};
 
 /// The fastest live peer on a row: (backend, µs).

@@ -1,0 +1,329 @@
+//! The argument rules (`super`) against candle-flash-attn's conventions, without a GPU.
+
+use super::*;
+
+fn dense(dims: &[usize]) -> Vec<usize> {
+    (0..dims.len())
+        .map(|i| dims[i + 1..].iter().product())
+        .collect()
+}
+
+fn opts() -> Options {
+    Options::new(DType::F16, 0.125)
+}
+
+/// [`dense_problem`] of q and of k = v, each (dims, strides).
+fn dense_of(
+    q: (&[usize], &[usize]),
+    kv: (&[usize], &[usize]),
+    opts: &Options,
+) -> Result<AttentionProblem, ArgError> {
+    dense_problem(
+        &View::new("q", q.0, q.1),
+        &View::new("k", kv.0, kv.1),
+        &View::new("v", kv.0, kv.1),
+        opts,
+    )
+}
+
+/// [`paged_varlen_problem`] of dense q and k = v.
+fn paged_of(
+    qd: &[usize],
+    kd: &[usize],
+    table: &[usize],
+    max_k: usize,
+    block: usize,
+    opts: &Options,
+) -> Result<AttentionProblem, ArgError> {
+    paged_varlen_problem(
+        &View::new("q", qd, &dense(qd)),
+        &View::new("k", kd, &dense(kd)),
+        &View::new("v", kd, &dense(kd)),
+        table,
+        2,
+        6,
+        max_k,
+        block,
+        opts,
+    )
+}
+
+/// [`kvcache_problem`] of dense q and caches k = v, with `new` = (k_new, v_new) strides.
+fn kvcache_of(
+    qd: &[usize],
+    cd: &[usize],
+    table: Option<&[usize]>,
+    new: Option<(&[usize], &[usize], &[usize])>,
+    opts: &Options,
+) -> Result<AttentionProblem, ArgError> {
+    let views = new.map(|(nd, ks, vs)| (View::new("k_new", nd, ks), View::new("v_new", nd, vs)));
+    kvcache_problem(
+        &View::new("q", qd, &dense(qd)),
+        &View::new("k_cache", cd, &dense(cd)),
+        &View::new("v_cache", cd, &dense(cd)),
+        &[2],
+        table,
+        views.as_ref().map(|(k, v)| (k, v)),
+        opts,
+    )
+}
+
+#[test]
+fn causal_and_window_conventions() {
+    // flash_attn(causal = true) passes (None, Some(0)).
+    assert_eq!(
+        masking(None, Some(0), 100),
+        Masking {
+            causal: true,
+            window_left: None,
+            window_right: None
+        }
+    );
+    assert_eq!(masking(None, None, 100), masking(Some(101), Some(500), 100));
+    assert!(!masking(None, None, 100).causal);
+    // One-sided windows get seqlen_k on the other side, as FlashAttention 2 does.
+    assert_eq!(
+        masking(Some(16), None, 100),
+        Masking {
+            causal: false,
+            window_left: Some(16),
+            window_right: Some(100)
+        }
+    );
+    assert_eq!(
+        masking(None, Some(4), 100),
+        Masking {
+            causal: false,
+            window_left: Some(100),
+            window_right: Some(4)
+        }
+    );
+    // A left window with right = 0 is local causal attention, not plain causal.
+    assert_eq!(
+        masking(Some(8), Some(0), 100),
+        Masking {
+            causal: false,
+            window_left: Some(8),
+            window_right: Some(0)
+        }
+    );
+    // A left window larger than seqlen_k counts as none: then right = 0 is causal.
+    assert!(masking(Some(1000), Some(0), 100).causal);
+}
+
+#[test]
+fn dtype_rules() {
+    assert_eq!(dtype_of("flash-attn", "f16", "f16", "f16"), Ok(DType::F16));
+    assert_eq!(
+        dtype_of("flash-attn", "bf16", "bf16", "bf16"),
+        Ok(DType::Bf16)
+    );
+    assert!(dtype_of("flash-attn", "f32", "f32", "f32")
+        .unwrap_err()
+        .0
+        .contains("only supported for f16/bf16"));
+    assert!(dtype_of("flash-attn", "f16", "bf16", "f16").is_err());
+}
+
+#[test]
+fn softcap_zero_is_off() {
+    assert_eq!(softcap(Some(0.0)), Ok(None));
+    assert_eq!(softcap(None), Ok(None));
+    assert_eq!(softcap(Some(30.0)), Ok(Some(30.0)));
+    assert!(softcap(Some(f32::NAN)).is_err());
+}
+
+#[test]
+fn dense_contiguous_gqa() {
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let (qs, ks) = (dense(&qd), dense(&kd));
+    let p = dense_of((&qd, &qs), (&kd, &ks), &opts().with_window(None, Some(0))).unwrap();
+    assert_eq!(
+        (p.batch, p.seq_q, p.seq_k, p.heads_q, p.heads_kv, p.head_dim),
+        (2, 7, 9, 8, 2, 64)
+    );
+    assert!(p.causal);
+    assert_eq!(p.softmax_scale, Some(0.125));
+    let s = p.strides();
+    assert_eq!(
+        s.q,
+        TensorStrides {
+            batch: 7 * 8 * 64,
+            row: 8 * 64,
+            head: 64
+        }
+    );
+    assert_eq!(
+        s.k,
+        TensorStrides {
+            batch: 9 * 2 * 64,
+            row: 2 * 64,
+            head: 64
+        }
+    );
+    assert_eq!(s.o, s.q);
+    assert!(p.modes.is_dense());
+}
+
+#[test]
+fn the_batch_invariant_switch_reaches_the_problem() {
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let (qs, ks) = (dense(&qd), dense(&kd));
+    let build = || dense_of((&qd, &qs), (&kd, &ks), &opts()).unwrap();
+    assert!(!batch_invariant());
+    assert!(!build().batch_invariant);
+    set_batch_invariant(true);
+    let on = build().batch_invariant;
+    set_batch_invariant(false);
+    assert!(on);
+    assert!(!build().batch_invariant);
+}
+
+#[test]
+fn strided_views_are_taken() {
+    // q, k, v as slices of a packed qkv tensor (b, s, 3 * h, d): k starts h heads in.
+    let (b, s, h, d) = (2, 5, 4, 64);
+    let qkv_strides = [s * 3 * h * d, 3 * h * d, d, 1];
+    let dims = [b, s, h, d];
+    let p = dense_of((&dims, &qkv_strides), (&dims, &qkv_strides), &opts()).unwrap();
+    assert_eq!(p.strides().q.row, 3 * h * d);
+    assert_eq!(p.strides().o.row, h * d, "O is allocated contiguous");
+    // A transposed (b, h, s, d) tensor viewed as (b, s, h, d).
+    let t_strides = [h * s * d, d, s * d, 1];
+    let p = dense_of((&dims, &t_strides), (&dims, &t_strides), &opts()).unwrap();
+    assert_eq!(
+        p.strides().q,
+        TensorStrides {
+            batch: h * s * d,
+            row: d,
+            head: s * d
+        }
+    );
+}
+
+#[test]
+fn extent_one_axes_get_dense_strides() {
+    let dims = [1, 1, 8, 64];
+    let odd = [3, 5, 64, 1];
+    let p = dense_of((&dims, &odd), (&dims, &odd), &opts()).unwrap();
+    assert_eq!(
+        p.strides().q,
+        TensorStrides {
+            batch: 8 * 64,
+            row: 8 * 64,
+            head: 64
+        }
+    );
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let dims = [1, 4, 2, 64];
+    let s = dense(&dims);
+    let non_contig = [512, 128, 1, 2];
+    let err = dense_of((&dims, &non_contig), (&dims, &s), &opts()).unwrap_err();
+    assert!(err.0.contains("last dim of q must be contiguous"), "{err}");
+    let k3 = [1, 4, 3, 64];
+    let err = dense_of((&dims, &s), (&k3, &dense(&k3)), &opts()).unwrap_err();
+    assert!(err.0.contains("must divide"), "{err}");
+    let r3 = [4, 2, 64];
+    let err = dense_of((&r3, &dense(&r3)), (&dims, &s), &opts()).unwrap_err();
+    assert!(err.0.contains("rank 4"), "{err}");
+    let err = dense_of((&dims, &s), (&dims, &s), &opts().with_alibi(&[3])).unwrap_err();
+    assert!(err.0.contains("alibi_slopes"), "{err}");
+}
+
+#[test]
+fn modes_carry_over() {
+    let dims = [2, 4, 2, 64];
+    let s = dense(&dims);
+    let modes = opts()
+        .with_window(Some(2), Some(1))
+        .with_softcap(Some(20.0))
+        .with_alibi(&[2]);
+    let p = dense_of((&dims, &s), (&dims, &s), &modes).unwrap();
+    assert_eq!(p.modes.window_left, Some(2));
+    assert_eq!(p.modes.window_right, Some(1));
+    assert_eq!(p.modes.softcap, Some(20.0));
+    assert_eq!(p.modes.alibi, Some(AlibiSlopes::PerHead));
+    assert!(!p.causal);
+}
+
+#[test]
+fn varlen() {
+    assert_eq!(cu_seqlens_batch(&[4], &[4]), Ok(3));
+    assert!(cu_seqlens_batch(&[1], &[1]).is_err());
+    assert!(cu_seqlens_batch(&[4], &[3]).is_err());
+    let (qd, kd) = ([30, 8, 128], [50, 4, 128]);
+    let p = varlen_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &kd, &dense(&kd)),
+        3,
+        12,
+        20,
+        &opts().with_window(None, Some(0)),
+    )
+    .unwrap();
+    assert_eq!(p.modes.packed_q, Some(30));
+    assert_eq!(p.modes.kv, KvStorage::Packed { total_k: 50 });
+    assert_eq!((p.batch, p.seq_q, p.seq_k), (3, 12, 20));
+    assert!(p.causal);
+    assert_eq!(
+        p.strides().k,
+        TensorStrides {
+            batch: 0,
+            row: 4 * 128,
+            head: 128
+        }
+    );
+    assert_eq!(p.q_len(), 30 * 8 * 128);
+}
+
+#[test]
+fn paged() {
+    let qd = [10, 8, 64];
+    let kd = [16, 32, 2, 64];
+    let p = paged_of(&qd, &kd, &[2, 4], 100, 32, &opts().with_softcap(Some(10.0))).unwrap();
+    assert_eq!(
+        p.modes.kv,
+        KvStorage::Paged {
+            num_blocks: 16,
+            block_size: 32,
+            max_blocks_per_seq: 4
+        }
+    );
+    assert!(p.modes.seqused_k);
+    assert_eq!(p.seq_k, 128);
+    // Wrong page size, table shape, capacity.
+    assert!(paged_of(&qd, &kd, &[2, 4], 100, 16, &opts()).is_err());
+    assert!(paged_of(&qd, &kd, &[3, 4], 100, 32, &opts()).is_err());
+    assert!(paged_of(&qd, &kd, &[2, 4], 200, 32, &opts()).is_err());
+    // flashcore pages are multiples of 16 up to 256: a 512-row page is refused.
+    let big = [4, 512, 2, 64];
+    let err = paged_of(&qd, &big, &[2, 1], 100, 512, &opts()).unwrap_err();
+    assert!(err.0.contains("block_size"), "{err}");
+}
+
+#[test]
+fn kvcache() {
+    let qd = [2, 1, 8, 64];
+    let cd = [2, 256, 2, 64];
+    let nd = [2, 1, 2, 64];
+    let contiguous = dense(&nd);
+    let new = Some((&nd[..], &contiguous[..], &contiguous[..]));
+    let p = kvcache_of(&qd, &cd, None, new, &opts().with_window(None, Some(0))).unwrap();
+    assert_eq!(p.modes.append, Some(1));
+    assert!(p.modes.seqused_k);
+    assert_eq!(p.seq_k, 256);
+    assert!(p.causal);
+    // Paged, no append.
+    let pd = [8, 64, 2, 64];
+    let p = kvcache_of(&qd, &pd, Some(&[2, 3]), None, &opts()).unwrap();
+    assert_eq!(p.seq_k, 192);
+    assert_eq!(p.modes.append, None);
+    // A non-contiguous k_new is refused.
+    let nt = [128, 128, 1, 2];
+    let new = Some((&nd[..], &nt[..], &contiguous[..]));
+    assert!(kvcache_of(&qd, &cd, None, new, &opts()).is_err());
+}

@@ -1,0 +1,293 @@
+//! Queues a checked plan's kernels: the parameter block's pointers, the no-keys fill, the
+//! stream's workspace, tensor maps and the launch calls themselves. Knows nothing of the
+//! `Attention` trait: `plan.rs` checks a call and plans it before anything here runs.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Unsupported};
+use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan};
+use crate::params::AttentionParams;
+use crate::problem::AttentionProblem;
+use crate::tensor_map::encode_tensor_maps;
+use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, TensorMut};
+
+/// Writes `new.k_new`/`new.v_new` into the caches at `seqused_k[b]` (`core_append_kv.cu`);
+/// the caller has checked their lengths and dtypes.
+pub(crate) fn append_kv(
+    device: &Device,
+    stream: &CudaStream,
+    problem: &AttentionProblem,
+    tables: &DeviceTables<'_>,
+    k_cache: &mut TensorMut<'_>,
+    v_cache: &mut TensorMut<'_>,
+    new: &KvAppend<'_>,
+) -> Result<(), Error> {
+    let mut params = AttentionParams::from_problem(problem);
+    let _tables = set_table_pointers(&mut params, tables, stream);
+    // The append writes the caches: their uses are recorded as writes, after the launch.
+    let (k, _wk) = k_cache.data.device_ptr_mut(stream);
+    let (v, _wv) = v_cache.data.device_ptr_mut(stream);
+    params.k = k;
+    params.v = v;
+    let (k_new, _a) = new.k_new.data.device_ptr(stream);
+    let (v_new, _b) = new.v_new.data.device_ptr(stream);
+    let append = KernelLaunch {
+        source: "core_append_kv.cu",
+        entry: "append_kv",
+        defines: vec![],
+        grid: (linear_grid(tiles(new.k_new.data.len(), 256)), 1, 1),
+        block: (256, 1, 1),
+        dynamic_smem_bytes: 0,
+        tensor_maps: None,
+        programmatic_launch: false,
+    };
+    let pointers = [k_new, v_new];
+    let extra = pointers.each_ref().map(|p| p as *const u64 as *mut c_void);
+    launch_with(device, stream, problem.dtype, &append, &params, &extra)
+}
+
+/// The tensors' and tables' device addresses into the parameter block. The returned guards
+/// record each tensor's use on `stream` (cudarc's read/write events, which order other streams
+/// behind this call) when dropped: hold them until the plan's last launch is queued.
+fn set_pointers<'s>(
+    params: &mut AttentionParams,
+    t: &'s mut AttentionTensors<'_>,
+    stream: &'s CudaStream,
+) -> Vec<SyncOnDrop<'s>> {
+    let mut guards = Vec::with_capacity(10);
+    let mut keep = |(ptr, guard): (u64, SyncOnDrop<'s>)| {
+        guards.push(guard);
+        ptr
+    };
+    params.q = keep(t.q.data.device_ptr(stream));
+    params.k = keep(t.k.data.device_ptr(stream));
+    params.v = keep(t.v.data.device_ptr(stream));
+    params.o = keep(t.o.data.device_ptr_mut(stream));
+    params.lse = keep(t.lse.device_ptr_mut(stream));
+    guards.extend(set_table_pointers(params, &t.tables, stream));
+    guards
+}
+
+/// The tables' device addresses into the parameter block (0 for a table the problem lacks), with
+/// their guards (see [`set_pointers`]).
+fn set_table_pointers<'s>(
+    params: &mut AttentionParams,
+    tb: &'s DeviceTables<'_>,
+    stream: &'s CudaStream,
+) -> Vec<SyncOnDrop<'s>> {
+    let mut guards = Vec::with_capacity(5);
+    let mut ptr = |v: &'s Option<cudarc::driver::CudaView<'_, i32>>| match v {
+        Some(v) => {
+            let (p, g) = v.device_ptr(stream);
+            guards.push(g);
+            p
+        }
+        None => 0,
+    };
+    params.cu_seqlens_q = ptr(&tb.cu_seqlens_q);
+    params.cu_seqlens_k = ptr(&tb.cu_seqlens_k);
+    params.seqused_k = ptr(&tb.seqused_k);
+    params.block_table = ptr(&tb.block_table);
+    if let Some(v) = &tb.alibi_slopes {
+        let (p, g) = v.device_ptr(stream);
+        guards.push(g);
+        params.alibi_slopes = p;
+    }
+    guards
+}
+
+pub(crate) fn check_pointer_alignment(
+    kernel: &'static str,
+    alignment_elems: usize,
+    t: &AttentionTensors<'_>,
+    stream: &cudarc::driver::CudaStream,
+) -> Result<(), Unsupported> {
+    let bytes = (alignment_elems * 2) as u64;
+    if bytes <= 2 {
+        return Ok(());
+    }
+    let ptrs = [
+        ("q", t.q.data.device_ptr(stream).0),
+        ("k", t.k.data.device_ptr(stream).0),
+        ("v", t.v.data.device_ptr(stream).0),
+        ("o", t.o.data.device_ptr(stream).0),
+    ];
+    for (name, ptr) in ptrs {
+        if ptr % bytes != 0 {
+            return Err(Unsupported::new(
+                kernel,
+                format!("{name} base address {ptr:#x} is not {bytes}-byte aligned"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Launches a plan on already-validated tensors, on the device's stream.
+pub fn run_plan(
+    device: &Device,
+    problem: &AttentionProblem,
+    plan: &LaunchPlan,
+    t: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    run_plan_on(device, device.stream(), problem, plan, t)
+}
+
+/// Launches a plan on already-validated tensors, on `stream` (of the device's context), with
+/// that stream's workspace. Queues work only: no host synchronisation.
+pub fn run_plan_on(
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    plan: &LaunchPlan,
+    t: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
+    device.check_stream(stream)?;
+    if problem.is_empty_output() {
+        return Ok(());
+    }
+    let mut params = AttentionParams::from_problem(problem);
+    // Dropped (recording the tensors' use on `stream`) after the last launch below is queued.
+    let _uses = set_pointers(&mut params, t, stream);
+    params.num_splits = plan.num_splits.max(1) as i32;
+
+    if problem.modes.packed_q == Some(0) {
+        return Ok(()); // every sequence is empty: nothing to write
+    }
+    if problem.seq_k == 0 || problem.k_len() == 0 {
+        // No keys: one defined answer for every generation (O = 0, LSE = +inf).
+        let fill = KernelLaunch {
+            source: "core_fill.cu",
+            entry: "fill_no_keys",
+            defines: vec![],
+            grid: (linear_grid(tiles(problem.lse_len(), 8)), 1, 1),
+            block: (32, 8, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+            programmatic_launch: false,
+        };
+        return launch_with(device, stream, problem.dtype, &fill, &params, &[]);
+    }
+
+    device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
+        params.workspace = ws;
+        for launch in &plan.launches {
+            let maps = match &launch.tensor_maps {
+                Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
+                None => None,
+            };
+            // Tensor maps go after the parameter block, as `__grid_constant__` arguments.
+            let extra: Vec<*mut c_void> = maps
+                .iter()
+                .flatten()
+                .map(|m| m as *const sys::CUtensorMap as *mut c_void)
+                .collect();
+            launch_with(device, stream, problem.dtype, launch, &params, &extra)?;
+        }
+        Ok(())
+    })
+}
+
+/// Launches `launch` with the parameter block as its first argument and `extra` after it
+/// (tensor maps, or device pointers of a core kernel such as `append_kv`), each pointing at a
+/// value that outlives the call.
+fn launch_with(
+    device: &Device,
+    stream: &CudaStream,
+    dtype: DType,
+    launch: &KernelLaunch,
+    params: &AttentionParams,
+    extra: &[*mut c_void],
+) -> Result<(), Error> {
+    let function = device.function(
+        launch.source,
+        launch.entry,
+        dtype,
+        &launch.defines,
+        launch.dynamic_smem_bytes,
+    )?;
+    let mut args: Vec<*mut c_void> = vec![params as *const AttentionParams as *mut c_void];
+    args.extend_from_slice(extra);
+    launch_raw(device, stream, launch, &function, &mut args)
+}
+
+pub(crate) fn launch_raw(
+    device: &Device,
+    stream: &CudaStream,
+    launch: &KernelLaunch,
+    function: &cudarc::driver::CudaFunction,
+    args: &mut [*mut c_void],
+) -> Result<(), Error> {
+    device
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::cuda("binding the context", e))?;
+    // SAFETY: `args` points at live values whose layout matches the kernel's parameter list
+    // (AttentionParams mirrors params.cuh; tensor maps are the driver's own type), and every
+    // pointer inside `params` was taken from a view that outlives this call's queued work
+    // (the views' SyncOnDrop guards, held by run_plan_on until its last launch is queued,
+    // record the stream's use).
+    unsafe {
+        if launch.programmatic_launch {
+            launch_programmatic(function.cu_function(), launch, stream.cu_stream(), args)
+        } else {
+            cudarc::driver::result::launch_kernel(
+                function.cu_function(),
+                launch.grid,
+                launch.block,
+                launch.dynamic_smem_bytes,
+                stream.cu_stream(),
+                args,
+            )
+        }
+    }
+    .map_err(|e| {
+        Error::cuda(
+            format!(
+                "launching {} grid={:?} block={:?} smem={}",
+                launch.entry, launch.grid, launch.block, launch.dynamic_smem_bytes
+            ),
+            e,
+        )
+    })
+}
+
+/// `cuLaunchKernelEx` with programmatic stream serialization allowed: the kernel may begin
+/// before the stream's previous kernel has completed (it waits in-kernel, `griddepcontrol.wait`,
+/// before touching global memory; `KernelLaunch::programmatic_launch`).
+///
+/// # Safety
+/// As `cudarc::driver::result::launch_kernel`: `args` must match the kernel's parameters.
+unsafe fn launch_programmatic(
+    f: sys::CUfunction,
+    launch: &KernelLaunch,
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), cudarc::driver::DriverError> {
+    let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: launch.grid.0,
+        gridDimY: launch.grid.1,
+        gridDimZ: launch.grid.2,
+        blockDimX: launch.block.0,
+        blockDimY: launch.block.1,
+        blockDimZ: launch.block.2,
+        sharedMemBytes: launch.dynamic_smem_bytes,
+        hStream: stream,
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()).result()
+}

@@ -1,0 +1,256 @@
+//! Generation 5, Hopper path: persistent, warp-specialized TMA + wgmma kernel
+//! (`kernels/gen5_persistent_hopper.cu`, design in `docs/generations/gen5-persistent.md`).
+//!
+//! One launch: `sm_count` CTAs of 384 threads (1 producer warpgroup issuing TMA, 2 consumer
+//! warpgroups running wgmma), each looping over (batch, head, 128-row q tile) work items; or, at
+//! D = 64 ([`HopperConfig::consumer_wgs`]), 512 threads with 3 consumer warpgroups and 192-row
+//! q tiles.
+//!
+//! One-round problems ([`default_wg_key_split`]) give both consumer warpgroups the same 64-row
+//! q tile, each every other key tile, merged in shared memory (`FC_HOPPER_WG_KEY_SPLIT`,
+//! `kernels/gen5_hopper/wg_key_split.cuh`).
+//!
+//! Small problems (fewer than half as many items as SMs) split each item's keys into
+//! `num_splits` ranges, one work unit each, and combine the partial results in the same launch
+//! (`FC_HOPPER_SPLIT_KV`; protocol in `docs/generations/gen5-split-kv.md`).
+//!
+//! [`config`]: the kernel's variants and their environment overrides; [`heuristics`]: the default
+//! rules where nothing overrides them; [`smem`]: tile geometry, shared memory and workspace sizes.
+//! This module checks a problem and builds its plan.
+
+use flashcore_core::plan::{
+    Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
+};
+use flashcore_core::problem::AttentionProblem;
+use flashcore_core::ModeSupport;
+use flashcore_core::{DeviceInfo, Unsupported};
+
+use crate::env::Env;
+
+pub mod config;
+pub mod heuristics;
+pub mod smem;
+#[cfg(test)]
+mod tests;
+
+pub use config::*;
+pub use heuristics::*;
+pub use smem::*;
+
+/// The FA3-style Hopper kernel.
+pub struct PersistentHopper;
+
+const NAME: &str = "persistent-hopper";
+const SOURCE: &str = "gen5_persistent_hopper.cu";
+const ENTRY: &str = "attention_persistent_hopper";
+/// The timeline's printer ([`HopperConfig::trace`]), compiled in traced builds only.
+const TRACE_PRINT_ENTRY: &str = "attention_persistent_hopper_trace_print";
+
+/// wgmma and setmaxnreg are sm_90a-only: the arch-specific PTX does not run on later parts.
+/// (The forward and the backward both check this.)
+pub(crate) fn require_sm90a(name: &'static str, device: &DeviceInfo) -> Result<(), Unsupported> {
+    if device.compute_capability == (9, 0) {
+        return Ok(());
+    }
+    Err(Unsupported::new(
+        name,
+        format!(
+            "needs sm_90a (wgmma, setmaxnreg); device is {}.{}",
+            device.compute_capability.0, device.compute_capability.1
+        ),
+    ))
+}
+
+impl Attention for PersistentHopper {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
+        Capabilities::all_features(HeadDims::List(&[64, 128]), (9, 0)).with_modes(ModeSupport::ALL)
+    }
+
+    fn plan(
+        &self,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        self.capabilities().check(NAME, problem, device)?;
+        require_sm90a(NAME, device)?;
+        let scale = problem.scale();
+        if scale.is_nan() || scale <= 0.0 {
+            // The running row max is taken on raw scores, which is only the max of the scaled
+            // scores for a positive scale.
+            return Err(Unsupported::new(
+                NAME,
+                format!("softmax_scale {scale} must be > 0"),
+            ));
+        }
+        crate::decode::or_persistent(NAME, problem, device, || {
+            let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+            self.plan_with(&cfg, problem, device)
+        })
+    }
+}
+
+impl PersistentHopper {
+    /// [`Attention::plan`] with an explicit configuration instead of the environment's (the
+    /// checks on device and scale are `plan`'s).
+    pub fn plan_with(
+        &self,
+        cfg: &HopperConfig,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let cfg = &cfg.for_problem(problem, device.sm_count as usize);
+        let d = problem.head_dim;
+        let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
+        let limit = device.max_shared_memory_per_block_optin as usize;
+        if smem > limit {
+            return Err(Unsupported::new(
+                NAME,
+                format!(
+                    "needs {smem} bytes of shared memory per block ({} x Q {} + {} x K/V {} + barriers + \
+                     {SMEM_ALIGN_SLACK} alignment slack), device allows {limit}",
+                    cfg.q_stages,
+                    cfg.block_m() * d * problem.dtype.size_bytes(),
+                    cfg.stages,
+                    2 * cfg.block_n * d * problem.dtype.size_bytes(),
+                ),
+            ));
+        }
+
+        let items = cfg.items(problem);
+        // Split-KV for small problems: a work unit is (item, key range). The longest item (the
+        // last q tile, also under the bottom-right causal mask) has all the key tiles.
+        let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
+        let modes = !problem.modes.is_dense();
+        // The modes build has no split path (FC_HOPPER_MODES and FC_HOPPER_SPLIT_KV exclude
+        // each other); mode problems run unsplit.
+        let mut splits = if modes {
+            1
+        } else {
+            cfg.splits_for(items, max_key_tiles, device.sm_count as usize)
+        };
+        let mut workspace = 0;
+        if splits > 1 {
+            match split_workspace_f32(items, splits, d) {
+                Some(ws)
+                    if ws <= MAX_SPLIT_WORKSPACE_BYTES / 4
+                        && items * splits <= i32::MAX as usize =>
+                {
+                    workspace = ws
+                }
+                // Too large to split (only reachable when forced): run it unsplit.
+                _ => splits = 1,
+            }
+        }
+        let units = items * splits;
+        // One CTA per SM, but no more CTAs than work units; with the cluster key split a cluster
+        // of two for each unit (the kernel's exchange serves one unit a cluster).
+        let ctas = if cfg.cluster_key_split() {
+            units * cfg.ctas_per_item()
+        } else {
+            (device.sm_count as usize).min(units)
+        };
+        let grid_x = u32::try_from(ctas.max(1))
+            .ok()
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or_else(|| {
+                Unsupported::new(
+                    NAME,
+                    format!("{units} work units need {ctas} CTAs, past the grid's limit"),
+                )
+            })?;
+        // Split plans use the workspace's first words for their own counters; the cluster key
+        // split has one unit a cluster and no schedule to balance.
+        let dynamic = splits == 1
+            && !cfg.cluster_key_split()
+            && cfg.dynamic_schedule(units, device.sm_count as usize);
+
+        let l2_section = cfg
+            .l2_section_bytes
+            .unwrap_or_else(|| default_l2_section_bytes(device));
+        let mut defines = cfg.defines(d, l2_section);
+        if splits > 1 {
+            // The split count itself is a run-time parameter (params.num_splits): one module
+            // per head dim and dtype serves every count.
+            defines.push(("FC_HOPPER_SPLIT_KV".to_string(), "1".to_string()));
+        }
+        if dynamic {
+            defines.push(("FC_HOPPER_DYNAMIC".to_string(), "1".to_string()));
+        }
+        let programmatic = cfg.programmatic_launch.unwrap_or(!modes);
+        // The prefetch pays where the previous call leaves SMs free for this one's CTAs to start
+        // early: one round of units (commit 2883df6: the mission shape -5 %; the ladder's
+        // many-round rows, whose CTAs start only as the previous call's leave, moved within their
+        // noise).
+        let one_round = units * cfg.ctas_per_item() <= device.sm_count as usize;
+        if cfg.early_first_unit(dynamic, modes) && cfg.prefetch.unwrap_or(programmatic && one_round)
+        {
+            defines.push(("FC_HOPPER_PREFETCH".to_string(), "1".to_string()));
+        }
+        if modes {
+            defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
+            // (The spread loop keeps its ring position modulo 2^16: power-of-two rings only, so
+            // FLASHCORE_HOPPER_STAGES=3 runs small pages on warp 0 alone.)
+            if spreads_page_boxes(problem, cfg.block_n) && cfg.stages.is_power_of_two() {
+                defines.push(("FC_HOPPER_SPREAD_PAGES".to_string(), "1".to_string()));
+            }
+        }
+        if Env::process()
+            .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
+            .unwrap_or(false)
+        {
+            // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
+            defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
+        }
+        if cfg.trace {
+            defines.push(("FC_HOPPER_TRACE".to_string(), "1".to_string()));
+        }
+
+        let mut plan = LaunchPlan::single(KernelLaunch {
+            source: SOURCE,
+            entry: ENTRY,
+            defines,
+            grid: (grid_x, 1, 1),
+            block: (cfg.threads(), 1, 1),
+            dynamic_smem_bytes: smem as u32,
+            tensor_maps: Some(TensorMapSpec {
+                q_box_rows: cfg.block_m() as u32,
+                kv_box_rows: cfg.block_n as u32,
+                box_cols: BOX_COLS as u32,
+                swizzle: Swizzle::B128,
+            }),
+            programmatic_launch: programmatic,
+        });
+        if splits > 1 {
+            plan.num_splits = splits as u32;
+            plan.workspace_f32 = workspace;
+            // The kernel's last arriver puts every counter back to zero.
+            plan.workspace_counters = split_counter_words(items);
+        }
+        if dynamic {
+            // Words 0 and 1: the next unit and the CTAs done taking; the kernel leaves them zero.
+            plan.workspace_f32 = DYNAMIC_COUNTER_WORDS;
+            plan.workspace_counters = DYNAMIC_COUNTER_WORDS;
+        }
+        if cfg.trace {
+            // The timeline's printer: one thread after the kernel, in its module (same source and
+            // defines), where the stamps are. A printf in the kernel itself made ptxas serialize
+            // the kernel's wgmma pipeline.
+            let kernel = plan.launches[0].clone();
+            plan.launches.push(KernelLaunch {
+                entry: TRACE_PRINT_ENTRY,
+                grid: (1, 1, 1),
+                block: (1, 1, 1),
+                dynamic_smem_bytes: 0,
+                tensor_maps: None,
+                programmatic_launch: false,
+                ..kernel
+            });
+        }
+        Ok(plan)
+    }
+}

@@ -1,0 +1,371 @@
+//! `bench-all`'s arguments and the reports it renders without a GPU.
+
+use super::dense::{parse_input_sets, JSON, MARKDOWN, SVG};
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
+#[test]
+fn input_sets_override_parses_and_refuses_out_of_range() {
+    assert_eq!(parse_input_sets(None).unwrap(), None);
+    assert_eq!(parse_input_sets(Some("1")).unwrap(), Some(1));
+    assert_eq!(parse_input_sets(Some(" 64 ")).unwrap(), Some(64));
+    for bad in ["0", "65", "", "two"] {
+        assert!(parse_input_sets(Some(bad)).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn fa3_flags_parse() {
+    let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+    assert!(!a.no_fa3 && a.fa3_path.is_none() && a.fa3_python.is_none());
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--fa3-path",
+        "/tmp/fa3pkg",
+        "--fa3-python",
+        "/usr/bin/python3.12",
+    ])
+    .unwrap()
+    .args;
+    let o = a.fa3_options();
+    assert_eq!(o.path.as_deref(), Some(Path::new("/tmp/fa3pkg")));
+    assert_eq!(o.python.as_deref(), Some("/usr/bin/python3.12"));
+    assert!(!o.off);
+    let a = Cli::try_parse_from(["bench-all", "--no-fa3"]).unwrap().args;
+    assert!(a.fa3_options().off);
+}
+
+#[test]
+fn defaults_and_flags_parse() {
+    let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+    assert_eq!(a.suite, Suite::Ladder);
+    assert_eq!(a.causal, CausalSel::Both);
+    assert_eq!(a.dtypes, ["f16"]);
+    assert_eq!(a.layout, "bhsd");
+    assert_eq!(a.repeats, 15);
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--kernels",
+        "scalar,vectorized",
+        "--suite",
+        "full",
+        "--causal",
+        "on",
+        "--dtypes",
+        "f16,bf16",
+        "--shape",
+        "1,8,512,64",
+        "--shape",
+        "2x16x8192x64",
+        "--out-dir",
+        "/tmp/x",
+        "--max-seconds-per-kernel",
+        "30",
+    ])
+    .unwrap()
+    .args;
+    assert_eq!(a.kernels.unwrap(), ["scalar", "vectorized"]);
+    assert_eq!(a.shapes, [(1, 8, 512, 64), (2, 16, 8192, 64)]);
+    assert_eq!(a.max_seconds_per_kernel, 30.0);
+    assert!(Cli::try_parse_from(["bench-all", "--suite", "huge"]).is_err());
+    assert!(Cli::try_parse_from(["bench-all", "--shape", "1,2,3"]).is_err());
+}
+
+#[test]
+fn the_mode_suites_parse() {
+    for (name, suite) in [
+        ("varlen", Suite::Varlen),
+        ("paged", Suite::Paged),
+        ("window", Suite::Window),
+        ("decode", Suite::Decode),
+    ] {
+        let a = Cli::try_parse_from([
+            "bench-all",
+            "--suite",
+            name,
+            "--kernels",
+            "persistent-hopper",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.suite, suite);
+        assert!(a.suite.is_modes());
+        assert!(suite::suite_bhsd(a.suite).is_empty());
+    }
+    for dense in [Suite::Mission, Suite::Ladder, Suite::Full] {
+        assert!(!dense.is_modes());
+        assert!(!suite::suite_bhsd(dense).is_empty());
+    }
+}
+
+#[test]
+fn the_decode_suite_parses() {
+    let a = Cli::try_parse_from(["bench-all", "--suite", "decode"])
+        .unwrap()
+        .args;
+    assert_eq!(a.suite, Suite::Decode);
+    assert!(a.suite.is_modes());
+    assert_eq!(modes::suite_name(a.suite), "decode");
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--suite",
+        "decode",
+        "--causal",
+        "on",
+        "--anchors",
+        "../shared/anchors",
+        "--kernels",
+        "persistent-hopper,tile64",
+    ])
+    .unwrap()
+    .args;
+    assert_eq!(a.causal, CausalSel::On);
+    assert_eq!(a.anchors.as_deref(), Some(Path::new("../shared/anchors")));
+    // The plan the runner takes for it.
+    let p = modes::plan(a.suite, a.seed);
+    assert_eq!(p.suite, Suite::Decode);
+    assert_eq!(p.cases.len(), 32);
+}
+
+/// Writes `report` as a saved JSON report into a fresh temporary folder and renders it with
+/// `bench-all --from-json` (no GPU); returns the folder and the output folder inside it.
+fn render_saved_report(
+    tag: &str,
+    report: &modes::ModeReport,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("in.json");
+    std::fs::write(&json, serde_json::to_string(report).unwrap()).unwrap();
+    let out = dir.join("out");
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    run(a).unwrap();
+    (dir, out)
+}
+
+#[test]
+fn a_saved_decode_report_renders_without_a_gpu() {
+    let (dir, out) = render_saved_report("bench-decode-test", &decode::tests::fixture());
+    let json = dir.join("in.json");
+    let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
+    assert!(md.contains("# flashcore bench-all --suite decode"), "{md}");
+    assert!(md.contains("### Copy ceiling"), "{md}");
+    let back: modes::ModeReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench-decode.json")).unwrap())
+            .unwrap();
+    assert_eq!(back, decode::tests::fixture());
+    // A run saved without anchors gets them when re-rendered with --anchors.
+    let mut bare = decode::tests::fixture();
+    let d = bare.decode.as_mut().unwrap();
+    d.anchors.clear();
+    d.anchors_note = Some("no anchors".into());
+    std::fs::write(&json, serde_json::to_string(&bare).unwrap()).unwrap();
+    let anchors = dir.join("anchors");
+    std::fs::create_dir_all(&anchors).unwrap();
+    std::fs::write(
+        anchors.join("h100-decode-peers.txt"),
+        "B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_cudnn      94.2 us     2850 GB/s\n",
+    )
+    .unwrap();
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--anchors",
+        anchors.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    run(a).unwrap();
+    let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
+    assert!(
+        md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
+        "{md}"
+    );
+    assert!(md.contains("h100-decode-peers.txt (1 number)"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_backward_passes_parse() {
+    let a = Cli::try_parse_from(["bench-all"]).unwrap().args;
+    assert_eq!(a.pass, backward::Pass::Fwd);
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--pass",
+        "bwd",
+        "--kernels",
+        "scalar,persistent-portable",
+        "--shape",
+        "4,16,2048,64",
+        "--case",
+        "c1",
+        "--fwd-kernel",
+        "persistent-hopper",
+    ])
+    .unwrap()
+    .args;
+    assert_eq!(a.pass, backward::Pass::Bwd);
+    assert_eq!(a.fwd_kernel.as_deref(), Some("persistent-hopper"));
+    assert_eq!(a.case_filter, ["c1"]);
+    let a = Cli::try_parse_from(["bench-all", "--pass", "fwdbwd"])
+        .unwrap()
+        .args;
+    assert_eq!(a.pass, backward::Pass::Fwdbwd);
+    assert!(Cli::try_parse_from(["bench-all", "--pass", "backward"]).is_err());
+    let Err(e) = backward_gpu::select_backward_kernels(Some(&["nope".to_string()])) else {
+        panic!("an unknown backward kernel was accepted");
+    };
+    assert!(
+        e.to_string().contains("no backward kernel called 'nope'"),
+        "{e}"
+    );
+}
+
+#[test]
+fn backward_pass_arguments_are_checked_before_the_gpu() {
+    let err = |argv: &[&str]| {
+        let a = Cli::try_parse_from(argv).unwrap().args;
+        format!("{:#}", run(a).unwrap_err())
+    };
+    let e = err(&["bench-all", "--pass", "bwd", "--suite", "decode"]);
+    assert!(e.contains("dense problems only"), "{e}");
+    let e = err(&["bench-all", "--pass", "bwd", "--case", "s123456"]);
+    assert!(e.contains("matches no shape"), "{e}");
+    let e = err(&["bench-all", "--pass", "fwdbwd", "--kernels", "nope"]);
+    assert!(e.contains("no backward kernel called 'nope'"), "{e}");
+    let e = err(&["bench-all", "--pass", "bwd", "--fwd-kernel", "nope"]);
+    assert!(e.contains("--fwd-kernel"), "{e}");
+}
+
+#[test]
+fn a_saved_backward_report_renders_without_a_gpu() {
+    let dir = std::env::temp_dir().join(format!("bench-bwd-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Saved where no anchor file was: re-rendered with --anchors, FA3's rows join.
+    let mut saved = backward::tests::fixture();
+    saved.rows.retain(|r| r.source != Source::Anchor);
+    let json = dir.join("in.json");
+    std::fs::write(&json, serde_json::to_string(&saved).unwrap()).unwrap();
+    let anchors = dir.join("anchors");
+    std::fs::create_dir_all(&anchors).unwrap();
+    std::fs::write(
+            anchors.join("h100-backward-peers.txt"),
+            "# fa3-jax: wall clock around 10 jitted calls
+             B=4 H=16 S=2048 D=64 causal=1 fa3-jax   fwd     141.7 us bwd     389.9 us  bwd  220.3 TFLOP/s
+",
+        )
+        .unwrap();
+    let out = dir.join("out");
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--anchors",
+        anchors.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    run(a).unwrap();
+    let md = std::fs::read_to_string(out.join("bench-bwd.md")).unwrap();
+    assert!(md.starts_with("# flashcore bench-all --pass bwd"), "{md}");
+    assert!(
+        md.contains("| 4,16,2048,64 | f16 | yes | fa3-jax (anchor) | 389.9 | 220.3 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("> h100-backward-peers.txt: fa3-jax: wall clock"),
+        "{md}"
+    );
+    let back: backward::BackwardReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench-bwd.json")).unwrap())
+            .unwrap();
+    assert_eq!(back.pass, backward::Pass::Bwd);
+    assert_eq!(
+        back.rows
+            .iter()
+            .filter(|r| r.source == Source::Anchor)
+            .count(),
+        1
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_saved_mode_report_renders_without_a_gpu() {
+    let (dir, out) = render_saved_report("bench-modes-test", &modes::tests::fixture());
+    let md = std::fs::read_to_string(out.join("bench-varlen.md")).unwrap();
+    assert!(md.contains("## Comparisons"), "{md}");
+    assert!(
+        md.contains("| varlen | persistent-hopper | eager |"),
+        "{md}"
+    );
+    let back: modes::ModeReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench-varlen.json")).unwrap())
+            .unwrap();
+    assert_eq!(back, modes::tests::fixture());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unknown_kernels_are_named() {
+    let Err(e) = select_kernels(Some(&["nope".to_string()])) else {
+        panic!("an unknown name was accepted");
+    };
+    assert!(e.to_string().contains("compiled in"), "{e}");
+    let all = flashcore::kernels();
+    let last = all.last().unwrap().name().to_string();
+    let first = all[0].name().to_string();
+    let picked = select_kernels(Some(&[last.clone(), first.clone()])).unwrap();
+    let names: Vec<&str> = picked.iter().map(|k| k.name()).collect();
+    if first != last {
+        assert_eq!(names, [first.as_str(), last.as_str()]);
+    }
+}
+
+#[test]
+fn a_saved_report_renders_without_a_gpu() {
+    let dir = std::env::temp_dir().join(format!("bench-all-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("in.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string(&report::tests::fixture()).unwrap(),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let a = Cli::try_parse_from([
+        "bench-all",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+    ])
+    .unwrap()
+    .args;
+    run(a).unwrap();
+    for f in [JSON, MARKDOWN, SVG] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    let md = std::fs::read_to_string(out.join(MARKDOWN)).unwrap();
+    assert!(md.contains("| 1,8,512,64 | f16 | no | persistent-hopper | graph |"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

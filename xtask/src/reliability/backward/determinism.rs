@@ -1,0 +1,129 @@
+//! `determinism`: a GQA causal problem with several key tiles at each head dim, run
+//! `--backward-runs` times, gives bit-identical dQ, dK, dV every time.
+
+use std::time::Instant;
+
+use flashcore::{AttentionBackward, AttentionProblem, Capabilities, Device, Error};
+
+use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
+use super::CHECK;
+use crate::reliability::host::count_nan_bits;
+use crate::reliability::watchdog::{progress, step};
+use crate::reliability::{dims_in, Args, Report, Res};
+
+/// GQA (8:2) and causal where the kernel takes them, 700 rows and keys (several key tiles of
+/// every tile size, with a tail), at head dims 128 and 64; the two dims take different dtypes
+/// and layouts where the kernel has them.
+pub(super) fn determinism_problems(caps: &Capabilities) -> Vec<AttentionProblem> {
+    let (hq, hkv) = if caps.gqa { (8, 2) } else { (8, 8) };
+    dims_in(&caps.head_dims, &[128, 64])
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            AttentionProblem::new(2, hq, 700, d)
+                .with_kv(hkv, 700)
+                .with_causal(caps.causal)
+                .with_dtype(caps.dtypes[i % caps.dtypes.len()])
+                .with_layout(caps.layouts[i % caps.layouts.len()])
+        })
+        .collect()
+}
+
+pub(super) fn determinism(
+    dev: &Device,
+    k: &dyn AttentionBackward,
+    p: &AttentionProblem,
+    args: &Args,
+    report: &mut Report,
+) {
+    let label = format!("{} [determinism d={}]", k.name(), p.head_dim);
+    let t = Instant::now();
+    let _s = step(format!("{CHECK} {label}"), args.step_timeout);
+    if !k.deterministic() {
+        let why = "not deterministic by design (dQ accumulated with f32 atomics); its \
+                   deterministic schedule is checked under its own name";
+        report.add(CHECK, &label, Res::Skip, why.to_string(), t);
+        return;
+    }
+    if let Err(u) = k.supports_backward(p, dev.info()) {
+        report.add(CHECK, &label, Res::Skip, u.reason, t);
+        return;
+    }
+    let runs = args.backward_runs.max(1);
+    let result = (|| -> std::result::Result<Option<String>, String> {
+        let Some(bi) = inputs_for(k, dev, p, args.seed.wrapping_add(41))? else {
+            return Ok(None);
+        };
+        let e = |e: Error| e.to_string();
+        let hb = HostBits::new(p, &bi);
+        let mut c = BwdBuffers::from_host(dev, p, &hb, &Places::dense(p), 0).map_err(e)?;
+        let first = c.run(k, dev).map_err(e)?;
+        let unwritten: usize = first.iter().map(|g| count_nan_bits(p.dtype, g)).sum();
+        if unwritten > 0 {
+            return Err(format!(
+                "first run left {unwritten} gradient elements NaN (unwritten)"
+            ));
+        }
+        let (mut differing_runs, mut worst, mut first_run) = (0usize, 0usize, None);
+        for run in 1..runs {
+            progress();
+            let g = c.run(k, dev).map_err(e)?;
+            if g != first {
+                differing_runs += 1;
+                let n: usize = (0..3)
+                    .map(|i| g[i].iter().zip(&first[i]).filter(|(a, b)| a != b).count())
+                    .sum();
+                worst = worst.max(n);
+                first_run.get_or_insert(run);
+            }
+        }
+        if differing_runs > 0 {
+            return Err(format!(
+                "{differing_runs} of {} runs differ from run 0 (first: run {}, up to {worst} elements) on {p}",
+                runs - 1,
+                first_run.unwrap()
+            ));
+        }
+        Ok(Some(format!(
+            "{runs} runs bit-identical (dQ {} + dK {} + dV {} elements, NaN-poisoned before each) on {p}",
+            first[0].len(),
+            first[1].len(),
+            first[2].len()
+        )))
+    })();
+    match result {
+        Ok(Some(m)) => report.add(CHECK, &label, Res::Pass, m, t),
+        Ok(None) => report.add(
+            CHECK,
+            &label,
+            Res::Skip,
+            "no forward takes the problem".into(),
+            t,
+        ),
+        Err(m) => report.add(CHECK, &label, Res::Fail, m, t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reliability::backward::backward_caps;
+
+    #[test]
+    fn determinism_problems_have_gqa_causal_and_several_key_tiles() {
+        for (name, caps) in backward_caps() {
+            let v = determinism_problems(&caps);
+            assert!(!v.is_empty(), "{name}");
+            for p in &v {
+                flashcore::backward::validate_backward(p).unwrap();
+                assert!(p.seq_k >= 5 * 128 && p.seq_k % 64 != 0);
+                assert!(
+                    p.batch * p.heads_q * p.seq_q * p.seq_k <= 1 << 24,
+                    "fast to repeat"
+                );
+                assert_eq!(p.causal, caps.causal);
+                assert_eq!(p.heads_q > p.heads_kv, caps.gqa);
+            }
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! The cases a sweep draws and the fixed edge lists: random problems within a kernel's
+//! capabilities (with inference modes where it takes them), seeded so that `--seed` reproduces a
+//! sweep.
+
+use flashcore::{AlibiSlopes, AttentionProblem, Capabilities, HeadDims, Layout, ModeSupport};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+use crate::case::Case;
+use crate::mode_case::{CacheKind, ModeKeys};
+
+/// The case generator of one kernel's sweep: ChaCha seeded by `seed` (the run's seed mixed with
+/// the kernel's name, and the pass), so a rerun with the same `--seed` draws the same cases.
+pub(super) fn seeded_runner(seed: u64, cases: usize) -> TestRunner {
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    TestRunner::new_with_rng(
+        Config {
+            cases: cases as u32,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    )
+}
+
+/// Sequence lengths: uniform, plus tile boundaries ±1 (16, 32, 64, 128-row tiles) so the
+/// masked-tail paths come up often.
+fn seq_strategy(max_seq: usize) -> BoxedStrategy<usize> {
+    let boundary = (
+        prop::sample::select(vec![16usize, 32, 64, 128]),
+        1usize..=16,
+        -1i64..=1,
+    )
+        .prop_map(move |(tile, k, delta)| {
+            ((tile * k) as i64 + delta).clamp(1, max_seq as i64) as usize
+        });
+    prop_oneof![2 => 1usize..=max_seq, 1 => boundary].boxed()
+}
+
+fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
+    match h.clone() {
+        HeadDims::List(l) => prop::sample::select(l.to_vec()).boxed(),
+        HeadDims::Range {
+            min,
+            max,
+            multiple_of,
+        } => {
+            let common: Vec<usize> = [32usize, 64, 96, 128, 256]
+                .into_iter()
+                .filter(|d| h.contains(*d))
+                .collect();
+            let any =
+                (min.div_ceil(multiple_of)..=max / multiple_of).prop_map(move |k| k * multiple_of);
+            if common.is_empty() {
+                any.boxed()
+            } else {
+                prop_oneof![1 => prop::sample::select(common), 1 => any].boxed()
+            }
+        }
+    }
+}
+
+/// Random problems within what `caps` claims: batch 1-4, heads_q 1-16 with heads_kv dividing
+/// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts; for a kernel
+/// that takes inference modes, half the cases also draw those (`mode_keys_strategy`).
+pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let dense = dense_case_strategy(caps, max_seq);
+    if caps.modes == ModeSupport::NONE {
+        return dense;
+    }
+    let with_modes = (
+        dense_case_strategy(caps, max_seq),
+        mode_keys_strategy(caps.modes, max_seq),
+    )
+        .prop_map(|(mut case, keys)| {
+            let p = &mut case.problem;
+            if keys.window_right.is_some() {
+                p.causal = false; // causal already fixes the right edge at 0
+            }
+            crate::mode_case::apply(p, &keys, case.data_seed);
+            case
+        });
+    prop_oneof![1 => dense, 1 => with_modes].boxed()
+}
+
+/// The inference modes a case turns on, within what the kernel takes: varlen, a contiguous or
+/// paged cache (block sizes 16..=256) with or without appended rows, windows (0, 1, in range,
+/// past the sequence), softcap and ALiBi (per head or per batch and head).
+fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys> {
+    let varlen = if m.varlen {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    let mut caches: Vec<BoxedStrategy<Option<CacheKind>>> = vec![Just(None).boxed()];
+    if m.seqused_k {
+        caches.push(Just(Some(CacheKind::Contiguous)).boxed());
+    }
+    if m.paged {
+        caches.push(
+            prop_oneof![
+                prop::sample::select(vec![16usize, 64, 256]),
+                (1usize..=16).prop_map(|k| 16 * k)
+            ]
+            .prop_map(|block_size| Some(CacheKind::Paged { block_size }))
+            .boxed(),
+        );
+    }
+    let cache = prop::strategy::Union::new(caches);
+    let window = move || {
+        prop_oneof![
+            3 => Just(None),
+            1 => Just(Some(0usize)),
+            1 => Just(Some(1usize)),
+            1 => (0..=max_seq).prop_map(Some),
+            1 => (max_seq..=4 * max_seq).prop_map(Some),
+        ]
+        .boxed()
+    };
+    let (wl, wr) = if m.window {
+        (window(), window())
+    } else {
+        (Just(None).boxed(), Just(None).boxed())
+    };
+    let softcap = if m.softcap {
+        prop_oneof![2 => Just(None), 1 => prop::sample::select(vec!["1", "5", "30", "50.5"]).prop_map(|c| Some(c.to_string()))].boxed()
+    } else {
+        Just(None).boxed()
+    };
+    let alibi = if m.alibi {
+        prop_oneof![2 => Just(None), 1 => Just(Some(AlibiSlopes::PerHead)), 1 => Just(Some(AlibiSlopes::PerBatchHead))].boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (
+        varlen,
+        cache,
+        0usize..=8,
+        any::<bool>(),
+        wl,
+        wr,
+        softcap,
+        alibi,
+    )
+        .prop_map(
+            |(varlen, cache, append, appends, window_left, window_right, softcap, alibi)| {
+                ModeKeys {
+                    varlen,
+                    cache,
+                    append: if cache.is_some() && appends {
+                        append
+                    } else {
+                        0
+                    },
+                    window_left,
+                    window_right,
+                    softcap,
+                    alibi,
+                }
+            },
+        )
+        .boxed()
+}
+
+pub(super) fn dense_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let gqa = caps.gqa;
+    let heads = (1usize..=16).prop_flat_map(move |hq| {
+        let divisors: Vec<usize> = (1..=hq).filter(|d| hq % d == 0).collect();
+        let kv = if gqa {
+            prop::sample::select(divisors).boxed()
+        } else {
+            Just(hq).boxed()
+        };
+        (Just(hq), kv)
+    });
+    let causal = if caps.causal {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    (
+        1usize..=4,
+        heads,
+        seq_strategy(max_seq),
+        seq_strategy(max_seq),
+        head_dim_strategy(&caps.head_dims),
+        prop::sample::select(caps.dtypes.to_vec()),
+        causal,
+        prop::sample::select(caps.layouts.to_vec()),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(batch, (hq, hkv), sq, sk, d, dtype, causal, layout, seed)| Case {
+                problem: AttentionProblem::new(batch, hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_dtype(dtype)
+                    .with_causal(causal)
+                    .with_layout(layout),
+                data_seed: seed,
+            },
+        )
+        .boxed()
+}
+
+/// The fixed edge list for a kernel: single rows and keys, seq_q != seq_k both ways with
+/// causal, lengths at tile boundaries ±1, no keys at all, GQA and MQA, both dtypes and layouts.
+pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
+    let dims: Vec<usize> = match &caps.head_dims {
+        HeadDims::List(l) => l.to_vec(),
+        h => [h_min(h), 64, 128, 256]
+            .into_iter()
+            .filter(|d| h.contains(*d))
+            .collect(),
+    };
+    let mut shapes: Vec<(usize, usize, bool)> = vec![
+        (1, 1, false),
+        (1, 1, true),
+        (1, 777, false),
+        (1, 777, true),
+        (777, 1, false),
+        (777, 1, true),
+        (65, 130, true),
+        (130, 65, true),
+        (200, 1000, true),
+        (1000, 200, true),
+        (5, 0, false),
+    ];
+    for n in [
+        15usize, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257,
+    ] {
+        shapes.push((n, n, false));
+        shapes.push((n, n, true));
+    }
+    let mut cases = Vec::new();
+    let mut i = 0u64;
+    for &d in &dims {
+        for &(sq, sk, causal) in &shapes {
+            if causal && !caps.causal {
+                continue;
+            }
+            let dtype = caps.dtypes[(i as usize) % caps.dtypes.len()];
+            let layout = Layout::ALL[(i as usize / 2) % 2];
+            let (hq, hkv) = if caps.gqa {
+                [(2, 2), (8, 2), (4, 1)][(i as usize) % 3]
+            } else {
+                (2, 2)
+            };
+            cases.push(Case {
+                problem: AttentionProblem::new(1 + (i as usize % 2), hq, sq, d)
+                    .with_kv(hkv, sk)
+                    .with_causal(causal)
+                    .with_dtype(dtype)
+                    .with_layout(layout),
+                data_seed: 1000 + i,
+            });
+            i += 1;
+        }
+    }
+    if caps.modes != ModeSupport::NONE {
+        cases.extend(mode_edge_cases(caps, &dims));
+    }
+    cases
+}
+
+/// Fixed mode cases: single-token decode over a paged cache, lengths 0 and 1, windows 0, 1 and
+/// past the sequence with seq_q != seq_k both ways, softcap and ALiBi with and without causal.
+fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
+    const LINES: &[&str] = &[
+        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
+        "b=4,hq=4,hkv=4,sq=1,sk=1000,cache=contig",
+        "b=2,hq=4,hkv=1,sq=7,sk=256,causal=1,cache=paged,bs=256,append=7",
+        "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
+        "b=4,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
+        "b=1,hq=2,sq=100,sk=300,causal=1,wl=0",
+        "b=1,hq=2,sq=300,sk=100,causal=1,wl=1",
+        "b=1,hq=2,sq=200,sk=200,wl=1000,wr=1000",
+        "b=2,hq=2,sq=129,sk=257,wl=64,wr=0",
+        "b=2,hq=2,sq=64,sk=64,wl=0,wr=0",
+        "b=2,hq=4,sq=100,sk=333,causal=1,softcap=30",
+        "b=2,hq=4,sq=100,sk=100,softcap=1,alibi=head",
+        "b=2,hq=4,sq=77,sk=300,causal=1,alibi=batch",
+        "b=3,hq=4,hkv=2,sq=50,sk=500,causal=1,wl=100,softcap=50.5,alibi=batch,varlen=1",
+    ];
+    let mut cases = Vec::new();
+    for (i, line) in LINES.iter().enumerate() {
+        for (j, &d) in dims.iter().enumerate() {
+            let dtype = caps.dtypes[(i + j) % caps.dtypes.len()];
+            let arg = format!("{line},d={d},dtype={dtype},seed={}", 5000 + 16 * i + j);
+            let case = Case::parse(&arg).expect("the edge list parses");
+            if caps.modes.missing(&case.problem.modes).is_none() {
+                cases.push(case);
+            }
+        }
+    }
+    cases
+}
+
+fn h_min(h: &HeadDims) -> usize {
+    match h {
+        HeadDims::Range {
+            min, multiple_of, ..
+        } => min.div_ceil(*multiple_of) * multiple_of,
+        HeadDims::List(l) => l[0],
+    }
+}
+
+/// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
+/// with seq_k > seq_q causal, one query row over many keys with MQA (every key's dK/dV sums a
+/// single row per head), and many query rows over one key (dV sums them all).
+pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
+    [
+        "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
+        "b=1,hq=2,sq=64,sk=64,d=32,scale=0,seed=9002",
+        "b=1,hq=3,hkv=1,sq=129,sk=257,d=100,causal=1,dtype=bf16,scale=0.5,seed=9003",
+        "b=2,hq=8,hkv=1,sq=1,sk=300,d=128,causal=1,seed=9004",
+        "b=1,hq=4,hkv=2,sq=500,sk=1,d=64,dtype=bf16,seed=9005",
+        "b=3,hq=2,sq=33,sk=65,d=256,layout=bhsd,causal=1,seed=9006",
+    ]
+    .iter()
+    .map(|a| Case::parse(a).expect("the backward edge list parses"))
+    .filter(|c| caps.head_dims.contains(c.problem.head_dim))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::strategy::ValueTree;
+
+    /// `--seed` reproduces a sweep: the same seed draws the same cases, another seed others.
+    #[test]
+    fn a_seed_draws_the_same_cases_again() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let s = case_strategy(&caps, 1100);
+        let draw = |seed: u64| {
+            let mut r = seeded_runner(seed, 5);
+            (0..5)
+                .map(|_| s.new_tree(&mut r).unwrap().current().to_arg())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(41), draw(41));
+        assert_ne!(draw(41), draw(42));
+    }
+
+    #[test]
+    fn generated_cases_stay_in_bounds() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 1100);
+        let mut with_modes = 0;
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            let p = &c.problem;
+            assert!((1..=4).contains(&p.batch));
+            assert!((1..=16).contains(&p.heads_q) && p.heads_q.is_multiple_of(p.heads_kv));
+            // A paged cache's capacity is rounded up to whole blocks (at most 256 rows).
+            let max_k = if matches!(p.modes.kv, flashcore::KvStorage::Paged { .. }) {
+                1100 + 255
+            } else {
+                1100
+            };
+            assert!((1..=1100).contains(&p.seq_q) && (1..=max_k).contains(&p.seq_k));
+            assert!(caps.head_dims.contains(p.head_dim));
+            p.validate().unwrap();
+            assert_eq!(caps.modes.missing(&p.modes), None);
+            with_modes += !p.modes.is_dense() as usize;
+        }
+        if caps.modes != ModeSupport::NONE {
+            assert!(
+                (100..=200).contains(&with_modes),
+                "{with_modes} of 300 draw modes"
+            );
+        }
+    }
+
+    #[test]
+    fn tile_boundaries_come_up() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 1100);
+        let hits = (0..500)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .filter(|c| [63, 64, 65, 127, 128, 129].contains(&c.problem.seq_q))
+            .count();
+        assert!(hits > 10, "only {hits} boundary lengths in 500 cases");
+    }
+
+    #[test]
+    fn edge_list_covers_the_named_edges() {
+        let caps = flashcore::kernels()[0].capabilities();
+        let e = edge_cases(&caps);
+        let has = |f: &dyn Fn(&AttentionProblem) -> bool| e.iter().any(|c| f(&c.problem));
+        assert!(has(&|p| p.seq_q == 1));
+        assert!(has(&|p| p.seq_k == 1));
+        assert!(has(&|p| p.causal && p.seq_q > p.seq_k));
+        assert!(has(&|p| p.causal && p.seq_q < p.seq_k));
+        assert!(has(&|p| p.seq_k == 0));
+        assert!(has(&|p| p.seq_q == 129));
+        assert!(has(&|p| p.heads_kv == 1 && p.heads_q > 1));
+    }
+
+    #[test]
+    fn backward_cases_are_dense_and_in_bounds() {
+        // The scalar backward takes every head dim, so the whole edge list applies to it.
+        let caps = flashcore::backward_kernel("scalar")
+            .expect("the scalar backward is compiled in")
+            .capabilities();
+        assert_eq!(caps.modes, ModeSupport::NONE);
+        let mut runner = TestRunner::deterministic();
+        let s = dense_case_strategy(&caps, 300);
+        for _ in 0..200 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(c.problem.modes.is_dense());
+            assert!(c.problem.seq_q <= 300 && c.problem.seq_k <= 300);
+            flashcore::backward::validate_backward(&c.problem).unwrap();
+        }
+        let edges = backward_edge_cases(&caps);
+        assert_eq!(edges.len(), 6);
+        assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
+    }
+}
