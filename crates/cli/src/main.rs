@@ -4,6 +4,9 @@
 
 mod modes;
 mod npy;
+#[cfg(test)]
+#[path = "../tests/support/npy_file.rs"]
+mod npy_file;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -357,30 +357,11 @@ mod fuzz {
     //! `.npy` reading never panics: random bytes, random bytes behind a valid magic, mutated
     //! valid files, and valid framing around random header text all give Ok or Err.
     use super::*;
+    use crate::npy_file::{npy_bytes, npy_file};
     use proptest::prelude::*;
-
-    /// A version 1.0 `.npy` file with this header dict text and data bytes.
-    fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
-        let mut h = header.as_bytes().to_vec();
-        while !(10 + h.len() + 1).is_multiple_of(64) {
-            h.push(b' ');
-        }
-        h.push(b'\n');
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        out.extend_from_slice(&h);
-        out.extend_from_slice(data);
-        out
-    }
 
     fn valid(shape: &[usize], f16: bool) -> Vec<u8> {
         let n: usize = shape.iter().product();
-        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        let tuple = if dims.len() == 1 {
-            format!("({},)", dims[0])
-        } else {
-            format!("({})", dims.join(", "))
-        };
         let (descr, data): (&str, Vec<u8>) = if f16 {
             (
                 "<f2",
@@ -396,10 +377,7 @@ mod fuzz {
                     .collect(),
             )
         };
-        npy_bytes(
-            &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}"),
-            &data,
-        )
+        npy_file(descr, shape, &data)
     }
 
     #[test]

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/npy_file.rs"]
+mod npy_file;
+use npy_file::{npy_bytes, npy_file};
+
 const BIN: &str = env!("CARGO_BIN_EXE_flashcore");
 
 struct Outcome {
@@ -57,29 +61,6 @@ fn assert_input_error(o: &Outcome, needle: &str) {
     assert!(o.stdout.is_empty(), "stdout: {}", o.stdout);
 }
 
-/// A version 1.0 `.npy` file: this header dict text and data bytes.
-fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
-    let mut h = header.as_bytes().to_vec();
-    while !(10 + h.len() + 1).is_multiple_of(64) {
-        h.push(b' ');
-    }
-    h.push(b'\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
-    out
-}
-
-fn shape_tuple(shape: &[usize]) -> String {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    }
-}
-
 /// A float32 (or float16) file of small values with this shape.
 fn write_npy(path: &Path, shape: &[usize], descr: &str) {
     let n: usize = shape.iter().product();
@@ -96,11 +77,7 @@ fn write_npy(path: &Path, shape: &[usize], descr: &str) {
         "<i4" => (0..n).flat_map(|i| (i as i32).to_le_bytes()).collect(),
         other => panic!("no writer for {other}"),
     };
-    let header = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}",
-        shape_tuple(shape)
-    );
-    std::fs::write(path, npy_bytes(&header, &data)).unwrap();
+    std::fs::write(path, npy_file(descr, shape, &data)).unwrap();
 }
 
 struct Files {
@@ -152,22 +129,7 @@ impl Files {
 fn good_files_reach_the_device() {
     let f = Files::new();
     let o = f.run(&[], &["--causal"]);
-    match o.code {
-        0 => assert!(
-            f.path("o.npy").is_file(),
-            "exit 0 but no output: {}",
-            o.stderr
-        ),
-        1 => {
-            assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
-            assert!(
-                o.stderr.contains("CUDA") || o.stderr.contains("NVRTC"),
-                "{}",
-                o.stderr
-            );
-        }
-        c => panic!("good files exit {c}: {}", o.stderr),
-    }
+    assert_reaches_the_device(&o, &[f.path("o.npy")]);
 }
 
 #[test]
@@ -334,44 +296,26 @@ fn fortran_order_is_exit_2() {
     assert_input_error(&f.run(&[("q", "fo.npy")], &[]), "Fortran");
 }
 
-#[test]
-fn arrays_that_are_not_4_d_are_exit_2() {
-    let f = Files::new();
-    write_npy(&f.path("3d.npy"), &[16, 4, 8], "<f4");
-    assert_input_error(&f.run(&[("q", "3d.npy")], &[]), "4-D");
-    write_npy(&f.path("5d.npy"), &[1, 2, 16, 4, 8], "<f4");
-    assert_input_error(&f.run(&[("k", "5d.npy")], &[]), "4-D");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Shapes that do not fit together
 
+/// One of the good q, k, v files swapped for one of a shape that is not 4-D or does not fit
+/// the other two: exit 2, saying what is wrong.
 #[test]
-fn k_and_v_shapes_must_match() {
-    let f = Files::new();
-    write_npy(&f.path("v3.npy"), &[2, 15, 2, 8], "<f4");
-    assert_input_error(&f.run(&[("v", "v3.npy")], &[]), "must match");
-}
-
-#[test]
-fn batch_mismatch_is_exit_2() {
-    let f = Files::new();
-    write_npy(&f.path("q3.npy"), &[3, 16, 4, 8], "<f4");
-    assert_input_error(&f.run(&[("q", "q3.npy")], &[]), "batch");
-}
-
-#[test]
-fn head_dim_mismatch_is_exit_2() {
-    let f = Files::new();
-    write_npy(&f.path("q16.npy"), &[2, 16, 4, 16], "<f4");
-    assert_input_error(&f.run(&[("q", "q16.npy")], &[]), "head_dim");
-}
-
-#[test]
-fn heads_not_a_multiple_is_exit_2() {
-    let f = Files::new();
-    write_npy(&f.path("q3h.npy"), &[2, 16, 3, 8], "<f4");
-    assert_input_error(&f.run(&[("q", "q3h.npy")], &[]), "multiple");
+fn arrays_that_are_not_4_d_or_do_not_fit_are_exit_2() {
+    for (file, shape, needle) in [
+        ("q", &[16, 4, 8][..], "4-D"),
+        ("k", &[1, 2, 16, 4, 8], "4-D"),
+        ("v", &[2, 15, 2, 8], "must match"),
+        ("q", &[3, 16, 4, 8], "batch"),
+        ("q", &[2, 16, 4, 16], "head_dim"),
+        // Heads 3 are not a multiple of k's 2.
+        ("q", &[2, 16, 3, 8], "multiple"),
+    ] {
+        let f = Files::new();
+        write_npy(&f.path("bad.npy"), shape, "<f4");
+        assert_input_error(&f.run(&[(file, "bad.npy")], &[]), needle);
+    }
 }
 
 #[test]
@@ -431,11 +375,7 @@ fn write_ints(path: &Path, shape: &[usize], values: &[i64], descr: &str) {
         "<i8" => values.iter().flat_map(|&x| x.to_le_bytes()).collect(),
         other => panic!("no int writer for {other}"),
     };
-    let header = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}",
-        shape_tuple(shape)
-    );
-    std::fs::write(path, npy_bytes(&header, &data)).unwrap();
+    std::fs::write(path, npy_file(descr, shape, &data)).unwrap();
 }
 
 /// Good mode files: varlen (3 sequences, packed Q [10, 4, 8], packed K/V [20, 2, 8]) and a
@@ -499,7 +439,7 @@ fn assert_reaches_the_device(o: &Outcome, outputs: &[PathBuf]) {
                 o.stderr
             );
         }
-        c => panic!("good mode files exit {c}: {}", o.stderr),
+        c => panic!("good files exit {c}: {}", o.stderr),
     }
 }
 
@@ -581,8 +521,9 @@ fn a_bad_table_is_exit_2_before_the_device() {
     let slopes = f.s("slopes.npy");
     std::fs::write(
         f.path("slopes.npy"),
-        npy_bytes(
-            "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
+        npy_file(
+            "<f4",
+            &[4],
             &[0.5f32, f32::NAN, 0.5, 0.5]
                 .iter()
                 .flat_map(|x| x.to_le_bytes())

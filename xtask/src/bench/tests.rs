@@ -133,27 +133,51 @@ fn the_decode_suite_parses() {
     assert_eq!(p.cases.len(), 32);
 }
 
-/// Writes `report` as a saved JSON report into a fresh temporary folder and renders it with
-/// `bench-all --from-json` (no GPU); returns the folder and the output folder inside it.
-fn render_saved_report(
-    tag: &str,
-    report: &modes::ModeReport,
-) -> (std::path::PathBuf, std::path::PathBuf) {
+/// Writes `report` as a saved JSON report (`in.json`) into a fresh temporary folder; returns
+/// the folder and the JSON file.
+fn save_report(tag: &str, report: &impl serde::Serialize) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("in.json");
     std::fs::write(&json, serde_json::to_string(report).unwrap()).unwrap();
-    let out = dir.join("out");
-    let a = Cli::try_parse_from([
+    (dir, json)
+}
+
+/// Writes an anchor file `name` into `dir/anchors`; returns that folder.
+fn write_anchors(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let anchors = dir.join("anchors");
+    std::fs::create_dir_all(&anchors).unwrap();
+    std::fs::write(anchors.join(name), text).unwrap();
+    anchors
+}
+
+/// Renders the saved report `json` with `bench-all --from-json` (no GPU) into `out`, with
+/// `--anchors` where given.
+fn render_json(json: &Path, out: &Path, anchors: Option<&Path>) {
+    let mut argv = vec![
         "bench-all",
         "--from-json",
         json.to_str().unwrap(),
         "--out-dir",
         out.to_str().unwrap(),
-    ])
-    .unwrap()
-    .args;
-    run(a).unwrap();
+    ];
+    if let Some(anchors) = anchors {
+        argv.extend(["--anchors", anchors.to_str().unwrap()]);
+    }
+    run(Cli::try_parse_from(argv).unwrap().args).unwrap();
+}
+
+/// Reads a report that `bench-all` wrote back.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> T {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Writes `report` as a saved JSON report into a fresh temporary folder and renders it with
+/// `bench-all --from-json` (no GPU); returns the folder and the output folder inside it.
+fn render_saved_report(tag: &str, report: &impl serde::Serialize) -> (PathBuf, PathBuf) {
+    let (dir, json) = save_report(tag, report);
+    let out = dir.join("out");
+    render_json(&json, &out, None);
     (dir, out)
 }
 
@@ -164,9 +188,7 @@ fn a_saved_decode_report_renders_without_a_gpu() {
     let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
     assert!(md.contains("# flashcore bench-all --suite decode"), "{md}");
     assert!(md.contains("### Copy ceiling"), "{md}");
-    let back: modes::ModeReport =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench-decode.json")).unwrap())
-            .unwrap();
+    let back: modes::ModeReport = read_json(&out.join("bench-decode.json"));
     assert_eq!(back, decode::tests::fixture());
     // A run saved without anchors gets them when re-rendered with --anchors.
     let mut bare = decode::tests::fixture();
@@ -174,25 +196,12 @@ fn a_saved_decode_report_renders_without_a_gpu() {
     d.anchors.clear();
     d.anchors_note = Some("no anchors".into());
     std::fs::write(&json, serde_json::to_string(&bare).unwrap()).unwrap();
-    let anchors = dir.join("anchors");
-    std::fs::create_dir_all(&anchors).unwrap();
-    std::fs::write(
-        anchors.join("h100-decode-peers.txt"),
+    let anchors = write_anchors(
+        &dir,
+        "h100-decode-peers.txt",
         "B=8 Hq=32 Hkv=8 Sq=1 Sk=8192 D=128 bf16 sdpa_cudnn      94.2 us     2850 GB/s\n",
-    )
-    .unwrap();
-    let a = Cli::try_parse_from([
-        "bench-all",
-        "--from-json",
-        json.to_str().unwrap(),
-        "--out-dir",
-        out.to_str().unwrap(),
-        "--anchors",
-        anchors.to_str().unwrap(),
-    ])
-    .unwrap()
-    .args;
-    run(a).unwrap();
+    );
+    render_json(&json, &out, Some(&anchors));
     let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
     assert!(
         md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
@@ -256,35 +265,19 @@ fn backward_pass_arguments_are_checked_before_the_gpu() {
 
 #[test]
 fn a_saved_backward_report_renders_without_a_gpu() {
-    let dir = std::env::temp_dir().join(format!("bench-bwd-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     // Saved where no anchor file was: re-rendered with --anchors, FA3's rows join.
     let mut saved = backward::tests::fixture();
     saved.rows.retain(|r| r.source != Source::Anchor);
-    let json = dir.join("in.json");
-    std::fs::write(&json, serde_json::to_string(&saved).unwrap()).unwrap();
-    let anchors = dir.join("anchors");
-    std::fs::create_dir_all(&anchors).unwrap();
-    std::fs::write(
-            anchors.join("h100-backward-peers.txt"),
-            "# fa3-jax: wall clock around 10 jitted calls
+    let (dir, json) = save_report("bench-bwd-test", &saved);
+    let anchors = write_anchors(
+        &dir,
+        "h100-backward-peers.txt",
+        "# fa3-jax: wall clock around 10 jitted calls
              B=4 H=16 S=2048 D=64 causal=1 fa3-jax   fwd     141.7 us bwd     389.9 us  bwd  220.3 TFLOP/s
 ",
-        )
-        .unwrap();
+    );
     let out = dir.join("out");
-    let a = Cli::try_parse_from([
-        "bench-all",
-        "--from-json",
-        json.to_str().unwrap(),
-        "--out-dir",
-        out.to_str().unwrap(),
-        "--anchors",
-        anchors.to_str().unwrap(),
-    ])
-    .unwrap()
-    .args;
-    run(a).unwrap();
+    render_json(&json, &out, Some(&anchors));
     let md = std::fs::read_to_string(out.join("bench-bwd.md")).unwrap();
     assert!(md.starts_with("# flashcore bench-all --pass bwd"), "{md}");
     assert!(
@@ -295,9 +288,7 @@ fn a_saved_backward_report_renders_without_a_gpu() {
         md.contains("> h100-backward-peers.txt: fa3-jax: wall clock"),
         "{md}"
     );
-    let back: backward::BackwardReport =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench-bwd.json")).unwrap())
-            .unwrap();
+    let back: backward::BackwardReport = read_json(&out.join("bench-bwd.json"));
     assert_eq!(back.pass, backward::Pass::Bwd);
     assert_eq!(
         back.rows
@@ -318,9 +309,7 @@ fn a_saved_mode_report_renders_without_a_gpu() {
         md.contains("| varlen | persistent-hopper | eager |"),
         "{md}"
     );
-    let back: modes::ModeReport =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench-varlen.json")).unwrap())
-            .unwrap();
+    let back: modes::ModeReport = read_json(&out.join("bench-varlen.json"));
     assert_eq!(back, modes::tests::fixture());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -343,25 +332,7 @@ fn unknown_kernels_are_named() {
 
 #[test]
 fn a_saved_report_renders_without_a_gpu() {
-    let dir = std::env::temp_dir().join(format!("bench-all-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("in.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string(&report::tests::fixture()).unwrap(),
-    )
-    .unwrap();
-    let out = dir.join("out");
-    let a = Cli::try_parse_from([
-        "bench-all",
-        "--from-json",
-        json.to_str().unwrap(),
-        "--out-dir",
-        out.to_str().unwrap(),
-    ])
-    .unwrap()
-    .args;
-    run(a).unwrap();
+    let (dir, out) = render_saved_report("bench-all-test", &report::tests::fixture());
     for f in [JSON, MARKDOWN, SVG] {
         assert!(out.join(f).is_file(), "{f}");
     }

@@ -24,6 +24,37 @@ fn plan(p: &AttentionProblem, d: &DeviceInfo) -> Result<LaunchPlan, Unsupported>
     PersistentPortable.plan_with(p, d, &Overrides::default(), false)
 }
 
+/// The (first) launch of the plan for `p` on `d` with the overrides `ov`.
+fn launch_with(p: &AttentionProblem, d: &DeviceInfo, ov: &Overrides) -> KernelLaunch {
+    let mut plan = PersistentPortable.plan_with(p, d, ov, false).unwrap();
+    plan.launches.remove(0)
+}
+
+/// The (first) launch of the default plan for `p` on `d`.
+fn launch(p: &AttentionProblem, d: &DeviceInfo) -> KernelLaunch {
+    launch_with(p, d, &Overrides::default())
+}
+
+/// Overrides of the consumer warps alone.
+fn warps(n: usize) -> Overrides {
+    Overrides {
+        warps: Some(n),
+        ..Default::default()
+    }
+}
+
+/// What `smem_bytes` says for the configuration a launch's defines name.
+fn smem_of_defines(l: &KernelLaunch, d: usize) -> usize {
+    let n = |k: &str| -> usize { define(l, k).parse().unwrap() };
+    smem_bytes(
+        d,
+        16 * n("FC_PORTABLE_WARPS"),
+        n("FC_PORTABLE_BLOCK_N"),
+        n("FC_PORTABLE_STAGES"),
+        n("FC_PORTABLE_Q_STAGES"),
+    )
+}
+
 #[test]
 fn smem_formula_matches_kernel() {
     // Kernel: Q_STAGES * 128 * D * 2 + 2 * STAGES * 64 * D * 2 + 256.
@@ -42,7 +73,7 @@ fn h100_persistent_grid_and_block() {
             let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
             // Default on sm_90: at D = 64, 4 consumer warps + the producer, two CTAs per SM;
             // at D = 128, 7 + the producer, one CTA per SM (8 warps: 255 registers).
-            let l = &plan(&p, &h100).unwrap().launches[0];
+            let l = &launch(&p, &h100);
             if d == 64 {
                 assert_eq!(l.grid, (264, 1, 1));
                 assert_eq!(l.block, (160, 1, 1));
@@ -51,14 +82,7 @@ fn h100_persistent_grid_and_block() {
                 assert_eq!(l.block, (256, 1, 1));
                 assert_eq!(define(l, "FC_PORTABLE_MIN_BLOCKS"), "1");
             }
-            let eight = Overrides {
-                warps: Some(8),
-                ..Default::default()
-            };
-            let l = &PersistentPortable
-                .plan_with(&p, &h100, &eight, false)
-                .unwrap()
-                .launches[0];
+            let l = &launch_with(&p, &h100, &warps(8));
             assert_eq!(l.grid, (132, 1, 1));
             assert_eq!(l.block, (288, 1, 1));
             assert_eq!(l.entry, ENTRY);
@@ -67,32 +91,13 @@ fn h100_persistent_grid_and_block() {
         }
     }
     // D = 128 on sm_90 with 8 warps: 6 Q slices in registers, Q double-buffered, 4 stages.
-    let eight = Overrides {
-        warps: Some(8),
-        ..Default::default()
-    };
-    let l = &PersistentPortable
-        .plan_with(
-            &AttentionProblem::new(1, 16, 16384, 128),
-            &h100,
-            &eight,
-            false,
-        )
-        .unwrap()
-        .launches[0];
+    let eight = warps(8);
+    let l = &launch_with(&AttentionProblem::new(1, 16, 16384, 128), &h100, &eight);
     assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "6");
     assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "2");
     assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
     assert_eq!(l.dynamic_smem_bytes, 65536 + 131072 + 256);
-    let l = &PersistentPortable
-        .plan_with(
-            &AttentionProblem::new(1, 16, 16384, 64),
-            &h100,
-            &eight,
-            false,
-        )
-        .unwrap()
-        .launches[0];
+    let l = &launch_with(&AttentionProblem::new(1, 16, 16384, 64), &h100, &eight);
     assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "4");
     assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "1");
     assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
@@ -101,7 +106,7 @@ fn h100_persistent_grid_and_block() {
 #[test]
 fn grid_never_exceeds_items() {
     let p = AttentionProblem::new(1, 2, 300, 64); // 2 heads x 5 q tiles of 64 rows (sm_90)
-    let l = &plan(&p, &DeviceInfo::synthetic_h100()).unwrap().launches[0];
+    let l = &launch(&p, &DeviceInfo::synthetic_h100());
     assert_eq!(l.grid, (10, 1, 1));
 }
 
@@ -109,9 +114,7 @@ fn grid_never_exceeds_items() {
 fn ampere_and_ada_configurations_fit() {
     // A100: 163 KB -> D = 128 keeps all of Q in registers, 4 stages (164 096 bytes).
     let a100 = dev((8, 0), 163);
-    let l = &plan(&AttentionProblem::new(2, 8, 1024, 128), &a100)
-        .unwrap()
-        .launches[0];
+    let l = &launch(&AttentionProblem::new(2, 8, 1024, 128), &a100);
     assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "8");
     assert_eq!(define(l, "FC_PORTABLE_Q_STAGES"), "1");
     assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
@@ -119,14 +122,10 @@ fn ampere_and_ada_configurations_fit() {
     // sm_86 / sm_89: 99 KB -> D = 128 gets 2 stages (98 560 bytes).
     for cc in [(8, 6), (8, 9)] {
         let d = dev(cc, 99);
-        let l = &plan(&AttentionProblem::new(2, 8, 1024, 128), &d)
-            .unwrap()
-            .launches[0];
+        let l = &launch(&AttentionProblem::new(2, 8, 1024, 128), &d);
         assert_eq!(define(l, "FC_PORTABLE_STAGES"), "2");
         assert_eq!(l.dynamic_smem_bytes, 98560);
-        let l = &plan(&AttentionProblem::new(2, 8, 1024, 64), &d)
-            .unwrap()
-            .launches[0];
+        let l = &launch(&AttentionProblem::new(2, 8, 1024, 64), &d);
         assert_eq!(define(l, "FC_PORTABLE_STAGES"), "4");
     }
 }
@@ -169,16 +168,10 @@ fn item_count_limit() {
 
 #[test]
 fn four_warp_variant_shares_the_sm() {
-    let ov = Overrides {
-        warps: Some(4),
-        ..Default::default()
-    };
+    let ov = warps(4);
     let h100 = DeviceInfo::synthetic_h100();
     let p = AttentionProblem::new(4, 16, 2048, 128);
-    let l = &PersistentPortable
-        .plan_with(&p, &h100, &ov, false)
-        .unwrap()
-        .launches[0];
+    let l = &launch_with(&p, &h100, &ov);
     assert_eq!(l.block, (160, 1, 1));
     assert_eq!(l.grid, (264, 1, 1));
     assert_eq!(define(l, "FC_PORTABLE_MIN_BLOCKS"), "2");
@@ -198,9 +191,7 @@ fn register_budget_follows_warps_per_sub_partition() {
 #[test]
 fn head_dim_128_on_sm90_is_seven_warps_of_128_key_tiles() {
     let h100 = DeviceInfo::synthetic_h100();
-    let l = &plan(&AttentionProblem::new(1, 16, 16384, 128), &h100)
-        .unwrap()
-        .launches[0];
+    let l = &launch(&AttentionProblem::new(1, 16, 16384, 128), &h100);
     assert_eq!(define(l, "FC_PORTABLE_WARPS"), "7");
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
     // All 8 Q slices in registers, so one Q buffer; 3 stages of 128-key K and V.
@@ -220,10 +211,7 @@ fn block_n_128_at_head_dim_128_needs_the_full_register_budget() {
     };
     let h100 = DeviceInfo::synthetic_h100();
     let p = AttentionProblem::new(1, 1, 256, 64);
-    let l = &PersistentPortable
-        .plan_with(&p, &h100, &ov, false)
-        .unwrap()
-        .launches[0];
+    let l = &launch_with(&p, &h100, &ov);
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
     // D = 128 with 4 warps x 2 CTAs (10 warps per SM, 168 registers): S + O + Q spill.
     let four = Overrides {
@@ -244,10 +232,7 @@ fn dynamic_schedule_only_past_one_round() {
     let h100 = DeviceInfo::synthetic_h100();
     // (4,16,2048,128) with 4 warps: 2048 items of 64 rows for 264 CTA slots -> dynamic, two
     // counter words.
-    let four = Overrides {
-        warps: Some(4),
-        ..Default::default()
-    };
+    let four = warps(4);
     let p = PersistentPortable
         .plan_with(
             &AttentionProblem::new(4, 16, 2048, 128),
@@ -263,14 +248,7 @@ fn dynamic_schedule_only_past_one_round() {
     // The dynamic hand-over costs a register: 5 Q slices in registers at D = 128, 4 warps.
     assert_eq!(define(l, "FC_PORTABLE_Q_REG_SLICES"), "5");
     // (1,8,512,64): 8 x 4 items of 128 rows (D = 64 on sm_90) <= 264 slots -> static.
-    let plan = PersistentPortable
-        .plan_with(
-            &AttentionProblem::new(1, 8, 512, 64),
-            &h100,
-            &Overrides::default(),
-            false,
-        )
-        .unwrap();
+    let plan = plan(&AttentionProblem::new(1, 8, 512, 64), &h100).unwrap();
     assert!(plan.launches[0]
         .defines
         .iter()
@@ -291,17 +269,13 @@ fn dynamic_schedule_only_past_one_round() {
 #[test]
 fn head_dim_64_on_sm90_takes_128_key_tiles() {
     let h100 = DeviceInfo::synthetic_h100();
-    let l = &plan(&AttentionProblem::new(4, 16, 2048, 64), &h100)
-        .unwrap()
-        .launches[0];
+    let l = &launch(&AttentionProblem::new(4, 16, 2048, 64), &h100);
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
     assert_eq!(define(l, "FC_PORTABLE_STAGES"), "3");
     // 64 x 64 x 2 (Q) + 2 x 3 x 128 x 64 x 2 (K, V) + 256
     assert_eq!(l.dynamic_smem_bytes, 8192 + 98304 + 256);
     // Ampere keeps 64-key tiles.
-    let l = &plan(&AttentionProblem::new(4, 16, 2048, 64), &dev((8, 0), 163))
-        .unwrap()
-        .launches[0];
+    let l = &launch(&AttentionProblem::new(4, 16, 2048, 64), &dev((8, 0), 163));
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "64");
 }
 
@@ -313,10 +287,7 @@ fn two_row_tiles_per_warp_double_the_item() {
         ..Default::default()
     };
     let h100 = DeviceInfo::synthetic_h100();
-    let l = &PersistentPortable
-        .plan_with(&AttentionProblem::new(1, 2, 960, 64), &h100, &ov, false)
-        .unwrap()
-        .launches[0];
+    let l = &launch_with(&AttentionProblem::new(1, 2, 960, 64), &h100, &ov);
     // 96-row items: 2 heads x 10 q tiles; 3 consumer warps + the producer.
     assert_eq!(l.grid, (20, 1, 1));
     assert_eq!(l.block, (128, 1, 1));
@@ -381,16 +352,9 @@ fn modes_build_only_for_mode_problems() {
                 AttentionProblem::new(2, 8, 1024, d),
                 AttentionProblem::new(4, 16, 2048, d).with_causal(true),
             ] {
-                let l = &plan(&p, device).unwrap().launches[0];
+                let l = &launch(&p, device);
                 assert!(l.defines.iter().all(|(n, _)| n != "FC_PORTABLE_MODES"));
-                let warps: usize = define(l, "FC_PORTABLE_WARPS").parse().unwrap();
-                let block_n: usize = define(l, "FC_PORTABLE_BLOCK_N").parse().unwrap();
-                let stages: usize = define(l, "FC_PORTABLE_STAGES").parse().unwrap();
-                let q_stages: usize = define(l, "FC_PORTABLE_Q_STAGES").parse().unwrap();
-                assert_eq!(
-                    l.dynamic_smem_bytes as usize,
-                    smem_bytes(d, 16 * warps, block_n, stages, q_stages)
-                );
+                assert_eq!(l.dynamic_smem_bytes as usize, smem_of_defines(l, d));
             }
             // Every mode (and varlen): the capabilities pass, the modes build is asked for,
             // with the per-warp item info after the barriers.
@@ -400,15 +364,12 @@ fn modes_build_only_for_mode_problems() {
                     .check(NAME, &p, device)
                     .unwrap();
                 PersistentPortable.supports(&p, device).unwrap();
-                let l = &plan(&p, device).unwrap().launches[0];
+                let l = &launch(&p, device);
                 assert_eq!(define(l, "FC_PORTABLE_MODES"), "1");
                 let warps: usize = define(l, "FC_PORTABLE_WARPS").parse().unwrap();
-                let block_n: usize = define(l, "FC_PORTABLE_BLOCK_N").parse().unwrap();
-                let stages: usize = define(l, "FC_PORTABLE_STAGES").parse().unwrap();
-                let q_stages: usize = define(l, "FC_PORTABLE_Q_STAGES").parse().unwrap();
                 assert_eq!(
                     l.dynamic_smem_bytes as usize,
-                    smem_bytes(d, 16 * warps, block_n, stages, q_stages) + 32 * warps
+                    smem_of_defines(l, d) + 32 * warps
                 );
                 assert!(
                     l.dynamic_smem_bytes <= device.max_shared_memory_per_block_optin,
@@ -423,11 +384,11 @@ fn modes_build_only_for_mode_problems() {
 #[test]
 fn modes_take_64_key_tiles_at_head_dim_64_on_sm90() {
     let h100 = DeviceInfo::synthetic_h100();
-    let l = &plan(&every_mode(64), &h100).unwrap().launches[0];
+    let l = &launch(&every_mode(64), &h100);
     assert_eq!(define(l, "FC_PORTABLE_WARPS"), "4");
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "64");
     // D = 128 keeps its 7 warps and 128-key tiles (255 registers: room for the block info).
-    let l = &plan(&every_mode(128), &h100).unwrap().launches[0];
+    let l = &launch(&every_mode(128), &h100);
     assert_eq!(define(l, "FC_PORTABLE_WARPS"), "7");
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
     // An explicit override still wins.
@@ -435,10 +396,7 @@ fn modes_take_64_key_tiles_at_head_dim_64_on_sm90() {
         block_n: Some(128),
         ..Default::default()
     };
-    let l = &PersistentPortable
-        .plan_with(&every_mode(64), &h100, &ov, false)
-        .unwrap()
-        .launches[0];
+    let l = &launch_with(&every_mode(64), &h100, &ov);
     assert_eq!(define(l, "FC_PORTABLE_BLOCK_N"), "128");
 }
 
@@ -448,14 +406,12 @@ fn varlen_items_cover_max_seqlen_q_tiles() {
     // the kernel finishes the items past a sequence's end at once.
     let a100 = dev((8, 0), 163);
     let p = varlen(128);
-    let l = &plan(&p, &a100).unwrap().launches[0];
+    let l = &launch(&p, &a100);
     assert_eq!(define(l, "FC_PORTABLE_WARPS"), "8"); // 128-row items
     assert_eq!(l.grid, (3 * 4 * 3, 1, 1)); // 36 items < 108 SMs: one CTA each
     assert!(l.defines.iter().all(|(n, _)| n != "FC_PORTABLE_DYNAMIC"));
     // sm_90, D = 64: 64-row items, 3 x 4 x 5 = 60.
-    let l = &plan(&varlen(64), &DeviceInfo::synthetic_h100())
-        .unwrap()
-        .launches[0];
+    let l = &launch(&varlen(64), &DeviceInfo::synthetic_h100());
     assert_eq!(l.grid, (60, 1, 1));
     // Many items: the dynamic schedule, with its counters, in the modes build too.
     let big = AttentionProblem::new(16, 32, 4096, 128)
