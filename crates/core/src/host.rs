@@ -377,17 +377,15 @@ pub fn forward_host_modes<E: HostElement>(
             device.synchronize()?;
         }
         _ => {
-            let mut t = AttentionTensors {
-                q: tref(&dq, dtype),
-                k: tref(&dk, dtype),
-                v: tref(&dv, dtype),
-                o: TensorMut {
-                    data: d_o.as_view_mut(),
-                    dtype,
-                },
-                lse: d_lse.as_view_mut(),
-                tables,
-            };
+            let mut t = AttentionTensors::new(
+                dtype,
+                dq.as_view(),
+                dk.as_view(),
+                dv.as_view(),
+                d_o.as_view_mut(),
+                d_lse.as_view_mut(),
+            )
+            .with_tables(tables);
             attention.forward(device, problem, &mut t)?;
             device.synchronize()?;
         }

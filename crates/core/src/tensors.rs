@@ -58,7 +58,32 @@ impl DeviceTables<'_> {
     }
 }
 
-impl AttentionTensors<'_> {
+impl<'a> AttentionTensors<'a> {
+    /// Q, K, V and O of one dtype (16-bit elements) and the f32 LSE, with no mode tables (add
+    /// them with [`Self::with_tables`]).
+    pub fn new(
+        dtype: DType,
+        q: CudaView<'a, u16>,
+        k: CudaView<'a, u16>,
+        v: CudaView<'a, u16>,
+        o: CudaViewMut<'a, u16>,
+        lse: CudaViewMut<'a, f32>,
+    ) -> Self {
+        AttentionTensors {
+            q: TensorRef { data: q, dtype },
+            k: TensorRef { data: k, dtype },
+            v: TensorRef { data: v, dtype },
+            o: TensorMut { data: o, dtype },
+            lse,
+            tables: DeviceTables::default(),
+        }
+    }
+
+    /// These tensors with the per-sequence tables of the problem's modes.
+    pub fn with_tables(self, tables: DeviceTables<'a>) -> Self {
+        AttentionTensors { tables, ..self }
+    }
+
     /// Lengths and dtypes against the problem. Dense problems need exact lengths (a mismatch is
     /// almost always a wrong shape); strided views may sit in larger buffers.
     pub fn check(&self, p: &AttentionProblem) -> Result<(), InvalidProblem> {

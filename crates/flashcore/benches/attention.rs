@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use flashcore::cudarc::driver::sys::CUevent_flags;
-use flashcore::{AttentionProblem, AttentionTensors, Device, TensorMut, TensorRef};
+use flashcore::{AttentionProblem, AttentionTensors, Device};
 use flashcore_oracle::{reference_f64, OracleProblem, Rows};
 use ndarray::Array4;
 
@@ -104,26 +104,14 @@ fn gpu(c: &mut Criterion) {
                 }
                 let dtype = problem.dtype;
                 let mut call = || {
-                    let mut t = AttentionTensors {
-                        q: TensorRef {
-                            data: q.as_view(),
-                            dtype,
-                        },
-                        k: TensorRef {
-                            data: k.as_view(),
-                            dtype,
-                        },
-                        v: TensorRef {
-                            data: v.as_view(),
-                            dtype,
-                        },
-                        o: TensorMut {
-                            data: o.as_view_mut(),
-                            dtype,
-                        },
-                        lse: lse.as_view_mut(),
-                        tables: Default::default(),
-                    };
+                    let mut t = AttentionTensors::new(
+                        dtype,
+                        q.as_view(),
+                        k.as_view(),
+                        v.as_view(),
+                        o.as_view_mut(),
+                        lse.as_view_mut(),
+                    );
                     kernel.forward(&device, &problem, &mut t)
                 };
                 // First call compiles the kernel; a failure skips it rather than the whole run.

@@ -8,7 +8,7 @@
 //! tagged with their dtype. This one is a grouped-query (8 query heads, 2 KV heads) bf16
 //! problem in BHSD layout. Without a GPU it says so and exits (status 0).
 
-use flashcore::{AttentionProblem, AttentionTensors, DType, Device, Layout, TensorMut, TensorRef};
+use flashcore::{AttentionProblem, AttentionTensors, DType, Device, Layout};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = match Device::open(0) {
@@ -44,27 +44,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lse = stream.alloc_zeros::<f32>(problem.lse_len())?;
 
     {
-        let dtype = problem.dtype;
-        let mut tensors = AttentionTensors {
-            q: TensorRef {
-                data: q.as_view(),
-                dtype,
-            },
-            k: TensorRef {
-                data: k.as_view(),
-                dtype,
-            },
-            v: TensorRef {
-                data: v.as_view(),
-                dtype,
-            },
-            o: TensorMut {
-                data: o.as_view_mut(),
-                dtype,
-            },
-            lse: lse.as_view_mut(),
-            tables: Default::default(),
-        };
+        let mut tensors = AttentionTensors::new(
+            problem.dtype,
+            q.as_view(),
+            k.as_view(),
+            v.as_view(),
+            o.as_view_mut(),
+            lse.as_view_mut(),
+        );
         // Validates everything first; a rejected call launches nothing.
         kernel.forward(&device, &problem, &mut tensors)?;
     }

@@ -24,7 +24,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use flashcore::{AttentionProblem, AttentionTensors, DType, Device, TensorMut, TensorRef};
+use flashcore::{AttentionProblem, AttentionTensors, DType, Device};
 
 /// (name, generation or "auto", problem)
 fn cases() -> Vec<(&'static str, &'static str, AttentionProblem)> {
@@ -206,26 +206,14 @@ fn child(name: &str) -> Result<(), Box<dyn std::error::Error>> {
     device.synchronize()?;
     let dtype = problem.dtype;
     let mut call = || -> Result<f64, flashcore::Error> {
-        let mut tensors = AttentionTensors {
-            q: TensorRef {
-                data: q.as_view(),
-                dtype,
-            },
-            k: TensorRef {
-                data: k.as_view(),
-                dtype,
-            },
-            v: TensorRef {
-                data: v.as_view(),
-                dtype,
-            },
-            o: TensorMut {
-                data: o.as_view_mut(),
-                dtype,
-            },
-            lse: lse.as_view_mut(),
-            tables: Default::default(),
-        };
+        let mut tensors = AttentionTensors::new(
+            dtype,
+            q.as_view(),
+            k.as_view(),
+            v.as_view(),
+            o.as_view_mut(),
+            lse.as_view_mut(),
+        );
         let t = Instant::now();
         kernel.forward(&device, &problem, &mut tensors)?;
         device.synchronize()?;

@@ -16,7 +16,6 @@ use flashcore::launch::AttentionParams;
 use flashcore::toolkit::{find_lib, lib_dirs};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, LaunchPlan,
-    TensorMut, TensorRef,
 };
 
 pub(super) fn cu<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
@@ -208,32 +207,21 @@ impl Buffers {
     ) -> Result<(), flashcore::Error> {
         let dtype = self.problem.dtype;
         let set = &mut self.sets[i];
-        let mut t = AttentionTensors {
-            q: TensorRef {
-                data: set.q.as_view(),
-                dtype,
-            },
-            k: TensorRef {
-                data: set.k.as_view(),
-                dtype,
-            },
-            v: TensorRef {
-                data: set.v.as_view(),
-                dtype,
-            },
-            o: TensorMut {
-                data: set.o.as_view_mut(),
-                dtype,
-            },
-            lse: set.lse.as_view_mut(),
-            tables: DeviceTables {
-                cu_seqlens_q: self.tables.cu_seqlens_q.as_ref().map(|t| t.as_view()),
-                cu_seqlens_k: self.tables.cu_seqlens_k.as_ref().map(|t| t.as_view()),
-                seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
-                block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
-                alibi_slopes: None,
-            },
-        };
+        let mut t = AttentionTensors::new(
+            dtype,
+            set.q.as_view(),
+            set.k.as_view(),
+            set.v.as_view(),
+            set.o.as_view_mut(),
+            set.lse.as_view_mut(),
+        )
+        .with_tables(DeviceTables {
+            cu_seqlens_q: self.tables.cu_seqlens_q.as_ref().map(|t| t.as_view()),
+            cu_seqlens_k: self.tables.cu_seqlens_k.as_ref().map(|t| t.as_view()),
+            seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
+            block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
+            alibi_slopes: None,
+        });
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
     }
 

@@ -26,7 +26,7 @@ use flashcore::cudarc::driver::{CudaSlice, CudaStream};
 use flashcore::host::{host_bits, nan_bits, storage_shapes};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceInfo, DeviceTables,
-    HostElement, HostInputs, HostOutputs, TensorMut, TensorRef,
+    HostElement, HostInputs, HostOutputs,
 };
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -374,32 +374,21 @@ fn run_forward_on(
         .clone_htod(&vec![f32::NAN; nl.max(1)])
         .map_err(e("allocating LSE"))?;
     {
-        let mut t = AttentionTensors {
-            q: TensorRef {
-                data: q.slice(0..nq),
-                dtype,
-            },
-            k: TensorRef {
-                data: kk.slice(0..nk),
-                dtype,
-            },
-            v: TensorRef {
-                data: v.slice(0..nv),
-                dtype,
-            },
-            o: TensorMut {
-                data: o.slice_mut(0..no),
-                dtype,
-            },
-            lse: lse.slice_mut(0..nl),
-            tables: DeviceTables {
-                cu_seqlens_q: cu_q.as_ref().map(|t| t.as_view()),
-                cu_seqlens_k: cu_k.as_ref().map(|t| t.as_view()),
-                seqused_k: used.as_ref().map(|t| t.as_view()),
-                block_table: table.as_ref().map(|t| t.as_view()),
-                alibi_slopes: slopes.as_ref().map(|t| t.as_view()),
-            },
-        };
+        let mut t = AttentionTensors::new(
+            dtype,
+            q.slice(0..nq),
+            kk.slice(0..nk),
+            v.slice(0..nv),
+            o.slice_mut(0..no),
+            lse.slice_mut(0..nl),
+        )
+        .with_tables(DeviceTables {
+            cu_seqlens_q: cu_q.as_ref().map(|t| t.as_view()),
+            cu_seqlens_k: cu_k.as_ref().map(|t| t.as_view()),
+            seqused_k: used.as_ref().map(|t| t.as_view()),
+            block_table: table.as_ref().map(|t| t.as_view()),
+            alibi_slopes: slopes.as_ref().map(|t| t.as_view()),
+        });
         k.forward_on(dev, stream, p, &mut t)
             .map_err(|e| e.to_string())?;
     }
