@@ -26,33 +26,21 @@ fn tags(d: DType) -> [DType; 4] {
 /// Capabilities like a 16-byte-load tensor-core generation's: head dims 32..=256 step 8... as a
 /// list, causal, GQA, both layouts, sm_80+, 8-element alignment.
 fn fast_caps() -> Capabilities {
-    Capabilities {
-        dtypes: &DType::ALL,
-        head_dims: HeadDims::List(&[32, 64, 96, 128, 256]),
-        causal: true,
-        gqa: true,
-        layouts: &Layout::ALL,
-        min_compute_capability: (8, 0),
-        alignment_elems: 8,
-        modes: flashcore_core::ModeSupport::NONE,
-    }
+    Capabilities::all_features(HeadDims::List(&[32, 64, 96, 128, 256]), (8, 0))
 }
 
 /// Capabilities like the scalar generation's: any head dim 1..=256, any alignment.
 fn scalar_caps() -> Capabilities {
     Capabilities {
-        dtypes: &DType::ALL,
-        head_dims: HeadDims::Range {
-            min: 1,
-            max: 256,
-            multiple_of: 1,
-        },
-        causal: true,
-        gqa: true,
-        layouts: &Layout::ALL,
-        min_compute_capability: (8, 0),
         alignment_elems: 1,
-        modes: flashcore_core::ModeSupport::NONE,
+        ..Capabilities::all_features(
+            HeadDims::Range {
+                min: 1,
+                max: 256,
+                multiple_of: 1,
+            },
+            (8, 0),
+        )
     }
 }
 
