@@ -6,7 +6,7 @@ use flashcore::{Attention, AttentionProblem, DType, Device, Error, InvalidProble
 use flashcore_oracle::Rows;
 use ndarray::{Array3, Array4};
 
-use super::device::{download16, download32, DevCase};
+use super::device::{download, DevCase};
 use super::host::Synth;
 use super::watchdog::step;
 use super::{case_oracle, dims_for, heads_for, Args, Report, Res};
@@ -164,7 +164,7 @@ fn badinput_tensors(
     let o_len = p.o_len();
     let nan = flashcore::host::nan_bits(p.dtype);
     let untouched = |c: &DevCase| -> std::result::Result<bool, String> {
-        Ok(download16(dev, &c.o).map_err(e)?[..o_len]
+        Ok(download(dev, &c.o).map_err(e)?[..o_len]
             .iter()
             .all(|&b| b == nan))
     };
@@ -207,8 +207,8 @@ fn badinput_tensors(
         }
         Ok(()) if align <= 1 => {
             dev.synchronize().map_err(e)?;
-            let o = download16(dev, &c.o).map_err(e)?;
-            let lse = download32(dev, &c.lse).map_err(e)?;
+            let o = download(dev, &c.o).map_err(e)?;
+            let lse = download(dev, &c.lse).map_err(e)?;
             judge(&o, &lse).map_err(|m| format!("misaligned q: {m}"))?;
             notes.push("misaligned q ok".into());
         }
@@ -228,8 +228,8 @@ fn badinput_tensors(
     match ran {
         Ok(name) => {
             dev.synchronize().map_err(e)?;
-            let o = download16(dev, &c.o).map_err(e)?;
-            let lse = download32(dev, &c.lse).map_err(e)?;
+            let o = download(dev, &c.o).map_err(e)?;
+            let lse = download(dev, &c.lse).map_err(e)?;
             judge(&o, &lse).map_err(|m| format!("forward_auto on misaligned q ({name}): {m}"))?;
             notes.push(format!("forward_auto -> {name}"));
         }

@@ -2,7 +2,7 @@
 //! out-of-memory errors that name the tensor, and the per-problem buffers `DevCase`.
 
 use flashcore::cudarc::driver::sys;
-use flashcore::cudarc::driver::{CudaSlice, DevicePtrMut};
+use flashcore::cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, Error, TensorMut, TensorRef,
 };
@@ -38,40 +38,41 @@ pub(super) fn alloc_f32(dev: &Device, what: &str, n: usize) -> Result<CudaSlice<
     unsafe { dev.stream().alloc::<f32>(n.max(1)) }.map_err(oom(what, n * 4))
 }
 
-pub(super) fn memset16(dev: &Device, buf: &mut CudaSlice<u16>, bits: u16) -> Result<(), Error> {
+/// Runs `fill` (the driver memset named `what`) on `buf`'s device pointer and element count, on
+/// the device's stream with its context bound.
+fn memset<T>(
+    dev: &Device,
+    buf: &mut CudaSlice<T>,
+    what: &str,
+    fill: impl FnOnce(sys::CUdeviceptr, usize, sys::CUstream) -> sys::CUresult,
+) -> Result<(), Error> {
     let n = buf.len();
     let stream = dev.stream().clone();
     dev.context()
         .bind_to_thread()
         .map_err(|e| Error::cuda("binding the context", e))?;
     let (ptr, _sync) = buf.device_ptr_mut(&stream);
-    // SAFETY: `ptr` addresses `n` u16 elements of a live allocation, used on this stream.
-    unsafe { sys::cuMemsetD16Async(ptr, bits, n, stream.cu_stream()) }
+    fill(ptr, n, stream.cu_stream())
         .result()
-        .map_err(|e| Error::cuda("cuMemsetD16Async", e))
+        .map_err(|e| Error::cuda(what, e))
+}
+
+pub(super) fn memset16(dev: &Device, buf: &mut CudaSlice<u16>, bits: u16) -> Result<(), Error> {
+    memset(dev, buf, "cuMemsetD16Async", |ptr, n, stream| {
+        // SAFETY: `ptr` addresses `n` u16 elements of a live allocation, used on this stream.
+        unsafe { sys::cuMemsetD16Async(ptr, bits, n, stream) }
+    })
 }
 
 fn memset32(dev: &Device, buf: &mut CudaSlice<f32>, bits: u32) -> Result<(), Error> {
-    let n = buf.len();
-    let stream = dev.stream().clone();
-    dev.context()
-        .bind_to_thread()
-        .map_err(|e| Error::cuda("binding the context", e))?;
-    let (ptr, _sync) = buf.device_ptr_mut(&stream);
-    // SAFETY: as memset16, 4-byte elements.
-    unsafe { sys::cuMemsetD32Async(ptr, bits, n, stream.cu_stream()) }
-        .result()
-        .map_err(|e| Error::cuda("cuMemsetD32Async", e))
+    memset(dev, buf, "cuMemsetD32Async", |ptr, n, stream| {
+        // SAFETY: as memset16, 4-byte elements.
+        unsafe { sys::cuMemsetD32Async(ptr, bits, n, stream) }
+    })
 }
 
-pub(super) fn download16(dev: &Device, buf: &CudaSlice<u16>) -> Result<Vec<u16>, Error> {
-    dev.synchronize()?;
-    dev.stream()
-        .clone_dtoh(buf)
-        .map_err(|e| Error::cuda("copying a buffer back", e))
-}
-
-pub(super) fn download32(dev: &Device, buf: &CudaSlice<f32>) -> Result<Vec<f32>, Error> {
+/// A whole buffer copied back, after everything queued on the device.
+pub(super) fn download<T: DeviceRepr>(dev: &Device, buf: &CudaSlice<T>) -> Result<Vec<T>, Error> {
     dev.synchronize()?;
     dev.stream()
         .clone_dtoh(buf)
@@ -199,6 +200,6 @@ impl DevCase {
         self.poison(dev)?;
         self.forward(kernel, dev)?;
         dev.synchronize()?;
-        Ok((download16(dev, &self.o)?, download32(dev, &self.lse)?))
+        Ok((download(dev, &self.o)?, download(dev, &self.lse)?))
     }
 }

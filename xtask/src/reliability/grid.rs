@@ -6,7 +6,7 @@ use std::time::Instant;
 use flashcore::{Attention, AttentionProblem, DType, Device, Error};
 use ndarray::{Array3, Array4};
 
-use super::device::{alloc_f32, alloc_u16, download16, download32, upload, DevCase};
+use super::device::{alloc_f32, alloc_u16, download, upload, DevCase};
 use super::host::{count_nan_bits, offset, Synth};
 use super::watchdog::step;
 use super::{case_oracle, Args, Report, Res};
@@ -161,8 +161,8 @@ fn grid_case(
             c.forward(k.as_ref(), dev).map_err(e)?;
             dev.synchronize().map_err(e)?;
             let kernel_s = t_kernel.elapsed().as_secs_f64();
-            let o = download16(dev, &c.o).map_err(e)?;
-            let lse = download32(dev, &c.lse).map_err(e)?;
+            let o = download(dev, &c.o).map_err(e)?;
+            let lse = download(dev, &c.lse).map_err(e)?;
             let unwritten = count_nan_bits(dt, &o[..p.o_len()])
                 + lse[..p.lse_len()].iter().filter(|x| x.is_nan()).count();
             // Kernel O of the judged rows, in logical order (zeros elsewhere, never read).

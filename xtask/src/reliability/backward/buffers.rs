@@ -9,7 +9,7 @@ use flashcore::{
 
 use super::placement::{Padding, Placement};
 use crate::case::{backward_inputs, BackwardInputs, Case, NoInputs};
-use crate::reliability::device::{download16, memset16, upload};
+use crate::reliability::device::{download, memset16, upload};
 use crate::reliability::host::padding_sentinel;
 
 /// Where Q, K, V and O sit in their buffers; dO sits like O, dQ like Q, dK like K, dV like V.
@@ -257,9 +257,9 @@ impl BwdBuffers {
     ) -> Result<[Vec<u16>; 3], Error> {
         self.launch(kernel, dev)?;
         Ok([
-            download16(dev, &self.grads[0])?,
-            download16(dev, &self.grads[1])?,
-            download16(dev, &self.grads[2])?,
+            download(dev, &self.grads[0])?,
+            download(dev, &self.grads[1])?,
+            download(dev, &self.grads[2])?,
         ])
     }
 }

@@ -11,7 +11,7 @@ use super::placement::{backward_device_bytes, spot_batches};
 use super::CHECK;
 use crate::case::forward_for_backward;
 use crate::inputs::precision;
-use crate::reliability::device::{alloc_f32, alloc_u16, download16, upload, DevCase};
+use crate::reliability::device::{alloc_f32, alloc_u16, download, upload, DevCase};
 use crate::reliability::host::{count_nonfinite_bits, mib, Synth};
 use crate::reliability::watchdog::{progress, step};
 use crate::reliability::{dims_in, Args, Report, Res};
@@ -243,7 +243,7 @@ fn grid_one(
     let mut kept: Vec<[Vec<u16>; 3]> = vec![Default::default(); groups.len()];
     let mut nonfinite = [0usize; 3];
     for (i, pl) in places.grads().iter().enumerate() {
-        let bits = download16(dev, &c.grads[i])?;
+        let bits = download(dev, &c.grads[i])?;
         nonfinite[i] = count_nonfinite_bits(dt, &bits[..pl.elements()]);
         for (slot, &(b, g)) in kept.iter_mut().zip(&groups) {
             let heads = if i == 0 {
