@@ -305,27 +305,18 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             extra: &["--backward"],
             fa3: &no_fa3,
         };
-        Some(match run.run(&list) {
-            Ok(r) => r,
-            Err(e) => Err(format!("{e:#}")),
-        })
+        Some(run.run(&list))
     } else {
         None
     };
     match peer_json {
         None => report.peers = PeerStatus::Off,
-        Some(Err(reason)) => report.peers = PeerStatus::Missing { reason },
-        Some(Ok(v)) => match parse_backward_peers(&v, &shapes, pass) {
-            Ok((status, rows)) => {
-                report.peers = status;
-                report.rows.extend(rows);
-            }
-            Err(e) => {
-                report.peers = PeerStatus::Missing {
-                    reason: format!("peer JSON unreadable: {e:#}"),
-                }
-            }
-        },
+        Some(ran) => {
+            let (status, rows) =
+                peers::peer_outcome(ran, |v| parse_backward_peers(v, &shapes, pass));
+            report.peers = status;
+            report.rows.extend(rows);
+        }
     }
 
     // 3. Anchors: FA3's backward, and the SDPA backends this run has no number for.
@@ -389,15 +380,6 @@ struct Budget {
     rate: Vec<Option<f64>>,
 }
 
-fn row(shape: &Shape, kernel: &str, outcome: Outcome) -> Row {
-    Row {
-        shape: *shape,
-        implementation: kernel.to_string(),
-        source: Source::Flashcore,
-        outcome,
-    }
-}
-
 /// The forward that makes O and LSE at this problem: `--fwd-kernel`, else the fastest that
 /// takes it.
 fn pick_forward(
@@ -458,7 +440,7 @@ fn bench_shape(
         };
         match skip {
             Some(outcome) => {
-                rows[i] = Some(row(shape, k.name(), outcome));
+                rows[i] = Some(Row::flashcore(shape, k.name(), outcome));
                 bar.inc(1);
             }
             None => todo.push(i),
@@ -469,7 +451,7 @@ fn bench_shape(
     }
     let fail_all = |rows: &mut Vec<Option<Row>>, outcome: Outcome| {
         for &i in &todo {
-            rows[i] = Some(row(shape, kernels[i].name(), outcome.clone()));
+            rows[i] = Some(Row::flashcore(shape, kernels[i].name(), outcome.clone()));
             bar.inc(1);
         }
     };
@@ -529,7 +511,7 @@ fn bench_shape(
         if let Outcome::Timed(t) = &outcome {
             budget.rate[i] = Some(flops / (t.us * 1e-6));
         }
-        rows[i] = Some(row(shape, k.name(), outcome));
+        rows[i] = Some(Row::flashcore(shape, k.name(), outcome));
         bar.inc(1);
     }
     rows.into_iter().flatten().collect()
@@ -561,15 +543,7 @@ fn prepare(
     // Read: Q, K, V, O, dO, LSE; written: dQ, dK, dV.
     let elems = 2 * (problem.q_len() + problem.k_len() + problem.v_len() + problem.o_len());
     let set_bytes = elems * 2 + problem.lse_len() * 4;
-    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
-    let cap = if args.quick { 2 } else { 1000 };
-    let sets = gpu::sets_needed(
-        set_bytes,
-        set_bytes,
-        device.info().l2_bytes as usize,
-        free,
-        cap,
-    );
+    let sets = gpu::sets_on(device, set_bytes, set_bytes, gpu::max_sets(args.quick))?;
     let mut bufs = BackwardBuffers::new(device, problem, [&qb, &kb, &vb, &dob], sets)?;
     bufs.fwd.poison(device, 0)?;
     for i in 0..bufs.sets() {
@@ -600,16 +574,8 @@ fn bench_one(
     let dtype = bufs.fwd.problem.dtype;
     // The check call also compiles the kernel and warms it up.
     bufs.poison_grads(device, 0)?;
-    match bufs.backward(k, device, 0) {
-        Ok(()) => {}
-        Err(flashcore::Error::Unsupported(u)) => {
-            return Ok(Outcome::Unsupported { reason: u.reason })
-        }
-        Err(e) => {
-            return Ok(Outcome::Error {
-                message: e.to_string(),
-            })
-        }
+    if let Err(e) = bufs.backward(k, device, 0) {
+        return Ok(Outcome::of_error(e));
     }
     let [dq, dk, dv] = bufs.read_grads(device, 0)?;
     let grads_check = match check_gradients(dtype, &[("dQ", &dq), ("dK", &dk), ("dV", &dv)]) {

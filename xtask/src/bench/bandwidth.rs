@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use flashcore::cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DevicePtrMut};
 use flashcore::{DType, Device};
 
-use super::gpu::{cu, sample_loop, sets_needed, LoopOptions, Sampled, Timer};
+use super::gpu::{cu, sample_loop, sets_on, LoopOptions, Sampled, Timer};
 
 /// A device-to-device copy of `bytes` (cuMemcpyDtoDAsync between two device buffers), timed like
 /// the eager calls: CUDA events around back-to-back copies, median per copy. Source/destination
@@ -247,14 +247,7 @@ impl ReadProbe {
 /// How many buffer sets to rotate when one operation touches `bytes_per_op`: the input sets'
 /// rule (`sets_needed`), within a quarter of the free memory and at most `max`.
 fn buffers_to_rotate(device: &Device, bytes_per_op: usize, max: usize) -> Result<usize> {
-    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
-    Ok(sets_needed(
-        bytes_per_op,
-        bytes_per_op,
-        device.info().l2_bytes as usize,
-        free,
-        max,
-    ))
+    sets_on(device, bytes_per_op, bytes_per_op, max)
 }
 
 /// `count` device buffers of `bytes`, each holding 16 MiB of random bytes repeated (a zero

@@ -156,25 +156,10 @@ pub(super) fn run(args: &Args, out_dir: &Path) -> Result<()> {
             extra: &[],
             fa3: &fa3,
         };
-        match run.run(&list) {
-            Ok(Ok(v)) => match peers::parse_peers(&v, &shapes) {
-                Ok((status, rows)) => {
-                    report.peers = status;
-                    report.rows.extend(rows);
-                }
-                Err(e) => {
-                    report.peers = PeerStatus::Missing {
-                        reason: format!("peer JSON unreadable: {e:#}"),
-                    }
-                }
-            },
-            Ok(Err(reason)) => report.peers = PeerStatus::Missing { reason },
-            Err(e) => {
-                report.peers = PeerStatus::Missing {
-                    reason: format!("{e:#}"),
-                }
-            }
-        }
+        let (status, rows) =
+            peers::peer_outcome(run.run(&list), |v| peers::parse_peers(v, &shapes));
+        report.peers = status;
+        report.rows.extend(rows);
     }
     if let Some(dir) = &args.anchors {
         match peers::load_anchors(dir, &shapes) {
@@ -208,16 +193,6 @@ pub(super) fn write_and_print(report: &Report, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Row for a generation that gets no number.
-fn row(shape: &Shape, kernel: &str, outcome: Outcome) -> Row {
-    Row {
-        shape: *shape,
-        implementation: kernel.to_string(),
-        source: Source::Flashcore,
-        outcome,
-    }
-}
-
 /// Checks and times every generation at one shape. Never fails as a whole: whatever goes wrong
 /// becomes the row's outcome.
 #[allow(clippy::too_many_arguments)]
@@ -239,14 +214,14 @@ fn bench_shape(
     let mut todo = Vec::new();
     for (i, k) in kernels.iter().enumerate() {
         if let Err(u) = k.supports(&problem, device.info()) {
-            rows[i] = Some(row(
+            rows[i] = Some(Row::flashcore(
                 shape,
                 k.name(),
                 Outcome::Unsupported { reason: u.reason },
             ));
             bar.inc(1);
         } else if spent[i] >= args.max_seconds_per_kernel {
-            rows[i] = Some(row(
+            rows[i] = Some(Row::flashcore(
                 shape,
                 k.name(),
                 Outcome::Skipped {
@@ -270,7 +245,7 @@ fn bench_shape(
         Ok(x) => x,
         Err(e) => {
             for i in todo {
-                rows[i] = Some(row(
+                rows[i] = Some(Row::flashcore(
                     shape,
                     kernels[i].name(),
                     Outcome::Error {
@@ -307,7 +282,7 @@ fn bench_shape(
             message: format!("{e:#}"),
         });
         spent[i] += start.elapsed().as_secs_f64();
-        rows[i] = Some(row(shape, k.name(), outcome));
+        rows[i] = Some(Row::flashcore(shape, k.name(), outcome));
         bar.inc(1);
     }
     let mut rows: Vec<Row> = rows.into_iter().flatten().collect();
@@ -380,8 +355,6 @@ fn prepare(
     let elems = problem.q_len() + problem.k_len() + problem.v_len() + problem.o_len();
     let set_bytes = elems * 2;
     let alloc_bytes = set_bytes + problem.lse_len() * 4;
-    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
-    let cap = if args.quick { 2 } else { 1000 };
     let sets = match forced_input_sets()? {
         Some(n) => {
             eprintln!(
@@ -391,13 +364,7 @@ fn prepare(
             );
             n
         }
-        None => gpu::sets_needed(
-            set_bytes,
-            alloc_bytes,
-            device.info().l2_bytes as usize,
-            free,
-            cap,
-        ),
+        None => gpu::sets_on(device, set_bytes, alloc_bytes, gpu::max_sets(args.quick))?,
     };
     let bufs = Buffers::new(device, problem, &qb, &kb, &vb, sets)?;
     Ok((check, bufs))
@@ -469,16 +436,8 @@ pub(crate) fn bench_one(
     let problem = bufs.problem.clone();
     // Correctness first (this call also compiles the kernel and warms it up).
     bufs.poison(device, 0)?;
-    match bufs.forward(k, device, 0) {
-        Ok(()) => {}
-        Err(flashcore::Error::Unsupported(u)) => {
-            return Ok(Outcome::Unsupported { reason: u.reason })
-        }
-        Err(e) => {
-            return Ok(Outcome::Error {
-                message: e.to_string(),
-            })
-        }
+    if let Err(e) = bufs.forward(k, device, 0) {
+        return Ok(Outcome::of_error(e));
     }
     let (o, lse) = match bufs.read_output(device, 0) {
         Ok(x) => x,

@@ -44,6 +44,27 @@ pub fn sets_needed(
     want.min(fit).min(cap).max(1)
 }
 
+/// [`sets_needed`] with this device's L2 and free memory.
+pub fn sets_on(device: &Device, set_bytes: usize, alloc_bytes: usize, cap: usize) -> Result<usize> {
+    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
+    Ok(sets_needed(
+        set_bytes,
+        alloc_bytes,
+        device.info().l2_bytes as usize,
+        free,
+        cap,
+    ))
+}
+
+/// The most input sets a bench rotates: 2 with `--quick`, else 1000.
+pub fn max_sets(quick: bool) -> usize {
+    if quick {
+        2
+    } else {
+        1000
+    }
+}
+
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use flashcore::{Attention, AttentionProblem, Device, KvStorage};
 use flashcore_oracle::{OracleProblem, Reference, Rows, Verdict};
 use ndarray::{s, ArrayD, Axis, IxDyn};
@@ -239,15 +239,7 @@ fn device_buffers(
     let (qb, kb, vb) = (to_bits(p, q), to_bits(p, k), to_bits(p, v));
     let set_bytes = (p.q_len() + p.k_len() + p.v_len() + p.o_len()) * 2;
     let alloc_bytes = set_bytes + p.lse_len() * 4;
-    let (free, _) = device.memory().map_err(|e| anyhow!("{e}"))?;
-    let cap = if args.quick { 2 } else { 1000 };
-    let sets = gpu::sets_needed(
-        set_bytes,
-        alloc_bytes,
-        device.info().l2_bytes as usize,
-        free,
-        cap,
-    );
+    let sets = gpu::sets_on(device, set_bytes, alloc_bytes, gpu::max_sets(args.quick))?;
     let d = &case.draw;
     let tables = TableData {
         cu_seqlens_q: d.cu_seqlens_q.clone(),
@@ -417,7 +409,7 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
         std::fs::read_to_string(path)
             .with_context(|| format!("reading {}", path.display()))
             .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))
-            .map(Ok)
+            .map_err(|e| format!("{e:#}"))
     } else if args.no_peers {
         return (PeerStatus::Off, vec![]);
     } else {
@@ -442,18 +434,6 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
         }
         .run(&list)
     };
-    let v = match v {
-        Ok(Ok(v)) => v,
-        Ok(Err(reason)) => return (PeerStatus::Missing { reason }, vec![]),
-        Err(e) => {
-            return (
-                PeerStatus::Missing {
-                    reason: format!("{e:#}"),
-                },
-                vec![],
-            )
-        }
-    };
     let wanted: Vec<PeerShape> = plan.peers.iter().map(|p| p.shape).collect();
     let flops = |s: &PeerShape| {
         plan.peers
@@ -461,9 +441,10 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
             .find(|p| p.shape == *s)
             .map_or(s.dense_flops(), |p| p.flops)
     };
-    match peers::merge_peer_rows(&v, &wanted, PeerShape::from_json, flops) {
-        Ok(rows) => (
-            peers::peer_status(&v),
+    peers::peer_outcome(v, |v| {
+        let rows = peers::merge_peer_rows(v, &wanted, PeerShape::from_json, flops)?;
+        Ok((
+            peers::peer_status(v),
             rows.into_iter()
                 .map(|(i, backend, outcome)| ModeRow {
                     case: plan.peers[i].key.clone(),
@@ -472,14 +453,8 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
                     outcome,
                 })
                 .collect(),
-        ),
-        Err(e) => (
-            PeerStatus::Missing {
-                reason: format!("peer JSON unreadable: {e:#}"),
-            },
-            vec![],
-        ),
-    }
+        ))
+    })
 }
 
 pub fn json_name(r: &ModeReport) -> String {

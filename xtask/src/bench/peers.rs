@@ -183,9 +183,9 @@ pub struct PeerRun<'a> {
 }
 
 impl PeerRun<'_> {
-    /// `Ok(Err(reason))` when neither process gave rows; a failure of the FA3 process alone
-    /// becomes its "skipped" entry beside the torch rows.
-    pub fn run(&self, list: &[Value]) -> Result<std::result::Result<Value, String>> {
+    /// `Err(reason)` when neither process gave rows; a failure of the FA3 process alone becomes
+    /// its "skipped" entry beside the torch rows.
+    pub fn run(&self, list: &[Value]) -> std::result::Result<Value, String> {
         let torch = match run_script_with(
             self.python,
             self.script,
@@ -199,7 +199,7 @@ impl PeerRun<'_> {
             Err(e) => Err(format!("{e:#}")),
         };
         if self.fa3.off {
-            return Ok(torch);
+            return torch;
         }
         eprintln!("peers: running the FA3 (JAX) peer script (progress below)");
         let l2 = torch
@@ -216,7 +216,20 @@ impl PeerRun<'_> {
         if let Err(reason) = &fa3 {
             eprintln!("peers: FA3 (JAX) not timed: {reason}");
         }
-        Ok(merge_fa3(torch, fa3))
+        merge_fa3(torch, fa3)
+    }
+}
+
+/// The peers' status and rows from the JSON of a run (`parse` reads it), or `Missing` with no
+/// rows: why the run gave none, or that its JSON was unreadable.
+pub fn peer_outcome<R>(
+    ran: std::result::Result<Value, String>,
+    parse: impl FnOnce(&Value) -> Result<(PeerStatus, Vec<R>)>,
+) -> (PeerStatus, Vec<R>) {
+    let missing = |reason| (PeerStatus::Missing { reason }, Vec::new());
+    match ran {
+        Ok(v) => parse(&v).unwrap_or_else(|e| missing(format!("peer JSON unreadable: {e:#}"))),
+        Err(reason) => missing(reason),
     }
 }
 

@@ -224,6 +224,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a call that failed: unsupported (with the kernel's reason) or an error.
+    pub fn of_error(e: flashcore::Error) -> Outcome {
+        match e {
+            flashcore::Error::Unsupported(u) => Outcome::Unsupported { reason: u.reason },
+            e => Outcome::Error {
+                message: e.to_string(),
+            },
+        }
+    }
+
     /// The outcome in a table's note column ("WRONG: …", "unsupported: …"; "timed" for a time).
     pub fn text(&self) -> String {
         match self {
@@ -245,6 +255,16 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row of one of flashcore's kernels.
+    pub fn flashcore(shape: &Shape, kernel: &str, outcome: Outcome) -> Row {
+        Row {
+            shape: *shape,
+            implementation: kernel.to_string(),
+            source: Source::Flashcore,
+            outcome,
+        }
+    }
+
     pub fn timing(&self) -> Option<&Timing> {
         match &self.outcome {
             Outcome::Timed(t) => Some(t),

@@ -433,7 +433,7 @@ fn an_fa3_python_without_jax_is_a_reason_not_an_error() {
     let r = run_fa3(&run, script.as_deref(), &list, false, None).unwrap();
     assert!(r.unwrap_err().contains("could not be started"));
     // Both missing: one reason for the table.
-    let both = run.run(&list).unwrap().unwrap_err();
+    let both = run.run(&list).unwrap_err();
     assert!(
         both.contains("torch_sdpa.py not found") && both.contains("FA3 (JAX)"),
         "{both}"
