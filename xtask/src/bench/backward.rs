@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use flashcore::DType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::anchors::{
     backend_name, comment_lines, file_dtype, measurement_lines, read_anchor_files,
 };
-use super::peers::{peer_status, shape_of};
+use super::peers::{backend_of, peer_status, rows_of, shape_of};
 use super::report::{
     best_ours_in, best_peer_in, cell_within, fmt_us, peers_line, row_lead, rows_ours_first,
     shapes_of, yes_no, DeviceSummary, Outcome, PeerStatus, Row, Settings, Source, Timing,
@@ -208,20 +208,13 @@ pub fn parse_backward_peers(
     if v.get("backward").and_then(Value::as_bool) != Some(true) {
         bail!("the peer JSON is not from torch_sdpa.py --backward (no \"backward\": true)");
     }
-    let rows_json = v
-        .get("rows")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("peer JSON has no \"rows\" list"))?;
+    let rows_json = rows_of(v)?;
     let mut rows = Vec::new();
     for r in rows_json {
         let Some(shape) = shape_of(r).filter(|s| wanted.contains(s)) else {
             continue;
         };
-        let backend = r
-            .get("backend")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
+        let backend = backend_of(r);
         let num = |k: &str| r.get(k).and_then(Value::as_f64);
         let outcome = if let Some(e) = r.get("error").and_then(Value::as_str) {
             Outcome::Error { message: e.into() }

@@ -87,16 +87,6 @@ impl BackwardBuffers {
         self.grads.len()
     }
 
-    /// The forward on set `i`: its O and LSE.
-    pub fn forward(
-        &mut self,
-        kernel: &dyn Attention,
-        device: &Device,
-        i: usize,
-    ) -> Result<(), flashcore::Error> {
-        self.fwd.forward(kernel, device, i)
-    }
-
     /// One backward call on set `i` (Q, K, V, O, LSE of the forward, dO), writing its dQ, dK, dV.
     pub fn backward(
         &mut self,
@@ -146,7 +136,7 @@ impl BackwardBuffers {
         let i = self.next;
         self.next = (self.next + 1) % self.sets();
         if let Some(f) = forward {
-            self.forward(f, device, i).map_err(|e| anyhow!("{e}"))?;
+            self.fwd.forward(f, device, i).map_err(|e| anyhow!("{e}"))?;
         }
         self.backward(backward, device, i)
             .map_err(|e| anyhow!("{e}"))
@@ -547,7 +537,8 @@ fn prepare(
     let mut bufs = BackwardBuffers::new(device, problem, [&qb, &kb, &vb, &dob], sets)?;
     bufs.fwd.poison(device, 0)?;
     for i in 0..bufs.sets() {
-        bufs.forward(forward, device, i)
+        bufs.fwd
+            .forward(forward, device, i)
             .map_err(|e| anyhow!("forward {}: {e}", forward.name()))?;
     }
     let (o, lse) = bufs.fwd.read_output(device, 0)?;

@@ -193,30 +193,22 @@ impl Buffers {
         })
     }
 
-    /// [`Buffers::new`] for a problem with inference modes: `q`, `k`, `v` are storage-order bits
-    /// (packed, contiguous cache or pages), `tables` the per-sequence tables it needs.
-    pub fn with_tables(
-        device: &Device,
-        problem: &AttentionProblem,
-        q: &[u16],
-        k: &[u16],
-        v: &[u16],
-        sets: usize,
-        tables: &TableData,
-    ) -> Result<Buffers> {
-        let mut b = Buffers::new(device, problem, q, k, v, sets)?;
+    /// These buffers for a problem with inference modes (made by [`Buffers::new`] from
+    /// storage-order bits: packed, contiguous cache or pages) with the per-sequence `tables` it
+    /// needs.
+    pub fn with_tables(mut self, device: &Device, tables: &TableData) -> Result<Buffers> {
         let s = device.stream();
         let up = |t: &Option<Vec<i32>>, what: &str| {
             t.as_ref().map(|t| cu(s.clone_htod(t), what)).transpose()
         };
-        b.tables = DeviceTableData {
+        self.tables = DeviceTableData {
             cu_seqlens_q: up(&tables.cu_seqlens_q, "uploading cu_seqlens_q")?,
             cu_seqlens_k: up(&tables.cu_seqlens_k, "uploading cu_seqlens_k")?,
             seqused_k: up(&tables.seqused_k, "uploading seqused_k")?,
             block_table: up(&tables.block_table, "uploading block_table")?,
         };
         cu(s.synchronize(), "uploading the tables")?;
-        Ok(b)
+        Ok(self)
     }
 
     /// One `forward` call on set `i`.

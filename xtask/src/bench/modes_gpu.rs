@@ -247,16 +247,11 @@ fn device_buffers(
         seqused_k: d.seqused_k.clone(),
         block_table: d.block_table.clone(),
     };
-    Buffers::with_tables(device, p, &qb, &kb, &vb, sets, &tables)
+    Buffers::new(device, p, &qb, &kb, &vb, sets)?.with_tables(device, &tables)
 }
 
 fn row(case: &Case, kernel: &str, outcome: Outcome) -> ModeRow {
-    ModeRow {
-        case: case.key.clone(),
-        implementation: kernel.to_string(),
-        source: Source::Flashcore,
-        outcome,
-    }
+    ModeRow::new(&case.key, kernel, Source::Flashcore, outcome)
 }
 
 /// Checks and times every generation on one case. `base` holds the data of the case this one
@@ -446,11 +441,8 @@ fn peer_rows(plan: &modes::SuitePlan, args: &Args, out_dir: &Path) -> (PeerStatu
         Ok((
             peers::peer_status(v),
             rows.into_iter()
-                .map(|(i, backend, outcome)| ModeRow {
-                    case: plan.peers[i].key.clone(),
-                    implementation: backend,
-                    source: Source::Peer,
-                    outcome,
+                .map(|(i, backend, outcome)| {
+                    ModeRow::new(&plan.peers[i].key, backend, Source::Peer, outcome)
                 })
                 .collect(),
         ))
@@ -758,7 +750,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::modes::{cache_case, KvKind};
+    use crate::bench::modes::{cache_case, Heads, KvKind};
 
     #[test]
     fn a_paged_case_kept_alone_still_finds_its_data_source() {
@@ -788,8 +780,26 @@ mod tests {
     #[test]
     fn pages_hold_the_contiguous_rows() {
         let used = [40, 17];
-        let c = cache_case("c", 3, 48, &used, true, KvKind::Contiguous, 9);
-        let pg = cache_case("p", 3, 48, &used, true, KvKind::Paged { block_size: 16 }, 9);
+        let c = cache_case(
+            "c",
+            Heads::SUITES,
+            3,
+            48,
+            &used,
+            true,
+            KvKind::Contiguous,
+            9,
+        );
+        let pg = cache_case(
+            "p",
+            Heads::SUITES,
+            3,
+            48,
+            &used,
+            true,
+            KvKind::Paged { block_size: 16 },
+            9,
+        );
         let mut p = c.problem.clone();
         p.head_dim = 4;
         let inp = random_inputs(&p, 5);

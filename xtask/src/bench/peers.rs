@@ -59,28 +59,9 @@ pub fn run_script_with(
         }
         Ok(_) => {}
     }
-    std::fs::create_dir_all(dir)?;
-    let shapes_path = dir.join(format!("shapes{suffix}.json"));
-    let out_path = dir.join(format!("peers{suffix}.json"));
-    std::fs::write(&shapes_path, serde_json::to_string_pretty(list)?)?;
-    let _ = std::fs::remove_file(&out_path);
-    let mut cmd = Command::new(python);
-    cmd.arg(script)
-        .arg("--shapes")
-        .arg(&shapes_path)
-        .arg("--out")
-        .arg(&out_path)
-        .env("PYTHONUNBUFFERED", "1");
-    if quick {
-        cmd.arg("--quick");
-    }
-    cmd.args(extra);
-    // stderr (the script's progress lines) goes straight to ours; stdout is not used.
-    let out = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .status()
-        .with_context(|| format!("starting {python} {}", script.display()))?;
+    let (mut cmd, out_path) = script_command(python, script, list, dir, suffix, quick)?;
+    cmd.env("PYTHONUNBUFFERED", "1").args(extra);
+    let out = run_status(cmd, python, script)?;
     match out.code() {
         Some(0) => {}
         Some(3) => {
@@ -101,6 +82,43 @@ pub fn run_script_with(
     Ok(Ok(serde_json::from_str(&text).with_context(|| {
         format!("parsing {}", out_path.display())
     })?))
+}
+
+/// Writes the shape objects `list` to `dir/shapes{tag}.json` and gives the command that runs
+/// `script` under `python` on them, writing `dir/peers{tag}.json` (removed first; its path comes
+/// back too), with `--quick` where asked.
+fn script_command(
+    python: &str,
+    script: &Path,
+    list: &[Value],
+    dir: &Path,
+    tag: &str,
+    quick: bool,
+) -> Result<(Command, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let shapes_path = dir.join(format!("shapes{tag}.json"));
+    let out_path = dir.join(format!("peers{tag}.json"));
+    std::fs::write(&shapes_path, serde_json::to_string_pretty(list)?)?;
+    let _ = std::fs::remove_file(&out_path);
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .arg("--shapes")
+        .arg(&shapes_path)
+        .arg("--out")
+        .arg(&out_path);
+    if quick {
+        cmd.arg("--quick");
+    }
+    Ok((cmd, out_path))
+}
+
+/// Runs a peer script's command to its end: stderr (the script's progress lines) goes straight
+/// to ours; stdout is not used.
+fn run_status(mut cmd: Command, python: &str, script: &Path) -> Result<std::process::ExitStatus> {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .with_context(|| format!("starting {python} {}", script.display()))
 }
 
 /// The FA3 (JAX) peer process: whether it runs, with which python, and what goes first on its
@@ -277,32 +295,16 @@ fn run_fa3(
         }
         Ok(_) => {}
     }
-    std::fs::create_dir_all(run.dir)?;
-    let shapes_path = run.dir.join(format!("shapes-fa3{}.json", run.suffix));
-    let out_path = run.dir.join(format!("peers-fa3{}.json", run.suffix));
-    std::fs::write(&shapes_path, serde_json::to_string_pretty(list)?)?;
-    let _ = std::fs::remove_file(&out_path);
-    let mut cmd = Command::new(python);
-    cmd.arg(script)
-        .arg("--shapes")
-        .arg(&shapes_path)
-        .arg("--out")
-        .arg(&out_path)
-        .envs(env.iter().map(|(k, v)| (k, v)));
-    if run.quick {
-        cmd.arg("--quick");
-    }
+    let tag = format!("-fa3{}", run.suffix);
+    let (mut cmd, out_path) = script_command(python, script, list, run.dir, &tag, run.quick)?;
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     if decode {
         cmd.arg("--decode");
     }
     if let Some(l2) = l2_bytes {
         cmd.arg("--l2-bytes").arg(l2.to_string());
     }
-    let status = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .status()
-        .with_context(|| format!("starting {python} {}", script.display()))?;
+    let status = run_status(cmd, python, script)?;
     let read = || -> std::result::Result<Value, String> {
         let text = std::fs::read_to_string(&out_path)
             .map_err(|e| format!("reading {}: {e}", out_path.display()))?;
@@ -500,6 +502,21 @@ struct Merged {
     notes: Vec<String>,
 }
 
+/// The peer JSON's `rows` list.
+pub fn rows_of(v: &Value) -> Result<&Vec<Value>> {
+    v.get("rows")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("peer JSON has no \"rows\" list"))
+}
+
+/// A peer row's (or "skipped" entry's) `backend`, "?" where it has none.
+pub fn backend_of(r: &Value) -> String {
+    r.get("backend")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string()
+}
+
 /// What the peer script says about itself (device, versions, backends it could not time).
 pub fn peer_status(v: &Value) -> PeerStatus {
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
@@ -509,11 +526,7 @@ pub fn peer_status(v: &Value) -> PeerStatus {
         .map(|a| {
             a.iter()
                 .map(|x| PeerSkip {
-                    backend: x
-                        .get("backend")
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .into(),
+                    backend: backend_of(x),
                     reason: x.get("reason").and_then(Value::as_str).unwrap_or("").into(),
                 })
                 .collect()
@@ -553,10 +566,7 @@ pub fn merge_peer_rows<K: PartialEq>(
     key_of: impl Fn(&Value) -> Option<K>,
     flops_of: impl Fn(&K) -> f64,
 ) -> Result<Vec<(usize, String, Outcome)>> {
-    let rows_json = v
-        .get("rows")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("peer JSON has no \"rows\" list"))?;
+    let rows_json = rows_of(v)?;
     // (shape index, backend) -> merged rows, in first-seen order per shape.
     let mut merged: BTreeMap<(usize, usize), (String, Merged)> = BTreeMap::new();
     let mut backend_order: Vec<String> = Vec::new();
@@ -565,11 +575,7 @@ pub fn merge_peer_rows<K: PartialEq>(
         let Some(si) = wanted.iter().position(|w| *w == shape) else {
             continue;
         };
-        let backend = r
-            .get("backend")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
+        let backend = backend_of(r);
         let bi = match backend_order.iter().position(|b| *b == backend) {
             Some(i) => i,
             None => {

@@ -24,8 +24,8 @@ use flashcore::Layout;
 use serde::{Deserialize, Serialize};
 
 use super::modes::cases::{
-    cache_case_heads, dense_case_heads, Comparison, Heads, KvKind, Measure, PeerCase, PeerShape,
-    Side, SuitePlan, Target, DTYPE,
+    cache_case, dense_case_heads, Comparison, Heads, KvKind, Measure, PeerCase, PeerShape, Side,
+    SuitePlan, Target, DTYPE,
 };
 use super::report::GemmPeak;
 use super::suite::Suite;
@@ -217,28 +217,16 @@ pub fn plan(seed: u64, causal: bool) -> SuitePlan {
         for storage in Storage::ALL {
             let key = r.case_key(storage);
             let mut c = match storage {
-                Storage::Contiguous => cache_case_heads(
-                    &key,
-                    r.heads(),
-                    r.seq_q,
-                    r.seq_k,
-                    &used,
-                    causal,
-                    KvKind::Contiguous,
-                    seed,
-                ),
-                Storage::Paged => cache_case_heads(
-                    &key,
-                    r.heads(),
-                    r.seq_q,
-                    r.seq_k,
-                    &used,
-                    causal,
-                    KvKind::Paged {
-                        block_size: BLOCK_SIZE,
-                    },
-                    seed,
-                ),
+                Storage::Contiguous | Storage::Paged => {
+                    let kv = if storage == Storage::Paged {
+                        KvKind::Paged {
+                            block_size: BLOCK_SIZE,
+                        }
+                    } else {
+                        KvKind::Contiguous
+                    };
+                    cache_case(&key, r.heads(), r.seq_q, r.seq_k, &used, causal, kv, seed)
+                }
                 Storage::Dense => {
                     dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal)
                 }
@@ -446,9 +434,10 @@ impl DecodeInfo {
 pub mod tests {
     use super::anchors::parse_anchors;
     use super::*;
+    use crate::bench::modes::tests::{assert_blocks_owned_once, assert_valid, h100_peers};
     use crate::bench::modes::ModeReport;
     use crate::bench::modes::{CaseInfo, ModeRow};
-    use crate::bench::report::{fixture_run, PeerStatus, Settings, Timing};
+    use crate::bench::report::{fixture_run, Settings, Timing};
     use crate::bench::report::{Outcome, Source};
     use flashcore::DType;
     use flashcore::KvStorage;
@@ -541,12 +530,7 @@ pub mod tests {
                 panic!("{} is paged", pg.key)
             };
             assert_eq!((block_size, max_blocks_per_seq), (64, r.seq_k / 64));
-            let table = pg.draw.block_table.as_ref().unwrap();
-            let mut seen = table.clone();
-            seen.sort();
-            seen.dedup();
-            assert_eq!(seen.len(), table.len(), "no block owned twice");
-            assert!(table.iter().all(|&b| (b as usize) < num_blocks));
+            assert_blocks_owned_once(pg.draw.block_table.as_ref().unwrap(), num_blocks);
             assert!(dn.problem.modes.is_dense());
             assert!(dn.draw.seqused_k.is_none());
             assert_eq!(pg.data_from.as_deref(), Some(c.key.as_str()));
@@ -554,13 +538,7 @@ pub mod tests {
             assert_eq!(c.data_from, None);
         }
         for x in &p.cases {
-            x.problem
-                .validate()
-                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
-            x.draw
-                .host_tables()
-                .validate(&x.problem)
-                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+            assert_valid(x);
         }
         // Targets on contiguous and paged only.
         let with: Vec<&str> = p
@@ -591,12 +569,7 @@ garbage line\n";
     pub(crate) fn timed(case: &str, imp: &str, source: Source, us: f64) -> ModeRow {
         let mut t = Timing::from_flops(1e9, None, Some(us)).unwrap();
         t.check = (source == Source::Flashcore).then(|| "ok 0.30 (512 rows)".to_string());
-        ModeRow {
-            case: case.into(),
-            implementation: imp.into(),
-            source,
-            outcome: Outcome::Timed(t),
-        }
+        ModeRow::new(case, imp, source, Outcome::Timed(t))
     }
 
     /// A decode report: two rows timed (one fast, one slow), one wrong, the rest missing.
@@ -655,55 +628,39 @@ garbage line\n";
         d.anchors = parse_anchors("h100-decode-peers.txt", ANCHORS);
         d.anchors_note = Some("anchors: h100-decode-peers.txt (3 numbers)".into());
         let (r0, r1) = (ROWS[0], ROWS[1]);
+        let hopper =
+            |case, outcome| ModeRow::new(case, "persistent-hopper", Source::Flashcore, outcome);
+        let hopper_us = |key: String, us| timed(&key, "persistent-hopper", Source::Flashcore, us);
         let rows = vec![
             // 128 MiB at 60 µs against a 100 µs copy: 167 % of the ceiling.
-            timed(
-                &r0.case_key(Storage::Contiguous),
-                "persistent-hopper",
-                Source::Flashcore,
-                60.0,
-            ),
-            timed(
-                &r0.case_key(Storage::Paged),
-                "persistent-hopper",
-                Source::Flashcore,
-                64.0,
-            ),
-            ModeRow {
-                case: r0.case_key(Storage::Dense),
-                implementation: "persistent-hopper".into(),
-                source: Source::Flashcore,
-                outcome: Outcome::Wrong {
+            hopper_us(r0.case_key(Storage::Contiguous), 60.0),
+            hopper_us(r0.case_key(Storage::Paged), 64.0),
+            hopper(
+                r0.case_key(Storage::Dense),
+                Outcome::Wrong {
                     message: "sequence 0: error ratio 3.1".into(),
                 },
-            },
-            // 256 MiB at 200 µs against a 190 µs copy: 95 %; peers at 94.2 µs: 0.47x.
-            timed(
-                &r1.case_key(Storage::Contiguous),
-                "persistent-hopper",
-                Source::Flashcore,
-                200.0,
             ),
-            ModeRow {
-                case: r1.case_key(Storage::Paged),
-                implementation: "persistent-hopper".into(),
-                source: Source::Flashcore,
-                outcome: Outcome::Unsupported {
+            // 256 MiB at 200 µs against a 190 µs copy: 95 %; peers at 94.2 µs: 0.47x.
+            hopper_us(r1.case_key(Storage::Contiguous), 200.0),
+            hopper(
+                r1.case_key(Storage::Paged),
+                Outcome::Unsupported {
                     reason: "paged: no".into(),
                 },
-            },
+            ),
             timed(&r0.key(), "sdpa_flash", Source::Peer, 66.0),
             timed(&r0.key(), "sdpa_cudnn", Source::Peer, 70.0),
             timed(&r1.key(), "sdpa_flash", Source::Peer, 96.0),
             timed(&r1.key(), "sdpa_cudnn", Source::Peer, 94.2),
-            ModeRow {
-                case: r1.key(),
-                implementation: "fa3".into(),
-                source: Source::Peer,
-                outcome: Outcome::Error {
+            ModeRow::new(
+                r1.key(),
+                "fa3",
+                Source::Peer,
+                Outcome::Error {
                     message: "RuntimeError: nope".into(),
                 },
-            },
+            ),
         ];
         let mut cases: Vec<CaseInfo> = p.cases.iter().map(CaseInfo::from).collect();
         cases.extend(p.peers.iter().map(CaseInfo::from));
@@ -715,12 +672,7 @@ garbage line\n";
                 graph_threshold_us: crate::bench::modes::GRAPH_ALWAYS_US,
                 ..settings
             },
-            peers: PeerStatus::Ran {
-                device: "NVIDIA H100 80GB HBM3".into(),
-                torch: "2.11.0+cu130".into(),
-                cudnn: Some("91900".into()),
-                skipped: vec![],
-            },
+            peers: h100_peers(),
             notes: p.notes.clone(),
             cases,
             rows,

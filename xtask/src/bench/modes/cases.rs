@@ -443,23 +443,11 @@ pub fn varlen_case(key: &str, lens: &[usize], causal: bool) -> Case {
     case(key, label, p, d)
 }
 
-/// A KV-cache case: Q dense `[B, Sq, Hq, D]`, the cache of `capacity` rows per sequence with
-/// `used` rows valid, contiguous or paged through a shuffled table drawn from `seed`.
-pub fn cache_case(
-    key: &str,
-    seq_q: usize,
-    capacity: usize,
-    used: &[usize],
-    causal: bool,
-    kv: KvKind,
-    seed: u64,
-) -> Case {
-    cache_case_heads(key, Heads::SUITES, seq_q, capacity, used, causal, kv, seed)
-}
-
-/// [`cache_case`] with other heads than the suites' 32/8/128.
+/// A KV-cache case of these heads (the suites': [`Heads::SUITES`]): Q dense `[B, Sq, Hq, D]`,
+/// the cache of `capacity` rows per sequence with `used` rows valid, contiguous or paged
+/// through a shuffled table drawn from `seed`.
 #[allow(clippy::too_many_arguments)]
-pub fn cache_case_heads(
+pub fn cache_case(
     key: &str,
     heads: Heads,
     seq_q: usize,

@@ -2,8 +2,8 @@
 
 use super::cases::{
     cache_case, cache_used, cmp, dense_case, peer, peer_shape, s_eq, same_problem_peer,
-    varlen_case, varlen_lengths, visible_pairs, Case, KvKind, Measure, Side, SuitePlan, Target,
-    BLOCK_SIZES, CACHE_BATCH, CACHE_CAPACITY, CACHE_SLACK, PREFILL_BATCH, PREFILL_SEQ,
+    varlen_case, varlen_lengths, visible_pairs, Case, Heads, KvKind, Measure, Side, SuitePlan,
+    Target, BLOCK_SIZES, CACHE_BATCH, CACHE_CAPACITY, CACHE_SLACK, PREFILL_BATCH, PREFILL_SEQ,
     SPARE_BLOCKS, VARLEN_SEQS, WINDOW_LEFT, WINDOW_SEQ,
 };
 use crate::bench::suite::Suite;
@@ -109,6 +109,7 @@ pub(super) fn paged_plan(seed: u64) -> SuitePlan {
         let base = format!("{name}/contig");
         cases.push(cache_case(
             &base,
+            Heads::SUITES,
             sq,
             cap,
             &used,
@@ -120,6 +121,7 @@ pub(super) fn paged_plan(seed: u64) -> SuitePlan {
             let key = format!("{name}/paged-{bs}");
             let mut c = cache_case(
                 &key,
+                Heads::SUITES,
                 sq,
                 cap,
                 &used,

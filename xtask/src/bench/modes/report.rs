@@ -48,6 +48,20 @@ pub struct ModeRow {
 }
 
 impl ModeRow {
+    pub fn new(
+        case: impl Into<String>,
+        implementation: impl Into<String>,
+        source: Source,
+        outcome: Outcome,
+    ) -> ModeRow {
+        ModeRow {
+            case: case.into(),
+            implementation: implementation.into(),
+            source,
+            outcome,
+        }
+    }
+
     pub fn timing(&self) -> Option<&Timing> {
         match &self.outcome {
             Outcome::Timed(t) => Some(t),

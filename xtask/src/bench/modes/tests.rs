@@ -95,13 +95,7 @@ fn every_suite_builds_valid_deterministic_problems() {
         assert_eq!(a.cases.len(), b.cases.len());
         for (x, y) in a.cases.iter().zip(&b.cases) {
             assert_eq!((&x.key, &x.problem, &x.draw), (&y.key, &y.problem, &y.draw));
-            x.problem
-                .validate()
-                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
-            x.draw
-                .host_tables()
-                .validate(&x.problem)
-                .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+            assert_valid(x);
             assert!(x.flops > 0.0, "{}", x.key);
             if let Some(base) = &x.data_from {
                 let base = a.cases.iter().find(|c| &c.key == base).unwrap();
@@ -185,11 +179,7 @@ fn the_suites_have_the_issues_shapes() {
     };
     assert_eq!((block_size, max_blocks_per_seq), (16, 512));
     let table = chunk.draw.block_table.as_ref().unwrap();
-    let mut seen = table.clone();
-    seen.sort();
-    seen.dedup();
-    assert_eq!(seen.len(), table.len(), "no block owned twice");
-    assert!(table.iter().all(|&b| (b as usize) < num_blocks));
+    assert_blocks_owned_once(table, num_blocks);
     assert_ne!(table[..8], [0, 1, 2, 3, 4, 5, 6, 7], "shuffled");
     let targets: Vec<Option<Target>> = pg
         .comparisons
@@ -219,16 +209,43 @@ fn the_suites_have_the_issues_shapes() {
     assert!((w.cases[0].flops / w.cases[2].flops - 1.0).abs() < 0.07);
 }
 
+/// The peer script's status in the fixtures: ran on an H100, nothing skipped.
+pub(crate) fn h100_peers() -> PeerStatus {
+    PeerStatus::Ran {
+        device: "NVIDIA H100 80GB HBM3".into(),
+        torch: "2.11.0+cu130".into(),
+        cudnn: Some("91900".into()),
+        skipped: vec![],
+    }
+}
+
+/// A case's problem and its drawn tables pass the core's checks.
+#[track_caller]
+pub(crate) fn assert_valid(x: &Case) {
+    x.problem
+        .validate()
+        .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+    x.draw
+        .host_tables()
+        .validate(&x.problem)
+        .unwrap_or_else(|e| panic!("{}: {e}", x.key));
+}
+
+/// A paged case's block table gives each block to one place at most, all below `num_blocks`.
+#[track_caller]
+pub(crate) fn assert_blocks_owned_once(table: &[i32], num_blocks: usize) {
+    let mut seen = table.to_vec();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), table.len(), "no block owned twice");
+    assert!(table.iter().all(|&b| (b as usize) < num_blocks));
+}
+
 fn timed(case: &str, imp: &str, source: Source, flops: f64, us: f64) -> ModeRow {
     let mut t = Timing::from_flops(flops, Some(us), None).unwrap();
     t.check = (source == Source::Flashcore).then(|| "ok 0.40 (512 rows)".to_string());
     t.repeats = 15;
-    ModeRow {
-        case: case.into(),
-        implementation: imp.into(),
-        source,
-        outcome: Outcome::Timed(t),
-    }
+    ModeRow::new(case, imp, source, Outcome::Timed(t))
 }
 
 /// A varlen report with every kind of row.
@@ -238,14 +255,14 @@ pub fn fixture() -> ModeReport {
     let (fv, fd) = (case_flops("varlen"), case_flops("dense-eq"));
     let rows = vec![
         timed("varlen", "persistent-hopper", Source::Flashcore, fv, 1100.0),
-        ModeRow {
-            case: "varlen".into(),
-            implementation: "scalar".into(),
-            source: Source::Flashcore,
-            outcome: Outcome::Unsupported {
+        ModeRow::new(
+            "varlen",
+            "scalar",
+            Source::Flashcore,
+            Outcome::Unsupported {
                 reason: "modes: varlen is not implemented".into(),
             },
-        },
+        ),
         timed(
             "dense-eq",
             "persistent-hopper",
@@ -253,14 +270,14 @@ pub fn fixture() -> ModeReport {
             fd,
             980.0,
         ),
-        ModeRow {
-            case: "dense-eq".into(),
-            implementation: "scalar".into(),
-            source: Source::Flashcore,
-            outcome: Outcome::Skipped {
+        ModeRow::new(
+            "dense-eq",
+            "scalar",
+            Source::Flashcore,
+            Outcome::Skipped {
                 reason: "--max-seconds-per-kernel (240 s) used up".into(),
             },
-        },
+        ),
         timed("padded", "sdpa_flash", Source::Peer, fv, 1500.0),
         timed("padded", "sdpa_cudnn", Source::Peer, fv, 1400.0),
         timed("dense-eq", "sdpa_cudnn", Source::Peer, fd, 1100.0),
@@ -272,12 +289,7 @@ pub fn fixture() -> ModeReport {
         suite: Suite::Varlen,
         device,
         settings,
-        peers: PeerStatus::Ran {
-            device: "NVIDIA H100 80GB HBM3".into(),
-            torch: "2.11.0+cu130".into(),
-            cudnn: Some("91900".into()),
-            skipped: vec![],
-        },
+        peers: h100_peers(),
         notes: p.notes.clone(),
         cases,
         rows,
