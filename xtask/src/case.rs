@@ -7,7 +7,7 @@ use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{Array4, Axis};
 
 use crate::inputs::{precision, random_tensor, to_layout};
-use crate::mode_case::ModeKeys;
+use crate::mode_case::{Draw, ModeInputs, ModeKeys};
 
 /// Whether cases parsed from a line without a `bi=` key are batch-invariant
 /// (`reliability --batch-invariant`).
@@ -93,6 +93,19 @@ impl Case {
             problem: p,
             data_seed: seed,
         })
+    }
+
+    /// A mode case ready to call: the problem with its drawn tables, and its storage-order
+    /// inputs.
+    pub fn with_mode_inputs(&self) -> (AttentionProblem, Draw, ModeInputs) {
+        let mut p = self.problem.clone();
+        let draw = crate::mode_case::apply(
+            &mut p,
+            &ModeKeys::from_modes(&self.problem.modes),
+            self.data_seed,
+        );
+        let inp = crate::mode_case::mode_inputs(&p, self.data_seed);
+        (p, draw, inp)
     }
 
     pub fn oracle_problem(&self) -> OracleProblem {
@@ -370,13 +383,7 @@ pub fn run_backward_case(
 /// A case with inference modes: storage-order inputs and tables, one host call, each sequence
 /// judged alone (`mode_case::judge`).
 fn run_mode_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome {
-    let mut p = case.problem.clone();
-    let draw = crate::mode_case::apply(
-        &mut p,
-        &ModeKeys::from_modes(&case.problem.modes),
-        case.data_seed,
-    );
-    let inp = crate::mode_case::mode_inputs(&p, case.data_seed);
+    let (p, draw, inp) = case.with_mode_inputs();
     let out = match flashcore::forward_host_modes(kernel, device, &p, inp.host_inputs(&draw)) {
         Ok(o) => o,
         Err(Error::Unsupported(u)) => return Outcome::Skipped(u.reason),

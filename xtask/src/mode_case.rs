@@ -286,18 +286,34 @@ impl Draw {
     }
 }
 
-/// Storage-order inputs of a mode case (see `flashcore::HostInputs`).
-pub struct ModeInputs {
-    pub q: ArrayD<f32>,
-    pub k: ArrayD<f32>,
-    pub v: ArrayD<f32>,
-    pub k_new: Option<ArrayD<f32>>,
-    pub v_new: Option<ArrayD<f32>>,
+/// Storage-order inputs of a mode case (see `flashcore::HostInputs`), in f32 or another element
+/// type.
+pub struct ModeInputs<E = f32> {
+    pub q: ArrayD<E>,
+    pub k: ArrayD<E>,
+    pub v: ArrayD<E>,
+    pub k_new: Option<ArrayD<E>>,
+    pub v_new: Option<ArrayD<E>>,
 }
 
-impl ModeInputs {
+impl<E> ModeInputs<E> {
+    /// Every element through `f` (by way of f32).
+    pub fn map<F: Clone>(&self, f: impl Fn(f32) -> F) -> ModeInputs<F>
+    where
+        E: Copy + Into<f32>,
+    {
+        let m = |a: &ArrayD<E>| a.mapv(|x| f(x.into()));
+        ModeInputs {
+            q: m(&self.q),
+            k: m(&self.k),
+            v: m(&self.v),
+            k_new: self.k_new.as_ref().map(m),
+            v_new: self.v_new.as_ref().map(m),
+        }
+    }
+
     /// The inputs with `draw`'s tables, as a host call takes them.
-    pub fn host_inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, f32> {
+    pub fn host_inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, E> {
         HostInputs {
             q: self.q.view(),
             k: self.k.view(),

@@ -485,6 +485,23 @@ pub fn parse_sweep(text: &str) -> Option<Sweep> {
     })
 }
 
+/// A sweep's shape: (batch, hq, hkv, sq, sk, causal, dtype index, layout).
+type SweepShape = (usize, usize, usize, usize, usize, bool, usize, Layout);
+
+/// The case of a sweep's `shape` at head dim `d`, in the dtype and layout the sweep picked for
+/// it, with data from `data_seed`.
+fn sweep_case(shape: &SweepShape, d: usize, dtype: DType, layout: Layout, data_seed: u64) -> Case {
+    let &(b, hq, hkv, sq, sk, causal, _, _) = shape;
+    Case {
+        problem: AttentionProblem::new(b, hq, sq, d)
+            .with_kv(hkv, sk)
+            .with_causal(causal)
+            .with_dtype(dtype)
+            .with_layout(layout),
+        data_seed,
+    }
+}
+
 /// The small sweep: a few shapes that reach every code path (single row and key, tails at
 /// tile sizes ± 1, causal with seq_q above and below seq_k, GQA, no keys, both dtypes and
 /// layouts), at one or two head dims. Racecheck gets the first six shapes at one head dim.
@@ -494,8 +511,7 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
     let dims = sweep_dims(&caps, race);
     let gqa = caps.gqa;
     let c = caps.causal;
-    // (batch, hq, hkv, sq, sk, causal, dtype index, layout)
-    let mut shapes = vec![
+    let mut shapes: Vec<SweepShape> = vec![
         (1, 2, if gqa { 1 } else { 2 }, 65, 130, c, 0, Layout::Bshd),
         (1, 2, 2, 130, 65, c, 1, Layout::Bhsd),
         (1, 2, 2, 1, 1, false, 0, Layout::Bshd),
@@ -511,20 +527,14 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
     }
     let mut out = Vec::new();
     for &d in &dims {
-        for (i, &(b, hq, hkv, sq, sk, causal, dt, layout)) in shapes.iter().enumerate() {
+        for (i, shape) in shapes.iter().enumerate() {
+            let (dt, layout) = (shape.6, shape.7);
             let dtype = if caps.dtypes.contains(&DType::ALL[dt % 2]) {
                 DType::ALL[dt % 2]
             } else {
                 caps.dtypes[0]
             };
-            out.push(Case {
-                problem: AttentionProblem::new(b, hq, sq, d)
-                    .with_kv(hkv, sk)
-                    .with_causal(causal)
-                    .with_dtype(dtype)
-                    .with_layout(layout),
-                data_seed: 500 + i as u64,
-            });
+            out.push(sweep_case(shape, d, dtype, layout, 500 + i as u64));
         }
         // Inference modes (docs/MODES.md) for kernels that take them: varlen with empty and
         // one-row sequences, paged and contiguous caches with appended rows, windows, softcap
@@ -576,8 +586,7 @@ pub fn backward_sweep_cases(caps: &Capabilities, tool: &str) -> Vec<Case> {
     let race = tool == "racecheck";
     let (gqa, c) = (caps.gqa, caps.causal);
     let kv = |hq: usize, group: usize| if gqa { hq / group } else { hq };
-    // (batch, hq, hkv, sq, sk, causal, dtype index, layout)
-    let mut shapes = vec![
+    let mut shapes: Vec<SweepShape> = vec![
         (1, 4, kv(4, 2), 65, 130, c, 0, Layout::Bshd),
         (1, 4, kv(4, 4), 130, 65, c, 1, Layout::Bhsd),
         (1, 2, 2, 1, 1, false, 0, Layout::Bshd),
@@ -591,21 +600,15 @@ pub fn backward_sweep_cases(caps: &Capabilities, tool: &str) -> Vec<Case> {
     }
     let mut out = Vec::new();
     for d in sweep_dims(caps, race) {
-        for (i, &(b, hq, hkv, sq, sk, causal, dt, layout)) in shapes.iter().enumerate() {
+        for (i, shape) in shapes.iter().enumerate() {
+            let (dt, layout) = (shape.6, shape.7);
             let dtype = caps.dtypes[dt % caps.dtypes.len()];
             let layout = if caps.layouts.contains(&layout) {
                 layout
             } else {
                 caps.layouts[0]
             };
-            out.push(Case {
-                problem: AttentionProblem::new(b, hq, sq, d)
-                    .with_kv(hkv, sk)
-                    .with_causal(causal)
-                    .with_dtype(dtype)
-                    .with_layout(layout),
-                data_seed: 800 + i as u64,
-            });
+            out.push(sweep_case(shape, d, dtype, layout, 800 + i as u64));
         }
     }
     out

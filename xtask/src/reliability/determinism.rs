@@ -12,47 +12,26 @@ use super::{dims_for, Args, Report, Res};
 pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     for k in kernels {
         let d = dims_for(k.as_ref(), &[128, 64])[0];
-        let p = AttentionProblem::new(8, 16, 1024, d)
-            .with_causal(k.capabilities().causal)
-            .with_batch_invariant(args.batch_invariant);
-        repeat(
-            dev,
-            k.as_ref(),
-            &p,
-            args.determinism_runs,
-            k.name().to_string(),
-            args,
-            report,
-        );
+        let p = AttentionProblem::new(8, 16, 1024, d).with_causal(k.capabilities().causal);
+        let mut trials = vec![(p, args.determinism_runs, k.name().to_string())];
         if k.name().contains("persistent") && args.persistent_runs > 0 {
             let d = dims_for(k.as_ref(), &[128])[0];
-            let p = AttentionProblem::new(4, 16, 8192, d)
-                .with_causal(true)
-                .with_batch_invariant(args.batch_invariant);
-            repeat(
-                dev,
-                k.as_ref(),
-                &p,
-                args.persistent_runs,
-                format!("{} (large)", k.name()),
-                args,
-                report,
-            );
+            let large = AttentionProblem::new(4, 16, 8192, d).with_causal(true);
+            trials.push((large, args.persistent_runs, format!("{} (large)", k.name())));
             // Decode: the split-KV plan (splits combined in order, no atomics) must be as
             // repeatable as the rest; one query, GQA 32:8, a 8192-key cache.
-            let p = AttentionProblem::new(8, 32, 1, d)
+            let decode = AttentionProblem::new(8, 32, 1, d)
                 .with_kv(8, 8192)
-                .with_dtype(flashcore::DType::Bf16)
-                .with_batch_invariant(args.batch_invariant);
-            repeat(
-                dev,
-                k.as_ref(),
-                &p,
+                .with_dtype(flashcore::DType::Bf16);
+            trials.push((
+                decode,
                 args.persistent_runs,
                 format!("{} (decode)", k.name()),
-                args,
-                report,
-            );
+            ));
+        }
+        for (p, runs, label) in trials {
+            let p = p.with_batch_invariant(args.batch_invariant);
+            repeat(dev, k.as_ref(), &p, runs, label, args, report);
         }
     }
 }

@@ -23,7 +23,7 @@ use ndarray::{s, ArrayD, Axis, IxDyn};
 use super::watchdog::step;
 use super::{Args, Report};
 use crate::case::Case;
-use crate::mode_case::{self, Draw, ModeInputs, ModeKeys};
+use crate::mode_case::{self, Draw, ModeInputs};
 
 pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     for k in kernels {
@@ -125,17 +125,6 @@ fn same_bits(what: &str, a: &HostOutputs, b: &HostOutputs) -> Result<(), String>
     Ok(())
 }
 
-fn prepared(case: &Case) -> (AttentionProblem, Draw, ModeInputs) {
-    let mut p = case.problem.clone();
-    let draw = mode_case::apply(
-        &mut p,
-        &ModeKeys::from_modes(&case.problem.modes),
-        case.data_seed,
-    );
-    let inp = mode_case::mode_inputs(&p, case.data_seed);
-    (p, draw, inp)
-}
-
 /// Every K/V storage row no sequence reads, as (storage index along the row axes): dense caches
 /// `[b, row]`, paged `[block, row]`.
 fn unread_rows(p: &AttentionProblem, draw: &Draw) -> Vec<(usize, usize)> {
@@ -167,7 +156,7 @@ fn unread_rows(p: &AttentionProblem, draw: &Draw) -> Vec<(usize, usize)> {
 }
 
 fn nan_padding(dev: &Device, k: &dyn Attention, case: &Case) -> Result<String, String> {
-    let (p, draw, clean) = prepared(case);
+    let (p, draw, clean) = case.with_mode_inputs();
     let rows = unread_rows(&p, &draw);
     let mut dirty = ModeInputs {
         q: clean.q.clone(),
@@ -224,7 +213,7 @@ fn contiguous_problem(p: &AttentionProblem) -> AttentionProblem {
 }
 
 fn paged_equals_contiguous(dev: &Device, k: &dyn Attention, case: &Case) -> Result<String, String> {
-    let (p, draw, inp) = prepared(case);
+    let (p, draw, inp) = case.with_mode_inputs();
     let a = run_inputs(dev, k, &p, &draw, &inp)?;
     let cp = contiguous_problem(&p);
     let cdraw = Draw {
@@ -250,7 +239,7 @@ fn prefix_sharing(dev: &Device, k: &dyn Attention, d: usize, seed: u64) -> Resul
         "b=3,hq=4,hkv=2,sq=1,sk=256,d={d},dtype=bf16,causal=1,cache=paged,bs=16,seed={seed}"
     );
     let case = Case::parse(&line).expect("parses");
-    let (p, mut draw, inp) = prepared(&case);
+    let (p, mut draw, inp) = case.with_mode_inputs();
     let KvStorage::Paged {
         max_blocks_per_seq, ..
     } = p.modes.kv
@@ -305,7 +294,7 @@ fn prefix_sharing(dev: &Device, k: &dyn Attention, d: usize, seed: u64) -> Resul
 
 /// Each sequence of a varlen batch against the oracle, by its rule.
 fn varlen_within_tolerance(dev: &Device, k: &dyn Attention, case: &Case) -> Result<String, String> {
-    let (p, draw, inp) = prepared(case);
+    let (p, draw, inp) = case.with_mode_inputs();
     let all = run_inputs(dev, k, &p, &draw, &inp)?;
     let v = mode_case::judge(&p, &draw, &inp, &all)?;
     Ok(format!(
@@ -315,7 +304,7 @@ fn varlen_within_tolerance(dev: &Device, k: &dyn Attention, case: &Case) -> Resu
 }
 
 fn varlen_equals_alone(dev: &Device, k: &dyn Attention, case: &Case) -> Result<String, String> {
-    let (p, draw, inp) = prepared(case);
+    let (p, draw, inp) = case.with_mode_inputs();
     let all = run_inputs(dev, k, &p, &draw, &inp)?;
     let cu_q = draw.cu_seqlens_q.as_ref().expect("varlen");
     let cu_k = draw.cu_seqlens_k.as_ref().expect("varlen");
@@ -369,7 +358,7 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
         "b=2,hq=4,hkv=2,sq=1,sk=64,d={d},dtype=bf16,cache=paged,bs=16,seed=3"
     ))
     .expect("parses");
-    let (p, draw, inp) = prepared(&case);
+    let (p, draw, inp) = case.with_mode_inputs();
     let mut bad_table = draw.block_table.clone().unwrap();
     bad_table[0] = 1 << 20; // block ids outside num_blocks
     let used = vec![64i32, 64];
@@ -428,7 +417,7 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
     }
     // And a bad cu_seqlens on the device.
     let vp = Case::parse(&format!("b=2,hq=2,sq=10,sk=10,d={d},varlen=1,seed=4")).expect("parses");
-    let (vprob, _, _) = prepared(&vp);
+    let (vprob, _, _) = vp.with_mode_inputs();
     let cu = stream
         .clone_htod(&[0i32, 12, 3])
         .map_err(|e| format!("{e:?}"))?;

@@ -26,7 +26,7 @@ use flashcore::cudarc::driver::{CudaSlice, CudaStream};
 use flashcore::host::{host_bits, nan_bits, storage_shapes};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceInfo, DeviceTables,
-    HostElement, HostInputs, HostOutputs,
+    HostElement, HostOutputs,
 };
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,7 +36,7 @@ use super::host::{mib, splitmix};
 use super::watchdog::{progress, step};
 use super::{dims_for, Args, Report, Res};
 use crate::case::Case;
-use crate::mode_case::{self, Draw, ModeKeys};
+use crate::mode_case::{Draw, ModeInputs};
 
 /// Problems every generation gets where it takes them: GQA, causal, decode, both layouts, no
 /// keys at all (the core's fill kernel).
@@ -228,72 +228,23 @@ pub(super) fn compare(reference: &Bits, got: &Bits) -> Result<(), String> {
     }
 }
 
-/// Storage-order host inputs of one element type.
-struct Arrays<E> {
-    q: ArrayD<E>,
-    k: ArrayD<E>,
-    v: ArrayD<E>,
-    k_new: Option<ArrayD<E>>,
-    v_new: Option<ArrayD<E>>,
-}
-
-impl<E> Arrays<E> {
-    fn map<F: Clone>(&self, f: impl Fn(f32) -> F) -> Arrays<F>
-    where
-        E: Copy + Into<f32>,
-    {
-        let m = |a: &ArrayD<E>| a.mapv(|x| f(x.into()));
-        Arrays {
-            q: m(&self.q),
-            k: m(&self.k),
-            v: m(&self.v),
-            k_new: self.k_new.as_ref().map(m),
-            v_new: self.v_new.as_ref().map(m),
-        }
-    }
-
-    fn inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, E> {
-        HostInputs {
-            q: self.q.view(),
-            k: self.k.view(),
-            v: self.v.view(),
-            k_new: self.k_new.as_ref().map(|a| a.view()),
-            v_new: self.v_new.as_ref().map(|a| a.view()),
-            tables: draw.host_tables(),
-        }
-    }
-}
-
 /// The problem's own 16-bit arrays.
 enum Native {
-    F16(Arrays<f16>),
-    Bf16(Arrays<bf16>),
+    F16(ModeInputs<f16>),
+    Bf16(ModeInputs<bf16>),
 }
 
 /// A mix case ready to call: the problem with its drawn tables, inputs in f32 and in the dtype.
 struct Prepared {
     p: AttentionProblem,
     draw: Draw,
-    f32: Arrays<f32>,
+    f32: ModeInputs<f32>,
     native: Native,
 }
 
 impl Prepared {
     fn new(case: &Case) -> Prepared {
-        let mut p = case.problem.clone();
-        let draw = mode_case::apply(
-            &mut p,
-            &ModeKeys::from_modes(&case.problem.modes),
-            case.data_seed,
-        );
-        let inp = mode_case::mode_inputs(&p, case.data_seed);
-        let f32 = Arrays {
-            q: inp.q,
-            k: inp.k,
-            v: inp.v,
-            k_new: inp.k_new,
-            v_new: inp.v_new,
-        };
+        let (p, draw, f32) = case.with_mode_inputs();
         // The values are already rounded to the dtype: the conversions are exact.
         let native = match p.dtype {
             DType::F16 => Native::F16(f32.map(f16::from_f32)),
@@ -312,9 +263,9 @@ fn run_host<E: HostElement>(
     k: &dyn Attention,
     dev: &Device,
     prep: &Prepared,
-    a: &Arrays<E>,
+    a: &ModeInputs<E>,
 ) -> Result<Bits, String> {
-    let out = flashcore::forward_host_modes(k, dev, &prep.p, a.inputs(&prep.draw))
+    let out = flashcore::forward_host_modes(k, dev, &prep.p, a.host_inputs(&prep.draw))
         .map_err(|e| e.to_string())?;
     Ok(Bits::of(prep.p.dtype, &out))
 }
@@ -702,14 +653,14 @@ mod tests {
         {
             let prep = Prepared::new(&m.case);
             let name = kernels[m.kernel].name();
-            flashcore::host::check_host_inputs(name, &prep.p, &prep.f32.inputs(&prep.draw))
+            flashcore::host::check_host_inputs(name, &prep.p, &prep.f32.host_inputs(&prep.draw))
                 .unwrap_or_else(|e| panic!("{}: {e}", m.case.to_arg()));
             let native = match &prep.native {
                 Native::F16(a) => {
-                    flashcore::host::check_host_inputs(name, &prep.p, &a.inputs(&prep.draw))
+                    flashcore::host::check_host_inputs(name, &prep.p, &a.host_inputs(&prep.draw))
                 }
                 Native::Bf16(a) => {
-                    flashcore::host::check_host_inputs(name, &prep.p, &a.inputs(&prep.draw))
+                    flashcore::host::check_host_inputs(name, &prep.p, &a.host_inputs(&prep.draw))
                 }
             };
             native.unwrap_or_else(|e| panic!("{}: {e}", m.case.to_arg()));
