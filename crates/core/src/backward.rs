@@ -28,7 +28,7 @@ use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMap
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
 use crate::problem::{AttentionProblem, TensorStrides};
-use crate::tensors::{TensorMut, TensorRef};
+use crate::tensors::{check_dtypes, check_lens, TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
 #[repr(C)]
@@ -153,30 +153,9 @@ pub fn check_backward_buffers(
     dtypes: [DType; 8],
 ) -> Result<(), InvalidProblem> {
     let exact = p.custom_strides.is_none();
-    for ((tensor, got), needed) in BACKWARD_BUFFERS
-        .into_iter()
-        .zip(lens)
-        .zip(backward_buffer_lens(p))
-    {
-        if got < needed || (exact && got != needed) {
-            return Err(InvalidProblem::LengthMismatch {
-                tensor,
-                got,
-                needed,
-            });
-        }
-    }
+    check_lens(BACKWARD_BUFFERS, lens, backward_buffer_lens(p), exact)?;
     let names = ["q", "k", "v", "o", "d_o", "dq", "dk", "dv"];
-    for (tensor, got) in names.into_iter().zip(dtypes) {
-        if got != p.dtype {
-            return Err(InvalidProblem::DTypeMismatch {
-                tensor,
-                got,
-                expected: p.dtype,
-            });
-        }
-    }
-    Ok(())
+    check_dtypes(names, dtypes, p.dtype)
 }
 
 /// The problem checks of a backward call beyond `AttentionProblem::validate`: dense problems
@@ -266,9 +245,8 @@ pub fn backward_on(
     let caps = kernel.capabilities();
     caps.check(kernel.name(), problem, device.info())?;
     let plan = kernel.plan_backward(problem, device.info())?;
-    let bytes = (caps.alignment_elems * 2) as u64;
-    if bytes > 2 {
-        let ptrs = [
+    crate::execute::check_aligned(kernel.name(), caps.alignment_elems, || {
+        [
             ("q", t.q.data.device_ptr(stream).0),
             ("k", t.k.data.device_ptr(stream).0),
             ("v", t.v.data.device_ptr(stream).0),
@@ -277,17 +255,8 @@ pub fn backward_on(
             ("dq", t.dq.data.device_ptr(stream).0),
             ("dk", t.dk.data.device_ptr(stream).0),
             ("dv", t.dv.data.device_ptr(stream).0),
-        ];
-        for (name, ptr) in ptrs {
-            if ptr % bytes != 0 {
-                return Err(Unsupported::new(
-                    kernel.name(),
-                    format!("{name} base address {ptr:#x} is not {bytes}-byte aligned"),
-                )
-                .into());
-            }
-        }
-    }
+        ]
+    })?;
     if problem.batch == 0 || problem.heads_q == 0 {
         return Ok(()); // nothing to write
     }

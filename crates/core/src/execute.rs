@@ -108,17 +108,28 @@ pub(crate) fn check_pointer_alignment(
     t: &AttentionTensors<'_>,
     stream: &cudarc::driver::CudaStream,
 ) -> Result<(), Unsupported> {
+    check_aligned(kernel, alignment_elems, || {
+        [
+            ("q", t.q.data.device_ptr(stream).0),
+            ("k", t.k.data.device_ptr(stream).0),
+            ("v", t.v.data.device_ptr(stream).0),
+            ("o", t.o.data.device_ptr(stream).0),
+        ]
+    })
+}
+
+/// Every (name, base address) that `ptrs` gives on a multiple of `alignment_elems` 16-bit
+/// elements; `ptrs` is not asked where any address will do.
+pub(crate) fn check_aligned<const N: usize>(
+    kernel: &'static str,
+    alignment_elems: usize,
+    ptrs: impl FnOnce() -> [(&'static str, u64); N],
+) -> Result<(), Unsupported> {
     let bytes = (alignment_elems * 2) as u64;
     if bytes <= 2 {
         return Ok(());
     }
-    let ptrs = [
-        ("q", t.q.data.device_ptr(stream).0),
-        ("k", t.k.data.device_ptr(stream).0),
-        ("v", t.v.data.device_ptr(stream).0),
-        ("o", t.o.data.device_ptr(stream).0),
-    ];
-    for (name, ptr) in ptrs {
+    for (name, ptr) in ptrs() {
         if ptr % bytes != 0 {
             return Err(Unsupported::new(
                 kernel,

@@ -113,11 +113,19 @@ pub fn check_buffers(
     // a packed batch for its largest size); plain dense tensors must match exactly.
     let exact = p.custom_strides.is_none() && p.modes.is_dense();
     let needed = [p.q_len(), p.k_len(), p.v_len(), p.o_len(), p.lse_len()];
-    for ((tensor, got), needed) in ["q", "k", "v", "o", "lse"]
-        .into_iter()
-        .zip(lens)
-        .zip(needed)
-    {
+    check_lens(["q", "k", "v", "o", "lse"], lens, needed, exact)?;
+    check_dtypes(["q", "k", "v", "o"], dtypes, p.dtype)
+}
+
+/// The elements of each named buffer against what the problem `needed`: the first one short
+/// (or, `exact`, of any other length) is the error.
+pub(crate) fn check_lens<const N: usize>(
+    names: [&'static str; N],
+    lens: [usize; N],
+    needed: [usize; N],
+    exact: bool,
+) -> Result<(), InvalidProblem> {
+    for ((tensor, got), needed) in names.into_iter().zip(lens).zip(needed) {
         if got < needed || (exact && got != needed) {
             return Err(InvalidProblem::LengthMismatch {
                 tensor,
@@ -126,12 +134,21 @@ pub fn check_buffers(
             });
         }
     }
-    for (tensor, got) in ["q", "k", "v", "o"].into_iter().zip(dtypes) {
-        if got != p.dtype {
+    Ok(())
+}
+
+/// Each named tensor's dtype tag against the problem's: the first that differs is the error.
+pub(crate) fn check_dtypes<const N: usize>(
+    names: [&'static str; N],
+    dtypes: [DType; N],
+    expected: DType,
+) -> Result<(), InvalidProblem> {
+    for (tensor, got) in names.into_iter().zip(dtypes) {
+        if got != expected {
             return Err(InvalidProblem::DTypeMismatch {
                 tensor,
                 got,
-                expected: p.dtype,
+                expected,
             });
         }
     }

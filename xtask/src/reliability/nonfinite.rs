@@ -176,32 +176,32 @@ fn nonfinite_one(
             }
         }
     }
-    let mut why = Vec::new();
-    if nan_as_empty > 0 {
-        why.push(format!(
-            "{nan_as_empty} rows NaN in the reference come back as no-key rows (LSE = +inf)"
-        ));
-    }
-    if nan_as_finite > 0 {
-        why.push(format!(
-            "{nan_as_finite} rows NaN in the reference come back with a finite LSE"
-        ));
-    }
-    if leak_v > 0 {
-        why.push(format!(
-            "{leak_v} values NaN where the reference is finite, in rows with a NaN/Inf in the V row of a masked key (0 * NaN in P*V: masked keys must take no part)"
-        ));
-    }
-    if leak_k > 0 {
-        why.push(format!(
-            "{leak_k} values NaN where the reference is finite, in rows with a NaN/Inf in the K row of a masked key (the mask must replace the score, not add to it)"
-        ));
-    }
-    if leak_other > 0 {
-        why.push(format!(
-            "{leak_other} values NaN where the reference is finite (not explained by masked keys)"
-        ));
-    }
+    let mut why: Vec<String> = [
+        (
+            nan_as_empty,
+            "rows NaN in the reference come back as no-key rows (LSE = +inf)",
+        ),
+        (
+            nan_as_finite,
+            "rows NaN in the reference come back with a finite LSE",
+        ),
+        (
+            leak_v,
+            "values NaN where the reference is finite, in rows with a NaN/Inf in the V row of a masked key (0 * NaN in P*V: masked keys must take no part)",
+        ),
+        (
+            leak_k,
+            "values NaN where the reference is finite, in rows with a NaN/Inf in the K row of a masked key (the mask must replace the score, not add to it)",
+        ),
+        (
+            leak_other,
+            "values NaN where the reference is finite (not explained by masked keys)",
+        ),
+    ]
+    .into_iter()
+    .filter(|&(n, _)| n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
     if why.is_empty() {
         why.push(format!(
             "{} O values NaN in the reference but not in the kernel",

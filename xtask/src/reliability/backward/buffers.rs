@@ -194,17 +194,7 @@ impl BwdBuffers {
         }
         let p = &self.p;
         let dense = p.custom_strides.is_none();
-        let need = [
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-            p.o_len(),
-            p.o_len(),
-            p.lse_len(),
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-        ];
+        let need = flashcore::backward::backward_buffer_lens(p);
         let off = self.off;
         // Dense problems need exact lengths; strided views take the rest of their buffer.
         let range = |i: usize, len: usize| {
