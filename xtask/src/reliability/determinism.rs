@@ -36,6 +36,36 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
     }
 }
 
+/// Runs 1 to `runs - 1` of a determinism check (`run`) against run 0 (`first`): `differing`
+/// counts the elements of two runs' outputs that are not bit-identical. An error says how many
+/// runs differed, the first, and the most elements one differed in.
+pub(super) fn same_every_run<T>(
+    p: &AttentionProblem,
+    runs: usize,
+    first: &T,
+    mut run: impl FnMut() -> std::result::Result<T, String>,
+    differing: impl Fn(&T, &T) -> usize,
+) -> std::result::Result<(), String> {
+    let (mut differing_runs, mut worst, mut first_run) = (0usize, 0usize, None);
+    for i in 1..runs {
+        progress();
+        let n = differing(&run()?, first);
+        if n > 0 {
+            differing_runs += 1;
+            worst = worst.max(n);
+            first_run.get_or_insert(i);
+        }
+    }
+    if differing_runs > 0 {
+        return Err(format!(
+            "{differing_runs} of {} runs differ from run 0 (first: run {}, up to {worst} elements) on {p}",
+            runs - 1,
+            first_run.unwrap()
+        ));
+    }
+    Ok(())
+}
+
 fn repeat(
     dev: &Device,
     k: &dyn Attention,
@@ -75,32 +105,21 @@ fn repeat(
                 "first run left {unwritten} output elements NaN (unwritten)"
             ));
         }
-        let (mut differing_runs, mut worst, mut first) = (0usize, 0usize, None);
-        for run in 1..runs {
-            progress();
-            let (o, l) = c.run(k, dev).map_err(e)?;
-            if o != o0
-                || l.iter()
-                    .map(|x| x.to_bits())
-                    .ne(l0.iter().map(|x| x.to_bits()))
-            {
-                differing_runs += 1;
-                let n = o.iter().zip(&o0).filter(|(a, b)| a != b).count()
+        let first = (o0, l0);
+        same_every_run(
+            p,
+            runs,
+            &first,
+            || c.run(k, dev).map_err(e),
+            |(o, l), (o0, l0)| {
+                o.iter().zip(o0).filter(|(a, b)| a != b).count()
                     + l.iter()
-                        .zip(&l0)
+                        .zip(l0)
                         .filter(|(a, b)| a.to_bits() != b.to_bits())
-                        .count();
-                worst = worst.max(n);
-                first.get_or_insert(run);
-            }
-        }
-        if differing_runs > 0 {
-            return Err(format!(
-                "{differing_runs} of {} runs differ from run 0 (first: run {}, up to {worst} elements) on {p}",
-                runs - 1,
-                first.unwrap()
-            ));
-        }
+                        .count()
+            },
+        )?;
+        let (o0, l0) = first;
         Ok(format!(
             "{runs} runs bit-identical (O {} + LSE {} elements) on {p}",
             o0.len(),

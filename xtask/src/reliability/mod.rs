@@ -235,6 +235,77 @@ impl Report {
     }
 }
 
+/// The cases of a padded-against-dense check: how many ran, how many the kernel does not take,
+/// and the first six failures (then "...").
+#[derive(Default)]
+struct PaddedTally {
+    ran: usize,
+    skipped: usize,
+    fails: Vec<String>,
+}
+
+impl PaddedTally {
+    /// One case: `Ok(true)` ran and agreed, `Ok(false)` not taken, `Err` a failure, told as
+    /// "`name`: why".
+    fn count(&mut self, outcome: Result<bool, String>, name: impl FnOnce() -> String) {
+        match outcome {
+            Ok(true) => self.ran += 1,
+            Ok(false) => self.skipped += 1,
+            Err(m) => {
+                self.ran += 1;
+                if self.fails.len() < 6 {
+                    self.fails.push(format!("{}: {m}", name()));
+                } else if self.fails.len() == 6 {
+                    self.fails.push("...".into());
+                }
+            }
+        }
+    }
+
+    /// The check's line: SKIP where nothing ran, PASS saying `passed` of the count that ran
+    /// (with ", N unsupported" appended where some were not taken), else FAIL with the failures.
+    fn report(
+        self,
+        report: &mut Report,
+        check: &'static str,
+        kernel: &str,
+        passed: impl FnOnce(usize) -> String,
+        t: Instant,
+    ) {
+        let PaddedTally {
+            ran,
+            skipped,
+            fails,
+        } = self;
+        if ran == 0 {
+            report.add(
+                check,
+                kernel,
+                Res::Skip,
+                format!("{skipped} cases unsupported"),
+                t,
+            );
+        } else if fails.is_empty() {
+            let unsupported = if skipped > 0 {
+                format!(", {skipped} unsupported")
+            } else {
+                String::new()
+            };
+            report.add(
+                check,
+                kernel,
+                Res::Pass,
+                format!("{}{unsupported}", passed(ran)),
+                t,
+            );
+        } else {
+            let failed = fails.iter().filter(|f| *f != "...").count();
+            let detail = format!("{failed}+ of {ran} differ: {}", fails.join("; "));
+            report.add(check, kernel, Res::Fail, detail, t);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels and problems, shared by the checks
 

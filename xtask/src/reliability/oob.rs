@@ -9,7 +9,7 @@ use flashcore::{
 use super::device::{upload, DevCase};
 use super::host::{is_nan_bits, offset, padding_sentinel, Synth};
 use super::watchdog::{progress, step};
-use super::{dims_for, heads_for, Args, Report, Res};
+use super::{dims_for, heads_for, Args, PaddedTally, Report};
 
 /// Tail lengths: 1 and tile sizes 16/32/64/128(/192) ± 1.
 const TAILS: &[usize] = &[1, 15, 17, 31, 33, 63, 65, 127, 129, 191, 193];
@@ -30,8 +30,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         let (hq, hkv) = heads_for(k.as_ref());
         let mut shapes: Vec<(usize, usize)> = TAILS.iter().map(|&n| (n, n)).collect();
         shapes.extend_from_slice(CROSS);
-        let (mut ran, mut skipped) = (0usize, 0usize);
-        let mut fails: Vec<String> = Vec::new();
+        let mut tally = PaddedTally::default();
         let mut i = 0u64;
         for d in dims_for(k.as_ref(), &[64, 128]) {
             for &(sq, sk) in &shapes {
@@ -48,60 +47,29 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
                             .with_causal(causal)
                             .with_dtype(dtype)
                             .with_layout(Layout::Bhsd);
-                        let name = format!(
-                            "sq={sq} sk={sk} d={d} {dtype}{}{}",
-                            if causal { " causal" } else { "" },
-                            if cols {
-                                " rows+cols padded"
-                            } else {
-                                " rows padded"
-                            }
-                        );
-                        match oob_one(dev, k.as_ref(), &p, cols, args.seed ^ i) {
-                            Ok(true) => ran += 1,
-                            Ok(false) => skipped += 1,
-                            Err(m) => {
-                                ran += 1;
-                                if fails.len() < 6 {
-                                    fails.push(format!("{name}: {m}"));
-                                } else if fails.len() == 6 {
-                                    fails.push("...".into());
+                        let outcome = oob_one(dev, k.as_ref(), &p, cols, args.seed ^ i);
+                        tally.count(outcome, || {
+                            format!(
+                                "sq={sq} sk={sk} d={d} {dtype}{}{}",
+                                if causal { " causal" } else { "" },
+                                if cols {
+                                    " rows+cols padded"
+                                } else {
+                                    " rows padded"
                                 }
-                            }
-                        }
+                            )
+                        });
                     }
                 }
             }
         }
-        let failed = fails.iter().filter(|f| *f != "...").count();
-        if ran == 0 {
-            report.add(
-                "oob",
-                k.name(),
-                Res::Skip,
-                format!("{skipped} cases unsupported"),
-                t,
-            );
-        } else if fails.is_empty() {
-            report.add(
-                "oob",
-                k.name(),
-                Res::Pass,
-                format!(
-                    "{ran} padded runs bit-identical to dense (tails 1..193 at tiles ±1, causal and not, NaN past seq/head_dim/base), no writes into padding{}",
-                    if skipped > 0 { format!(", {skipped} unsupported") } else { String::new() }
-                ),
-                t,
-            );
-        } else {
-            report.add(
-                "oob",
-                k.name(),
-                Res::Fail,
-                format!("{failed}+ of {ran} differ: {}", fails.join("; ")),
-                t,
-            );
-        }
+        tally.report(
+            report,
+            "oob",
+            k.name(),
+            |ran| format!("{ran} padded runs bit-identical to dense (tails 1..193 at tiles ±1, causal and not, NaN past seq/head_dim/base), no writes into padding"),
+            t,
+        );
     }
 }
 

@@ -7,8 +7,9 @@ use flashcore::{AttentionBackward, AttentionProblem, Capabilities, Device, Error
 
 use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
 use super::CHECK;
+use crate::reliability::determinism::same_every_run;
 use crate::reliability::host::count_nan_bits;
-use crate::reliability::watchdog::{progress, step};
+use crate::reliability::watchdog::step;
 use crate::reliability::{dims_in, Args, Report, Res};
 
 /// GQA (8:2) and causal where the kernel takes them, 700 rows and keys (several key tiles of
@@ -64,26 +65,17 @@ pub(super) fn determinism(
                 "first run left {unwritten} gradient elements NaN (unwritten)"
             ));
         }
-        let (mut differing_runs, mut worst, mut first_run) = (0usize, 0usize, None);
-        for run in 1..runs {
-            progress();
-            let g = c.run(k, dev).map_err(e)?;
-            if g != first {
-                differing_runs += 1;
-                let n: usize = (0..3)
+        same_every_run(
+            p,
+            runs,
+            &first,
+            || c.run(k, dev).map_err(e),
+            |g, first| {
+                (0..3)
                     .map(|i| g[i].iter().zip(&first[i]).filter(|(a, b)| a != b).count())
-                    .sum();
-                worst = worst.max(n);
-                first_run.get_or_insert(run);
-            }
-        }
-        if differing_runs > 0 {
-            return Err(format!(
-                "{differing_runs} of {} runs differ from run 0 (first: run {}, up to {worst} elements) on {p}",
-                runs - 1,
-                first_run.unwrap()
-            ));
-        }
+                    .sum()
+            },
+        )?;
         Ok(Some(format!(
             "{runs} runs bit-identical (dQ {} + dK {} + dV {} elements, NaN-poisoned before each) on {p}",
             first[0].len(),

@@ -11,7 +11,7 @@ use super::placement::{compare_padded, Padding};
 use super::CHECK;
 use crate::reliability::host::{count_nan_bits, padding_sentinel};
 use crate::reliability::watchdog::{progress, step};
-use crate::reliability::{dims_in, Args, Report, Res};
+use crate::reliability::{dims_in, Args, PaddedTally, Report};
 
 const GRADS: [&str; 3] = ["dQ", "dK", "dV"];
 
@@ -85,58 +85,25 @@ pub(super) fn nan_padding(
     let label = format!("{} [nan-padding]", k.name());
     let t = Instant::now();
     let _s = step(format!("{CHECK} {label}"), args.step_timeout);
-    let (mut ran, mut skipped) = (0usize, 0usize);
-    let mut fails: Vec<String> = Vec::new();
+    let mut tally = PaddedTally::default();
     for (i, p) in padding_problems(&k.capabilities()).iter().enumerate() {
         progress();
-        match padding_one(dev, k, p, i, args.seed.wrapping_add(900 + i as u64)) {
-            Ok(true) => ran += 1,
-            Ok(false) => skipped += 1,
-            Err(m) => {
-                ran += 1;
-                if fails.len() < 6 {
-                    fails.push(format!("{p}: {m}"));
-                } else if fails.len() == 6 {
-                    fails.push("...".into());
-                }
-            }
-        }
+        let outcome = padding_one(dev, k, p, i, args.seed.wrapping_add(900 + i as u64));
+        tally.count(outcome, || p.to_string());
     }
-    let failed = fails.iter().filter(|f| *f != "...").count();
-    let unsupported = if skipped > 0 {
-        format!(", {skipped} unsupported")
-    } else {
-        String::new()
-    };
-    if ran == 0 {
-        report.add(
-            CHECK,
-            &label,
-            Res::Skip,
-            format!("{skipped} cases unsupported"),
-            t,
-        );
-    } else if fails.is_empty() {
-        report.add(
-            CHECK,
-            &label,
-            Res::Pass,
+    tally.report(
+        report,
+        CHECK,
+        &label,
+        |ran| {
             format!(
                 "{ran} padded runs bit-identical to dense (tails 1..257, seq_k 0, causal and not, \
                  NaN past seq/head_dim/heads/base in Q, K, V, O, dO, LSE), no gradient padding \
-                 written{unsupported}"
-            ),
-            t,
-        );
-    } else {
-        report.add(
-            CHECK,
-            &label,
-            Res::Fail,
-            format!("{failed}+ of {ran} differ: {}", fails.join("; ")),
-            t,
-        );
-    }
+                 written"
+            )
+        },
+        t,
+    );
 }
 
 /// One padded-versus-dense comparison. Ok(false): the kernel (or its forward) does not take
