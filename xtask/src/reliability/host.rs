@@ -157,11 +157,16 @@ pub(super) fn is_nan_bits(dtype: DType, b: u16) -> bool {
 }
 
 pub(super) fn count_nan_bits(dtype: DType, bits: &[u16]) -> usize {
+    count_where(bits, |b| is_nan_bits(dtype, b))
+}
+
+/// The elements of `bits` that `pred` holds for, counted in chunks on every core.
+fn count_where(bits: &[u16], pred: impl Fn(u16) -> bool + Copy + Send) -> usize {
     let per = bits.len().div_ceil(threads()).max(1 << 16);
     std::thread::scope(|s| {
         let hs: Vec<_> = bits
             .chunks(per)
-            .map(|c| s.spawn(move || c.iter().filter(|&&b| is_nan_bits(dtype, b)).count()))
+            .map(|c| s.spawn(move || c.iter().filter(|&&b| pred(b)).count()))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     })
@@ -185,14 +190,7 @@ pub(super) fn is_nonfinite_bits(dtype: DType, b: u16) -> bool {
 }
 
 pub(super) fn count_nonfinite_bits(dtype: DType, bits: &[u16]) -> usize {
-    let per = bits.len().div_ceil(threads()).max(1 << 16);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = bits
-            .chunks(per)
-            .map(|c| s.spawn(move || c.iter().filter(|&&b| is_nonfinite_bits(dtype, b)).count()))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).sum()
-    })
+    count_where(bits, |b| is_nonfinite_bits(dtype, b))
 }
 
 /// The element offset of logical (b, h, s, 0) under `st`.
