@@ -33,7 +33,7 @@
 //! decode tile, each sequence is routed by its own query count ([`Route`]): the decode-shaped
 //! ones here, the rest to the persistent kernel, in two launches of one plan.
 
-use crate::env::{parse_number, Env};
+use crate::env::{parse_number, Env, Overridable};
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
 /// Kernel file and entry points.
@@ -115,15 +115,7 @@ pub struct DecodeConfig {
     pub chunk_tiles: Option<usize>,
 }
 
-impl DecodeConfig {
-    pub fn from_env() -> Result<Self, String> {
-        Self::read(Env::process())
-    }
-
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        Self::read(Env::new(&lookup))
-    }
-
+impl Overridable for DecodeConfig {
     fn read(env: Env) -> Result<Self, String> {
         let mut c = DecodeConfig::default();
         let mode = |v: &str| match v.trim() {

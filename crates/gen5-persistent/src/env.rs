@@ -76,6 +76,23 @@ impl<'a> Env<'a> {
     }
 }
 
+/// Tunables a plan reads from `FLASHCORE_*` overrides: from the process environment, or (tests,
+/// A/B tools) through a lookup.
+pub trait Overridable: Sized {
+    /// The defaults with the overrides `env` sets applied; `Err` names a value not taken.
+    fn read(env: Env) -> Result<Self, String>;
+
+    /// [`Overridable::read`] from the process environment.
+    fn from_env() -> Result<Self, String> {
+        Self::read(Env::process())
+    }
+
+    /// [`Overridable::read`] with `lookup(name)` as each variable's value (`None`: unset).
+    fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::read(Env::new(&lookup))
+    }
+}
+
 /// `0|1|on|off|true|false|yes|no`, white space around it ignored.
 pub fn parse_flag(v: &str) -> Option<bool> {
     match v.trim() {

@@ -13,7 +13,7 @@ use flashcore_core::{
     Swizzle, TensorMapSpec, Unsupported,
 };
 
-use crate::env::Env;
+use crate::env::{Env, Overridable};
 use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
@@ -124,16 +124,7 @@ pub struct BackwardTuning {
     pub query_rows: Option<usize>,
 }
 
-impl BackwardTuning {
-    pub fn from_env() -> Result<Self, String> {
-        Self::read(Env::process())
-    }
-
-    /// [`Self::from_env`] with the variables read through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        Self::read(Env::new(&lookup))
-    }
-
+impl Overridable for BackwardTuning {
     fn read(env: Env) -> Result<Self, String> {
         let number = |var: &str, allowed: &dyn Fn(usize) -> bool| {
             env.number(var, allowed, |v| format!("{var}={v:?} is not allowed"))

@@ -11,7 +11,7 @@ use super::smem::{
     barrier_area_bytes, cluster_exchange_bytes, key_split_exchange_bytes, smem_bytes_with_tiles,
     BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
 };
-use crate::env::{parse_number, Env};
+use crate::env::{parse_number, Env, Overridable};
 
 /// Keys per K/V tile at D = 128 without causal masking ([`HopperConfig::wide_noncausal`]).
 pub const WIDE_BLOCK_N: usize = 176;
@@ -147,17 +147,8 @@ impl Default for HopperConfig {
     }
 }
 
-impl HopperConfig {
-    /// The default with the `FLASHCORE_HOPPER_*` environment overrides applied.
-    pub fn from_env() -> Result<Self, String> {
-        Self::read(Env::process())
-    }
-
-    /// `lookup(name)` returns the override for `FLASHCORE_HOPPER_<name>` (unset: `None`).
-    pub fn from_overrides(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        Self::read(Env::new(&lookup))
-    }
-
+/// The default with the `FLASHCORE_HOPPER_*` overrides applied.
+impl Overridable for HopperConfig {
     fn read(env: Env) -> Result<Self, String> {
         let mut c = Self::default();
         let flag = |name: &str| env.flag(name, |v| format!("{name}={v}: expected 0 or 1"));
@@ -258,7 +249,9 @@ impl HopperConfig {
         }
         Ok(c)
     }
+}
 
+impl HopperConfig {
     /// Key-range splits per item for a problem of `items` work items whose longest item has
     /// `max_key_tiles` key tiles (forced, off, or [`auto_splits`]). The smem epilogue variant has
     /// no split path, so it never splits on its own.

@@ -25,7 +25,7 @@ use flashcore_core::problem::AttentionProblem;
 use flashcore_core::ModeSupport;
 use flashcore_core::{DeviceInfo, Unsupported};
 
-use crate::env::Env;
+use crate::env::{Env, Overridable};
 
 pub mod config;
 pub mod heuristics;

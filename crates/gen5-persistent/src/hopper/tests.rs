@@ -26,7 +26,7 @@ fn plans_on_h100() {
 }
 
 fn overrides(pairs: &'static [(&'static str, &'static str)]) -> Result<HopperConfig, String> {
-    HopperConfig::from_overrides(|name| {
+    HopperConfig::from_lookup(|name| {
         pairs
             .iter()
             .find(|(k, _)| *k == name)
@@ -517,7 +517,7 @@ fn head_dim_128_non_causal_takes_176_key_tiles() {
             "{p}"
         );
     }
-    let forced = HopperConfig::from_overrides(|name| {
+    let forced = HopperConfig::from_lookup(|name| {
         (name == "FLASHCORE_HOPPER_BLOCK_N").then(|| "128".to_string())
     })
     .unwrap();
@@ -717,7 +717,7 @@ fn split_override() {
         Some(1)
     );
     for bad in ["0", "-1", "x", "", "129", "2.5"] {
-        let e = HopperConfig::from_overrides(|name| {
+        let e = HopperConfig::from_lookup(|name| {
             (name == "FLASHCORE_HOPPER_SPLITS").then(|| bad.to_string())
         })
         .unwrap_err();
@@ -793,20 +793,18 @@ fn dynamic_schedule_past_one_round_only() {
     assert_eq!(define_names(&plan), one_round_defines());
     assert_eq!(plan.workspace_f32, 0);
     // Forced off / on through the environment lookup.
-    let off = HopperConfig::from_overrides(|n| {
-        (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "0".to_string())
-    })
-    .unwrap();
+    let off =
+        HopperConfig::from_lookup(|n| (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "0".to_string()))
+            .unwrap();
     let big = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
     let plan = PersistentHopper.plan_with(&off, &big, &dev).unwrap();
     assert_eq!((define_names(&plan).len(), plan.workspace_f32), (7, 0));
-    let on = HopperConfig::from_overrides(|n| {
-        (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "1".to_string())
-    })
-    .unwrap();
+    let on =
+        HopperConfig::from_lookup(|n| (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "1".to_string()))
+            .unwrap();
     let plan = PersistentHopper.plan_with(&on, &p, &dev).unwrap();
     assert_eq!(plan.workspace_counters, DYNAMIC_COUNTER_WORDS);
-    assert!(HopperConfig::from_overrides(|n| {
+    assert!(HopperConfig::from_lookup(|n| {
         (n == "FLASHCORE_HOPPER_DYNAMIC").then(|| "maybe".to_string())
     })
     .is_err());
