@@ -167,15 +167,9 @@ impl Overridable for HopperConfig {
         if let Some(v) = flag("FLASHCORE_HOPPER_PINGPONG")? {
             c.pingpong = v;
         }
-        if let Some(v) = flag("FLASHCORE_HOPPER_DYNAMIC")? {
-            c.dynamic = Some(v);
-        }
-        if let Some(v) = flag("FLASHCORE_HOPPER_HEAD_MAJOR")? {
-            c.head_major = Some(v);
-        }
-        if let Some(v) = flag("FLASHCORE_HOPPER_SMEM_EPILOGUE")? {
-            c.smem_epilogue = Some(v);
-        }
+        c.dynamic = flag("FLASHCORE_HOPPER_DYNAMIC")?;
+        c.head_major = flag("FLASHCORE_HOPPER_HEAD_MAJOR")?;
+        c.smem_epilogue = flag("FLASHCORE_HOPPER_SMEM_EPILOGUE")?;
         if let Some(v) = number("FLASHCORE_HOPPER_STAGES", &[2, 3, 4])? {
             c.stages = v;
         }
@@ -186,37 +180,27 @@ impl Overridable for HopperConfig {
         if let Some(v) = flag("FLASHCORE_HOPPER_WIDE_NONCAUSAL")? {
             c.wide_noncausal = v;
         }
-        if let Some(v) = flag("FLASHCORE_HOPPER_PDL")? {
-            c.programmatic_launch = Some(v);
-        }
-        if let Some(v) = flag("FLASHCORE_HOPPER_PREFETCH")? {
-            c.prefetch = Some(v);
-        }
+        c.programmatic_launch = flag("FLASHCORE_HOPPER_PDL")?;
+        c.prefetch = flag("FLASHCORE_HOPPER_PREFETCH")?;
         if let Some(v) = flag("FLASHCORE_HOPPER_TRACE")? {
             c.trace = v;
         }
-        if let Some(v) = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")? {
-            c.wg_key_split = Some(v);
-        }
-        if let Some(v) = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")? {
-            c.cluster_key_split = Some(v);
-        }
-        if let Some(mb) = env.number(
-            "FLASHCORE_HOPPER_L2_SECTION_MB",
-            |mb| (1..=1024).contains(&mb),
-            |v| format!("FLASHCORE_HOPPER_L2_SECTION_MB={v}: expected 1..=1024"),
-        )? {
-            c.l2_section_bytes = Some((mb as u64) << 20);
-        }
+        c.wg_key_split = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")?;
+        c.cluster_key_split = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")?;
+        c.l2_section_bytes = env
+            .number(
+                "FLASHCORE_HOPPER_L2_SECTION_MB",
+                |mb| (1..=1024).contains(&mb),
+                |v| format!("FLASHCORE_HOPPER_L2_SECTION_MB={v}: expected 1..=1024"),
+            )?
+            .map(|mb| (mb as u64) << 20);
         if let Some(v) = number("FLASHCORE_HOPPER_Q_STAGES", &[1, 2])? {
             c.q_stages = v;
         }
         if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_REGS", &[232, 240])? {
             c.consumer_regs = v;
         }
-        if let Some(v) = number("FLASHCORE_HOPPER_CONSUMER_WGS", &[2, 3])? {
-            c.consumer_wgs = Some(v);
-        }
+        c.consumer_wgs = number("FLASHCORE_HOPPER_CONSUMER_WGS", &[2, 3])?;
         // A count, or `auto`: Some(n) or None.
         let splits = |v: &str| match v.trim() {
             "auto" => Some(None),
