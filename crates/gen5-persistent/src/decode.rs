@@ -33,7 +33,7 @@
 //! decode tile, each sequence is routed by its own query count ([`Route`]): the decode-shaped
 //! ones here, the rest to the persistent kernel, in two launches of one plan.
 
-use crate::env::{parse_number, Env, Overridable};
+use crate::env::{Env, Overridable};
 use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
 
 /// Kernel file and entry points.
@@ -152,14 +152,7 @@ impl Overridable for DecodeConfig {
                 )
             },
         )?;
-        // `sweep`, or a count: Some(None) or Some(Some(n)).
-        let splits = |v: &str| match v.trim() {
-            "sweep" => Some(None),
-            n => parse_number(n)
-                .filter(|n| (1..=MAX_SPLITS).contains(n))
-                .map(Some),
-        };
-        match env.parse("FLASHCORE_DECODE_SPLITS", splits, |v| {
+        match env.count_or("FLASHCORE_DECODE_SPLITS", "sweep", MAX_SPLITS, |v| {
             format!(
                 "FLASHCORE_DECODE_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} or sweep"
             )

@@ -64,6 +64,22 @@ impl<'a> Env<'a> {
         self.parse(name, |v| parse_number(v).filter(|&n| allowed(n)), refuse)
     }
 
+    /// A count in `1..=max`, or the word `word`: `Some(Some(n))` for a count, `Some(None)` for the
+    /// word (the split counts' `auto` and `sweep`).
+    pub fn count_or(
+        &self,
+        name: &str,
+        word: &str,
+        max: usize,
+        refuse: impl FnOnce(&str) -> String,
+    ) -> Result<Option<Option<usize>>, String> {
+        let count_or_word = |v: &str| match v.trim() {
+            w if w == word => Some(None),
+            n => parse_number(n).filter(|n| (1..=max).contains(n)).map(Some),
+        };
+        self.parse(name, count_or_word, refuse)
+    }
+
     /// A flag where any other value counts as unset: the debugging switches, and the portable
     /// forward's overrides, which have never refused a value.
     pub fn flag_or_unset(&self, name: &str) -> Option<bool> {

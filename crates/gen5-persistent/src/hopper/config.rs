@@ -11,7 +11,7 @@ use super::smem::{
     barrier_area_bytes, cluster_exchange_bytes, key_split_exchange_bytes, smem_bytes_with_tiles,
     BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
 };
-use crate::env::{parse_number, Env, Overridable};
+use crate::env::{Env, Overridable};
 
 /// Keys per K/V tile at D = 128 without causal masking ([`HopperConfig::wide_noncausal`]).
 pub const WIDE_BLOCK_N: usize = 176;
@@ -201,14 +201,7 @@ impl Overridable for HopperConfig {
             c.consumer_regs = v;
         }
         c.consumer_wgs = number("FLASHCORE_HOPPER_CONSUMER_WGS", &[2, 3])?;
-        // A count, or `auto`: Some(n) or None.
-        let splits = |v: &str| match v.trim() {
-            "auto" => Some(None),
-            n => parse_number(n)
-                .filter(|n| (1..=MAX_SPLITS).contains(n))
-                .map(Some),
-        };
-        match env.parse("FLASHCORE_HOPPER_SPLITS", splits, |v| {
+        match env.count_or("FLASHCORE_HOPPER_SPLITS", "auto", MAX_SPLITS, |v| {
             format!(
                 "FLASHCORE_HOPPER_SPLITS={v}: expected a split count in 1..={MAX_SPLITS} \
                  (1 never splits) or `auto`"
