@@ -410,7 +410,7 @@ pub fn run(
     let selected = move || {
         flashcore::kernels()
             .into_iter()
-            .filter(move |k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
+            .filter(move |k| crate::select::picked(only, k.name()))
     };
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         enter_variant(pass, VARIANT_ENV);
@@ -463,7 +463,7 @@ pub fn run(
     let backward_selected = || {
         flashcore::backward_kernels()
             .into_iter()
-            .filter(|k| only.is_none_or(|names| names.iter().any(|n| n == k.name())))
+            .filter(|k| crate::select::picked(only, k.name()))
     };
     for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
         enter_variant(pass, BACKWARD_VARIANT_ENV);

@@ -2,6 +2,11 @@
 
 use anyhow::{bail, Result};
 
+/// Whether `--kernels` (`names`, every kernel without a list) picks the kernel called `name`.
+pub fn picked(names: Option<&[String]>, name: &str) -> bool {
+    names.is_none_or(|names| names.iter().any(|n| n == name))
+}
+
 /// The kernels of `all` named in `names` (every one without a list), in `all`'s order (the
 /// facade's: fastest first) whatever order they were named in. A name that is in neither list is
 /// an error that says what is compiled in; `also_known` are names another pass of the same
@@ -28,7 +33,7 @@ pub fn named<K: ?Sized>(
     }
     Ok(all
         .into_iter()
-        .filter(|k| names.iter().any(|n| n == name(k)))
+        .filter(|k| picked(Some(names), name(k)))
         .collect())
 }
 

@@ -31,11 +31,7 @@ pub(super) fn run(dev: &Device, _forward: &[Box<dyn Attention>], args: &Args, re
     let compiled_in = names.join(", ");
     let kernels: Vec<&Box<dyn AttentionBackward>> = all
         .iter()
-        .filter(|k| {
-            args.kernels
-                .as_ref()
-                .is_none_or(|n| n.iter().any(|x| x == k.name()))
-        })
+        .filter(|k| crate::select::picked(args.kernels.as_deref(), k.name()))
         .collect();
     if kernels.is_empty() {
         report.add(

@@ -250,11 +250,7 @@ impl Subject {
 fn forward_subjects(opts: &Options) -> Result<Vec<Subject>> {
     let kernels: Vec<Box<dyn Attention>> = flashcore::kernels()
         .into_iter()
-        .filter(|k| {
-            opts.kernels
-                .as_ref()
-                .is_none_or(|names| names.iter().any(|n| n == k.name()))
-        })
+        .filter(|k| crate::select::picked(opts.kernels.as_deref(), k.name()))
         .collect();
     if kernels.is_empty() {
         let names: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
