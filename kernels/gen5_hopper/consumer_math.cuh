@@ -110,8 +110,9 @@ __device__ __forceinline__ float row_natural_lse(float l, float m, const KeyRang
 
 // Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
 // Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
-// factors alpha[2] the old O rows must be multiplied by. -inf rows stay finite: a row whose max
-// is still -inf uses 0 as its shift, so every p is exp2(-inf) = 0 and alpha = 0 (O is 0 anyway).
+// factors alpha[2] the old O rows must be multiplied by (exactly 1 where the max did not move).
+// -inf rows stay finite: a row whose max is still -inf uses 0 as its shift, so every p is
+// exp2(-inf) = 0 and alpha = 0 (O is 0 anyway).
 // Not online_softmax.cuh's online_softmax_update, on purpose: that one takes scores already in the
 // log2 domain (a multiply per score first) and rescales O inside; this one takes the raw wgmma
 // accumulators, keeps the max in raw units and folds the scale into each exponent's FMA (one FFMA
@@ -133,7 +134,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         shift[r] = (mx[r] == -INFINITY) ? 0.f : mx[r] * scale_log2;
-        alpha[r] = (m[r] == -INFINITY) ? 0.f : exp2f(m[r] * scale_log2 - shift[r]);  // O, l are 0 then
+        // An unchanged max rescales by exactly 1: exp2f(m*c - shift) contracts to an FMA whose
+        // result is m*c's rounding error, not 0, and a row would then get other bits from each
+        // key tile that leaves its max alone (e.g. the fully masked tiles past a causal row's
+        // diagonal that a taller q tile walks), so its output would follow the tile height.
+        alpha[r] = (m[r] == -INFINITY) ? 0.f : (mx[r] == m[r]) ? 1.f : exp2f(m[r] * scale_log2 - shift[r]);
         m[r] = mx[r];
     }
     float sum[2] = {0.f, 0.f};

@@ -11,8 +11,9 @@ use flashcore_persistent::{PersistentHopper, PersistentPortable};
 
 /// Defines that only schedule work, stage memory or size the ring: they move no value. The
 /// shared-memory epilogue is here too (each row's arithmetic is the same code in either), and so
-/// is the warpgroup count without causal masking ([`arithmetic`]); the `batchinv` check's dense
-/// scenarios run them against each other on the GPU.
+/// is the warpgroup count (the q tile's height: the key tiles a causal tile walks past a row's
+/// diagonal leave its max alone, and the consumer rescales an unchanged max by exactly 1); the
+/// `batchinv` check's dense scenarios run them against each other on the GPU.
 const SCHEDULE_ONLY: &[&str] = &[
     "FC_HOPPER_DYNAMIC",
     "FC_HOPPER_HEAD_MAJOR",
@@ -20,6 +21,7 @@ const SCHEDULE_ONLY: &[&str] = &[
     "FC_HOPPER_PREFETCH",
     "FC_HOPPER_SMEM_EPILOGUE",
     "FC_HOPPER_CONSUMER_REGS",
+    "FC_HOPPER_CONSUMER_WGS",
     "FC_HOPPER_Q_STAGES",
     "FC_HOPPER_STAGES",
     "FC_HOPPER_SPREAD_PAGES",
@@ -36,19 +38,14 @@ const SCHEDULE_ONLY: &[&str] = &[
 ];
 
 /// What of a plan decides the arithmetic: each launch's kernel and its value-moving defines.
-/// Under causal masking the q tile's height does too (a row walks the key tiles its tile's last
-/// row needs, each a rescale that is not exactly 1): the warpgroup count counts then.
-fn arithmetic(plan: &LaunchPlan, causal: bool) -> Vec<(String, Vec<(String, String)>)> {
+fn arithmetic(plan: &LaunchPlan) -> Vec<(String, Vec<(String, String)>)> {
     plan.launches
         .iter()
         .map(|l| {
             let mut d: Vec<(String, String)> = l
                 .defines
                 .iter()
-                .filter(|(k, _)| {
-                    !SCHEDULE_ONLY.contains(&k.as_str())
-                        && (causal || k != "FC_HOPPER_CONSUMER_WGS")
-                })
+                .filter(|(k, _)| !SCHEDULE_ONLY.contains(&k.as_str()))
                 .cloned()
                 .collect();
             d.sort();
@@ -120,11 +117,11 @@ fn dense_plans_sum_every_row_alike_whatever_the_batch_and_the_gpu() {
         for d in [64, 128] {
             for causal in [false, true] {
                 for (heads, seq) in [(8, 512), (16, 2048), (8, 128)] {
-                    let first = arithmetic(&plans(k, &dense(1, heads, seq, d, causal))[0], causal);
+                    let first = arithmetic(&plans(k, &dense(1, heads, seq, d, causal))[0]);
                     for batch in [1, 2, 4, 7, 64, 256] {
                         for plan in plans(k, &dense(batch, heads, seq, d, causal)) {
                             assert_eq!(
-                                arithmetic(&plan, causal),
+                                arithmetic(&plan),
                                 first,
                                 "{} B={batch} H={heads} S={seq} D={d} causal {causal}",
                                 k.name()
@@ -144,8 +141,8 @@ fn the_default_mode_does_not_promise_it() {
     let many = dense(64, 8, 512, 64, false).with_batch_invariant(false);
     let dev = DeviceInfo::synthetic_h100();
     assert_ne!(
-        arithmetic(&PersistentHopper.plan(&one, &dev).unwrap(), false),
-        arithmetic(&PersistentHopper.plan(&many, &dev).unwrap(), false)
+        arithmetic(&PersistentHopper.plan(&one, &dev).unwrap()),
+        arithmetic(&PersistentHopper.plan(&many, &dev).unwrap())
     );
 }
 
@@ -183,12 +180,12 @@ fn varlen_plans_match_the_dense_plan_of_one_sequence() {
 fn decode_chunks_follow_the_keys_not_the_batch() {
     let cfg = DecodeConfig::default();
     for keys in [1, 64, 2048, 2049, 8192, 32768] {
-        let first = arithmetic(&plans(&PersistentHopper, &paged_decode(1, keys))[0], false);
+        let first = arithmetic(&plans(&PersistentHopper, &paged_decode(1, keys))[0]);
         for batch in [1, 7, 64, 256] {
             let p = paged_decode(batch, keys);
             assert!(decode::takes(&p, &cfg));
             for plan in plans(&PersistentHopper, &p) {
-                assert_eq!(arithmetic(&plan, false), first, "B={batch} keys={keys}");
+                assert_eq!(arithmetic(&plan), first, "B={batch} keys={keys}");
                 // The split count covers the most chunks a sequence of this capacity has.
                 let want = decode::max_chunks_within(
                     decode::visited_tiles_bound(&p),

@@ -250,7 +250,7 @@ impl HopperConfig {
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         if problem.batch_invariant {
             return self
-                .batch_invariant(problem)
+                .batch_invariant()
                 .for_any_batch(problem, sm_count);
         }
         self.for_any_batch(problem, sm_count)
@@ -264,21 +264,16 @@ impl HopperConfig {
     /// problem that could take it (see `modes_dynamic` below), so a
     /// sequence gets it alone and inside a varlen batch alike.
     ///
-    /// Under causal masking the q tile's height matters too: a row walks the key tiles its
-    /// tile's last row needs, and a tile that leaves its max unchanged still rescales it by
-    /// `exp2(m·c − round(m·c))`, not exactly 1. Three warpgroups (192-row tiles) follow the
-    /// item count, so causal problems keep two (`docs/results/2026-11-28-batch-invariance-h200`:
-    /// three against two differed in 28 O and 940 LSE elements of a causal D = 64 sequence).
-    fn batch_invariant(&self, problem: &AttentionProblem) -> HopperConfig {
-        let consumer_wgs = match self.consumer_wgs {
-            None if problem.causal => Some(2),
-            wgs => wgs,
-        };
+    /// The q tile's height (two or three warpgroups, which follows the item count) moves no bit:
+    /// under causal masking a taller tile walks key tiles past some of its rows' diagonals, and
+    /// those leave the row max unchanged, which the consumer rescales by exactly 1
+    /// (`consumer_math.cuh`). Before that rule three warpgroups against two differed in 28 O and
+    /// 940 LSE elements of a causal D = 64 sequence (`docs/results/2026-11-28-batch-invariance-h200`).
+    fn batch_invariant(&self) -> HopperConfig {
         HopperConfig {
             wg_key_split: Some(false),
             cluster_key_split: Some(false),
             auto_split: false,
-            consumer_wgs,
             ..*self
         }
     }
