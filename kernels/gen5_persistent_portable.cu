@@ -33,7 +33,7 @@
 //   SMEM_BYTES = QS * T(BM) + 2 * STAGES * T(BN) + 256 (crates/gen5-persistent/src/portable.rs
 //   repeats it)
 //
-// Defines: FC_HEAD_DIM (64 | 128, required); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
+// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
 // FC_PORTABLE_BLOCK_N (keys per K/V tile, 64 | 128; default 64); FC_PORTABLE_STAGES (K/V ring
 // depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
 // (16-wide Q slices held in registers, the rest re-read per K tile; default D / 16);
@@ -66,10 +66,11 @@
 #include "common/kv_rows.cuh"
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=64 or 128"
+#error "compile with -DFC_HEAD_DIM=32, 64, 96, 128, 160, 192, 224 or 256"
 #endif
-#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
-#error "gen5_persistent_portable supports FC_HEAD_DIM 64 and 128"
+// Multiples of 32 up to 256: the swizzled tile (common/smem_layout.cuh) takes rows of 4k chunks.
+#if FC_HEAD_DIM % 32 != 0 || FC_HEAD_DIM < 32 || FC_HEAD_DIM > 256
+#error "gen5_persistent_portable supports FC_HEAD_DIM 32, 64, 96, 128, 160, 192, 224 and 256"
 #endif
 #ifndef FC_PORTABLE_WARPS
 #define FC_PORTABLE_WARPS 8
@@ -284,7 +285,12 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     const int bh_total = opaque(p.batch) * p.heads_q;
     const int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
     // K + V KiB one q head streams (a GQA group shares them): 2 * seq_k * D * sizeof(elem_t).
-    const unsigned kv_kib = (unsigned)(seq_k > 0 ? seq_k : 1) / (1024 / (4 * D)) / qpk;
+    unsigned kv_kib;
+    if constexpr (1024 % (4 * D) == 0) {
+        kv_kib = (unsigned)(seq_k > 0 ? seq_k : 1) / (1024 / (4 * D)) / qpk;
+    } else {  // (D = 96, 160, 192, 224: 4D does not divide a KiB)
+        kv_kib = (unsigned)((unsigned long long)(seq_k > 0 ? seq_k : 1) * (4 * D) / 1024) / qpk;
+    }
     int g = (int)(((unsigned)(FC_PORTABLE_L2_SECTION_BYTES >> 10)) / (kv_kib > 0 ? kv_kib : 1u));
     if (g < 1) g = 1;
     if (g > bh_total) g = bh_total;
@@ -341,16 +347,19 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
 // operand mapping, held across the K/V loop) are what does not fit next to Q (32), O (64) and
 // S (32).
 //
-// A lane's ldmatrix address for 16-wide slice ds of a SwizzledTile<D> (D = 64 or 128: 8 or 16
-// chunks per row, physical chunk = chunk ^ (row % 8)) is
+// A lane's ldmatrix address for 16-wide slice ds of a SwizzledTile<D> with D a multiple of 64
+// (8k chunks per row, physical chunk = chunk ^ (row % 8)) is
 //     row * 2D + 16 * ((2 ds + half) ^ (row % 8))
 // and, writing ds = 4 c + j (j < 4), (2 ds + half) ^ (row % 8) = 8 c + (2 j + half) ^ (row % 8),
 // whose bits 1-2 are j ^ ((row % 8) / 2) and bit 0 is half ^ (row & 1). So
 //     address(ds) = (address(0) ^ (32 j)) + 128 c
 // as long as the tile base has address bits 5 and 6 clear (it is 128-byte aligned) and row * 2D
-// has too (2D is a multiple of 128). One register per operand (the lane's slice-0 address) plus
-// one XOR per distinct j per tile replaces the four offsets. Rows further down by a multiple of 16
-// (the n16 blocks of K and V) keep row % 8 and only add a constant.
+// has too (2D is a multiple of 128). With D = 64 k + 32 (4-chunk swizzle period, physical chunk =
+// chunk ^ ((row / 2) % 4)) the same argument over a period of 2 slices gives
+//     address(ds) = (address(0) ^ (32 j)) + 64 c,  ds = 2 c + j (j < 2),
+// as row * 2D has bit 5 clear (2D is a multiple of 64). One register per operand (the lane's
+// slice-0 address) plus one XOR per distinct j per tile replaces the offsets. Rows further down by
+// a multiple of 16 (the n16 blocks of K and V) keep the swizzle's row bits and only add a constant.
 //
 // Which lane addresses which row: Q (A operand) and V (B operand through .trans) use the A-style
 // mapping (lane_row_a / lane_chunk_a, identical to lane_row_v / lane_chunk_v), K the K-style one
@@ -359,7 +368,10 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
 __device__ __forceinline__ unsigned lane_slice0(int row, int chunk) { return 2u * (unsigned)Tile::offset(row, chunk); }
 
 __device__ __forceinline__ unsigned slice_address(unsigned lane_addr, int ds, int row_shift) {
-    return (lane_addr ^ (unsigned)(32 * (ds % 4))) + (unsigned)(128 * (ds / 4)) + (unsigned)(row_shift * D * 2);
+    constexpr int kSlices = Tile::kSlicesPerPeriod;           // 4, or 2 when D % 64 == 32
+    constexpr int kPeriodBytes = 16 * Tile::kPeriodChunks;   // 128, or 64
+    return (lane_addr ^ (unsigned)(32 * (ds % kSlices))) + (unsigned)(kPeriodBytes * (ds / kSlices)) +
+           (unsigned)(row_shift * D * 2);
 }
 
 // Q fragments of slices 0 .. kQRegs-1 of each of the warp's m16 row tiles (held in registers for

@@ -246,6 +246,7 @@ pub fn run(
     dump_ptx: Option<&std::path::Path>,
     compare_ptx: Option<&std::path::Path>,
     only: Option<&[String]>,
+    head_dims: Option<&[usize]>,
 ) -> Result<Vec<Row>> {
     if let Some(names) = only {
         let mut known: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
@@ -415,6 +416,12 @@ pub fn run(
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         enter_variant(pass, VARIANT_ENV);
         let caps = kernel.capabilities();
+        let representative_head_dims = |h: &HeadDims| -> Vec<usize> {
+            representative_head_dims(h)
+                .into_iter()
+                .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
+                .collect()
+        };
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
             for &dtype in caps.dtypes {
@@ -468,6 +475,12 @@ pub fn run(
     for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
         enter_variant(pass, BACKWARD_VARIANT_ENV);
         let caps = kernel.capabilities();
+        let representative_head_dims = |h: &HeadDims| -> Vec<usize> {
+            representative_head_dims(h)
+                .into_iter()
+                .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
+                .collect()
+        };
         for &(cc, arch, smem_limit) in ARCHES {
             let dev = synthetic_device(cc, smem_limit);
             for &dtype in caps.dtypes {

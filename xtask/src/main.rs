@@ -84,6 +84,9 @@ enum Command {
         /// the builds that changed: e.g. to show an edit left the dense builds alone.
         #[arg(long)]
         compare_ptx: Option<PathBuf>,
+        /// Only builds at these head dims (comma-separated), e.g. while sizing a new one.
+        #[arg(long, value_delimiter = ',')]
+        head_dims: Option<Vec<usize>>,
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas, nvcc + nvvm) into the cache, if no toolkit is found.
     InstallCuda,
@@ -117,11 +120,12 @@ fn main() -> ExitCode {
                 match pass {
                     verify::Pass::Fwd => verify::oracle_self_check()
                         .map(|n| println!("oracle self-check: {n} problems consistent"))
-                        .and_then(|_| check_kernels::run(None, None, None, None).map(|_| ())),
+                        .and_then(|_| check_kernels::run(None, None, None, None, None).map(|_| ())),
                     verify::Pass::Bwd => verify::oracle_backward_self_check()
                         .map(|n| println!("oracle backward self-check: {n} problems consistent"))
                         .and_then(|_| {
-                            check_kernels::run(None, None, None, kernels.as_deref()).map(|_| ())
+                            check_kernels::run(None, None, None, kernels.as_deref(), None)
+                                .map(|_| ())
                         }),
                 }
             }
@@ -150,11 +154,13 @@ fn main() -> ExitCode {
             dump_ptx,
             kernels,
             compare_ptx,
+            head_dims,
         } => check_kernels::run(
             json.as_deref(),
             dump_ptx.as_deref(),
             compare_ptx.as_deref(),
             kernels.as_deref(),
+            head_dims.as_deref(),
         )
         .map(|_| ()),
         Command::InstallCuda => cuda_wheels::install(),

@@ -54,6 +54,10 @@ pub struct Args {
     pub logs: PathBuf,
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Head dims the sweeps run at, in place of 64 and 128, where the kernel takes them
+    /// (racecheck takes the first).
+    #[arg(long, value_delimiter = ',')]
+    pub head_dims: Option<Vec<usize>>,
     /// Internal: run the small sweep in this process (what each sanitizer run executes).
     #[arg(long, hide = true)]
     pub inner: bool,
@@ -317,7 +321,14 @@ impl Cell {
 }
 
 /// compute-sanitizer's arguments for one (tool, pass, kernel) child, this binary's path first.
-fn child_args(exe: &Path, tool: &str, pass: Pass, kernel: &str, device: usize) -> Vec<String> {
+fn child_args(
+    exe: &Path,
+    tool: &str,
+    pass: Pass,
+    kernel: &str,
+    device: usize,
+    head_dims: Option<&[usize]>,
+) -> Vec<String> {
     let mut v: Vec<String> = ["--tool", tool, "--error-exitcode"]
         .into_iter()
         .map(String::from)
@@ -342,6 +353,10 @@ fn child_args(exe: &Path, tool: &str, pass: Pass, kernel: &str, device: usize) -
         .map(String::from),
     );
     v.extend(["--device".to_string(), device.to_string()]);
+    if let Some(dims) = head_dims {
+        let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+        v.extend(["--head-dims".to_string(), dims.join(",")]);
+    }
     v
 }
 
@@ -354,10 +369,17 @@ fn run_one(
     args: &Args,
 ) -> Cell {
     let mut cmd = Command::new(sanitizer);
-    cmd.args(child_args(exe, tool, pass, kernel, args.device))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(child_args(
+        exe,
+        tool,
+        pass,
+        kernel,
+        args.device,
+        args.head_dims.as_deref(),
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return Cell::Failed(format!("spawning {}: {e}", sanitizer.display())),
@@ -505,10 +527,10 @@ fn sweep_case(shape: &SweepShape, d: usize, dtype: DType, layout: Layout, data_s
 /// The small sweep: a few shapes that reach every code path (single row and key, tails at
 /// tile sizes ± 1, causal with seq_q above and below seq_k, GQA, no keys, both dtypes and
 /// layouts), at one or two head dims. Racecheck gets the first six shapes at one head dim.
-pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
+pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -> Vec<Case> {
     let caps = k.capabilities();
     let race = tool == "racecheck";
-    let dims = sweep_dims(&caps, race);
+    let dims = sweep_dims(&caps, race, head_dims);
     let gqa = caps.gqa;
     let c = caps.causal;
     let mut shapes: Vec<SweepShape> = vec![
@@ -562,11 +584,13 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str) -> Vec<Case> {
     out
 }
 
-/// Head dims of a sweep: 64 and 128 where taken, else the first representative; racecheck
-/// (slow) one.
-fn sweep_dims(caps: &Capabilities, race: bool) -> Vec<usize> {
-    let mut dims: Vec<usize> = [64usize, 128]
-        .into_iter()
+/// Head dims of a sweep: those asked for (`--head-dims`), else 64 and 128, where taken; else the
+/// first representative; racecheck (slow) one.
+fn sweep_dims(caps: &Capabilities, race: bool, head_dims: Option<&[usize]>) -> Vec<usize> {
+    let mut dims: Vec<usize> = head_dims
+        .unwrap_or(&[64, 128])
+        .iter()
+        .copied()
         .filter(|d| caps.head_dims.contains(*d))
         .collect();
     if dims.is_empty() {
@@ -582,7 +606,11 @@ fn sweep_dims(caps: &Capabilities, race: bool) -> Vec<usize> {
 /// The small backward sweep: GQA and causal with tails past tile sizes, causal with seq_q above
 /// seq_k (rows with no key) and below it, a single row and key, no keys, both dtypes and
 /// layouts. Racecheck gets the first five shapes at one head dim.
-pub fn backward_sweep_cases(caps: &Capabilities, tool: &str) -> Vec<Case> {
+pub fn backward_sweep_cases(
+    caps: &Capabilities,
+    tool: &str,
+    head_dims: Option<&[usize]>,
+) -> Vec<Case> {
     let race = tool == "racecheck";
     let (gqa, c) = (caps.gqa, caps.causal);
     let kv = |hq: usize, group: usize| if gqa { hq / group } else { hq };
@@ -599,7 +627,7 @@ pub fn backward_sweep_cases(caps: &Capabilities, tool: &str) -> Vec<Case> {
         shapes.truncate(5);
     }
     let mut out = Vec::new();
-    for d in sweep_dims(caps, race) {
+    for d in sweep_dims(caps, race, head_dims) {
         for (i, shape) in shapes.iter().enumerate() {
             let (dt, layout) = (shape.6, shape.7);
             let dtype = caps.dtypes[dt % caps.dtypes.len()];
@@ -658,7 +686,7 @@ fn inner(args: &Args) -> Result<()> {
             .filter(|k| names.iter().any(|n| n == k.name()))
         {
             let label = row_label(Pass::Bwd, k.name());
-            for case in backward_sweep_cases(&k.capabilities(), &tool) {
+            for case in backward_sweep_cases(&k.capabilities(), &tool, args.head_dims.as_deref()) {
                 let t = Instant::now();
                 match run_backward_case(k.as_ref(), &dev, &case) {
                     BwdOutcome::Pass(v) => tally.pass(&label, &case, v.ratio, t),
@@ -686,7 +714,7 @@ fn inner_forward(args: &Args, tool: &str, dev: &Device, tally: &mut Tally) {
         .into_iter()
         .filter(|k| names.iter().any(|n| n == k.name()))
     {
-        for case in sweep_cases(k.as_ref(), tool) {
+        for case in sweep_cases(k.as_ref(), tool, args.head_dims.as_deref()) {
             let t = Instant::now();
             match run_case(k.as_ref(), dev, &case) {
                 Outcome::Pass(v) => tally.pass(k.name(), &case, v.ratio, t),
@@ -772,8 +800,8 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
     #[test]
     fn every_generation_has_a_small_sweep() {
         for k in flashcore::kernels() {
-            let full = sweep_cases(k.as_ref(), "memcheck");
-            let race = sweep_cases(k.as_ref(), "racecheck");
+            let full = sweep_cases(k.as_ref(), "memcheck", None);
+            let race = sweep_cases(k.as_ref(), "racecheck", None);
             assert!(
                 !full.is_empty() && !race.is_empty() && race.len() < full.len(),
                 "{}",
@@ -799,8 +827,8 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
         assert!(!kernels.is_empty());
         for k in kernels {
             let caps = k.capabilities();
-            let full = backward_sweep_cases(&caps, "memcheck");
-            let race = backward_sweep_cases(&caps, "racecheck");
+            let full = backward_sweep_cases(&caps, "memcheck", None);
+            let race = backward_sweep_cases(&caps, "racecheck", None);
             assert!(!race.is_empty() && race.len() < full.len(), "{}", k.name());
             for c in full.iter().chain(&race) {
                 flashcore::backward::validate_backward(&c.problem).unwrap();
@@ -825,14 +853,14 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
     #[test]
     fn children_name_their_pass_and_kernels_are_selected_per_pass() {
         let exe = Path::new("/x/xtask");
-        let a = child_args(exe, "memcheck", Pass::Bwd, "scalar", 1);
+        let a = child_args(exe, "memcheck", Pass::Bwd, "scalar", 1, None);
         let joined = a.join(" ");
         assert!(joined.starts_with("--tool memcheck --error-exitcode 86"));
         assert!(joined.contains("--leak-check full"));
         assert!(joined.ends_with(
             "/x/xtask sanitize --inner --pass bwd --kernels scalar --tool memcheck --device 1"
         ));
-        let r = child_args(exe, "racecheck", Pass::Fwd, "tile64", 0).join(" ");
+        let r = child_args(exe, "racecheck", Pass::Fwd, "tile64", 0, None).join(" ");
         assert!(r.contains("--pass fwd --kernels tile64 --tool racecheck") && !r.contains("leak"));
         assert_eq!(row_label(Pass::Bwd, "scalar"), "scalar (bwd)");
         assert_eq!(row_label(Pass::Fwd, "scalar"), "scalar");

@@ -22,7 +22,7 @@ pub mod portable;
 
 pub use backward::PortableAtomicBackward;
 use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, LaunchPlan, Unsupported,
+    Attention, AttentionProblem, Capabilities, DeviceInfo, LaunchPlan, Unsupported,
 };
 pub use hopper::PersistentHopper;
 pub use portable::PersistentPortable;
@@ -49,9 +49,7 @@ impl Attention for Persistent {
 
     fn capabilities(&self) -> Capabilities {
         // The union of the two paths is the portable one's (the Hopper path takes a subset).
-        let mut c = PersistentPortable.capabilities();
-        c.head_dims = HeadDims::List(&[64, 128]);
-        c
+        PersistentPortable.capabilities()
     }
 
     fn plan(

@@ -29,8 +29,17 @@ const NAME: &str = "persistent-portable";
 const SOURCE: &str = "gen5_persistent_portable.cu";
 const ENTRY: &str = "attention_persistent_portable";
 
-/// Head dims the kernel is compiled for (FC_HEAD_DIM).
-pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// Head dims the kernel is compiled for (FC_HEAD_DIM): FlashAttention-2's instances, every
+/// multiple of 32 up to 256 (the swizzled tile takes rows of 4k 16-byte chunks).
+pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 160, 192, 224, 256];
+/// Above this head dim O (D / 2 f32 per thread) and S no longer fit the 168 registers a 9- or
+/// 10-warp SM leaves: the plan takes one CTA of at most 7 consumer warps (255 registers).
+pub const MAX_HEAD_DIM_168_REGISTERS: usize = 128;
+/// Consumer warps above [`MAX_HEAD_DIM_168_REGISTERS`], tried in this order with 64-key then
+/// 32-key tiles until Q and a 2-stage K/V ring fit the device's shared memory.
+pub const WIDE_HEAD_DIM_WARPS: &[usize] = &[7, 4];
+/// Registers the Q slices of a wide head dim may take beside O and S ([`default_q_slices`]).
+pub const WIDE_HEAD_DIM_REGISTER_PLAN: usize = 184;
 /// Consumer warps per CTA by default before Hopper (FC_PORTABLE_WARPS): 16 query rows each, so
 /// 128-row items.
 pub const WARPS: usize = 8;
@@ -207,10 +216,17 @@ pub fn choose_config(
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
     let hopper = device.compute_capability >= (9, 0);
-    let default_warps = match (hopper, head_dim) {
-        (true, 128) => WARPS_SM90_D128,
-        (true, _) => WARPS_SM90,
-        (false, _) => WARPS,
+    let wide = head_dim > MAX_HEAD_DIM_168_REGISTERS;
+    let wide_layout = if wide {
+        Some(wide_head_dim_layout(head_dim, modes, device, ov)?)
+    } else {
+        None
+    };
+    let default_warps = match (hopper, head_dim, wide_layout) {
+        (_, _, Some((warps, _))) => warps,
+        (true, 96 | 128, _) => WARPS_SM90_D128,
+        (true, _, _) => WARPS_SM90,
+        (false, _, _) => WARPS,
     };
     let warps = ov.warps.unwrap_or(default_warps);
     if !(1..=8).contains(&warps) {
@@ -231,9 +247,10 @@ pub fn choose_config(
     // of 64-key tiles at every D = 64 ladder shape (docs/results/2026-11-23-portable-ab-h100).
     // D = 128, 7 warps: S + O + all of Q fit in the 255-register budget (ptxas: 240), +10 % over
     // 64-key tiles (docs/results/2026-11-23-portable-d128-h100).
-    let default_block_n = match (hopper, head_dim, warps) {
-        (true, 64, 4) if !modes && !batch_invariant => 128,
-        (true, 128, 7) => 128,
+    let default_block_n = match (hopper, head_dim, warps, wide_layout) {
+        (_, _, _, Some((_, block_n))) => block_n,
+        (true, 32 | 64, 4, _) if !modes && !batch_invariant => 128,
+        (true, 96 | 128, 7, _) => 128,
         _ => BLOCK_N,
     };
     let block_n = ov.block_n.unwrap_or(default_block_n);
@@ -245,7 +262,9 @@ pub fn choose_config(
     }
     // With 4 consumer warps the CTA is 160 threads and two share an SM; with 3, two CTAs make
     // 8 warps per SM (2 per sub-partition: up to 255 registers per thread).
-    let ctas_per_sm = ov.ctas_per_sm.unwrap_or(if warps <= 4 { 2 } else { 1 });
+    let ctas_per_sm = ov
+        .ctas_per_sm
+        .unwrap_or(if warps <= 4 && !wide { 2 } else { 1 });
     if !(1..=4).contains(&ctas_per_sm) {
         return Err(Unsupported::new(
             NAME,
@@ -253,29 +272,41 @@ pub fn choose_config(
         ));
     }
     let registers = register_budget(warps, ctas_per_sm);
-    if block_n == 128 && head_dim == 128 && registers < 255 {
+    if block_n == 128 && head_dim >= 96 && registers < 255 {
         // S (64 f32) + O (64) + Q does not fit in 168 registers: ptxas spills ~300 bytes.
         return Err(Unsupported::new(
             NAME,
             format!(
-                "FLASHCORE_PORTABLE_BLOCK_N=128 at head_dim 128 needs the 255-register budget (at most \
+                "FLASHCORE_PORTABLE_BLOCK_N=128 at head_dim {head_dim} needs the 255-register budget (at most \
                  8 warps per SM); {warps} consumer warps x {ctas_per_sm} CTAs leave {registers}"
+            ),
+        ));
+    }
+    if wide && (block_n > BLOCK_N || registers < 255) {
+        // O alone is D / 2 registers a thread.
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "head_dim {head_dim} needs at most {BLOCK_N}-key tiles and the 255-register budget (at \
+                 most 8 warps per SM); FLASHCORE_PORTABLE_BLOCK_N={block_n} with {warps} consumer warps x \
+                 {ctas_per_sm} CTAs leave {registers}"
             ),
         ));
     }
     let all_slices = head_dim / 16;
     // The dynamic schedule's item hand-over costs the consumers one more register at D = 128
     // on sm_90 (ptxas: 4 bytes of spill with 6 slices, none with 5).
-    let default_slices =
-        if head_dim == 128 && device.compute_capability >= (9, 0) && registers < 255 {
-            if dynamic && warps == 4 {
-                5
-            } else {
-                6
-            }
+    let default_slices = if wide {
+        default_q_slices(head_dim, block_n)
+    } else if head_dim == 128 && device.compute_capability >= (9, 0) && registers < 255 {
+        if dynamic && warps == 4 {
+            5
         } else {
-            all_slices
-        };
+            6
+        }
+    } else {
+        all_slices
+    };
     let q_reg_slices = ov.q_reg_slices.unwrap_or(default_slices);
     if q_reg_slices > all_slices {
         return Err(Unsupported::new(
@@ -359,6 +390,50 @@ pub fn choose_config(
         ));
     }
     Ok(cfg)
+}
+
+/// Consumer warps and keys per tile above [`MAX_HEAD_DIM_168_REGISTERS`]: the first of
+/// [`WIDE_HEAD_DIM_WARPS`] x (64, 32 keys) whose Q buffer and 2-stage K/V ring fit one CTA's
+/// shared memory (an override of either narrows the search to it). On an H100 or an A100, 7 warps
+/// of 64-key tiles (D = 256: 56 KiB of Q, 64 KiB a stage); on an sm_86/89 part (99 KiB), 4 warps
+/// of 32-key tiles.
+fn wide_head_dim_layout(
+    head_dim: usize,
+    modes: bool,
+    device: &DeviceInfo,
+    ov: &Overrides,
+) -> Result<(usize, usize), Unsupported> {
+    let limit = device.max_shared_memory_per_block_optin as usize;
+    let warp_choices = ov.warps.map_or(WIDE_HEAD_DIM_WARPS.to_vec(), |w| vec![w]);
+    let block_n_choices = ov.block_n.map_or(vec![BLOCK_N, 32], |n| vec![n]);
+    for &warps in &warp_choices {
+        for &block_n in &block_n_choices {
+            let bytes =
+                smem_bytes(head_dim, 16 * warps, block_n, 2, 1) + mode_info_bytes(warps, modes);
+            if bytes <= limit {
+                return Ok((warps, block_n));
+            }
+        }
+    }
+    Err(Unsupported::new(
+        NAME,
+        format!(
+            "head_dim {head_dim} needs {} bytes of shared memory per block at the least ({} warps, \
+             {}-key tiles, 2 stages), the device allows {limit} with opt-in",
+            smem_bytes(head_dim, 16 * warp_choices[warp_choices.len() - 1], 32, 2, 1),
+            warp_choices[warp_choices.len() - 1],
+            block_n_choices[block_n_choices.len() - 1],
+        ),
+    ))
+}
+
+/// Q slices held in registers above [`MAX_HEAD_DIM_168_REGISTERS`]: as many as fit beside O (D / 2
+/// f32) and S (block_n / 2) under [`WIDE_HEAD_DIM_REGISTER_PLAN`] (4 registers a slice); the rest is
+/// re-read from shared memory for every K tile. D = 256 with 64-key tiles keeps 6 of 16 (10 spilled 8
+/// bytes on sm_90a), D = 224 keeps 10 of 14 (14 spilled 28 bytes with the dynamic schedule).
+pub fn default_q_slices(head_dim: usize, block_n: usize) -> usize {
+    let spare = WIDE_HEAD_DIM_REGISTER_PLAN.saturating_sub(head_dim / 2 + block_n / 2);
+    (spare / 4).min(head_dim / 16)
 }
 
 impl PersistentPortable {

@@ -27,7 +27,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         let _s = step(format!("badinput {}", k.name()), args.step_timeout);
         let mut notes = Vec::new();
         let mut fails = Vec::new();
-        let d = dims_for(k.as_ref(), &[64])[0];
+        let d = dims_for(k.as_ref(), args, &[64])[0];
         let (hq, hkv) = heads_for(k.as_ref());
         let p = AttentionProblem::new(1, hq, 100, d)
             .with_kv(hkv, 100)

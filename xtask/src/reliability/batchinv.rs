@@ -549,7 +549,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
     for k in kernels {
         let t = Instant::now();
         let _s = step(format!("batchinv {}", k.name()), args.step_timeout);
-        let dims = dims_for(k.as_ref(), &[128, 64]);
+        let dims = dims_for(k.as_ref(), args, &[128, 64]);
         let probe = AttentionProblem::new(1, 2, 1, dims[0])
             .with_kv(2, 64)
             .with_modes(Modes {

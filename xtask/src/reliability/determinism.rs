@@ -11,11 +11,11 @@ use super::{dims_for, Args, Report, Res};
 
 pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     for k in kernels {
-        let d = dims_for(k.as_ref(), &[128, 64])[0];
+        let d = dims_for(k.as_ref(), args, &[128, 64])[0];
         let p = AttentionProblem::new(8, 16, 1024, d).with_causal(k.capabilities().causal);
         let mut trials = vec![(p, args.determinism_runs, k.name().to_string())];
         if k.name().contains("persistent") && args.persistent_runs > 0 {
-            let d = dims_for(k.as_ref(), &[128])[0];
+            let d = dims_for(k.as_ref(), args, &[128])[0];
             let large = AttentionProblem::new(4, 16, 8192, d).with_causal(true);
             trials.push((large, args.persistent_runs, format!("{} (large)", k.name())));
             // Decode: the split-KV plan (splits combined in order, no atomics) must be as

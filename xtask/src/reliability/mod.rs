@@ -133,6 +133,10 @@ pub struct Args {
     /// line, and the determinism check's problems); `batchinv` always runs in it.
     #[arg(long)]
     pub batch_invariant: bool,
+    /// Head dims the checks run at, in place of each check's own (64 and/or 128), where the
+    /// kernel takes them; a check that runs at one head dim takes the first.
+    #[arg(long, value_delimiter = ',')]
+    pub head_dims: Option<Vec<usize>>,
     /// Seconds one step may run (or `soak` go without progress) before it counts as a hang:
     /// the run then stops with exit code 3.
     #[arg(long, default_value_t = 600)]
@@ -325,8 +329,13 @@ fn selected_kernels(names: &Option<Vec<String>>) -> Result<Vec<Box<dyn Attention
 }
 
 /// Head dims to try for a kernel: those of `wanted` it takes, else its first representative.
-fn dims_for(k: &dyn Attention, wanted: &[usize]) -> Vec<usize> {
-    dims_in(&k.capabilities().head_dims, wanted)
+fn dims_for(k: &dyn Attention, args: &Args, wanted: &[usize]) -> Vec<usize> {
+    dims_in(&k.capabilities().head_dims, wanted_dims(args, wanted))
+}
+
+/// `--head-dims` where given, else a check's own head dims.
+fn wanted_dims<'a>(args: &'a Args, own: &'a [usize]) -> &'a [usize] {
+    args.head_dims.as_deref().unwrap_or(own)
 }
 
 /// [`dims_for`] on a kernel's head dims (forward or backward).

@@ -29,7 +29,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
     for k in kernels {
         let t = Instant::now();
         let _s = step(format!("modes {}", k.name()), args.step_timeout);
-        let d = super::dims_for(k.as_ref(), &[128, 64])[0];
+        let d = super::dims_for(k.as_ref(), args, &[128, 64])[0];
         let probe = Case::parse(&format!(
             "b=1,hq=2,sq=1,sk=64,d={d},cache=paged,bs=16,varlen=1,seed=1"
         ))

@@ -17,7 +17,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         let t = Instant::now();
         let _s = step(format!("nonfinite {}", k.name()), args.step_timeout);
         let caps = k.capabilities();
-        let d = dims_for(k.as_ref(), &[64])[0];
+        let d = dims_for(k.as_ref(), args, &[64])[0];
         let (hq, hkv) = heads_for(k.as_ref());
         let dt2 = *caps.dtypes.last().unwrap();
         let mut cases = vec![

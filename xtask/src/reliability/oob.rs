@@ -32,7 +32,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
         shapes.extend_from_slice(CROSS);
         let mut tally = PaddedTally::default();
         let mut i = 0u64;
-        for d in dims_for(k.as_ref(), &[64, 128]) {
+        for d in dims_for(k.as_ref(), args, &[64, 128]) {
             for &(sq, sk) in &shapes {
                 for causal in [false, true] {
                     if causal && !caps.causal {

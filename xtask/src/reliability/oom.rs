@@ -14,7 +14,7 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
     for k in kernels {
         let t = Instant::now();
         let _s = step(format!("oom {}", k.name()), args.step_timeout);
-        let d = dims_for(k.as_ref(), &[128, 64])[0];
+        let d = dims_for(k.as_ref(), args, &[128, 64])[0];
         let small = Case {
             problem: AttentionProblem::new(1, 4, 129, d).with_causal(k.capabilities().causal),
             data_seed: 77,

@@ -34,7 +34,7 @@ use ndarray::ArrayD;
 
 use super::host::{mib, splitmix};
 use super::watchdog::{progress, step};
-use super::{dims_for, Args, Report, Res};
+use super::{Args, Report, Res};
 use crate::case::Case;
 use crate::mode_case::{Draw, ModeInputs};
 
@@ -86,10 +86,11 @@ pub(super) fn problem_mix(
     kernels: &[Box<dyn Attention>],
     info: &DeviceInfo,
     seed: u64,
+    wanted_dims: &[usize],
 ) -> Vec<MixCase> {
     let mut mix = Vec::new();
     for (ki, k) in kernels.iter().enumerate() {
-        let dims = dims_for(k.as_ref(), &[128, 64]);
+        let dims = super::dims_in(&k.capabilities().head_dims, wanted_dims);
         let large: &[&str] = if k.name().contains("persistent") {
             LARGE
         } else {
@@ -410,7 +411,12 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
     if kernels.is_empty() || threads == 0 || args.streams_iterations == 0 {
         return;
     }
-    let mix = problem_mix(kernels, dev.info(), args.seed);
+    let mix = problem_mix(
+        kernels,
+        dev.info(),
+        args.seed,
+        super::wanted_dims(args, &[128, 64]),
+    );
     let tallies: Vec<Mutex<Tally>> = kernels.iter().map(|_| Mutex::default()).collect();
 
     // The reference: each case once, one after the other, on the device's own stream (this
@@ -603,7 +609,7 @@ mod tests {
     fn the_mix_gives_every_generation_work_and_the_persistent_ones_counters() {
         let kernels = all();
         let info = DeviceInfo::synthetic_h100();
-        let mix = problem_mix(&kernels, &info, 7);
+        let mix = problem_mix(&kernels, &info, 7, &[128, 64]);
         for (ki, k) in kernels.iter().enumerate() {
             let mine: Vec<&MixCase> = mix.iter().filter(|m| m.kernel == ki).collect();
             assert!(mine.len() >= COMMON.len(), "{}: {}", k.name(), mine.len());
@@ -631,7 +637,7 @@ mod tests {
         assert!(mix.iter().any(|m| m.appends()));
         assert!(mix.iter().any(|m| !m.case.problem.modes.is_dense()));
         // Problems of the mix are what they say: the same seed gives the same mix.
-        let again = problem_mix(&kernels, &info, 7);
+        let again = problem_mix(&kernels, &info, 7, &[128, 64]);
         assert_eq!(
             mix.iter().map(|m| m.case.to_arg()).collect::<Vec<_>>(),
             again.iter().map(|m| m.case.to_arg()).collect::<Vec<_>>()
@@ -641,7 +647,7 @@ mod tests {
     #[test]
     fn every_prepared_case_passes_the_host_checks_in_both_element_types() {
         let kernels = all();
-        let mix = problem_mix(&kernels, &DeviceInfo::synthetic_h100(), 3);
+        let mix = problem_mix(&kernels, &DeviceInfo::synthetic_h100(), 3, &[128, 64]);
         // One per distinct problem (the generations share most of them), leaving out the large
         // ones (their inputs take a debug build tens of seconds; their modes are among the rest).
         let mut seen = std::collections::BTreeSet::new();
@@ -678,7 +684,7 @@ mod tests {
     #[test]
     fn the_hopper_path_takes_no_part_on_an_older_device() {
         let kernels = all();
-        let mix = problem_mix(&kernels, &DeviceInfo::synthetic_sm86(), 7);
+        let mix = problem_mix(&kernels, &DeviceInfo::synthetic_sm86(), 7, &[128, 64]);
         for m in &mix {
             assert_ne!(kernels[m.kernel].name(), "persistent-hopper");
         }

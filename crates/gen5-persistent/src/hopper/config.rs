@@ -249,9 +249,7 @@ impl HopperConfig {
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         if problem.batch_invariant {
-            return self
-                .batch_invariant()
-                .for_any_batch(problem, sm_count);
+            return self.batch_invariant().for_any_batch(problem, sm_count);
         }
         self.for_any_batch(problem, sm_count)
     }

@@ -143,7 +143,7 @@ fn too_little_shared_memory_says_how_much() {
 #[test]
 fn head_dims_off_the_list_are_unsupported_with_a_reason() {
     let dev = DeviceInfo::synthetic_h100();
-    for d in [32, 96, 256] {
+    for d in [8, 80, 120, 512] {
         let p = AttentionProblem::new(1, 1, 8, d);
         let err = PersistentPortable.supports(&p, &dev).unwrap_err();
         assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
@@ -440,4 +440,68 @@ fn debug_define() {
         )
         .unwrap();
     assert_eq!(define(&plan.launches[0], "FC_PORTABLE_DEBUG"), "1");
+}
+
+#[test]
+fn every_head_dim_plans_within_each_architectures_shared_memory() {
+    // sm_80 (A100: 163 KiB opt-in), sm_86/89 (99 KiB), sm_90 (227 KiB); dense and modes builds.
+    for (cc, kib) in [((8, 0), 163), ((8, 6), 99), ((8, 9), 99), ((9, 0), 227)] {
+        let d = dev(cc, kib);
+        for &hd in HEAD_DIMS {
+            for causal in [false, true] {
+                let dense = AttentionProblem::new(2, 4, 300, hd).with_causal(causal);
+                for p in [dense, varlen(hd), every_mode(hd)] {
+                    let l = launch(&p, &d);
+                    assert!(
+                        l.dynamic_smem_bytes as usize <= kib as usize * 1024,
+                        "D={hd} cc {cc:?}: {} bytes",
+                        l.dynamic_smem_bytes
+                    );
+                    assert_eq!(define(&l, "FC_HEAD_DIM"), hd.to_string());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_head_dims_take_one_cta_of_at_most_seven_warps_and_64_key_tiles() {
+    let h100 = DeviceInfo::synthetic_h100();
+    for hd in [160, 192, 224, 256] {
+        let l = launch(&AttentionProblem::new(2, 8, 1024, hd), &h100);
+        assert_eq!(define(&l, "FC_PORTABLE_WARPS"), "7", "D={hd}");
+        assert_eq!(define(&l, "FC_PORTABLE_BLOCK_N"), "64", "D={hd}");
+        assert_eq!(define(&l, "FC_PORTABLE_MIN_BLOCKS"), "1", "D={hd}");
+        let slices: usize = define(&l, "FC_PORTABLE_Q_REG_SLICES").parse().unwrap();
+        assert_eq!(slices, default_q_slices(hd, 64));
+        // O + S + the Q slices stay under the register plan.
+        assert!(
+            hd / 2 + 32 + 4 * slices <= WIDE_HEAD_DIM_REGISTER_PLAN,
+            "D={hd}"
+        );
+    }
+    assert_eq!(default_q_slices(256, 64), 6);
+    assert_eq!(default_q_slices(192, 64), 12);
+    assert_eq!(default_q_slices(224, 64), 10);
+    // An sm_86 part: four warps of 32-key tiles fit its 99 KiB.
+    let l = launch(&AttentionProblem::new(2, 8, 1024, 256), &dev((8, 6), 99));
+    assert_eq!(define(&l, "FC_PORTABLE_WARPS"), "4");
+    assert_eq!(define(&l, "FC_PORTABLE_BLOCK_N"), "32");
+}
+
+#[test]
+fn wide_head_dims_refuse_128_key_tiles_with_a_reason() {
+    let ov = Overrides {
+        block_n: Some(128),
+        ..Default::default()
+    };
+    let err = PersistentPortable
+        .plan_with(
+            &AttentionProblem::new(1, 1, 64, 256),
+            &DeviceInfo::synthetic_h100(),
+            &ov,
+            false,
+        )
+        .unwrap_err();
+    assert!(err.reason.contains("head_dim 256"), "{err}");
 }

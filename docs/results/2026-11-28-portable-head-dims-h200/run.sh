@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The portable generation-5 path at every FlashAttention-2 head dim (32, 64, 96, 128, 160, 192,
+# 224, 256) on the H200: correctness (verify draws every head dim; reliability and sanitize at
+# 96, 192 and 256), then prefill beside tile64 (the slow path these dims took before) and the
+# peers, in one call.
+# From the repo root, with a stripped release xtask of the tree in .carry/xtask and the
+# flash-attn3-jax and einops wheels in .carry/:
+#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh
+set -u
+export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
+X=.carry/xtask; R=$OUT/headdims.txt; L=/tmp/logs-headdims; mkdir -p $L
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
+SECONDS=0
+P=persistent-portable
+job() { # label timeout cmd...
+  local label=$1 t=$2; shift 2
+  (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) &
+}
+job verify 330 $X verify --kernels $P --cases 800 --seed 3001
+job verify-bi 330 $X verify --kernels $P --batch-invariant --cases 300 --seed 3002
+job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 96,192,256 --logs $L/san
+(for d in 96 192 256; do
+  timeout 200 $X reliability --kernels $P --head-dims $d --only badinput,oob,determinism,nonfinite,modes,batchinv,streams --determinism-runs 50 --persistent-runs 50 --streams-iterations 100 > $L/reliability-d$d.log 2>&1
+  echo "reliability D=$d rc=$? (${SECONDS}s)" >> $L/rc.txt
+done) &
+python3 -m pip install -q --no-deps --target /tmp/fa3pkg .carry/flash_attn3_jax-*.whl .carry/einops-*.whl > $L/pip.log 2>&1
+wait
+sort $L/rc.txt | tee -a $R
+for f in $L/verify*.log; do echo "$(basename $f .log): $(grep -E 'passed, .* failed' $f | tail -2 | tr '\n' ' ')" | tee -a $R; done
+grep -hE "^\| [a-z]+ \| " $L/reliability-d*.log | cut -c1-200 | tee -a $R
+grep -hE "FAIL|reliability:|panicked" $L/reliability-d*.log | cut -c1-500 | head -12 | tee -a $R
+grep -hE "^\| (memcheck|racecheck|synccheck|initcheck|tool)|sanitize:" $L/sanitize.log | tee -a $R
+SH=""; for d in 32 96 160 192 224 256; do SH="$SH --shape 4,16,2048,$d"; done
+timeout 240 $X bench-all $SH --kernels tile64,$P --fa3-path /tmp/fa3pkg --out-dir $L/bench > $L/bench.log 2>&1; echo "bench rc=$? (${SECONDS}s)" | tee -a $R
+cp $L/bench/bench-all.md $OUT/bench-head-dims.md 2>/dev/null
+grep -E "^\| " $L/bench/bench-all.md | head -40 | tee -a $R
+echo "(${SECONDS}s)" | tee -a $R
+(cd /tmp && tar cJf $OUT/logs-headdims.tar.xz logs-headdims)
