@@ -46,8 +46,14 @@ __device__ __forceinline__ void cp_async_wait() {
 //     of kPatterns per-thread offsets plus a compile-time constant (row % 8 repeats every
 //     kPatterns copies), and the global address is a running pointer bumped by an opaque step.
 //     About 3 instructions per 16-byte copy.
-//   * Partial tiles, and rows whose chunk count does not divide the block (D = 96), take a
-//     rolled loop that bounds-checks every row.
+//     When the chunk count of a row does not divide the block but the block covers whole rows
+//     that tile the tile's height (a 32-lane producer warp at D = 96, 160, 192, 224: 2 rows of 12
+//     chunks, or 1 row of 20, 24, 28), the threads past those rows sit out and the rest walk the
+//     same way: fewer lanes busy, but the per-copy arithmetic of the division below made a
+//     producer warp the bottleneck of the portable kernel (H200: about 122 TFLOP/s at each of
+//     those head dims against 323 at D = 256).
+//   * Partial tiles take a rolled loop that bounds-checks every row; a block that does not cover
+//     whole rows so (tile64's 128 threads at D = 96), a rolled loop that divides per copy.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t* gmem_row0, long long row_stride,
                                                 int valid_rows, int tid) {
@@ -55,9 +61,13 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
     constexpr int kChunks = kRows * Tile::kChunksPerRow;
     constexpr int kCopies = kChunks / kThreads;  // per thread
     static_assert(kChunks % kThreads == 0, "tile chunks must divide evenly over the block");
-    constexpr bool kColumnWalk = kThreads % Tile::kChunksPerRow == 0;
+    // Rows one pass of the block covers whole, and whether the passes tile the height.
+    constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+    constexpr bool kColumnWalk = kRowStep >= 1 && kRows % kRowStep == 0;
     if constexpr (kColumnWalk) {
-        constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+        // (= kCopies when the chunk count divides the block.)
+        constexpr int kCopiesPerThread = kRows / kRowStep;
+        if (kThreads % Tile::kChunksPerRow != 0 && tid >= kRowStep * Tile::kChunksPerRow) return;
         // row % 8 (which fixes the swizzle) repeats every kPatterns copies.
         constexpr int kPatterns = kRowStep % 8 == 0 ? 1 : (kRowStep % 4 == 0 ? 2 : (kRowStep % 2 == 0 ? 4 : 8));
         const int chunk = tid % Tile::kChunksPerRow;
@@ -69,7 +79,7 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
             const long long step = opaque((long long)kRowStep * row_stride);
             const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
 #pragma unroll
-            for (int i = 0; i < kCopies; ++i) {
+            for (int i = 0; i < kCopiesPerThread; ++i) {
                 const unsigned dst =
                     smem_tile + lane_off[i % kPatterns] + (i / kPatterns) * (kPatterns * kRowStep * kCols * 2);
                 cp_async_16_zfill(dst, src, true);
@@ -81,7 +91,7 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
         const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
         const long long step = (long long)kRowStep * row_stride;
 #pragma unroll 1
-        for (int i = 0; i < kCopies; ++i) {
+        for (int i = 0; i < kCopiesPerThread; ++i) {
             const bool in_bounds = row < valid_rows;
             // Out-of-range rows point the (unread) source at row 0, which exists.
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : gmem_row0, in_bounds);

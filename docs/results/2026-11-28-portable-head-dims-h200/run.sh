@@ -5,8 +5,11 @@
 # peers, in one call.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask and the
 # flash-attn3-jax and einops wheels in .carry/:
-#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh
+#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh [first|copyfix]
+# first: all of the above (outputs in first/). copyfix: after the producer's copy walk for rows
+# of 12, 20, 24 and 28 chunks, verify (every head dim) and sanitize at those dims, then the bench.
 set -u
+PHASE=${1:-first}
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
 X=.carry/xtask; R=$OUT/headdims.txt; L=/tmp/logs-headdims; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
@@ -16,6 +19,10 @@ job() { # label timeout cmd...
   local label=$1 t=$2; shift 2
   (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) &
 }
+if [ $PHASE = copyfix ]; then
+  job verify 330 $X verify --kernels $P --cases 500 --seed 3003
+  job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 96,160,192,224 --logs $L/san
+else
 job verify 330 $X verify --kernels $P --cases 800 --seed 3001
 job verify-bi 330 $X verify --kernels $P --batch-invariant --cases 300 --seed 3002
 job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 96,192,256 --logs $L/san
@@ -23,6 +30,7 @@ job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 96,192,256 --lo
   timeout 200 $X reliability --kernels $P --head-dims $d --only badinput,oob,determinism,nonfinite,modes,batchinv,streams --determinism-runs 50 --persistent-runs 50 --streams-iterations 100 > $L/reliability-d$d.log 2>&1
   echo "reliability D=$d rc=$? (${SECONDS}s)" >> $L/rc.txt
 done) &
+fi
 python3 -m pip install -q --no-deps --target /tmp/fa3pkg .carry/flash_attn3_jax-*.whl .carry/einops-*.whl > $L/pip.log 2>&1
 wait
 sort $L/rc.txt | tee -a $R
