@@ -24,7 +24,7 @@ use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::host::{download, nan_bits, HostElement};
-use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMapSpec};
+use crate::launch_plan::{LaunchPlan, TensorMapSpec};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
 use crate::problem::{AttentionProblem, TensorStrides};
@@ -263,25 +263,20 @@ pub fn backward_on(
     let mut params = AttentionParams::from_problem(problem);
     let mut bwd = BackwardParams::from_problem(problem);
     // The guards record each tensor's use on `stream` when dropped, after the last launch.
-    let (ptr, g_q) = t.q.data.device_ptr(stream);
-    params.q = ptr;
-    let (ptr, g_k) = t.k.data.device_ptr(stream);
-    params.k = ptr;
-    let (ptr, g_v) = t.v.data.device_ptr(stream);
-    params.v = ptr;
-    let (ptr, g_o) = t.o.data.device_ptr(stream);
-    params.o = ptr;
-    let (ptr, g_lse) = t.lse.device_ptr(stream);
-    params.lse = ptr;
-    let (ptr, g_do) = t.d_o.data.device_ptr(stream);
-    bwd.d_o = ptr;
-    let (ptr, g_dq) = t.dq.data.device_ptr_mut(stream);
-    bwd.dq = ptr;
-    let (ptr, g_dk) = t.dk.data.device_ptr_mut(stream);
-    bwd.dk = ptr;
-    let (ptr, g_dv) = t.dv.data.device_ptr_mut(stream);
-    bwd.dv = ptr;
-    let guards = [g_q, g_k, g_v, g_o, g_lse, g_do, g_dq, g_dk, g_dv];
+    let mut guards = Vec::with_capacity(9);
+    let mut keep = |(ptr, guard)| {
+        guards.push(guard);
+        ptr
+    };
+    params.q = keep(t.q.data.device_ptr(stream));
+    params.k = keep(t.k.data.device_ptr(stream));
+    params.v = keep(t.v.data.device_ptr(stream));
+    params.o = keep(t.o.data.device_ptr(stream));
+    params.lse = keep(t.lse.device_ptr(stream));
+    bwd.d_o = keep(t.d_o.data.device_ptr(stream));
+    bwd.dq = keep(t.dq.data.device_ptr_mut(stream));
+    bwd.dk = keep(t.dk.data.device_ptr_mut(stream));
+    bwd.dv = keep(t.dv.data.device_ptr_mut(stream));
     let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
@@ -333,35 +328,6 @@ fn backward_tensor_maps(
         },
     )?;
     Ok([q, k, v, d_o])
-}
-
-/// A launch of a grid-stride backward kernel over `items` work items, `threads` per block.
-pub fn per_item(
-    source: &'static str,
-    entry: &'static str,
-    items: usize,
-    threads: u32,
-) -> KernelLaunch {
-    KernelLaunch {
-        source,
-        entry,
-        defines: vec![],
-        grid: (linear_grid(items), 1, 1),
-        block: (threads, 1, 1),
-        dynamic_smem_bytes: 0,
-        tensor_maps: None,
-        programmatic_launch: false,
-    }
-}
-
-/// Blocks of `threads` threads for `items` items, one item per thread (grid-stride).
-pub fn per_thread(
-    source: &'static str,
-    entry: &'static str,
-    items: usize,
-    threads: u32,
-) -> KernelLaunch {
-    per_item(source, entry, tiles(items, threads as usize), threads)
 }
 
 /// dQ, dK, dV of a host call, in the problem's layout order and the inputs' element type.
@@ -497,27 +463,13 @@ mod tests {
     use crate::modes::Modes;
     use crate::problem::{Layout, ProblemStrides};
 
-    fn lens(p: &AttentionProblem) -> [usize; 9] {
-        [
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-            p.o_len(),
-            p.o_len(),
-            p.lse_len(),
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-        ]
-    }
-
     #[test]
     fn buffers_are_checked_by_name() {
         let p = AttentionProblem::new(2, 4, 33, 64).with_kv(2, 65);
         let ok = [p.dtype; 8];
-        check_backward_buffers(&p, lens(&p), ok).unwrap();
+        check_backward_buffers(&p, backward_buffer_lens(&p), ok).unwrap();
         for i in 0..9 {
-            let mut l = lens(&p);
+            let mut l = backward_buffer_lens(&p);
             l[i] -= 1;
             match check_backward_buffers(&p, l, ok) {
                 Err(InvalidProblem::LengthMismatch { tensor, .. }) => {
@@ -529,7 +481,7 @@ mod tests {
         let mut d = ok;
         d[6] = DType::Bf16;
         assert!(matches!(
-            check_backward_buffers(&p, lens(&p), d),
+            check_backward_buffers(&p, backward_buffer_lens(&p), d),
             Err(InvalidProblem::DTypeMismatch { tensor: "dk", .. })
         ));
     }

@@ -12,7 +12,7 @@
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
 use flashcore_core::backward::AttentionBackward;
-use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::launch::tiles;
 use flashcore_core::{
     AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
     Unsupported,
@@ -341,14 +341,9 @@ fn plan_with(
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
             KernelLaunch {
-                source,
-                entry,
                 defines: defines.clone(),
-                grid: (linear_grid(items), 1, 1),
-                block: (32 * warps, 1, 1),
                 dynamic_smem_bytes: smem as u32,
-                tensor_maps: None,
-                programmatic_launch: false,
+                ..KernelLaunch::per_item(source, entry, items, 32 * warps)
             }
         };
     let p = problem;
@@ -491,9 +486,8 @@ mod tests {
             )
         };
         let plan = narrow(&p).unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv",
@@ -518,9 +512,8 @@ mod tests {
         let h100 = DeviceInfo::synthetic_h100();
         let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
         let atomic = PortableAtomicBackward.plan_backward(&p, &h100).unwrap();
-        let entries: Vec<_> = atomic.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            atomic.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
@@ -583,9 +576,8 @@ mod tests {
         let plan = PersistentPortable
             .plan_backward(&p, &DeviceInfo::synthetic_h100())
             .unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
@@ -610,9 +602,8 @@ mod tests {
         // step on sm_90, 32 below); at D = 128 on sm_86 (99 KiB) the 16-row kernels.
         let d64 = AttentionProblem::new(2, 8, 300, 64).with_kv(2, 300);
         let plan64 = PersistentPortable.plan_backward(&d64, &h100).unwrap();
-        let entries: Vec<_> = plan64.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan64.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
