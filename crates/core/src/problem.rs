@@ -257,29 +257,23 @@ impl AttentionProblem {
         }
     }
 
+    /// Elements a tensor of `heads` heads with `strides` addresses over `storage` (see
+    /// [`q_storage`](Self::q_storage)).
+    fn tensor_len(&self, strides: TensorStrides, heads: usize, storage: (usize, usize)) -> usize {
+        let (b, s) = storage;
+        strides.required_len(b, heads, s, self.head_dim)
+    }
     pub fn q_len(&self) -> usize {
-        let (b, s) = self.q_storage();
-        self.strides()
-            .q
-            .required_len(b, self.heads_q, s, self.head_dim)
+        self.tensor_len(self.strides().q, self.heads_q, self.q_storage())
     }
     pub fn k_len(&self) -> usize {
-        let (b, s) = self.kv_storage();
-        self.strides()
-            .k
-            .required_len(b, self.heads_kv, s, self.head_dim)
+        self.tensor_len(self.strides().k, self.heads_kv, self.kv_storage())
     }
     pub fn v_len(&self) -> usize {
-        let (b, s) = self.kv_storage();
-        self.strides()
-            .v
-            .required_len(b, self.heads_kv, s, self.head_dim)
+        self.tensor_len(self.strides().v, self.heads_kv, self.kv_storage())
     }
     pub fn o_len(&self) -> usize {
-        let (b, s) = self.q_storage();
-        self.strides()
-            .o
-            .required_len(b, self.heads_q, s, self.head_dim)
+        self.tensor_len(self.strides().o, self.heads_q, self.q_storage())
     }
     /// LSE is `[batch, heads_q, seq_q]`, or `[heads_q, total_q]` for packed Q (FlashAttention
     /// 2's varlen layout).
