@@ -158,9 +158,10 @@ pub fn inputs(case: &Case) -> Inputs {
     }
 }
 
-pub enum Outcome {
-    Pass(Verdict),
-    Fail(String, Option<Verdict>),
+/// The outcome of a case: forward (`V` = [`Verdict`]) or backward ([`BwdOutcome`]).
+pub enum Outcome<V = Verdict> {
+    Pass(V),
+    Fail(String, Option<V>),
     Skipped(String),
 }
 
@@ -235,11 +236,7 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
 }
 
 /// The outcome of a backward case.
-pub enum BwdOutcome {
-    Pass(flashcore_oracle::BackwardVerdict),
-    Fail(String, Option<flashcore_oracle::BackwardVerdict>),
-    Skipped(String),
-}
+pub type BwdOutcome = Outcome<flashcore_oracle::BackwardVerdict>;
 
 /// dO of a backward case: fresh standard normal values (their own seed stream), logical order.
 pub fn grad_output(case: &Case) -> Array4<f32> {
