@@ -151,6 +151,24 @@ impl<'a, E> HostInputs<'a, E> {
             tables: HostTables::default(),
         }
     }
+
+    /// With `k_new`/`v_new` written into the cache before attending (each when given).
+    pub fn with_append(
+        self,
+        k_new: Option<ArrayViewD<'a, E>>,
+        v_new: Option<ArrayViewD<'a, E>>,
+    ) -> Self {
+        HostInputs {
+            k_new,
+            v_new,
+            ..self
+        }
+    }
+
+    /// With the tables the problem's modes read.
+    pub fn with_tables(self, tables: HostTables<'a>) -> Self {
+        HostInputs { tables, ..self }
+    }
 }
 
 /// Outputs in storage order: O shaped like Q, LSE `[batch, heads_q, seq_q]` or `[heads_q, total_q]`;
