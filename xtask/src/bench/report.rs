@@ -102,6 +102,14 @@ where
     j
 }
 
+/// Test helper: each of `parts` stands in the rendered `text` (which the failure prints).
+#[cfg(test)]
+pub(crate) fn assert_contains_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "no {part:?} in:\n{text}");
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemmPeak {
     #[serde(with = "dtype_name")]
