@@ -182,17 +182,32 @@ fn render_saved_report(tag: &str, report: &impl serde::Serialize) -> (PathBuf, P
     (dir, out)
 }
 
+/// [`render_saved_report`] of a mode suite's report: the JSON written beside the markdown
+/// `<stem>.md` reads back as `report`; returns the folders and the markdown.
+fn render_saved_mode_report(
+    tag: &str,
+    report: &modes::ModeReport,
+    stem: &str,
+) -> (PathBuf, PathBuf, String) {
+    let (dir, out) = render_saved_report(tag, report);
+    let back: modes::ModeReport = read_json(&out.join(format!("{stem}.json")));
+    assert_eq!(&back, report);
+    let md = std::fs::read_to_string(out.join(format!("{stem}.md"))).unwrap();
+    (dir, out, md)
+}
+
 #[test]
 fn a_saved_decode_report_renders_without_a_gpu() {
-    let (dir, out) = render_saved_report("bench-decode-test", &decode::tests::fixture());
+    let (dir, out, md) = render_saved_mode_report(
+        "bench-decode-test",
+        &decode::tests::fixture(),
+        "bench-decode",
+    );
     let json = dir.join("in.json");
-    let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
     assert_contains_all(
         &md,
         &["# flashcore bench-all --suite decode", "### Copy ceiling"],
     );
-    let back: modes::ModeReport = read_json(&out.join("bench-decode.json"));
-    assert_eq!(back, decode::tests::fixture());
     // A run saved without anchors gets them when re-rendered with --anchors.
     let mut bare = decode::tests::fixture();
     let d = bare.decode.as_mut().unwrap();
@@ -306,14 +321,12 @@ fn a_saved_backward_report_renders_without_a_gpu() {
 
 #[test]
 fn a_saved_mode_report_renders_without_a_gpu() {
-    let (dir, out) = render_saved_report("bench-modes-test", &modes::tests::fixture());
-    let md = std::fs::read_to_string(out.join("bench-varlen.md")).unwrap();
+    let (dir, _, md) =
+        render_saved_mode_report("bench-modes-test", &modes::tests::fixture(), "bench-varlen");
     assert_contains_all(
         &md,
         &["## Comparisons", "| varlen | persistent-hopper | eager |"],
     );
-    let back: modes::ModeReport = read_json(&out.join("bench-varlen.json"));
-    assert_eq!(back, modes::tests::fixture());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
