@@ -27,7 +27,7 @@ use crate::host::{download, nan_bits, HostElement};
 use crate::launch_plan::{LaunchPlan, TensorMapSpec};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
-use crate::problem::{AttentionProblem, TensorStrides};
+use crate::problem::AttentionProblem;
 use crate::tensors::{check_dtypes, check_lens, TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
@@ -59,11 +59,10 @@ impl BackwardParams {
     /// The strides (pointers are filled in at launch): dO like O, dQ like Q, dK like K, dV like V.
     pub fn from_problem(p: &AttentionProblem) -> Self {
         let s = p.strides();
-        let t = |st: TensorStrides| [st.batch as i64, st.head as i64, st.row as i64];
-        let [do_batch_stride, do_head_stride, do_row_stride] = t(s.o);
-        let [dq_batch_stride, dq_head_stride, dq_row_stride] = t(s.q);
-        let [dk_batch_stride, dk_head_stride, dk_row_stride] = t(s.k);
-        let [dv_batch_stride, dv_head_stride, dv_row_stride] = t(s.v);
+        let [do_batch_stride, do_head_stride, do_row_stride] = s.o.as_i64();
+        let [dq_batch_stride, dq_head_stride, dq_row_stride] = s.q.as_i64();
+        let [dk_batch_stride, dk_head_stride, dk_row_stride] = s.k.as_i64();
+        let [dv_batch_stride, dv_head_stride, dv_row_stride] = s.v.as_i64();
         BackwardParams {
             do_batch_stride,
             do_head_stride,
@@ -461,7 +460,7 @@ pub fn backward_host<E: HostElement>(
 mod tests {
     use super::*;
     use crate::modes::Modes;
-    use crate::problem::{Layout, ProblemStrides};
+    use crate::problem::{Layout, ProblemStrides, TensorStrides};
 
     #[test]
     fn buffers_are_checked_by_name() {

@@ -101,6 +101,11 @@ impl TensorStrides {
         Ok(())
     }
 
+    /// (batch, head, row) as the kernels' parameter blocks take them.
+    pub fn as_i64(&self) -> [i64; 3] {
+        [self.batch as i64, self.head as i64, self.row as i64]
+    }
+
     /// Elements a buffer needs to hold every addressed element.
     pub fn required_len(&self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> usize {
         if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {

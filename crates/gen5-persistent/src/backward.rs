@@ -648,31 +648,19 @@ mod tests {
         let heads = |p: &AttentionProblem, forced: Option<&str>| {
             section_heads(p, &h100, forced.map(String::from))
         };
-        // One block an SM at D = 128: 132 items a wave, over 32, 128 and 16 key tiles.
-        assert_eq!(
-            heads(&AttentionProblem::new(8, 32, 4096, 128), None),
-            Ok(Some(4))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 16, 16384, 128), None),
-            Ok(Some(1))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(4, 16, 2048, 128), None),
-            Ok(Some(8))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), None),
-            Ok(Some(132))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), Some("0")),
-            Ok(None)
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), Some("3")),
-            Ok(Some(3))
-        );
+        // (B, H, S) at D = 128, the forced value, and the heads a section takes. One block an SM:
+        // 132 items a wave, over 32, 128 and 16 key tiles.
+        for ((b, h, s), forced, want) in [
+            ((8, 32, 4096), None, Some(4)),
+            ((1, 16, 16384), None, Some(1)),
+            ((4, 16, 2048), None, Some(8)),
+            ((1, 1, 1), None, Some(132)),
+            ((1, 1, 1), Some("0"), None),
+            ((1, 1, 1), Some("3"), Some(3)),
+        ] {
+            let p = AttentionProblem::new(b, h, s, 128);
+            assert_eq!(heads(&p, forced), Ok(want), "({b}, {h}, {s}) {forced:?}");
+        }
         let e = heads(&AttentionProblem::new(1, 1, 1, 128), Some("many")).unwrap_err();
         assert!(e.contains("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"), "{e}");
 
