@@ -29,17 +29,12 @@ impl Case {
     /// `b=2,hq=4,hkv=2,sq=65,sk=130,d=64,dtype=f16,causal=1,layout=bshd,seed=7` (+ `,scale=…`).
     pub fn to_arg(&self) -> String {
         let p = &self.problem;
+        let (b, hq, hkv, sq, sk, d) =
+            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim);
+        let (dtype, causal, layout) = (p.dtype, p.causal as u8, p.layout.name());
         let mut s = format!(
-            "b={},hq={},hkv={},sq={},sk={},d={},dtype={},causal={},layout={},seed={}",
-            p.batch,
-            p.heads_q,
-            p.heads_kv,
-            p.seq_q,
-            p.seq_k,
-            p.head_dim,
-            p.dtype,
-            p.causal as u8,
-            p.layout.name(),
+            "b={b},hq={hq},hkv={hkv},sq={sq},sk={sk},d={d},dtype={dtype},causal={causal},\
+             layout={layout},seed={}",
             self.data_seed
         );
         if let Some(scale) = p.softmax_scale {
