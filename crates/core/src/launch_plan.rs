@@ -71,6 +71,28 @@ impl KernelLaunch {
         }
     }
 
+    /// A persistent kernel's launch: `ctas` blocks of `threads` threads with `dynamic_smem_bytes`
+    /// of shared memory, each looping over work items itself (generation 5).
+    pub fn persistent(
+        source: &'static str,
+        entry: &'static str,
+        defines: Vec<(String, String)>,
+        ctas: u32,
+        threads: u32,
+        dynamic_smem_bytes: u32,
+    ) -> Self {
+        KernelLaunch {
+            source,
+            entry,
+            defines,
+            grid: (ctas, 1, 1),
+            block: (threads, 1, 1),
+            dynamic_smem_bytes,
+            tensor_maps: None,
+            programmatic_launch: false,
+        }
+    }
+
     /// [`per_item`](Self::per_item) with one item per thread: blocks of `threads` threads for
     /// `items` items.
     pub fn per_thread(
