@@ -60,8 +60,19 @@ struct Module {
     defines: Vec<(String, String)>,
 }
 
+/// The generation features; with all of them on (the defaults) the build sets `all_generations`,
+/// the cfg of the tests whose expected files list every generation.
+const GENERATIONS: [&str; 5] = ["SCALAR", "VECTORIZED", "FUSED32", "TILE64", "PERSISTENT"];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rustc-check-cfg=cfg(all_generations)");
+    if GENERATIONS
+        .iter()
+        .all(|g| std::env::var_os(format!("CARGO_FEATURE_{g}")).is_some())
+    {
+        println!("cargo:rustc-cfg=all_generations");
+    }
     if std::env::var_os("CARGO_FEATURE_AOT").is_none() {
         return;
     }

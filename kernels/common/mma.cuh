@@ -36,19 +36,11 @@ struct FragA {
 // function of its registers, so the compiler may schedule it freely between the (volatile)
 // shared-memory loads.
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const FragA& a, unsigned b0, unsigned b1) {
-#if defined(FC_DTYPE_F16)
     asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "mma.sync.aligned.m16n8k16.row.col.f32." FC_ELEM_PTX "." FC_ELEM_PTX ".f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b0), "r"(b1));
-#else
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b0), "r"(b1));
-#endif
 }
 
 // 32-bit shared-state-space address of a generic pointer into shared memory (what ldmatrix and

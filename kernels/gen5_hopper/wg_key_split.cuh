@@ -61,22 +61,20 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
                 step_ring(stage, phase);
             }
         }
+        // The pair's tiles of one tensor (K or V), each into its slot once the slot is free.
+        auto fetch_pair = [&](unsigned s_base, const CUtensorMap* tm, unsigned bar_full, unsigned bar_empty,
+                              int empty_tag) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            if (i < n) {
-                mbar_wait(bar_k_empty + 8 * st[i], ph[i] ^ 1, TAG_K_EMPTY);
-                fetch_kv_tile(p, tile[i], h_kv, sK + st[i] * KV_TILE_BYTES, tm_k, bar_k_full + 8 * st[i], 0, 0,
-                              nullptr);
+            for (int i = 0; i < 2; ++i) {
+                if (i < n) {
+                    mbar_wait(bar_empty + 8 * st[i], ph[i] ^ 1, empty_tag);
+                    fetch_kv_tile(p, tile[i], h_kv, s_base + st[i] * KV_TILE_BYTES, tm, bar_full + 8 * st[i], 0, 0,
+                                  nullptr);
+                }
             }
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            if (i < n) {
-                mbar_wait(bar_v_empty + 8 * st[i], ph[i] ^ 1, TAG_V_EMPTY);
-                fetch_kv_tile(p, tile[i], h_kv, sV + st[i] * KV_TILE_BYTES, tm_v, bar_v_full + 8 * st[i], 0, 0,
-                              nullptr);
-            }
-        }
+        };
+        fetch_pair(sK, tm_k, bar_k_full, bar_k_empty, TAG_K_EMPTY);
+        fetch_pair(sV, tm_v, bar_v_full, bar_v_empty, TAG_V_EMPTY);
     }
 }
 

@@ -29,17 +29,12 @@ impl Case {
     /// `b=2,hq=4,hkv=2,sq=65,sk=130,d=64,dtype=f16,causal=1,layout=bshd,seed=7` (+ `,scale=…`).
     pub fn to_arg(&self) -> String {
         let p = &self.problem;
+        let (b, hq, hkv, sq, sk, d) =
+            (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim);
+        let (dtype, causal, layout) = (p.dtype, p.causal as u8, p.layout.name());
         let mut s = format!(
-            "b={},hq={},hkv={},sq={},sk={},d={},dtype={},causal={},layout={},seed={}",
-            p.batch,
-            p.heads_q,
-            p.heads_kv,
-            p.seq_q,
-            p.seq_k,
-            p.head_dim,
-            p.dtype,
-            p.causal as u8,
-            p.layout.name(),
+            "b={b},hq={hq},hkv={hkv},sq={sq},sk={sk},d={d},dtype={dtype},causal={causal},\
+             layout={layout},seed={}",
             self.data_seed
         );
         if let Some(scale) = p.softmax_scale {
@@ -158,9 +153,10 @@ pub fn inputs(case: &Case) -> Inputs {
     }
 }
 
-pub enum Outcome {
-    Pass(Verdict),
-    Fail(String, Option<Verdict>),
+/// The outcome of a case: forward (`V` = [`Verdict`]) or backward ([`BwdOutcome`]).
+pub enum Outcome<V = Verdict> {
+    Pass(V),
+    Fail(String, Option<V>),
     Skipped(String),
 }
 
@@ -235,11 +231,7 @@ pub fn run_case(kernel: &dyn Attention, device: &Device, case: &Case) -> Outcome
 }
 
 /// The outcome of a backward case.
-pub enum BwdOutcome {
-    Pass(flashcore_oracle::BackwardVerdict),
-    Fail(String, Option<flashcore_oracle::BackwardVerdict>),
-    Skipped(String),
-}
+pub type BwdOutcome = Outcome<flashcore_oracle::BackwardVerdict>;
 
 /// dO of a backward case: fresh standard normal values (their own seed stream), logical order.
 pub fn grad_output(case: &Case) -> Array4<f32> {

@@ -9,7 +9,10 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use flashcore::compile::{compile, CompileRequest};
-use flashcore::{toolkit, AlibiSlopes, AttentionProblem, DeviceInfo, HeadDims, KvStorage, Modes};
+use flashcore::{
+    toolkit, AlibiSlopes, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KvStorage,
+    Modes,
+};
 
 use crate::ptx_compare;
 
@@ -151,6 +154,19 @@ fn enter_variant(pass: Option<(&str, &str)>, variants: &[(&str, &str)]) {
     }
 }
 
+/// What a kernel with `caps` is compiled for: each of [`ARCHES`] (as a synthetic device, its
+/// NVRTC architecture and shared-memory limit) with each dtype it takes.
+fn targets(
+    caps: &Capabilities,
+) -> impl Iterator<Item = (DeviceInfo, &'static str, u32, DType)> + '_ {
+    ARCHES.iter().flat_map(move |&(cc, arch, smem_limit)| {
+        let dev = synthetic_device(cc, smem_limit);
+        caps.dtypes
+            .iter()
+            .map(move |&dtype| (dev.clone(), arch, smem_limit, dtype))
+    })
+}
+
 pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
     DeviceInfo {
         ordinal: 0,
@@ -282,7 +298,7 @@ pub fn run(
                             launch: flashcore::KernelLaunch,
                             arch: &str,
                             smem_limit: u32,
-                            dtype: flashcore::DType|
+                            dtype: DType|
      -> Result<()> {
         let key = format!(
             "{}|{}|{:?}|{arch}|{dtype}",
@@ -422,43 +438,40 @@ pub fn run(
                 .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
                 .collect()
         };
-        for &(cc, arch, smem_limit) in ARCHES {
-            let dev = synthetic_device(cc, smem_limit);
-            for &dtype in caps.dtypes {
-                let dense_problems = representative_head_dims(&caps.head_dims)
+        for (dev, arch, smem_limit, dtype) in targets(&caps) {
+            let dense_problems = representative_head_dims(&caps.head_dims)
+                .into_iter()
+                .flat_map(|d| PROBLEM_SIZES.iter().map(move |&(b, h, s)| (b, h, s, d)))
+                .map(|(b, h, s, d)| AttentionProblem::new(b, h, s, d));
+            let mode_problems = representative_head_dims(&caps.head_dims)
+                .into_iter()
+                .flat_map(|d| MODE_PROBLEMS.iter().map(move |&(b, rows)| (d, b, rows)))
+                .map(|(d, b, rows)| every_mode_problem(d, b, rows));
+            let mode_problems = mode_problems.chain(
+                representative_head_dims(&caps.head_dims)
                     .into_iter()
-                    .flat_map(|d| PROBLEM_SIZES.iter().map(move |&(b, h, s)| (b, h, s, d)))
-                    .map(|(b, h, s, d)| AttentionProblem::new(b, h, s, d));
-                let mode_problems = representative_head_dims(&caps.head_dims)
-                    .into_iter()
-                    .flat_map(|d| MODE_PROBLEMS.iter().map(move |&(b, rows)| (d, b, rows)))
-                    .map(|(d, b, rows)| every_mode_problem(d, b, rows));
-                let mode_problems = mode_problems.chain(
-                    representative_head_dims(&caps.head_dims)
-                        .into_iter()
-                        .flat_map(|d| [2, 16].map(|b| contiguous_cache_problem(d, b))),
-                );
-                let decode_problems = representative_head_dims(&caps.head_dims)
-                    .into_iter()
-                    .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)));
-                let batch_invariant = representative_head_dims(&caps.head_dims)
-                    .into_iter()
-                    .flat_map(batch_invariant_problems);
-                for problem in dense_problems
-                    .chain(mode_problems)
-                    .chain(decode_problems)
-                    .chain(batch_invariant)
-                {
-                    let problem = problem.with_dtype(dtype);
-                    let Ok(plan) = kernel.plan(&problem, &dev) else {
-                        continue;
-                    };
-                    if caps.check(kernel.name(), &problem, &dev).is_err() {
-                        continue;
-                    }
-                    for launch in plan.launches {
-                        check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
-                    }
+                    .flat_map(|d| [2, 16].map(|b| contiguous_cache_problem(d, b))),
+            );
+            let decode_problems = representative_head_dims(&caps.head_dims)
+                .into_iter()
+                .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)));
+            let batch_invariant = representative_head_dims(&caps.head_dims)
+                .into_iter()
+                .flat_map(batch_invariant_problems);
+            for problem in dense_problems
+                .chain(mode_problems)
+                .chain(decode_problems)
+                .chain(batch_invariant)
+            {
+                let problem = problem.with_dtype(dtype);
+                let Ok(plan) = kernel.plan(&problem, &dev) else {
+                    continue;
+                };
+                if caps.check(kernel.name(), &problem, &dev).is_err() {
+                    continue;
+                }
+                for launch in plan.launches {
+                    check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
                 }
             }
         }
@@ -481,27 +494,24 @@ pub fn run(
                 .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
                 .collect()
         };
-        for &(cc, arch, smem_limit) in ARCHES {
-            let dev = synthetic_device(cc, smem_limit);
-            for &dtype in caps.dtypes {
-                for d in representative_head_dims(&caps.head_dims) {
-                    // Causal too: the Hopper backward's causal plans take other L2 sections.
-                    for (&(b, h, s), causal) in PROBLEM_SIZES
-                        .iter()
-                        .flat_map(|sz| [false, true].map(|c| (sz, c)))
-                    {
-                        let problem = AttentionProblem::new(b, h, s, d)
-                            .with_dtype(dtype)
-                            .with_causal(causal);
-                        if kernel.supports_backward(&problem, &dev).is_err() {
-                            continue;
-                        }
-                        let Ok(plan) = kernel.plan_backward(&problem, &dev) else {
-                            continue;
-                        };
-                        for launch in plan.launches {
-                            check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
-                        }
+        for (dev, arch, smem_limit, dtype) in targets(&caps) {
+            for d in representative_head_dims(&caps.head_dims) {
+                // Causal too: the Hopper backward's causal plans take other L2 sections.
+                for (&(b, h, s), causal) in PROBLEM_SIZES
+                    .iter()
+                    .flat_map(|sz| [false, true].map(|c| (sz, c)))
+                {
+                    let problem = AttentionProblem::new(b, h, s, d)
+                        .with_dtype(dtype)
+                        .with_causal(causal);
+                    if kernel.supports_backward(&problem, &dev).is_err() {
+                        continue;
+                    }
+                    let Ok(plan) = kernel.plan_backward(&problem, &dev) else {
+                        continue;
+                    };
+                    for launch in plan.launches {
+                        check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
                     }
                 }
             }

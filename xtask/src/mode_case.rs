@@ -314,14 +314,12 @@ impl<E> ModeInputs<E> {
 
     /// The inputs with `draw`'s tables, as a host call takes them.
     pub fn host_inputs<'a>(&'a self, draw: &'a Draw) -> HostInputs<'a, E> {
-        HostInputs {
-            q: self.q.view(),
-            k: self.k.view(),
-            v: self.v.view(),
-            k_new: self.k_new.as_ref().map(|a| a.view()),
-            v_new: self.v_new.as_ref().map(|a| a.view()),
-            tables: draw.host_tables(),
-        }
+        HostInputs::new(self.q.view(), self.k.view(), self.v.view())
+            .with_append(
+                self.k_new.as_ref().map(|a| a.view()),
+                self.v_new.as_ref().map(|a| a.view()),
+            )
+            .with_tables(draw.host_tables())
     }
 }
 

@@ -291,14 +291,12 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 attention.as_ref(),
                 &dev,
                 &problem,
-                HostInputs {
-                    q: loaded.q.view(),
-                    k: loaded.k.view(),
-                    v: loaded.v.view(),
-                    k_new: loaded.k_new.as_ref().map(|a| a.view()),
-                    v_new: loaded.v_new.as_ref().map(|a| a.view()),
-                    tables: loaded.host_tables(),
-                },
+                HostInputs::new(loaded.q.view(), loaded.k.view(), loaded.v.view())
+                    .with_append(
+                        loaded.k_new.as_ref().map(|a| a.view()),
+                        loaded.v_new.as_ref().map(|a| a.view()),
+                    )
+                    .with_tables(loaded.host_tables()),
             )
             .map_err(|e| match e {
                 flashcore::Error::Invalid(_) | flashcore::Error::Unsupported(_) => {

@@ -24,10 +24,10 @@ use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::host::{download, nan_bits, HostElement};
-use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan, TensorMapSpec};
+use crate::launch_plan::{LaunchPlan, TensorMapSpec};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
-use crate::problem::{AttentionProblem, TensorStrides};
+use crate::problem::AttentionProblem;
 use crate::tensors::{check_dtypes, check_lens, TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
@@ -59,11 +59,10 @@ impl BackwardParams {
     /// The strides (pointers are filled in at launch): dO like O, dQ like Q, dK like K, dV like V.
     pub fn from_problem(p: &AttentionProblem) -> Self {
         let s = p.strides();
-        let t = |st: TensorStrides| [st.batch as i64, st.head as i64, st.row as i64];
-        let [do_batch_stride, do_head_stride, do_row_stride] = t(s.o);
-        let [dq_batch_stride, dq_head_stride, dq_row_stride] = t(s.q);
-        let [dk_batch_stride, dk_head_stride, dk_row_stride] = t(s.k);
-        let [dv_batch_stride, dv_head_stride, dv_row_stride] = t(s.v);
+        let [do_batch_stride, do_head_stride, do_row_stride] = s.o.as_i64();
+        let [dq_batch_stride, dq_head_stride, dq_row_stride] = s.q.as_i64();
+        let [dk_batch_stride, dk_head_stride, dk_row_stride] = s.k.as_i64();
+        let [dv_batch_stride, dv_head_stride, dv_row_stride] = s.v.as_i64();
         BackwardParams {
             do_batch_stride,
             do_head_stride,
@@ -263,25 +262,20 @@ pub fn backward_on(
     let mut params = AttentionParams::from_problem(problem);
     let mut bwd = BackwardParams::from_problem(problem);
     // The guards record each tensor's use on `stream` when dropped, after the last launch.
-    let (ptr, g_q) = t.q.data.device_ptr(stream);
-    params.q = ptr;
-    let (ptr, g_k) = t.k.data.device_ptr(stream);
-    params.k = ptr;
-    let (ptr, g_v) = t.v.data.device_ptr(stream);
-    params.v = ptr;
-    let (ptr, g_o) = t.o.data.device_ptr(stream);
-    params.o = ptr;
-    let (ptr, g_lse) = t.lse.device_ptr(stream);
-    params.lse = ptr;
-    let (ptr, g_do) = t.d_o.data.device_ptr(stream);
-    bwd.d_o = ptr;
-    let (ptr, g_dq) = t.dq.data.device_ptr_mut(stream);
-    bwd.dq = ptr;
-    let (ptr, g_dk) = t.dk.data.device_ptr_mut(stream);
-    bwd.dk = ptr;
-    let (ptr, g_dv) = t.dv.data.device_ptr_mut(stream);
-    bwd.dv = ptr;
-    let guards = [g_q, g_k, g_v, g_o, g_lse, g_do, g_dq, g_dk, g_dv];
+    let mut guards = Vec::with_capacity(9);
+    let mut keep = |(ptr, guard)| {
+        guards.push(guard);
+        ptr
+    };
+    params.q = keep(t.q.data.device_ptr(stream));
+    params.k = keep(t.k.data.device_ptr(stream));
+    params.v = keep(t.v.data.device_ptr(stream));
+    params.o = keep(t.o.data.device_ptr(stream));
+    params.lse = keep(t.lse.device_ptr(stream));
+    bwd.d_o = keep(t.d_o.data.device_ptr(stream));
+    bwd.dq = keep(t.dq.data.device_ptr_mut(stream));
+    bwd.dk = keep(t.dk.data.device_ptr_mut(stream));
+    bwd.dv = keep(t.dv.data.device_ptr_mut(stream));
     let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
@@ -333,35 +327,6 @@ fn backward_tensor_maps(
         },
     )?;
     Ok([q, k, v, d_o])
-}
-
-/// A launch of a grid-stride backward kernel over `items` work items, `threads` per block.
-pub fn per_item(
-    source: &'static str,
-    entry: &'static str,
-    items: usize,
-    threads: u32,
-) -> KernelLaunch {
-    KernelLaunch {
-        source,
-        entry,
-        defines: vec![],
-        grid: (linear_grid(items), 1, 1),
-        block: (threads, 1, 1),
-        dynamic_smem_bytes: 0,
-        tensor_maps: None,
-        programmatic_launch: false,
-    }
-}
-
-/// Blocks of `threads` threads for `items` items, one item per thread (grid-stride).
-pub fn per_thread(
-    source: &'static str,
-    entry: &'static str,
-    items: usize,
-    threads: u32,
-) -> KernelLaunch {
-    per_item(source, entry, tiles(items, threads as usize), threads)
 }
 
 /// dQ, dK, dV of a host call, in the problem's layout order and the inputs' element type.
@@ -495,29 +460,15 @@ pub fn backward_host<E: HostElement>(
 mod tests {
     use super::*;
     use crate::modes::Modes;
-    use crate::problem::{Layout, ProblemStrides};
-
-    fn lens(p: &AttentionProblem) -> [usize; 9] {
-        [
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-            p.o_len(),
-            p.o_len(),
-            p.lse_len(),
-            p.q_len(),
-            p.k_len(),
-            p.v_len(),
-        ]
-    }
+    use crate::problem::{Layout, ProblemStrides, TensorStrides};
 
     #[test]
     fn buffers_are_checked_by_name() {
         let p = AttentionProblem::new(2, 4, 33, 64).with_kv(2, 65);
         let ok = [p.dtype; 8];
-        check_backward_buffers(&p, lens(&p), ok).unwrap();
+        check_backward_buffers(&p, backward_buffer_lens(&p), ok).unwrap();
         for i in 0..9 {
-            let mut l = lens(&p);
+            let mut l = backward_buffer_lens(&p);
             l[i] -= 1;
             match check_backward_buffers(&p, l, ok) {
                 Err(InvalidProblem::LengthMismatch { tensor, .. }) => {
@@ -529,7 +480,7 @@ mod tests {
         let mut d = ok;
         d[6] = DType::Bf16;
         assert!(matches!(
-            check_backward_buffers(&p, lens(&p), d),
+            check_backward_buffers(&p, backward_buffer_lens(&p), d),
             Err(InvalidProblem::DTypeMismatch { tensor: "dk", .. })
         ));
     }

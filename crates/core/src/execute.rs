@@ -37,16 +37,8 @@ pub(crate) fn append_kv(
     params.v = v;
     let (k_new, _a) = new.k_new.data.device_ptr(stream);
     let (v_new, _b) = new.v_new.data.device_ptr(stream);
-    let append = KernelLaunch {
-        source: "core_append_kv.cu",
-        entry: "append_kv",
-        defines: vec![],
-        grid: (linear_grid(tiles(new.k_new.data.len(), 256)), 1, 1),
-        block: (256, 1, 1),
-        dynamic_smem_bytes: 0,
-        tensor_maps: None,
-        programmatic_launch: false,
-    };
+    let append =
+        KernelLaunch::per_thread("core_append_kv.cu", "append_kv", new.k_new.data.len(), 256);
     let pointers = [k_new, v_new];
     let extra = pointers.each_ref().map(|p| p as *const u64 as *mut c_void);
     launch_with(device, stream, problem.dtype, &append, &params, &extra)

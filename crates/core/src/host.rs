@@ -46,37 +46,29 @@ impl HostElement for f32 {
     }
 }
 
-impl HostElement for half::f16 {
-    const DTYPE: Option<DType> = Some(DType::F16);
-    fn to_dtype_bits(self, dtype: DType) -> u16 {
-        debug_assert_eq!(dtype, DType::F16);
-        self.to_bits()
-    }
-    fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
-        debug_assert_eq!(dtype, DType::F16);
-        half::f16::from_bits(bits)
-    }
-    fn as_bits(values: &[Self]) -> Option<&[u16]> {
-        use half::slice::HalfFloatSliceExt;
-        Some(values.reinterpret_cast())
-    }
+/// The 16-bit types: their values are the dtype's bits, taken and borrowed as they are.
+macro_rules! half_host_element {
+    ($ty:ty, $dtype:expr) => {
+        impl HostElement for $ty {
+            const DTYPE: Option<DType> = Some($dtype);
+            fn to_dtype_bits(self, dtype: DType) -> u16 {
+                debug_assert_eq!(dtype, $dtype);
+                self.to_bits()
+            }
+            fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
+                debug_assert_eq!(dtype, $dtype);
+                <$ty>::from_bits(bits)
+            }
+            fn as_bits(values: &[Self]) -> Option<&[u16]> {
+                use half::slice::HalfFloatSliceExt;
+                Some(values.reinterpret_cast())
+            }
+        }
+    };
 }
 
-impl HostElement for half::bf16 {
-    const DTYPE: Option<DType> = Some(DType::Bf16);
-    fn to_dtype_bits(self, dtype: DType) -> u16 {
-        debug_assert_eq!(dtype, DType::Bf16);
-        self.to_bits()
-    }
-    fn from_dtype_bits(bits: u16, dtype: DType) -> Self {
-        debug_assert_eq!(dtype, DType::Bf16);
-        half::bf16::from_bits(bits)
-    }
-    fn as_bits(values: &[Self]) -> Option<&[u16]> {
-        use half::slice::HalfFloatSliceExt;
-        Some(values.reinterpret_cast())
-    }
-}
+half_host_element!(half::f16, DType::F16);
+half_host_element!(half::bf16, DType::Bf16);
 
 /// Output of a host-side call: O in the problem's layout order and the inputs' element type,
 /// LSE (always f32) as [batch, heads_q, seq_q].
@@ -158,6 +150,24 @@ impl<'a, E> HostInputs<'a, E> {
             v_new: None,
             tables: HostTables::default(),
         }
+    }
+
+    /// With `k_new`/`v_new` written into the cache before attending (each when given).
+    pub fn with_append(
+        self,
+        k_new: Option<ArrayViewD<'a, E>>,
+        v_new: Option<ArrayViewD<'a, E>>,
+    ) -> Self {
+        HostInputs {
+            k_new,
+            v_new,
+            ..self
+        }
+    }
+
+    /// With the tables the problem's modes read.
+    pub fn with_tables(self, tables: HostTables<'a>) -> Self {
+        HostInputs { tables, ..self }
     }
 }
 

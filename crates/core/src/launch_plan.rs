@@ -56,6 +56,54 @@ pub struct KernelLaunch {
 }
 
 impl KernelLaunch {
+    /// A plain launch of a grid-stride kernel over `items` work items, one per block of
+    /// `threads` threads: no defines, shared memory or tensor maps.
+    pub fn per_item(source: &'static str, entry: &'static str, items: usize, threads: u32) -> Self {
+        KernelLaunch {
+            source,
+            entry,
+            defines: vec![],
+            grid: (linear_grid(items), 1, 1),
+            block: (threads, 1, 1),
+            dynamic_smem_bytes: 0,
+            tensor_maps: None,
+            programmatic_launch: false,
+        }
+    }
+
+    /// A persistent kernel's launch: `ctas` blocks of `threads` threads with `dynamic_smem_bytes`
+    /// of shared memory, each looping over work items itself (generation 5).
+    pub fn persistent(
+        source: &'static str,
+        entry: &'static str,
+        defines: Vec<(String, String)>,
+        ctas: u32,
+        threads: u32,
+        dynamic_smem_bytes: u32,
+    ) -> Self {
+        KernelLaunch {
+            source,
+            entry,
+            defines,
+            grid: (ctas, 1, 1),
+            block: (threads, 1, 1),
+            dynamic_smem_bytes,
+            tensor_maps: None,
+            programmatic_launch: false,
+        }
+    }
+
+    /// [`per_item`](Self::per_item) with one item per thread: blocks of `threads` threads for
+    /// `items` items.
+    pub fn per_thread(
+        source: &'static str,
+        entry: &'static str,
+        items: usize,
+        threads: u32,
+    ) -> Self {
+        Self::per_item(source, entry, tiles(items, threads as usize), threads)
+    }
+
     /// The launch of a grid-stride kernel that takes one (batch, q head, `q_tile_rows`-row query
     /// tile) item per block of `warps` warps (generations 2-4): one block per item while that
     /// fits grid.x, the kernel's loop covers the rest (and items past 2^31).
@@ -70,14 +118,9 @@ impl KernelLaunch {
     ) -> Self {
         let items = problem.batch * problem.heads_q * tiles(problem.seq_q, q_tile_rows);
         KernelLaunch {
-            source,
-            entry,
             defines,
-            grid: (linear_grid(items), 1, 1),
-            block: (warps * 32, 1, 1),
             dynamic_smem_bytes,
-            tensor_maps: None,
-            programmatic_launch: false,
+            ..Self::per_item(source, entry, items, warps * 32)
         }
     }
 }
@@ -107,6 +150,11 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The launches' entry points, in launch order.
+    pub fn entries(&self) -> Vec<&'static str> {
+        self.launches.iter().map(|l| l.entry).collect()
+    }
+
     pub fn single(launch: KernelLaunch) -> Self {
         LaunchPlan {
             launches: vec![launch],

@@ -63,19 +63,23 @@ impl AttentionParams {
     pub fn from_problem(p: &AttentionProblem) -> Self {
         let s = p.strides();
         let scale = p.scale();
+        let [q_batch_stride, q_head_stride, q_row_stride] = s.q.as_i64();
+        let [k_batch_stride, k_head_stride, k_row_stride] = s.k.as_i64();
+        let [v_batch_stride, v_head_stride, v_row_stride] = s.v.as_i64();
+        let [o_batch_stride, o_head_stride, o_row_stride] = s.o.as_i64();
         AttentionParams {
-            q_batch_stride: s.q.batch as i64,
-            q_head_stride: s.q.head as i64,
-            q_row_stride: s.q.row as i64,
-            k_batch_stride: s.k.batch as i64,
-            k_head_stride: s.k.head as i64,
-            k_row_stride: s.k.row as i64,
-            v_batch_stride: s.v.batch as i64,
-            v_head_stride: s.v.head as i64,
-            v_row_stride: s.v.row as i64,
-            o_batch_stride: s.o.batch as i64,
-            o_head_stride: s.o.head as i64,
-            o_row_stride: s.o.row as i64,
+            q_batch_stride,
+            q_head_stride,
+            q_row_stride,
+            k_batch_stride,
+            k_head_stride,
+            k_row_stride,
+            v_batch_stride,
+            v_head_stride,
+            v_row_stride,
+            o_batch_stride,
+            o_head_stride,
+            o_row_stride,
             batch: p.batch as i32,
             heads_q: p.heads_q as i32,
             heads_kv: p.heads_kv as i32,

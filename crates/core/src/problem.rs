@@ -101,6 +101,11 @@ impl TensorStrides {
         Ok(())
     }
 
+    /// (batch, head, row) as the kernels' parameter blocks take them.
+    pub fn as_i64(&self) -> [i64; 3] {
+        [self.batch as i64, self.head as i64, self.row as i64]
+    }
+
     /// Elements a buffer needs to hold every addressed element.
     pub fn required_len(&self, batch: usize, heads: usize, seq: usize, head_dim: usize) -> usize {
         if batch == 0 || heads == 0 || seq == 0 || head_dim == 0 {
@@ -257,29 +262,23 @@ impl AttentionProblem {
         }
     }
 
+    /// Elements a tensor of `heads` heads with `strides` addresses over `storage` (see
+    /// [`q_storage`](Self::q_storage)).
+    fn tensor_len(&self, strides: TensorStrides, heads: usize, storage: (usize, usize)) -> usize {
+        let (b, s) = storage;
+        strides.required_len(b, heads, s, self.head_dim)
+    }
     pub fn q_len(&self) -> usize {
-        let (b, s) = self.q_storage();
-        self.strides()
-            .q
-            .required_len(b, self.heads_q, s, self.head_dim)
+        self.tensor_len(self.strides().q, self.heads_q, self.q_storage())
     }
     pub fn k_len(&self) -> usize {
-        let (b, s) = self.kv_storage();
-        self.strides()
-            .k
-            .required_len(b, self.heads_kv, s, self.head_dim)
+        self.tensor_len(self.strides().k, self.heads_kv, self.kv_storage())
     }
     pub fn v_len(&self) -> usize {
-        let (b, s) = self.kv_storage();
-        self.strides()
-            .v
-            .required_len(b, self.heads_kv, s, self.head_dim)
+        self.tensor_len(self.strides().v, self.heads_kv, self.kv_storage())
     }
     pub fn o_len(&self) -> usize {
-        let (b, s) = self.q_storage();
-        self.strides()
-            .o
-            .required_len(b, self.heads_q, s, self.head_dim)
+        self.tensor_len(self.strides().o, self.heads_q, self.q_storage())
     }
     /// LSE is `[batch, heads_q, seq_q]`, or `[heads_q, total_q]` for packed Q (FlashAttention
     /// 2's varlen layout).

@@ -49,6 +49,15 @@ fn paged(
         })
 }
 
+/// The tables of a paged cache: used rows and block table per sequence.
+fn paged_tables<'a>(seqused_k: &'a [i32], block_table: &'a [i32]) -> HostTables<'a> {
+    HostTables {
+        seqused_k: Some(seqused_k),
+        block_table: Some(block_table),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn good_varlen_tables_pass_and_sizes_follow_the_totals() {
     let p = varlen(3, 5, 9, 7, 12);
@@ -116,13 +125,7 @@ fn paged_tables_check_block_ids_only_where_they_are_read() {
     // Sequence 0 uses 20 rows (2 blocks), sequence 1 uses 0: entries past those are never read
     // and may hold anything (-1 here).
     let table = [3, 9, -1, -1, -1, -1, -1, -1];
-    HostTables {
-        seqused_k: Some(&[20, 0]),
-        block_table: Some(&table),
-        ..Default::default()
-    }
-    .validate(&p)
-    .unwrap();
+    paged_tables(&[20, 0], &table).validate(&p).unwrap();
     for (used, table, needle) in [
         (
             [33, 0],
@@ -133,13 +136,7 @@ fn paged_tables_check_block_ids_only_where_they_are_read() {
         ([65, 0], [0; 8], "exceed its capacity 64"),
         ([-1, 0], [0; 8], "negative"),
     ] {
-        let e = HostTables {
-            seqused_k: Some(&used),
-            block_table: Some(&table),
-            ..Default::default()
-        }
-        .validate(&p)
-        .unwrap_err();
+        let e = paged_tables(&used, &table).validate(&p).unwrap_err();
         assert!(e.to_string().contains(needle), "{e}");
     }
 }
@@ -150,20 +147,8 @@ fn appended_rows_must_fit_the_cache() {
     p.modes.append = Some(5);
     p.validate().unwrap();
     let table = [0, 1, 2, 3];
-    HostTables {
-        seqused_k: Some(&[59]),
-        block_table: Some(&table),
-        ..Default::default()
-    }
-    .validate(&p)
-    .unwrap();
-    let e = HostTables {
-        seqused_k: Some(&[60]),
-        block_table: Some(&table),
-        ..Default::default()
-    }
-    .validate(&p)
-    .unwrap_err();
+    paged_tables(&[59], &table).validate(&p).unwrap();
+    let e = paged_tables(&[60], &table).validate(&p).unwrap_err();
     assert!(e.to_string().contains("60 used + 5 appended"), "{e}");
 }
 

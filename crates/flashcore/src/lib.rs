@@ -14,6 +14,18 @@
 
 pub use flashcore_core::*;
 
+/// B, H, S, D of the ladder, the shapes the generations are measured and ranked on (`cargo xtask
+/// bench-all --suite ladder`, the launch snapshots): launch-bound, mid-size D = 64 and D = 128,
+/// long sequences, many heads.
+pub const LADDER: [(usize, usize, usize, usize); 6] = [
+    (1, 8, 512, 64),
+    (4, 16, 2048, 64),
+    (4, 16, 2048, 128),
+    (2, 16, 8192, 64),
+    (1, 16, 16384, 128),
+    (8, 32, 4096, 128),
+];
+
 /// Every generation compiled in, fastest first: the order [`best_for`] walks.
 ///
 /// From `cargo xtask bench-all --suite ladder` on an H100

@@ -182,13 +182,7 @@ fn manifest() -> String {
 }
 
 // The file lists the modules of every default generation: other feature sets plan fewer.
-#[cfg(all(
-    feature = "scalar",
-    feature = "vectorized",
-    feature = "fused32",
-    feature = "tile64",
-    feature = "persistent"
-))]
+#[cfg(all_generations)]
 #[test]
 fn aot_manifest_is_current() {
     // Plans read these at run time; the manifest is for the defaults.

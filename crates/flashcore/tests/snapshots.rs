@@ -3,26 +3,12 @@
 //! Update after an intended change with `INSTA_UPDATE=always cargo test -p flashcore --test
 //! snapshots` (or `cargo insta review`) and commit the .snap files.
 
-use flashcore::{AttentionProblem, DType, DeviceInfo, Layout, ProblemStrides, TensorStrides};
-
-/// B, H, S, D of `cargo xtask bench-all --suite ladder`.
-const LADDER: [(usize, usize, usize, usize); 6] = [
-    (1, 8, 512, 64),
-    (4, 16, 2048, 64),
-    (4, 16, 2048, 128),
-    (2, 16, 8192, 64),
-    (1, 16, 16384, 128),
-    (8, 32, 4096, 128),
-];
+use flashcore::{
+    AttentionProblem, DType, DeviceInfo, Layout, ProblemStrides, TensorStrides, LADDER,
+};
 
 // The table lists every compiled-in generation: with fewer features it is another table.
-#[cfg(all(
-    feature = "scalar",
-    feature = "vectorized",
-    feature = "fused32",
-    feature = "tile64",
-    feature = "persistent"
-))]
+#[cfg(all_generations)]
 #[test]
 fn capabilities_table() {
     insta::assert_snapshot!("capabilities_table", flashcore::capabilities_table());

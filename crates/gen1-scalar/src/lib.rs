@@ -11,8 +11,6 @@
 //! (batch, head, query row) for dQ, deterministic (no atomics). Dense problems, every dtype,
 //! head dim 1..=256, causal, GQA, any lengths and strides.
 
-use flashcore_core::backward::{per_item, per_thread};
-use flashcore_core::launch::linear_grid;
 use flashcore_core::{
     Attention, AttentionBackward, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims,
     KernelLaunch, LaunchPlan, Layout, ModeSupport, Unsupported,
@@ -52,16 +50,12 @@ impl Attention for Scalar {
         _device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         let rows = problem.batch * problem.heads_q * problem.seq_q;
-        Ok(LaunchPlan::single(KernelLaunch {
-            source: "gen1_scalar.cu",
-            entry: "attention_scalar",
-            defines: vec![],
-            grid: (linear_grid(rows), 1, 1),
-            block: (THREADS_PER_ROW, 1, 1),
-            dynamic_smem_bytes: 0,
-            tensor_maps: None,
-            programmatic_launch: false,
-        }))
+        Ok(LaunchPlan::single(KernelLaunch::per_item(
+            "gen1_scalar.cu",
+            "attention_scalar",
+            rows,
+            THREADS_PER_ROW,
+        )))
     }
 }
 
@@ -94,9 +88,9 @@ impl AttentionBackward for Scalar {
         const SRC: &str = "gen1_scalar_bwd.cu";
         Ok(LaunchPlan {
             launches: vec![
-                per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS),
-                per_item(SRC, "bwd_scalar_dk_dv", keys, BWD_THREADS),
-                per_item(SRC, "bwd_scalar_dq", rows, BWD_THREADS),
+                KernelLaunch::per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS),
+                KernelLaunch::per_item(SRC, "bwd_scalar_dk_dv", keys, BWD_THREADS),
+                KernelLaunch::per_item(SRC, "bwd_scalar_dq", rows, BWD_THREADS),
             ],
             workspace_f32: rows,
             workspace_counters: 0,
@@ -111,13 +105,11 @@ mod tests {
 
     #[test]
     fn backward_plan_is_three_launches_with_d_in_the_workspace() {
+        let h100 = DeviceInfo::synthetic_h100();
         let p = AttentionProblem::new(2, 8, 100, 64).with_kv(2, 300);
-        let plan = Scalar
-            .plan_backward(&p, &DeviceInfo::synthetic_h100())
-            .unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
+        let plan = Scalar.plan_backward(&p, &h100).unwrap();
         assert_eq!(
-            entries,
+            plan.entries(),
             ["bwd_scalar_dot_do_o", "bwd_scalar_dk_dv", "bwd_scalar_dq"]
         );
         assert_eq!(
@@ -128,10 +120,7 @@ mod tests {
         assert_eq!(plan.launches[2].grid.0, 2 * 8 * 100);
         assert_eq!((plan.workspace_f32, plan.workspace_counters), (1600, 0));
         assert!(Scalar
-            .supports_backward(
-                &AttentionProblem::new(1, 1, 8, 257),
-                &DeviceInfo::synthetic_h100()
-            )
+            .supports_backward(&AttentionProblem::new(1, 1, 8, 257), &h100)
             .is_err());
     }
 

@@ -12,7 +12,7 @@
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
 use flashcore_core::backward::AttentionBackward;
-use flashcore_core::launch::{linear_grid, tiles};
+use flashcore_core::launch::tiles;
 use flashcore_core::{
     AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
     Unsupported,
@@ -341,14 +341,9 @@ fn plan_with(
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
             KernelLaunch {
-                source,
-                entry,
                 defines: defines.clone(),
-                grid: (linear_grid(items), 1, 1),
-                block: (32 * warps, 1, 1),
                 dynamic_smem_bytes: smem as u32,
-                tensor_maps: None,
-                programmatic_launch: false,
+                ..KernelLaunch::per_item(source, entry, items, 32 * warps)
             }
         };
     let p = problem;
@@ -491,9 +486,8 @@ mod tests {
             )
         };
         let plan = narrow(&p).unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv",
@@ -518,9 +512,8 @@ mod tests {
         let h100 = DeviceInfo::synthetic_h100();
         let p = AttentionProblem::new(2, 8, 100, 128).with_kv(2, 300);
         let atomic = PortableAtomicBackward.plan_backward(&p, &h100).unwrap();
-        let entries: Vec<_> = atomic.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            atomic.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
@@ -583,9 +576,8 @@ mod tests {
         let plan = PersistentPortable
             .plan_backward(&p, &DeviceInfo::synthetic_h100())
             .unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
@@ -610,9 +602,8 @@ mod tests {
         // step on sm_90, 32 below); at D = 128 on sm_86 (99 KiB) the 16-row kernels.
         let d64 = AttentionProblem::new(2, 8, 300, 64).with_kv(2, 300);
         let plan64 = PersistentPortable.plan_backward(&d64, &h100).unwrap();
-        let entries: Vec<_> = plan64.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan64.entries(),
             [
                 "bwd_portable_dot_do_o",
                 "bwd_portable_dk_dv_wide",
@@ -657,31 +648,19 @@ mod tests {
         let heads = |p: &AttentionProblem, forced: Option<&str>| {
             section_heads(p, &h100, forced.map(String::from))
         };
-        // One block an SM at D = 128: 132 items a wave, over 32, 128 and 16 key tiles.
-        assert_eq!(
-            heads(&AttentionProblem::new(8, 32, 4096, 128), None),
-            Ok(Some(4))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 16, 16384, 128), None),
-            Ok(Some(1))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(4, 16, 2048, 128), None),
-            Ok(Some(8))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), None),
-            Ok(Some(132))
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), Some("0")),
-            Ok(None)
-        );
-        assert_eq!(
-            heads(&AttentionProblem::new(1, 1, 1, 128), Some("3")),
-            Ok(Some(3))
-        );
+        // (B, H, S) at D = 128, the forced value, and the heads a section takes. One block an SM:
+        // 132 items a wave, over 32, 128 and 16 key tiles.
+        for ((b, h, s), forced, want) in [
+            ((8, 32, 4096), None, Some(4)),
+            ((1, 16, 16384), None, Some(1)),
+            ((4, 16, 2048), None, Some(8)),
+            ((1, 1, 1), None, Some(132)),
+            ((1, 1, 1), Some("0"), None),
+            ((1, 1, 1), Some("3"), Some(3)),
+        ] {
+            let p = AttentionProblem::new(b, h, s, 128);
+            assert_eq!(heads(&p, forced), Ok(want), "({b}, {h}, {s}) {forced:?}");
+        }
         let e = heads(&AttentionProblem::new(1, 1, 1, 128), Some("many")).unwrap_err();
         assert!(e.contains("FLASHCORE_PORTABLE_BWD_SECTION_HEADS"), "{e}");
 

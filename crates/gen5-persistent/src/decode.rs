@@ -499,31 +499,22 @@ fn plan_route(
         defines.push(("FC_DECODE_PREFETCH".to_string(), "1".to_string()));
     }
     let mut launches = vec![KernelLaunch {
-        source: SOURCE,
-        entry: SPLIT_ENTRY,
         defines: defines.clone(),
-        grid: (flashcore_core::launch::linear_grid(units * splits), 1, 1),
-        block: (WARPS * 32, 1, 1),
         dynamic_smem_bytes: smem as u32,
-        tensor_maps: None,
         programmatic_launch: programmatic,
+        ..KernelLaunch::per_item(SOURCE, SPLIT_ENTRY, units * splits, WARPS * 32)
     }];
     if splits > 1 {
+        let combine_blocks = (units * Q_TILE_ROWS).div_ceil(COMBINE_ROWS_PER_BLOCK);
         launches.push(KernelLaunch {
-            source: SOURCE,
-            entry: COMBINE_ENTRY,
             defines,
-            grid: (
-                flashcore_core::launch::linear_grid(
-                    (units * Q_TILE_ROWS).div_ceil(COMBINE_ROWS_PER_BLOCK),
-                ),
-                1,
-                1,
-            ),
-            block: (COMBINE_ROWS_PER_BLOCK as u32 * 32, 1, 1),
-            dynamic_smem_bytes: 0,
-            tensor_maps: None,
             programmatic_launch: programmatic,
+            ..KernelLaunch::per_item(
+                SOURCE,
+                COMBINE_ENTRY,
+                combine_blocks,
+                COMBINE_ROWS_PER_BLOCK as u32 * 32,
+            )
         });
     }
     Ok(LaunchPlan {

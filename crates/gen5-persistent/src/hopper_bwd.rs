@@ -6,7 +6,7 @@
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
-use flashcore_core::backward::{per_item, AttentionBackward};
+use flashcore_core::backward::AttentionBackward;
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
@@ -247,7 +247,7 @@ pub fn plan_with_tuning(
     let rows_per_block = (ROW_THREADS / 32) as usize * crate::backward::dot_rows_per_warp(d);
     let row_launch = |entry: &'static str, rows: usize| KernelLaunch {
         defines: defines.clone(),
-        ..per_item(SOURCE, entry, tiles(rows, rows_per_block), ROW_THREADS)
+        ..KernelLaunch::per_item(SOURCE, entry, tiles(rows, rows_per_block), ROW_THREADS)
     };
     Ok(LaunchPlan {
         launches: vec![
@@ -271,7 +271,7 @@ pub fn plan_with_tuning(
             // a shared-memory tile.
             KernelLaunch {
                 defines: defines.clone(),
-                ..per_item(
+                ..KernelLaunch::per_item(
                     SOURCE,
                     "bwd_hopper_dq_convert",
                     p.batch * p.heads_q * tiles(p.seq_q, dq_slice_queries(query_rows)),
@@ -296,9 +296,8 @@ mod tests {
             .with_kv(2, 300)
             .with_causal(true);
         let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
-        let entries: Vec<_> = plan.launches.iter().map(|l| l.entry).collect();
         assert_eq!(
-            entries,
+            plan.entries(),
             [
                 "bwd_hopper_prepare",
                 "bwd_hopper_dk_dv",

@@ -528,16 +528,14 @@ impl PersistentPortable {
             defines.push(("FC_PORTABLE_DEBUG".to_string(), "1".to_string()));
         }
 
-        let mut plan = LaunchPlan::single(KernelLaunch {
-            source: SOURCE,
-            entry: ENTRY,
+        let mut plan = LaunchPlan::single(KernelLaunch::persistent(
+            SOURCE,
+            ENTRY,
             defines,
-            grid: (ctas, 1, 1),
-            block: (cfg.threads(), 1, 1),
-            dynamic_smem_bytes: cfg.smem_bytes() as u32,
-            tensor_maps: None,
-            programmatic_launch: false,
-        });
+            ctas,
+            cfg.threads(),
+            cfg.smem_bytes() as u32,
+        ));
         if cfg.dynamic {
             // Workspace words 0 and 1: the next item and the CTAs done taking (zero at launch;
             // the kernel leaves them zero).

@@ -90,6 +90,26 @@ pub(crate) fn fixture_run(layout: &str, command: &str) -> (DeviceSummary, Settin
     )
 }
 
+/// Test helper: `report` written as the saved reports are and read back is `report` again.
+/// Returns the JSON, for tests that go on to read it as an older report.
+#[cfg(test)]
+pub(crate) fn assert_json_round_trip<T>(report: &T) -> String
+where
+    T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let j = serde_json::to_string_pretty(report).unwrap();
+    assert_eq!(&serde_json::from_str::<T>(&j).unwrap(), report);
+    j
+}
+
+/// Test helper: each of `parts` stands in the rendered `text` (which the failure prints).
+#[cfg(test)]
+pub(crate) fn assert_contains_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "no {part:?} in:\n{text}");
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemmPeak {
     #[serde(with = "dtype_name")]
@@ -784,9 +804,7 @@ pub mod tests {
 
     #[test]
     fn report_round_trips_through_json() {
-        let r = fixture();
-        let j = serde_json::to_string_pretty(&r).unwrap();
-        assert_eq!(serde_json::from_str::<Report>(&j).unwrap(), r);
+        assert_json_round_trip(&fixture());
     }
 
     #[test]

@@ -139,15 +139,7 @@ impl CausalSel {
 /// The mission shape.
 pub const MISSION: [(usize, usize, usize, usize); 1] = [(1, 8, 512, 64)];
 
-/// B, H, S, D of the ladder: launch-bound, mid-size D = 64 and D = 128, long sequences, many heads.
-pub const LADDER: [(usize, usize, usize, usize); 6] = [
-    (1, 8, 512, 64),
-    (4, 16, 2048, 64),
-    (4, 16, 2048, 128),
-    (2, 16, 8192, 64),
-    (1, 16, 16384, 128),
-    (8, 32, 4096, 128),
-];
+pub use flashcore::LADDER;
 
 /// Added to the ladder by `--suite full` (all three also have peer anchors).
 pub const FULL_EXTRA: [(usize, usize, usize, usize); 3] =

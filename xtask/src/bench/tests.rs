@@ -2,6 +2,7 @@
 
 use super::dense::{parse_input_sets, JSON, MARKDOWN, SVG};
 use super::*;
+use crate::bench::report::assert_contains_all;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -181,15 +182,32 @@ fn render_saved_report(tag: &str, report: &impl serde::Serialize) -> (PathBuf, P
     (dir, out)
 }
 
+/// [`render_saved_report`] of a mode suite's report: the JSON written beside the markdown
+/// `<stem>.md` reads back as `report`; returns the folders and the markdown.
+fn render_saved_mode_report(
+    tag: &str,
+    report: &modes::ModeReport,
+    stem: &str,
+) -> (PathBuf, PathBuf, String) {
+    let (dir, out) = render_saved_report(tag, report);
+    let back: modes::ModeReport = read_json(&out.join(format!("{stem}.json")));
+    assert_eq!(&back, report);
+    let md = std::fs::read_to_string(out.join(format!("{stem}.md"))).unwrap();
+    (dir, out, md)
+}
+
 #[test]
 fn a_saved_decode_report_renders_without_a_gpu() {
-    let (dir, out) = render_saved_report("bench-decode-test", &decode::tests::fixture());
+    let (dir, out, md) = render_saved_mode_report(
+        "bench-decode-test",
+        &decode::tests::fixture(),
+        "bench-decode",
+    );
     let json = dir.join("in.json");
-    let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
-    assert!(md.contains("# flashcore bench-all --suite decode"), "{md}");
-    assert!(md.contains("### Copy ceiling"), "{md}");
-    let back: modes::ModeReport = read_json(&out.join("bench-decode.json"));
-    assert_eq!(back, decode::tests::fixture());
+    assert_contains_all(
+        &md,
+        &["# flashcore bench-all --suite decode", "### Copy ceiling"],
+    );
     // A run saved without anchors gets them when re-rendered with --anchors.
     let mut bare = decode::tests::fixture();
     let d = bare.decode.as_mut().unwrap();
@@ -203,11 +221,13 @@ fn a_saved_decode_report_renders_without_a_gpu() {
     );
     render_json(&json, &out, Some(&anchors));
     let md = std::fs::read_to_string(out.join("bench-decode.md")).unwrap();
-    assert!(
-        md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
-        "{md}"
+    assert_contains_all(
+        &md,
+        &[
+            "| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |",
+            "h100-decode-peers.txt (1 number)",
+        ],
     );
-    assert!(md.contains("h100-decode-peers.txt (1 number)"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -280,13 +300,12 @@ fn a_saved_backward_report_renders_without_a_gpu() {
     render_json(&json, &out, Some(&anchors));
     let md = std::fs::read_to_string(out.join("bench-bwd.md")).unwrap();
     assert!(md.starts_with("# flashcore bench-all --pass bwd"), "{md}");
-    assert!(
-        md.contains("| 4,16,2048,64 | f16 | yes | fa3-jax (anchor) | 389.9 | 220.3 |"),
-        "{md}"
-    );
-    assert!(
-        md.contains("> h100-backward-peers.txt: fa3-jax: wall clock"),
-        "{md}"
+    assert_contains_all(
+        &md,
+        &[
+            "| 4,16,2048,64 | f16 | yes | fa3-jax (anchor) | 389.9 | 220.3 |",
+            "> h100-backward-peers.txt: fa3-jax: wall clock",
+        ],
     );
     let back: backward::BackwardReport = read_json(&out.join("bench-bwd.json"));
     assert_eq!(back.pass, backward::Pass::Bwd);
@@ -302,15 +321,12 @@ fn a_saved_backward_report_renders_without_a_gpu() {
 
 #[test]
 fn a_saved_mode_report_renders_without_a_gpu() {
-    let (dir, out) = render_saved_report("bench-modes-test", &modes::tests::fixture());
-    let md = std::fs::read_to_string(out.join("bench-varlen.md")).unwrap();
-    assert!(md.contains("## Comparisons"), "{md}");
-    assert!(
-        md.contains("| varlen | persistent-hopper | eager |"),
-        "{md}"
+    let (dir, _, md) =
+        render_saved_mode_report("bench-modes-test", &modes::tests::fixture(), "bench-varlen");
+    assert_contains_all(
+        &md,
+        &["## Comparisons", "| varlen | persistent-hopper | eager |"],
     );
-    let back: modes::ModeReport = read_json(&out.join("bench-varlen.json"));
-    assert_eq!(back, modes::tests::fixture());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -62,3 +62,26 @@ fn backward_caps() -> Vec<(String, flashcore::Capabilities)> {
         .map(|k| (k.name().to_string(), k.capabilities()))
         .collect()
 }
+
+/// Every compiled-in backward kernel's name, capabilities and the problems `make` draws for it,
+/// each checked to be a valid backward problem (the sub-checks' tests).
+#[cfg(test)]
+fn valid_problems_per_kernel(
+    make: impl Fn(&flashcore::Capabilities) -> Vec<flashcore::AttentionProblem>,
+) -> Vec<(
+    String,
+    flashcore::Capabilities,
+    Vec<flashcore::AttentionProblem>,
+)> {
+    backward_caps()
+        .into_iter()
+        .map(|(name, caps)| {
+            let problems = make(&caps);
+            for p in &problems {
+                flashcore::backward::validate_backward(p)
+                    .unwrap_or_else(|e| panic!("{name} {p}: {e}"));
+            }
+            (name, caps, problems)
+        })
+        .collect()
+}

@@ -236,14 +236,8 @@ fn run_batch(
         k,
         dev,
         &p,
-        flashcore::HostInputs {
-            q: inp.q.view(),
-            k: inp.k.view(),
-            v: inp.v.view(),
-            k_new: None,
-            v_new: None,
-            tables: draw.host_tables(),
-        },
+        flashcore::HostInputs::new(inp.q.view(), inp.k.view(), inp.v.view())
+            .with_tables(draw.host_tables()),
     )
     .map_err(|e| format!("{storage:?} batch of {}: {e}", seqs.len()))?;
     let mut bits = Vec::with_capacity(seqs.len());

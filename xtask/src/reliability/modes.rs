@@ -371,14 +371,7 @@ fn bad_tables(dev: &Device, k: &dyn Attention, d: usize) -> Result<String, Strin
         k,
         dev,
         &p,
-        HostInputs {
-            q: inp.q.view(),
-            k: inp.k.view(),
-            v: inp.v.view(),
-            k_new: None,
-            v_new: None,
-            tables: host,
-        },
+        HostInputs::new(inp.q.view(), inp.k.view(), inp.v.view()).with_tables(host),
     ) {
         Err(Error::Invalid(
             e @ InvalidProblem::Table {

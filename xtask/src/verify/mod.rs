@@ -16,7 +16,7 @@ use flashcore::{Attention, AttentionBackward, Capabilities, Device};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use crate::case::{run_backward_case, run_case, BwdOutcome, Case, Outcome};
+use crate::case::{run_backward_case, run_case, Case, Outcome};
 use crate::progress::CaseProgress;
 use cases::{backward_edge_cases, dense_case_strategy, seeded_runner};
 
@@ -184,28 +184,39 @@ impl Judged {
     }
 }
 
-impl From<Outcome> for Judged {
-    fn from(o: Outcome) -> Judged {
-        match o {
-            Outcome::Pass(v) => Judged::Pass {
-                ratio: v.ratio,
-                message: v.message,
-            },
-            Outcome::Fail(msg, v) => Judged::Fail(msg, v.map(|v| v.ratio)),
-            Outcome::Skipped(r) => Judged::Skipped(r),
-        }
+/// What a verdict of either pass gives [`Judged`]: how close to the limit it ran, and its text.
+trait Graded {
+    fn ratio(&self) -> f64;
+    fn into_message(self) -> String;
+}
+
+impl Graded for flashcore_oracle::Verdict {
+    fn ratio(&self) -> f64 {
+        self.ratio
+    }
+    fn into_message(self) -> String {
+        self.message
     }
 }
 
-impl From<BwdOutcome> for Judged {
-    fn from(o: BwdOutcome) -> Judged {
+impl Graded for flashcore_oracle::BackwardVerdict {
+    fn ratio(&self) -> f64 {
+        self.ratio
+    }
+    fn into_message(self) -> String {
+        self.message
+    }
+}
+
+impl<V: Graded> From<Outcome<V>> for Judged {
+    fn from(o: Outcome<V>) -> Judged {
         match o {
-            BwdOutcome::Pass(v) => Judged::Pass {
-                ratio: v.ratio,
-                message: v.message,
+            Outcome::Pass(v) => Judged::Pass {
+                ratio: v.ratio(),
+                message: v.into_message(),
             },
-            BwdOutcome::Fail(msg, v) => Judged::Fail(msg, v.map(|v| v.ratio)),
-            BwdOutcome::Skipped(r) => Judged::Skipped(r),
+            Outcome::Fail(msg, v) => Judged::Fail(msg, v.map(|v| v.ratio())),
+            Outcome::Skipped(r) => Judged::Skipped(r),
         }
     }
 }

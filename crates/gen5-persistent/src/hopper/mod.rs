@@ -211,12 +211,6 @@ impl PersistentHopper {
         }
 
         let mut plan = LaunchPlan::single(KernelLaunch {
-            source: SOURCE,
-            entry: ENTRY,
-            defines,
-            grid: (grid_x, 1, 1),
-            block: (cfg.threads(), 1, 1),
-            dynamic_smem_bytes: smem as u32,
             tensor_maps: Some(TensorMapSpec {
                 q_box_rows: cfg.block_m() as u32,
                 kv_box_rows: cfg.block_n as u32,
@@ -224,6 +218,7 @@ impl PersistentHopper {
                 swizzle: Swizzle::B128,
             }),
             programmatic_launch: programmatic,
+            ..KernelLaunch::persistent(SOURCE, ENTRY, defines, grid_x, cfg.threads(), smem as u32)
         });
         if splits > 1 {
             plan.num_splits = splits as u32;

@@ -437,7 +437,7 @@ pub mod tests {
     use crate::bench::modes::tests::{assert_blocks_owned_once, assert_valid, h100_peers};
     use crate::bench::modes::ModeReport;
     use crate::bench::modes::{CaseInfo, ModeRow};
-    use crate::bench::report::{fixture_run, Settings, Timing};
+    use crate::bench::report::{assert_json_round_trip, fixture_run, Settings, Timing};
     use crate::bench::report::{Outcome, Source};
     use flashcore::DType;
     use flashcore::KvStorage;
@@ -684,8 +684,7 @@ garbage line\n";
     #[test]
     fn decode_report_round_trips_through_json() {
         let r = fixture();
-        let j = serde_json::to_string_pretty(&r).unwrap();
-        assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), r);
+        let j = assert_json_round_trip(&r);
         // A decode report from before the read probe reads back without it.
         let mut old: serde_json::Value = serde_json::from_str(&j).unwrap();
         let decode = old["decode"].as_object_mut().unwrap();

@@ -448,6 +448,7 @@ mod tests {
     use super::super::tests::{fixture, timed};
     use super::super::ROWS;
     use super::*;
+    use crate::bench::report::assert_contains_all;
 
     #[test]
     fn lines_carry_the_ceiling_and_the_peer_ratio() {
@@ -546,83 +547,39 @@ mod tests {
     fn decode_markdown_layout() {
         let r = fixture();
         let md = crate::bench::modes::render_markdown(&r);
-        assert!(md.contains("## Decode"), "{md}");
         assert!(!md.contains("## Comparisons"), "{md}");
-        assert!(md.contains("every call also as CUDA-graph replays"), "{md}");
-        assert!(md.contains(
-            "| B=1 Hq=32 Hkv=8 Sq=1 Sk=32768 D=128 (decode, one long sequence) | 128 | persistent-hopper | contiguous | 60.00 | 2237 | 167 % | yes | sdpa_flash 66.00 | 1.10× | yes |"
-        ), "{md}");
-        assert!(md.contains("| paged 64 | 64.00 |"), "{md}");
-        assert!(md.contains("| 1.03× | NO |"), "{md}");
-        assert!(
-            md.contains("- persistent-hopper: ≥ 90 % of the copy at 3 of 4 (row, storage) pairs (1 without a number); ≥ 1.05× the best peer at 1 of 4 (row, storage) pairs (1 without a number)"),
-            "{md}"
-        );
-        // Peers beside the anchors: live 94.2 against the anchor's 94.2.
-        assert!(
-            md.contains("| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |"),
-            "{md}"
-        );
-        assert!(md.contains("| fa3 | error: RuntimeError: nope |"), "{md}");
-        // An anchor without a live row still shows.
-        assert!(
-            md.contains("(chunked prefill) | sdpa_cudnn | not run | — | — | 108.6 | 1236 | — |"),
-            "{md}"
-        );
-        // Copies: ceiling and traffic.
-        assert!(
-            md.contains("| 128 | 200.0 | 671 | 1342 | 200 | 15 | 2 |"),
-            "{md}"
-        );
-        assert!(md.contains("| 512 | — |"), "{md}");
-        // The read probes after the copies: 52 µs over 128 MiB is 2581 GB/s, the faster there.
-        assert!(md.contains("### Read probes"), "{md}");
-        assert!(
-            md.contains("| 128 | ldg | 52.00 | 2581 | 400 | 15 | 2 | 528 × 512 | yes |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 128 | bulk:32768:4:1 | 53.00 | 2532 | 400 | 15 | 2 | 132 × 32 |  |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 256 | bulk:32768:4:1 | 95.00 | 2826 | 400 | 15 | 2 | 132 × 32 | yes |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 512 | — | — | — | — | — | — | — | — |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("read probe: 512 MiB and 1024 MiB not probed"),
-            "{md}"
-        );
-        assert!(
-            md.contains("Read probes: kernels that only read the same N bytes"),
-            "{md}"
-        );
-        // What 1.05× the best peer needs, against the probe.
-        assert!(
-            md.contains("### Is 1.05× the best peer within the read probe and the GEMM rate?"),
-            "{md}"
-        );
-        assert!(
-            md.contains("(decode, one long sequence) | 128 | 0.5 | sdpa_flash 66.00 | 2034 | 2135 | 2581 | 0.83 | yes | 8.5 | 700.0 | 0.012 | yes |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("(decode) | 256 | 1.1 | sdpa_cudnn 94.20 | 2850 | 2992 | 2826 | 1.06 | NO | 12.0 | 700.0 | 0.017 | yes |"),
-            "{md}"
-        );
-        assert!(
-            md.contains(
-                "Sk=4096 D=128 (decode) | 512 | 2.1 | — | — | — | — | — | — | — | 700.0 | — | — |"
-            ),
-            "{md}"
-        );
-        assert!(
-            md.contains("GEMM: cuBLAS bf16 8192×8192×8192 (cublasGemmEx, f32 accumulate), 1570.0 µs a call, 700.0 TFLOP/s"),
-            "{md}"
+        assert_contains_all(
+            &md,
+            &[
+                "## Decode",
+                "every call also as CUDA-graph replays",
+                "| B=1 Hq=32 Hkv=8 Sq=1 Sk=32768 D=128 (decode, one long sequence) | 128 | persistent-hopper | contiguous | 60.00 | 2237 | 167 % | yes | sdpa_flash 66.00 | 1.10× | yes |",
+                "| paged 64 | 64.00 |",
+                "| 1.03× | NO |",
+                "- persistent-hopper: ≥ 90 % of the copy at 3 of 4 (row, storage) pairs (1 without a number); ≥ 1.05× the best peer at 1 of 4 (row, storage) pairs (1 without a number)",
+                // Peers beside the anchors: live 94.2 against the anchor's 94.2.
+                "| sdpa_cudnn | 94.20 | 2850 | 202 % | 94.20 | 2850 | 1.00 |",
+                "| fa3 | error: RuntimeError: nope |",
+                // An anchor without a live row still shows.
+                "(chunked prefill) | sdpa_cudnn | not run | — | — | 108.6 | 1236 | — |",
+                // Copies: ceiling and traffic.
+                "| 128 | 200.0 | 671 | 1342 | 200 | 15 | 2 |",
+                "| 512 | — |",
+                // The read probes after the copies: 52 µs over 128 MiB is 2581 GB/s, the faster there.
+                "### Read probes",
+                "| 128 | ldg | 52.00 | 2581 | 400 | 15 | 2 | 528 × 512 | yes |",
+                "| 128 | bulk:32768:4:1 | 53.00 | 2532 | 400 | 15 | 2 | 132 × 32 |  |",
+                "| 256 | bulk:32768:4:1 | 95.00 | 2826 | 400 | 15 | 2 | 132 × 32 | yes |",
+                "| 512 | — | — | — | — | — | — | — | — |",
+                "read probe: 512 MiB and 1024 MiB not probed",
+                "Read probes: kernels that only read the same N bytes",
+                // What 1.05× the best peer needs, against the probe.
+                "### Is 1.05× the best peer within the read probe and the GEMM rate?",
+                "(decode, one long sequence) | 128 | 0.5 | sdpa_flash 66.00 | 2034 | 2135 | 2581 | 0.83 | yes | 8.5 | 700.0 | 0.012 | yes |",
+                "(decode) | 256 | 1.1 | sdpa_cudnn 94.20 | 2850 | 2992 | 2826 | 1.06 | NO | 12.0 | 700.0 | 0.017 | yes |",
+                "Sk=4096 D=128 (decode) | 512 | 2.1 | — | — | — | — | — | — | — | 700.0 | — | — |",
+                "GEMM: cuBLAS bf16 8192×8192×8192 (cublasGemmEx, f32 accumulate), 1570.0 µs a call, 700.0 TFLOP/s",
+            ],
         );
         insta::assert_snapshot!("bench_decode_table", md);
     }

@@ -4,7 +4,9 @@
 use flashcore::{DType, KvStorage};
 
 use super::*;
-use crate::bench::report::{fixture_run, Method, Outcome, PeerStatus, Source, Timing};
+use crate::bench::report::{
+    assert_json_round_trip, fixture_run, Method, Outcome, PeerStatus, Source, Timing,
+};
 use crate::bench::suite::Suite;
 
 #[test]
@@ -342,9 +344,7 @@ fn targets() {
 
 #[test]
 fn mode_report_round_trips_through_json() {
-    let r = fixture();
-    let j = serde_json::to_string_pretty(&r).unwrap();
-    assert_eq!(serde_json::from_str::<ModeReport>(&j).unwrap(), r);
+    assert_json_round_trip(&fixture());
 }
 
 #[test]
