@@ -257,6 +257,14 @@ pub struct Row {
     pub problem: String,
 }
 
+/// The head dims of `h` that check-kernels builds: its representatives, narrowed to `--head-dims`.
+fn checked_head_dims(h: &HeadDims, only: Option<&[usize]>) -> Vec<usize> {
+    representative_head_dims(h)
+        .into_iter()
+        .filter(|d| only.is_none_or(|w| w.contains(d)))
+        .collect()
+}
+
 pub fn run(
     json_out: Option<&std::path::Path>,
     dump_ptx: Option<&std::path::Path>,
@@ -432,12 +440,7 @@ pub fn run(
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         enter_variant(pass, VARIANT_ENV);
         let caps = kernel.capabilities();
-        let representative_head_dims = |h: &HeadDims| -> Vec<usize> {
-            representative_head_dims(h)
-                .into_iter()
-                .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
-                .collect()
-        };
+        let representative_head_dims = |h: &HeadDims| checked_head_dims(h, head_dims);
         for (dev, arch, smem_limit, dtype) in targets(&caps) {
             let dense_problems = representative_head_dims(&caps.head_dims)
                 .into_iter()
@@ -488,12 +491,7 @@ pub fn run(
     for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
         enter_variant(pass, BACKWARD_VARIANT_ENV);
         let caps = kernel.capabilities();
-        let representative_head_dims = |h: &HeadDims| -> Vec<usize> {
-            representative_head_dims(h)
-                .into_iter()
-                .filter(|d| head_dims.is_none_or(|w| w.contains(d)))
-                .collect()
-        };
+        let representative_head_dims = |h: &HeadDims| checked_head_dims(h, head_dims);
         for (dev, arch, smem_limit, dtype) in targets(&caps) {
             for d in representative_head_dims(&caps.head_dims) {
                 // Causal too: the Hopper backward's causal plans take other L2 sections.
