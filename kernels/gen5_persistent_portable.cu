@@ -409,8 +409,7 @@ __device__ __forceinline__ void warp_qk(float (&s)[M_TILES][kKeys / 8][4], const
             ldmatrix_x4(b, slice_address(k_lane, ds, 16 * np));
 #pragma unroll
             for (int mt = 0; mt < M_TILES; ++mt) {
-                mma_m16n8k16(s[mt][2 * np], a[mt], b[0], b[1]);
-                mma_m16n8k16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                mma_m16n16k16(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b);
             }
         }
     }
@@ -432,8 +431,7 @@ __device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const flo
             ldmatrix_x4_trans(b, slice_address(v_lane, dp, 16 * ks));
 #pragma unroll
             for (int mt = 0; mt < M_TILES; ++mt) {
-                mma_m16n8k16(o[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_m16n8k16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                mma_m16n16k16(o[mt][2 * dp], o[mt][2 * dp + 1], a[mt], b);
             }
         }
     }

@@ -43,6 +43,14 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const FragA& a, unsi
         : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b0), "r"(b1));
 }
 
+// One k16 step over 16 columns: d0 and d1 += a·b, `b` the four registers of an x4 ldmatrix B
+// fragment, the first two d0's n8 block and the last two d1's.
+__device__ __forceinline__ void mma_m16n16k16(float (&d0)[4], float (&d1)[4], const FragA& a,
+                                              const unsigned (&b)[4]) {
+    mma_m16n8k16(d0, a, b[0], b[1]);
+    mma_m16n8k16(d1, a, b[2], b[3]);
+}
+
 // 32-bit shared-state-space address of a generic pointer into shared memory (what ldmatrix and
 // cp.async take). Named apart from hopper/mbarrier.cuh's smem_u32 so both headers can be included.
 __device__ __forceinline__ unsigned shared_address(const void* p) {
@@ -137,8 +145,7 @@ __device__ __forceinline__ void warp_qk(float (&s)[kKeys / 8][4], const FragA (&
         for (int np = 0; np < kKeys / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, k_tile + k_addr.at(ds, 16 * np));
-            mma_m16n8k16(s[2 * np], q[ds], b[0], b[1]);
-            mma_m16n8k16(s[2 * np + 1], q[ds], b[2], b[3]);
+            mma_m16n16k16(s[2 * np], s[2 * np + 1], q[ds], b);
         }
     }
 }
@@ -159,8 +166,7 @@ __device__ __forceinline__ void warp_qk_q_in_smem(float (&s)[kKeys / 8][4], unsi
         for (int np = 0; np < kKeys / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, k_tile + k_addr.at(ds, 16 * np));
-            mma_m16n8k16(s[2 * np], q, b[0], b[1]);
-            mma_m16n8k16(s[2 * np + 1], q, b[2], b[3]);
+            mma_m16n16k16(s[2 * np], s[2 * np + 1], q, b);
         }
     }
 }
@@ -178,8 +184,7 @@ __device__ __forceinline__ void warp_pv(float (&o)[kHeadDim / 8][4], const float
         for (int dp = 0; dp < kHeadDim / 16; ++dp) {
             unsigned b[4];
             ldmatrix_x4_trans(b, v_tile + v_addr.at(dp, 16 * ks));
-            mma_m16n8k16(o[2 * dp], a, b[0], b[1]);
-            mma_m16n8k16(o[2 * dp + 1], a, b[2], b[3]);
+            mma_m16n16k16(o[2 * dp], o[2 * dp + 1], a, b);
         }
     }
 }

@@ -37,8 +37,7 @@ __device__ __forceinline__ void warp_k_step(float (&acc)[kMT][kNT][4], AFrag&& a
         }
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-            mma_m16n8k16(acc[mt][2 * np], a[mt], b[0], b[1]);
-            mma_m16n8k16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            mma_m16n16k16(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
         }
     }
 }
