@@ -33,7 +33,8 @@
 //   SMEM_BYTES = QS * T(BM) + 2 * STAGES * T(BN) + 256 (crates/gen5-persistent/src/portable.rs
 //   repeats it)
 //
-// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
+// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_PORTABLE_PAD_D
+// (0|1, default 0: p.head_dim is below FC_HEAD_DIM, see below); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
 // FC_PORTABLE_BLOCK_N (keys per K/V tile, 64 | 128; default 64); FC_PORTABLE_STAGES (K/V ring
 // depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
 // (16-wide Q slices held in registers, the rest re-read per K tile; default D / 16);
@@ -116,6 +117,12 @@
 #ifndef FC_PORTABLE_HEAD_MAJOR
 #define FC_PORTABLE_HEAD_MAJOR 1
 #endif
+// A head dim below the build's (FC_HEAD_DIM, an instance), padded as FlashAttention-2 pads: the
+// loads zero-fill the columns from p.head_dim on and the epilogue stores only the first p.head_dim.
+// Exact head dims build without it.
+#ifndef FC_PORTABLE_PAD_D
+#define FC_PORTABLE_PAD_D 0
+#endif
 // Inference modes (varlen, KV cache, pages, windows, softcap, ALiBi): 1 only for problems that use
 // them (the general block info costs registers and instructions the dense build does without).
 #ifndef FC_PORTABLE_MODES
@@ -125,6 +132,7 @@
 namespace fcp {
 
 constexpr int D = FC_HEAD_DIM;
+constexpr bool PAD_D = FC_PORTABLE_PAD_D;
 constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
 // m16 row tiles per consumer warp. Two (32 rows, FlashAttention-2's split) make every K and V
 // fragment read from shared memory feed two mma.sync instead of one: half the ldmatrix traffic
@@ -195,6 +203,9 @@ __device__ __forceinline__ int ring_q_buffer(unsigned ring) { return Q_STAGES ==
 __device__ __forceinline__ unsigned ring_q_phase(unsigned ring) { return (ring >> (Q_STAGES == 2 ? 5 : 4)) & 1u; }
 // The Q buffer of the item in progress (its fill was already counted in bits 4-5).
 __device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_STAGES == 2 ? (int)(((ring >> 4) & 1u) ^ 1u) : 0; }
+
+// 16-byte chunks of a Q, K or V row in memory: the tile's, or fewer when the head dim is padded.
+__device__ __forceinline__ int row_chunks(const AttentionParams& p) { return PAD_D ? p.head_dim / 8 : D / 8; }
 
 // Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -462,8 +473,8 @@ __device__ __forceinline__ void park_item(const AttentionParams& p, const Work& 
 // never read (they are the next sequence's).
 __device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h, int q0,
                                             unsigned dst, int lane) {
-    load_tile_async<BM, D, 32>(dst, static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0),
-                               p.q_row_stride, min(BM, seq.len_q - q0), lane);
+    load_tile_async<BM, D, 32, PAD_D>(dst, static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0),
+                               p.q_row_stride, min(BM, seq.len_q - q0), lane, row_chunks(p));
 }
 
 // Producer: key rows [k0, k0 + BN) of sequence b, kv head h_kv, of K (kIsK) or V into the stage
@@ -482,17 +493,17 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     // producer warp the bottleneck, 3.4-5.4x the contiguous time; every lane walking every group,
     // 1.31x).
     if (p.block_table != nullptr && p.block_size % BN != 0) {
-        load_tile_groups_async<BN, D, 32>(
+        load_tile_groups_async<BN, D, 32, PAD_D>(
             dst,
             [&](int g) {
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
                                     : v_row_offset(p, seq, b, h_kv, k0 + 16 * g));
             },
-            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane);
+            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
     } else {
-        load_tile_async<BN, D, 32>(dst,
+        load_tile_async<BN, D, 32, PAD_D>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
-                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane);
+                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
     }
 }
 
@@ -605,9 +616,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #if FC_PORTABLE_MODES
                 load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
 #else
-                load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES,
+                load_tile_async<BM, D, 32, PAD_D>(sQ + qb * Q_BYTES,
                                            static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0), p.q_row_stride,
-                                           min(BM, p.seq_q - q0), lane);
+                                           min(BM, p.seq_q - q0), lane, row_chunks(p));
 #endif
             }
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
@@ -629,8 +640,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #if FC_PORTABLE_MODES
             load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
 #else
-            load_tile_async<BM, D, 32>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
-                                       p.q_row_stride, min(BM, p.seq_q - q0), lane);
+            load_tile_async<BM, D, 32, PAD_D>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
+                                       p.q_row_stride, min(BM, p.seq_q - q0), lane, row_chunks(p));
 #endif
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
             ++q_use;
@@ -659,12 +670,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 const int k0 = n * BN;
                 const int rows = min(BN, p.seq_k - k0);  // >= 1: n < n_blocks <= ceil(seq_k / BN)
                 if (lap > 0) wait_released(bars, slot_k(stage), lap - 1);
-                load_tile_async<BN, D, 32>(sK + stage * KV_BYTES, k_ptr + (long long)k0 * p.k_row_stride,
-                                           p.k_row_stride, rows, lane);
+                load_tile_async<BN, D, 32, PAD_D>(sK + stage * KV_BYTES, k_ptr + (long long)k0 * p.k_row_stride,
+                                           p.k_row_stride, rows, lane, row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
-                load_tile_async<BN, D, 32>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
-                                           p.v_row_stride, rows, lane);
+                load_tile_async<BN, D, 32, PAD_D>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
+                                           p.v_row_stride, rows, lane, row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
                     stage = 0;
@@ -857,8 +868,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
-                        *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
-                            pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
+                        if (!PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
+                            *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
+                                pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr)
                         p.lse[seq_lse_offset(p, seq, w.b, w.h, row)] = lse[mt][r] * undefined;
                 }
@@ -876,8 +888,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
-                        *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
-                            pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
+                        if (!PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
+                            *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
+                                pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[mt][r] * undefined;
                 }
             }

@@ -54,9 +54,13 @@ __device__ __forceinline__ void cp_async_wait() {
 //     those head dims against 323 at D = 256).
 //   * Partial tiles take a rolled loop that bounds-checks every row; a block that does not cover
 //     whole rows so (tile64's 128 threads at D = 96), a rolled loop that divides per copy.
-template <int kRows, int kCols, int kThreads>
+//
+// kPadCols: the rows are a padded head dim's, `valid_chunks` 16-byte chunks of them in memory (a
+// head dim of 80 in the 96 tile); the chunks past them are zero-filled, never read (their source
+// is the row's first chunk).
+template <int kRows, int kCols, int kThreads, bool kPadCols = false>
 __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t* gmem_row0, long long row_stride,
-                                                int valid_rows, int tid) {
+                                                int valid_rows, int tid, int valid_chunks = 0) {
     using Tile = SwizzledTile<kCols>;
     constexpr int kChunks = kRows * Tile::kChunksPerRow;
     constexpr int kCopies = kChunks / kThreads;  // per thread
@@ -72,27 +76,29 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
         constexpr int kPatterns = kRowStep % 8 == 0 ? 1 : (kRowStep % 4 == 0 ? 2 : (kRowStep % 2 == 0 ? 4 : 8));
         const int chunk = tid % Tile::kChunksPerRow;
         const int row0 = tid / Tile::kChunksPerRow;
+        const bool col_in = !kPadCols || chunk < valid_chunks;
+        const int col = col_in ? chunk * 8 : 0;
         if (valid_rows >= kRows) {
             unsigned lane_off[kPatterns];
 #pragma unroll
             for (int j = 0; j < kPatterns; ++j) lane_off[j] = Tile::offset(row0 + j * kRowStep, chunk) * 2;
             const long long step = opaque((long long)kRowStep * row_stride);
-            const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
+            const elem_t* src = gmem_row0 + (long long)row0 * row_stride + col;
 #pragma unroll
             for (int i = 0; i < kCopiesPerThread; ++i) {
                 const unsigned dst =
                     smem_tile + lane_off[i % kPatterns] + (i / kPatterns) * (kPatterns * kRowStep * kCols * 2);
-                cp_async_16_zfill(dst, src, true);
+                cp_async_16_zfill(dst, src, col_in);
                 src += step;
             }
             return;
         }
         int row = row0;
-        const elem_t* src = gmem_row0 + (long long)row0 * row_stride + chunk * 8;
+        const elem_t* src = gmem_row0 + (long long)row0 * row_stride + col;
         const long long step = (long long)kRowStep * row_stride;
 #pragma unroll 1
         for (int i = 0; i < kCopiesPerThread; ++i) {
-            const bool in_bounds = row < valid_rows;
+            const bool in_bounds = row < valid_rows && col_in;
             // Out-of-range rows point the (unread) source at row 0, which exists.
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : gmem_row0, in_bounds);
             row += kRowStep;
@@ -104,16 +110,17 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
             const int idx = tid + i * kThreads;
             const int row = idx / Tile::kChunksPerRow;
             const int chunk = idx % Tile::kChunksPerRow;
-            const bool in_bounds = row < valid_rows;
-            const elem_t* src = gmem_row0 + (in_bounds ? (long long)row * row_stride : 0ll) + chunk * 8;
+            const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
+            const elem_t* src = gmem_row0 + (in_bounds ? (long long)row * row_stride + chunk * 8 : 0ll);
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
     }
 }
 
-template <int kRows, int kCols, int kThreads>
+template <int kRows, int kCols, int kThreads, bool kPadCols = false>
 __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, const elem_t* mine,
-                                                            long long row_stride, int valid_rows, int tid);
+                                                            long long row_stride, int valid_rows, int tid,
+                                                            int valid_chunks = 0);
 
 // The same fill for a tile whose rows are strided within 16-row groups while the groups lie
 // anywhere: a paged K/V cache (pages hold a multiple of 16 rows, so a group never straddles two).
@@ -124,9 +131,11 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
 // (H100, 2026-11-25, 4ad4cb5: the address arithmetic, not the table's latency); every thread
 // looking up every group still cost the portable path 1.31x at block 64 (6031875). Every thread
 // of each warp calls this (the shuffles). Narrow rows keep a lookup per thread and pass.
-template <int kRows, int kCols, int kThreads, class GroupPtr>
+// kPadCols, valid_chunks: as for load_tile_async.
+template <int kRows, int kCols, int kThreads, bool kPadCols = false, class GroupPtr>
 __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const GroupPtr& group_ptr,
-                                                       long long row_stride, int valid_rows, int tid) {
+                                                       long long row_stride, int valid_rows, int tid,
+                                                       int valid_chunks = 0) {
     using Tile = SwizzledTile<kCols>;
     constexpr int kGroupRows = 16;
     static_assert(kRows % kGroupRows == 0, "tiles hold whole 16-row groups");
@@ -145,17 +154,17 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
 #pragma unroll 1
         for (int g = tid / kGroupChunks; g < kGroups; g += kGroupsPerPass) {
             const int row = g * kGroupRows + r;
-            const bool in_bounds = row < valid_rows;
+            const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
             const elem_t* src = group_ptr(g * kGroupRows < valid_rows ? g : 0) +
-                                (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
+                                (in_bounds ? (long long)r * row_stride + chunk * 8 : 0ll);
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
     } else {
         const int lane = tid & 31;
         // Lanes past the groups, and groups past the valid rows, take group 0's address (never read).
-        load_tile_groups_async_from<kRows, kCols, kThreads>(
+        load_tile_groups_async_from<kRows, kCols, kThreads, kPadCols>(
             smem_tile, group_ptr(lane < kGroups && lane * kGroupRows < valid_rows ? lane : 0), row_stride, valid_rows,
-            tid);
+            tid, valid_chunks);
     }
 }
 
@@ -163,9 +172,10 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
 // lane g < kRows / 16 of every warp passes group g's address (group 0's if no row of group g is
 // valid); other lanes' addresses are not used. Rows of 2 D bytes with D >= 64 (a group's chunks
 // cover the block at least once: the narrow form above shares no addresses).
-template <int kRows, int kCols, int kThreads>
+template <int kRows, int kCols, int kThreads, bool kPadCols>
 __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, const elem_t* mine,
-                                                            long long row_stride, int valid_rows, int tid) {
+                                                            long long row_stride, int valid_rows, int tid,
+                                                            int valid_chunks) {
     using Tile = SwizzledTile<kCols>;
     constexpr int kGroupRows = 16;
     constexpr int kGroups = kRows / kGroupRows;
@@ -184,8 +194,9 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
         // extra offsets spilled at D = 64 and 256.
 #pragma unroll 1
         for (int g = 0; g < kGroups; ++g)
-            load_tile_async<kGroupRows, kCols, kThreads>(smem_tile + g * Tile::bytes(kGroupRows), group_base(g),
-                                                         row_stride, valid_rows - g * kGroupRows, tid);
+            load_tile_async<kGroupRows, kCols, kThreads, kPadCols>(smem_tile + g * Tile::bytes(kGroupRows),
+                                                                   group_base(g), row_stride,
+                                                                   valid_rows - g * kGroupRows, tid, valid_chunks);
         return;
     }
 #pragma unroll 1
@@ -197,11 +208,12 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
             // one copy per group there is nothing to walk, and tile64 D = 64 spilled walking).
             constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
             const int chunk = tid % Tile::kChunksPerRow;
+            const bool col_in = !kPadCols || chunk < valid_chunks;
             int row = g * kGroupRows + tid / Tile::kChunksPerRow;
-            const elem_t* src = base + (long long)(tid / Tile::kChunksPerRow) * row_stride + chunk * 8;
+            const elem_t* src = base + (long long)(tid / Tile::kChunksPerRow) * row_stride + (col_in ? chunk * 8 : 0);
 #pragma unroll
             for (int i = 0; i < kCopiesPerGroup; ++i) {
-                const bool in_bounds = row < valid_rows;
+                const bool in_bounds = row < valid_rows && col_in;
                 cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, in_bounds ? src : group0, in_bounds);
                 row += kRowStep;
                 src += kRowStep * row_stride;
@@ -214,8 +226,8 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
                 const int r = idx / Tile::kChunksPerRow;
                 const int chunk = idx % Tile::kChunksPerRow;
                 const int row = g * kGroupRows + r;
-                const bool in_bounds = row < valid_rows;
-                const elem_t* src = base + (in_bounds ? (long long)r * row_stride : 0ll) + chunk * 8;
+                const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
+                const elem_t* src = base + (in_bounds ? (long long)r * row_stride + chunk * 8 : 0ll);
                 cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
             }
         }

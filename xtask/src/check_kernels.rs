@@ -180,12 +180,14 @@ pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
     }
 }
 
-/// Head dims worth compiling for: every listed one, or a few of a range (those kernels take the
-/// head dim at run time, so one suffices; the others catch plans that vary with it).
+/// Head dims worth compiling for: every listed one, or a few of a range: FlashAttention-2's
+/// instances (a kernel may compile one each and pad the others up, as the portable generation-5
+/// path does; 80 stands for the padded ones, 8 for the smallest), which a kernel that takes the
+/// head dim at run time builds alike.
 pub fn representative_head_dims(h: &HeadDims) -> Vec<usize> {
     match h {
         HeadDims::List(l) => l.to_vec(),
-        HeadDims::Range { .. } => [8usize, 64, 128, 256]
+        HeadDims::Range { .. } => [8usize, 32, 64, 80, 96, 128, 160, 192, 224, 256]
             .into_iter()
             .filter(|d| h.contains(*d))
             .collect(),
@@ -634,6 +636,6 @@ in the function 'attention_persistent_hopper'\n";
             max: 128,
             multiple_of: 8,
         };
-        assert_eq!(representative_head_dims(&h), vec![8, 64, 128]);
+        assert_eq!(representative_head_dims(&h), vec![8, 32, 64, 80, 96, 128]);
     }
 }

@@ -42,7 +42,7 @@ fn devices(cc: (u32, u32)) -> Vec<DeviceInfo> {
 fn head_dims(h: &HeadDims) -> Vec<usize> {
     match h {
         HeadDims::List(l) => l.to_vec(),
-        h => [32, 64, 96, 128, 256]
+        h => [32, 64, 96, 128, 160, 192, 224, 256]
             .into_iter()
             .filter(|d| h.contains(*d))
             .collect(),

@@ -30,8 +30,15 @@ const SOURCE: &str = "gen5_persistent_portable.cu";
 const ENTRY: &str = "attention_persistent_portable";
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM): FlashAttention-2's instances, every
-/// multiple of 32 up to 256 (the swizzled tile takes rows of 4k 16-byte chunks).
+/// multiple of 32 up to 256 (the swizzled tile takes rows of 4k 16-byte chunks). Every other
+/// multiple of 8 up to 256 runs in the next instance up, padded ([`instance_head_dim`]).
 pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 160, 192, 224, 256];
+
+/// The compiled head dim a problem's head dim runs in: itself, or the next instance up, the
+/// columns past it zero-filled on load and left unstored (FC_PORTABLE_PAD_D).
+pub fn instance_head_dim(head_dim: usize) -> Option<usize> {
+    HEAD_DIMS.iter().copied().find(|&d| d >= head_dim)
+}
 /// Above this head dim O (D / 2 f32 per thread) and S no longer fit the 168 registers a 9- or
 /// 10-warp SM leaves: the plan takes one CTA of at most 7 consumer warps (255 registers).
 pub const MAX_HEAD_DIM_168_REGISTERS: usize = 128;
@@ -445,7 +452,9 @@ impl PersistentPortable {
         debug: bool,
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
-        let d = problem.head_dim;
+        let d = instance_head_dim(problem.head_dim).ok_or_else(|| {
+            Unsupported::new(NAME, format!("head_dim {} is past 256", problem.head_dim))
+        })?;
         // Inference modes get their own build (FC_PORTABLE_MODES); dense problems keep the dense
         // one, unchanged.
         let modes = !problem.modes.is_dense();
@@ -510,6 +519,9 @@ impl PersistentPortable {
                 format!("{l2_section}ull"),
             ),
         ];
+        if d != problem.head_dim {
+            defines.push(("FC_PORTABLE_PAD_D".to_string(), "1".to_string()));
+        }
         if cfg.dynamic {
             defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
         }
@@ -554,7 +566,15 @@ impl Attention for PersistentPortable {
     fn capabilities(&self) -> Capabilities {
         // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80. Every inference mode (the
         // FC_PORTABLE_MODES build).
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::ALL)
+        Capabilities::all_features(
+            HeadDims::Range {
+                min: 8,
+                max: 256,
+                multiple_of: 8,
+            },
+            (8, 0),
+        )
+        .with_modes(ModeSupport::ALL)
     }
 
     fn plan(

@@ -5,9 +5,11 @@
 # peers, in one call.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask and the
 # flash-attn3-jax and einops wheels in .carry/:
-#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh [first|copyfix]
+#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh [first|copyfix|pad]
 # first: all of the above (outputs in first/). copyfix: after the producer's copy walk for rows
 # of 12, 20, 24 and 28 chunks, verify (every head dim) and sanitize at those dims, then the bench.
+# pad: every multiple of 8 up to 256, padded up to the next instance: verify (both modes),
+# sanitize and reliability at padded head dims, then D = 80 and 96 beside the previous fallbacks.
 set -u
 PHASE=${1:-first}
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
@@ -19,7 +21,13 @@ job() { # label timeout cmd...
   local label=$1 t=$2; shift 2
   (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) &
 }
-if [ $PHASE = copyfix ]; then
+if [ $PHASE = pad ]; then
+  job verify 330 $X verify --kernels $P --cases 800 --seed 3005
+  job verify-bi 330 $X verify --kernels $P --batch-invariant --cases 300 --seed 3006
+  job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 80,136 --logs $L/san
+  (timeout 250 $X reliability --kernels $P --head-dims 80 --only badinput,oob,determinism,nonfinite,modes,batchinv,streams --determinism-runs 50 --persistent-runs 50 --streams-iterations 100 > $L/reliability-d80.log 2>&1
+   echo "reliability D=80 rc=$? (${SECONDS}s)" >> $L/rc.txt) &
+elif [ $PHASE = copyfix ]; then
   job verify 330 $X verify --kernels $P --cases 500 --seed 3003
   job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 96,160,192,224 --logs $L/san
 else
@@ -39,7 +47,9 @@ grep -hE "^\| [a-z]+ \| " $L/reliability-d*.log | cut -c1-200 | tee -a $R
 grep -hE "FAIL|reliability:|panicked" $L/reliability-d*.log | cut -c1-500 | head -12 | tee -a $R
 grep -hE "^\| (memcheck|racecheck|synccheck|initcheck|tool)|sanitize:" $L/sanitize.log | tee -a $R
 SH=""; for d in 32 96 160 192 224 256; do SH="$SH --shape 4,16,2048,$d"; done
-timeout 240 $X bench-all $SH --kernels tile64,$P --fa3-path /tmp/fa3pkg --out-dir $L/bench > $L/bench.log 2>&1; echo "bench rc=$? (${SECONDS}s)" | tee -a $R
+BK=tile64,$P
+if [ $PHASE = pad ]; then SH="--shape 4,16,2048,80 --shape 4,16,2048,96"; BK=vectorized,tile64,$P; fi
+timeout 240 $X bench-all $SH --kernels $BK --fa3-path /tmp/fa3pkg --out-dir $L/bench > $L/bench.log 2>&1; echo "bench rc=$? (${SECONDS}s)" | tee -a $R
 cp $L/bench/bench-all.md $OUT/bench-head-dims.md 2>/dev/null
 grep -E "^\| " $L/bench/bench-all.md | head -40 | tee -a $R
 echo "(${SECONDS}s)" | tee -a $R

@@ -143,7 +143,7 @@ fn too_little_shared_memory_says_how_much() {
 #[test]
 fn head_dims_off_the_list_are_unsupported_with_a_reason() {
     let dev = DeviceInfo::synthetic_h100();
-    for d in [8, 80, 120, 512] {
+    for d in [4, 12, 260, 512] {
         let p = AttentionProblem::new(1, 1, 8, d);
         let err = PersistentPortable.supports(&p, &dev).unwrap_err();
         assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
@@ -504,4 +504,28 @@ fn wide_head_dims_refuse_128_key_tiles_with_a_reason() {
         )
         .unwrap_err();
     assert!(err.reason.contains("head_dim 256"), "{err}");
+}
+
+#[test]
+fn head_dims_between_instances_run_padded_in_the_next_one_up() {
+    let h100 = DeviceInfo::synthetic_h100();
+    for (d, instance) in [
+        (8, 32),
+        (40, 64),
+        (80, 96),
+        (120, 128),
+        (136, 160),
+        (248, 256),
+    ] {
+        let l = launch(&AttentionProblem::new(2, 4, 300, d), &h100);
+        assert_eq!(define(&l, "FC_HEAD_DIM"), instance.to_string(), "D={d}");
+        assert_eq!(define(&l, "FC_PORTABLE_PAD_D"), "1", "D={d}");
+    }
+    for &d in HEAD_DIMS {
+        let l = launch(&AttentionProblem::new(2, 4, 300, d), &h100);
+        assert!(
+            l.defines.iter().all(|(k, _)| k != "FC_PORTABLE_PAD_D"),
+            "D={d}"
+        );
+    }
 }
