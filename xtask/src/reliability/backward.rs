@@ -17,13 +17,49 @@ mod grid;
 mod padding;
 mod placement;
 
+use std::fmt::Display;
 use std::time::Instant;
 
 use flashcore::{Attention, AttentionBackward, Device};
 
+use super::watchdog::{step, Step};
 use super::{Args, Report, Res};
 
 const CHECK: &str = "backward";
+
+/// One backward kernel under check: what every sub-check of it reads.
+struct KernelCheck<'a> {
+    dev: &'a Device,
+    kernel: &'a dyn AttentionBackward,
+    args: &'a Args,
+}
+
+impl KernelCheck<'_> {
+    /// Starts the report line `<kernel> [<what>]`: its clock, and a watchdog step named after it.
+    fn start(&self, what: impl Display) -> LineStart {
+        let label = format!("{} [{what}]", self.kernel.name());
+        let t = Instant::now();
+        let step = step(format!("{CHECK} {label}"), self.args.step_timeout);
+        LineStart {
+            label,
+            t,
+            _step: step,
+        }
+    }
+}
+
+/// A sub-check's report line under way; the watchdog step ends when it is dropped.
+struct LineStart {
+    label: String,
+    t: Instant,
+    _step: Step,
+}
+
+impl LineStart {
+    fn add(&self, report: &mut Report, result: Res, detail: String) {
+        report.add(CHECK, &self.label, result, detail, self.t);
+    }
+}
 
 pub(super) fn run(dev: &Device, _forward: &[Box<dyn Attention>], args: &Args, report: &mut Report) {
     let all = flashcore::backward_kernels();
@@ -44,12 +80,17 @@ pub(super) fn run(dev: &Device, _forward: &[Box<dyn Attention>], args: &Args, re
         return;
     }
     for k in kernels {
-        padding::nan_padding(dev, k.as_ref(), args, report);
+        let cx = KernelCheck {
+            dev,
+            kernel: k.as_ref(),
+            args,
+        };
+        padding::nan_padding(&cx, report);
         for p in determinism::determinism_problems(&k.capabilities()) {
-            determinism::determinism(dev, k.as_ref(), &p, args, report);
+            determinism::determinism(&cx, &p, report);
         }
         for case in grid::grid_cases(&k.capabilities(), args.no_huge) {
-            grid::grid(dev, k.as_ref(), &case, args, report);
+            grid::grid(&cx, &case, report);
         }
     }
 }

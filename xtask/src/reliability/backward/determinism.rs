@@ -1,16 +1,13 @@
 //! `determinism`: a GQA causal problem with several key tiles at each head dim, run
 //! `--backward-runs` times, gives bit-identical dQ, dK, dV every time.
 
-use std::time::Instant;
-
-use flashcore::{AttentionBackward, AttentionProblem, Capabilities, Device, Error};
+use flashcore::{AttentionProblem, Capabilities, Error};
 
 use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
-use super::CHECK;
+use super::KernelCheck;
 use crate::reliability::determinism::same_every_run;
 use crate::reliability::host::count_nan_bits;
-use crate::reliability::watchdog::step;
-use crate::reliability::{dims_in, Args, Report, Res};
+use crate::reliability::{dims_in, Report, Res};
 
 /// GQA (8:2) and causal where the kernel takes them, 700 rows and keys (several key tiles of
 /// every tile size, with a tail), at head dims 128 and 64; the two dims take different dtypes
@@ -30,24 +27,21 @@ pub(super) fn determinism_problems(caps: &Capabilities) -> Vec<AttentionProblem>
         .collect()
 }
 
-pub(super) fn determinism(
-    dev: &Device,
-    k: &dyn AttentionBackward,
-    p: &AttentionProblem,
-    args: &Args,
-    report: &mut Report,
-) {
-    let label = format!("{} [determinism d={}]", k.name(), p.head_dim);
-    let t = Instant::now();
-    let _s = step(format!("{CHECK} {label}"), args.step_timeout);
+pub(super) fn determinism(cx: &KernelCheck, p: &AttentionProblem, report: &mut Report) {
+    let KernelCheck {
+        dev,
+        kernel: k,
+        args,
+    } = *cx;
+    let line = cx.start(format_args!("determinism d={}", p.head_dim));
     if !k.deterministic() {
         let why = "not deterministic by design (dQ accumulated with f32 atomics); its \
                    deterministic schedule is checked under its own name";
-        report.add(CHECK, &label, Res::Skip, why.to_string(), t);
+        line.add(report, Res::Skip, why.to_string());
         return;
     }
     if let Err(u) = k.supports_backward(p, dev.info()) {
-        report.add(CHECK, &label, Res::Skip, u.reason, t);
+        line.add(report, Res::Skip, u.reason);
         return;
     }
     let runs = args.backward_runs.max(1);
@@ -84,15 +78,9 @@ pub(super) fn determinism(
         )))
     })();
     match result {
-        Ok(Some(m)) => report.add(CHECK, &label, Res::Pass, m, t),
-        Ok(None) => report.add(
-            CHECK,
-            &label,
-            Res::Skip,
-            "no forward takes the problem".into(),
-            t,
-        ),
-        Err(m) => report.add(CHECK, &label, Res::Fail, m, t),
+        Ok(Some(m)) => line.add(report, Res::Pass, m),
+        Ok(None) => line.add(report, Res::Skip, "no forward takes the problem".into()),
+        Err(m) => line.add(report, Res::Fail, m),
     }
 }
 

@@ -4,17 +4,17 @@
 
 use std::time::Instant;
 
-use flashcore::{Attention, AttentionBackward, AttentionProblem, Capabilities, Device, Error};
+use flashcore::{Attention, AttentionProblem, Capabilities, Error};
 
 use super::buffers::{BwdBuffers, Places};
 use super::placement::{backward_device_bytes, spot_batches};
-use super::CHECK;
+use super::KernelCheck;
 use crate::case::forward_for_backward;
 use crate::inputs::precision;
 use crate::reliability::device::{alloc_f32, alloc_u16, download, upload, DevCase};
 use crate::reliability::host::{count_nonfinite_bits, mib, Synth};
-use crate::reliability::watchdog::{progress, step};
-use crate::reliability::{dims_in, Args, Report, Res};
+use crate::reliability::watchdog::progress;
+use crate::reliability::{dims_in, Report, Res};
 
 /// Device memory one grid problem may hold (the H100 has 80 GB; other work may share it).
 const MEMORY_CAP: usize = 30 << 30;
@@ -95,18 +95,11 @@ fn gib(bytes: usize) -> f64 {
     mib(bytes) / 1024.0
 }
 
-pub(super) fn grid(
-    dev: &Device,
-    k: &dyn AttentionBackward,
-    case: &GridCase,
-    args: &Args,
-    report: &mut Report,
-) {
-    let label = format!("{} [grid {}]", k.name(), case.name);
-    let t = Instant::now();
-    let _s = step(format!("{CHECK} {label}"), args.step_timeout);
+pub(super) fn grid(cx: &KernelCheck, case: &GridCase, report: &mut Report) {
+    let KernelCheck { dev, kernel: k, .. } = *cx;
+    let line = cx.start(format_args!("grid {}", case.name));
     let p = &case.problem;
-    let skip = |report: &mut Report, why: String| report.add(CHECK, &label, Res::Skip, why, t);
+    let skip = |report: &mut Report, why: String| line.add(report, Res::Skip, why);
     if let Err(u) = k.supports_backward(p, dev.info()) {
         return skip(report, u.reason);
     }
@@ -141,9 +134,9 @@ pub(super) fn grid(
             ),
         );
     }
-    match grid_one(dev, k, forward.as_ref(), case, args) {
-        Ok(Ok(m)) => report.add(CHECK, &label, Res::Pass, m, t),
-        Ok(Err(m)) => report.add(CHECK, &label, Res::Fail, m, t),
+    match grid_one(cx, forward.as_ref(), case) {
+        Ok(Ok(m)) => line.add(report, Res::Pass, m),
+        Ok(Err(m)) => line.add(report, Res::Fail, m),
         Err(Error::Unsupported(u)) => skip(report, u.reason),
         Err(Error::OutOfMemory { what, bytes }) => skip(
             report,
@@ -154,19 +147,22 @@ pub(super) fn grid(
             ),
         ),
         // Any other error is a failure: the problem is valid and the kernel said it takes it.
-        Err(e) => report.add(CHECK, &label, Res::Fail, format!("{p}: {e}"), t),
+        Err(e) => line.add(report, Res::Fail, format!("{p}: {e}")),
     }
 }
 
 /// Runs one grid case: `Err` when a call or copy failed, else the verdict (`Err`: why it
 /// fails).
 fn grid_one(
-    dev: &Device,
-    k: &dyn AttentionBackward,
+    cx: &KernelCheck,
     forward: &dyn Attention,
     case: &GridCase,
-    args: &Args,
 ) -> Result<std::result::Result<String, String>, Error> {
+    let KernelCheck {
+        dev,
+        kernel: k,
+        args,
+    } = *cx;
     let p = &case.problem;
     let dt = p.dtype;
     let qd = [p.batch, p.heads_q, p.seq_q, p.head_dim];

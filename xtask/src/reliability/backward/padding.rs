@@ -2,16 +2,14 @@
 //! dQ, dK, dV bit-identical to the dense run, and the gradient buffers' padding keeps its
 //! sentinel.
 
-use std::time::Instant;
-
-use flashcore::{AttentionBackward, AttentionProblem, Capabilities, Device, Error, Layout};
+use flashcore::{AttentionProblem, Capabilities, Error, Layout};
 
 use super::buffers::{inputs_for, with_places, BwdBuffers, HostBits, Places};
 use super::placement::{compare_padded, Padding};
-use super::CHECK;
+use super::{KernelCheck, CHECK};
 use crate::reliability::host::{count_nan_bits, padding_sentinel};
-use crate::reliability::watchdog::{progress, step};
-use crate::reliability::{dims_in, Args, PaddedTally, Report};
+use crate::reliability::watchdog::progress;
+use crate::reliability::{dims_in, PaddedTally, Report};
 
 const GRADS: [&str; 3] = ["dQ", "dK", "dV"];
 
@@ -76,25 +74,21 @@ fn paddings(n: usize) -> [Padding; 4] {
     ]
 }
 
-pub(super) fn nan_padding(
-    dev: &Device,
-    k: &dyn AttentionBackward,
-    args: &Args,
-    report: &mut Report,
-) {
-    let label = format!("{} [nan-padding]", k.name());
-    let t = Instant::now();
-    let _s = step(format!("{CHECK} {label}"), args.step_timeout);
+pub(super) fn nan_padding(cx: &KernelCheck, report: &mut Report) {
+    let line = cx.start("nan-padding");
     let mut tally = PaddedTally::default();
-    for (i, p) in padding_problems(&k.capabilities()).iter().enumerate() {
+    for (i, p) in padding_problems(&cx.kernel.capabilities())
+        .iter()
+        .enumerate()
+    {
         progress();
-        let outcome = padding_one(dev, k, p, i, args.seed.wrapping_add(900 + i as u64));
+        let outcome = padding_one(cx, p, i);
         tally.count(outcome, || p.to_string());
     }
     tally.report(
         report,
         CHECK,
-        &label,
+        &line.label,
         |ran| {
             format!(
                 "{ran} padded runs bit-identical to dense (tails 1..257, seq_k 0, causal and not, \
@@ -102,19 +96,23 @@ pub(super) fn nan_padding(
                  written"
             )
         },
-        t,
+        line.t,
     );
 }
 
 /// One padded-versus-dense comparison. Ok(false): the kernel (or its forward) does not take
 /// the problem.
 fn padding_one(
-    dev: &Device,
-    k: &dyn AttentionBackward,
+    cx: &KernelCheck,
     p: &AttentionProblem,
     variant: usize,
-    seed: u64,
 ) -> std::result::Result<bool, String> {
+    let KernelCheck {
+        dev,
+        kernel: k,
+        args,
+    } = *cx;
+    let seed = args.seed.wrapping_add(900 + variant as u64);
     if k.supports_backward(p, dev.info()).is_err() {
         return Ok(false);
     }
