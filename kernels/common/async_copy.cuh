@@ -111,7 +111,9 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
             const int row = idx / Tile::kChunksPerRow;
             const int chunk = idx % Tile::kChunksPerRow;
             const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
-            const elem_t* src = gmem_row0 + (in_bounds ? (long long)row * row_stride + chunk * 8 : 0ll);
+            // (A padded chunk's source is its row's first: row 0's when the row is out of range too.)
+            const elem_t* src =
+                gmem_row0 + (in_bounds ? (long long)row * row_stride : 0ll) + (kPadCols && !in_bounds ? 0 : chunk * 8);
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
     }
@@ -156,7 +158,7 @@ __device__ __forceinline__ void load_tile_groups_async(unsigned smem_tile, const
             const int row = g * kGroupRows + r;
             const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
             const elem_t* src = group_ptr(g * kGroupRows < valid_rows ? g : 0) +
-                                (in_bounds ? (long long)r * row_stride + chunk * 8 : 0ll);
+                                (in_bounds ? (long long)r * row_stride : 0ll) + (kPadCols && !in_bounds ? 0 : chunk * 8);
             cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
         }
     } else {
@@ -227,7 +229,8 @@ __device__ __forceinline__ void load_tile_groups_async_from(unsigned smem_tile, 
                 const int chunk = idx % Tile::kChunksPerRow;
                 const int row = g * kGroupRows + r;
                 const bool in_bounds = row < valid_rows && (!kPadCols || chunk < valid_chunks);
-                const elem_t* src = base + (in_bounds ? (long long)r * row_stride + chunk * 8 : 0ll);
+                const elem_t* src =
+                    base + (in_bounds ? (long long)r * row_stride : 0ll) + (kPadCols && !in_bounds ? 0 : chunk * 8);
                 cp_async_16_zfill(smem_tile + Tile::offset(row, chunk) * 2, src, in_bounds);
             }
         }
