@@ -5,11 +5,13 @@
 # peers, in one call.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask and the
 # flash-attn3-jax and einops wheels in .carry/:
-#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh [first|copyfix|pad]
+#   bash docs/results/2026-11-28-portable-head-dims-h200/run.sh [first|copyfix|pad|final]
 # first: all of the above (outputs in first/). copyfix: after the producer's copy walk for rows
 # of 12, 20, 24 and 28 chunks, verify (every head dim) and sanitize at those dims, then the bench.
 # pad: every multiple of 8 up to 256, padded up to the next instance: verify (both modes),
 # sanitize and reliability at padded head dims, then D = 80 and 96 beside the previous fallbacks.
+# final: the final tree's kernels (a skipped chunk's source as the exact builds had it): verify at
+# every multiple of 8 and sanitize at padded head dims, no bench.
 set -u
 PHASE=${1:-first}
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
@@ -21,7 +23,15 @@ job() { # label timeout cmd...
   local label=$1 t=$2; shift 2
   (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) &
 }
-if [ $PHASE = pad ]; then
+if [ $PHASE = final ]; then
+  job verify 150 $X verify --kernels $P --cases 300 --seed 3007
+  job sanitize 150 $X sanitize --pass fwd --kernels $P --head-dims 80,136 --logs $L/san
+  wait
+  sort $L/rc.txt | tee -a $R
+  grep -hE 'passed, .* failed' $L/verify.log | tail -1 | tee -a $R
+  grep -hE "^\| (memcheck|racecheck|synccheck|initcheck)|sanitize:" $L/sanitize.log | tee -a $R
+  exit 0
+elif [ $PHASE = pad ]; then
   job verify 330 $X verify --kernels $P --cases 800 --seed 3005
   job verify-bi 330 $X verify --kernels $P --batch-invariant --cases 300 --seed 3006
   job sanitize 330 $X sanitize --pass fwd --kernels $P --head-dims 80,136 --logs $L/san
