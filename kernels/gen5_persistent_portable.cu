@@ -132,7 +132,6 @@
 namespace fcp {
 
 constexpr int D = FC_HEAD_DIM;
-constexpr bool PAD_D = FC_PORTABLE_PAD_D;
 constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
 // m16 row tiles per consumer warp. Two (32 rows, FlashAttention-2's split) make every K and V
 // fragment read from shared memory feed two mma.sync instead of one: half the ldmatrix traffic
@@ -205,7 +204,8 @@ __device__ __forceinline__ unsigned ring_q_phase(unsigned ring) { return (ring >
 __device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_STAGES == 2 ? (int)(((ring >> 4) & 1u) ^ 1u) : 0; }
 
 // 16-byte chunks of a Q, K or V row in memory: the tile's, or fewer when the head dim is padded.
-__device__ __forceinline__ int row_chunks(const AttentionParams& p) { return PAD_D ? p.head_dim / 8 : D / 8; }
+// (The switch stays a macro: a namespace-scope constant is emitted into the PTX of every build.)
+__device__ __forceinline__ int row_chunks(const AttentionParams& p) { return FC_PORTABLE_PAD_D ? p.head_dim / 8 : D / 8; }
 
 // Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -473,7 +473,7 @@ __device__ __forceinline__ void park_item(const AttentionParams& p, const Work& 
 // never read (they are the next sequence's).
 __device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h, int q0,
                                             unsigned dst, int lane) {
-    load_tile_async<BM, D, 32, PAD_D>(dst, static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0),
+    load_tile_async<BM, D, 32, FC_PORTABLE_PAD_D != 0>(dst, static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, h, q0),
                                p.q_row_stride, min(BM, seq.len_q - q0), lane, row_chunks(p));
 }
 
@@ -493,7 +493,7 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     // producer warp the bottleneck, 3.4-5.4x the contiguous time; every lane walking every group,
     // 1.31x).
     if (p.block_table != nullptr && p.block_size % BN != 0) {
-        load_tile_groups_async<BN, D, 32, PAD_D>(
+        load_tile_groups_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(
             dst,
             [&](int g) {
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
@@ -501,7 +501,7 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
             },
             kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
     } else {
-        load_tile_async<BN, D, 32, PAD_D>(dst,
+        load_tile_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
                                    kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
     }
@@ -616,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #if FC_PORTABLE_MODES
                 load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
 #else
-                load_tile_async<BM, D, 32, PAD_D>(sQ + qb * Q_BYTES,
+                load_tile_async<BM, D, 32, FC_PORTABLE_PAD_D != 0>(sQ + qb * Q_BYTES,
                                            static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0), p.q_row_stride,
                                            min(BM, p.seq_q - q0), lane, row_chunks(p));
 #endif
@@ -640,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #if FC_PORTABLE_MODES
             load_q_tile(p, item_seq(p, w.b), w.b, w.h, q0, sQ + qb * Q_BYTES, lane);
 #else
-            load_tile_async<BM, D, 32, PAD_D>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
+            load_tile_async<BM, D, 32, FC_PORTABLE_PAD_D != 0>(sQ + qb * Q_BYTES, static_cast<const elem_t*>(p.q) + q_offset(p, w.b, w.h, q0),
                                        p.q_row_stride, min(BM, p.seq_q - q0), lane, row_chunks(p));
 #endif
             pl_cp_async_arrive_noinc(bars + 8 * slot_q(qb));
@@ -670,11 +670,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 const int k0 = n * BN;
                 const int rows = min(BN, p.seq_k - k0);  // >= 1: n < n_blocks <= ceil(seq_k / BN)
                 if (lap > 0) wait_released(bars, slot_k(stage), lap - 1);
-                load_tile_async<BN, D, 32, PAD_D>(sK + stage * KV_BYTES, k_ptr + (long long)k0 * p.k_row_stride,
+                load_tile_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(sK + stage * KV_BYTES, k_ptr + (long long)k0 * p.k_row_stride,
                                            p.k_row_stride, rows, lane, row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
-                load_tile_async<BN, D, 32, PAD_D>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
+                load_tile_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
                                            p.v_row_stride, rows, lane, row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
@@ -868,7 +868,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
-                        if (!PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
+                        if (!FC_PORTABLE_PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr)
@@ -888,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
-                        if (!PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
+                        if (!FC_PORTABLE_PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[mt][r] * undefined;

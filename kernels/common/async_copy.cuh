@@ -77,13 +77,12 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
         const int chunk = tid % Tile::kChunksPerRow;
         const int row0 = tid / Tile::kChunksPerRow;
         const bool col_in = !kPadCols || chunk < valid_chunks;
-        const int col = col_in ? chunk * 8 : 0;
         if (valid_rows >= kRows) {
             unsigned lane_off[kPatterns];
 #pragma unroll
             for (int j = 0; j < kPatterns; ++j) lane_off[j] = Tile::offset(row0 + j * kRowStep, chunk) * 2;
             const long long step = opaque((long long)kRowStep * row_stride);
-            const elem_t* src = gmem_row0 + (long long)row0 * row_stride + col;
+            const elem_t* src = gmem_row0 + (long long)row0 * row_stride + (col_in ? chunk * 8 : 0);
 #pragma unroll
             for (int i = 0; i < kCopiesPerThread; ++i) {
                 const unsigned dst =
@@ -94,7 +93,7 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
             return;
         }
         int row = row0;
-        const elem_t* src = gmem_row0 + (long long)row0 * row_stride + col;
+        const elem_t* src = gmem_row0 + (long long)row0 * row_stride + (col_in ? chunk * 8 : 0);
         const long long step = (long long)kRowStep * row_stride;
 #pragma unroll 1
         for (int i = 0; i < kCopiesPerThread; ++i) {
