@@ -39,6 +39,7 @@ pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 160, 192, 224, 256];
 pub fn instance_head_dim(head_dim: usize) -> Option<usize> {
     HEAD_DIMS.iter().copied().find(|&d| d >= head_dim)
 }
+
 /// Above this head dim O (D / 2 f32 per thread) and S no longer fit the 168 registers a 9- or
 /// 10-warp SM leaves: the plan takes one CTA of at most 7 consumer warps (255 registers).
 pub const MAX_HEAD_DIM_168_REGISTERS: usize = 128;
@@ -422,14 +423,17 @@ fn wide_head_dim_layout(
             }
         }
     }
+    // The smallest layout tried (the last of each list) is what the message quotes.
+    let (warps, block_n) = (
+        warp_choices[warp_choices.len() - 1],
+        block_n_choices[block_n_choices.len() - 1],
+    );
+    let least = smem_bytes(head_dim, 16 * warps, block_n, 2, 1) + mode_info_bytes(warps, modes);
     Err(Unsupported::new(
         NAME,
         format!(
-            "head_dim {head_dim} needs {} bytes of shared memory per block at the least ({} warps, \
-             {}-key tiles, 2 stages), the device allows {limit} with opt-in",
-            smem_bytes(head_dim, 16 * warp_choices[warp_choices.len() - 1], 32, 2, 1),
-            warp_choices[warp_choices.len() - 1],
-            block_n_choices[block_n_choices.len() - 1],
+            "head_dim {head_dim} needs {least} bytes of shared memory per block at the least ({warps} \
+             warps, {block_n}-key tiles, 2 stages), the device allows {limit} with opt-in"
         ),
     ))
 }
