@@ -94,24 +94,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_block_per_sixteen_rows() {
-        let p = AttentionProblem::new(3, 5, 33, 64);
-        let plan = Vectorized.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
-        let l = &plan.launches[0];
-        assert_eq!(l.grid, (3 * 5 * 3, 1, 1));
-        assert_eq!(l.block, (128, 1, 1));
-        assert_eq!(l.entry, "attention_vectorized");
-    }
-
-    #[test]
-    fn grid_is_clamped_past_two_to_the_31_items() {
-        // 2^18 * 2^8 * 2^14 rows / 16 = 2^36 work items: the grid-stride loop takes the rest.
-        let p = AttentionProblem::new(1 << 18, 1 << 8, 1 << 14, 8);
-        let plan = Vectorized.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
-        assert_eq!(plan.launches[0].grid.0, i32::MAX as u32);
-    }
-
-    #[test]
     fn shared_memory_fits_without_opt_in_for_every_head_dim() {
         for d in (8..=256).step_by(8) {
             let rows = tile_rows(d);
@@ -127,16 +109,6 @@ mod tests {
         assert_eq!(smem_bytes(128), 32 * 1024);
         assert_eq!(tile_rows(64), 64);
         assert_eq!(tile_rows(8), 128);
-    }
-
-    #[test]
-    fn head_dims_off_the_grid_are_unsupported_with_a_reason() {
-        let dev = DeviceInfo::synthetic_h100();
-        for d in [4, 12, 257, 264] {
-            let p = AttentionProblem::new(1, 1, 8, d);
-            let err = Vectorized.supports(&p, &dev).unwrap_err();
-            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
-        }
     }
 
     #[test]

@@ -74,29 +74,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_block_of_two_warps_per_32_rows() {
-        let p = AttentionProblem::new(3, 5, 33, 64);
-        let plan = Fused32.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
-        let l = &plan.launches[0];
-        assert_eq!(l.grid, (3 * 5 * 2, 1, 1));
-        assert_eq!(l.block, (64, 1, 1));
-        assert_eq!(l.entry, "attention_fused32");
-        assert_eq!(l.source, "gen3_fused32.cu");
-        assert_eq!(l.dynamic_smem_bytes, 0);
-        assert_eq!(
-            l.defines,
-            vec![("FC_HEAD_DIM".to_string(), "64".to_string())]
-        );
-    }
-
-    #[test]
-    fn grid_is_clamped_past_two_to_the_31_items() {
-        let p = AttentionProblem::new(1 << 18, 1 << 8, 1 << 14, 32);
-        let plan = Fused32.plan(&p, &DeviceInfo::synthetic_h100()).unwrap();
-        assert_eq!(plan.launches[0].grid.0, i32::MAX as u32);
-    }
-
-    #[test]
     fn every_head_dim_fits_the_static_48_kb() {
         for &d in HEAD_DIMS {
             assert!(static_smem_bytes(d) <= 48 * 1024, "d={d}");
@@ -107,15 +84,5 @@ mod tests {
             );
         }
         assert_eq!(static_smem_bytes(256), 49152);
-    }
-
-    #[test]
-    fn head_dims_off_the_list_are_unsupported_with_a_reason() {
-        let dev = DeviceInfo::synthetic_h100();
-        for d in [8, 16, 48, 80, 160, 257] {
-            let p = AttentionProblem::new(1, 1, 8, d);
-            let err = Fused32.supports(&p, &dev).unwrap_err();
-            assert!(err.reason.contains(&format!("head_dim {d}")), "{err}");
-        }
     }
 }
