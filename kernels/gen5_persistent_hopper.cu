@@ -232,7 +232,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     // Tiles in pairs, the two K tiles first: each warpgroup's first tile waits on
                     // its K alone (with K, V, K, V the second warpgroup's first K came behind V_0).
                     produce_key_split_pairs(p, seq, w, h_kv, sK, sV, bar_k_full, bar_k_empty, bar_v_full,
-                                            bar_v_empty, &tm_k, &tm_v, stage, phase);
+                                            bar_v_empty, &tm_k, &tm_v, stage, phase, lane, sm.v_landed,
+                                            landed_phase);
                     continue;
                 }
                 for (int kb = 0; kb < w.n_blocks; ++kb) {

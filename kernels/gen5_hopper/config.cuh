@@ -102,13 +102,18 @@
 // Key-split warpgroups: both consumer warpgroups take the same 64 q rows, each every other key
 // tile of the item, and merge their halves in shared memory before the epilogue
 // (wg_key_split.cuh). Halves the dependent chain of QK^T, softmax and PV a CTA walks, for
-// problems whose items fit one round of the SMs twice over (the plan decides, hopper.rs).
+// problems whose items fit one round of the SMs twice over (the plan decides, hopper/config.rs);
+// with FC_HOPPER_MODES, for the batch-invariant plans' sequences of few rows (the static schedule,
+// and the producer warp that does not spread small pages).
 #ifndef FC_HOPPER_WG_KEY_SPLIT
 #define FC_HOPPER_WG_KEY_SPLIT 0
 #endif
-#if FC_HOPPER_WG_KEY_SPLIT && (FC_HOPPER_CONSUMER_WGS != 2 || FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || \
-                               FC_HOPPER_SMEM_EPILOGUE || !FC_HOPPER_OVERLAP)
-#error "FC_HOPPER_WG_KEY_SPLIT=1 is the dense, unsplit, overlapped two-warpgroup build with the register epilogue"
+#if FC_HOPPER_WG_KEY_SPLIT && (FC_HOPPER_CONSUMER_WGS != 2 || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE || \
+                               !FC_HOPPER_OVERLAP)
+#error "FC_HOPPER_WG_KEY_SPLIT=1 is the unsplit, overlapped two-warpgroup build with the register epilogue"
+#endif
+#if FC_HOPPER_WG_KEY_SPLIT && FC_HOPPER_MODES && (FC_HOPPER_DYNAMIC || FC_HOPPER_SPREAD_PAGES)
+#error "FC_HOPPER_WG_KEY_SPLIT=1 with FC_HOPPER_MODES=1 takes the static schedule and warp 0's page loads"
 #endif
 // Cluster key split: a cluster of two CTAs takes one item; CTA r takes the r-th half of its key
 // tiles (its two warpgroups split those as above), and the two CTAs merge their parts through each
@@ -246,10 +251,11 @@ __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
 }
 
 // Programmatic dependent launch: every thread waits for the previous grid right after the barrier
-// setup, except in the key-split build with the static schedule, where each warpgroup waits once it
-// has its registers (setmaxnreg) and the consumers their first unit, so that this setup too runs
-// under the previous kernel.
-enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC };
+// setup, except in the dense key-split build with the static schedule, where each warpgroup waits
+// once it has its registers (setmaxnreg) and the consumers their first unit, so that this setup too
+// runs under the previous kernel. (The modes build's units read the sequence tables, which the
+// previous kernel may write.)
+enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC && !FC_HOPPER_MODES };
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

@@ -41,12 +41,18 @@ __device__ __forceinline__ void advance_ring(int& stage, unsigned& phase) {
 // The producer's K/V tiles of one item in pairs, each pair's K tiles before its V tiles (K_0, K_1,
 // V_0, V_1, ...): warpgroup 1 starts on tile 1, whose K then lands right behind tile 0's. Every
 // wait is for a slot's release by the warpgroup holding the tile STAGES back, which needs only
-// tiles issued before (no cycle). Dense build: lane 0 alone, no zeroed tails.
+// tiles issued before (no cycle). Dense build: lane 0 alone, no zeroed tails. Modes build (the
+// batch-invariant plans' key-split sequences): the whole producer warp, each lane its page group,
+// and a V tile running past the sequence's keys zeroed through `bar_v_landed` (fetch_kv_tile).
 __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p, const SeqInfo& seq, const Work& w,
                                                         int h_kv, unsigned sK, unsigned sV, unsigned bar_k_full,
                                                         unsigned bar_k_empty, unsigned bar_v_full,
                                                         unsigned bar_v_empty, const CUtensorMap* tm_k,
-                                                        const CUtensorMap* tm_v, int& stage, unsigned& phase) {
+                                                        const CUtensorMap* tm_v, int& stage, unsigned& phase,
+                                                        int lane, unsigned bar_v_landed, unsigned& landed_phase) {
+    // (Constants in the dense build, whose code is what it was before the modes build took this.)
+    const int fetch_lane = MODES ? lane : 0;
+    const unsigned v_landed = MODES ? bar_v_landed : 0u;
     for (int kb = 0; kb < w.n_blocks; kb += 2) {
         const int n = min(2, w.n_blocks - kb);  // (an odd count ends with a pair of one)
         int st[2];
@@ -57,24 +63,24 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
             if (i < n) {
                 st[i] = stage;
                 ph[i] = phase;
-                tile[i] = plan_kv_tile(p, seq, w.b, (w.kb0 + kb + i) * BN, 0);
+                tile[i] = plan_kv_tile(p, seq, w.b, (w.kb0 + kb + i) * BN, fetch_lane);
                 step_ring(stage, phase);
             }
         }
         // The pair's tiles of one tensor (K or V), each into its slot once the slot is free.
         auto fetch_pair = [&](unsigned s_base, const CUtensorMap* tm, unsigned bar_full, unsigned bar_empty,
-                              int empty_tag) {
+                              int empty_tag, unsigned landed) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 if (i < n) {
                     mbar_wait(bar_empty + 8 * st[i], ph[i] ^ 1, empty_tag);
-                    fetch_kv_tile(p, tile[i], h_kv, s_base + st[i] * KV_TILE_BYTES, tm, bar_full + 8 * st[i], 0, 0,
-                                  nullptr);
+                    fetch_kv_tile(p, tile[i], h_kv, s_base + st[i] * KV_TILE_BYTES, tm, bar_full + 8 * st[i], landed,
+                                  fetch_lane, MODES ? &landed_phase : nullptr);
                 }
             }
         };
-        fetch_pair(sK, tm_k, bar_k_full, bar_k_empty, TAG_K_EMPTY);
-        fetch_pair(sV, tm_v, bar_v_full, bar_v_empty, TAG_V_EMPTY);
+        fetch_pair(sK, tm_k, bar_k_full, bar_k_empty, TAG_K_EMPTY, 0u);
+        fetch_pair(sV, tm_v, bar_v_full, bar_v_empty, TAG_V_EMPTY, v_landed);
     }
 }
 

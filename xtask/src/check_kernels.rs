@@ -84,8 +84,10 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
 }
 
 /// The batch-invariant builds (`docs/MODES.md`): the decode kernel's key chunks, a varlen batch
-/// routed between a persistent kernel and the decode kernel (`FC_SEQ_ROUTE`), and the dense and
-/// mode plans whose tile width or schedule the mode pins, each small and large.
+/// routed between a persistent kernel and the decode kernel (`FC_SEQ_ROUTE`) and, on the Hopper
+/// path, between its key-split build and the other (`FC_SEQ_KEY_SPLIT_ROUTE`), a paged cache of
+/// small pages whose few query rows take the key split, and the dense and mode plans whose tile
+/// width or schedule the mode pins, each small and large.
 pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
     let varlen = |batch: usize, causal: bool| {
         AttentionProblem::new(batch, 32, 512, head_dim)
@@ -106,6 +108,18 @@ pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
         varlen(2, true),
         varlen(16, false),
         contiguous_cache_problem(head_dim, 16),
+        AttentionProblem::new(4, 8, 256, head_dim)
+            .with_kv(2, 2048)
+            .with_causal(true)
+            .with_modes(Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 4 * 128,
+                    block_size: 16,
+                    max_blocks_per_seq: 128,
+                },
+                seqused_k: true,
+                ..Modes::default()
+            }),
         AttentionProblem::new(1, 8, 512, head_dim),
         AttentionProblem::new(4, 16, 2048, head_dim),
     ]

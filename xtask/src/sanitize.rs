@@ -561,8 +561,11 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
         // Inference modes (docs/MODES.md) for kernels that take them: varlen with empty and
         // one-row sequences, paged and contiguous caches with appended rows, windows, softcap
         // and ALiBi; the same lines as verify's fixed mode cases. Then the batch-invariant
-        // plans: decode in fixed key chunks (two here, so the combine runs), and a varlen batch
-        // whose short sequences are routed to the decode kernel beside the persistent one.
+        // plans: decode in fixed key chunks (two here, so the combine runs), a varlen batch
+        // whose short sequences are routed to the decode kernel beside the persistent one (on
+        // the Hopper path, its key-split build), one whose sequences straddle the key split's
+        // 128 rows at 32 heads (a launch of each build), and a paged cache whose few query rows
+        // take the key split.
         if caps.modes != flashcore::ModeSupport::NONE {
             let lines: &[&str] = &[
                 "b=3,hq=4,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
@@ -570,6 +573,8 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 "b=4,hq=2,hkv=2,sq=130,sk=130,causal=1,varlen=1",
                 "b=3,hq=8,hkv=2,sq=1,sk=4500,cache=paged,bs=64,bi=1",
                 "b=6,hq=8,hkv=2,sq=40,sk=300,causal=1,varlen=1,bi=1",
+                "b=3,hq=32,hkv=8,sq=200,sk=50,causal=1,varlen=1,bi=1",
+                "b=3,hq=8,hkv=2,sq=100,sk=400,causal=1,cache=paged,bs=16,bi=1",
                 "b=3,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
                 "b=2,hq=2,sq=129,sk=257,wl=64,wr=0,softcap=30,alibi=batch",
             ];

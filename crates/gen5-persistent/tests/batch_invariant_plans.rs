@@ -286,3 +286,86 @@ fn varlen_batches_with_long_queries_route_the_short_ones_to_the_decode_kernel() 
     let short = varlen(16, 2, 5000, 128, false);
     assert!(!decode::routes_per_sequence(&short, &cfg));
 }
+
+/// Whether a launch sums a row's keys in two warpgroups' halves, and its key tile width.
+fn key_order(l: &flashcore_core::KernelLaunch) -> (bool, Option<String>) {
+    let get = |name: &str| {
+        l.defines
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    (
+        get("FC_HOPPER_WG_KEY_SPLIT").as_deref() == Some("1"),
+        get("FC_HOPPER_BLOCK_N"),
+    )
+}
+
+fn route(l: &flashcore_core::KernelLaunch) -> Option<&str> {
+    l.defines
+        .iter()
+        .find(|(k, _)| k == "FC_SEQ_KEY_SPLIT_ROUTE")
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn short_sequences_take_the_key_split_alone_and_in_any_batch() {
+    // 8 query heads: up to 512 rows (8 items of 64 rows a head) is key-split shaped.
+    for d in [64, 128] {
+        for causal in [false, true] {
+            let alone = |seq: usize| {
+                let plans = plans(&PersistentHopper, &dense(1, 8, seq, d, causal));
+                let orders: Vec<_> = plans.iter().map(|p| key_order(&p.launches[0])).collect();
+                assert!(
+                    orders.windows(2).all(|w| w[0] == w[1]),
+                    "S={seq}: {orders:?}"
+                );
+                orders[0].clone()
+            };
+            let short = alone(300);
+            let long = alone(2048);
+            assert!(short.0 && !long.0, "D={d} causal {causal}");
+            assert_eq!(alone(512), short);
+            assert_eq!(alone(513), long);
+            for batch in [1, 2, 64, 512] {
+                for plan in plans(&PersistentHopper, &varlen(batch, 2048, 4096, d, causal)) {
+                    let persistent: Vec<_> = plan
+                        .launches
+                        .iter()
+                        .filter(|l| l.source == "gen5_persistent_hopper.cu")
+                        .collect();
+                    assert_eq!(persistent.len(), 2, "B={batch} D={d}");
+                    assert_eq!(route(persistent[0]), Some("1"));
+                    assert_eq!(key_order(persistent[0]), short);
+                    assert_eq!(route(persistent[1]), Some("2"));
+                    assert_eq!(key_order(persistent[1]), long);
+                }
+                // A batch of short sequences only: one key-split launch, no route.
+                for plan in plans(&PersistentHopper, &varlen(batch, 512, 4096, d, causal)) {
+                    assert_eq!(key_order(&plan.launches[0]), short);
+                    assert!(plan.launches.iter().all(|l| route(l).is_none()));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_key_split_route_keeps_its_q_tiles_to_the_short_sequences() {
+    // 32 heads: sequences up to 128 rows; the key-split launch's grid counts 2 q tiles a head
+    // (64 units for one sequence, where all of a 4096-row one's would fill the SMs).
+    let p = AttentionProblem::new(1, 32, 4096, 128)
+        .with_kv(8, 4096)
+        .with_dtype(DType::Bf16)
+        .with_modes(Modes {
+            packed_q: Some(4096),
+            kv: KvStorage::Packed { total_k: 4096 },
+            ..Modes::default()
+        })
+        .with_batch_invariant(true);
+    let dev = DeviceInfo::synthetic_h100();
+    let plan = PersistentHopper.plan(&p, &dev).unwrap();
+    let short = &plan.launches[0];
+    assert_eq!(route(short), Some("1"));
+    assert_eq!(short.grid.0, 32 * 2);
+}

@@ -350,6 +350,7 @@ fn pool(rng: &mut StdRng, shape: &Shape, n: usize, lens: &Lens) -> Vec<Seq> {
         .collect()
 }
 
+#[derive(Clone, Copy)]
 struct Lens {
     decode_share: f64,
     min_q: usize,
@@ -417,13 +418,20 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
         max_k: 600,
         max_k_decode: 5000,
     };
+    // Past 512 query rows (8 heads) a sequence leaves the Hopper path's key-split build: varlen
+    // and paged batches mix both kinds, which the plan runs in a launch each.
+    let long = Lens {
+        max_q: 1100,
+        max_k: 1400,
+        ..lens
+    };
     let varlen = [Storage::Packed];
     out.push(mixed(
         rng,
         "varlen",
         gqa.clone(),
         true,
-        (64, &lens),
+        (64, &long),
         &varlen,
         None,
     ));
@@ -433,7 +441,7 @@ fn scenarios(rng: &mut StdRng, d: usize, dtype: DType) -> Vec<Scenario> {
         "paged",
         gqa.clone(),
         true,
-        (48, &lens),
+        (48, &long),
         &paged,
         None,
     ));

@@ -5,7 +5,7 @@ use flashcore_core::{AttentionProblem, KvStorage};
 
 use super::heuristics::{
     auto_splits, default_cluster_key_split, default_consumer_wgs, default_wg_key_split,
-    KEY_SPLIT_STAGES_D64,
+    key_split_shaped, KEY_SPLIT_STAGES_D64,
 };
 use super::smem::{
     barrier_area_bytes, cluster_exchange_bytes, key_split_exchange_bytes, smem_bytes_with_tiles,
@@ -249,7 +249,9 @@ impl HopperConfig {
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         if problem.batch_invariant {
-            return self.batch_invariant().for_any_batch(problem, sm_count);
+            return self
+                .batch_invariant(problem)
+                .for_any_batch(problem, sm_count);
         }
         self.for_any_batch(problem, sm_count)
     }
@@ -258,18 +260,23 @@ impl HopperConfig {
     /// (`docs/MODES.md`, *Batch invariance*). A row's arithmetic depends on its q tile's
     /// warpgroups walking every key tile in order, and on the key tile's width; the key split
     /// (warpgroups or a cluster each summing part of the keys) and split-KV change that order,
-    /// and their defaults follow the item count. The wide non-causal tile is kept for every
-    /// problem that could take it (see `modes_dynamic` below), so a
-    /// sequence gets it alone and inside a varlen batch alike.
+    /// and their defaults follow the item count. Here the key-split warpgroups follow the
+    /// sequence's own query rows instead ([`key_split_shaped`]; a varlen batch mixing both kinds
+    /// takes a launch for each, [`super::PersistentHopper::plan_with`]); the cluster key split and
+    /// split-KV are never taken. The wide non-causal tile is kept for every problem that could take
+    /// it (see `modes_dynamic` below), so a sequence gets it alone and inside a varlen batch alike.
     ///
     /// The q tile's height (two or three warpgroups, which follows the item count) moves no bit:
     /// under causal masking a taller tile walks key tiles past some of its rows' diagonals, and
     /// those leave the row max unchanged, which the consumer rescales by exactly 1
     /// (`consumer_math.cuh`). Before that rule three warpgroups against two differed in 28 O and
     /// 940 LSE elements of a causal D = 64 sequence (`docs/results/2026-11-28-batch-invariance-h200`).
-    fn batch_invariant(&self) -> HopperConfig {
+    fn batch_invariant(&self, problem: &AttentionProblem) -> HopperConfig {
         HopperConfig {
-            wg_key_split: Some(false),
+            wg_key_split: Some(
+                self.wg_key_split
+                    .unwrap_or_else(|| key_split_shaped(problem.seq_q, problem.heads_q)),
+            ),
             cluster_key_split: Some(false),
             auto_split: false,
             ..*self
@@ -278,9 +285,9 @@ impl HopperConfig {
 
     fn for_any_batch(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         let unsplit = self.splits.is_none_or(|n| n == 1) && !self.auto_split;
-        // Key-split warpgroups: the build exists for dense, unsplit, overlapped plans with the
-        // register epilogue and two warpgroups.
-        let key_split = problem.modes.is_dense()
+        // Key-split warpgroups: the build exists for unsplit, overlapped plans with the register
+        // epilogue and two warpgroups; with the modes for batch-invariant plans only.
+        let key_split = (problem.modes.is_dense() || problem.batch_invariant)
             && unsplit
             && self.overlap
             && self.smem_epilogue != Some(true)
@@ -300,12 +307,20 @@ impl HopperConfig {
             let cluster = self
                 .cluster_key_split
                 .unwrap_or_else(|| default_cluster_key_split(problem, sm_count));
+            // The modes build's key split takes the static schedule (FC_HOPPER_DYNAMIC is
+            // refused with it; the schedule moves no value).
+            let dynamic = if problem.modes.is_dense() {
+                self.dynamic
+            } else {
+                Some(false)
+            };
             return HopperConfig {
                 consumer_wgs: Some(2),
                 wg_key_split: Some(true),
                 cluster_key_split: Some(cluster),
                 smem_epilogue: Some(false),
                 stages,
+                dynamic,
                 ..*self
             };
         }

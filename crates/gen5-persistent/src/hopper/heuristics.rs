@@ -47,6 +47,25 @@ pub fn auto_splits(items: usize, max_key_tiles: usize, sm_count: usize) -> usize
 /// another than the default 2).
 pub const KEY_SPLIT_STAGES_D64: usize = 4;
 
+/// A sequence's 64-row items (over all its query heads) up to which a batch-invariant plan gives
+/// it the key-split warpgroups (`KEY_SPLIT_SEQ_ITEMS` in `kernels/common/seqlen.cuh`). The mode may
+/// not look at the batch or the SM count, so the rule asks what the default asks of a batch of
+/// one (its items fitting half the SMs, [`default_wg_key_split`]) with the SM count fixed at 128:
+/// a sequence gets the same bits alone and in any batch, and the GPU of the plan moves none.
+pub const KEY_SPLIT_SEQ_ITEMS: usize = 64;
+
+/// Whether a batch-invariant plan sums a sequence of `len_q` queries with the key-split
+/// warpgroups ([`KEY_SPLIT_SEQ_ITEMS`]).
+pub fn key_split_shaped(len_q: usize, heads_q: usize) -> bool {
+    heads_q <= KEY_SPLIT_SEQ_ITEMS
+        && len_q.div_ceil(WARPGROUP_ROWS) * heads_q <= KEY_SPLIT_SEQ_ITEMS
+}
+
+/// The longest query count [`key_split_shaped`] takes at `heads_q` query heads (0 past 64).
+pub fn key_split_max_rows(heads_q: usize) -> usize {
+    KEY_SPLIT_SEQ_ITEMS.checked_div(heads_q).unwrap_or(0) * WARPGROUP_ROWS
+}
+
 /// Key tiles an item needs before its chain outweighs the early start of the next call
 /// ([`default_wg_key_split`]).
 pub const KEY_SPLIT_LONG_ITEM_TILES: usize = 8;

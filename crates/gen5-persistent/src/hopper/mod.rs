@@ -97,7 +97,55 @@ impl Attention for PersistentHopper {
 impl PersistentHopper {
     /// [`Attention::plan`] with an explicit configuration instead of the environment's (the
     /// checks on device and scale are `plan`'s).
+    ///
+    /// A batch-invariant varlen batch whose longest query does not take the key-split warpgroups
+    /// ([`key_split_shaped`]) while shorter ones may runs in two launches: the key-split build
+    /// takes the sequences of few rows (`FC_SEQ_KEY_SPLIT_ROUTE=1`, its q tiles bounded by
+    /// [`key_split_max_rows`]), the other build the rest (`=2`), so that each sequence is summed
+    /// as it would be alone.
     pub fn plan_with(
+        &self,
+        cfg: &HopperConfig,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let sm_count = device.sm_count as usize;
+        let short_rows = key_split_max_rows(problem.heads_q).min(problem.seq_q);
+        let routes = problem.batch_invariant
+            && problem.modes.packed_q.is_some()
+            && cfg.wg_key_split.is_none()
+            && !key_split_shaped(problem.seq_q, problem.heads_q)
+            && short_rows > 0;
+        if !routes {
+            return self.plan_one(cfg, problem, device);
+        }
+        let short = AttentionProblem {
+            seq_q: short_rows,
+            ..problem.clone()
+        };
+        let mut short_plan = self.plan_one(cfg, &short, device)?;
+        if !cfg.for_problem(&short, sm_count).key_split() {
+            // (A configuration without the key-split build, e.g. forced ring or epilogue
+            // variants: no sequence takes it, alone or here.)
+            return self.plan_one(cfg, problem, device);
+        }
+        let mut plan = self.plan_one(cfg, problem, device)?;
+        for l in &mut short_plan.launches {
+            l.defines
+                .push(("FC_SEQ_KEY_SPLIT_ROUTE".to_string(), "1".to_string()));
+        }
+        for l in &mut plan.launches {
+            l.defines
+                .push(("FC_SEQ_KEY_SPLIT_ROUTE".to_string(), "2".to_string()));
+        }
+        // The short launch is static and unsplit: the workspace is the other's.
+        short_plan.launches.append(&mut plan.launches);
+        plan.launches = short_plan.launches;
+        Ok(plan)
+    }
+
+    /// One launch (two with the trace's printer) of `cfg` resolved for `problem`.
+    fn plan_one(
         &self,
         cfg: &HopperConfig,
         problem: &AttentionProblem,
@@ -195,7 +243,10 @@ impl PersistentHopper {
             defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
             // (The spread loop keeps its ring position modulo 2^16: power-of-two rings only, so
             // FLASHCORE_HOPPER_STAGES=3 runs small pages on warp 0 alone.)
-            if spreads_page_boxes(problem, cfg.block_n) && cfg.stages.is_power_of_two() {
+            if spreads_page_boxes(problem, cfg.block_n)
+                && cfg.stages.is_power_of_two()
+                && !cfg.key_split()
+            {
                 defines.push(("FC_HOPPER_SPREAD_PAGES".to_string(), "1".to_string()));
             }
         }
