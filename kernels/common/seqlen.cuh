@@ -15,21 +15,18 @@
 #define FC_SEQ_ROUTE 0
 #endif
 
-// Batch-invariant plans on the Hopper path also route each sequence by its own rows: one whose
-// 64-row items over all query heads (heads_q x ceil(len_q / 64)) number at most
-// KEY_SPLIT_SEQ_ITEMS runs with key-split warpgroups (gen5_hopper/wg_key_split.cuh), any other
-// without (crates/gen5-persistent/src/hopper/config.rs, `key_split_shaped`). A varlen batch takes
-// two launches: FC_SEQ_KEY_SPLIT_ROUTE 1 takes the sequences of few rows, 2 the others; 0: every
-// sequence. It composes with FC_SEQ_ROUTE.
+// Batch-invariant plans on the Hopper path also route each sequence by its own lengths: one of
+// at most FC_SEQ_KEY_SPLIT_ROWS queries (64-row items over all its heads: at most 64) and
+// FC_SEQ_KEY_SPLIT_KEYS keys runs with key-split warpgroups (gen5_hopper/wg_key_split.cuh), any
+// other without (crates/gen5-persistent/src/hopper/heuristics.rs, `key_split_shaped`). A batch of
+// varied lengths takes two launches: FC_SEQ_KEY_SPLIT_ROUTE 1 takes the sequences within the
+// bounds, 2 the others; 0: every sequence. It composes with FC_SEQ_ROUTE.
 #ifndef FC_SEQ_KEY_SPLIT_ROUTE
 #define FC_SEQ_KEY_SPLIT_ROUTE 0
 #endif
-enum : int { KEY_SPLIT_SEQ_ITEMS = 64 };  // (an enum: a constexpr int is emitted as a PTX global)
-
-__device__ __forceinline__ bool key_split_shaped(int len_q, int heads_q) {
-    const int items_per_head = len_q / 64 + (len_q % 64 != 0);
-    return heads_q <= KEY_SPLIT_SEQ_ITEMS && items_per_head <= KEY_SPLIT_SEQ_ITEMS / heads_q;
-}
+#if FC_SEQ_KEY_SPLIT_ROUTE != 0 && (!defined(FC_SEQ_KEY_SPLIT_ROWS) || !defined(FC_SEQ_KEY_SPLIT_KEYS))
+#error "FC_SEQ_KEY_SPLIT_ROUTE needs FC_SEQ_KEY_SPLIT_ROWS and FC_SEQ_KEY_SPLIT_KEYS"
+#endif
 
 struct SeqInfo {
     int len_q, len_k;   // rows of this sequence's Q and K
@@ -57,9 +54,10 @@ __device__ __forceinline__ SeqInfo seq_info(const AttentionParams& p, int b) {
         const bool decode_shaped = (long long)s.len_q * p.q_heads_per_kv <= decode_tile_rows;
         if (decode_shaped != (FC_SEQ_ROUTE == 2)) s.len_q = 0;
     }
-    if (FC_SEQ_KEY_SPLIT_ROUTE != 0) {
-        if (key_split_shaped(s.len_q, p.heads_q) != (FC_SEQ_KEY_SPLIT_ROUTE == 1)) s.len_q = 0;
-    }
+#if FC_SEQ_KEY_SPLIT_ROUTE != 0
+    const bool key_split = s.len_q <= FC_SEQ_KEY_SPLIT_ROWS && s.len_k <= FC_SEQ_KEY_SPLIT_KEYS;
+    if (key_split != (FC_SEQ_KEY_SPLIT_ROUTE == 1)) s.len_q = 0;
+#endif
     return s;
 }
 

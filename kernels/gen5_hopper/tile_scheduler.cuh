@@ -44,8 +44,8 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
     s.nm = (p.seq_q + BM - 1) / BM;
 #if FC_SEQ_KEY_SPLIT_ROUTE == 1
     // Only sequences of few rows (seqlen.cuh): the q tiles past the longest such are never taken.
-    static_assert(KEY_SPLIT && BM == 64, "the key-split route runs the key-split build");
-    s.nm = min(s.nm, KEY_SPLIT_SEQ_ITEMS / max(p.heads_q, 1));
+    static_assert(KEY_SPLIT, "the key-split route runs the key-split build");
+    s.nm = min(s.nm, (FC_SEQ_KEY_SPLIT_ROWS + BM - 1) / BM);
 #endif
     s.bh = p.batch * p.heads_q;
     s.total = s.nm * s.bh;

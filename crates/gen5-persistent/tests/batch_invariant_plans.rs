@@ -262,15 +262,24 @@ fn varlen_batches_with_long_queries_route_the_short_ones_to_the_decode_kernel() 
                 .find(|(n, _)| n == "FC_SEQ_ROUTE")
                 .map(|(_, v)| v.as_str())
         };
+        // The Hopper path runs its persistent part in two launches (the sequences within the key
+        // split's 1024 keys, and the others).
+        let persistent = if k.name() == "persistent-hopper" {
+            2
+        } else {
+            1
+        };
         assert_eq!(
             plan.launches.len(),
-            3,
+            persistent + 2,
             "{}: persistent, split, combine",
             k.name()
         );
-        assert_eq!(route(0), Some("1"));
-        assert_eq!(route(1), Some("2"));
-        assert_eq!(plan.launches[1].entry, decode::SPLIT_ENTRY);
+        for i in 0..persistent {
+            assert_eq!(route(i), Some("1"));
+        }
+        assert_eq!(route(persistent), Some("2"));
+        assert_eq!(plan.launches[persistent].entry, decode::SPLIT_ENTRY);
         // The decode partials sit behind the persistent kernel's counters.
         assert!(plan.workspace_counters <= decode::ROUTED_WORKSPACE_OFFSET);
         assert!(plan.workspace_f32 > decode::ROUTED_WORKSPACE_OFFSET);
@@ -310,11 +319,14 @@ fn route(l: &flashcore_core::KernelLaunch) -> Option<&str> {
 
 #[test]
 fn short_sequences_take_the_key_split_alone_and_in_any_batch() {
-    // 8 query heads: up to 512 rows (8 items of 64 rows a head) is key-split shaped.
+    // 8 query heads: up to 512 rows (8 items of 64 rows a head) and 1024 keys is key-split shaped.
     for d in [64, 128] {
         for causal in [false, true] {
             let alone = |seq: usize| {
-                let plans = plans(&PersistentHopper, &dense(1, 8, seq, d, causal));
+                let plans = plans(
+                    &PersistentHopper,
+                    &dense(1, 8, seq, d, causal).with_kv(8, seq),
+                );
                 let orders: Vec<_> = plans.iter().map(|p| key_order(&p.launches[0])).collect();
                 assert!(
                     orders.windows(2).all(|w| w[0] == w[1]),
@@ -327,6 +339,17 @@ fn short_sequences_take_the_key_split_alone_and_in_any_batch() {
             assert!(short.0 && !long.0, "D={d} causal {causal}");
             assert_eq!(alone(512), short);
             assert_eq!(alone(513), long);
+            let keys = |k: usize| {
+                let p = dense(1, 8, 300, d, causal).with_kv(8, k);
+                key_order(
+                    &PersistentHopper
+                        .plan(&p, &DeviceInfo::synthetic_h100())
+                        .unwrap()
+                        .launches[0],
+                )
+            };
+            assert_eq!(keys(1024), short);
+            assert!(!keys(1025).0);
             for batch in [1, 2, 64, 512] {
                 for plan in plans(&PersistentHopper, &varlen(batch, 2048, 4096, d, causal)) {
                     let persistent: Vec<_> = plan
@@ -341,11 +364,51 @@ fn short_sequences_take_the_key_split_alone_and_in_any_batch() {
                     assert_eq!(key_order(persistent[1]), long);
                 }
                 // A batch of short sequences only: one key-split launch, no route.
-                for plan in plans(&PersistentHopper, &varlen(batch, 512, 4096, d, causal)) {
+                for plan in plans(&PersistentHopper, &varlen(batch, 512, 1024, d, causal)) {
                     assert_eq!(key_order(&plan.launches[0]), short);
                     assert!(plan.launches.iter().all(|l| route(l).is_none()));
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn a_cache_routes_by_each_sequence_s_key_count() {
+    // Dense queries of few rows over a paged cache: the key count is each sequence's own.
+    for batch in [1, 7, 64] {
+        let p = AttentionProblem::new(batch, 8, 128, 128)
+            .with_kv(2, 8192)
+            .with_dtype(DType::Bf16)
+            .with_causal(true)
+            .with_modes(Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: batch * 128,
+                    block_size: 64,
+                    max_blocks_per_seq: 128,
+                },
+                seqused_k: true,
+                ..Modes::default()
+            })
+            .with_batch_invariant(true);
+        for plan in plans(&PersistentHopper, &p) {
+            let routes: Vec<_> = plan.launches.iter().map(route).collect();
+            assert_eq!(routes, [Some("1"), Some("2")], "B={batch}");
+            assert!(key_order(&plan.launches[0]).0 && !key_order(&plan.launches[1]).0);
+            let bound = |l: &flashcore_core::KernelLaunch, name: &str| {
+                l.defines
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(
+                bound(&plan.launches[0], "FC_SEQ_KEY_SPLIT_ROWS").as_deref(),
+                Some("512")
+            );
+            assert_eq!(
+                bound(&plan.launches[1], "FC_SEQ_KEY_SPLIT_KEYS").as_deref(),
+                Some("1024")
+            );
         }
     }
 }

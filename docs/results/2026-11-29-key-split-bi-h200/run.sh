@@ -8,7 +8,9 @@
 #          off (what parity costs there), a batch of short sequences; the varlen, paged and
 #          decode suites default / batch-invariant, and decode through the persistent kernel.
 # From the repo root, with stripped release binaries in .carry/ (xtask, flashcore):
-#   bash docs/results/2026-11-29-key-split-bi-h200/run.sh check|cost
+#   bash docs/results/2026-11-29-key-split-bi-h200/run.sh check|cost|cost2|check2
+# check and cost ran the first rule (query rows only); cost2 and check2 the rule with the key
+# bound (at most 1024 keys), which the cost run asked for.
 set -u
 PHASE=${1:-check}
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
@@ -72,6 +74,52 @@ cost)
     cmp "$s: batch-invariant / default" $L/$s-def/bench-$s.json $L/$s-bi/bench-$s.json bi
   done
   cmp "decode: batch-invariant through the persistent kernel / batch-invariant decode kernel" $L/decode-bi/bench-decode.json $L/decode-bi-serial/bench-decode.json serial
+  echo "(${SECONDS}s)" | tee -a $R
+  pack
+  ;;
+cost2)
+  bench() { # label timeout args...
+    local label=$1 t=$2; shift 2
+    timeout $t $X bench-all --kernels $H --no-peers --no-gemm --out-dir $L/$label "$@" > $L/$label.log 2>&1
+    echo "$label rc=$? (${SECONDS}s)" | tee -a $R
+  }
+  for i in 1 2; do
+    bench ladder-def$i 120 --suite ladder
+    bench ladder-bi$i 120 --suite ladder --batch-invariant
+  done
+  for mode in def bi; do
+    flag=""; [ $mode = bi ] && flag=--batch-invariant
+    bench short-$mode 120 --shape 64,8,512,64 --shape 16,32,128,128 --causal both $flag
+  done
+  for s in varlen paged decode; do
+    bench $s-def 120 --suite $s
+    bench $s-bi 120 --suite $s --batch-invariant
+  done
+  FLASHCORE_HOPPER_WG_KEY_SPLIT=0 bench varlen-bi-unrouted 120 --suite varlen --batch-invariant
+  for i in 1 2; do
+    cmp "ladder #$i: batch-invariant / default" $L/ladder-def$i/bench-all.json $L/ladder-bi$i/bench-all.json bi
+  done
+  cmp "short sequences in large batches: batch-invariant / default" $L/short-def/bench-all.json $L/short-bi/bench-all.json bi
+  for s in varlen paged decode; do
+    cmp "$s: batch-invariant / default" $L/$s-def/bench-$s.json $L/$s-bi/bench-$s.json bi
+  done
+  cmp "varlen: batch-invariant with the key-split route / without it (FLASHCORE_HOPPER_WG_KEY_SPLIT=0)" $L/varlen-bi-unrouted/bench-varlen.json $L/varlen-bi/bench-varlen.json routed
+  echo "(${SECONDS}s)" | tee -a $R
+  pack
+  ;;
+check2)
+  job reliability 500 $X reliability --kernels $G5 --no-huge --soak-cases 600 --persistent-runs 200 --backward-runs 200 --json $L/rel.json
+  job verify-bi-hopper 400 $X verify --batch-invariant --kernels $H --cases 600 --seed 2931
+  job sanitize 400 $X sanitize --pass fwd --kernels $H --logs $L/san
+  wait
+  echo "== parity probe: the mode's plans" | tee -a $R
+  timeout 120 python3 $D/parity.py .carry/flashcore /tmp/parity-default 2>&1 | tee -a $R
+  sort $L/rc.txt | tee -a $R
+  for f in $L/verify-*.log; do echo "$(basename $f .log): $(grep -E 'passed, .* failed' $f | tail -2 | tr '\n' ' ')" | cut -c1-600 | tee -a $R; done
+  grep -E "^\| [a-z]+ \| " $L/reliability.log | cut -c1-260 | tee -a $R
+  grep -E "FAIL|reliability:|panicked" $L/reliability.log | cut -c1-600 | head -12 | tee -a $R
+  grep -E "^\| batchinv " $L/reliability.log | tr ';' '\n' | cut -c1-200 | tee -a $R
+  grep -hE "^\| (memcheck|racecheck|synccheck|initcheck|tool)|sanitize:" $L/sanitize.log | tee -a $R
   echo "(${SECONDS}s)" | tee -a $R
   pack
   ;;

@@ -261,8 +261,8 @@ impl HopperConfig {
     /// warpgroups walking every key tile in order, and on the key tile's width; the key split
     /// (warpgroups or a cluster each summing part of the keys) and split-KV change that order,
     /// and their defaults follow the item count. Here the key-split warpgroups follow the
-    /// sequence's own query rows instead ([`key_split_shaped`]; a varlen batch mixing both kinds
-    /// takes a launch for each, [`super::PersistentHopper::plan_with`]); the cluster key split and
+    /// sequence's own lengths instead ([`key_split_shaped`]; a batch of varied lengths mixing both
+    /// kinds takes a launch for each, [`super::PersistentHopper::plan_with`]); the cluster key split and
     /// split-KV are never taken. The wide non-causal tile is kept for every problem that could take
     /// it (see `modes_dynamic` below), so a sequence gets it alone and inside a varlen batch alike.
     ///
@@ -273,10 +273,9 @@ impl HopperConfig {
     /// 940 LSE elements of a causal D = 64 sequence (`docs/results/2026-11-28-batch-invariance-h200`).
     fn batch_invariant(&self, problem: &AttentionProblem) -> HopperConfig {
         HopperConfig {
-            wg_key_split: Some(
-                self.wg_key_split
-                    .unwrap_or_else(|| key_split_shaped(problem.seq_q, problem.heads_q)),
-            ),
+            wg_key_split: Some(self.wg_key_split.unwrap_or_else(|| {
+                key_split_shaped(problem.seq_q, problem.seq_k, problem.heads_q)
+            })),
             cluster_key_split: Some(false),
             auto_split: false,
             ..*self

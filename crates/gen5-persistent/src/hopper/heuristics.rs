@@ -48,17 +48,24 @@ pub fn auto_splits(items: usize, max_key_tiles: usize, sm_count: usize) -> usize
 pub const KEY_SPLIT_STAGES_D64: usize = 4;
 
 /// A sequence's 64-row items (over all its query heads) up to which a batch-invariant plan gives
-/// it the key-split warpgroups (`KEY_SPLIT_SEQ_ITEMS` in `kernels/common/seqlen.cuh`). The mode may
-/// not look at the batch or the SM count, so the rule asks what the default asks of a batch of
-/// one (its items fitting half the SMs, [`default_wg_key_split`]) with the SM count fixed at 128:
-/// a sequence gets the same bits alone and in any batch, and the GPU of the plan moves none.
+/// it the key-split warpgroups, with at most [`KEY_SPLIT_SEQ_KEYS`] keys. The mode may not look at
+/// the batch or the SM count, so the rule asks what the default asks of a batch of one (its items
+/// fitting half the SMs, [`default_wg_key_split`]) with the SM count fixed at 128: a sequence gets
+/// the same bits alone and in any batch, and the GPU of the plan moves none. What it costs where
+/// the batch is large: each K/V tile then serves 64 rows instead of 128 (H200, 2026-11-29,
+/// docs/results/2026-11-29-key-split-bi-h200: a batch of 64 (8 heads, 512 rows, D = 64)
+/// sequences 1.31x the default; with 8192-key caches and no key bound, chunked prefill ran
+/// 1.40-1.78x, hence [`KEY_SPLIT_SEQ_KEYS`]).
 pub const KEY_SPLIT_SEQ_ITEMS: usize = 64;
 
-/// Whether a batch-invariant plan sums a sequence of `len_q` queries with the key-split
-/// warpgroups ([`KEY_SPLIT_SEQ_ITEMS`]).
-pub fn key_split_shaped(len_q: usize, heads_q: usize) -> bool {
-    heads_q <= KEY_SPLIT_SEQ_ITEMS
-        && len_q.div_ceil(WARPGROUP_ROWS) * heads_q <= KEY_SPLIT_SEQ_ITEMS
+/// Keys up to which a batch-invariant plan gives a sequence the key-split warpgroups (eight
+/// 128-key tiles): past it a large batch's doubled K/V traffic outweighs what a small one gains.
+pub const KEY_SPLIT_SEQ_KEYS: usize = 1024;
+
+/// Whether a batch-invariant plan sums a sequence of `len_q` queries over `len_k` keys with the
+/// key-split warpgroups ([`KEY_SPLIT_SEQ_ITEMS`], [`KEY_SPLIT_SEQ_KEYS`]).
+pub fn key_split_shaped(len_q: usize, len_k: usize, heads_q: usize) -> bool {
+    len_q <= key_split_max_rows(heads_q) && len_k <= KEY_SPLIT_SEQ_KEYS
 }
 
 /// The longest query count [`key_split_shaped`] takes at `heads_q` query heads (0 past 64).

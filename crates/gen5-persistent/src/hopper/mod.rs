@@ -23,7 +23,7 @@ use flashcore_core::plan::{
 };
 use flashcore_core::problem::AttentionProblem;
 use flashcore_core::ModeSupport;
-use flashcore_core::{DeviceInfo, Unsupported};
+use flashcore_core::{DeviceInfo, KvStorage, Unsupported};
 
 use crate::env::{Env, Overridable};
 
@@ -98,11 +98,12 @@ impl PersistentHopper {
     /// [`Attention::plan`] with an explicit configuration instead of the environment's (the
     /// checks on device and scale are `plan`'s).
     ///
-    /// A batch-invariant varlen batch whose longest query does not take the key-split warpgroups
-    /// ([`key_split_shaped`]) while shorter ones may runs in two launches: the key-split build
-    /// takes the sequences of few rows (`FC_SEQ_KEY_SPLIT_ROUTE=1`, its q tiles bounded by
-    /// [`key_split_max_rows`]), the other build the rest (`=2`), so that each sequence is summed
-    /// as it would be alone.
+    /// A batch-invariant problem whose sequences may differ in length (varlen queries, per-sequence
+    /// keys), where its longest lengths do not take the key-split warpgroups
+    /// ([`key_split_shaped`]) while shorter ones may, runs in two launches: the key-split build
+    /// takes the sequences it fits (`FC_SEQ_KEY_SPLIT_ROUTE=1`, the bounds in
+    /// `FC_SEQ_KEY_SPLIT_ROWS` / `_KEYS`, its q tiles bounded by them), the other build the rest
+    /// (`=2`), so that each sequence is summed as it would be alone.
     pub fn plan_with(
         &self,
         cfg: &HopperConfig,
@@ -110,17 +111,32 @@ impl PersistentHopper {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         let sm_count = device.sm_count as usize;
-        let short_rows = key_split_max_rows(problem.heads_q).min(problem.seq_q);
+        let (rows, keys) = (key_split_max_rows(problem.heads_q), KEY_SPLIT_SEQ_KEYS);
+        // The longest lengths a key-split sequence of this batch can have: each bounded where the
+        // batch's sequences have lengths of their own.
+        let varied_q = problem.modes.packed_q.is_some();
+        let varied_k = problem.modes.seqused_k || problem.modes.kv != KvStorage::Dense;
+        let short_q = if varied_q {
+            problem.seq_q.min(rows)
+        } else {
+            problem.seq_q
+        };
+        let short_k = if varied_k {
+            problem.seq_k.min(keys)
+        } else {
+            problem.seq_k
+        };
         let routes = problem.batch_invariant
-            && problem.modes.packed_q.is_some()
             && cfg.wg_key_split.is_none()
-            && !key_split_shaped(problem.seq_q, problem.heads_q)
-            && short_rows > 0;
+            && !key_split_shaped(problem.seq_q, problem.seq_k, problem.heads_q)
+            && short_q > 0
+            && key_split_shaped(short_q, short_k, problem.heads_q);
         if !routes {
             return self.plan_one(cfg, problem, device);
         }
         let short = AttentionProblem {
-            seq_q: short_rows,
+            seq_q: short_q,
+            seq_k: short_k,
             ..problem.clone()
         };
         let mut short_plan = self.plan_one(cfg, &short, device)?;
@@ -130,14 +146,15 @@ impl PersistentHopper {
             return self.plan_one(cfg, problem, device);
         }
         let mut plan = self.plan_one(cfg, problem, device)?;
-        for l in &mut short_plan.launches {
-            l.defines
-                .push(("FC_SEQ_KEY_SPLIT_ROUTE".to_string(), "1".to_string()));
-        }
-        for l in &mut plan.launches {
-            l.defines
-                .push(("FC_SEQ_KEY_SPLIT_ROUTE".to_string(), "2".to_string()));
-        }
+        let route = |l: &mut KernelLaunch, which: &str| {
+            l.defines.extend([
+                ("FC_SEQ_KEY_SPLIT_ROUTE".to_string(), which.to_string()),
+                ("FC_SEQ_KEY_SPLIT_ROWS".to_string(), rows.to_string()),
+                ("FC_SEQ_KEY_SPLIT_KEYS".to_string(), keys.to_string()),
+            ])
+        };
+        short_plan.launches.iter_mut().for_each(|l| route(l, "1"));
+        plan.launches.iter_mut().for_each(|l| route(l, "2"));
         // The short launch is static and unsplit: the workspace is the other's.
         short_plan.launches.append(&mut plan.launches);
         plan.launches = short_plan.launches;
