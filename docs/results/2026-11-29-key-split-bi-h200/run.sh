@@ -108,8 +108,8 @@ cost2)
   pack
   ;;
 check2)
-  job reliability 500 $X reliability --kernels $G5 --no-huge --soak-cases 600 --persistent-runs 200 --backward-runs 200 --json $L/rel.json
-  job verify-bi-hopper 400 $X verify --batch-invariant --kernels $H --cases 600 --seed 2931
+  job reliability 230 $X reliability --kernels $G5 --no-huge --soak-cases 300 --persistent-runs 100 --backward-runs 100 --json $L/rel.json
+  job verify-bi-hopper 200 $X verify --batch-invariant --kernels $H --cases 300 --seed 2931
   job sanitize 400 $X sanitize --pass fwd --kernels $H --logs $L/san
   wait
   echo "== parity probe: the mode's plans" | tee -a $R
