@@ -38,14 +38,14 @@ mod ops;
 pub use api::*;
 
 #[cfg(feature = "cuda")]
-pub use candle_core as candle;
+pub use candle;
 
 #[cfg(feature = "cuda")]
 pub use ops::{flashcore_device, FlashAttn, FlashAttnKvCache, FlashAttnVarLen};
 
 #[cfg(feature = "cuda")]
 mod api {
-    use candle_core::{Result, Tensor};
+    use candle::{Result, Tensor};
 
     use crate::ops::{FlashAttn, FlashAttnKvCache, FlashAttnVarLen};
 

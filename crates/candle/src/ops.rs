@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::cuda_backend::cudarc::driver::{
+use candle::backend::{BackendDevice, BackendStorage};
+use candle::cuda_backend::cudarc::driver::{
     CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
 };
-use candle_core::cuda_backend::{CudaDType, CudaDevice, DeviceId};
-use candle_core::{
+use candle::cuda_backend::{CudaDType, CudaDevice, DeviceId};
+use candle::{
     CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
 };
 use flashcore::{
@@ -21,11 +21,11 @@ use half::{bf16, f16};
 
 use crate::args::{self, ArgError, Options, View};
 
-fn error(e: impl std::fmt::Display) -> candle_core::Error {
-    candle_core::Error::msg(format!("flashcore: {e}"))
+fn error(e: impl std::fmt::Display) -> candle::Error {
+    candle::Error::msg(format!("flashcore: {e}"))
 }
 
-impl From<ArgError> for candle_core::Error {
+impl From<ArgError> for candle::Error {
     fn from(e: ArgError) -> Self {
         error(e)
     }
@@ -67,7 +67,7 @@ fn contiguous16<'a, T: CudaDType + 'static>(
     name: &str,
 ) -> Result<CudaView<'a, u16>> {
     let Some((a, b)) = l.contiguous_offsets() else {
-        candle_core::bail!("{name} must be contiguous")
+        candle::bail!("{name} must be contiguous")
     };
     let v = s.as_cuda_slice::<T>()?.slice(a..b);
     // SAFETY: as in `half_view`.
@@ -81,7 +81,7 @@ fn reslice<'a, E>(t: &'a Option<CudaView<'_, E>>) -> Option<CudaView<'a, E>> {
 fn cuda<'a>(s: &'a StorageRef<'_>, name: &str) -> Result<&'a CudaStorage> {
     match &**s {
         Storage::Cuda(c) => Ok(c),
-        _ => candle_core::bail!("{name} must be a cuda tensor"),
+        _ => candle::bail!("{name} must be a cuda tensor"),
     }
 }
 
@@ -93,10 +93,10 @@ fn table_i32<'a>(
     name: &str,
 ) -> Result<CudaView<'a, i32>> {
     if !s.device().same_device(dev) {
-        candle_core::bail!("{name} is on another device than q");
+        candle::bail!("{name} is on another device than q");
     }
     let Some((o1, o2)) = l.contiguous_offsets() else {
-        candle_core::bail!("{name} has to be contiguous")
+        candle::bail!("{name} has to be contiguous")
     };
     let v = match s.dtype() {
         DType::U32 => {
@@ -105,24 +105,24 @@ fn table_i32<'a>(
             unsafe { v.transmute::<i32>(o2 - o1) }
         }
         DType::I32 => Some(s.as_cuda_slice::<i32>()?.slice(o1..o2)),
-        dt => candle_core::bail!("{name} must be u32 or i32, got {dt:?}"),
+        dt => candle::bail!("{name} must be u32 or i32, got {dt:?}"),
     };
     v.ok_or_else(|| error(format!("{name} view")))
 }
 
 fn alibi_view<'a>(s: &'a CudaStorage, l: &Layout, dev: &CudaDevice) -> Result<CudaView<'a, f32>> {
     if s.dtype() != DType::F32 {
-        candle_core::bail!(
+        candle::bail!(
             "DType mismatch alibi_slopes {:?}, expected {:?}",
             s.dtype(),
             DType::F32
         );
     }
     if !s.device().same_device(dev) {
-        candle_core::bail!("alibi_slopes is on another device than q");
+        candle::bail!("alibi_slopes is on another device than q");
     }
     let Some((o1, o2)) = l.contiguous_offsets() else {
-        candle_core::bail!("alibi_slopes has to be contiguous")
+        candle::bail!("alibi_slopes has to be contiguous")
     };
     Ok(s.as_cuda_slice::<f32>()?.slice(o1..o2))
 }
@@ -349,7 +349,7 @@ macro_rules! qkv_op {
             _: &CpuStorage,
             _: &Layout,
         ) -> Result<(CpuStorage, Shape)> {
-            candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+            candle::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
         }
 
         fn cuda_fwd(
@@ -375,7 +375,7 @@ macro_rules! qkv_op {
     };
 }
 
-impl candle_core::CustomOp3 for FlashAttn {
+impl candle::CustomOp3 for FlashAttn {
     qkv_op!("flashcore-flash-attn", "flash-attn");
 
     /// dQ, dK, dV through flashcore's backward kernels (dense attention, causal or not; windows,
@@ -429,7 +429,7 @@ impl FlashAttnGrads {
         // The forward again, for the LSE (its O is dropped: dO·O takes the caller's O).
         let (problem, _, lse) = self.attn.forward_with_lse::<T>(dtype, qkv)?;
         if !problem.modes.is_dense() {
-            candle_core::bail!(
+            candle::bail!(
                 "flashcore: the backward pass takes dense attention (causal or not) only; \
                  sliding windows, softcap and ALiBi have no backward yet"
             );
@@ -472,7 +472,7 @@ impl FlashAttnGrads {
     }
 }
 
-impl candle_core::CustomOp3 for FlashAttnGrads {
+impl candle::CustomOp3 for FlashAttnGrads {
     qkv_op!("flashcore-flash-attn-bwd", "flash-attn backward");
 }
 
@@ -502,7 +502,7 @@ impl FlashAttnVarLen {
         let (q, q_l) = qkv.q;
         let [qv, kv, vv] = qkv.views();
         if self.mm_prefix_ranges.is_some() {
-            candle_core::bail!(
+            candle::bail!(
                 "flashcore: mm_prefix_ranges (ranges that bypass the causal/window mask) are not \
                  implemented by flashcore's kernels"
             );
@@ -574,7 +574,7 @@ impl FlashAttnVarLen {
     }
 }
 
-impl candle_core::CustomOp3 for FlashAttnVarLen {
+impl candle::CustomOp3 for FlashAttnVarLen {
     qkv_op!("flashcore-flash-attn-varlen", "flash-attn-varlen");
 }
 
@@ -629,7 +629,7 @@ impl FlashAttnKvCache {
         let new_layouts = match (&self.k_new, &self.v_new) {
             (Some(k), Some(v)) => Some((k.layout().clone(), v.layout().clone())),
             (None, None) => None,
-            _ => candle_core::bail!("k_new and v_new must be given together"),
+            _ => candle::bail!("k_new and v_new must be given together"),
         };
         let new_views = new_layouts
             .as_ref()
@@ -651,7 +651,7 @@ impl FlashAttnKvCache {
         ] {
             if let Some(t) = t {
                 if t.dtype() != q.dtype() {
-                    candle_core::bail!(
+                    candle::bail!(
                         "dtype mismatch: q is {:?} but {name} is {:?}",
                         q.dtype(),
                         t.dtype()
@@ -766,13 +766,13 @@ impl FlashAttnKvCache {
     }
 }
 
-impl candle_core::CustomOp1 for FlashAttnKvCache {
+impl candle::CustomOp1 for FlashAttnKvCache {
     fn name(&self) -> &'static str {
         "flashcore-flash-attn-with-kvcache"
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+        candle::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
     }
 
     fn cuda_fwd(&self, q: &CudaStorage, q_l: &Layout) -> Result<(CudaStorage, Shape)> {

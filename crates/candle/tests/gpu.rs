@@ -672,7 +672,7 @@ mod gpu {
         } else {
             scores
         };
-        let p = candle_nn::ops::softmax(&scores, candle_core::D::Minus1)?;
+        let p = candle_nn::ops::softmax(&scores, candle::D::Minus1)?;
         p.matmul(&rep(v)?.contiguous()?)?
             .transpose(1, 2)?
             .contiguous()
@@ -701,7 +701,7 @@ mod gpu {
 
     #[test]
     fn flash_attn_backward_matches_f32_autograd() -> Result<()> {
-        use candle_core::Var;
+        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(11);
         for dtype in DTYPES {
@@ -759,7 +759,7 @@ mod gpu {
 
     #[test]
     fn backward_of_a_mode_without_one_is_an_error_not_a_wrong_gradient() -> Result<()> {
-        use candle_core::Var;
+        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(12);
         let q = Var::from_tensor(&tensor(&mut rng, &[1, 16, 2, 64], 1.0, DType::BF16, &dev)?)?;
@@ -775,7 +775,7 @@ mod gpu {
     /// the f32 reference attention, and the loss goes down.
     #[test]
     fn a_training_step_runs_through_flash_attn() -> Result<()> {
-        use candle_core::Var;
+        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(13);
         let (b, s, hidden, hq, hkv) = (2, 64, 256, 4, 2);
