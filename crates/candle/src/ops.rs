@@ -10,9 +10,7 @@ use candle::cuda_backend::cudarc::driver::{
     CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
 };
 use candle::cuda_backend::{CudaDType, CudaDevice, DeviceId};
-use candle::{
-    CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
-};
+use candle::{CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, BackwardTensors, DeviceTables, KvAppend,
     TensorMut, TensorRef,

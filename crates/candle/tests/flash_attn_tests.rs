@@ -1,10 +1,10 @@
 // candle-flash-attn 0.11.1's own tests (tests/flash_attn_tests.rs of the crates.io package,
 // MIT OR Apache-2.0, Copyright the candle authors), run against flashcore-candle. The one change
-// is the `use flashcore_candle as candle_flash_attn;` line below; this header marks the copy.
+// is the `use flashcore_candle as candle_flash_attn;` line; this header marks the copy.
 // Runs with the `cuda` feature on a GPU: docs/CANDLE.md.
-use flashcore_candle as candle_flash_attn;
 use anyhow::Result;
 use candle::{DType, Device, IndexOp, Tensor, D};
+use flashcore_candle as candle_flash_attn;
 
 fn to_vec3_round(t: Tensor, digits: i32) -> Result<Vec<Vec<Vec<f32>>>> {
     let b = 10f32.powi(digits);
