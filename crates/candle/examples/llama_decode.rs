@@ -127,19 +127,8 @@ fn main() -> Result<()> {
     dev.set_seed(cfg.seed)?;
     let c = &cfg.shape;
     println!(
-        "config: {} layers, hidden {}, {} q heads / {} kv heads (d = {}), mlp {}, vocab {}: {:.2} B params bf16; \
-         batch {}, prompt {}, {} decode steps",
-        c.layers,
-        c.hidden,
-        c.heads,
-        c.kv_heads,
-        c.head_dim(),
-        c.intermediate,
-        c.vocab,
-        c.params() as f64 / 1e9,
-        cfg.batch,
-        cfg.prompt,
-        cfg.steps
+        "config: {c}; batch {}, prompt {}, {} decode steps",
+        cfg.batch, cfg.prompt, cfg.steps
     );
     let model = random_model(&cfg, &dev)?;
     let prompt_ids: Vec<u32> = (0..cfg.batch * cfg.prompt)

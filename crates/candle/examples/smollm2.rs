@@ -196,17 +196,9 @@ fn main() -> Result<()> {
         )));
     }
     println!(
-        "model: {} ({} layers, hidden {}, {} q / {} kv heads, d = {}, mlp {}, vocab {}; {:.0} M params, bf16), \
-         loaded in {:.1} s; prompt {} tokens, {} decode steps, flashcore's cache in {}-row pages (0: contiguous)",
+        "model: {} ({c}), loaded in {:.1} s; prompt {} tokens, {} decode steps, flashcore's cache in \
+         {}-row pages (0: contiguous)",
         args.gguf.display(),
-        c.layers,
-        c.hidden,
-        c.heads,
-        c.kv_heads,
-        c.head_dim(),
-        c.intermediate,
-        c.vocab,
-        c.params() as f64 / 1e6,
         t0.elapsed().as_secs_f64(),
         ids.len(),
         args.steps,

@@ -45,6 +45,23 @@ impl Shape {
     }
 }
 
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} layers, hidden {}, {} q heads / {} kv heads (d = {}), mlp {}, vocab {}: {:.3} B params, bf16",
+            self.layers,
+            self.hidden,
+            self.heads,
+            self.kv_heads,
+            self.head_dim(),
+            self.intermediate,
+            self.vocab,
+            self.params() as f64 / 1e9
+        )
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     Flashcore,
