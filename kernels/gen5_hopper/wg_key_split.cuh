@@ -50,7 +50,7 @@ __device__ __forceinline__ void produce_key_split_pairs(const AttentionParams& p
                                                         unsigned bar_v_empty, const CUtensorMap* tm_k,
                                                         const CUtensorMap* tm_v, int& stage, unsigned& phase,
                                                         int lane, unsigned bar_v_landed, unsigned& landed_phase) {
-    // (Constants in the dense build, whose code is what it was before the modes build took this.)
+    // (Constants in the dense build, which keeps lane 0 and no zeroed tails.)
     const int fetch_lane = MODES ? lane : 0;
     const unsigned v_landed = MODES ? bar_v_landed : 0u;
     for (int kb = 0; kb < w.n_blocks; kb += 2) {
