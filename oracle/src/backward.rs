@@ -229,7 +229,7 @@ fn group<T: Num>(
         let mut pm = Array2::<T>::zeros((sq, sk));
         let slope = p.slope(b, h);
         for i in 0..sq {
-            let (lo, hi) = p.key_range(i);
+            let (lo, hi) = p.key_range(b, i);
             if lo == hi {
                 continue;
             }
@@ -275,7 +275,7 @@ fn group<T: Num>(
         };
         let mut ds = Array2::<T>::zeros((sq, sk));
         for i in 0..sq {
-            let (lo, hi) = p.key_range(i);
+            let (lo, hi) = p.key_range(b, i);
             for j in lo..hi {
                 ds[[i, j]] = round(pm[[i, j]] * (dp[[i, j]] - dvec[i]));
             }
@@ -361,11 +361,16 @@ pub fn judge_backward(
     reference: &Gradients,
     low_precision: &Gradients,
 ) -> BackwardVerdict {
-    // Which rows receive anything: query rows that see a key, keys some query row sees.
-    let row_live: Vec<bool> = (0..p.seq_q).map(|r| p.visible_keys(r) > 0).collect();
+    // Which rows receive anything: query rows that see a key, keys some query row sees (the same
+    // in every batch entry: the backward takes no mm_prefix ranges).
+    assert!(
+        p.mm_prefix.is_none(),
+        "the backward oracle takes no mm_prefix ranges"
+    );
+    let row_live: Vec<bool> = (0..p.seq_q).map(|r| p.visible_keys(0, r) > 0).collect();
     let mut key_live = vec![false; p.seq_k];
     for r in 0..p.seq_q {
-        let (lo, hi) = p.key_range(r);
+        let (lo, hi) = p.key_range(0, r);
         key_live[lo..hi].iter_mut().for_each(|x| *x = true);
     }
     let kernels = [dq.view(), dk.view(), dv.view()];

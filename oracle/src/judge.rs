@@ -143,7 +143,7 @@ pub fn judge(
     };
 
     for (i, &(b, h, r)) in list.iter().enumerate() {
-        let empty = p.visible_keys(r) == 0;
+        let empty = p.visible_keys(b, r) == 0;
         let kernel_row = o.slice(ndarray::s![b, h, r, ..]);
         let pairs = kernel_row
             .iter()

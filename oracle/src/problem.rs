@@ -29,6 +29,11 @@ pub struct OracleProblem {
     /// ALiBi slopes, `[batch, heads_q]` row-major: the logit of key j at row i loses
     /// `slope · |i + seq_k - seq_q - j|`.
     pub alibi_slopes: Option<Vec<f64>>,
+    /// `mm_prefix_ranges` (candle-flash-attn's): per batch entry, ranges `[start, end)` of key
+    /// positions. A query whose position `i + seq_k - seq_q` lies in a range also sees every key
+    /// of the range (below `seq_k`), whatever the causal mask and the window say; ranges with
+    /// `start >= end` are empty.
+    pub mm_prefix: Option<Vec<Vec<(usize, usize)>>>,
 }
 
 impl OracleProblem {
@@ -57,6 +62,7 @@ impl OracleProblem {
             window_right: None,
             softcap: None,
             alibi_slopes: None,
+            mm_prefix: None,
         }
     }
 
@@ -76,11 +82,32 @@ impl OracleProblem {
         head_q / self.group_size()
     }
 
-    /// The keys query row `row` sees: `lo..hi` (empty when `lo == hi`). With the diagonal
-    /// `i + seq_k - seq_q` (bottom-right aligned, signed), row i sees key j iff
+    /// The keys query row `row` of batch entry `b` sees: `lo..hi` (empty when `lo == hi`). With
+    /// the diagonal `i + seq_k - seq_q` (bottom-right aligned, signed), row i sees key j iff
     /// `j >= diag - window_left` (if given), `j <= diag + window_right` (if given; causal bounds
-    /// it at 0) and `0 <= j < seq_k`.
-    pub fn key_range(&self, row: usize) -> (usize, usize) {
+    /// it at 0) and `0 <= j < seq_k`; or j and the diagonal lie in one of the entry's
+    /// [`mm_prefix`](Self::mm_prefix) ranges. Both sets hold the diagonal whenever it is a key,
+    /// so their union stays one range.
+    pub fn key_range(&self, b: usize, row: usize) -> (usize, usize) {
+        let (mut lo, mut hi) = self.window_range(row);
+        let diag = row as i128 + self.seq_k as i128 - self.seq_q as i128;
+        let ranges = self.mm_prefix.as_ref().map_or(&[][..], |m| &m[b][..]);
+        for &(start, end) in ranges {
+            let end = end.min(self.seq_k);
+            if start < end && (start as i128..end as i128).contains(&diag) {
+                (lo, hi) = if lo < hi {
+                    (lo.min(start), hi.max(end))
+                } else {
+                    (start, end)
+                };
+            }
+        }
+        (lo, hi)
+    }
+
+    /// [`key_range`](Self::key_range) without the `mm_prefix` ranges: the causal mask and the
+    /// window alone.
+    fn window_range(&self, row: usize) -> (usize, usize) {
         let diag = row as i128 + self.seq_k as i128 - self.seq_q as i128;
         let mut hi = self.seq_k as i128;
         let right = if self.causal {
@@ -100,10 +127,11 @@ impl OracleProblem {
         (lo as usize, hi as usize)
     }
 
-    /// How many keys query row `row` sees (the length of [`key_range`](Self::key_range)); 0 for
-    /// rows above the diagonal when causal and `seq_q > seq_k`, and always when `seq_k == 0`.
-    pub fn visible_keys(&self, row: usize) -> usize {
-        let (lo, hi) = self.key_range(row);
+    /// How many keys query row `row` of batch entry `b` sees (the length of
+    /// [`key_range`](Self::key_range)); 0 for rows above the diagonal when causal and
+    /// `seq_q > seq_k`, and always when `seq_k == 0`.
+    pub fn visible_keys(&self, b: usize, row: usize) -> usize {
+        let (lo, hi) = self.key_range(b, row);
         hi - lo
     }
 
@@ -317,19 +345,20 @@ mod tests {
             window_right: None,
             softcap: None,
             alibi_slopes: None,
+            mm_prefix: None,
         }
     }
 
     #[test]
     fn visible_keys_bottom_right() {
         let p = prob(true, 5, 3);
-        let v: Vec<_> = (0..5).map(|r| p.visible_keys(r)).collect();
+        let v: Vec<_> = (0..5).map(|r| p.visible_keys(0, r)).collect();
         assert_eq!(v, [0, 0, 1, 2, 3]);
         let p = prob(true, 2, 4);
-        assert_eq!([p.visible_keys(0), p.visible_keys(1)], [3, 4]);
+        assert_eq!([p.visible_keys(0, 0), p.visible_keys(0, 1)], [3, 4]);
         let p = prob(true, 3, 0);
-        assert_eq!(p.visible_keys(2), 0);
-        assert_eq!(prob(false, 3, 7).visible_keys(0), 7);
+        assert_eq!(p.visible_keys(0, 2), 0);
+        assert_eq!(prob(false, 3, 7).visible_keys(0, 0), 7);
     }
 
     #[test]

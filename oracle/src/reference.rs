@@ -334,7 +334,7 @@ fn run<M: Mode>(
     let mut work = 0usize;
     for &i in &order {
         let (b, h, r) = list[i];
-        work += p.visible_keys(r) * d.max(1);
+        work += p.visible_keys(b, r) * d.max(1);
         let kvh = h / group;
         match tasks.last_mut() {
             Some(t) if t.b == b && t.kvh == kvh && t.idx.len() < TASK_ROWS => t.idx.push(i),
@@ -391,7 +391,7 @@ fn task_rows<M: Mode>(
     // Keys 0..nk cover every row's range (rows see keys lo..hi).
     let nk = rows
         .iter()
-        .map(|&(_, r)| p.key_range(r).1)
+        .map(|&(_, r)| p.key_range(b, r).1)
         .max()
         .unwrap_or(0);
 
@@ -417,7 +417,7 @@ fn task_rows<M: Mode>(
         let mut n = [0usize; BLOCK];
         qb.fill(M::T::ZERO);
         for (r, &(h, row)) in blk.iter().enumerate() {
-            (lo[r], n[r]) = p.key_range(row);
+            (lo[r], n[r]) = p.key_range(b, row);
             for (dst, &e) in qb[r * d..(r + 1) * d]
                 .iter_mut()
                 .zip(q.slice(s![b, h, row, ..]))
@@ -531,7 +531,7 @@ pub fn probabilities(
         softcap: p.softcap,
     };
     let diag = r as f64 + p.seq_k as f64 - p.seq_q as f64;
-    let (lo, hi) = p.key_range(r);
+    let (lo, hi) = p.key_range(b, r);
     let mut s: Vec<f64> = (lo..hi)
         .map(|j| {
             let dot: f64 = (0..p.head_dim)

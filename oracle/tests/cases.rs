@@ -23,6 +23,7 @@ fn prob(seq_q: usize, seq_k: usize, head_dim: usize, causal: bool) -> OracleProb
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     }
 }
 
@@ -122,6 +123,7 @@ fn gqa_matches_repeated_kv() {
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 3);
     let rep: Vec<usize> = (0..6).map(|h| h / 3).collect();
@@ -168,6 +170,7 @@ fn strided_views_are_fine() {
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 5);
     let bshd = |x: &Array4<f32>| {
@@ -201,6 +204,7 @@ fn threaded_path_matches_rows() {
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 9);
     let all = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
@@ -307,6 +311,7 @@ fn fixture() -> (OracleProblem, Array4<f32>, Array4<f32>, Array4<f32>) {
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 2.0, 42);
     (p, q, k, v)
@@ -442,6 +447,7 @@ fn check_on_sampled_rows() {
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 8);
     let rows = sample_rows(&p, 200, 3);

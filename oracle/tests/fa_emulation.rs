@@ -39,7 +39,7 @@ fn fa_like(
                 let n = if bug == Bug::TopLeftCausal && p.causal {
                     (i + 1).min(p.seq_k)
                 } else {
-                    p.visible_keys(i)
+                    p.visible_keys(b, i)
                 };
                 let qi = q.slice(s![b, h, i, ..]);
                 let mut m = f32::NEG_INFINITY;
@@ -109,6 +109,7 @@ fn random_case(
         window_right: None,
         softcap: None,
         alibi_slopes: None,
+        mm_prefix: None,
     };
     let prec = if rng.gen() {
         Precision::F16

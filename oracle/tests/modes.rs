@@ -28,6 +28,57 @@ fn visible(p: &OracleProblem, i: usize, j: usize) -> bool {
     right.is_none_or(|r| j <= diag + r) && p.window_left.is_none_or(|l| j >= diag - l as i64)
 }
 
+/// candle-flash-attn's `mm_prefix_ranges` rule written out (its `mm_prefix_allowed`): a query at
+/// position `diag` inside a range sees every key of the range below seq_k, beside what the causal
+/// mask and the window let through.
+fn visible_with_prefix(p: &OracleProblem, b: usize, i: usize, j: usize) -> bool {
+    let diag = i as i64 + p.seq_k as i64 - p.seq_q as i64;
+    let ranges = p.mm_prefix.as_ref().map_or(&[][..], |m| &m[b][..]);
+    let in_range = ranges.iter().any(|&(s, e)| {
+        let (s, e) = (s as i64, e as i64);
+        s < e && (s..e).contains(&diag) && (s..e).contains(&(j as i64))
+    });
+    j < p.seq_k && (visible(p, i, j) || in_range)
+}
+
+#[test]
+fn mm_prefix_ranges_match_a_brute_force_mask() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+    for _ in 0..400 {
+        let sk = rng.gen_range(0..40usize);
+        let sq = rng.gen_range(1..40usize);
+        let mut p = OracleProblem::dense(3, 2, 1, sq, sk, 8, rng.gen_bool(0.6), 0.4);
+        if rng.gen_bool(0.5) {
+            p.window_left = Some(rng.gen_range(0..8));
+        }
+        if !p.causal && rng.gen_bool(0.3) {
+            p.window_right = Some(rng.gen_range(0..4));
+        }
+        // Up to three ranges an entry, some empty (start >= end), some past seq_k, overlapping.
+        let ranges: Vec<Vec<(usize, usize)>> = (0..p.batch)
+            .map(|_| {
+                (0..rng.gen_range(0..4))
+                    .map(|_| (rng.gen_range(0..45usize), rng.gen_range(0..45usize)))
+                    .collect()
+            })
+            .collect();
+        p.mm_prefix = Some(ranges);
+        for b in 0..p.batch {
+            for i in 0..sq {
+                let want: Vec<usize> = (0..sk)
+                    .filter(|&j| visible_with_prefix(&p, b, i, j))
+                    .collect();
+                let (lo, hi) = p.key_range(b, i);
+                assert_eq!(
+                    (lo..hi).collect::<Vec<_>>(),
+                    want,
+                    "{p:?} entry {b} row {i}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn windows_match_a_brute_force_mask() {
     let windows = [None, Some(0), Some(1), Some(5), Some(1000)];
@@ -41,7 +92,7 @@ fn windows_match_a_brute_force_mask() {
                     p.causal = causal;
                     for i in 0..sq {
                         let want: Vec<usize> = (0..sk).filter(|&j| visible(&p, i, j)).collect();
-                        let (lo, hi) = p.key_range(i);
+                        let (lo, hi) = p.key_range(0, i);
                         assert_eq!((lo..hi).collect::<Vec<_>>(), want, "{p:?} row {i}");
                     }
                 }
@@ -62,7 +113,7 @@ fn a_window_changes_only_what_it_masks() {
         random([1, 1, 10, 8], 3),
     );
     for i in 0..6 {
-        let (lo, hi) = p.key_range(i);
+        let (lo, hi) = p.key_range(0, i);
         let probs = probabilities(&p, q.view(), k.view(), v.view(), (0, 1, i));
         assert_eq!(probs.len(), hi - lo);
         let dots: Vec<f64> = (lo..hi)
@@ -153,7 +204,7 @@ fn causal_alibi_matches_flash_attention_2s_form_up_to_the_lse() {
     p.alibi_slopes = Some(vec![0.3]);
     let ours = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
     for i in 0..5 {
-        let (lo, hi) = p.key_range(i);
+        let (lo, hi) = p.key_range(0, i);
         let logits: Vec<f64> = (lo..hi)
             .map(|j| {
                 let dot: f64 = (0..8)

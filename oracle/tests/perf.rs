@@ -40,6 +40,7 @@ fn full_size_rows_all() {
             window_right: None,
             softcap: None,
             alibi_slopes: None,
+            mm_prefix: None,
         };
         let (q, k, v) = inputs(&p);
         let t = Instant::now();

@@ -20,7 +20,7 @@ proptest! {
         let (q, k, v) = inputs(&p, Precision::F16, 2.0, seed);
         for row in Rows::All.expand(&p) {
             let pr = probabilities(&p, q.view(), k.view(), v.view(), row);
-            prop_assert_eq!(pr.len(), p.visible_keys(row.2));
+            prop_assert_eq!(pr.len(), p.visible_keys(row.0, row.2));
             if !pr.is_empty() {
                 let sum: f64 = pr.iter().sum();
                 prop_assert!((sum - 1.0).abs() < TIGHT, "sum {sum}");
@@ -36,7 +36,7 @@ proptest! {
         let (q, k, v) = inputs(&p, Precision::Bf16, 3.0, seed);
         let r = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
         for (i, &(b, h, row)) in r.rows().iter().enumerate() {
-            let n = p.visible_keys(row);
+            let n = p.visible_keys(b, row);
             let o = r.o_row(i);
             if n == 0 {
                 prop_assert!(o.iter().all(|&x| x == 0.0));
@@ -176,7 +176,7 @@ proptest! {
         let v1 = judge(&p, prec, bad.view(), lse.view(), &rows, &r, &l);
         prop_assert!(!v1.pass);
         prop_assert_eq!(v1.worst, Some((b, h, row, c)));
-        if p.visible_keys(row) == 0 {
+        if p.visible_keys(b, row) == 0 {
             prop_assert_eq!(v1.empty_mismatch, 1);
         } else {
             prop_assert!(v1.ratio > 9.0, "{}", v1.message);
@@ -191,7 +191,7 @@ proptest! {
 
         let mut badlse = lse.clone();
         badlse[[b, h, row]] += (10.0 * ok.lse_allowed) as f32;
-        badlse[[b, h, row]] = if p.visible_keys(row) == 0 { 1e30 } else { badlse[[b, h, row]] };
+        badlse[[b, h, row]] = if p.visible_keys(b, row) == 0 { 1e30 } else { badlse[[b, h, row]] };
         let v3 = judge(&p, prec, o.view(), badlse.view(), &rows, &r, &l);
         prop_assert!(!v3.pass, "{}", v3.message);
         prop_assert_eq!(v3.worst, Some((b, h, row, p.head_dim)));

@@ -47,6 +47,7 @@ fn oracle(c: &mut Criterion) {
             window_right: None,
             softcap: None,
             alibi_slopes: None,
+            mm_prefix: None,
         };
         let q = values([b, h, s, d], 1);
         let k = values([b, h, s, d], 2);

@@ -50,6 +50,7 @@ pub fn small_problem() -> impl Strategy<Value = OracleProblem> {
                 window_right: None,
                 softcap: None,
                 alibi_slopes: None,
+                mm_prefix: None,
             },
         )
 }

@@ -159,7 +159,7 @@ fn nonfinite_one(
                     .count()
                     + (kl.is_nan() && !rl.is_nan()) as usize;
                 if kernel_nan > 0 {
-                    let vis = op.visible_keys(r);
+                    let vis = op.visible_keys(b, r);
                     let masked = |set: &BTreeSet<(usize, usize, usize)>| {
                         set.range((b, h / group, vis)..(b, h / group, usize::MAX))
                             .next()
