@@ -282,6 +282,7 @@ impl Draw {
             seqused_k: self.seqused_k.as_deref(),
             block_table: self.block_table.as_deref(),
             alibi_slopes: self.alibi_slopes.as_deref(),
+            mm_prefix_ranges: None,
         }
     }
 }

@@ -289,6 +289,8 @@ impl Loaded {
             seqused_k: self.seqused_k.as_ref().map(|a| a.data.as_slice()),
             block_table: self.block_table.as_ref().map(|a| a.data.as_slice()),
             alibi_slopes: self.alibi_slopes.as_ref().map(|a| a.data.as_slice()),
+            // (--mm-prefix-ranges is not read yet: no kernel takes the ranges.)
+            mm_prefix_ranges: None,
         }
     }
 }

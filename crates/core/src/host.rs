@@ -327,6 +327,7 @@ pub fn forward_host_modes<E: HostElement>(
     let cu_k = up_i32(t.cu_seqlens_k, "cu_seqlens_k")?;
     let used = up_i32(t.seqused_k, "seqused_k")?;
     let table = up_i32(t.block_table, "block_table")?;
+    let ranges = up_i32(t.mm_prefix_ranges, "mm_prefix_ranges")?;
     let slopes = t
         .alibi_slopes
         .map(|s| {
@@ -349,6 +350,7 @@ pub fn forward_host_modes<E: HostElement>(
         seqused_k: used.as_ref().map(|t| t.as_view()),
         block_table: table.as_ref().map(|t| t.as_view()),
         alibi_slopes: slopes.as_ref().map(|t| t.as_view()),
+        mm_prefix_ranges: ranges.as_ref().map(|t| t.as_view()),
     };
     fn tref(data: &cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
         TensorRef {

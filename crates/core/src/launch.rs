@@ -120,6 +120,7 @@ fn kv_tensors<'s>(
             seqused_k: table(&tables.seqused_k),
             block_table: table(&tables.block_table),
             alibi_slopes: tables.alibi_slopes.as_ref().map(|v| v.slice(..)),
+            mm_prefix_ranges: table(&tables.mm_prefix_ranges),
         },
     }
 }

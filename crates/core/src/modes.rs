@@ -51,6 +51,12 @@ pub struct Modes {
     /// Logits become `softcap · tanh(s / softcap)`.
     pub softcap: Option<f32>,
     pub alibi: Option<AlibiSlopes>,
+    /// `mm_prefix_ranges` (candle-flash-attn's): this many `[start, end)` pairs of key positions
+    /// per sequence, a table `[batch, n, 2]` (i32). A query whose position (`i + len_k - len_q`)
+    /// lies in a range also sees every key of the range, whatever the causal mask and the window
+    /// say: bidirectional attention inside an image's tokens of a causal sequence. Pairs with
+    /// `start >= end` are unused slots.
+    pub mm_prefix: Option<usize>,
 }
 
 /// Which modes a kernel implements (a column of `flashcore kernels`).
@@ -64,6 +70,7 @@ pub struct ModeSupport {
     pub window: bool,
     pub softcap: bool,
     pub alibi: bool,
+    pub mm_prefix: bool,
 }
 
 impl ModeSupport {
@@ -74,7 +81,9 @@ impl ModeSupport {
         window: false,
         softcap: false,
         alibi: false,
+        mm_prefix: false,
     };
+    /// Every mode that kernels implement today (`mm_prefix_ranges`: none yet).
     pub const ALL: ModeSupport = ModeSupport {
         varlen: true,
         seqused_k: true,
@@ -82,6 +91,7 @@ impl ModeSupport {
         window: true,
         softcap: true,
         alibi: true,
+        mm_prefix: false,
     };
 
     /// The first mode `modes` asks for that this kernel lacks, as the reason for `Unsupported`.
@@ -110,6 +120,11 @@ impl ModeSupport {
             ),
             (modes.softcap.is_some(), self.softcap, "softcap"),
             (modes.alibi.is_some(), self.alibi, "ALiBi"),
+            (
+                modes.mm_prefix.is_some(),
+                self.mm_prefix,
+                "mm_prefix_ranges",
+            ),
         ];
         wants
             .into_iter()
@@ -126,6 +141,7 @@ impl ModeSupport {
             (self.window, "window"),
             (self.softcap, "softcap"),
             (self.alibi, "alibi"),
+            (self.mm_prefix, "mm_prefix"),
         ];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
@@ -163,6 +179,12 @@ impl Modes {
             if !(c.is_finite() && c > 0.0) {
                 return Err(bad("softcap", format!("{c} must be finite and > 0")));
             }
+        }
+        if self.mm_prefix == Some(0) {
+            return Err(bad(
+                "mm_prefix_ranges",
+                "a table of 0 ranges per sequence: leave it out instead".into(),
+            ));
         }
         if causal && self.window_right.is_some_and(|r| r > 0) {
             return Err(bad(
@@ -264,12 +286,18 @@ pub struct HostTables<'a> {
     /// Row-major `[batch, max_blocks_per_seq]`.
     pub block_table: Option<&'a [i32]>,
     pub alibi_slopes: Option<&'a [f32]>,
+    /// Row-major `[batch, n, 2]` (`Modes::mm_prefix`).
+    pub mm_prefix_ranges: Option<&'a [i32]>,
 }
+
+/// Tables a problem may have (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
+/// mm_prefix_ranges).
+pub(crate) const TABLES: usize = 6;
 
 /// Lengths the problem expects of each table (None: the table must be absent).
 pub(crate) fn expected_table_lens(
     p: &crate::AttentionProblem,
-) -> [(&'static str, Option<usize>); 5] {
+) -> [(&'static str, Option<usize>); TABLES] {
     let m = &p.modes;
     let b = p.batch;
     [
@@ -295,13 +323,14 @@ pub(crate) fn expected_table_lens(
                 AlibiSlopes::PerBatchHead => b * p.heads_q,
             }),
         ),
+        ("mm_prefix_ranges", m.mm_prefix.map(|n| b * n * 2)),
     ]
 }
 
 /// Presence and length of each table against the problem.
 pub(crate) fn check_table_lens(
     p: &crate::AttentionProblem,
-    got: [Option<usize>; 5],
+    got: [Option<usize>; TABLES],
 ) -> Result<(), InvalidProblem> {
     for ((field, expected), got) in expected_table_lens(p).into_iter().zip(got) {
         match (expected, got) {
@@ -332,13 +361,14 @@ pub(crate) fn check_table_lens(
 }
 
 impl HostTables<'_> {
-    fn lens(&self) -> [Option<usize>; 5] {
+    fn lens(&self) -> [Option<usize>; TABLES] {
         [
             self.cu_seqlens_q.map(<[i32]>::len),
             self.cu_seqlens_k.map(<[i32]>::len),
             self.seqused_k.map(<[i32]>::len),
             self.block_table.map(<[i32]>::len),
             self.alibi_slopes.map(<[f32]>::len),
+            self.mm_prefix_ranges.map(<[i32]>::len),
         ]
     }
 
@@ -441,6 +471,23 @@ impl HostTables<'_> {
                 ));
             }
         }
+        if let (Some(ranges), Some(n)) = (self.mm_prefix_ranges, m.mm_prefix) {
+            // A used pair (start < end) starts at a key position; unused slots may hold anything.
+            for (i, pair) in ranges.chunks_exact(2).enumerate() {
+                if pair[0] < pair[1] && pair[0] < 0 {
+                    return Err(err(
+                        "mm_prefix_ranges",
+                        format!(
+                            "sequence {}, range {}: [{}, {}) starts before key 0",
+                            i / n,
+                            i % n,
+                            pair[0],
+                            pair[1]
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -470,6 +517,7 @@ impl crate::Device {
         let cu_k = back(&tables.cu_seqlens_k, "cu_seqlens_k")?;
         let used = back(&tables.seqused_k, "seqused_k")?;
         let table = back(&tables.block_table, "block_table")?;
+        let ranges = back(&tables.mm_prefix_ranges, "mm_prefix_ranges")?;
         let slopes = tables
             .alibi_slopes
             .as_ref()
@@ -485,6 +533,7 @@ impl crate::Device {
             seqused_k: used.as_deref(),
             block_table: table.as_deref(),
             alibi_slopes: slopes.as_deref(),
+            mm_prefix_ranges: ranges.as_deref(),
         }
         .validate(problem)?;
         Ok(())

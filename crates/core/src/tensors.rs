@@ -44,16 +44,18 @@ pub struct DeviceTables<'a> {
     pub seqused_k: Option<CudaView<'a, i32>>,
     pub block_table: Option<CudaView<'a, i32>>,
     pub alibi_slopes: Option<CudaView<'a, f32>>,
+    pub mm_prefix_ranges: Option<CudaView<'a, i32>>,
 }
 
 impl DeviceTables<'_> {
-    pub(crate) fn lens(&self) -> [Option<usize>; 5] {
+    pub(crate) fn lens(&self) -> [Option<usize>; crate::modes::TABLES] {
         [
             self.cu_seqlens_q.as_ref().map(|t| t.len()),
             self.cu_seqlens_k.as_ref().map(|t| t.len()),
             self.seqused_k.as_ref().map(|t| t.len()),
             self.block_table.as_ref().map(|t| t.len()),
             self.alibi_slopes.as_ref().map(|t| t.len()),
+            self.mm_prefix_ranges.as_ref().map(|t| t.len()),
         ]
     }
 }

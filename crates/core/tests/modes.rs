@@ -259,3 +259,48 @@ fn kernels_without_a_mode_say_which() {
         .unwrap_err();
     assert!(e.reason.contains("ALiBi"), "{e}");
 }
+
+#[test]
+fn mm_prefix_ranges_are_checked_and_refused_until_a_kernel_takes_them() {
+    let p = AttentionProblem::new(2, 4, 64, 64)
+        .with_causal(true)
+        .with_modes(Modes {
+            mm_prefix: Some(2),
+            ..Modes::default()
+        });
+    p.validate().unwrap();
+    // [batch, 2, 2]: a used range per sequence and an unused slot (start >= end, any values).
+    let good = [0, 16, -5, -9, 8, 40, 3, 3];
+    HostTables {
+        mm_prefix_ranges: Some(&good),
+        ..Default::default()
+    }
+    .validate(&p)
+    .unwrap();
+    let bad_start = [0, 16, -5, -9, -8, 40, 3, 3];
+    let e = HostTables {
+        mm_prefix_ranges: Some(&bad_start),
+        ..Default::default()
+    }
+    .validate(&p)
+    .unwrap_err();
+    assert!(e.to_string().contains("sequence 1, range 0"), "{e}");
+    assert_eq!(field_of(e), "mm_prefix_ranges");
+    let e = HostTables {
+        mm_prefix_ranges: Some(&good[..6]),
+        ..Default::default()
+    }
+    .validate(&p)
+    .unwrap_err();
+    assert_eq!(field_of(e), "mm_prefix_ranges");
+    let none = AttentionProblem::new(2, 4, 64, 64).with_modes(Modes {
+        mm_prefix: Some(0),
+        ..Modes::default()
+    });
+    assert_eq!(field_of(none.validate().unwrap_err()), "mm_prefix_ranges");
+    assert_eq!(
+        ModeSupport::ALL.missing(&p.modes),
+        Some("mm_prefix_ranges"),
+        "no kernel takes the ranges yet"
+    );
+}

@@ -234,6 +234,7 @@ impl Buffers {
             seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
             block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
             alibi_slopes: None,
+            mm_prefix_ranges: None,
         });
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
     }
