@@ -68,9 +68,10 @@ fn oom_one(
     // 2. Fill the device to within 256 MiB, then ask forward_host for ~1 GiB of tensors. Another
     // process on the GPU may free memory meanwhile (a verify run beside reliability did, on the
     // H200, 2026-11-29): a success with more memory free afterwards than before is retried.
-    let mut host = String::new();
-    for attempt in 1..=3 {
-        let ballast = fill_to_near(dev, free0)?;
+    let mut attempt = 0;
+    let host = loop {
+        attempt += 1;
+        let _ballast = fill_to_near(dev, free0)?;
         let (free_low, _) = dev.memory().map_err(|e| e.to_string())?;
         let seq = ((free_low + (512 << 20)) / (4 * 16 * d * 2)).max(1024);
         let p = AttentionProblem::new(1, 16, seq, d);
@@ -78,15 +79,14 @@ fn oom_one(
         let big = zero.broadcast(p.layout.shape(1, 16, seq, d)).unwrap();
         let r = flashcore::forward_host(k, dev, &p, big, big, big);
         let tensors = (4 * p.q_len() * 2) >> 20;
+        // (The ballast goes when the loop body ends, before the checks below.)
         match r {
-            Err(Error::OutOfMemory { what, bytes }) => {
-                host = format!(
-                    "forward_host ({tensors} MiB of tensors, {} MiB free) -> OutOfMemory ({what}, {bytes} bytes)",
-                    free_low >> 20
-                );
-            }
+            Err(Error::OutOfMemory { what, bytes }) => break format!(
+                "forward_host ({tensors} MiB of tensors, {} MiB free) -> OutOfMemory ({what}, {bytes} bytes)",
+                free_low >> 20
+            ),
             Err(Error::Cuda { context, message }) if message.contains("OUT_OF_MEMORY") => {
-                host = format!("forward_host -> CUDA error in {context}: {message}");
+                break format!("forward_host -> CUDA error in {context}: {message}")
             }
             Err(e) => {
                 return Err(format!(
@@ -112,9 +112,7 @@ fn oom_one(
                 ));
             }
         }
-        drop(ballast);
-        break;
-    }
+    };
     dev.synchronize()
         .map_err(|e| format!("device unusable after the OOM: {e}"))?;
     let (free1, _) = dev.memory().map_err(|e| e.to_string())?;

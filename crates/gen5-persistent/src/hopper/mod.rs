@@ -23,7 +23,7 @@ use flashcore_core::plan::{
 };
 use flashcore_core::problem::AttentionProblem;
 use flashcore_core::ModeSupport;
-use flashcore_core::{DeviceInfo, KvStorage, Unsupported};
+use flashcore_core::{DeviceInfo, Unsupported};
 
 use crate::env::{Env, Overridable};
 
@@ -115,7 +115,7 @@ impl PersistentHopper {
         // The longest lengths a key-split sequence of this batch can have: each bounded where the
         // batch's sequences have lengths of their own.
         let varied_q = problem.modes.packed_q.is_some();
-        let varied_k = problem.modes.seqused_k || problem.modes.kv != KvStorage::Dense;
+        let varied_k = problem.modes.per_sequence_k();
         let short_q = if varied_q {
             problem.seq_q.min(rows)
         } else {
@@ -139,12 +139,12 @@ impl PersistentHopper {
             seq_k: short_k,
             ..problem.clone()
         };
-        let mut short_plan = self.plan_one(cfg, &short, device)?;
         if !cfg.for_problem(&short, sm_count).key_split() {
             // (A configuration without the key-split build, e.g. forced ring or epilogue
             // variants: no sequence takes it, alone or here.)
             return self.plan_one(cfg, problem, device);
         }
+        let mut short_plan = self.plan_one(cfg, &short, device)?;
         let mut plan = self.plan_one(cfg, problem, device)?;
         let route = |l: &mut KernelLaunch, which: &str| {
             l.defines.extend([
