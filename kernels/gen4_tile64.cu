@@ -91,11 +91,14 @@ static_assert(kv_tile_rows == 64, "ahead_row (the kernel) takes lane % 4 as a ti
 // (168 registers) spills, so it gets 2 (8 warps per SM); D=256 needs every register. D=96 held
 // 3 blocks until the inference modes (sequence tables, paged rows, score modifiers) cost it a few
 // registers: at 168 it spilled 12-28 bytes on sm_80, so it gets 2 as well (on sm_86/89 shared
-// memory allowed only 2 blocks of 48 KiB anyway).
+// memory allowed only 2 blocks of 48 KiB anyway). D=32 reading mm_prefix_ranges spilled 8 bytes
+// on sm_80 at 4 blocks (128 registers), so that build gets 3.
 // Overridable with -DFC_TILE64_MIN_BLOCKS=n for tuning runs.
 #ifndef FC_TILE64_MIN_BLOCKS
-#if FC_HEAD_DIM <= 32
+#if FC_HEAD_DIM <= 32 && !FC_MM_PREFIX
 #define FC_TILE64_MIN_BLOCKS 4
+#elif FC_HEAD_DIM <= 32
+#define FC_TILE64_MIN_BLOCKS 3
 #elif FC_HEAD_DIM <= 64
 #define FC_TILE64_MIN_BLOCKS 3
 #elif FC_HEAD_DIM <= 128

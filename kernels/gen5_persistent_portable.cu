@@ -510,12 +510,7 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
 // Consumers: the item's lengths as this warp parked them (MODE_INFO; the storage rows are not
 // needed in the K/V loop). Re-read per tile instead of held in registers across it.
 __device__ __forceinline__ SeqInfo parked_seq(const volatile int* mode_info) {
-    SeqInfo s;
-    s.len_q = mode_info[MODE_INFO_LEN_Q];
-    s.len_k = mode_info[MODE_INFO_LEN_K];
-    s.q_row0 = 0;
-    s.k_row0 = 0;
-    return s;
+    return seq_of_lengths(mode_info[MODE_INFO_B], mode_info[MODE_INFO_LEN_Q], mode_info[MODE_INFO_LEN_K]);
 }
 
 // The key tiles the warp's rows [warp_first, warp_first + WARP_ROWS) see, valid rows only (none

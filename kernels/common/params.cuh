@@ -49,4 +49,9 @@ struct AttentionParams {
     int seqlen_new;            // rows appended at seqused_k before this launch
     unsigned block_size_magic; // ceil(2^31 / (block_size / 16)): page_row's division by the block size
     int num_blocks;            // paged K/V: pages in the pool (every valid table entry is below it), else 0
+    const int* mm_prefix_ranges;  // [batch, mm_prefix_n, 2] key ranges [start, end) (FC_MM_PREFIX builds)
+    int mm_prefix_n;              // ranges per sequence, else 0
 };
+
+// The Rust mirror asserts the same size (crates/core/src/params.rs).
+static_assert(sizeof(AttentionParams) == 288, "AttentionParams must match its Rust mirror");

@@ -28,11 +28,36 @@
 #error "FC_SEQ_KEY_SPLIT_ROUTE needs FC_SEQ_KEY_SPLIT_ROWS and FC_SEQ_KEY_SPLIT_KEYS"
 #endif
 
+// mm_prefix_ranges (docs/MODES.md): a row whose diagonal lies in one of its sequence's ranges
+// also sees the whole range. Only builds of problems that have ranges read them (the core adds
+// FC_MM_PREFIX=1 for those), so every other build's key range stays as it was.
+#ifndef FC_MM_PREFIX
+#define FC_MM_PREFIX 0
+#endif
+
 struct SeqInfo {
     int len_q, len_k;   // rows of this sequence's Q and K
     long long q_row0;   // first storage row of its Q / O (cu_seqlens_q[b], else 0)
     long long k_row0;   // first storage row of its K / V (cu_seqlens_k[b], else 0; paged: 0)
+#if FC_MM_PREFIX
+    int b;  // the sequence, for its ranges (an index, not a pointer: one register fewer
+            // across the key loops)
+#endif
 };
+
+// A sequence's block info from lengths known elsewhere (the dense problem's, or lengths a warp
+// parked in shared memory), its storage rows 0: every field key_range reads is set.
+__device__ __forceinline__ SeqInfo seq_of_lengths(int b, int len_q, int len_k) {
+    SeqInfo s;
+    s.len_q = len_q;
+    s.len_k = len_k;
+    s.q_row0 = 0;
+    s.k_row0 = 0;
+#if FC_MM_PREFIX
+    s.b = b;
+#endif
+    return s;
+}
 
 __device__ __forceinline__ SeqInfo seq_info(const AttentionParams& p, int b) {
     SeqInfo s;
@@ -49,6 +74,9 @@ __device__ __forceinline__ SeqInfo seq_info(const AttentionParams& p, int b) {
         s.len_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
     }
     if (p.seqused_k != nullptr) s.len_k = p.seqused_k[b] + p.seqlen_new;
+#if FC_MM_PREFIX
+    s.b = b;
+#endif
     if (FC_SEQ_ROUTE != 0) {
         constexpr int decode_tile_rows = 16;  // decode.rs Q_TILE_ROWS
         const bool decode_shaped = (long long)s.len_q * p.q_heads_per_kv <= decode_tile_rows;
@@ -84,6 +112,23 @@ __device__ __forceinline__ KeyRange key_range(const AttentionParams& p, const Se
     int lo = 0;
     if (p.window_left >= 0 && p.window_left - s.len_k < row_past_q)
         lo = min(min(row_past_q - p.window_left, 0) + s.len_k, hi);
+#if FC_MM_PREFIX
+    // A range [start, end) clipped to [0, len_k) holds the diagonal iff start - len_k <=
+    // row_past_q < end - len_k (both differences in range). Validation rejects a used pair with
+    // start < 0; a device table is trusted, so the clip keeps such a pair from a wild read. The
+    // window's keys hold the diagonal too, so the union is one range. lo and hi still never
+    // decrease with the row (a range holding a later row's diagonal and starting before an
+    // earlier row's lo holds that row's diagonal as well), which visited_key_tiles relies on.
+    const int* ranges = p.mm_prefix_ranges + (long long)s.b * p.mm_prefix_n * 2;
+    for (int i = 0; i < p.mm_prefix_n; ++i) {
+        const int start = max(ranges[2 * i], 0);
+        const int end = min(ranges[2 * i + 1], s.len_k);
+        if (start < end && start - s.len_k <= row_past_q && row_past_q < end - s.len_k) {
+            lo = min(lo, start);
+            hi = max(hi, end);
+        }
+    }
+#endif
     KeyRange r;
     r.lo = lo;
     r.hi = hi;

@@ -13,12 +13,7 @@ namespace fch {
 // one the compiler can see through (lengths from the parameter block, keys [0, causal end)).
 __device__ __forceinline__ SeqInfo block_seq(const AttentionParams& p, int b) {
     if constexpr (MODES) return seq_info(p, b);
-    SeqInfo s;
-    s.len_q = p.seq_q;
-    s.len_k = p.seq_k;
-    s.q_row0 = 0;
-    s.k_row0 = 0;
-    return s;
+    return seq_of_lengths(b, p.seq_q, p.seq_k);
 }
 __device__ __forceinline__ KeyRange block_keys(const AttentionParams& p, const SeqInfo& seq, int row) {
     if constexpr (MODES) return key_range(p, seq, row);

@@ -76,6 +76,13 @@ pub fn contiguous_cache_problem(head_dim: usize, batch: usize) -> AttentionProbl
         })
 }
 
+/// `p` with two `mm_prefix_ranges` per sequence: the builds that read the ranges
+/// (`FC_MM_PREFIX`, which the core adds).
+pub fn with_mm_prefix(mut p: AttentionProblem) -> AttentionProblem {
+    p.modes.mm_prefix = Some(2);
+    p
+}
+
 /// A decode problem (one query, GQA 32:8, a 4096-key cache): generation 5 plans it with its
 /// split-KV decode kernel and the combine, which no prefill problem reaches. Batch 1 splits the
 /// keys (on sm_90 that build has the L2 prefetch); batch 32 gives every SM a unit and does not.
@@ -466,14 +473,17 @@ pub fn run(
                 .into_iter()
                 .flat_map(|d| MODE_PROBLEMS.iter().map(move |&(b, rows)| (d, b, rows)))
                 .map(|(d, b, rows)| every_mode_problem(d, b, rows));
-            let mode_problems = mode_problems.chain(
-                representative_head_dims(&caps.head_dims)
-                    .into_iter()
-                    .flat_map(|d| [2, 16].map(|b| contiguous_cache_problem(d, b))),
-            );
+            let mode_problems = mode_problems
+                .chain(
+                    representative_head_dims(&caps.head_dims)
+                        .into_iter()
+                        .flat_map(|d| [2, 16].map(|b| contiguous_cache_problem(d, b))),
+                )
+                .flat_map(|p| [with_mm_prefix(p.clone()), p]);
             let decode_problems = representative_head_dims(&caps.head_dims)
                 .into_iter()
-                .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)));
+                .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)))
+                .flat_map(|p| [with_mm_prefix(p.clone()), p]);
             let batch_invariant = representative_head_dims(&caps.head_dims)
                 .into_iter()
                 .flat_map(batch_invariant_problems);
@@ -490,6 +500,8 @@ pub fn run(
                     continue;
                 }
                 for launch in plan.launches {
+                    // With the defines the core adds for the problem's modes (FC_MM_PREFIX).
+                    let launch = problem.modes.with_build_defines(&launch).into_owned();
                     check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
                 }
             }

@@ -86,6 +86,7 @@ fn set_table_pointers<'s>(
     params.cu_seqlens_k = ptr(&tb.cu_seqlens_k);
     params.seqused_k = ptr(&tb.seqused_k);
     params.block_table = ptr(&tb.block_table);
+    params.mm_prefix_ranges = ptr(&tb.mm_prefix_ranges);
     if let Some(v) = &tb.alibi_slopes {
         let (p, g) = v.device_ptr(stream);
         guards.push(g);
@@ -181,6 +182,7 @@ pub fn run_plan_on(
     device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
+            let launch = &problem.modes.with_build_defines(launch);
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,

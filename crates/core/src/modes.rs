@@ -83,7 +83,7 @@ impl ModeSupport {
         alibi: false,
         mm_prefix: false,
     };
-    /// Every mode that kernels implement today (`mm_prefix_ranges`: none yet).
+    /// Every mode that kernels implement today.
     pub const ALL: ModeSupport = ModeSupport {
         varlen: true,
         seqused_k: true,
@@ -91,7 +91,7 @@ impl ModeSupport {
         window: true,
         softcap: true,
         alibi: true,
-        mm_prefix: false,
+        mm_prefix: true,
     };
 
     /// The first mode `modes` asks for that this kernel lacks, as the reason for `Unsupported`.
@@ -158,6 +158,30 @@ pub const PAGE_ROWS_MULTIPLE: usize = 16;
 pub const MAX_BLOCK_SIZE: usize = 256;
 
 impl Modes {
+    /// Preprocessor defines every kernel launched for these modes is compiled with, beside the
+    /// plan's own: `FC_MM_PREFIX=1` when there are `mm_prefix_ranges`, so that only those builds
+    /// read the ranges (kernels/common/seqlen.cuh) and every other build stays as it was.
+    pub fn build_defines(&self) -> Vec<(String, String)> {
+        match self.mm_prefix {
+            Some(_) => vec![("FC_MM_PREFIX".into(), "1".into())],
+            None => vec![],
+        }
+    }
+
+    /// `launch` with [`build_defines`](Self::build_defines) added (borrowed when there are none).
+    pub fn with_build_defines<'l>(
+        &self,
+        launch: &'l crate::launch_plan::KernelLaunch,
+    ) -> std::borrow::Cow<'l, crate::launch_plan::KernelLaunch> {
+        let extra = self.build_defines();
+        if extra.is_empty() {
+            return std::borrow::Cow::Borrowed(launch);
+        }
+        let mut l = launch.clone();
+        l.defines.extend(extra);
+        std::borrow::Cow::Owned(l)
+    }
+
     pub fn is_dense(&self) -> bool {
         *self == Modes::default()
     }

@@ -53,10 +53,12 @@ pub struct AttentionParams {
     pub seqlen_new: i32,
     pub block_size_magic: u32,
     pub num_blocks: i32,
+    pub mm_prefix_ranges: u64,
+    pub mm_prefix_n: i32,
 }
 
-// The C side is 272 bytes: 11 pointers, 12 i64 strides, 22 4-byte fields.
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 272);
+// The C side is 288 bytes: 12 pointers, 12 i64 strides, 23 4-byte fields, padded to 8.
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 288);
 
 impl AttentionParams {
     /// Everything but the pointers, from the problem.
@@ -122,6 +124,7 @@ impl AttentionParams {
             self.max_blocks_per_seq = max_blocks_per_seq as i32;
         }
         self.seqlen_new = m.append.unwrap_or(0) as i32;
+        self.mm_prefix_n = m.mm_prefix.unwrap_or(0) as i32;
         self.total_q = m.packed_q.unwrap_or(0) as i32;
         self
     }

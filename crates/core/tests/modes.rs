@@ -261,7 +261,7 @@ fn kernels_without_a_mode_say_which() {
 }
 
 #[test]
-fn mm_prefix_ranges_are_checked_and_refused_until_a_kernel_takes_them() {
+fn mm_prefix_ranges_are_checked_and_select_their_builds() {
     let p = AttentionProblem::new(2, 4, 64, 64)
         .with_causal(true)
         .with_modes(Modes {
@@ -298,9 +298,15 @@ fn mm_prefix_ranges_are_checked_and_refused_until_a_kernel_takes_them() {
         ..Modes::default()
     });
     assert_eq!(field_of(none.validate().unwrap_err()), "mm_prefix_ranges");
+    assert_eq!(ModeSupport::ALL.missing(&p.modes), None);
     assert_eq!(
-        ModeSupport::ALL.missing(&p.modes),
-        Some("mm_prefix_ranges"),
-        "no kernel takes the ranges yet"
+        ModeSupport::NONE.missing(&p.modes),
+        Some("mm_prefix_ranges")
     );
+    // Only builds of problems with ranges read them.
+    assert_eq!(
+        p.modes.build_defines(),
+        vec![("FC_MM_PREFIX".to_string(), "1".to_string())]
+    );
+    assert!(Modes::default().build_defines().is_empty());
 }
