@@ -1,8 +1,9 @@
 //! Verification cases for the inference modes (`docs/MODES.md`): varlen batches, KV caches
-//! (contiguous or paged, with appended rows), windows, softcap and ALiBi. A case is still one
-//! `--case` line: per-sequence lengths, block tables and slopes are drawn from its seed, so the
-//! line alone reruns it. Each sequence is judged as its own batch-1 problem by the oracle, from
-//! the logical K/V the oracle gathers out of the cache (pages, used rows, appended rows).
+//! (contiguous or paged, with appended rows), windows, softcap, ALiBi and `mm_prefix_ranges`. A
+//! case is still one `--case` line: per-sequence lengths, block tables, slopes and ranges are
+//! drawn from its seed, so the line alone reruns it. Each sequence is judged as its own batch-1
+//! problem by the oracle, from the logical K/V the oracle gathers out of the cache (pages, used
+//! rows, appended rows).
 
 use anyhow::{anyhow, bail, Result};
 use flashcore::{AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvStorage, Modes};
@@ -29,6 +30,8 @@ pub struct ModeKeys {
     pub softcap: Option<String>,
     /// `alibi=head` or `alibi=batch`.
     pub alibi: Option<AlibiSlopes>,
+    /// `mm=N`: N `mm_prefix_ranges` pairs per sequence (`mm=0` is none).
+    pub mm: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +55,7 @@ impl ModeKeys {
             window_right: m.window_right,
             softcap: m.softcap.map(|c| c.to_string()),
             alibi: m.alibi,
+            mm: m.mm_prefix,
         }
     }
 
@@ -94,6 +98,8 @@ impl ModeKeys {
                     other => bail!("alibi: '{other}' (expected head or batch)"),
                 }
             }
+            // No table rather than an empty one, which the core refuses.
+            "mm" => self.mm = Some(num()?).filter(|&n| n > 0),
             _ => return Ok(false),
         }
         Ok(true)
@@ -128,6 +134,9 @@ impl ModeKeys {
             Some(AlibiSlopes::PerBatchHead) => s.push_str(",alibi=batch"),
             None => {}
         }
+        if let Some(n) = self.mm {
+            s.push_str(&format!(",mm={n}"));
+        }
         s
     }
 }
@@ -146,6 +155,8 @@ pub struct Draw {
     pub block_table: Option<Vec<i32>>,
     pub num_blocks: usize,
     pub alibi_slopes: Option<Vec<f32>>,
+    /// Row-major `[batch, n, 2]` (`Modes::mm_prefix`).
+    pub mm_prefix_ranges: Option<Vec<i32>>,
 }
 
 /// A length in 0..=max, often one of the edges (0, 1, max) so they come up.
@@ -200,6 +211,7 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
         block_table: None,
         num_blocks: 0,
         alibi_slopes: None,
+        mm_prefix_ranges: None,
     };
     match keys.cache {
         None if keys.varlen => {
@@ -255,8 +267,75 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
                 .collect(),
         );
     }
+    // Drawn last, so that lines without `mm=` draw the same tables as before the key existed.
+    if let Some(n) = keys.mm {
+        draw.mm_prefix_ranges = Some(draw_mm_ranges(&mut rng, &draw.len_k, n));
+        m.mm_prefix = Some(n);
+    }
     problem.modes = m;
     draw
+}
+
+/// Most keys past `len_k` a drawn range may end at: the kernel must clip ranges at the
+/// sequence's keys.
+const MM_END_SLACK: usize = 16;
+
+/// `n` `mm_prefix_ranges` pairs per sequence, row-major `[batch, n, 2]`. Mostly used ranges
+/// (short ones like an image's tokens, long ones, ends past `len_k`), plus the shapes a kernel
+/// may get wrong: unused slots (`start >= end`, negative ones too), ranges from key 0, ranges
+/// over the last row's diagonal (the only row of a decode step) and ranges that overlap the
+/// previous one of the sequence.
+fn draw_mm_ranges(rng: &mut impl Rng, len_k: &[usize], n: usize) -> Vec<i32> {
+    let mut out = Vec::with_capacity(len_k.len() * n * 2);
+    for &lk in len_k {
+        // Slack in proportion to the keys, so that short sequences keep most ranges inside them.
+        let slack = (1 + lk / 4).min(MM_END_SLACK);
+        let mut prev: Option<(usize, usize)> = None;
+        for _ in 0..n {
+            // An end after `start` (`start <= lk`): past the keys (the clip), short (an image's
+            // tokens) or anywhere up to the keys' end.
+            let end_after = |rng: &mut dyn rand::RngCore, start: usize| -> usize {
+                let inside = lk.max(start + 1);
+                match rng.gen_range(0..4) {
+                    0 => rng.gen_range(lk + 1..=lk + slack),
+                    1 => (start + rng.gen_range(1..=32)).min(inside),
+                    _ => rng.gen_range(start + 1..=inside),
+                }
+            };
+            let (start, end): (i64, i64) = match rng.gen_range(0..10) {
+                0 => match rng.gen_range(0..3) {
+                    0 => (-1, -1),
+                    1 => {
+                        let x = rng.gen_range(0..=lk) as i64;
+                        (x, x)
+                    }
+                    _ => {
+                        let s = rng.gen_range(1..=lk + 1) as i64;
+                        (s, rng.gen_range(0..s))
+                    }
+                },
+                1 => (0, end_after(rng, 0) as i64),
+                2 if lk > 0 => {
+                    let start = rng.gen_range(0..lk);
+                    (start as i64, rng.gen_range(lk..=lk + slack) as i64)
+                }
+                3 if prev.is_some() => {
+                    let (ps, pe) = prev.unwrap();
+                    let start = rng.gen_range(ps..pe).min(lk);
+                    (start as i64, end_after(rng, start) as i64)
+                }
+                _ => {
+                    let start = rng.gen_range(0..=lk);
+                    (start as i64, end_after(rng, start) as i64)
+                }
+            };
+            if start < end {
+                prev = Some((start as usize, end as usize));
+            }
+            out.extend([start as i32, end as i32]);
+        }
+    }
+    out
 }
 
 impl Draw {
@@ -272,6 +351,7 @@ impl Draw {
             block_table: None,
             num_blocks: 0,
             alibi_slopes: None,
+            mm_prefix_ranges: None,
         }
     }
 
@@ -282,7 +362,7 @@ impl Draw {
             seqused_k: self.seqused_k.as_deref(),
             block_table: self.block_table.as_deref(),
             alibi_slopes: self.alibi_slopes.as_deref(),
-            mm_prefix_ranges: None,
+            mm_prefix_ranges: self.mm_prefix_ranges.as_deref(),
         }
     }
 }
@@ -454,6 +534,16 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
         };
         s[off..off + p.heads_q].iter().map(|&x| x as f64).collect()
     });
+    if let (Some(n), Some(r)) = (p.modes.mm_prefix, &draw.mm_prefix_ranges) {
+        // Unused slots (start >= end, possibly negative) are left out; used pairs start at 0
+        // or later (`HostTables::validate`).
+        let pairs = r[b * n * 2..(b + 1) * n * 2]
+            .chunks_exact(2)
+            .filter(|pair| 0 <= pair[0] && pair[0] < pair[1])
+            .map(|pair| (pair[0] as usize, pair[1] as usize))
+            .collect();
+        op.mm_prefix = Some(vec![pairs]);
+    }
     op
 }
 
@@ -531,6 +621,7 @@ mod tests {
         for line in [
             "b=3,hq=8,hkv=2,sq=1,sk=300,d=64,dtype=bf16,causal=1,layout=bshd,seed=4,cache=paged,bs=48,append=2",
             "b=4,hq=2,hkv=1,sq=65,sk=200,d=128,dtype=f16,causal=0,layout=bhsd,seed=9,varlen=1,wl=3,wr=0,softcap=50.5,alibi=batch",
+            "b=3,hq=4,hkv=2,sq=40,sk=90,d=64,dtype=bf16,causal=1,layout=bshd,seed=12,varlen=1,cache=paged,bs=16,append=2,wl=7,alibi=head,mm=3",
         ] {
             let c = Case::parse(line).unwrap();
             let again = Case::parse(&c.to_arg()).unwrap();
@@ -546,13 +637,15 @@ mod tests {
     #[test]
     fn drawn_tables_pass_the_cores_validation() {
         for seed in 0..200u64 {
-            let line = match seed % 5 {
+            let line = match seed % 7 {
                 0 => "b=4,hq=4,hkv=2,sq=33,sk=100,d=64,varlen=1",
                 1 => "b=3,hq=2,sq=5,sk=70,d=64,cache=paged,bs=16,append=3",
                 // Capacity below the appended rows (drawn by verify on the H100, commit 7c13259).
                 2 => "b=1,hq=1,hkv=1,sq=1,sk=1,d=64,cache=contig,append=2",
                 3 => "b=2,hq=2,sq=3,sk=1,d=64,cache=paged,bs=16,append=20",
-                _ => "b=2,hq=2,sq=40,sk=90,d=64,varlen=1,cache=contig,alibi=head",
+                4 => "b=2,hq=2,sq=40,sk=90,d=64,varlen=1,cache=contig,alibi=head",
+                5 => "b=3,hq=2,sq=1,sk=70,d=64,causal=1,cache=paged,bs=16,append=1,mm=2",
+                _ => "b=4,hq=2,sq=33,sk=100,d=64,varlen=1,causal=1,wl=4,mm=3",
             };
             let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
             let mut p = c.problem.clone();
@@ -569,5 +662,82 @@ mod tests {
                 assert_eq!(seq_rows(&p, &draw, &inp.q, b).dim().1, draw.len_q[b]);
             }
         }
+    }
+
+    /// Drawn ranges are valid tables and change what rows see: some row's key range differs
+    /// from the causal/window range alone, some range ends past the keys (the clip), and
+    /// unused slots come up.
+    #[test]
+    fn mm_cases_draw_valid_ranges_that_change_the_key_ranges() {
+        let (mut widened, mut clipped, mut unused, mut decode_widened) = (0, 0, 0, 0);
+        for seed in 0..300u64 {
+            let line = match seed % 4 {
+                0 => "b=2,hq=2,sq=50,sk=50,d=64,causal=1,mm=2",
+                // Causal decode sees every key; the window leaves ranges something to add.
+                1 => "b=3,hq=2,sq=1,sk=200,d=64,causal=1,wl=8,cache=paged,bs=16,append=1,mm=1",
+                2 => "b=4,hq=2,sq=60,sk=30,d=64,varlen=1,causal=1,wl=0,mm=3",
+                _ => "b=2,hq=2,sq=20,sk=80,d=64,wl=2,wr=2,cache=contig,mm=2",
+            };
+            let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
+            let mut p = c.problem.clone();
+            let draw = apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), seed);
+            p.validate().unwrap();
+            draw.host_tables().validate(&p).unwrap();
+            let n = p.modes.mm_prefix.unwrap();
+            let r = draw.mm_prefix_ranges.as_ref().unwrap();
+            assert_eq!(r.len(), p.batch * n * 2);
+            for b in 0..p.batch {
+                let pairs = &r[b * n * 2..(b + 1) * n * 2];
+                for pair in pairs.chunks_exact(2) {
+                    if pair[0] >= pair[1] {
+                        unused += 1;
+                    } else {
+                        assert!(pair[0] >= 0 && pair[0] as usize <= draw.len_k[b]);
+                        clipped += (pair[1] as usize > draw.len_k[b]) as usize;
+                    }
+                }
+                let op = seq_oracle_problem(&p, &draw, b);
+                let alone = OracleProblem {
+                    mm_prefix: None,
+                    ..op.clone()
+                };
+                let differs =
+                    (0..draw.len_q[b]).any(|i| op.key_range(0, i) != alone.key_range(0, i));
+                widened += differs as usize;
+                decode_widened += (differs && p.seq_q == 1) as usize;
+            }
+        }
+        assert!(
+            widened > 100,
+            "only {widened} sequences see more keys through their ranges"
+        );
+        assert!(
+            decode_widened > 10,
+            "only {decode_widened} decode rows see more keys"
+        );
+        assert!(clipped > 50, "only {clipped} ranges end past the keys");
+        assert!(unused > 20, "only {unused} unused slots");
+    }
+
+    /// Lines without `mm=` redraw what they drew before the key existed: the ranges come after
+    /// every other draw, so adding `mm=` changes nothing else either.
+    #[test]
+    fn mm_leaves_the_other_draws_alone() {
+        let line = "b=3,hq=2,hkv=1,sq=40,sk=90,d=64,causal=1,seed=5,varlen=1,cache=paged,bs=16,append=2,alibi=batch";
+        let draw = |line: &str| {
+            let c = Case::parse(line).unwrap();
+            let mut p = c.problem.clone();
+            apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), c.data_seed)
+        };
+        let plain = draw(line);
+        let with = draw(&format!("{line},mm=2"));
+        assert!(plain.mm_prefix_ranges.is_none());
+        assert_eq!(
+            Draw {
+                mm_prefix_ranges: None,
+                ..with
+            },
+            plain
+        );
     }
 }

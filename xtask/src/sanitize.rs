@@ -565,7 +565,7 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
         // whose short sequences are routed to the decode kernel beside the persistent one (on
         // the Hopper path, its key-split build), one whose sequences straddle the key split's
         // 128 rows at 32 heads (a launch of each build), and a paged cache whose few query rows
-        // take the key split.
+        // take the key split. Last, mm_prefix_ranges: prefill over a paged cache, a decode step.
         if caps.modes != flashcore::ModeSupport::NONE {
             let lines: &[&str] = &[
                 "b=3,hq=4,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
@@ -577,6 +577,8 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 "b=3,hq=8,hkv=2,sq=100,sk=400,causal=1,cache=paged,bs=16,bi=1",
                 "b=3,hq=2,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
                 "b=2,hq=2,sq=129,sk=257,wl=64,wr=0,softcap=30,alibi=batch",
+                "b=3,hq=4,hkv=2,sq=65,sk=200,causal=1,wl=16,varlen=1,cache=paged,bs=16,mm=2",
+                "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,wl=32,cache=paged,bs=16,append=1,mm=2",
             ];
             let take = if race { 5 } else { lines.len() };
             for (i, line) in lines.iter().take(take).enumerate() {

@@ -85,7 +85,8 @@ pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case>
 
 /// The inference modes a case turns on, within what the kernel takes: varlen, a contiguous or
 /// paged cache (block sizes 16..=256) with or without appended rows, windows (0, 1, in range,
-/// past the sequence), softcap and ALiBi (per head or per batch and head).
+/// past the sequence), softcap, ALiBi (per head or per batch and head) and 1-3
+/// `mm_prefix_ranges` per sequence.
 fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys> {
     let varlen = if m.varlen {
         any::<bool>().boxed()
@@ -132,6 +133,12 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
     } else {
         Just(None).boxed()
     };
+    // `Just` draws nothing, so kernels without the mode draw the same sweeps as before it.
+    let mm = if m.mm_prefix {
+        prop_oneof![3 => Just(None), 1 => (1usize..=3).prop_map(Some)].boxed()
+    } else {
+        Just(None).boxed()
+    };
     (
         varlen,
         cache,
@@ -141,9 +148,10 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
         wr,
         softcap,
         alibi,
+        mm,
     )
         .prop_map(
-            |(varlen, cache, append, appends, window_left, window_right, softcap, alibi)| {
+            |(varlen, cache, append, appends, window_left, window_right, softcap, alibi, mm)| {
                 ModeKeys {
                     varlen,
                     cache,
@@ -156,6 +164,7 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
                     window_right,
                     softcap,
                     alibi,
+                    mm,
                 }
             },
         )
@@ -263,7 +272,8 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
 }
 
 /// Fixed mode cases: single-token decode over a paged cache, lengths 0 and 1, windows 0, 1 and
-/// past the sequence with seq_q != seq_k both ways, softcap and ALiBi with and without causal.
+/// past the sequence with seq_q != seq_k both ways, softcap and ALiBi with and without causal,
+/// and `mm_prefix_ranges` over each of those (lines a kernel lacks a mode of are left out).
 fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
     const LINES: &[&str] = &[
         "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1",
@@ -280,6 +290,14 @@ fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
         "b=2,hq=4,sq=100,sk=100,softcap=1,alibi=head",
         "b=2,hq=4,sq=77,sk=300,causal=1,alibi=batch",
         "b=3,hq=4,hkv=2,sq=50,sk=500,causal=1,wl=100,softcap=50.5,alibi=batch,varlen=1",
+        "b=2,hq=4,hkv=2,sq=200,sk=200,causal=1,mm=2",
+        "b=2,hq=4,sq=100,sk=300,causal=1,wl=16,mm=3",
+        "b=2,hq=2,sq=300,sk=100,causal=1,wl=0,mm=2",
+        "b=1,hq=2,sq=129,sk=257,wl=8,wr=8,mm=1",
+        "b=3,hq=4,hkv=2,sq=65,sk=200,causal=1,varlen=1,cache=paged,bs=16,append=3,mm=2",
+        // Causal decode sees every key anyway; the window leaves the ranges something to add.
+        "b=4,hq=8,hkv=1,sq=1,sk=500,causal=1,wl=32,cache=paged,bs=64,append=1,mm=3",
+        "b=2,hq=4,hkv=2,sq=90,sk=150,causal=1,wl=4,softcap=30,alibi=batch,mm=3",
     ];
     let mut cases = Vec::new();
     for (i, line) in LINES.iter().enumerate() {
@@ -397,6 +415,69 @@ mod tests {
         assert!(has(&|p| p.seq_k == 0));
         assert!(has(&|p| p.seq_q == 129));
         assert!(has(&|p| p.heads_kv == 1 && p.heads_q > 1));
+    }
+
+    /// A kernel that claims `mm_prefix_ranges` gets them in its sweep and edge list, with
+    /// tables the core accepts; one that does not never does.
+    #[test]
+    fn mm_cases_come_up_where_claimed() {
+        let mut caps = flashcore::kernels()[0].capabilities();
+        caps.modes = ModeSupport {
+            mm_prefix: true,
+            ..ModeSupport::ALL
+        };
+        // The tables alone (drawing the inputs too would take minutes unoptimised).
+        let tables = |c: &Case| {
+            let mut p = c.problem.clone();
+            let keys = ModeKeys::from_modes(&c.problem.modes);
+            let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
+            (p, draw)
+        };
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 600);
+        let mut with_mm = 0;
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            let (p, draw) = tables(&c);
+            p.validate().unwrap();
+            draw.host_tables().validate(&p).unwrap();
+            assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
+            with_mm += p.modes.mm_prefix.is_some() as usize;
+        }
+        assert!((20..=80).contains(&with_mm), "{with_mm} of 300 draw mm");
+        let edges = edge_cases(&caps);
+        let mm_edges: Vec<&Case> = edges
+            .iter()
+            .filter(|c| c.problem.modes.mm_prefix.is_some())
+            .collect();
+        assert!(mm_edges.len() >= 7, "{} mm edge cases", mm_edges.len());
+        for c in &mm_edges {
+            let (p, draw) = tables(c);
+            p.validate().unwrap();
+            draw.host_tables().validate(&p).unwrap();
+        }
+        let has = |f: &dyn Fn(&AttentionProblem) -> bool| mm_edges.iter().any(|c| f(&c.problem));
+        assert!(has(
+            &|p| p.seq_q == 1 && matches!(p.modes.kv, flashcore::KvStorage::Paged { .. })
+        ));
+        assert!(has(&|p| p.modes.packed_q.is_some() && p.modes.seqused_k));
+        assert!(has(&|p| p.causal && p.seq_q > p.seq_k));
+        assert!(has(&|p| p.causal
+            && p.seq_q < p.seq_k
+            && p.modes.window_left.is_some()));
+        assert!(has(
+            &|p| p.modes.alibi.is_some() && p.modes.softcap.is_some()
+        ));
+
+        caps.modes.mm_prefix = false;
+        assert!(edge_cases(&caps)
+            .iter()
+            .all(|c| c.problem.modes.mm_prefix.is_none()));
+        let s = case_strategy(&caps, 600);
+        for _ in 0..100 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(c.problem.modes.mm_prefix.is_none());
+        }
     }
 
     #[test]
