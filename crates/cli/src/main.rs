@@ -36,7 +36,8 @@ enum Command {
     Devices,
     /// O = softmax(scale·Q·Kᵀ)·V on .npy inputs (float16 or float32), written as float32 .npy;
     /// varlen, KV cache (contiguous or paged, with appended tokens), sliding windows, softcap and
-    /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache (docs/MODES.md).
+    /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache, and
+    /// candle-flash-attn's mm_prefix_ranges (docs/MODES.md).
     Run {
         /// Generation name (see `flashcore kernels`), or "auto" for the fastest that takes the problem.
         #[arg(long, default_value = "auto")]
@@ -216,6 +217,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 seqused_k: i32s(&modes.seqused_k)?,
                 block_table: i32s(&modes.block_table)?,
                 alibi_slopes: f32s(&modes.alibi_slopes)?.map(modes::Arr::from),
+                mm_prefix_ranges: i32s(&modes.mm_prefix_ranges)?,
                 k_cache_out: modes.k_cache_out.is_some(),
                 v_cache_out: modes.v_cache_out.is_some(),
                 ..Loaded::new(

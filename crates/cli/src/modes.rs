@@ -95,6 +95,9 @@ pub struct ModeFlags {
     /// Soft-cap the scaled scores to X·tanh(s/X) before the softmax (softcap; 0 = off).
     #[arg(long, value_name = "X", allow_hyphen_values = true)]
     pub softcap: Option<f32>,
+    /// int32 [batch, n, 2]: [start, end) key ranges per sequence; a query inside a range also sees all of it, whatever --causal and the window say (candle-flash-attn's mm_prefix_ranges).
+    #[arg(long, value_name = "NPY")]
+    pub mm_prefix_ranges: Option<PathBuf>,
 }
 
 /// Which optional inputs are present: from the flags before anything is read, or from the
@@ -245,6 +248,8 @@ pub struct Loaded {
     pub seqused_k: Option<Arr<i32>>,
     pub block_table: Option<Arr<i32>>,
     pub alibi_slopes: Option<Arr<f32>>,
+    /// Row-major `[batch, n, 2]`.
+    pub mm_prefix_ranges: Option<Arr<i32>>,
     /// Whether the updated caches are to be written (only presence matters here).
     pub k_cache_out: bool,
     pub v_cache_out: bool,
@@ -263,6 +268,7 @@ impl Loaded {
             seqused_k: None,
             block_table: None,
             alibi_slopes: None,
+            mm_prefix_ranges: None,
             k_cache_out: false,
             v_cache_out: false,
         }
@@ -289,8 +295,7 @@ impl Loaded {
             seqused_k: self.seqused_k.as_ref().map(|a| a.data.as_slice()),
             block_table: self.block_table.as_ref().map(|a| a.data.as_slice()),
             alibi_slopes: self.alibi_slopes.as_ref().map(|a| a.data.as_slice()),
-            // (--mm-prefix-ranges is not read yet: no kernel takes the ranges.)
-            mm_prefix_ranges: None,
+            mm_prefix_ranges: self.mm_prefix_ranges.as_ref().map(|a| a.data.as_slice()),
         }
     }
 }
@@ -508,6 +513,20 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
             ),
         });
     }
+    if let Some(r) = &x.mm_prefix_ranges {
+        modes.mm_prefix = Some(match r.shape.as_slice() {
+            [b, n, 2] if *b == batch && *n >= 1 => *n,
+            // An empty table would be a mode with nothing in it: the core refuses it, so say
+            // here which flag to drop.
+            [b, 0, 2] if *b == batch => bail!(
+                "--mm-prefix-ranges holds no ranges (shape {:?}): leave the flag out instead",
+                r.shape
+            ),
+            other => bail!(
+                "--mm-prefix-ranges: expected int32 [batch, n, 2] = [{batch}, n, 2] with n >= 1, got shape {other:?}"
+            ),
+        });
+    }
 
     let mut p = AttentionProblem::new(batch, hq, seq_q, dq)
         .with_kv(hkv, seq_k)
@@ -530,7 +549,8 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
 }
 
 /// The modes of a problem in a few words for the summary line ("" when dense), e.g.
-/// " [thd total_q=51, paged 15x16, seqused_k, append 3, window (16, -1), softcap 30, alibi]".
+/// " [thd total_q=51, paged 15x16, seqused_k, append 3, window (16, -1), softcap 30, alibi,
+/// mm_prefix 2]".
 pub fn summary(m: &Modes) -> String {
     let mut parts: Vec<String> = Vec::new();
     if let Some(t) = m.packed_q {
@@ -564,6 +584,9 @@ pub fn summary(m: &Modes) -> String {
     }
     if m.alibi.is_some() {
         parts.push("alibi".into());
+    }
+    if let Some(n) = m.mm_prefix {
+        parts.push(format!("mm_prefix {n}"));
     }
     if parts.is_empty() {
         String::new()
@@ -767,6 +790,39 @@ mod tests {
         assert_eq!(parse_window("0"), Ok(Window(Some(0))));
     }
 
+    #[test]
+    fn mm_prefix_ranges_reach_the_modes_and_the_tables() {
+        // Two ranges per sequence; unused slots (start >= end) may hold anything.
+        let x = Loaded {
+            mm_prefix_ranges: ints(&[2, 2, 2], &[0, 4, 9, 9, 2, 6, -5, -7]),
+            ..dense(&[2, 5, 4, 64], &[2, 9, 2, 64])
+        };
+        let causal = Settings::new(RunLayout::Dense(Layout::Bshd), DType::F16, true, None);
+        let p = build(&causal, &x).unwrap();
+        assert_eq!(p.modes.mm_prefix, Some(2));
+        assert!(p.causal);
+        assert_eq!(
+            x.host_tables().mm_prefix_ranges,
+            Some(&[0, 4, 9, 9, 2, 6, -5, -7][..])
+        );
+        assert_eq!(summary(&p.modes), " [mm_prefix 2]");
+        // With packed queries and a paged cache the batch comes from the offsets and the table.
+        let x = Loaded {
+            mm_prefix_ranges: ints(&[3, 1, 2], &[0, 2, 1, 8, 0, 0]),
+            ..varlen()
+        };
+        assert_eq!(build(&thd(), &x).unwrap().modes.mm_prefix, Some(1));
+        let x = Loaded {
+            mm_prefix_ranges: ints(&[2, 1, 2], &[0, 20, 0, 5]),
+            ..paged()
+        };
+        let p = build(&bshd(), &x).unwrap();
+        assert_eq!(
+            summary(&p.modes),
+            " [paged 5x16, seqused_k, append 1, mm_prefix 1]"
+        );
+    }
+
     /// Every bad combination, shape and table: one line that says what is wrong.
     #[test]
     fn every_bad_input_names_what_is_wrong() {
@@ -829,6 +885,13 @@ mod tests {
             ("alibi shape", bshd(), Loaded { alibi_slopes: floats(&[3], &[0.5; 3]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--alibi-slopes: expected float32 [heads_q] = [4] or [batch, heads_q] = [2, 4], got shape [3]"),
             ("alibi batch", bshd(), Loaded { alibi_slopes: floats(&[3, 4], &[0.5; 12]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--alibi-slopes: expected"),
             ("alibi NaN", bshd(), Loaded { alibi_slopes: floats(&[4], &[0.5, 0.5, f32::NAN, 0.5]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "alibi_slopes: entry 2 is not finite"),
+            // Bidirectional ranges.
+            ("mm_prefix 2-D", bshd(), Loaded { mm_prefix_ranges: ints(&[2, 2], &[0, 4, 0, 4]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--mm-prefix-ranges: expected int32 [batch, n, 2] = [2, n, 2] with n >= 1, got shape [2, 2]"),
+            ("mm_prefix batch", bshd(), Loaded { mm_prefix_ranges: ints(&[3, 1, 2], &[0, 4, 0, 4, 0, 4]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--mm-prefix-ranges: expected int32 [batch, n, 2] = [2, n, 2]"),
+            ("mm_prefix not pairs", bshd(), Loaded { mm_prefix_ranges: ints(&[2, 2, 1], &[0, 4, 0, 4]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--mm-prefix-ranges: expected int32 [batch, n, 2]"),
+            ("mm_prefix batch of thd", thd(), with(&|x| x.mm_prefix_ranges = ints(&[2, 1, 2], &[0, 4, 0, 4]), varlen()), "--mm-prefix-ranges: expected int32 [batch, n, 2] = [3, n, 2]"),
+            ("mm_prefix empty", bshd(), Loaded { mm_prefix_ranges: ints(&[2, 0, 2], &[]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "--mm-prefix-ranges holds no ranges (shape [2, 0, 2])"),
+            ("mm_prefix before key 0", bshd(), Loaded { mm_prefix_ranges: ints(&[2, 1, 2], &[0, 4, -1, 3]), ..dense(&[2, 1, 4, 64], &[2, 8, 2, 64]) }, "mm_prefix_ranges: sequence 1, range 0: [-1, 3) starts before key 0"),
         ];
         for (what, s, x, needle) in cases {
             let line = err(&s, &x);

@@ -478,6 +478,34 @@ fn paged_append_with_window_softcap_and_alibi_reaches_the_device() {
     assert_reaches_the_device(&o, &[f.path("o.npy"), f.path("kc.npy"), f.path("vc.npy")]);
 }
 
+/// Good ranges pass every input check. Where no compiled-in generation takes them yet, the
+/// refusal is one line naming them (exit 2, still before the device); once one does, they reach
+/// the device.
+#[test]
+fn mm_prefix_ranges_pass_the_input_checks() {
+    let f = mode_files();
+    write_ints(&f.path("ranges.npy"), &[2, 1, 2], &[0, 8, 3, 3], "<i4");
+    let ranges = f.s("ranges.npy");
+    let o = f.run(&[], &["--causal", "--mm-prefix-ranges", &ranges]);
+    if o.code == 2 {
+        assert_input_error(&o, "lacks mm_prefix_ranges");
+    } else {
+        assert_reaches_the_device(&o, &[f.path("o.npy")]);
+    }
+    write_ints(&f.path("ranges.npy"), &[2, 2], &[0, 8, 3, 3], "<i4");
+    assert_input_error(
+        &f.run(&[], &["--mm-prefix-ranges", &ranges]),
+        "--mm-prefix-ranges: expected int32 [batch, n, 2] = [2, n, 2] with n >= 1, got shape [2, 2]",
+    );
+    write_ints(&f.path("ranges.npy"), &[2, 1, 2], &[-2, 8, 3, 3], "<i4");
+    assert_input_error(
+        &f.run(&[], &["--mm-prefix-ranges", &ranges]),
+        "mm_prefix_ranges: sequence 0, range 0: [-2, 8) starts before key 0",
+    );
+    write_npy(&f.path("ranges.npy"), &[2, 1, 2], "<f4");
+    assert_input_error(&f.run(&[], &["--mm-prefix-ranges", &ranges]), "<f4");
+}
+
 #[test]
 fn int64_tables_within_range_are_taken() {
     let f = mode_files();
@@ -667,6 +695,7 @@ fn run_help_documents_every_mode_flag_in_one_line() {
         ("--seqused-k", "seqused_k"),
         ("--block-table", "block_table"),
         ("--alibi-slopes", "alibi_slopes"),
+        ("--mm-prefix-ranges", "mm_prefix_ranges"),
         ("--k-new", "flash_attn_with_kvcache"),
         ("--v-new", "flash_attn_with_kvcache"),
         ("--k-cache-out", "--k-new"),
