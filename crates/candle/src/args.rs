@@ -169,6 +169,28 @@ pub fn alibi(dims: &[usize], batch: usize, heads_q: usize) -> Result<AlibiSlopes
     }
 }
 
+/// candle-flash-attn's `mm_prefix_ranges` (of `flash_attn_varlen_paged_windowed`): an i32 tensor
+/// `(batch, max_ranges, 2)` of `[start, end)` key positions per sequence; a query whose position
+/// lies in a range also sees every key of that range, whatever the causal mask and the window
+/// say (flashcore's `docs/MODES.md`). Returns the ranges per sequence for `Modes::mm_prefix`:
+/// `None` for `max_ranges = 0`, which masks nothing, as in candle-flash-attn. Only i32 is taken,
+/// as there: a u32 table's entries past `i32::MAX` would read as negative, unused pairs.
+pub fn mm_prefix_ranges(
+    dtype: &str,
+    dims: &[usize],
+    batch: usize,
+) -> Result<Option<usize>, ArgError> {
+    if dtype != "i32" {
+        return bail(format!("mm_prefix_ranges must be i32, got {dtype}"));
+    }
+    match dims {
+        [b, n, 2] if *b == batch => Ok((*n > 0).then_some(*n)),
+        _ => bail(format!(
+            "mm_prefix_ranges shape must be ({batch}, max_ranges, 2), got {dims:?}"
+        )),
+    }
+}
+
 /// Whether the ops run in the batch-invariant mode (off until [`set_batch_invariant`]).
 static BATCH_INVARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -198,6 +220,8 @@ pub struct Options {
     /// Dims of the alibi_slopes tensor, when given.
     pub alibi_dims: Option<[usize; 2]>,
     pub alibi_rank: usize,
+    /// Ranges per sequence of the mm_prefix_ranges tensor ([`mm_prefix_ranges`]), when given.
+    pub mm_prefix: Option<usize>,
 }
 
 impl Options {
@@ -211,6 +235,7 @@ impl Options {
             softcap: None,
             alibi_dims: None,
             alibi_rank: 0,
+            mm_prefix: None,
         }
     }
 
@@ -233,6 +258,12 @@ impl Options {
         }
         self.alibi_dims = Some(d);
         self.alibi_rank = dims.len();
+        self
+    }
+
+    /// Ranges per sequence of the mm_prefix_ranges table, as [`mm_prefix_ranges`] gives them.
+    pub fn with_mm_prefix(mut self, ranges: Option<usize>) -> Self {
+        self.mm_prefix = ranges;
         self
     }
 
@@ -270,6 +301,7 @@ impl Options {
                 window_right: m.window_right,
                 softcap: softcap(self.softcap)?,
                 alibi,
+                mm_prefix: self.mm_prefix,
                 ..Modes::default()
             },
         ))

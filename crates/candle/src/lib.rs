@@ -13,8 +13,8 @@
 //! generation that cannot take a view's alignment falls through to one that can), allocates the
 //! output with candle's allocator, and queues the kernel picked by `flashcore::best_for` on
 //! candle's stream, with no synchronisation and no copies. Anything flashcore does not implement
-//! (e.g. `mm_prefix_ranges`, pages larger than 256 rows) is a candle error saying why, never a
-//! wrong answer.
+//! (e.g. pages larger than 256 rows, or `mm_prefix_ranges` where no compiled-in generation takes
+//! them) is a candle error saying why, never a wrong answer.
 //!
 //! Conventions are candle-flash-attn's: `window_size_left = None, window_size_right = Some(0)`
 //! is causal (bottom-right aligned when `seq_q != seq_k`), a window larger than the key length
@@ -364,8 +364,12 @@ mod api {
     /// `flash_attn_varlen_paged_windowed`): `k`/`v` `(num_blocks, page_block_size,
     /// num_heads_kv, head_size)`, `block_table` `(batch, max_blocks)` (u32 or i32); sequence b
     /// reads its first `seqlens_k[b+1] - seqlens_k[b]` cache rows. flashcore takes pages of a
-    /// multiple of 16 rows up to 256 (candle-flash-attn: multiples of 32); `mm_prefix_ranges`
-    /// is not implemented and is refused.
+    /// multiple of 16 rows up to 256 (candle-flash-attn: multiples of 32). `mm_prefix_ranges`
+    /// (i32 `(batch, max_ranges, 2)`, contiguous): `[start, end)` key positions of each
+    /// sequence; a query whose position (`i + len_k - len_q`) lies in a range also sees every key
+    /// of it, whatever the causal mask and the window say. Pairs with `start >= end` are unused;
+    /// a used pair starts at 0 or later. They go to the kernels that take them; where no
+    /// compiled-in generation does, the call is refused naming them.
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn_varlen_paged_windowed(
         q: &Tensor,

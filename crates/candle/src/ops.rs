@@ -83,7 +83,8 @@ fn cuda<'a>(s: &'a StorageRef<'_>, name: &str) -> Result<&'a CudaStorage> {
     }
 }
 
-/// A u32/i32 table (cu_seqlens, seqused_k, block table), contiguous, as i32.
+/// A u32/i32 table (cu_seqlens, seqused_k, block table; mm_prefix_ranges, whose i32-only rule
+/// `args` applies first), contiguous, as i32.
 fn table_i32<'a>(
     s: &'a CudaStorage,
     l: &Layout,
@@ -499,15 +500,13 @@ impl FlashAttnVarLen {
     ) -> Result<(CudaStorage, Shape)> {
         let (q, q_l) = qkv.q;
         let [qv, kv, vv] = qkv.views();
-        if self.mm_prefix_ranges.is_some() {
-            candle::bail!(
-                "flashcore: mm_prefix_ranges (ranges that bypass the causal/window mask) are not \
-                 implemented by flashcore's kernels"
-            );
-        }
         let dev = q.device();
         let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())?;
-        let opts = options_of!(self, dtype);
+        let mm_prefix = match &self.mm_prefix_ranges {
+            Some(r) => args::mm_prefix_ranges(r.dtype().as_str(), r.dims(), batch)?,
+            None => None,
+        };
+        let opts = options_of!(self, dtype).with_mm_prefix(mm_prefix);
         let problem = match &self.block_table {
             None => args::varlen_problem(
                 &qv,
@@ -544,6 +543,10 @@ impl FlashAttnVarLen {
         let used = seqused.as_ref().map(|t| t.storage_and_layout());
         let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        // An empty table (no ranges) is no mode: the problem then takes no table either.
+        let ranges = mm_prefix
+            .and(self.mm_prefix_ranges.as_ref())
+            .map(|t| t.storage_and_layout());
         let tables = DeviceTables {
             cu_seqlens_q: Some(table_i32(
                 cuda(&cu_q.0, "seqlens_q")?,
@@ -563,6 +566,7 @@ impl FlashAttnVarLen {
             seqused_k: optional_table(&used, dev, "seqused_k")?,
             block_table: optional_table(&table, dev, "block_table")?,
             alibi_slopes: optional_alibi(&alibi, dev)?,
+            mm_prefix_ranges: optional_table(&ranges, dev, "mm_prefix_ranges")?,
         };
         let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
         Ok((

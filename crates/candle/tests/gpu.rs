@@ -57,6 +57,8 @@ mod gpu {
         window_right: Option<usize>,
         softcap: Option<f32>,
         slopes: Option<Vec<f32>>,
+        /// mm_prefix_ranges of the sequence: `[start, end)` pairs, unused where start >= end.
+        ranges: Vec<(i64, i64)>,
     }
 
     /// candle-flash-attn's window arguments as the reference sees them: a size larger than the
@@ -75,6 +77,7 @@ mod gpu {
             window_right: right.filter(|&w| w <= seqlen_k),
             softcap: softcap.filter(|&c| c > 0.0),
             slopes,
+            ranges: Vec::new(),
         }
     }
 
@@ -103,8 +106,12 @@ mod gpu {
                 for j in 0..sk {
                     let (i, j) = (i as i64, j as i64);
                     let diag = i + off;
-                    let ok = s.window_left.is_none_or(|w| j >= diag - w as i64)
-                        && s.window_right.is_none_or(|w| j <= diag + w as i64);
+                    let in_range = s.ranges.iter().any(|&(start, end)| {
+                        start < end && (start..end).contains(&diag) && (start..end).contains(&j)
+                    });
+                    let ok = in_range
+                        || (s.window_left.is_none_or(|w| j >= diag - w as i64)
+                            && s.window_right.is_none_or(|w| j <= diag + w as i64));
                     let idx = (h * sq + i as usize) * sk + j as usize;
                     bias[idx] = if !ok {
                         f32::NEG_INFINITY
@@ -494,26 +501,95 @@ mod gpu {
                     dtype,
                 )?;
             }
-            // mm_prefix_ranges are refused with the reason.
-            let ranges = Tensor::zeros((3, 1, 2), DType::I32, &dev)?;
-            let err = fc::flash_attn_varlen_paged_windowed(
-                &q,
-                &kp,
-                &vp,
-                &seqlens_q,
-                &seqlens_k,
-                &block_table,
-                Some(&ranges),
-                max_q,
-                max_k,
-                0.125,
-                None,
-                Some(0),
-                page,
-                None,
-            )
-            .unwrap_err();
-            assert!(err.to_string().contains("mm_prefix_ranges"), "{err}");
+            // mm_prefix_ranges reach the core: [start, end) key positions per sequence, which a
+            // query inside a range sees whatever the causal mask and the window say. Sequence 0
+            // (3 queries at 37..40 over 40 keys) reaches past its diagonal, sequence 1 has an
+            // unused pair, sequence 2 (queries at 84..100) has overlapping ranges that also reach
+            // past the left window.
+            let ranges: [[(i32, i32); 2]; 3] =
+                [[(30, 45), (0, 0)], [(0, 1), (5, 2)], [(80, 96), (90, 92)]];
+            let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a, b]).collect();
+            let mm = Tensor::from_vec(flat, (3, 2, 2), &dev)?;
+            let paged_with = |r: &Tensor, l: Option<usize>| {
+                fc::flash_attn_varlen_paged_windowed(
+                    &q,
+                    &kp,
+                    &vp,
+                    &seqlens_q,
+                    &seqlens_k,
+                    &block_table,
+                    Some(r),
+                    max_q,
+                    max_k,
+                    0.125,
+                    l,
+                    Some(0),
+                    page,
+                    None,
+                )
+            };
+            // Until a compiled-in generation takes the ranges, the core refuses them by name.
+            let taken = flashcore::kernels()
+                .iter()
+                .any(|k| k.capabilities().modes.mm_prefix);
+            for l in [None, Some(7)] {
+                let got = paged_with(&mm, l);
+                if !taken {
+                    let err = got.unwrap_err().to_string();
+                    assert!(err.contains("mm_prefix_ranges"), "{err}");
+                    continue;
+                }
+                let got = got?;
+                let mut want = Vec::new();
+                for b in 0..3 {
+                    let len = (cu_k[b + 1] - cu_k[b]) as usize;
+                    let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
+                    let mut s = spec(0.125, l, Some(0), max_k, None, None);
+                    s.ranges = ranges[b]
+                        .iter()
+                        .map(|&(a, e)| (a as i64, e as i64))
+                        .collect();
+                    want.extend(reference(&qs[b], &kb, &vb, &s)?);
+                }
+                compare(
+                    &format!("paged {dtype:?} mm_prefix_ranges left {l:?}"),
+                    &got,
+                    &want,
+                    dtype,
+                )?;
+            }
+            // An empty table masks nothing more, as in candle-flash-attn: plain causal. (A view,
+            // not a new tensor: CUDA allocates no zero-byte buffers.)
+            let got = paged_with(&mm.narrow(1, 0, 0)?, None)?;
+            let mut want = Vec::new();
+            for b in 0..3 {
+                let len = (cu_k[b + 1] - cu_k[b]) as usize;
+                let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
+                want.extend(reference(
+                    &qs[b],
+                    &kb,
+                    &vb,
+                    &spec(0.125, None, Some(0), max_k, None, None),
+                )?);
+            }
+            compare(
+                &format!("paged {dtype:?} empty mm_prefix_ranges"),
+                &got,
+                &want,
+                dtype,
+            )?;
+            // candle-flash-attn's rules: i32 only, (batch, max_ranges, 2).
+            let err = paged_with(&Tensor::zeros((3, 2, 2), DType::U32, &dev)?, None).unwrap_err();
+            assert!(
+                err.to_string().contains("mm_prefix_ranges must be i32"),
+                "{err}"
+            );
+            let err = paged_with(&mm.narrow(0, 0, 2)?, None).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("mm_prefix_ranges shape must be (3, max_ranges, 2)"),
+                "{err}"
+            );
         }
         Ok(())
     }

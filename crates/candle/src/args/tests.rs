@@ -327,3 +327,49 @@ fn kvcache() {
     let new = Some((&nd[..], &nt[..], &contiguous[..]));
     assert!(kvcache_of(&qd, &cd, None, new, &opts()).is_err());
 }
+
+#[test]
+fn mm_prefix_ranges_follow_candle_flash_attn() {
+    // i32 (batch, max_ranges, 2); no ranges is no mode, as candle-flash-attn masks nothing more.
+    assert_eq!(mm_prefix_ranges("i32", &[2, 3, 2], 2), Ok(Some(3)));
+    assert_eq!(mm_prefix_ranges("i32", &[2, 0, 2], 2), Ok(None));
+    for (dtype, dims, needle) in [
+        (
+            "u32",
+            &[2, 3, 2][..],
+            "mm_prefix_ranges must be i32, got u32",
+        ),
+        ("f32", &[2, 3, 2], "must be i32"),
+        (
+            "i32",
+            &[3, 3, 2],
+            "mm_prefix_ranges shape must be (2, max_ranges, 2), got [3, 3, 2]",
+        ),
+        ("i32", &[2, 3, 3], "shape must be (2, max_ranges, 2)"),
+        ("i32", &[2, 6], "shape must be"),
+        ("i32", &[2, 1, 3, 2], "shape must be"),
+    ] {
+        let err = mm_prefix_ranges(dtype, dims, 2).unwrap_err();
+        assert!(err.0.contains(needle), "{dtype} {dims:?}: {err}");
+    }
+    // The count reaches the problem with causal masking kept beside it.
+    let (qp, kp) = ([10, 8, 64], [16, 32, 2, 64]);
+    let o = opts().with_window(None, Some(0)).with_mm_prefix(Some(3));
+    let p = paged_of(&qp, &kp, &[2, 4], 100, 32, &o).unwrap();
+    assert_eq!(p.modes.mm_prefix, Some(3));
+    assert!(p.causal);
+    let p = paged_of(&qp, &kp, &[2, 4], 100, 32, &opts()).unwrap();
+    assert_eq!(p.modes.mm_prefix, None);
+    let (qd, kd) = ([30, 8, 128], [50, 4, 128]);
+    let p = varlen_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &kd, &dense(&kd)),
+        3,
+        12,
+        20,
+        &opts().with_mm_prefix(Some(1)),
+    )
+    .unwrap();
+    assert_eq!(p.modes.mm_prefix, Some(1));
+}
