@@ -510,7 +510,9 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
 // Consumers: the item's lengths as this warp parked them (MODE_INFO; the storage rows are not
 // needed in the K/V loop). Re-read per tile instead of held in registers across it.
 __device__ __forceinline__ SeqInfo parked_seq(const volatile int* mode_info) {
-    return seq_of_lengths(mode_info[MODE_INFO_B], mode_info[MODE_INFO_LEN_Q], mode_info[MODE_INFO_LEN_K]);
+    // The sequence only where its ranges are read: a volatile load is never dropped.
+    const int b = FC_MM_PREFIX ? mode_info[MODE_INFO_B] : 0;
+    return seq_of_lengths(b, mode_info[MODE_INFO_LEN_Q], mode_info[MODE_INFO_LEN_K]);
 }
 
 // The key tiles the warp's rows [warp_first, warp_first + WARP_ROWS) see, valid rows only (none
