@@ -634,6 +634,16 @@ mod tests {
         }
     }
 
+    /// The case `line` with `seed`, its tables drawn; both pass the core's validation.
+    fn drawn(line: &str, seed: u64) -> (AttentionProblem, Draw) {
+        let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
+        let mut p = c.problem.clone();
+        let draw = apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), seed);
+        p.validate().unwrap();
+        draw.host_tables().validate(&p).unwrap();
+        (p, draw)
+    }
+
     #[test]
     fn drawn_tables_pass_the_cores_validation() {
         for seed in 0..200u64 {
@@ -647,11 +657,7 @@ mod tests {
                 5 => "b=3,hq=2,sq=1,sk=70,d=64,causal=1,cache=paged,bs=16,append=1,mm=2",
                 _ => "b=4,hq=2,sq=33,sk=100,d=64,varlen=1,causal=1,wl=4,mm=3",
             };
-            let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
-            let mut p = c.problem.clone();
-            let draw = apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), seed);
-            p.validate().unwrap();
-            draw.host_tables().validate(&p).unwrap();
+            let (p, draw) = drawn(line, seed);
             let inp = mode_inputs(&p, seed);
             let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(&p);
             assert_eq!(inp.q.shape(), q_shape.as_slice());
@@ -678,11 +684,7 @@ mod tests {
                 2 => "b=4,hq=2,sq=60,sk=30,d=64,varlen=1,causal=1,wl=0,mm=3",
                 _ => "b=2,hq=2,sq=20,sk=80,d=64,wl=2,wr=2,cache=contig,mm=2",
             };
-            let c = Case::parse(&format!("{line},seed={seed}")).unwrap();
-            let mut p = c.problem.clone();
-            let draw = apply(&mut p, &ModeKeys::from_modes(&c.problem.modes), seed);
-            p.validate().unwrap();
-            draw.host_tables().validate(&p).unwrap();
+            let (p, draw) = drawn(line, seed);
             let n = p.modes.mm_prefix.unwrap();
             let r = draw.mm_prefix_ranges.as_ref().unwrap();
             assert_eq!(r.len(), p.batch * n * 2);

@@ -461,6 +461,16 @@ mod gpu {
                     .collect::<Result<_>>()?;
                 Tensor::cat(&rows, 0)?.narrow(0, 0, len)
             };
+            // Every sequence's reference, through its own pages, with its own spec.
+            let want_of = |spec_of: &dyn Fn(usize) -> Spec| -> Result<Vec<f32>> {
+                let mut want = Vec::new();
+                for b in 0..3 {
+                    let len = (cu_k[b + 1] - cu_k[b]) as usize;
+                    let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
+                    want.extend(reference(&qs[b], &kb, &vb, &spec_of(b))?);
+                }
+                Ok(want)
+            };
             for (l, r, cap) in [
                 (None, None, None),
                 (None, Some(0), None),
@@ -483,17 +493,7 @@ mod gpu {
                     page,
                     cap,
                 )?;
-                let mut want = Vec::new();
-                for b in 0..3 {
-                    let len = (cu_k[b + 1] - cu_k[b]) as usize;
-                    let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
-                    want.extend(reference(
-                        &qs[b],
-                        &kb,
-                        &vb,
-                        &spec(0.125, l, r, max_k, cap, None),
-                    )?);
-                }
+                let want = want_of(&|_| spec(0.125, l, r, max_k, cap, None))?;
                 compare(
                     &format!("paged {dtype:?} {l:?} {r:?} softcap {cap:?}"),
                     &got,
@@ -540,17 +540,14 @@ mod gpu {
                     continue;
                 }
                 let got = got?;
-                let mut want = Vec::new();
-                for b in 0..3 {
-                    let len = (cu_k[b + 1] - cu_k[b]) as usize;
-                    let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
+                let want = want_of(&|b| {
                     let mut s = spec(0.125, l, Some(0), max_k, None, None);
                     s.ranges = ranges[b]
                         .iter()
                         .map(|&(a, e)| (a as i64, e as i64))
                         .collect();
-                    want.extend(reference(&qs[b], &kb, &vb, &s)?);
-                }
+                    s
+                })?;
                 compare(
                     &format!("paged {dtype:?} mm_prefix_ranges left {l:?}"),
                     &got,
@@ -561,17 +558,7 @@ mod gpu {
             // An empty table masks nothing more, as in candle-flash-attn: plain causal. (A view,
             // not a new tensor: CUDA allocates no zero-byte buffers.)
             let got = paged_with(&mm.narrow(1, 0, 0)?, None)?;
-            let mut want = Vec::new();
-            for b in 0..3 {
-                let len = (cu_k[b + 1] - cu_k[b]) as usize;
-                let (kb, vb) = (gather(&kpc, b, len)?, gather(&vpc, b, len)?);
-                want.extend(reference(
-                    &qs[b],
-                    &kb,
-                    &vb,
-                    &spec(0.125, None, Some(0), max_k, None, None),
-                )?);
-            }
+            let want = want_of(&|_| spec(0.125, None, Some(0), max_k, None, None))?;
             compare(
                 &format!("paged {dtype:?} empty mm_prefix_ranges"),
                 &got,

@@ -250,7 +250,7 @@ impl Model {
                     };
                     cache.k[l] = Some(kc.clone());
                     cache.v[l] = Some(vc.clone());
-                    candle_attention_in(mode, &q, &kc, &vc, scale, c.heads / c.kv_heads)?
+                    candle_attention(mode, &q, &kc, &vc, scale, c.heads / c.kv_heads)?
                 }
             };
             if timer.profile {
@@ -275,10 +275,9 @@ impl Model {
 }
 
 /// candle's own attention: q `(b, s, h, d)`, cache `(b, h_kv, t, d)`; scores in the model
-/// dtype, softmax in f32, bottom-right causal mask when s > 1. Returns `(b, s, h, d)`.
-/// [`candle_attention`] in `mode`'s precision: as given (bf16 matmuls), or in f32 throughout
-/// for [`Mode::CandleF32`], rounded back to q's dtype.
-pub fn candle_attention_in(
+/// dtype, softmax in f32, bottom-right causal mask when s > 1 (for [`Mode::CandleF32`], all in
+/// f32 and the output rounded back to q's dtype). Returns `(b, s, h, d)`.
+pub fn candle_attention(
     mode: Mode,
     q: &Tensor,
     k: &Tensor,
@@ -286,20 +285,11 @@ pub fn candle_attention_in(
     scale: f32,
     groups: usize,
 ) -> Result<Tensor> {
-    if mode != Mode::CandleF32 {
-        return candle_attention(q, k, v, scale, groups);
+    if mode == Mode::CandleF32 {
+        let f = |x: &Tensor| x.to_dtype(DType::F32);
+        return candle_attention(Mode::Candle, &f(q)?, &f(k)?, &f(v)?, scale, groups)?
+            .to_dtype(q.dtype());
     }
-    let f = |x: &Tensor| x.to_dtype(DType::F32);
-    candle_attention(&f(q)?, &f(k)?, &f(v)?, scale, groups)?.to_dtype(q.dtype())
-}
-
-pub fn candle_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f32,
-    groups: usize,
-) -> Result<Tensor> {
     let (b, s, h, d) = q.dims4()?;
     let (_, hkv, t, _) = k.dims4()?;
     let rep = |x: &Tensor| -> Result<Tensor> {
@@ -529,7 +519,7 @@ pub fn time_attention(
                 None,
             ),
             Mode::Candle | Mode::CandleF32 => {
-                candle_attention_in(mode, &q, &kt, &vt, scale, c.heads / c.kv_heads)
+                candle_attention(mode, &q, &kt, &vt, scale, c.heads / c.kv_heads)
             }
         }
     };

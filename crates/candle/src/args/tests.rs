@@ -27,6 +27,21 @@ fn dense_of(
 }
 
 /// [`paged_varlen_problem`] of dense q and k = v.
+/// Three packed sequences: q [30, 8, 128], k/v [50, 4, 128], at most 12 query and 20 key rows.
+fn varlen_of(opts: &Options) -> AttentionProblem {
+    let (qd, kd) = ([30, 8, 128], [50, 4, 128]);
+    varlen_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &kd, &dense(&kd)),
+        3,
+        12,
+        20,
+        opts,
+    )
+    .unwrap()
+}
+
 fn paged_of(
     qd: &[usize],
     kd: &[usize],
@@ -254,17 +269,7 @@ fn varlen() {
     assert_eq!(cu_seqlens_batch(&[4], &[4]), Ok(3));
     assert!(cu_seqlens_batch(&[1], &[1]).is_err());
     assert!(cu_seqlens_batch(&[4], &[3]).is_err());
-    let (qd, kd) = ([30, 8, 128], [50, 4, 128]);
-    let p = varlen_problem(
-        &View::new("q", &qd, &dense(&qd)),
-        &View::new("k", &kd, &dense(&kd)),
-        &View::new("v", &kd, &dense(&kd)),
-        3,
-        12,
-        20,
-        &opts().with_window(None, Some(0)),
-    )
-    .unwrap();
+    let p = varlen_of(&opts().with_window(None, Some(0)));
     assert_eq!(p.modes.packed_q, Some(30));
     assert_eq!(p.modes.kv, KvStorage::Packed { total_k: 50 });
     assert_eq!((p.batch, p.seq_q, p.seq_k), (3, 12, 20));
@@ -360,16 +365,6 @@ fn mm_prefix_ranges_follow_candle_flash_attn() {
     assert!(p.causal);
     let p = paged_of(&qp, &kp, &[2, 4], 100, 32, &opts()).unwrap();
     assert_eq!(p.modes.mm_prefix, None);
-    let (qd, kd) = ([30, 8, 128], [50, 4, 128]);
-    let p = varlen_problem(
-        &View::new("q", &qd, &dense(&qd)),
-        &View::new("k", &kd, &dense(&kd)),
-        &View::new("v", &kd, &dense(&kd)),
-        3,
-        12,
-        20,
-        &opts().with_mm_prefix(Some(1)),
-    )
-    .unwrap();
+    let p = varlen_of(&opts().with_mm_prefix(Some(1)));
     assert_eq!(p.modes.mm_prefix, Some(1));
 }
