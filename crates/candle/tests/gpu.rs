@@ -471,20 +471,15 @@ mod gpu {
                 }
                 Ok(want)
             };
-            for (l, r, cap) in [
-                (None, None, None),
-                (None, Some(0), None),
-                (Some(7), Some(0), Some(0.6)),
-                (Some(20), Some(5), None),
-            ] {
-                let got = fc::flash_attn_varlen_paged_windowed(
+            let paged = |ranges: Option<&Tensor>, l, r, cap| {
+                fc::flash_attn_varlen_paged_windowed(
                     &q,
                     &kp,
                     &vp,
                     &seqlens_q,
                     &seqlens_k,
                     &block_table,
-                    None,
+                    ranges,
                     max_q,
                     max_k,
                     0.125,
@@ -492,7 +487,15 @@ mod gpu {
                     r,
                     page,
                     cap,
-                )?;
+                )
+            };
+            for (l, r, cap) in [
+                (None, None, None),
+                (None, Some(0), None),
+                (Some(7), Some(0), Some(0.6)),
+                (Some(20), Some(5), None),
+            ] {
+                let got = paged(None, l, r, cap)?;
                 let want = want_of(&|_| spec(0.125, l, r, max_k, cap, None))?;
                 compare(
                     &format!("paged {dtype:?} {l:?} {r:?} softcap {cap:?}"),
@@ -510,24 +513,7 @@ mod gpu {
                 [[(30, 45), (0, 0)], [(0, 1), (5, 2)], [(80, 96), (90, 92)]];
             let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a, b]).collect();
             let mm = Tensor::from_vec(flat, (3, 2, 2), &dev)?;
-            let paged_with = |r: &Tensor, l: Option<usize>| {
-                fc::flash_attn_varlen_paged_windowed(
-                    &q,
-                    &kp,
-                    &vp,
-                    &seqlens_q,
-                    &seqlens_k,
-                    &block_table,
-                    Some(r),
-                    max_q,
-                    max_k,
-                    0.125,
-                    l,
-                    Some(0),
-                    page,
-                    None,
-                )
-            };
+            let paged_with = |r: &Tensor, l: Option<usize>| paged(Some(r), l, Some(0), None);
             // Until a compiled-in generation takes the ranges, the core refuses them by name.
             let taken = flashcore::kernels()
                 .iter()
