@@ -202,16 +202,8 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
         cu_seqlens_q = Some(cu);
     }
     let mut draw = Draw {
-        len_q,
-        len_k: vec![],
-        used: vec![],
         cu_seqlens_q,
-        cu_seqlens_k: None,
-        seqused_k: None,
-        block_table: None,
-        num_blocks: 0,
-        alibi_slopes: None,
-        mm_prefix_ranges: None,
+        ..Draw::lengths(len_q, vec![])
     };
     match keys.cache {
         None if keys.varlen => {
