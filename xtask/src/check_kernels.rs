@@ -501,7 +501,9 @@ pub fn run(
                 }
                 for launch in plan.launches {
                     // With the defines the core adds for the problem's modes (FC_MM_PREFIX).
-                    let launch = problem.modes.with_build_defines(&launch).into_owned();
+                    let launch = launch
+                        .with_defines(problem.modes.build_defines())
+                        .into_owned();
                     check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
                 }
             }

@@ -182,7 +182,7 @@ pub fn run_plan_on(
     device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
-            let launch = &problem.modes.with_build_defines(launch);
+            let launch = &launch.with_defines(problem.modes.build_defines());
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,

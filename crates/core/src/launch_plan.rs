@@ -56,6 +56,17 @@ pub struct KernelLaunch {
 }
 
 impl KernelLaunch {
+    /// This launch with `extra` defines beside its own (borrowed when there are none): the
+    /// core adds a problem's `Modes::build_defines` this way.
+    pub fn with_defines(&self, extra: Vec<(String, String)>) -> std::borrow::Cow<'_, KernelLaunch> {
+        if extra.is_empty() {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut l = self.clone();
+        l.defines.extend(extra);
+        std::borrow::Cow::Owned(l)
+    }
+
     /// A plain launch of a grid-stride kernel over `items` work items, one per block of
     /// `threads` threads: no defines, shared memory or tensor maps.
     pub fn per_item(source: &'static str, entry: &'static str, items: usize, threads: u32) -> Self {

@@ -168,20 +168,6 @@ impl Modes {
         }
     }
 
-    /// `launch` with [`build_defines`](Self::build_defines) added (borrowed when there are none).
-    pub fn with_build_defines<'l>(
-        &self,
-        launch: &'l crate::launch_plan::KernelLaunch,
-    ) -> std::borrow::Cow<'l, crate::launch_plan::KernelLaunch> {
-        let extra = self.build_defines();
-        if extra.is_empty() {
-            return std::borrow::Cow::Borrowed(launch);
-        }
-        let mut l = launch.clone();
-        l.defines.extend(extra);
-        std::borrow::Cow::Owned(l)
-    }
-
     pub fn is_dense(&self) -> bool {
         *self == Modes::default()
     }
