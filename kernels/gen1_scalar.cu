@@ -15,7 +15,7 @@
 #include "common/kv_rows.cuh"
 
 #define SCALAR_THREADS 128
-#define SCALAR_MAX_HEAD_DIM 256
+#define SCALAR_MAX_HEAD_DIM 512  // gen1-scalar's capabilities (q_row and acc: 4 KiB of shared memory)
 
 // Block-wide reduction through shared memory; every thread gets the result.
 template <bool IsMax>

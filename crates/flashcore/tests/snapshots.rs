@@ -77,7 +77,7 @@ fn messages_for_bad_input() {
         text.push_str(&format!("  {what}: {}\n", r.unwrap_err()));
     }
     let unsupported = [
-        ("head_dim 257", AttentionProblem::new(1, 8, 512, 257)),
+        ("head_dim 513", AttentionProblem::new(1, 8, 512, 513)),
         ("head_dim 72", AttentionProblem::new(1, 8, 512, 72)),
         ("head_dim 7", AttentionProblem::new(1, 8, 512, 7)),
         (

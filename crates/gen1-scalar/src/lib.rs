@@ -1,7 +1,7 @@
 //! Generation 1: the scalar baseline (`kernels/gen1_scalar.cu`).
 //!
 //! One block of 128 threads per query row, online softmax with f32 state, a shared-memory output
-//! accumulator, no tensor cores. It takes every dtype, head dim 1..=256, causal, GQA, any
+//! accumulator, no tensor cores. It takes every dtype, head dim 1..=512, causal, GQA, any
 //! lengths and any strides, and every inference mode (varlen, KV cache, pages, windows, softcap,
 //! ALiBi: `docs/MODES.md`): it is the GPU-side correctness anchor the faster generations are
 //! compared with.
@@ -18,6 +18,11 @@ use flashcore_core::{
 
 /// Threads per block; must match SCALAR_THREADS in the kernel.
 const THREADS_PER_ROW: u32 = 128;
+/// The forward's largest head dim (SCALAR_MAX_HEAD_DIM): 512, so that every head dim a model
+/// uses has at least this correct path.
+const MAX_HEAD_DIM: usize = 512;
+/// The backward's (SCALAR_BWD_MAX_HEAD_DIM, its per-thread columns).
+const BWD_MAX_HEAD_DIM: usize = 256;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Scalar;
@@ -32,7 +37,7 @@ impl Attention for Scalar {
             dtypes: &DType::ALL,
             head_dims: HeadDims::Range {
                 min: 1,
-                max: 256,
+                max: MAX_HEAD_DIM,
                 multiple_of: 1,
             },
             causal: true,
@@ -70,6 +75,11 @@ impl AttentionBackward for Scalar {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             modes: ModeSupport::NONE,
+            head_dims: HeadDims::Range {
+                min: 1,
+                max: BWD_MAX_HEAD_DIM,
+                multiple_of: 1,
+            },
             ..Attention::capabilities(self)
         }
     }
