@@ -332,13 +332,13 @@ fn head_dim_zero_is_exit_2() {
 #[test]
 fn head_dim_no_generation_takes_is_exit_2_before_the_device() {
     let f = Files::new();
-    write_npy(&f.path("q300.npy"), &[1, 4, 2, 300], "<f4");
-    write_npy(&f.path("k300.npy"), &[1, 4, 2, 300], "<f4");
+    write_npy(&f.path("q600.npy"), &[1, 4, 2, 600], "<f4");
+    write_npy(&f.path("k600.npy"), &[1, 4, 2, 600], "<f4");
     let o = f.run(
-        &[("q", "q300.npy"), ("k", "k300.npy"), ("v", "k300.npy")],
+        &[("q", "q600.npy"), ("k", "k600.npy"), ("v", "k600.npy")],
         &[],
     );
-    assert_input_error(&o, "head_dim 300");
+    assert_input_error(&o, "head_dim 600");
     // A named generation that lacks the head dim (every fast one lacks 63) says so too.
     write_npy(&f.path("q63.npy"), &[1, 4, 2, 63], "<f4");
     write_npy(&f.path("k63.npy"), &[1, 4, 2, 63], "<f4");

@@ -51,15 +51,23 @@ fn head_dims_a_fast_generation_lacks_fall_back_to_one_that_has_them() {
 }
 
 #[test]
-fn head_dim_over_256_or_zero_has_no_generation() {
-    for d in [0, 257, 512, 1 << 20] {
+fn head_dim_over_512_or_zero_has_no_generation() {
+    for d in [0, 513, 1024, 1 << 20] {
         let p = AttentionProblem::new(1, 4, 64, d);
         assert!(best_for(&p, &h100()).is_none(), "d = {d}");
     }
-    let p = AttentionProblem::new(1, 4, 64, 257);
+    let p = AttentionProblem::new(1, 4, 64, 513);
     for k in kernels() {
         let e = k.supports(&p, &h100()).unwrap_err();
-        assert!(e.reason.contains("257"), "{}: {e}", k.name());
+        assert!(e.reason.contains("513"), "{}: {e}", k.name());
+    }
+    // Past 256 the scalar forward is the one path, up to 512.
+    for d in [257, 512] {
+        assert_eq!(
+            best(&AttentionProblem::new(1, 4, 64, d), &h100()),
+            "scalar",
+            "d = {d}"
+        );
     }
 }
 

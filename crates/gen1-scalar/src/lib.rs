@@ -142,10 +142,17 @@ mod tests {
     }
 
     #[test]
-    fn head_dims_past_256_are_unsupported_with_a_reason() {
-        let p = AttentionProblem::new(1, 1, 8, 257);
+    fn head_dims_past_512_are_unsupported_with_a_reason_and_the_backward_stops_at_256() {
+        let h100 = DeviceInfo::synthetic_h100();
         let err = Scalar
-            .supports(&p, &DeviceInfo::synthetic_h100())
+            .supports(&AttentionProblem::new(1, 1, 8, 513), &h100)
+            .unwrap_err();
+        assert!(err.reason.contains("head_dim 513"), "{err}");
+        Scalar
+            .supports(&AttentionProblem::new(1, 1, 8, 512), &h100)
+            .unwrap();
+        let err = Scalar
+            .plan_backward(&AttentionProblem::new(1, 1, 8, 257), &h100)
             .unwrap_err();
         assert!(err.reason.contains("head_dim 257"), "{err}");
     }
