@@ -168,6 +168,12 @@ impl Modes {
         }
     }
 
+    /// The left window as a bound on the keys a row sees, for plans that size work by it: none
+    /// with `mm_prefix_ranges`, whose ranges reach left of the window.
+    pub fn key_window_left(&self) -> Option<usize> {
+        self.window_left.filter(|_| self.mm_prefix.is_none())
+    }
+
     pub fn is_dense(&self) -> bool {
         *self == Modes::default()
     }

@@ -209,20 +209,11 @@ pub fn units(problem: &AttentionProblem, route: Route) -> usize {
         .saturating_mul(tiles)
 }
 
-/// The left window that bounds the keys a unit visits: none with `mm_prefix_ranges`, whose
-/// ranges reach left of it.
-fn key_window_left(problem: &AttentionProblem) -> Option<usize> {
-    problem
-        .modes
-        .window_left
-        .filter(|_| problem.modes.mm_prefix.is_none())
-}
-
 /// Key tiles the longest unit visits at most (a window bounds it; the masks' exact ranges are
 /// the kernel's).
 pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
     let mut keys = problem.seq_k + problem.modes.append.unwrap_or(0);
-    if let Some(w) = key_window_left(problem) {
+    if let Some(w) = problem.modes.key_window_left() {
         keys = keys.min(w.saturating_add(problem.seq_q).saturating_add(1));
     }
     keys.div_ceil(KV_TILE_ROWS)
@@ -233,7 +224,7 @@ pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
 /// size their split count by it, so it must never be short.
 pub fn visited_tiles_bound(problem: &AttentionProblem) -> usize {
     let all = (problem.seq_k + problem.modes.append.unwrap_or(0)).div_ceil(KV_TILE_ROWS);
-    let window_left = key_window_left(problem).is_some();
+    let window_left = problem.modes.key_window_left().is_some();
     all.min(max_key_tiles(problem) + usize::from(window_left))
 }
 
