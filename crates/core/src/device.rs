@@ -8,7 +8,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStrea
 
 use crate::compile::{self, CompileRequest};
 use crate::dtype::DType;
-use crate::error::Error;
+use crate::error::{Error, Unsupported};
 use crate::toolkit;
 
 /// What kernels plan against: read from the device once.
@@ -53,6 +53,30 @@ impl DeviceInfo {
             l2_bytes: 6 * 1024 * 1024,
             total_memory: 24 << 30,
         }
+    }
+
+    /// `Unsupported` for `kernel` unless `bytes` of shared memory fit one block: under the opt-in
+    /// limit when the kernel opts in (dynamic shared memory past the default), else under the
+    /// default one. `holding` (may be empty) says what the bytes hold, for the reason.
+    pub fn require_shared_memory(
+        &self,
+        kernel: &'static str,
+        bytes: usize,
+        opt_in: bool,
+        holding: &str,
+    ) -> Result<(), Unsupported> {
+        let (limit, how) = if opt_in {
+            (self.max_shared_memory_per_block_optin, " with opt-in")
+        } else {
+            (self.max_shared_memory_per_block, "")
+        };
+        if bytes <= limit as usize {
+            return Ok(());
+        }
+        Err(Unsupported::new(
+            kernel,
+            format!("needs {bytes} bytes of shared memory per block{holding}, the device allows {limit}{how}"),
+        ))
     }
 }
 

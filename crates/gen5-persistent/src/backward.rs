@@ -313,12 +313,8 @@ fn plan_with(
             dq_smem_bytes(d)
         },
     ];
-    let limit = device.max_shared_memory_per_block_optin as usize;
-    if let Some(&need) = smem.iter().find(|&&s| s > limit) {
-        return Err(Unsupported::new(
-            name,
-            format!("needs {need} bytes of shared memory per block; the device allows {limit}"),
-        ));
+    for need in smem {
+        device.require_shared_memory(name, need, true, "")?;
     }
     let mut defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
     if atomic_dq {

@@ -198,13 +198,7 @@ pub fn plan_with_tuning(
         ));
     }
     let smem = smem_bytes(d, tuning.stages, query_rows);
-    let limit = device.max_shared_memory_per_block_optin as usize;
-    if smem > limit {
-        return Err(Unsupported::new(
-            name,
-            format!("needs {smem} bytes of shared memory per block; the device allows {limit}"),
-        ));
-    }
+    device.require_shared_memory(name, smem, true, "")?;
     let workspace = workspace_f32(problem, query_rows)
         .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
     // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
