@@ -42,7 +42,8 @@ pub use host::{
 pub use launch::{forward_on, forward_with_kvcache, KvAppend};
 pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
 pub use plan::{
-    Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
+    Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
+    Swizzle, TensorMapSpec,
 };
 pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};
 pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};

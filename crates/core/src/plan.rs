@@ -232,6 +232,124 @@ pub trait Attention: Send + Sync {
     }
 }
 
+/// A kernel that takes one (batch, q head, query tile) item per block (generations 2-4): their
+/// plans are its one launch, once the head dim and the block's shared memory pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QTileKernel {
+    pub source: &'static str,
+    pub entry: &'static str,
+    pub q_tile_rows: usize,
+    pub warps: u32,
+    /// Built per head dim (`FC_HEAD_DIM`) rather than taking it at run time.
+    pub per_head_dim: bool,
+}
+
+/// The shared memory of one block, as the launch asks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockSharedMemory {
+    /// Declared in the kernel: the default limit applies, the launch asks for none.
+    Static(usize),
+    /// Asked for at launch, within the default limit.
+    Dynamic(usize),
+    /// Asked for at launch, past the default limit where the device allows it.
+    DynamicOptIn(usize),
+}
+
+impl QTileKernel {
+    /// A kernel built per head dim.
+    pub const fn new(
+        source: &'static str,
+        entry: &'static str,
+        q_tile_rows: usize,
+        warps: u32,
+    ) -> Self {
+        QTileKernel {
+            source,
+            entry,
+            q_tile_rows,
+            warps,
+            per_head_dim: true,
+        }
+    }
+
+    /// The same kernel taking the head dim at run time (one build for all).
+    pub const fn runtime_head_dim(self) -> Self {
+        QTileKernel {
+            per_head_dim: false,
+            ..self
+        }
+    }
+
+    /// The plan of `attention`, whose kernel this is: `Unsupported` unless the head dim is one
+    /// its capabilities list and the block's shared memory at that head dim, `smem(head_dim)`
+    /// (only sized once the head dim passes), fits.
+    pub fn plan(
+        &self,
+        attention: &dyn Attention,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+        smem: impl FnOnce(usize) -> BlockSharedMemory,
+    ) -> Result<LaunchPlan, Unsupported> {
+        let (name, d) = (attention.name(), problem.head_dim);
+        attention.capabilities().require_head_dim(name, d)?;
+        let (bytes, dynamic, opt_in) = match smem(d) {
+            BlockSharedMemory::Static(bytes) => (bytes, 0, false),
+            BlockSharedMemory::Dynamic(bytes) => (bytes, bytes, false),
+            BlockSharedMemory::DynamicOptIn(bytes) => (bytes, bytes, true),
+        };
+        device.require_shared_memory(name, bytes, opt_in, &format!(" at head_dim {d}"))?;
+        let defines = if self.per_head_dim {
+            vec![("FC_HEAD_DIM".into(), d.to_string())]
+        } else {
+            vec![]
+        };
+        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
+            self.source,
+            self.entry,
+            defines,
+            problem,
+            self.q_tile_rows,
+            self.warps,
+            dynamic as u32,
+        )))
+    }
+}
+
+/// A forward generation's unit struct and its [`Attention`] impl, the shape every single-kernel
+/// generation repeats: all that differs is the name, the body of `plan` (`plan: |problem,
+/// device| ...`, an expression of type `Result<LaunchPlan, Unsupported>`) and the capabilities.
+#[macro_export]
+macro_rules! attention_generation {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $ty:ident: $name:literal,
+        plan: |$problem:ident, $device:ident| $plan:expr,
+        capabilities: $capabilities:expr $(,)?
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default)]
+        $vis struct $ty;
+
+        impl $crate::Attention for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn capabilities(&self) -> $crate::Capabilities {
+                $capabilities
+            }
+
+            fn plan(
+                &self,
+                $problem: &$crate::AttentionProblem,
+                $device: &$crate::DeviceInfo,
+            ) -> ::std::result::Result<$crate::LaunchPlan, $crate::Unsupported> {
+                $plan
+            }
+        }
+    };
+}
+
 /// Validates, plans and launches `attention` on `tensors`, on the device's stream.
 /// Asynchronous: returns once the launches are queued (call `Device::synchronize` to surface
 /// faults).

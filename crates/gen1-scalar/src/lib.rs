@@ -24,36 +24,9 @@ const MAX_HEAD_DIM: usize = 512;
 /// The backward's (SCALAR_BWD_MAX_HEAD_DIM, its per-thread columns).
 const BWD_MAX_HEAD_DIM: usize = 256;
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Scalar;
-
-impl Attention for Scalar {
-    fn name(&self) -> &'static str {
-        "scalar"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            dtypes: &DType::ALL,
-            head_dims: HeadDims::Range {
-                min: 1,
-                max: MAX_HEAD_DIM,
-                multiple_of: 1,
-            },
-            causal: true,
-            gqa: true,
-            layouts: &Layout::ALL,
-            min_compute_capability: (8, 0),
-            alignment_elems: 1,
-            modes: ModeSupport::ALL,
-        }
-    }
-
-    fn plan(
-        &self,
-        problem: &AttentionProblem,
-        _device: &DeviceInfo,
-    ) -> Result<LaunchPlan, Unsupported> {
+flashcore_core::attention_generation! {
+    pub struct Scalar: "scalar",
+    plan: |problem, _device| {
         let rows = problem.batch * problem.heads_q * problem.seq_q;
         Ok(LaunchPlan::single(KernelLaunch::per_item(
             "gen1_scalar.cu",
@@ -61,7 +34,21 @@ impl Attention for Scalar {
             rows,
             THREADS_PER_ROW,
         )))
-    }
+    },
+    capabilities: Capabilities {
+        dtypes: &DType::ALL,
+        head_dims: HeadDims::Range {
+            min: 1,
+            max: MAX_HEAD_DIM,
+            multiple_of: 1,
+        },
+        causal: true,
+        gqa: true,
+        layouts: &Layout::ALL,
+        min_compute_capability: (8, 0),
+        alignment_elems: 1,
+        modes: ModeSupport::ALL,
+    },
 }
 
 /// Threads per block of the backward kernels; must match SCALAR_BWD_THREADS.

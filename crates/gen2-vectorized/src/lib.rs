@@ -6,10 +6,7 @@
 //! K/V tiles staged in shared memory as f32, and reductions are warp shuffles. Head dim is a run
 //! time value: any multiple of 8 from 8 to 256. See `docs/generations/gen2-vectorized.md`.
 
-use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
-    Unsupported,
-};
+use flashcore_core::{BlockSharedMemory, Capabilities, HeadDims, QTileKernel};
 
 /// Warps per block; VEC_WARPS in the kernel.
 const WARPS: u32 = 4;
@@ -34,64 +31,30 @@ fn smem_bytes(head_dim: usize) -> usize {
     2 * tile_rows(head_dim) * head_dim * std::mem::size_of::<f32>()
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Vectorized;
-
-impl Attention for Vectorized {
-    fn name(&self) -> &'static str {
-        "vectorized"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        // 16-byte vector loads and bf16 conversions: sm_80
-        Capabilities::all_features(
-            HeadDims::Range {
-                min: MIN_HEAD_DIM,
-                max: MAX_HEAD_DIM,
-                multiple_of: 8,
-            },
-            (8, 0),
-        )
-    }
-
-    fn plan(
-        &self,
-        problem: &AttentionProblem,
-        device: &DeviceInfo,
-    ) -> Result<LaunchPlan, Unsupported> {
-        let d = problem.head_dim;
-        // The capabilities already say this; repeated because the tile size divides by d.
-        if !(MIN_HEAD_DIM..=MAX_HEAD_DIM).contains(&d) || !d.is_multiple_of(8) {
-            return Err(Unsupported::new(
-                self.name(),
-                format!("head_dim {d} is not a multiple of 8 in {MIN_HEAD_DIM}..={MAX_HEAD_DIM}"),
-            ));
-        }
-        let smem = smem_bytes(d);
-        if smem > device.max_shared_memory_per_block as usize {
-            return Err(Unsupported::new(
-                self.name(),
-                format!(
-                    "needs {smem} bytes of shared memory per block, the device allows {}",
-                    device.max_shared_memory_per_block
-                ),
-            ));
-        }
-        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
-            "gen2_vectorized.cu",
-            "attention_vectorized",
-            vec![],
-            problem,
-            BLOCK_M,
-            WARPS,
-            smem as u32,
-        )))
-    }
+flashcore_core::attention_generation! {
+    pub struct Vectorized: "vectorized",
+    plan: |problem, device| {
+        let kernel = QTileKernel::new("gen2_vectorized.cu", "attention_vectorized", BLOCK_M, WARPS);
+        // One build for every head dim.
+        let kernel = kernel.runtime_head_dim();
+        kernel.plan(&Vectorized, problem, device, |d| BlockSharedMemory::Dynamic(smem_bytes(d)))
+    },
+    // 16-byte vector loads and bf16 conversions: sm_80. The plan checks the head dims again
+    // before sizing the tile, which divides by them.
+    capabilities: Capabilities::all_features(
+        HeadDims::Range {
+            min: MIN_HEAD_DIM,
+            max: MAX_HEAD_DIM,
+            multiple_of: 8,
+        },
+        (8, 0),
+    ),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashcore_core::{Attention, AttentionProblem, DeviceInfo};
 
     #[test]
     fn shared_memory_fits_without_opt_in_for_every_head_dim() {

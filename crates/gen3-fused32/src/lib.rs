@@ -7,10 +7,7 @@
 //! cp.async and read with ldmatrix; nothing is pipelined yet (that is generation 4).
 //! See `docs/generations/gen3-fused32.md`.
 
-use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
-    Unsupported,
-};
+use flashcore_core::{BlockSharedMemory, Capabilities, HeadDims, QTileKernel};
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
 const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 256];
@@ -26,52 +23,20 @@ fn static_smem_bytes(head_dim: usize) -> usize {
     (Q_TILE_ROWS + 2 * KV_TILE_ROWS) * head_dim * 2
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Fused32;
-
-impl Attention for Fused32 {
-    fn name(&self) -> &'static str {
-        "fused32"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        // mma.sync bf16, ldmatrix and cp.async: sm_80
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
-    }
-
-    fn plan(
-        &self,
-        problem: &AttentionProblem,
-        device: &DeviceInfo,
-    ) -> Result<LaunchPlan, Unsupported> {
-        let d = problem.head_dim;
-        self.capabilities().require_head_dim(self.name(), d)?;
-        let smem = static_smem_bytes(d);
-        if smem > device.max_shared_memory_per_block as usize {
-            return Err(Unsupported::new(
-                self.name(),
-                format!(
-                    "needs {smem} bytes of static shared memory per block (3 tiles of 32 x {d}), \
-                     the device allows {}",
-                    device.max_shared_memory_per_block
-                ),
-            ));
-        }
-        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
-            "gen3_fused32.cu",
-            "attention_fused32",
-            vec![("FC_HEAD_DIM".into(), d.to_string())],
-            problem,
-            Q_TILE_ROWS,
-            WARPS,
-            0,
-        )))
-    }
+flashcore_core::attention_generation! {
+    pub struct Fused32: "fused32",
+    plan: |problem, device| {
+        let kernel = QTileKernel::new("gen3_fused32.cu", "attention_fused32", Q_TILE_ROWS, WARPS);
+        kernel.plan(&Fused32, problem, device, |d| BlockSharedMemory::Static(static_smem_bytes(d)))
+    },
+    // mma.sync bf16, ldmatrix and cp.async: sm_80
+    capabilities: Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashcore_core::{Attention, AttentionProblem, DeviceInfo};
 
     #[test]
     fn every_head_dim_fits_the_static_48_kb() {

@@ -9,10 +9,7 @@
 //! in through the shared block-info, score-modifier and K/V-row headers. See
 //! `docs/generations/gen4-tile64.md`.
 
-use flashcore_core::{
-    Attention, AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan,
-    ModeSupport, Unsupported,
-};
+use flashcore_core::{BlockSharedMemory, Capabilities, HeadDims, ModeSupport, QTileKernel};
 
 /// Head dims the kernel is compiled for (FC_HEAD_DIM); each is its own module.
 const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 256];
@@ -40,57 +37,23 @@ fn dynamic_smem_bytes(head_dim: usize) -> usize {
     tiles * tile
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Tile64;
-
-impl Attention for Tile64 {
-    fn name(&self) -> &'static str {
-        "tile64"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        // mma.sync bf16, ldmatrix and cp.async: sm_80
-        Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::ALL)
-    }
-
-    fn plan(
-        &self,
-        problem: &AttentionProblem,
-        device: &DeviceInfo,
-    ) -> Result<LaunchPlan, Unsupported> {
-        let d = problem.head_dim;
-        self.capabilities().require_head_dim(self.name(), d)?;
-        let smem = dynamic_smem_bytes(d);
-        if smem > device.max_shared_memory_per_block_optin as usize {
-            return Err(Unsupported::new(
-                self.name(),
-                format!(
-                    "head_dim {d} needs {smem} bytes of shared memory per block (double-buffered \
-                     64 x {d} K and V tiles{}), the device allows {} with opt-in",
-                    if d > MAX_HEAD_DIM_Q_IN_REGISTERS {
-                        " plus a Q tile"
-                    } else {
-                        ""
-                    },
-                    device.max_shared_memory_per_block_optin
-                ),
-            ));
-        }
-        Ok(LaunchPlan::single(KernelLaunch::per_q_tile(
-            "gen4_tile64.cu",
-            "attention_tile64",
-            vec![("FC_HEAD_DIM".into(), d.to_string())],
-            problem,
-            Q_TILE_ROWS,
-            WARPS,
-            smem as u32,
-        )))
-    }
+flashcore_core::attention_generation! {
+    pub struct Tile64: "tile64",
+    plan: |problem, device| {
+        let kernel = QTileKernel::new("gen4_tile64.cu", "attention_tile64", Q_TILE_ROWS, WARPS);
+        kernel.plan(&Tile64, problem, device, |d| {
+            BlockSharedMemory::DynamicOptIn(dynamic_smem_bytes(d))
+        })
+    },
+    // mma.sync bf16, ldmatrix and cp.async: sm_80
+    capabilities: Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0))
+        .with_modes(ModeSupport::ALL),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashcore_core::{Attention, AttentionProblem, DeviceInfo};
 
     #[test]
     fn shared_memory_formula() {
