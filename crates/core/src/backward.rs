@@ -23,6 +23,7 @@ use ndarray::{Array4, ArrayView3, ArrayView4};
 use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
 use crate::error::{Error, InvalidProblem, Unsupported};
+use crate::execute::Guards;
 use crate::host::{download, nan_bits, HostElement};
 use crate::launch_plan::{LaunchPlan, TensorMapSpec};
 use crate::params::AttentionParams;
@@ -261,21 +262,15 @@ pub fn backward_on(
     }
     let mut params = AttentionParams::from_problem(problem);
     let mut bwd = BackwardParams::from_problem(problem);
-    // The guards record each tensor's use on `stream` when dropped, after the last launch.
-    let mut guards = Vec::with_capacity(9);
-    let mut keep = |(ptr, guard)| {
-        guards.push(guard);
-        ptr
-    };
-    params.q = keep(t.q.data.device_ptr(stream));
-    params.k = keep(t.k.data.device_ptr(stream));
-    params.v = keep(t.v.data.device_ptr(stream));
-    params.o = keep(t.o.data.device_ptr(stream));
-    params.lse = keep(t.lse.device_ptr(stream));
-    bwd.d_o = keep(t.d_o.data.device_ptr(stream));
-    bwd.dq = keep(t.dq.data.device_ptr_mut(stream));
-    bwd.dk = keep(t.dk.data.device_ptr_mut(stream));
-    bwd.dv = keep(t.dv.data.device_ptr_mut(stream));
+    // Held until after the last launch (see `Guards`).
+    let mut guards = Guards::default();
+    guards.set_qkv(&mut params, [&t.q, &t.k, &t.v], stream);
+    params.o = guards.keep(t.o.data.device_ptr(stream));
+    params.lse = guards.keep(t.lse.device_ptr(stream));
+    bwd.d_o = guards.keep(t.d_o.data.device_ptr(stream));
+    bwd.dq = guards.keep(t.dq.data.device_ptr_mut(stream));
+    bwd.dk = guards.keep(t.dk.data.device_ptr_mut(stream));
+    bwd.dv = guards.keep(t.dv.data.device_ptr_mut(stream));
     let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {

@@ -15,7 +15,7 @@ use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan};
 use crate::params::AttentionParams;
 use crate::problem::AttentionProblem;
 use crate::tensor_map::encode_tensor_maps;
-use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, TensorMut};
+use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, TensorMut, TensorRef};
 
 /// Writes `new.k_new`/`new.v_new` into the caches at `seqused_k[b]` (`core_append_kv.cu`);
 /// the caller has checked their lengths and dtypes.
@@ -29,7 +29,8 @@ pub(crate) fn append_kv(
     new: &KvAppend<'_>,
 ) -> Result<(), Error> {
     let mut params = AttentionParams::from_problem(problem);
-    let _tables = set_table_pointers(&mut params, tables, stream);
+    let mut table_uses = Guards::default();
+    set_table_pointers(&mut params, tables, stream, &mut table_uses);
     // The append writes the caches: their uses are recorded as writes, after the launch.
     let (k, _wk) = k_cache.data.device_ptr_mut(stream);
     let (v, _wv) = v_cache.data.device_ptr_mut(stream);
@@ -44,43 +45,57 @@ pub(crate) fn append_kv(
     launch_with(device, stream, problem.dtype, &append, &params, &extra)
 }
 
-/// The tensors' and tables' device addresses into the parameter block. The returned guards
-/// record each tensor's use on `stream` (cudarc's read/write events, which order other streams
-/// behind this call) when dropped: hold them until the plan's last launch is queued.
+/// The guards of the device addresses one call hands its kernels: each records its tensor's use
+/// on the stream (cudarc's read/write events, which order other streams behind this call) when
+/// dropped, so hold them until the plan's last launch is queued.
+#[derive(Default)]
+pub(crate) struct Guards<'s>(Vec<SyncOnDrop<'s>>);
+
+impl<'s> Guards<'s> {
+    /// The address of a `device_ptr` or `device_ptr_mut` call, its guard kept.
+    pub(crate) fn keep(&mut self, (ptr, guard): (u64, SyncOnDrop<'s>)) -> u64 {
+        self.0.push(guard);
+        ptr
+    }
+
+    /// Q, K and V's addresses into the parameter block: the inputs forward and backward read
+    /// alike.
+    pub(crate) fn set_qkv(
+        &mut self,
+        params: &mut AttentionParams,
+        [q, k, v]: [&'s TensorRef<'_>; 3],
+        stream: &'s CudaStream,
+    ) {
+        params.q = self.keep(q.data.device_ptr(stream));
+        params.k = self.keep(k.data.device_ptr(stream));
+        params.v = self.keep(v.data.device_ptr(stream));
+    }
+}
+
+/// The tensors' and tables' device addresses into the parameter block, with their guards.
 fn set_pointers<'s>(
     params: &mut AttentionParams,
     t: &'s mut AttentionTensors<'_>,
     stream: &'s CudaStream,
-) -> Vec<SyncOnDrop<'s>> {
-    let mut guards = Vec::with_capacity(10);
-    let mut keep = |(ptr, guard): (u64, SyncOnDrop<'s>)| {
-        guards.push(guard);
-        ptr
-    };
-    params.q = keep(t.q.data.device_ptr(stream));
-    params.k = keep(t.k.data.device_ptr(stream));
-    params.v = keep(t.v.data.device_ptr(stream));
-    params.o = keep(t.o.data.device_ptr_mut(stream));
-    params.lse = keep(t.lse.device_ptr_mut(stream));
-    guards.extend(set_table_pointers(params, &t.tables, stream));
+) -> Guards<'s> {
+    let mut guards = Guards::default();
+    guards.set_qkv(params, [&t.q, &t.k, &t.v], stream);
+    params.o = guards.keep(t.o.data.device_ptr_mut(stream));
+    params.lse = guards.keep(t.lse.device_ptr_mut(stream));
+    set_table_pointers(params, &t.tables, stream, &mut guards);
     guards
 }
 
-/// The tables' device addresses into the parameter block (0 for a table the problem lacks), with
-/// their guards (see [`set_pointers`]).
+/// The tables' device addresses into the parameter block (0 for a table the problem lacks), their
+/// guards into `guards`.
 fn set_table_pointers<'s>(
     params: &mut AttentionParams,
     tb: &'s DeviceTables<'_>,
     stream: &'s CudaStream,
-) -> Vec<SyncOnDrop<'s>> {
-    let mut guards = Vec::with_capacity(5);
-    let mut ptr = |v: &'s Option<cudarc::driver::CudaView<'_, i32>>| match v {
-        Some(v) => {
-            let (p, g) = v.device_ptr(stream);
-            guards.push(g);
-            p
-        }
-        None => 0,
+    guards: &mut Guards<'s>,
+) {
+    let mut ptr = |v: &'s Option<cudarc::driver::CudaView<'_, i32>>| {
+        v.as_ref().map_or(0, |v| guards.keep(v.device_ptr(stream)))
     };
     params.cu_seqlens_q = ptr(&tb.cu_seqlens_q);
     params.cu_seqlens_k = ptr(&tb.cu_seqlens_k);
@@ -88,11 +103,8 @@ fn set_table_pointers<'s>(
     params.block_table = ptr(&tb.block_table);
     params.mm_prefix_ranges = ptr(&tb.mm_prefix_ranges);
     if let Some(v) = &tb.alibi_slopes {
-        let (p, g) = v.device_ptr(stream);
-        guards.push(g);
-        params.alibi_slopes = p;
+        params.alibi_slopes = guards.keep(v.device_ptr(stream));
     }
-    guards
 }
 
 pub(crate) fn check_pointer_alignment(
