@@ -53,7 +53,8 @@
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
 //
-// Defines: FC_HEAD_DIM (64|128, required), FC_HOPPER_BLOCK_N (keys per tile, 64|128|176, default 128),
+// Defines: FC_HEAD_DIM (64|128|192|256, required), FC_HOPPER_PADDED_HEAD (0|1, default 0: the
+// problem's head dim is padded up to FC_HEAD_DIM; config.cuh), FC_HOPPER_BLOCK_N (keys per tile, 64|80|112|128|176, default 128),
 // FC_HOPPER_STAGES (K/V ring depth, default 2), FC_HOPPER_OVERLAP (0|1, default 0),
 // FC_HOPPER_L2_SECTION_BYTES (K/V bytes the scheduler tries to keep hot, default 32 MiB),
 // FC_HOPPER_PINGPONG (0|1, default 0), FC_HOPPER_Q_STAGES (1|2, default 1),
@@ -423,8 +424,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
                             for (int j = 0; j < D / 8; ++j) {
-                                *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
-                                    pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                                if (o_block_written(p.head_dim, j))
+                                    *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
+                                        pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                             }
                             if ((lane & 3) == 0) {
                                 p.lse[block_lse_offset(p, seq, b, h, grow)] =
@@ -446,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                             row[2 * j] = o[4 * j + 2 * r];
                             row[2 * j + 1] = o[4 * j + 2 * r + 1];
                         }
-                        store_row_blocks<D / 8>(orow, row, inv, 0, lane);
+                        store_row_blocks<D / 8>(orow, row, inv, 0, lane, p.head_dim);
                         if (grow < seq.len_q && (lane & 3) == 0) {
                             p.lse[block_lse_offset(p, seq, b, h, grow)] =
                                 row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);

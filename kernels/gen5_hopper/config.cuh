@@ -5,10 +5,18 @@
 #pragma once
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=64 or 128"
+#error "compile with -DFC_HEAD_DIM=64, 128, 192 or 256"
 #endif
-#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128
-#error "gen5_persistent_hopper supports FC_HEAD_DIM 64 and 128"
+#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128 && FC_HEAD_DIM != 192 && FC_HEAD_DIM != 256
+#error "gen5_persistent_hopper supports FC_HEAD_DIM 64, 128, 192 and 256"
+#endif
+// 1: the problem's head dim (p.head_dim, a multiple of 8) is below the build's and padded up to it
+// (FlashAttention-2's rounding: the plan takes every multiple of 8 up to 256 in the next build of
+// 64 columns). The tensor maps' rows are the problem's, so TMA fills Q's and K's columns past it
+// with zeros (they add nothing to QK^T) and V's too (O's columns past it stay 0); the epilogues
+// write only its columns. A run-time bound, so one module serves every padded head dim.
+#ifndef FC_HOPPER_PADDED_HEAD
+#define FC_HOPPER_PADDED_HEAD 0
 #endif
 #ifndef FC_HOPPER_BLOCK_N
 #define FC_HOPPER_BLOCK_N 128
@@ -207,6 +215,7 @@ enum : bool {
     SPLIT_KV = FC_HOPPER_SPLIT_KV != 0,
     SMEM_EPILOGUE = FC_HOPPER_SMEM_EPILOGUE != 0,
     PREFETCH = FC_HOPPER_PREFETCH != 0,
+    PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0,
 #if defined(FC_HOPPER_DEBUG)
     DEBUG_CHECKS = true,
 #else
@@ -232,7 +241,8 @@ constexpr int PRODUCER_REGS = CONSUMER_WGS == 3 ? 32 : CONSUMER_REGS >= 240 ? 24
 // BAR_PAIR: both consumer warpgroups, for the key-split exchange.
 enum : unsigned { BAR_SCHED = 1, BAR_WG = 1 + CONSUMER_WGS, BAR_PAIR = 1 + 2 * CONSUMER_WGS };
 
-static_assert(BN == 64 || BN == 128 || BN == 176, "FC_HOPPER_BLOCK_N must be 64, 128 or 176");
+static_assert(BN == 64 || BN == 80 || BN == 112 || BN == 128 || BN == 176,
+              "FC_HOPPER_BLOCK_N must be 64, 80, 112, 128 or 176");
 static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2");
 static_assert(CONSUMER_WGS == 3 || CONSUMER_REGS == 232 || CONSUMER_REGS == 240, "FC_HOPPER_CONSUMER_REGS must be 232 or 240");
@@ -256,6 +266,10 @@ __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
 // runs under the previous kernel. (The modes build's units read the sequence tables, which the
 // previous kernel may write.)
 enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC && !FC_HOPPER_MODES };
+
+// Whether O's 8-column block j is one of the problem's `head_dim` columns (not a padded build's
+// zero columns).
+__device__ __forceinline__ bool o_block_written(int head_dim, int j) { return !PADDED_HEAD || 8 * j < head_dim; }
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

@@ -168,8 +168,9 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, grow);
 #pragma unroll
             for (int j = 0; j < D / 8; ++j) {
-                *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
-                    pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                if (o_block_written(p.head_dim, j))
+                    *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
+                        pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
             }
             if ((lane & 3) == 0) {
                 p.lse[lse_offset(p, w.b, w.h, grow)] =

@@ -236,7 +236,7 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     const bool r1 = cluster_cta_rank() != 0;
     const int grow = grow0 + (r1 ? 8 : 0);
     const KeyRange row_keys = r1 ? keys[1] : keys[0];
-    store_row_blocks<H>(r1 ? orow[1] : orow[0], row, row_inverse(pw.l, row_keys), mine, lane);
+    store_row_blocks<H>(r1 ? orow[1] : orow[0], row, row_inverse(pw.l, row_keys), mine, lane, p.head_dim);
     if (first && grow < seq.len_q && (lane & 3) == 0)
         p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] = row_natural_lse(pw.l, pw.m, row_keys, c);
 #else
@@ -249,7 +249,7 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
             row[2 * j] = keep[4 * j + 2 * r];
             row[2 * j + 1] = keep[4 * j + 2 * r + 1];
         }
-        store_row_blocks<H>(orow[r], row, row_inverse(lsum[r], keys[r]), mine, lane);
+        store_row_blocks<H>(orow[r], row, row_inverse(lsum[r], keys[r]), mine, lane, p.head_dim);
         if (first && grow < seq.len_q && (lane & 3) == 0)
             p.lse[block_lse_offset(p, seq, w.b, w.h, grow)] = row_natural_lse(lsum[r], mx[r], keys[r], c);
     }

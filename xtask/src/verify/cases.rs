@@ -216,7 +216,7 @@ pub(super) fn dense_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedS
 pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
     let dims: Vec<usize> = match &caps.head_dims {
         HeadDims::List(l) => l.to_vec(),
-        h => [h_min(h), 64, 128, 256, 512]
+        h => [h_min(h), 64, 128, 192, 256, 512]
             .into_iter()
             .filter(|d| h.contains(*d))
             .collect(),

@@ -8,13 +8,19 @@ use super::heuristics::{
     key_split_shaped, KEY_SPLIT_STAGES_D64,
 };
 use super::smem::{
-    barrier_area_bytes, cluster_exchange_bytes, key_split_exchange_bytes, smem_bytes_with_tiles,
-    BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
+    barrier_area_bytes, build_head_dim, cluster_exchange_bytes, key_split_exchange_bytes,
+    smem_bytes_with_tiles, BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
 };
 use crate::env::{Env, Overridable};
 
 /// Keys per K/V tile at D = 128 without causal masking ([`HopperConfig::wide_noncausal`]).
 pub const WIDE_BLOCK_N: usize = 176;
+/// Keys per K/V tile of the wide-head builds, as FlashAttention-3 sizes them: at D = 192 and 256
+/// the 128-row Q tile, two K/V stages and these tiles fill the shared memory (216 and 224 KiB),
+/// and S (`BLOCK_N / 2` registers a thread) fits beside O (`D / 2`). Paged caches take them too
+/// (in 16-row page boxes): a row's keys are then summed in the same tiles as in a contiguous
+/// cache, and the two agree bit for bit (reliability's `modes`; 64-key pages broke that).
+pub const WIDE_HEAD_BLOCK_N: [(usize, usize); 2] = [(192, 112), (256, 80)];
 /// 1: FA3 intra-warpgroup overlap (softmax of S_j+1 while O += P_j V_j runs); 0: the simple
 /// serial loop. Override at run time with FLASHCORE_HOPPER_OVERLAP=0|1 (e.g. to bisect a failure).
 pub const OVERLAP: bool = true;
@@ -173,7 +179,7 @@ impl Overridable for HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_STAGES", &[2, 3, 4])? {
             c.stages = v;
         }
-        if let Some(v) = number("FLASHCORE_HOPPER_BLOCK_N", &[64, 128, 176])? {
+        if let Some(v) = number("FLASHCORE_HOPPER_BLOCK_N", &[64, 80, 112, 128, 176])? {
             c.block_n = v;
             c.wide_noncausal = false;
         }
@@ -248,6 +254,22 @@ impl HopperConfig {
     /// consumer registers). Not with split-KV or the smem epilogue, which were only measured and
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
+        // Every choice follows the build's head dim, not the padded problem's.
+        let build_d = build_head_dim(problem.head_dim);
+        let padded;
+        let problem = if build_d == problem.head_dim {
+            problem
+        } else {
+            padded = AttentionProblem {
+                head_dim: build_d,
+                softmax_scale: Some(problem.scale()),
+                ..problem.clone()
+            };
+            &padded
+        };
+        if problem.head_dim > 128 {
+            return self.wide_head(problem);
+        }
         if problem.batch_invariant {
             return self
                 .batch_invariant(problem)
@@ -278,6 +300,42 @@ impl HopperConfig {
             })),
             cluster_key_split: Some(false),
             auto_split: false,
+            ..*self
+        }
+    }
+
+    /// The wide-head builds (D = 192 and 256): two row warpgroups on one 128-row Q buffer, the
+    /// register epilogue, 240 consumer registers, and [`WIDE_HEAD_BLOCK_N`]-key tiles (or a
+    /// forced `FLASHCORE_HOPPER_BLOCK_N`). Neither key split fits: their exchange (70 KiB at
+    /// D = 256) takes the shared memory the K/V ring needs. What spills at these widths is left
+    /// out (check-kernels, 2026-11-29): split-KV (the combine holds a partial's D / 8 float4s
+    /// beside O: 24-128 bytes) and the modes build's dynamic schedule (28-48 bytes), so mode
+    /// problems take the static one. The choice follows neither the batch nor the SM count, so
+    /// it is batch invariant as it stands.
+    fn wide_head(&self, problem: &AttentionProblem) -> HopperConfig {
+        let block_n = if self.block_n != BLOCK_N {
+            self.block_n
+        } else {
+            WIDE_HEAD_BLOCK_N
+                .iter()
+                .find(|&&(d, _)| d == problem.head_dim)
+                .map_or(BLOCK_N, |&(_, n)| n)
+        };
+        HopperConfig {
+            consumer_wgs: Some(2),
+            wg_key_split: Some(false),
+            cluster_key_split: Some(false),
+            q_stages: 1,
+            smem_epilogue: Some(false),
+            consumer_regs: 240,
+            block_n,
+            splits: Some(1),
+            auto_split: false,
+            dynamic: if problem.modes.is_dense() {
+                self.dynamic
+            } else {
+                Some(false)
+            },
             ..*self
         }
     }
@@ -477,9 +535,11 @@ impl HopperConfig {
 
     /// The kernel defines. Variants at their default value are not emitted (the kernel's own
     /// defaults match), so the default plan's defines are unchanged.
+    /// `head_dim` is the problem's; the build's is the next multiple of 64 ([`build_head_dim`]).
     pub(super) fn defines(&self, head_dim: usize, l2_section: u64) -> Vec<(String, String)> {
+        let build_d = build_head_dim(head_dim);
         let mut d = vec![
-            ("FC_HEAD_DIM".to_string(), head_dim.to_string()),
+            ("FC_HEAD_DIM".to_string(), build_d.to_string()),
             ("FC_HOPPER_BLOCK_N".to_string(), self.block_n.to_string()),
             ("FC_HOPPER_STAGES".to_string(), self.stages.to_string()),
             (
@@ -491,6 +551,10 @@ impl HopperConfig {
                 format!("{l2_section}ull"),
             ),
         ];
+        if build_d != head_dim {
+            // One module for every padded head dim: the kernel bounds O's columns by p.head_dim.
+            d.push(("FC_HOPPER_PADDED_HEAD".to_string(), "1".to_string()));
+        }
         if self.pingpong {
             d.push(("FC_HOPPER_PINGPONG".to_string(), "1".to_string()));
         }

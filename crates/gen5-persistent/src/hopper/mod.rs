@@ -68,7 +68,16 @@ impl Attention for PersistentHopper {
 
     fn capabilities(&self) -> Capabilities {
         // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
-        Capabilities::all_features(HeadDims::List(&[64, 128]), (9, 0)).with_modes(ModeSupport::ALL)
+        // Every multiple of 8 up to 256, in builds of 64, 128, 192 and 256 columns (smem.rs).
+        Capabilities::all_features(
+            HeadDims::Range {
+                min: 8,
+                max: 256,
+                multiple_of: 8,
+            },
+            (9, 0),
+        )
+        .with_modes(ModeSupport::ALL)
     }
 
     fn plan(
@@ -169,7 +178,8 @@ impl PersistentHopper {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         let cfg = &cfg.for_problem(problem, device.sm_count as usize);
-        let d = problem.head_dim;
+        // The build's head dim: the problem's padded up to whole 64-column boxes.
+        let d = build_head_dim(problem.head_dim);
         let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
@@ -237,7 +247,7 @@ impl PersistentHopper {
         let l2_section = cfg
             .l2_section_bytes
             .unwrap_or_else(|| default_l2_section_bytes(device));
-        let mut defines = cfg.defines(d, l2_section);
+        let mut defines = cfg.defines(problem.head_dim, l2_section);
         if splits > 1 {
             // The split count itself is a run-time parameter (params.num_splits): one module
             // per head dim and dtype serves every count.
@@ -260,9 +270,11 @@ impl PersistentHopper {
             defines.push(("FC_HOPPER_MODES".to_string(), "1".to_string()));
             // (The spread loop keeps its ring position modulo 2^16: power-of-two rings only, so
             // FLASHCORE_HOPPER_STAGES=3 runs small pages on warp 0 alone.)
+            // Past D = 128 the spread loop spills (48-160 bytes): warp 0 issues the boxes alone.
             if spreads_page_boxes(problem, cfg.block_n)
                 && cfg.stages.is_power_of_two()
                 && !cfg.key_split()
+                && d <= 128
             {
                 defines.push(("FC_HOPPER_SPREAD_PAGES".to_string(), "1".to_string()));
             }

@@ -816,3 +816,108 @@ fn rejects_non_hopper() {
     let p = AttentionProblem::new(1, 8, 512, 64);
     assert!(PersistentHopper.supports(&p, &dev).is_err());
 }
+
+fn define_value(plan: &LaunchPlan, name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
+    defines(&plan.launches[0])
+        .into_iter()
+        .find_map(|d| d.strip_prefix(&prefix).map(str::to_string))
+}
+
+#[test]
+fn every_multiple_of_8_up_to_256_runs_in_the_next_64_column_build() {
+    let dev = DeviceInfo::synthetic_h100();
+    for d in (8usize..=256).step_by(8) {
+        let build = d.div_ceil(64) * 64;
+        assert_eq!(build_head_dim(d), build);
+        for causal in [false, true] {
+            let p = AttentionProblem::new(2, 8, 1000, d).with_causal(causal);
+            let plan = default_plan(&p, &dev);
+            assert_eq!(define_value(&plan, "FC_HEAD_DIM"), Some(build.to_string()));
+            let padded = define_value(&plan, "FC_HOPPER_PADDED_HEAD");
+            assert_eq!(padded, (d != build).then(|| "1".to_string()), "d = {d}");
+            assert!(plan.launches[0].dynamic_smem_bytes as usize <= 227 * 1024);
+            // A padded problem takes its build's plan: the same launch but for the columns it
+            // writes.
+            let unpadded = AttentionProblem::new(2, 8, 1000, build).with_causal(causal);
+            let unpadded = default_plan(&unpadded, &dev);
+            let mut padded = defines(&plan.launches[0]);
+            padded.retain(|s| s != "FC_HOPPER_PADDED_HEAD=1");
+            assert_eq!(padded, defines(&unpadded.launches[0]), "d = {d}");
+            assert_eq!(plan.launches[0].grid, unpadded.launches[0].grid);
+        }
+    }
+    for d in [0, 4, 12, 264, 512] {
+        let p = AttentionProblem::new(1, 8, 512, d);
+        assert!(PersistentHopper.plan(&p, &dev).is_err(), "d = {d}");
+    }
+}
+
+#[test]
+fn wide_heads_take_one_q_buffer_and_their_own_key_tiles() {
+    use flashcore_core::Modes;
+    let dev = DeviceInfo::synthetic_h100();
+    for (d, block_n) in WIDE_HEAD_BLOCK_N {
+        for causal in [false, true] {
+            let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
+            let cfg = HopperConfig::default().for_problem(&p, 132);
+            assert_eq!(
+                (cfg.block_n, cfg.q_stages, cfg.consumer_regs),
+                (block_n, 1, 240)
+            );
+            assert!(!cfg.key_split() && cfg.warpgroups() == 2);
+            assert_eq!(cfg.smem_epilogue, Some(false));
+            let plan = PersistentHopper.plan(&p, &dev).expect("plans");
+            assert_eq!(
+                define_value(&plan, "FC_HOPPER_BLOCK_N"),
+                Some(block_n.to_string())
+            );
+            assert_eq!(plan.launches[0].block, (384, 1, 1));
+            assert!(plan.launches[0].dynamic_smem_bytes as usize <= 227 * 1024);
+        }
+        // A paged cache: the same tiles as a contiguous one (bit-identical outputs).
+        let paged = AttentionProblem::new(4, 16, 128, d)
+            .with_kv(4, 4096)
+            .with_modes(Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 4 * 4096 / 256,
+                    block_size: 256,
+                    max_blocks_per_seq: 4096 / 256,
+                },
+                ..Modes::default()
+            });
+        assert_eq!(
+            HopperConfig::default().for_problem(&paged, 132).block_n,
+            block_n
+        );
+        // Forced key splits do not fit beside the ring: the wide-head plan leaves them out.
+        let forced = overrides(&[
+            ("FLASHCORE_HOPPER_WG_KEY_SPLIT", "1"),
+            ("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT", "1"),
+        ])
+        .unwrap();
+        let p = AttentionProblem::new(1, 4, 256, d);
+        assert!(!forced.for_problem(&p, 132).key_split());
+        assert!(PersistentHopper.plan_with(&forced, &p, &dev).is_ok());
+        // What spills at these widths is not planned: split-KV, even forced; the modes build's
+        // dynamic schedule; the spread page producer.
+        let split = overrides(&[("FLASHCORE_HOPPER_SPLITS", "4")]).unwrap();
+        let plan = PersistentHopper.plan_with(&split, &p, &dev).unwrap();
+        assert_eq!(plan.num_splits, 1);
+        assert!(!define_names(&plan).contains(&"FC_HOPPER_SPLIT_KV".to_string()));
+        let small_pages = AttentionProblem::new(16, 32, 128, d)
+            .with_kv(8, 4096)
+            .with_modes(Modes {
+                kv: KvStorage::Paged {
+                    num_blocks: 16 * 4096 / 16,
+                    block_size: 16,
+                    max_blocks_per_seq: 4096 / 16,
+                },
+                ..Modes::default()
+            });
+        let names = define_names(&default_plan(&small_pages, &dev));
+        assert!(names.contains(&"FC_HOPPER_MODES".to_string()));
+        assert!(!names.contains(&"FC_HOPPER_DYNAMIC".to_string()));
+        assert!(!names.contains(&"FC_HOPPER_SPREAD_PAGES".to_string()));
+    }
+}
