@@ -41,7 +41,7 @@
 #include "common/grid_dependency.cuh"
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=<64|128>"
+#error "compile with -DFC_HEAD_DIM=<64|128|256>"
 #endif
 #ifndef FC_DECODE_STAGES
 #define FC_DECODE_STAGES 3
@@ -67,7 +67,11 @@
 namespace decode {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 64 || head_dim == 128, "the decode kernel is built for head_dim 64 and 128");
+static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256,
+              "the decode kernel is built for head_dim 64, 128 and 256");
+// At D = 256 a warp's 16 x D accumulator is 128 registers a lane, and Q's fragments (64 more) do
+// not fit beside it: QK^T reads Q from its shared tile one 16-wide slice at a time.
+enum : bool { q_in_registers = head_dim <= 128 };
 constexpr int stages = FC_DECODE_STAGES;
 static_assert(stages >= 2, "a ring needs two slots");
 
@@ -190,10 +194,12 @@ __device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
 // 1.06-1.07x (2026-11-27, 70d02a6).
 constexpr int group_rows = 16;
 constexpr int groups_per_tile = kv_tile_rows / group_rows;
-constexpr int rows_per_pass = num_threads / Tile::kChunksPerRow;  // 8 at D = 128, 16 at D = 64
+constexpr int rows_per_pass = num_threads / Tile::kChunksPerRow;  // 4 at D = 256, 8 at D = 128, 16 at D = 64
 constexpr int copies_per_group = group_rows / rows_per_pass;
-static_assert(group_rows % rows_per_pass == 0 && rows_per_pass % 8 == 0,
-              "each thread's rows keep one swizzle pattern (it repeats every 8 rows)");
+static_assert(group_rows % rows_per_pass == 0, "whole passes a group");
+// From 8 rows a pass on, each thread's rows keep one swizzle pattern (it repeats every 8 rows), so
+// one offset serves every copy; at D = 256 (4 rows a pass) odd passes flip the pattern's bit 2.
+enum : bool { one_swizzle_per_thread = rows_per_pass % 8 == 0 };
 
 // One thread's share of a group, for a tensor with row stride `row_stride`.
 struct GroupCopy {
@@ -204,6 +210,12 @@ struct GroupCopy {
 __device__ __forceinline__ GroupCopy group_copy(long long row_stride, int tid) {
     const int row = tid / Tile::kChunksPerRow, chunk = tid % Tile::kChunksPerRow;
     return {(unsigned)Tile::offset(row, chunk) * 2, row * row_stride + chunk * 8, rows_per_pass * row_stride};
+}
+// Where copy i of a group lands, from the group's first row.
+__device__ __forceinline__ unsigned group_copy_dst(const GroupCopy& c, int i) {
+    if constexpr (one_swizzle_per_thread) return Tile::bytes(i * rows_per_pass) + c.dst;
+    // Rows row + 4i (row < 4): the pattern row & 7 gains 4 on odd passes, flipping the chunk's bit 2.
+    return Tile::bytes(i * rows_per_pass) + (c.dst ^ (unsigned)((i & 1) * 4 * 16));
 }
 
 // Group (lane % groups_per_tile)'s first row of the full tile at key k0, in K and in V (they share
@@ -230,7 +242,7 @@ __device__ __forceinline__ void copy_groups(unsigned dst, const elem_t* mine, co
             c.src;
 #pragma unroll
         for (int i = 0; i < copies_per_group; ++i)
-            cp_async_16_zfill(dst + Tile::bytes(g * group_rows + i * rows_per_pass) + c.dst, src + i * c.step, true);
+            cp_async_16_zfill(dst + Tile::bytes(g * group_rows) + group_copy_dst(c, i), src + i * c.step, true);
     }
 }
 
@@ -400,13 +412,14 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 cp_async_commit();
             }
 
-            FragA q_frag[head_dim / 16];
+            FragA q_frag[head_dim / 16];  // (never touched, so never allocated, at D = 256)
             for (int t = 0; t < n_tiles; ++t) {
                 cp_async_wait<stages - 2>();  // tile t (and Q) have landed
                 // Tile t is visible to every warp, and every warp is past tile t-1, whose slot
                 // the next load reuses.
                 __syncthreads();
-                if (t == 0) load_q_fragments<head_dim>(q_frag, q_tile, 0, lane);
+                if constexpr (q_in_registers)
+                    if (t == 0) load_q_fragments<head_dim>(q_frag, q_tile, 0, lane);
                 if (t + stages - 1 < n_tiles) load_stage((t + stages - 1) % stages, kb0 + t + stages - 1);
                 cp_async_commit();
 
@@ -415,7 +428,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 const int k0 = tile_k0 + warp * warp_keys;  // this warp's first key
                 const unsigned warp_rows = warp * warp_keys * head_dim * 2;
                 float s[warp_keys / 8][4];
-                warp_qk<head_dim, warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
+                if constexpr (q_in_registers)
+                    warp_qk<head_dim, warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
+                else
+                    warp_qk_q_in_smem<head_dim, warp_keys>(s, q_tile, 0, smem_base + k_slot(slot) + warp_rows, lane);
                 if (has_score_mod(p)) {
                     const ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head),
                                              score_mod(p, seq, b, lane_row[1].head)};
@@ -511,6 +527,13 @@ template <>
 struct FloatVec<4> {
     using type = float4;
 };
+struct alignas(32) Float8 {
+    float4 lo, hi;
+};
+template <>
+struct FloatVec<8> {
+    using type = Float8;
+};
 
 // Splits the combine merges with all their loads in flight at once (registers: few_splits x
 // D / 32 floats a lane); the long single-sequence row takes 16.
@@ -541,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     const long long lse_base = partial_lse_base(p, units);
-    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64) or 4 (D = 128) adjacent columns
+    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64), 4 (D = 128) or 8 (D = 256) adjacent columns
     using Cols = typename FloatVec<cols>::type;
     for (long long row_id = (long long)blockIdx.x * 4 + warp; row_id < units * q_tile_rows;
          row_id += (long long)gridDim.x * 4) {

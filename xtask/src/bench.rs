@@ -150,6 +150,10 @@ pub struct Args {
     pub device: usize,
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
+    /// Head dim of the decode suite's rows (the suite's shapes are D = 128 models'; e.g. 256 for
+    /// Gemma's).
+    #[arg(long, default_value_t = decode::HEAD_DIM)]
+    pub decode_head_dim: usize,
 }
 
 impl Args {

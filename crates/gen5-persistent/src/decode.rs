@@ -40,8 +40,10 @@ use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Uns
 pub const SOURCE: &str = "gen5_decode.cu";
 pub const SPLIT_ENTRY: &str = "attention_decode_split";
 pub const COMBINE_ENTRY: &str = "attention_decode_combine";
-/// Head dims the kernel is built for (`FC_HEAD_DIM`).
-pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// Head dims the kernel is built for (`FC_HEAD_DIM`). At 256, Q is read from shared memory for
+/// each tile (its fragments do not fit beside the 128-register accumulator) and one CTA fits an
+/// SM.
+pub const HEAD_DIMS: &[usize] = &[64, 128, 256];
 /// Packed query rows per CTA (`q_tile_rows`: one m16 MMA tile).
 pub const Q_TILE_ROWS: usize = 16;
 /// Keys per K/V tile of the ring (`kv_tile_rows`), 16 per warp.
@@ -166,8 +168,8 @@ impl Overridable for DecodeConfig {
 }
 
 /// Ring depth (`FC_DECODE_STAGES`): 3 slots of 64-key K and V at D = 128 (96 KiB, two CTAs per
-/// SM on an H100), 4 at D = 64 (64 KiB, three); fewer where the device's shared memory is
-/// smaller (sm_86/89: 99 KiB per block), down to the 2 a ring needs.
+/// SM on an H100) and 256 (192 KiB, one), 4 at D = 64 (64 KiB, three); fewer where the device's
+/// shared memory is smaller (sm_86/89: 99 KiB per block), down to the 2 a ring needs.
 pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
     let preferred = if head_dim <= 64 { 4 } else { 3 };
     (2..=preferred)
@@ -184,11 +186,18 @@ pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
 
 /// `FC_DECODE_MIN_BLOCKS`: the blocks per SM the register allocation is sized for.
 pub fn min_blocks(head_dim: usize) -> usize {
-    if head_dim <= 64 {
-        3
-    } else {
-        2
+    match head_dim {
+        0..=64 => 3,
+        65..=128 => 2,
+        _ => 1,
     }
+}
+
+/// Whether the kernel is built for `head_dim` and its shortest ring fits `device`'s shared
+/// memory (at D = 256 not on sm_86/89's 99 KiB): otherwise the persistent path takes the problem.
+pub fn runs_on(head_dim: usize, device: &DeviceInfo) -> bool {
+    HEAD_DIMS.contains(&head_dim)
+        && smem_bytes(head_dim, 2) <= device.max_shared_memory_per_block_optin as usize
 }
 
 /// Packed q tiles per (sequence, KV head): `seq_q · G` packed rows, 16 per tile.
@@ -332,11 +341,12 @@ pub(crate) fn or_persistent(
     persistent: impl FnOnce() -> Result<LaunchPlan, Unsupported>,
 ) -> Result<LaunchPlan, Unsupported> {
     let cfg = DecodeConfig::from_env().map_err(|e| Unsupported::new(name, e))?;
-    if takes(problem, &cfg) {
+    let runs_here = runs_on(problem.head_dim, device);
+    if runs_here && takes(problem, &cfg) {
         return plan(name, problem, device, &cfg);
     }
     let persistent = persistent()?;
-    if routes_per_sequence(problem, &cfg) {
+    if runs_here && routes_per_sequence(problem, &cfg) {
         return routed_plan(name, persistent, problem, device, &cfg);
     }
     Ok(persistent)
@@ -413,7 +423,7 @@ fn plan_route(
     if !HEAD_DIMS.contains(&d) {
         return Err(Unsupported::new(
             kernel,
-            format!("the decode kernel is built for head_dim 64 and 128, not {d}"),
+            format!("the decode kernel is built for head_dim 64, 128 and 256, not {d}"),
         ));
     }
     let stages = cfg.stages.unwrap_or_else(|| stages(d, device));
@@ -528,7 +538,7 @@ fn plan_route(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flashcore_core::{KvStorage, Modes};
+    use flashcore_core::{Attention, KvStorage, Modes};
 
     fn decode_problem(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize) -> AttentionProblem {
         AttentionProblem::new(b, hq, sq, 128).with_kv(hkv, sk)
@@ -562,6 +572,25 @@ mod tests {
             .contains(&("FC_DECODE_STAGES".to_string(), "6".to_string())));
         let e = super::plan("t", &p, &sm86, &six).unwrap_err();
         assert!(format!("{e}").contains("shared memory"), "{e}");
+    }
+
+    #[test]
+    fn head_dim_256_decodes_one_cta_an_sm_where_its_ring_fits() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let sm86 = DeviceInfo::synthetic_sm86();
+        assert_eq!(smem_bytes(256, 3), 196608 + 8192 + 512);
+        assert_eq!((stages(256, &h100), min_blocks(256)), (3, 1));
+        assert!(runs_on(256, &h100) && !runs_on(256, &sm86));
+        assert!(!runs_on(192, &h100));
+        let p = AttentionProblem::new(8, 32, 1, 256).with_kv(8, 8192);
+        let plan = crate::PersistentHopper.plan(&p, &h100).unwrap();
+        assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
+        assert!(plan.launches[0]
+            .defines
+            .contains(&("FC_HEAD_DIM".to_string(), "256".to_string())));
+        // Where the ring does not fit, the persistent kernel takes the decode row.
+        let plan = crate::PersistentPortable.plan(&p, &sm86).unwrap();
+        assert_ne!(plan.launches[0].entry, SPLIT_ENTRY);
     }
 
     #[test]

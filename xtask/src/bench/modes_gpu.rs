@@ -650,7 +650,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         args
     };
     let mut plan = if is_decode {
-        decode::plan(args.seed, decode_causal)
+        decode::plan(args.seed, decode_causal, args.decode_head_dim)
     } else {
         modes::plan(args.suite, args.seed)
     };
@@ -701,7 +701,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         cases,
         rows: vec![],
         comparisons: plan.comparisons.clone(),
-        decode: is_decode.then(|| decode::info(decode_causal)),
+        decode: is_decode.then(|| decode::info(decode_causal, args.decode_head_dim)),
     };
     let timer = Timer::new(&device)?;
     if let Some(info) = report.decode.as_mut() {

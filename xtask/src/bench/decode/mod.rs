@@ -63,9 +63,19 @@ const fn row(
         heads_kv,
         seq_q,
         seq_k,
-        head_dim: 128,
+        head_dim: HEAD_DIM,
         what,
     }
+}
+
+/// The rows' head dim unless `--decode-head-dim` says otherwise.
+pub const HEAD_DIM: usize = 128;
+
+/// [`ROWS`] at `head_dim`.
+pub fn rows(head_dim: usize) -> Vec<DecodeShape> {
+    ROWS.iter()
+        .map(|r| DecodeShape { head_dim, ..*r })
+        .collect()
 }
 
 /// The issue's rows, in its order.
@@ -207,11 +217,11 @@ pub fn vs_peer(peer_us: f64, our_us: f64) -> f64 {
 /// What `--suite decode` runs. `causal` makes the flashcore cases causal (bottom-right: each of
 /// the Sq queries sees the keys up to its own position at the end of the cache); the peers stay
 /// non-causal, since SDPA cannot take that mask.
-pub fn plan(seed: u64, causal: bool) -> SuitePlan {
+pub fn plan(seed: u64, causal: bool, head_dim: usize) -> SuitePlan {
     let mut cases = Vec::new();
     let mut peers = Vec::new();
     let mut comparisons = Vec::new();
-    for r in &ROWS {
+    for r in &rows(head_dim) {
         let used = vec![r.seq_k; r.batch];
         let contig_key = r.case_key(Storage::Contiguous);
         for storage in Storage::ALL {
@@ -370,10 +380,10 @@ pub const PEER_ARGS: [&str; 3] = ["--decode", "--backends", "sdpa_flash,sdpa_cud
 pub const PEER_METHOD: &str = "torch_sdpa.py --decode: 3 input sets rotated, 30 calls captured in one CUDA graph, 11 replays each timed by events, median per call (the anchor file's method)";
 
 /// The report's decode part before anything is timed.
-pub fn info(causal: bool) -> DecodeInfo {
+pub fn info(causal: bool, head_dim: usize) -> DecodeInfo {
     DecodeInfo {
         causal,
-        rows: ROWS
+        rows: rows(head_dim)
             .iter()
             .map(|r| DecodeRowInfo {
                 key: r.key(),
@@ -483,7 +493,7 @@ pub mod tests {
         assert_eq!(vs_peer(105.0, 100.0), 1.05);
         // Every row has at least 128 MiB, so every row has the ceiling target.
         assert!(ROWS.iter().all(|r| r.kv_bytes() >= BIG_KV_BYTES));
-        let i = info(false);
+        let i = info(false, HEAD_DIM);
         assert_eq!(
             copy_sizes(&i),
             [128 << 20, 256 << 20, 512 << 20, 1 << 30],
@@ -493,7 +503,7 @@ pub mod tests {
 
     #[test]
     fn the_plan_has_contiguous_paged_and_dense_cases_on_the_same_data() {
-        let p = plan(0x5eed, false);
+        let p = plan(0x5eed, false, HEAD_DIM);
         assert_eq!(p.cases.len(), 4 * ROWS.len());
         assert_eq!(p.peers.len(), ROWS.len());
         for (r, four) in ROWS.iter().zip(p.cases.chunks(4)) {
@@ -551,7 +561,7 @@ pub mod tests {
         assert!(with.iter().all(|k| !k.ends_with("/dense")));
         assert!(p.peers.iter().all(|x| !x.shape.causal));
         // --causal on: flashcore causal, peers not.
-        let c = plan(0x5eed, true);
+        let c = plan(0x5eed, true, HEAD_DIM);
         assert!(c.cases.iter().all(|x| x.problem.causal));
         assert!(c.peers.iter().all(|x| !x.shape.causal));
         assert!(c.notes.iter().any(|n| n.contains("--causal on")));
@@ -574,8 +584,8 @@ garbage line\n";
 
     /// A decode report: two rows timed (one fast, one slow), one wrong, the rest missing.
     pub fn fixture() -> ModeReport {
-        let p = plan(0x5eed, false);
-        let mut d = info(false);
+        let p = plan(0x5eed, false, HEAD_DIM);
+        let mut d = info(false, HEAD_DIM);
         d.copies = vec![
             CopyTiming {
                 bytes: 128 << 20,
