@@ -396,6 +396,17 @@ __device__ __forceinline__ void load_q_slices(FragA (&q)[M_TILES][Q_REG_ARRAY], 
     }
 }
 
+// acc[mt][2 n16], acc[mt][2 n16 + 1] += a[mt]·b for each of the warp's m16 row tiles: one B
+// fragment (two n8 tiles) shared by all of them, in both products.
+template <int kN8>
+__device__ __forceinline__ void mma_row_tiles(float (&acc)[M_TILES][kN8][4], const FragA (&a)[M_TILES],
+                                              const unsigned (&b)[4], int n16) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt) {
+        mma_m16n16k16(acc[mt][2 * n16], acc[mt][2 * n16 + 1], a[mt], b);
+    }
+}
+
 // S = Q·Kᵀ for the warp's WARP_ROWS rows x kKeys keys: slices < kQRegs of Q from registers, the
 // rest re-read from the Q tile. Each K fragment is loaded once and used by every m16 row tile.
 // `k_lane` = this lane's K-style slice-0 address in the K tile.
@@ -418,10 +429,7 @@ __device__ __forceinline__ void warp_qk(float (&s)[M_TILES][kKeys / 8][4], const
         for (int np = 0; np < kKeys / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, slice_address(k_lane, ds, 16 * np));
-#pragma unroll
-            for (int mt = 0; mt < M_TILES; ++mt) {
-                mma_m16n16k16(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b);
-            }
+            mma_row_tiles(s, a, b, np);
         }
     }
 }
@@ -440,10 +448,7 @@ __device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const flo
         for (int dp = 0; dp < D / 16; ++dp) {
             unsigned b[4];
             ldmatrix_x4_trans(b, slice_address(v_lane, dp, 16 * ks));
-#pragma unroll
-            for (int mt = 0; mt < M_TILES; ++mt) {
-                mma_m16n16k16(o[mt][2 * dp], o[mt][2 * dp + 1], a[mt], b);
-            }
+            mma_row_tiles(o, a, b, dp);
         }
     }
 }
@@ -850,48 +855,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
         // that sees keys got only -inf logits (infinite inputs): NaN, as the f64 reference; a row
         // that sees none is the defined empty row (O = 0, LSE = +inf).
         const SeqInfo seq = item_seq(p, w.b);
+        const int row_end = seq.len_q;
+        auto o_at = [&](int row) { return seq_o_offset(p, seq, w.b, w.h, row); };
+        auto lse_at = [&](int row) { return seq_lse_offset(p, seq, w.b, w.h, row); };
+#else
+        const int row_end = p.seq_q;
+        auto o_at = [&](int row) { return o_offset(p, w.b, w.h, row); };
+        auto lse_at = [&](int row) { return lse_offset(p, w.b, w.h, row); };
+#endif
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
             const int row_lo = w.m * BM + warp_row0 + 16 * mt + group;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = row_lo + 8 * r;
-                if (row < seq.len_q) {
+                if (row < row_end) {
+#if FC_PORTABLE_MODES
                     float undefined = 1.f;
                     if (lse[mt][r] == FC_INF) {  // (the key range only matters for an empty sum)
                         const KeyRange keys = key_range(p, seq, row);
                         if (keys.hi > keys.lo) undefined = FC_QNAN;
                     }
-                    elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, w.b, w.h, row);
-#pragma unroll
-                    for (int j = 0; j < D / 8; ++j)
-                        if (!FC_PORTABLE_PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
-                            *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
-                                pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
-                    if (tig == 0 && p.lse != nullptr)
-                        p.lse[seq_lse_offset(p, seq, w.b, w.h, row)] = lse[mt][r] * undefined;
-                }
-            }
-        }
 #else
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; ++mt) {
-            const int row_lo = w.m * BM + warp_row0 + 16 * mt + group;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = row_lo + 8 * r;
-                if (row < p.seq_q) {
                     const float undefined = undefined_row_factor(p, row, lse[mt][r]);  // all scores -inf: NaN
-                    elem_t* o_row = static_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, row);
+#endif
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + o_at(row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
                         if (!FC_PORTABLE_PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
-                    if (tig == 0 && p.lse != nullptr) p.lse[lse_offset(p, w.b, w.h, row)] = lse[mt][r] * undefined;
+                    if (tig == 0 && p.lse != nullptr) p.lse[lse_at(row)] = lse[mt][r] * undefined;
                 }
             }
         }
-#endif
     }
 }
