@@ -63,7 +63,7 @@ bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_const
          r0 < rows; r0 += stride) {
         const long long r = r0 + sub_row;
         float acc = 0.f;
-        if (r < rows && chunk < Dot::chunks) {
+        if (r < rows && chunk < Dot::chunks && chunk_in_head(p.head_dim, chunk)) {
             const long long bh = r / row_span;
             const int row = (int)(r % row_span);
             if (row < p.seq_q) {
@@ -292,9 +292,9 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
             const unsigned wg_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
             if (lane == 0) wait_dq_staging_read();
             store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, 0), g.dv_row_stride, dv, key0,
-                           p.seq_k, 1.f, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+                           p.seq_k, p.head_dim, 1.f, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
             store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk, key0,
-                           p.seq_k, p.softmax_scale, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+                           p.seq_k, p.head_dim, p.softmax_scale, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
             trace.mark(unit_index, MARK_STORED);
         }
         if (lane == 0) wait_dq_reduces();
@@ -340,7 +340,7 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
         for (int i = threadIdx.x; i < DQ_SLICE_QUERIES * CHUNKS; i += CONVERT_THREADS) {
             const int r = i / CHUNKS, c = i % CHUNKS, row = block * DQ_SLICE_QUERIES + r;
-            if (row < p.seq_q) {
+            if (row < p.seq_q && chunk_in_head(p.head_dim, c)) {
                 const float4 lo = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c]);
                 const float4 hi = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c + 4]);
                 const float sc = p.softmax_scale;

@@ -14,9 +14,11 @@ namespace fhb {
 // dQ staging slice: free at a unit's end once the warps' last reduces have read it, which lane 0 of
 // each warp has waited for). The accumulators go in by stmatrix, 8 x 8 blocks of keys 16 warp + 8 r
 // by columns 8 j, 16-byte chunk c of row r at chunk c ^ (r & 7); they leave as 16-byte pieces of
-// whole rows. Keys past seq_k are not written. `bar` is the warpgroup's own named barrier.
+// whole rows. Keys past seq_k, and a padded build's columns past `head_dim`, are not written. `bar`
+// is the warpgroup's own named barrier.
 __device__ __forceinline__ void store_key_rows(elem_t* base, long long row_stride, const float (&acc)[D / 2],
-                                               int wg_key0, int seq_k, float scale, unsigned staging, unsigned bar,
+                                               int wg_key0, int seq_k, int head_dim, float scale, unsigned staging,
+                                               unsigned bar,
                                                int warp, int lane, int tid) {
     constexpr int CHUNKS = D / 8;   // 16-byte chunks of a row
     constexpr int ROW = 2 * D;      // bytes of a row
@@ -37,7 +39,7 @@ __device__ __forceinline__ void store_key_rows(elem_t* base, long long row_strid
 #pragma unroll
     for (int i = tid; i < 64 * CHUNKS; i += 128) {
         const int r = i / CHUNKS, c = i % CHUNKS, key = wg_key0 + r;
-        if (key < seq_k) {
+        if (key < seq_k && chunk_in_head(head_dim, c)) {
             const uint4 v = ld_shared_v4(staging + r * ROW + ((c ^ (r & 7)) << 4));
             *reinterpret_cast<uint4*>(base + (long long)key * row_stride + 8 * c) = v;
         }

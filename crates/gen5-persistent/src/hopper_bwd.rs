@@ -18,6 +18,9 @@ use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
 pub const HEAD_DIMS: &[usize] = &[64, 128];
+/// The largest head dim taken: every multiple of 8 up to it runs in the next of [`HEAD_DIMS`]
+/// (the forward's padding, `FC_HOPPER_PADDED_HEAD`).
+pub const MAX_HEAD_DIM: usize = 128;
 /// Keys per CTA work unit (`KEY_ROWS` in config.cuh).
 pub const KEY_ROWS: usize = 128;
 
@@ -89,13 +92,18 @@ pub fn smem_bytes(head_dim: usize, stages: usize, query_rows: usize) -> usize {
 }
 
 /// Workspace words: D for every query row padded to whole `query_rows` blocks, then the f32 dQ
-/// accumulator (`head_dim` words per padded row), both written whole by the prepare launch.
-pub fn workspace_f32(problem: &AttentionProblem, query_rows: usize) -> Option<usize> {
+/// accumulator (the build's `head_dim` words per padded row), both written whole by the prepare
+/// launch.
+pub fn workspace_f32(
+    problem: &AttentionProblem,
+    head_dim: usize,
+    query_rows: usize,
+) -> Option<usize> {
     let padded_rows = problem
         .batch
         .checked_mul(problem.heads_q)?
         .checked_mul(tiles(problem.seq_q, query_rows) * query_rows)?;
-    padded_rows.checked_mul(problem.head_dim + 1)
+    padded_rows.checked_mul(head_dim + 1)
 }
 
 /// CTAs of the main launch (it strides over its units). Without causal masking the units are of
@@ -143,7 +151,15 @@ impl Overridable for BackwardTuning {
 
 fn capabilities() -> Capabilities {
     // TMA wants 16-byte aligned bases and strides: alignment_elems = 8.
-    Capabilities::all_features(HeadDims::List(HEAD_DIMS), (9, 0)).with_modes(ModeSupport::NONE)
+    Capabilities::all_features(
+        HeadDims::Range {
+            min: 8,
+            max: MAX_HEAD_DIM,
+            multiple_of: 8,
+        },
+        (9, 0),
+    )
+    .with_modes(ModeSupport::NONE)
 }
 
 impl AttentionBackward for PersistentHopper {
@@ -178,9 +194,10 @@ pub fn plan_with_tuning(
     tuning: BackwardTuning,
 ) -> Result<LaunchPlan, Unsupported> {
     let name = AttentionBackward::name(&PersistentHopper);
-    let d = problem.head_dim;
-    capabilities().require_head_dim(name, d)?;
+    capabilities().require_head_dim(name, problem.head_dim)?;
     crate::hopper::require_sm90a(name, device)?;
+    // The build's head dim: the problem's padded up to whole 64-column boxes.
+    let d = crate::hopper::build_head_dim(problem.head_dim);
     let query_rows = tuning
         .query_rows
         .unwrap_or(default_query_rows(d, problem.causal));
@@ -199,7 +216,7 @@ pub fn plan_with_tuning(
     }
     let smem = smem_bytes(d, tuning.stages, query_rows);
     device.require_shared_memory(name, smem, true, "")?;
-    let workspace = workspace_f32(problem, query_rows)
+    let workspace = workspace_f32(problem, d, query_rows)
         .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
     // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
     if problem.seq_q > i32::MAX as usize - query_rows
@@ -219,6 +236,9 @@ pub fn plan_with_tuning(
         ("FC_BWD_STAGES".to_string(), tuning.stages.to_string()),
         ("FC_BWD_QUERY_ROWS".to_string(), query_rows.to_string()),
     ];
+    if d != problem.head_dim {
+        defines.push(("FC_HOPPER_PADDED_HEAD".to_string(), "1".to_string()));
+    }
     if Env::process()
         .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
         .unwrap_or(false)
@@ -379,9 +399,9 @@ mod tests {
     fn other_devices_and_head_dims_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
         let e = PersistentHopper
-            .supports_backward(&AttentionProblem::new(1, 2, 64, 96), &h100)
+            .supports_backward(&AttentionProblem::new(1, 2, 64, 136), &h100)
             .unwrap_err();
-        assert!(e.to_string().contains("head_dim 96"), "{e}");
+        assert!(e.to_string().contains("head_dim 136"), "{e}");
         let e = PersistentHopper
             .plan_backward(
                 &AttentionProblem::new(1, 2, 64, 128),
@@ -455,9 +475,10 @@ mod tests {
                 .with_causal(causal);
             let dev = DeviceInfo::synthetic_h100();
             let Ok(plan) = PersistentHopper.plan_backward(&p, &dev) else {
-                proptest::prop_assert!(!HEAD_DIMS.contains(&d));
+                proptest::prop_assert!(d > MAX_HEAD_DIM);
                 return Ok(());
             };
+            let d = crate::hopper::build_head_dim(d);
             let heads_q = batch * heads_kv * group;
             let query_rows = default_query_rows(d, causal);
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
