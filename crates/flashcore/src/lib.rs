@@ -28,12 +28,12 @@ pub const LADDER: [(usize, usize, usize, usize); 6] = [
 
 /// Every generation compiled in, fastest first: the order [`best_for`] walks.
 ///
-/// From `cargo xtask bench-all --suite ladder` on an H100
-/// (docs/results/2026-11-23-bench-ladder-h100-final): the Hopper path of generation 5 is the
-/// fastest at every ladder shape (387-622 TFLOP/s); tile64 (242-295) comes next, ahead of the
-/// portable path of generation 5 (226-302, slower than tile64 at 6 of 8 large shapes in that
-/// run), then fused32, vectorized and scalar. A generation that rejects a problem (the Hopper
-/// path off sm_90, or for head dims other than 64/128) lets `best_for` fall through to the next.
+/// From `cargo xtask bench-all --suite ladder` on an H100 (docs/results/2026-11-23-ladder-h100):
+/// the Hopper path of generation 5 is the fastest at every ladder shape (387-622 TFLOP/s);
+/// tile64 (242-295) comes next, ahead of the portable path of generation 5 (226-302, slower than
+/// tile64 at 6 of 8 large shapes in that run), then fused32, vectorized and scalar. A generation
+/// that rejects a problem (the Hopper path off sm_90, or past head dim 256) lets `best_for` fall
+/// through to the next.
 #[allow(clippy::vec_init_then_push)] // one `push` per feature, each behind its own cfg
 pub fn kernels() -> Vec<Box<dyn Attention>> {
     #[cfg(feature = "aot")]
