@@ -853,9 +853,28 @@ fn every_multiple_of_8_up_to_256_runs_in_the_next_64_column_build() {
     }
 }
 
+/// 128 queries a sequence against a 4096-key cache in pages of `block_size` rows.
+fn paged_cache(
+    batch: usize,
+    heads_q: usize,
+    d: usize,
+    heads_kv: usize,
+    block_size: usize,
+) -> AttentionProblem {
+    AttentionProblem::new(batch, heads_q, 128, d)
+        .with_kv(heads_kv, 4096)
+        .with_modes(flashcore_core::Modes {
+            kv: KvStorage::Paged {
+                num_blocks: batch * 4096 / block_size,
+                block_size,
+                max_blocks_per_seq: 4096 / block_size,
+            },
+            ..flashcore_core::Modes::default()
+        })
+}
+
 #[test]
 fn wide_heads_take_one_q_buffer_and_their_own_key_tiles() {
-    use flashcore_core::Modes;
     let dev = DeviceInfo::synthetic_h100();
     for (d, block_n) in WIDE_HEAD_BLOCK_N {
         for causal in [false, true] {
@@ -876,16 +895,7 @@ fn wide_heads_take_one_q_buffer_and_their_own_key_tiles() {
             assert!(plan.launches[0].dynamic_smem_bytes as usize <= 227 * 1024);
         }
         // A paged cache: the same tiles as a contiguous one (bit-identical outputs).
-        let paged = AttentionProblem::new(4, 16, 128, d)
-            .with_kv(4, 4096)
-            .with_modes(Modes {
-                kv: KvStorage::Paged {
-                    num_blocks: 4 * 4096 / 256,
-                    block_size: 256,
-                    max_blocks_per_seq: 4096 / 256,
-                },
-                ..Modes::default()
-            });
+        let paged = paged_cache(4, 16, d, 4, 256);
         assert_eq!(
             HopperConfig::default().for_problem(&paged, 132).block_n,
             block_n
@@ -905,16 +915,7 @@ fn wide_heads_take_one_q_buffer_and_their_own_key_tiles() {
         let plan = PersistentHopper.plan_with(&split, &p, &dev).unwrap();
         assert_eq!(plan.num_splits, 1);
         assert!(!define_names(&plan).contains(&"FC_HOPPER_SPLIT_KV".to_string()));
-        let small_pages = AttentionProblem::new(16, 32, 128, d)
-            .with_kv(8, 4096)
-            .with_modes(Modes {
-                kv: KvStorage::Paged {
-                    num_blocks: 16 * 4096 / 16,
-                    block_size: 16,
-                    max_blocks_per_seq: 4096 / 16,
-                },
-                ..Modes::default()
-            });
+        let small_pages = paged_cache(16, 32, d, 8, 16);
         let names = define_names(&default_plan(&small_pages, &dev));
         assert!(names.contains(&"FC_HOPPER_MODES".to_string()));
         assert!(!names.contains(&"FC_HOPPER_DYNAMIC".to_string()));
