@@ -16,7 +16,7 @@ use crate::env::{Env, Overridable};
 /// Keys per K/V tile at D = 128 without causal masking ([`HopperConfig::wide_noncausal`]).
 pub const WIDE_BLOCK_N: usize = 176;
 /// Keys per K/V tile of the wide-head builds, as FlashAttention-3 sizes them: at D = 192 and 256
-/// the 128-row Q tile, two K/V stages and these tiles fill the shared memory (216 and 224 KiB),
+/// the 128-row Q tile, two K/V stages and these tiles fill the shared memory (217 and 225 KiB),
 /// and S (`BLOCK_N / 2` registers a thread) fits beside O (`D / 2`). Paged caches take them too
 /// (in 16-row page boxes): a row's keys are then summed in the same tiles as in a contiguous
 /// cache, and the two agree bit for bit (reliability's `modes`; 64-key pages broke that).

@@ -14,11 +14,9 @@ pub const STAGES: usize = 2;
 pub(super) const WARPGROUP_THREADS: usize = 128;
 /// 64 16-bit columns = 128 bytes = one 128B-swizzle row.
 pub const BOX_COLS: usize = 64;
-/// Head dims the kernel is built for (`FC_HEAD_DIM`): whole 64-column TMA boxes.
-pub const BUILD_HEAD_DIMS: [usize; 4] = [64, 128, 192, 256];
-
-/// The build a problem's head dim runs in: the next multiple of 64 (FlashAttention-2's rounding up
-/// to an instance; the kernel's `FC_HOPPER_PADDED_HEAD` bounds O's columns by the problem's).
+/// The build a problem's head dim runs in (`FC_HEAD_DIM` 64, 128, 192 or 256): the next multiple
+/// of 64, whole TMA boxes (FlashAttention-2's rounding up to an instance; the kernel's
+/// `FC_HOPPER_PADDED_HEAD` bounds O's columns by the problem's).
 pub fn build_head_dim(head_dim: usize) -> usize {
     head_dim.div_ceil(BOX_COLS).max(1) * BOX_COLS
 }
