@@ -27,7 +27,8 @@
 //! The candle half needs the crate feature `cuda` (candle-core with its CUDA backend); without
 //! it only [`args`], the argument rules, is compiled (and unit-tested).
 
-pub mod args;
+/// The argument rules, shared with flashcore's other bindings.
+pub use flashcore::fa_args as args;
 
 pub use args::{batch_invariant, set_batch_invariant};
 

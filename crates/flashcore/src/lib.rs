@@ -179,6 +179,8 @@ pub fn describe_plan(
 #[cfg(feature = "aot")]
 pub mod aot;
 
+pub mod fa_args;
+
 /// Runs the fastest compiled-in generation that takes this problem *and these buffers*, falling
 /// back past every generation that answers `Unsupported` — including for what [`best_for`]
 /// cannot see, like a base pointer that breaks a fast generation's 16-byte alignment (the

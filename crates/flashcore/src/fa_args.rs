@@ -1,12 +1,14 @@
-//! The candle-independent half of the crate: candle-flash-attn's argument conventions turned into
-//! a flashcore [`AttentionProblem`]. Shapes and strides come in as plain numbers (a candle
-//! `Layout`'s `dims()`, `stride()`), so all of this is unit-tested without candle or a GPU.
+//! FlashAttention 2's argument conventions (as candle-flash-attn and `flash_attn_interface` take
+//! them) turned into an [`AttentionProblem`]: the one place the bindings' rules live
+//! (flashcore-candle, the Python package). Shapes and strides come in as plain numbers (a candle
+//! `Layout`'s `dims()`/`stride()`, a torch tensor's `shape`/`stride()`), so all of this is
+//! unit-tested without a framework or a GPU.
 
-use flashcore::{
+use crate::{
     AlibiSlopes, AttentionProblem, DType, KvStorage, Layout, Modes, ProblemStrides, TensorStrides,
 };
 
-/// Why a call is refused before anything launches. The ops turn it into a candle error.
+/// Why a call is refused before anything launches. Each binding turns it into its own error.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArgError(pub String);
 
