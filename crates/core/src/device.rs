@@ -151,6 +151,16 @@ pub struct Device {
     info: DeviceInfo,
     modules: Arc<ModuleCache>,
     workspaces: Arc<Workspaces<CudaSlice<f32>>>,
+    /// Memory the caller lends as the workspace of every call through this view, instead of the
+    /// per-stream buffers ([`Device::with_lent_workspace`]).
+    lent_workspace: Option<LentWorkspace>,
+}
+
+/// A caller's buffer of `words` f32 words at `ptr` (see [`Device::with_lent_workspace`]).
+#[derive(Clone, Copy, Debug)]
+struct LentWorkspace {
+    ptr: u64,
+    words: usize,
 }
 
 /// What the workspace bookkeeping needs of its buffer: a `CudaSlice<f32>` on the device, a fake
@@ -380,6 +390,7 @@ impl Device {
         Ok(Device {
             modules: module_cache_for(&ctx),
             workspaces: Arc::default(),
+            lent_workspace: None,
             ctx,
             stream,
             info,
@@ -398,7 +409,30 @@ impl Device {
             info: self.info.clone(),
             modules: self.modules.clone(),
             workspaces: self.workspaces.clone(),
+            lent_workspace: self.lent_workspace,
         })
+    }
+
+    /// This device with the caller's memory as the workspace of every call made through the
+    /// view, for callers whose memory must come from their own allocator (a framework's caching
+    /// allocator, a CUDA graph's private pool: nothing is then allocated or zeroed here). The
+    /// contract is the one of [`crate::LaunchPlan`]: the first `workspace_counters` words are
+    /// zero when a call starts, and the kernels leave them zero when it succeeds (after a failed
+    /// call, zero them again). A call whose plan needs more than `words` launches nothing and
+    /// returns [`Error::WorkspaceTooSmall`] with the size it needs.
+    ///
+    /// # Safety
+    /// `ptr` must address `words` f32 words of device memory of this context that stay valid
+    /// until the work queued through the view is done, and no other work may use them meanwhile.
+    pub unsafe fn with_lent_workspace(&self, ptr: u64, words: usize) -> Device {
+        Device {
+            ctx: self.ctx.clone(),
+            stream: self.stream.clone(),
+            info: self.info.clone(),
+            modules: self.modules.clone(),
+            workspaces: self.workspaces.clone(),
+            lent_workspace: Some(LentWorkspace { ptr, words }),
+        }
     }
 
     /// An error unless `stream` belongs to this device's context.
@@ -590,6 +624,19 @@ impl Device {
     /// still using it, and nothing here waits for the device. (On a device without stream-ordered
     /// allocation cudarc falls back to `cuMemAlloc`, and to a stream synchronisation before
     /// `cuMemFree`: only when a buffer grows or goes.)
+    /// An error, before anything launches, when the caller lent a workspace
+    /// ([`Device::with_lent_workspace`]) smaller than a plan's `len` words.
+    pub(crate) fn check_lent_workspace(&self, len: usize, counters: usize) -> Result<(), Error> {
+        match self.lent_workspace {
+            Some(lent) if lent.words < len => Err(Error::WorkspaceTooSmall {
+                needed: len,
+                counters: counters.min(len),
+                given: lent.words,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn with_workspace<R>(
         &self,
         stream: &Arc<CudaStream>,
@@ -602,6 +649,10 @@ impl Device {
             return f(0);
         }
         let counters = counters.min(len);
+        if let Some(lent) = self.lent_workspace {
+            self.check_lent_workspace(len, counters)?;
+            return f(lent.ptr);
+        }
         self.ctx
             .bind_to_thread()
             .map_err(|e| Error::cuda("binding the context", e))?;

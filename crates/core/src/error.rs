@@ -109,6 +109,15 @@ pub enum Error {
         needed: usize,
         limit: usize,
     },
+    #[error(
+        "the caller's workspace holds {given} f32 words, this call needs {needed} (the first \
+         {counters} zero); nothing was launched"
+    )]
+    WorkspaceTooSmall {
+        needed: usize,
+        counters: usize,
+        given: usize,
+    },
     #[error("CUDA error in {context}: {message}")]
     Cuda { context: String, message: String },
     #[error("I/O error on {path}: {message}")]

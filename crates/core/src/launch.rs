@@ -67,6 +67,7 @@ pub fn forward_with_kvcache(
         let tensors = kv_tensors(&q, k_cache, v_cache, &mut o, &mut lse, &tables);
         prepare(attention, device, &stream, problem, &tensors)?
     };
+    device.check_lent_workspace(plan.workspace_f32, plan.workspace_counters)?;
     if seqlen_new > 0 && problem.batch > 0 {
         append_kv(device, &stream, problem, &tables, k_cache, v_cache, &new)?;
     }
