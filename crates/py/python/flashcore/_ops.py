@@ -1,0 +1,352 @@
+"""flashcore's kernels as PyTorch custom ops (``torch.ops.flashcore.*``).
+
+Each op reads its tensors through their data pointers, dtypes, shapes and strides (no copies),
+allocates its outputs with PyTorch's caching allocator, and queues the kernels on PyTorch's
+current stream of the tensors' device. Each has a fake (meta) implementation, so
+``torch.compile`` traces through it without a graph break, and the forward carries flashcore's
+backward into autograd where a backward kernel takes the mode (dense attention, causal or not,
+GQA); other modes raise ``NotImplementedError`` from ``backward``.
+
+The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
+one zeroed tensor per (device, stream) in eager mode, a fresh one per call while a CUDA graph is
+being captured (it then lives in the graph's pool, and its zeroing is part of the graph).
+"""
+
+import os
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _flashcore
+
+_DTYPES = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.int32: "i32",
+}
+
+_table_checks = True
+
+
+def set_table_checks(on: bool) -> None:
+    """Whether varlen and KV-cache calls validate their tables (cu_seqlens, cache_seqlens,
+    block_table) before launching. On by default: the kernels trust the tables, so a bad entry
+    would otherwise be a wild read. The check copies the tables to the host, a stream
+    synchronisation, so a serving loop that builds its own tables may turn it off. It is skipped
+    while a CUDA graph is being captured (where no synchronisation can be made)."""
+    global _table_checks
+    _table_checks = bool(on)
+
+
+def table_checks() -> bool:
+    return _table_checks
+
+
+def _arg(t: Tensor):
+    return (t.data_ptr(), _DTYPES.get(t.dtype, str(t.dtype)), t.shape, t.stride())
+
+
+def _opt(t: Optional[Tensor]):
+    return None if t is None else _arg(t)
+
+
+def _concrete(*ts) -> bool:
+    """Whether every size and stride is a plain int (not a symbolic one of dynamic shapes)."""
+    return all(
+        all(isinstance(x, int) for x in (*t.shape, *t.stride())) for t in ts if t is not None
+    )
+
+
+def _shape_arg(t: Optional[Tensor]):
+    """A tensor as the Rust side's checks see it, without memory (fake and meta tensors)."""
+    if t is None:
+        return None
+    return (0, _DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape), tuple(t.stride()))
+
+
+def _check_only(fn, args, tensors) -> None:
+    """The checks of ``fn`` (device None: nothing launches) on fake tensors' shapes."""
+    if _concrete(*tensors):
+        fn(*args, (0, 0), None, 0)
+
+
+# FLASHCORE_POISON_OUTPUTS=1 fills every output with NaN before the kernels run, so a test sees
+# any element they leave unwritten (it costs a fill per output: tests only).
+_poison = os.environ.get("FLASHCORE_POISON_OUTPUTS") == "1"
+
+
+def _alloc(shape, dtype, device) -> Tensor:
+    if _poison:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+
+    def _stream(index: int) -> int:
+        return torch._C._cuda_getCurrentRawStream(index)
+
+else:  # pragma: no cover - older torch
+
+    def _stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+_workspaces = {}
+
+
+def _launch(fn, args, device: torch.device) -> str:
+    """Calls ``fn(*args, workspace, device, stream)``, lending it a zeroed workspace and growing
+    it when the plan asks for more (nothing runs then); returns the generation that ran."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _stream(index)
+    capturing = torch.cuda.is_current_stream_capturing()
+    key = (index, stream)
+    ws = None if capturing else _workspaces.get(key)
+    try:
+        lent = (0, 0) if ws is None else (ws.data_ptr(), ws.numel())
+        name, need = fn(*args, lent, index, stream)
+        if need:
+            ws = torch.zeros(need, dtype=torch.float32, device=device)
+            if not capturing:
+                _workspaces[key] = ws
+            name, need = fn(*args, (ws.data_ptr(), ws.numel()), index, stream)
+            if need:  # pragma: no cover - a plan that grows between two identical calls
+                raise RuntimeError(f"flashcore: the workspace of {need} words was refused")
+    except BaseException:
+        # A failed call may leave the counters set: the next one starts from a zeroed buffer.
+        _workspaces.pop(key, None)
+        raise
+    return name
+
+
+def _empty_out(q: Tensor) -> Tensor:
+    return _alloc(q.shape, q.dtype, q.device)
+
+
+# ---- dense forward / backward ----
+
+
+@torch.library.custom_op("flashcore::fwd", mutates_args=(), device_types="cuda")
+def fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor]:
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    out = _empty_out(q)
+    lse = _alloc((b, h, s_q), torch.float32, q.device)
+    args = (
+        _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
+        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+    )
+    _launch(_flashcore.forward, args, q.device)
+    return out, lse
+
+
+@fwd.register_fake
+def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic):
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = q.new_empty((b, h, s_q), dtype=torch.float32)
+    args = (
+        _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
+        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+    )
+    _check_only(_flashcore.forward, args, (q, k, v, alibi_slopes))
+    return out, lse
+
+
+@torch.library.custom_op("flashcore::bwd", mutates_args=(), device_types="cuda")
+def bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    # The kernels write dQ, dK, dV with the strides of Q, K, V and read dO with O's (dense).
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    dq, dk, dv = (_alloc(t.shape, t.dtype, t.device) for t in (q, k, v))
+    args = (
+        _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
+        _arg(dq), _arg(dk), _arg(dv),
+        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        deterministic,
+    )
+    _launch(_flashcore.backward, args, q.device)
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
+      alibi_slopes, deterministic):
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    args = (
+        *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
+        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+        deterministic,
+    )
+    _check_only(_flashcore.backward, args, (dout, q, k, v, out, lse, alibi_slopes))
+    return grads
+
+
+def _fwd_setup(ctx, inputs, output):
+    q, k, v, scale, causal, wl, wr, softcap, alibi, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, alibi)
+    ctx.options = (scale, causal, wl, wr, softcap, deterministic)
+
+
+def _fwd_backward(ctx, dout, dlse):
+    q, k, v, out, lse, alibi = ctx.saved_tensors
+    scale, causal, wl, wr, softcap, deterministic = ctx.options
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, scale, causal, wl, wr, softcap, alibi, deterministic)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+
+
+# ---- varlen (packed, or paged with a block table) ----
+
+
+@torch.library.custom_op("flashcore::varlen_fwd", mutates_args=(), device_types="cuda")
+def varlen_fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    block_table: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
+    total_q, h = q.shape[0], q.shape[1]
+    out = _empty_out(q)
+    lse = _alloc((h, total_q), torch.float32, q.device)
+    check = _table_checks and not torch.cuda.is_current_stream_capturing()
+    args = (
+        _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
+        _arg(cu_seqlens_q), _opt(cu_seqlens_k), _opt(seqused_k), _opt(block_table),
+        max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        check,
+    )
+    _launch(_flashcore.varlen_forward, args, q.device)
+    return out, lse
+
+
+@varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes):
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes)
+    args = (
+        _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
+        *(_shape_arg(t) for t in tables[:4]), max_seqlen_q, max_seqlen_k,
+        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+        False,
+    )
+    _check_only(_flashcore.varlen_forward, args, (q, k, v, *tables))
+    return out, lse
+
+
+def _no_backward(what: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"flashcore: {what} has no backward yet; the backward pass takes dense attention "
+            "(flash_attn_func and its packed forms, causal or not, GQA) only"
+        )
+
+    return backward
+
+
+def _keep_nothing(ctx, inputs, output):
+    pass
+
+
+varlen_fwd.register_autograd(_no_backward("flash_attn_varlen_func"), setup_context=_keep_nothing)
+
+
+# ---- KV cache (contiguous or paged), with an optional in-place append ----
+
+
+@torch.library.custom_op(
+    "flashcore::kvcache_fwd", mutates_args=("k_cache", "v_cache"), device_types="cuda"
+)
+def kvcache_fwd(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    cache_seqlens: Tensor,
+    block_table: Optional[Tensor],
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    out = _empty_out(q)
+    lse = _alloc((b, h, s_q), torch.float32, q.device)
+    check = _table_checks and not torch.cuda.is_current_stream_capturing()
+    args = (
+        _arg(q), _arg(k_cache), _arg(v_cache), _arg(out), _arg(lse),
+        _arg(cache_seqlens), _opt(block_table), _opt(k), _opt(v),
+        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        check,
+    )
+    _launch(_flashcore.kvcache_forward, args, q.device)
+    return out, lse
+
+
+@kvcache_fwd.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, causal, window_left,
+      window_right, softcap, alibi_slopes):
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = q.new_empty((b, h, s_q), dtype=torch.float32)
+    args = (
+        _shape_arg(q), _shape_arg(k_cache), _shape_arg(v_cache), _shape_arg(out),
+        _shape_arg(lse), _shape_arg(cache_seqlens), _shape_arg(block_table), _shape_arg(k),
+        _shape_arg(v), softmax_scale, causal, (window_left, window_right), softcap,
+        _shape_arg(alibi_slopes), False,
+    )
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
+    _check_only(_flashcore.kvcache_forward, args, tensors)
+    return out, lse
+
+
+def kernels() -> List[str]:
+    """The forward generations compiled in, fastest first."""
+    return list(_flashcore.kernels())

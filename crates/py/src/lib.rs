@@ -1,0 +1,763 @@
+//! `flashcore._flashcore`: the Rust half of the Python package. Thin by design: it turns the
+//! tensors Python hands it (data pointer, dtype, shape, strides) into borrowed device views,
+//! builds the problem with [`flashcore::fa_args`] (the rules flashcore-candle uses too), and
+//! queues the kernels on the caller's stream (PyTorch's current stream) in the caller's context
+//! (the device's primary context, as PyTorch's). Nothing here allocates a tensor or copies one:
+//! outputs come from Python, out of PyTorch's caching allocator. `python/flashcore/` holds the
+//! API (`flash_attn_interface`) and the torch integration (custom ops, fake tensors, autograd).
+//!
+//! Every entry point takes `device: Option<usize>`: `None` checks the arguments and launches
+//! nothing, which the ops' fake implementations use so that bad shapes are refused while
+//! tracing (and on `meta` tensors) with the same message as on the GPU.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, CudaView, CudaViewMut};
+use flashcore::fa_args::{self, ArgError, Options, View};
+use flashcore::{
+    Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, Error, KvAppend,
+    TensorMut, TensorRef,
+};
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+/// A tensor as the Python side describes it: (data pointer, dtype name as flashcore spells it
+/// — "f16", "bf16", "f32", "i32" —, shape, strides in elements).
+#[derive(FromPyObject)]
+struct Tensor(u64, String, Vec<usize>, Vec<usize>);
+
+impl Tensor {
+    fn view(&self, name: &'static str) -> View<'_> {
+        View::new(name, &self.2, &self.3)
+    }
+
+    /// Elements from the first to one past the last addressed: what the borrowed view spans.
+    fn span(&self) -> usize {
+        if self.2.contains(&0) {
+            return 0;
+        }
+        1 + self
+            .2
+            .iter()
+            .zip(&self.3)
+            .map(|(d, s)| (d - 1) * s)
+            .sum::<usize>()
+    }
+
+    fn contiguous(&self) -> bool {
+        let mut expect = 1;
+        for (d, s) in self.2.iter().zip(&self.3).rev() {
+            if *d > 1 && *s != expect {
+                return false;
+            }
+            expect *= d;
+        }
+        true
+    }
+
+    /// A table (`i32` or `f32`), which the kernels read densely.
+    fn table(&self, name: &str, dtype: &str) -> PyResult<()> {
+        if self.1 != dtype {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be {}, got {}",
+                torch_name(dtype),
+                torch_name(&self.1)
+            )));
+        }
+        if !self.contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be contiguous (strides {:?})",
+                self.3
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn torch_name(dtype: &str) -> &str {
+    match dtype {
+        "f16" => "torch.float16",
+        "bf16" => "torch.bfloat16",
+        "f32" => "torch.float32",
+        "i32" => "torch.int32",
+        other => other,
+    }
+}
+
+fn arg_error(e: ArgError) -> PyErr {
+    PyValueError::new_err(format!("flashcore: {e}"))
+}
+
+/// Bad input is a `ValueError`, what no kernel takes a `NotImplementedError`, the rest (CUDA,
+/// NVRTC, memory) a `RuntimeError`.
+fn core_error(e: Error) -> PyErr {
+    let msg = format!("flashcore: {e}");
+    match e {
+        Error::Invalid(_) => PyValueError::new_err(msg),
+        Error::Unsupported(_) => PyNotImplementedError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// One [`Device`] per ordinal, on the device's primary context (the one PyTorch uses), opened on
+/// first use and kept for the process: its compiled modules and per-stream workspaces live there.
+fn device(ordinal: usize) -> Result<Arc<Device>, Error> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Device>>>> = OnceLock::new();
+    let mut map = DEVICES.get_or_init(Default::default).lock().unwrap();
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Device::open(ordinal)?;
+    // PyTorch orders work by its streams; borrowed tensors carry no cudarc events (which would
+    // cost two event creations per tensor and call).
+    // SAFETY: every slice this module makes is borrowed and leaked back, never freed by cudarc;
+    // flashcore's own workspaces are per stream and freed in that stream's order.
+    unsafe { d.context().disable_event_tracking() };
+    let d = Arc::new(d);
+    map.insert(ordinal, d.clone());
+    Ok(d)
+}
+
+/// The device `ordinal` on the caller's stream (a raw `cudaStream_t`, 0 for the legacy default),
+/// with the caller's workspace `(pointer, f32 words)` (PyTorch memory: nothing is allocated
+/// here, so calls can be captured in CUDA graphs; words 0 lends none).
+fn device_on(ordinal: usize, stream: usize, workspace: (u64, usize)) -> Result<Device, Error> {
+    let d = device(ordinal)?;
+    // SAFETY: the handle is PyTorch's current stream of this device, alive for the call (the
+    // caller holds it); the wrapper does not destroy it.
+    let s = unsafe { d.context().wrap_borrowed_stream(stream as sys::CUstream) };
+    let d = d.with_stream(s)?;
+    // SAFETY: the Python side lends a zero-initialised torch tensor of this device that it holds
+    // past the call and uses for nothing else; the kernels leave its counters zero.
+    Ok(unsafe { d.with_lent_workspace(workspace.0, workspace.1) })
+}
+
+/// A call's answer to Python: (the generation that ran, 0), or ("", words) when the lent
+/// workspace is too small — nothing ran, and Python calls again with `words` zeroed words.
+fn outcome_of_error(e: Error) -> PyResult<(&'static str, usize)> {
+    match e {
+        Error::WorkspaceTooSmall { needed, .. } => Ok(("", needed)),
+        e => Err(core_error(e)),
+    }
+}
+
+/// Device memory owned by a PyTorch tensor, seen as a cudarc slice for one call and given back
+/// (leaked) on drop, never freed.
+struct Borrowed<T>(ManuallyDrop<CudaSlice<T>>);
+
+impl<T> Borrowed<T> {
+    /// # Safety
+    /// `ptr` must address `len` elements of `T` in a live allocation of this device that
+    /// outlives the value (the Python caller holds the tensor for the call).
+    unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
+        Borrowed(ManuallyDrop::new(stream.upgrade_device_ptr::<T>(ptr, len)))
+    }
+
+    fn view(&self) -> CudaView<'_, T> {
+        self.0.slice(..)
+    }
+
+    fn view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.0.slice_mut(..)
+    }
+}
+
+impl Borrowed<u16> {
+    fn half(&self, dtype: DType) -> TensorRef<'_> {
+        TensorRef {
+            data: self.view(),
+            dtype,
+        }
+    }
+}
+
+impl<T> Drop for Borrowed<T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `leak` returns the pointer without freeing it.
+        let s = unsafe { ManuallyDrop::take(&mut self.0) };
+        let _ = s.leak();
+    }
+}
+
+fn borrow<T>(stream: &Arc<CudaStream>, t: &Tensor) -> Borrowed<T> {
+    // SAFETY: the Python side passes a live CUDA tensor of this device; `span` bounds the
+    // elements its shape and strides address.
+    unsafe { Borrowed::new(stream, t.0, t.span()) }
+}
+
+/// The optional tables of a call, checked for dtype and contiguity.
+#[derive(Default)]
+struct Tables {
+    cu_seqlens_q: Option<Tensor>,
+    cu_seqlens_k: Option<Tensor>,
+    seqused_k: Option<Tensor>,
+    block_table: Option<Tensor>,
+    alibi_slopes: Option<Tensor>,
+}
+
+impl Tables {
+    fn checked(self) -> PyResult<Self> {
+        for (name, t) in [
+            ("cu_seqlens_q", &self.cu_seqlens_q),
+            ("cu_seqlens_k", &self.cu_seqlens_k),
+            ("seqused_k", &self.seqused_k),
+            ("block_table", &self.block_table),
+        ] {
+            if let Some(t) = t {
+                t.table(name, "i32")?;
+            }
+        }
+        if let Some(a) = &self.alibi_slopes {
+            a.table("alibi_slopes", "f32")?;
+        }
+        Ok(self)
+    }
+}
+
+/// The tables borrowed for one call.
+struct BorrowedTables {
+    cu_seqlens_q: Option<Borrowed<i32>>,
+    cu_seqlens_k: Option<Borrowed<i32>>,
+    seqused_k: Option<Borrowed<i32>>,
+    block_table: Option<Borrowed<i32>>,
+    alibi_slopes: Option<Borrowed<f32>>,
+}
+
+impl BorrowedTables {
+    fn new(stream: &Arc<CudaStream>, t: &Tables) -> Self {
+        let b = |t: &Option<Tensor>| t.as_ref().map(|t| borrow::<i32>(stream, t));
+        BorrowedTables {
+            cu_seqlens_q: b(&t.cu_seqlens_q),
+            cu_seqlens_k: b(&t.cu_seqlens_k),
+            seqused_k: b(&t.seqused_k),
+            block_table: b(&t.block_table),
+            alibi_slopes: t.alibi_slopes.as_ref().map(|t| borrow::<f32>(stream, t)),
+        }
+    }
+
+    fn views(&self) -> DeviceTables<'_> {
+        DeviceTables {
+            cu_seqlens_q: self.cu_seqlens_q.as_ref().map(Borrowed::view),
+            cu_seqlens_k: self.cu_seqlens_k.as_ref().map(Borrowed::view),
+            seqused_k: self.seqused_k.as_ref().map(Borrowed::view),
+            block_table: self.block_table.as_ref().map(Borrowed::view),
+            alibi_slopes: self.alibi_slopes.as_ref().map(Borrowed::view),
+            mm_prefix_ranges: None,
+        }
+    }
+}
+
+/// FlashAttention 2's options: a negative window side is unbounded, `causal` bounds the right
+/// side at 0 (bottom-right aligned), softcap 0 is off.
+fn options(
+    dtype: DType,
+    softmax_scale: f32,
+    causal: bool,
+    window: (i64, i64),
+    softcap: f32,
+    alibi: Option<&Tensor>,
+) -> PyResult<Options> {
+    if softcap < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "flashcore: softcap must be >= 0 (0 turns it off), got {softcap}"
+        )));
+    }
+    let side = |w: i64| usize::try_from(w).ok();
+    let right = if causal { Some(0) } else { side(window.1) };
+    let mut o = Options::new(dtype, softmax_scale)
+        .with_window(side(window.0), right)
+        .with_softcap(Some(softcap));
+    if let Some(a) = alibi {
+        o = o.with_alibi(&a.2);
+    }
+    Ok(o)
+}
+
+fn dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<DType> {
+    fa_args::dtype_of(api, &q.1, &k.1, &v.1).map_err(arg_error)
+}
+
+/// O must be Q's shape, dense (the rules' `dense_o`), of Q's dtype; LSE f32 and dense.
+fn check_outputs(q: &Tensor, out: &Tensor, lse: &Tensor) -> PyResult<()> {
+    if out.1 != q.1 || out.2 != q.2 || !out.contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "flashcore: out must be contiguous with q's shape {:?} and dtype {}",
+            q.2,
+            torch_name(&q.1)
+        )));
+    }
+    lse.table("softmax_lse", "f32")
+}
+
+/// Runs the fastest compiled-in generation that takes the call, falling through past those
+/// that answer `Unsupported` before launching (flashcore's `first_that_takes`); returns its name.
+fn run(
+    problem: &AttentionProblem,
+    dev: &Device,
+    mut f: impl FnMut(&dyn Attention) -> Result<(), Error>,
+) -> Result<&'static str, Error> {
+    let mut kernels = flashcore::kernels();
+    if let Some(best) = flashcore::best_for(problem, dev.info()) {
+        kernels.retain(|k| k.name() != best.name());
+        kernels.insert(0, best);
+    }
+    flashcore::first_that_takes(kernels, |k| f(k)).map(|(name, ())| name)
+}
+
+/// Q, K, V in, O and LSE out, with `tables`, on `dev`'s stream. `check_tables` copies the
+/// tables back and validates them first (a stream synchronisation): kernels trust them.
+#[allow(clippy::too_many_arguments)]
+fn forward_on(
+    dev: &Device,
+    problem: &AttentionProblem,
+    qkv: [&Tensor; 3],
+    out: &Tensor,
+    lse: &Tensor,
+    tables: &Tables,
+    check_tables: bool,
+) -> Result<&'static str, Error> {
+    let stream = dev.stream().clone();
+    let dtype = problem.dtype;
+    let [q, k, v] = qkv.map(|t| borrow::<u16>(&stream, t));
+    let mut o = borrow::<u16>(&stream, out);
+    let mut l = borrow::<f32>(&stream, lse);
+    let t = BorrowedTables::new(&stream, tables);
+    if check_tables {
+        dev.check_tables(problem, &t.views())?;
+    }
+    let mut tensors = AttentionTensors {
+        q: q.half(dtype),
+        k: k.half(dtype),
+        v: v.half(dtype),
+        o: TensorMut {
+            data: o.view_mut(),
+            dtype,
+        },
+        lse: l.view_mut(),
+        tables: t.views(),
+    };
+    run(problem, dev, |kern| {
+        kern.forward_on(dev, &stream, problem, &mut tensors)
+    })
+}
+
+/// `flash_attn_func`'s forward: q `(b, s_q, h, d)`, k and v `(b, s_k, h_kv, d)`, any strides with
+/// a contiguous head dim; `out` dense with q's shape, `lse` f32 `(b, h, s_q)`. Returns the
+/// generation that ran.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, out, lse, softmax_scale, causal, window, softcap, alibi_slopes, workspace, device, stream))]
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    py: Python<'_>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    softmax_scale: f32,
+    causal: bool,
+    window: (i64, i64),
+    softcap: f32,
+    alibi_slopes: Option<Tensor>,
+    workspace: (u64, usize),
+    device: Option<usize>,
+    stream: usize,
+) -> PyResult<(&'static str, usize)> {
+    let dtype = dtype_of("flash_attn_func", &q, &k, &v)?;
+    let tables = Tables {
+        alibi_slopes,
+        ..Default::default()
+    }
+    .checked()?;
+    let opts = options(
+        dtype,
+        softmax_scale,
+        causal,
+        window,
+        softcap,
+        tables.alibi_slopes.as_ref(),
+    )?;
+    let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
+        .map_err(arg_error)?;
+    check_outputs(&q, &out, &lse)?;
+    let Some(device) = device else {
+        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
+    };
+    py.detach(|| {
+        let dev = device_on(device, stream, workspace)?;
+        forward_on(&dev, &problem, [&q, &k, &v], &out, &lse, &tables, false)
+    })
+    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
+}
+
+/// `flash_attn_varlen_func`'s forward: packed q `(total_q, h, d)`; packed k/v `(total_k, h_kv, d)`
+/// with `cu_seqlens_k`, or paged caches `(num_blocks, block_size, h_kv, d)` with `block_table`
+/// `(b, max_blocks)` and `seqused_k` `(b)` (the key count of each sequence). `lse` is
+/// `(h, total_q)`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, check_tables, workspace, device, stream))]
+#[allow(clippy::too_many_arguments)]
+fn varlen_forward(
+    py: Python<'_>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Option<Tensor>,
+    seqused_k: Option<Tensor>,
+    block_table: Option<Tensor>,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    causal: bool,
+    window: (i64, i64),
+    softcap: f32,
+    alibi_slopes: Option<Tensor>,
+    check_tables: bool,
+    workspace: (u64, usize),
+    device: Option<usize>,
+    stream: usize,
+) -> PyResult<(&'static str, usize)> {
+    let dtype = dtype_of("flash_attn_varlen_func", &q, &k, &v)?;
+    let paged = block_table.is_some();
+    let lens_k = match (&cu_seqlens_k, &seqused_k) {
+        (Some(cu), None) if !paged => cu.2.clone(),
+        (None, Some(used)) if paged => vec![used.2.iter().product::<usize>() + 1],
+        _ => {
+            return Err(PyValueError::new_err(
+                "flashcore: varlen takes cu_seqlens_k, or with a block_table seqused_k",
+            ))
+        }
+    };
+    let batch = fa_args::cu_seqlens_batch(&cu_seqlens_q.2, &lens_k).map_err(arg_error)?;
+    let tables = Tables {
+        cu_seqlens_q: Some(cu_seqlens_q),
+        cu_seqlens_k,
+        seqused_k,
+        block_table,
+        alibi_slopes,
+    }
+    .checked()?;
+    let opts = options(
+        dtype,
+        softmax_scale,
+        causal,
+        window,
+        softcap,
+        tables.alibi_slopes.as_ref(),
+    )?;
+    let (qv, kv, vv) = (q.view("q"), k.view("k"), v.view("v"));
+    let problem = match &tables.block_table {
+        None => fa_args::varlen_problem(&qv, &kv, &vv, batch, max_seqlen_q, max_seqlen_k, &opts),
+        Some(table) => fa_args::paged_varlen_problem(
+            &qv,
+            &kv,
+            &vv,
+            &table.2,
+            batch,
+            max_seqlen_q,
+            max_seqlen_k,
+            k.2.get(1).copied().unwrap_or(0),
+            &opts,
+        ),
+    }
+    .map_err(arg_error)?;
+    check_outputs(&q, &out, &lse)?;
+    let Some(device) = device else {
+        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
+    };
+    py.detach(|| {
+        let dev = device_on(device, stream, workspace)?;
+        forward_on(
+            &dev,
+            &problem,
+            [&q, &k, &v],
+            &out,
+            &lse,
+            &tables,
+            check_tables,
+        )
+    })
+    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
+}
+
+/// `flash_attn_with_kvcache`'s forward: q `(b, s_q, h, d)`; a cache `(b, capacity, h_kv, d)`, or
+/// with `block_table` a paged one; `cache_seqlens` `(b)` i32; `k_new`/`v_new` `(b, s_new, h_kv, d)`
+/// (dense) appended in place at `cache_seqlens[b]` before attending.
+#[pyfunction]
+#[pyo3(signature = (q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_new, v_new, softmax_scale, causal, window, softcap, alibi_slopes, check_tables, workspace, device, stream))]
+#[allow(clippy::too_many_arguments)]
+fn kvcache_forward(
+    py: Python<'_>,
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cache_seqlens: Tensor,
+    block_table: Option<Tensor>,
+    k_new: Option<Tensor>,
+    v_new: Option<Tensor>,
+    softmax_scale: f32,
+    causal: bool,
+    window: (i64, i64),
+    softcap: f32,
+    alibi_slopes: Option<Tensor>,
+    check_tables: bool,
+    workspace: (u64, usize),
+    device: Option<usize>,
+    stream: usize,
+) -> PyResult<(&'static str, usize)> {
+    let dtype = dtype_of("flash_attn_with_kvcache", &q, &k_cache, &v_cache)?;
+    let new = match (&k_new, &v_new) {
+        (Some(k), Some(v)) => {
+            dtype_of("flash_attn_with_kvcache (k/v)", &q, k, v)?;
+            Some((k, v))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(PyValueError::new_err(
+                "flashcore: k and v (the rows to append) must be given together",
+            ))
+        }
+    };
+    let tables = Tables {
+        seqused_k: Some(cache_seqlens),
+        block_table,
+        alibi_slopes,
+        ..Default::default()
+    }
+    .checked()?;
+    let opts = options(
+        dtype,
+        softmax_scale,
+        causal,
+        window,
+        softcap,
+        tables.alibi_slopes.as_ref(),
+    )?;
+    let new_views = new.map(|(k, v)| (k.view("k"), v.view("v")));
+    let problem = fa_args::kvcache_problem(
+        &q.view("q"),
+        &k_cache.view("k_cache"),
+        &v_cache.view("v_cache"),
+        &tables.seqused_k.as_ref().expect("set above").2,
+        tables.block_table.as_ref().map(|t| t.2.as_slice()),
+        new_views.as_ref().map(|(k, v)| (k, v)),
+        &opts,
+    )
+    .map_err(arg_error)?;
+    check_outputs(&q, &out, &lse)?;
+    let Some(device) = device else {
+        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
+    };
+    py.detach(|| {
+        let dev = device_on(device, stream, workspace)?;
+        let Some((k_new, v_new)) = new else {
+            return forward_on(
+                &dev,
+                &problem,
+                [&q, &k_cache, &v_cache],
+                &out,
+                &lse,
+                &tables,
+                check_tables,
+            );
+        };
+        let stream = dev.stream().clone();
+        let [bq, bkn, bvn] = [&q, k_new, v_new].map(|t| borrow::<u16>(&stream, t));
+        let [mut bkc, mut bvc, mut bo] =
+            [&k_cache, &v_cache, &out].map(|t| borrow::<u16>(&stream, t));
+        let mut bl = borrow::<f32>(&stream, &lse);
+        let t = BorrowedTables::new(&stream, &tables);
+        if check_tables {
+            dev.check_tables(&problem, &t.views())?;
+        }
+        let mut kc = TensorMut {
+            data: bkc.view_mut(),
+            dtype,
+        };
+        let mut vc = TensorMut {
+            data: bvc.view_mut(),
+            dtype,
+        };
+        run(&problem, &dev, |kern| {
+            // forward_with_kvcache checks everything before its first launch, so a generation
+            // that answers Unsupported has appended nothing.
+            flashcore::forward_with_kvcache(
+                kern,
+                &dev,
+                &problem,
+                bq.half(dtype),
+                &mut kc,
+                &mut vc,
+                KvAppend {
+                    k_new: bkn.half(dtype),
+                    v_new: bvn.half(dtype),
+                },
+                TensorMut {
+                    data: bo.view_mut(),
+                    dtype,
+                },
+                bl.view_mut(),
+                t.views(),
+            )
+        })
+    })
+    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
+}
+
+/// The backward of [`forward`]: dQ, dK, dV (strides of q, k, v; `dout` with `out`'s) from
+/// dO, Q, K, V, O and the forward's LSE, with the forward's options. Dense attention only
+/// (causal or not, GQA): windows, softcap and ALiBi have no backward yet and are refused
+/// (`NotImplementedError`). `deterministic` takes only backward kernels whose
+/// repeated runs are bit-identical. Returns the kernel that ran.
+#[pyfunction]
+#[pyo3(signature = (dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window, softcap, alibi_slopes, deterministic, workspace, device, stream))]
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    py: Python<'_>,
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    dq: Tensor,
+    dk: Tensor,
+    dv: Tensor,
+    softmax_scale: f32,
+    causal: bool,
+    window: (i64, i64),
+    softcap: f32,
+    alibi_slopes: Option<Tensor>,
+    deterministic: bool,
+    workspace: (u64, usize),
+    device: Option<usize>,
+    stream: usize,
+) -> PyResult<(&'static str, usize)> {
+    let dtype = dtype_of("flash_attn_func (backward)", &q, &k, &v)?;
+    let opts = options(
+        dtype,
+        softmax_scale,
+        causal,
+        window,
+        softcap,
+        alibi_slopes.as_ref(),
+    )?;
+    let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
+        .map_err(arg_error)?;
+    if !problem.modes.is_dense() {
+        return Err(PyNotImplementedError::new_err(format!(
+            "flashcore: the backward pass takes dense attention (causal or not, GQA) only; \
+             this call has {}, which has no backward yet",
+            flashcore::ModeSupport::NONE
+                .missing(&problem.modes)
+                .unwrap_or("a mode")
+        )));
+    }
+    check_outputs(&q, &out, &lse)?;
+    for (grad, like, gname, lname) in [
+        (&dout, &out, "dout", "out"),
+        (&dq, &q, "dq", "q"),
+        (&dk, &k, "dk", "k"),
+        (&dv, &v, "dv", "v"),
+    ] {
+        if grad.1 != like.1 || grad.2 != like.2 || grad.3 != like.3 {
+            return Err(PyValueError::new_err(format!(
+                "flashcore: {gname} must have {lname}'s dtype, shape and strides \
+                 ({} {:?} {:?}), got {} {:?} {:?}",
+                like.1, like.2, like.3, grad.1, grad.2, grad.3
+            )));
+        }
+    }
+    let Some(device) = device else {
+        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
+    };
+    py.detach(|| {
+        let dev = device_on(device, stream, workspace)?;
+        let stream = dev.stream().clone();
+        let [bdo, bq, bk, bv, bo] = [&dout, &q, &k, &v, &out].map(|t| borrow::<u16>(&stream, t));
+        let [mut bdq, mut bdk, mut bdv] = [&dq, &dk, &dv].map(|t| borrow::<u16>(&stream, t));
+        let bl = borrow::<f32>(&stream, &lse);
+        let mut t = flashcore::BackwardTensors {
+            q: bq.half(dtype),
+            k: bk.half(dtype),
+            v: bv.half(dtype),
+            o: bo.half(dtype),
+            d_o: bdo.half(dtype),
+            lse: bl.view(),
+            dq: TensorMut {
+                data: bdq.view_mut(),
+                dtype,
+            },
+            dk: TensorMut {
+                data: bdk.view_mut(),
+                dtype,
+            },
+            dv: TensorMut {
+                data: bdv.view_mut(),
+                dtype,
+            },
+        };
+        let kernels = flashcore::backward_kernels()
+            .into_iter()
+            .filter(|k| !deterministic || k.deterministic());
+        flashcore::first_backward_that_takes(kernels, |kern| {
+            flashcore::backward::backward_on(kern, &dev, &stream, &problem, &mut t)
+        })
+        .map(|(name, ())| name)
+    })
+    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
+}
+
+/// The generations compiled in, fastest first.
+#[pyfunction]
+fn kernels() -> Vec<&'static str> {
+    flashcore::kernels().iter().map(|k| k.name()).collect()
+}
+
+/// The backward kernels compiled in, fastest first, with whether each is deterministic.
+#[pyfunction]
+fn backward_kernels() -> Vec<(&'static str, bool)> {
+    flashcore::backward_kernels()
+        .iter()
+        .map(|k| (k.name(), k.deterministic()))
+        .collect()
+}
+
+/// flashcore's batch-invariant mode for every call after it (`docs/MODES.md`).
+#[pyfunction]
+fn set_batch_invariant(on: bool) {
+    fa_args::set_batch_invariant(on)
+}
+
+#[pyfunction]
+fn batch_invariant() -> bool {
+    fa_args::batch_invariant()
+}
+
+/// Whether the package embeds cubins (the `aot` build).
+#[pyfunction]
+fn aot() -> bool {
+    cfg!(feature = "aot")
+}
+
+#[pymodule]
+fn _flashcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(forward, m)?)?;
+    m.add_function(wrap_pyfunction!(varlen_forward, m)?)?;
+    m.add_function(wrap_pyfunction!(kvcache_forward, m)?)?;
+    m.add_function(wrap_pyfunction!(backward, m)?)?;
+    m.add_function(wrap_pyfunction!(kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(backward_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(set_batch_invariant, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_invariant, m)?)?;
+    m.add_function(wrap_pyfunction!(aot, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

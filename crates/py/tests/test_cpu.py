@@ -1,0 +1,314 @@
+"""What the package does without a GPU: import, argument checks and their messages, refusals,
+and the fake (meta) implementations that torch.compile traces through. Tensors on the ``meta``
+device carry shapes and dtypes but no memory; flashcore's ops run their argument checks on
+them (the same Rust checks as on the GPU) and return outputs of the right shapes."""
+
+import pytest
+import torch
+
+import flashcore
+from flashcore import _ops
+from flashcore.flash_attn_interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
+)
+
+F16 = torch.float16
+
+
+def meta(*shape, dtype=F16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def i32(*shape):
+    return torch.empty(*shape, dtype=torch.int32, device="meta")
+
+
+def test_import_and_kernels():
+    assert flashcore.__version__
+    assert "scalar" in flashcore.kernels()
+    names = [n for n, _ in flashcore.backward_kernels()]
+    assert "scalar" in names
+    assert any(det for _, det in flashcore.backward_kernels())
+
+
+def test_batch_invariant_switch():
+    assert flashcore.batch_invariant() is False
+    flashcore.set_batch_invariant(True)
+    try:
+        assert flashcore.batch_invariant() is True
+    finally:
+        flashcore.set_batch_invariant(False)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)])
+@pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 192, 256])
+def test_dense_shapes(causal, heads, d):
+    h, h_kv = heads
+    q, k = meta(2, 100, h, d), meta(2, 37, h_kv, d)
+    out, lse = flash_attn_func(q, k, k, causal=causal, return_softmax_lse=True)
+    assert out.shape == q.shape and out.dtype == F16 and out.is_contiguous()
+    assert lse.shape == (2, h, 100) and lse.dtype == torch.float32
+
+
+def test_packed_shapes():
+    qkv = meta(2, 64, 3, 4, 64, dtype=torch.bfloat16)
+    out = flash_attn_qkvpacked_func(qkv, causal=True)
+    assert out.shape == (2, 64, 4, 64) and out.dtype == torch.bfloat16
+    out = flash_attn_kvpacked_func(meta(2, 10, 4, 64), meta(2, 30, 2, 2, 64))
+    assert out.shape == (2, 10, 4, 64)
+
+
+def test_varlen_shapes():
+    cu = i32(4)
+    out, lse = flash_attn_varlen_func(
+        meta(300, 8, 128), meta(500, 2, 128), meta(500, 2, 128), cu, cu, 200, 300,
+        causal=True, return_softmax_lse=True,
+    )
+    assert out.shape == (300, 8, 128)
+    assert lse.shape == (8, 300)
+    out = flash_attn_varlen_qkvpacked_func(meta(300, 3, 8, 64), cu, 200)
+    assert out.shape == (300, 8, 64)
+    out = flash_attn_varlen_kvpacked_func(meta(300, 8, 64), meta(400, 2, 2, 64), cu, cu, 200, 300)
+    assert out.shape == (300, 8, 64)
+
+
+def test_paged_varlen_shapes():
+    cu = i32(3)
+    cache = meta(40, 64, 2, 128)
+    out = flash_attn_varlen_func(
+        meta(50, 8, 128), cache, cache, cu, cu, 30, 500, causal=True, block_table=i32(2, 10)
+    )
+    assert out.shape == (50, 8, 128)
+
+
+def test_kvcache_shapes():
+    q = meta(4, 1, 8, 128)
+    cache = meta(4, 1024, 2, 128)
+    out, lse = flash_attn_with_kvcache(
+        q, cache, cache, k=meta(4, 1, 2, 128), v=meta(4, 1, 2, 128), cache_seqlens=i32(4),
+        causal=True, return_softmax_lse=True,
+    )
+    assert out.shape == q.shape and lse.shape == (4, 8, 1)
+    paged = meta(64, 256, 2, 128)
+    out = flash_attn_with_kvcache(q, paged, paged, cache_seqlens=i32(4), block_table=i32(4, 16))
+    assert out.shape == q.shape
+
+
+# ---- refusals: what flashcore does not do is an error, never ignored ----
+
+
+def test_dropout_refused():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flash_attn_func(q, q, q, dropout_p=0.1)
+
+
+def test_attn_probs_refused():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(NotImplementedError, match="return_softmax_lse"):
+        flash_attn_func(q, q, q, return_attn_probs=True)
+    cu = i32(2)
+    with pytest.raises(NotImplementedError, match="return_attn_probs"):
+        flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 16, 16, return_attn_probs=True)
+
+
+@pytest.mark.parametrize("arg", ["rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"])
+def test_kvcache_refusals(arg):
+    q = meta(2, 1, 2, 64)
+    cache = meta(2, 64, 2, 64)
+    with pytest.raises(NotImplementedError, match=arg):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, **{arg: i32(2)})
+
+
+# ---- argument checks, with FlashAttention's wording where it has one ----
+
+
+def test_cpu_tensor_refused():
+    q = torch.randn(1, 16, 2, 64).half()
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        flash_attn_func(q, q, q)
+
+
+def test_not_a_tensor():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        flash_attn_func(q, [1, 2], q)
+
+
+def test_dtype_refused():
+    q = meta(1, 16, 2, 64, dtype=torch.float32)
+    with pytest.raises(ValueError, match="only supported for f16/bf16"):
+        flash_attn_func(q, q, q)
+
+
+def test_dtype_mismatch():
+    q, k = meta(1, 16, 2, 64), meta(1, 16, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="dtype mismatch"):
+        flash_attn_func(q, k, k)
+
+
+def test_heads_must_divide():
+    with pytest.raises(ValueError, match="must divide number of heads"):
+        flash_attn_func(meta(1, 16, 6, 64), meta(1, 16, 4, 64), meta(1, 16, 4, 64))
+
+
+def test_head_dim_mismatch():
+    with pytest.raises(ValueError, match="shape mismatch"):
+        flash_attn_func(meta(1, 16, 2, 64), meta(1, 16, 2, 128), meta(1, 16, 2, 128))
+
+
+def test_rank():
+    with pytest.raises(ValueError, match="rank 4"):
+        flash_attn_func(meta(16, 2, 64), meta(16, 2, 64), meta(16, 2, 64))
+
+
+def test_head_dim_not_contiguous():
+    q = meta(1, 16, 64, 2).transpose(2, 3)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        flash_attn_func(q, q, q)
+
+
+def test_strided_head_dim_contiguous_taken():
+    q = meta(1, 2, 16, 64).transpose(1, 2)  # (b, s, h, d) view of a (b, h, s, d) tensor
+    out = flash_attn_func(q, q, q)
+    assert out.shape == q.shape and out.is_contiguous()
+
+
+def test_window_must_be_pair():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(ValueError, match="window_size"):
+        flash_attn_func(q, q, q, window_size=3)
+
+
+def test_negative_softcap():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(ValueError, match="softcap"):
+        flash_attn_func(q, q, q, softcap=-1.0)
+
+
+def test_non_finite_scale():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flash_attn_func(q, q, q, softmax_scale=float("nan"))
+
+
+def test_alibi_shape_and_dtype():
+    q = meta(2, 16, 4, 64)
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flash_attn_func(q, q, q, alibi_slopes=meta(3, dtype=torch.float32))
+    with pytest.raises(ValueError, match="alibi_slopes must be torch.float32"):
+        flash_attn_func(q, q, q, alibi_slopes=meta(4))
+    flash_attn_func(q, q, q, alibi_slopes=meta(2, 4, dtype=torch.float32))
+
+
+def test_varlen_cu_seqlens():
+    q = meta(30, 2, 64)
+    with pytest.raises(ValueError, match="same number of elements"):
+        flash_attn_varlen_func(q, q, q, i32(3), i32(4), 10, 10)
+    with pytest.raises(ValueError, match="seqlens_q should have a len >= 2"):
+        flash_attn_varlen_func(q, q, q, i32(1), i32(1), 10, 10)
+    with pytest.raises(ValueError, match="cu_seqlens_q must be torch.int32"):
+        flash_attn_varlen_func(q, q, q, meta(3, dtype=torch.float32), i32(3), 10, 10)
+
+
+def test_block_table_shape():
+    q, cache = meta(2, 1, 2, 64), meta(8, 16, 2, 64)
+    with pytest.raises(ValueError, match="block_table must have shape"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=i32(2), block_table=i32(3, 4))
+
+
+def test_kvcache_append_pairs():
+    q, cache = meta(2, 1, 2, 64), meta(2, 32, 2, 64)
+    with pytest.raises(ValueError, match="together"):
+        flash_attn_with_kvcache(q, cache, cache, k=meta(2, 1, 2, 64), cache_seqlens=3)
+
+
+def test_kvcache_seqlens_shape():
+    q, cache = meta(2, 1, 2, 64), meta(2, 32, 2, 64)
+    with pytest.raises(ValueError, match="seqused_k must have shape"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=i32(3))
+
+
+def test_mixed_devices():
+    q = meta(1, 16, 2, 64)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        flash_attn_func(q, q, torch.randn(1, 16, 2, 64).half())
+
+
+# ---- torch integration without a GPU: the ops' schemas, fakes and autograd registration ----
+
+
+def test_opcheck_forward():
+    q, k = meta(2, 64, 8, 64), meta(2, 96, 2, 64)
+    torch.library.opcheck(_ops.fwd, (q, k, k, 0.125, True, -1, -1, 0.0, None, False))
+
+
+def test_opcheck_varlen_and_kvcache():
+    cu = i32(3)
+    torch.library.opcheck(
+        _ops.varlen_fwd,
+        (meta(40, 4, 64), meta(50, 2, 64), meta(50, 2, 64), cu, cu, None, None, 20, 30, 0.125,
+         True, -1, -1, 0.0, None),
+    )
+    cache = meta(2, 128, 2, 64)
+    torch.library.opcheck(
+        _ops.kvcache_fwd,
+        (meta(2, 1, 4, 64), cache, cache, i32(2), None, meta(2, 1, 2, 64), meta(2, 1, 2, 64),
+         0.125, True, -1, -1, 0.0, None),
+    )
+
+
+def test_compile_fullgraph_traces():
+    def attend(q, k, v):
+        return flash_attn_func(q, k, v, causal=True) * 2
+
+    q = meta(2, 128, 8, 64).requires_grad_(True)
+    k = meta(2, 256, 2, 64)
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, k)
+    assert out.shape == q.shape and out.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape
+
+
+def test_compile_traces_bad_shapes_as_errors():
+    def attend(q, k):
+        return flash_attn_func(q, k, k)
+
+    compiled = torch.compile(attend, fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="must divide number of heads"):
+        compiled(meta(1, 16, 6, 64), meta(1, 16, 4, 64))
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [dict(window_size=(4, 0)), dict(softcap=30.0), dict(alibi_slopes=meta(2, dtype=torch.float32))],
+)
+def test_backward_refused_for_modes_without_one(mode):
+    q = meta(1, 16, 2, 64).requires_grad_(True)
+    out = flash_attn_func(q, q, q, **mode)
+    with pytest.raises(NotImplementedError, match="no backward yet"):
+        out.sum().backward()
+
+
+def test_backward_of_dense_shapes():
+    q = meta(2, 16, 4, 64).requires_grad_(True)
+    k = meta(2, 24, 2, 64).requires_grad_(True)
+    v = meta(2, 24, 2, 64).requires_grad_(True)
+    flash_attn_func(q, k, v, causal=True).sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_varlen_backward_refused():
+    cu = i32(2)
+    q = meta(16, 2, 64).requires_grad_(True)
+    out = flash_attn_varlen_func(q, q, q, cu, cu, 16, 16)
+    with pytest.raises(NotImplementedError, match="no backward yet"):
+        out.sum().backward()
