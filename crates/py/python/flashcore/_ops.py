@@ -7,6 +7,10 @@ current stream of the tensors' device. Each has a fake (meta) implementation, so
 backward into autograd where a backward kernel takes the mode (dense attention, causal or not,
 GQA); other modes raise ``NotImplementedError`` from ``backward``.
 
+Eager calls that record no gradient run the CUDA implementation directly (:func:`eager`):
+PyTorch's dispatcher costs more than a small attention call on its own. Everything else (autograd,
+``torch.compile``, fake tensors) goes through the registered ops.
+
 The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
 one zeroed tensor per (device, stream) in eager mode, a fresh one per call while a CUDA graph is
 being captured (it then lives in the graph's pool, and its zeroing is part of the graph).
@@ -129,8 +133,7 @@ def _empty_out(q: Tensor) -> Tensor:
 # ---- dense forward / backward ----
 
 
-@torch.library.custom_op("flashcore::fwd", mutates_args=(), device_types="cuda")
-def fwd(
+def fwd_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -151,6 +154,9 @@ def fwd(
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
+
+
+fwd = torch.library.custom_op("flashcore::fwd", fwd_impl, mutates_args=(), device_types="cuda")
 
 
 @fwd.register_fake
@@ -229,8 +235,7 @@ fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
 # ---- varlen (packed, or paged with a block table) ----
 
 
-@torch.library.custom_op("flashcore::varlen_fwd", mutates_args=(), device_types="cuda")
-def varlen_fwd(
+def varlen_fwd_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -260,6 +265,11 @@ def varlen_fwd(
     )
     _launch(_flashcore.varlen_forward, args, q.device)
     return out, lse
+
+
+varlen_fwd = torch.library.custom_op(
+    "flashcore::varlen_fwd", varlen_fwd_impl, mutates_args=(), device_types="cuda"
+)
 
 
 @varlen_fwd.register_fake
@@ -298,10 +308,7 @@ varlen_fwd.register_autograd(_no_backward("flash_attn_varlen_func"), setup_conte
 # ---- KV cache (contiguous or paged), with an optional in-place append ----
 
 
-@torch.library.custom_op(
-    "flashcore::kvcache_fwd", mutates_args=("k_cache", "v_cache"), device_types="cuda"
-)
-def kvcache_fwd(
+def kvcache_fwd_impl(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
@@ -330,6 +337,12 @@ def kvcache_fwd(
     return out, lse
 
 
+kvcache_fwd = torch.library.custom_op(
+    "flashcore::kvcache_fwd", kvcache_fwd_impl, mutates_args=("k_cache", "v_cache"),
+    device_types="cuda",
+)
+
+
 @kvcache_fwd.register_fake
 def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, causal, window_left,
       window_right, softcap, alibi_slopes):
@@ -345,6 +358,21 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, caus
     tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
     _check_only(_flashcore.kvcache_forward, args, tensors)
     return out, lse
+
+
+def eager(*tensors) -> bool:
+    """Whether a call may skip PyTorch's dispatcher and run the op's CUDA implementation
+    directly (the ops' eager overhead is most of a small call's time): plain CUDA tensors, no
+    gradient to record, and no tracing (torch.compile, fake or subclass tensors)."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not Tensor or t.device.type != "cuda" or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def kernels() -> List[str]:

@@ -108,7 +108,8 @@ def flash_attn_func(
     _refuse(dropout_p, return_attn_probs)
     _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
     left, right = _window(window_size)
-    out, lse = _ops.fwd(
+    op = _ops.fwd_impl if _ops.eager(q, k, v, alibi_slopes) else _ops.fwd
+    out, lse = op(
         q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
         alibi_slopes, bool(deterministic),
     )
@@ -198,7 +199,9 @@ def flash_attn_varlen_func(
     if block_table is not None:
         # The kernels read each sequence's key count (seqused_k), not cumulative offsets.
         used, cu_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32), None
-    out, lse = _ops.varlen_fwd(
+    tensors = (q, k, v, cu_seqlens_q, cu_k, used, block_table, alibi_slopes)
+    op = _ops.varlen_fwd_impl if _ops.eager(*tensors) else _ops.varlen_fwd
+    out, lse = op(
         q, k, v, cu_seqlens_q, cu_k, used, block_table, int(max_seqlen_q), int(max_seqlen_k),
         _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
         alibi_slopes,
@@ -311,7 +314,9 @@ def flash_attn_with_kvcache(
                              else block_table.shape[1] * k_cache.shape[1])
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     left, right = _window(window_size)
-    out, lse = _ops.kvcache_fwd(
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
+    op = _ops.kvcache_fwd_impl if _ops.eager(*tensors) else _ops.kvcache_fwd
+    out, lse = op(
         q, k_cache, v_cache, cache_seqlens, block_table, k, v,
         _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
         alibi_slopes,

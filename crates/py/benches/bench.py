@@ -1,0 +1,158 @@
+"""flashcore from Python against SDPA (cuDNN and flash backends) from the same Python, as a
+PyTorch user measures it: CUDA events around back-to-back calls (eager), and the same calls
+captured in one CUDA graph and replayed. Inputs are rotated through enough sets to exceed twice
+the L2 cache, as `cargo xtask bench-all` does, so the large shapes compare with its rows.
+
+    python bench.py [--out DIR] [--shapes B,H,S,D ...] [--dtype f16|bf16]
+
+Writes bench-python.json and bench-python.md to --out (default .).
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashcore
+from flashcore import flash_attn_func
+
+DEFAULT_SHAPES = ["1,8,512,64", "4,16,2048,128", "1,16,16384,128", "8,32,4096,128"]
+L2_BYTES = 60 << 20
+
+
+def input_sets(b, h, s, d, dtype, layout):
+    """Enough (q, k, v) sets to exceed twice the L2: `bshd` for flashcore, `bhsd` for SDPA."""
+    per_set = 3 * b * h * s * d * torch.finfo(dtype).bits // 8
+    n = max(2, math.ceil(2 * L2_BYTES / per_set))
+    shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [
+        tuple(torch.randn(shape, dtype=dtype, device="cuda", generator=g) for _ in range(3))
+        for _ in range(n)
+    ]
+
+
+def eager_us(call, sets, min_ms=20.0, repeats=15):
+    """Median over `repeats` samples of back-to-back calls (each sample at least `min_ms`)."""
+    for i in range(3):
+        call(*sets[i % len(sets)])
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    n = len(sets)
+    start.record()
+    for i in range(n):
+        call(*sets[i])
+    end.record()
+    end.synchronize()
+    per = max(start.elapsed_time(end) / n, 1e-3)
+    calls = max(n, int(min_ms / per))
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        for i in range(calls):
+            call(*sets[i % n])
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(samples)
+
+
+def graph_us(call, sets, calls_per_graph=50, repeats=15):
+    """Median per-call time of a CUDA graph of `calls_per_graph` calls over the input sets."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(3):
+            call(*sets[i % len(sets)])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls_per_graph):
+            call(*sets[i % len(sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(4):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / (4 * calls_per_graph))
+    return statistics.median(samples)
+
+
+def flops(b, h, s, d, causal):
+    f = 4.0 * b * h * s * s * d
+    return f / 2 if causal else f
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", nargs="*", default=DEFAULT_SHAPES)
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    ap.add_argument("--graph-max-us", type=float, default=200.0,
+                    help="shapes whose eager call is faster than this are also timed as graphs")
+    args = ap.parse_args()
+    dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
+    rows = []
+    for shape in args.shapes:
+        b, h, s, d = (int(x) for x in shape.split(","))
+        fc_sets = input_sets(b, h, s, d, dtype, "bshd")
+        pt_sets = input_sets(b, h, s, d, dtype, "bhsd")
+        for causal in (False, True):
+            impls = {
+                "flashcore": (lambda q, k, v: flash_attn_func(q, k, v, causal=causal), fc_sets),
+            }
+            for name, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+                                  ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+                def sdpa(q, k, v, backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                impls[name] = (sdpa, pt_sets)
+            for name, (call, sets) in impls.items():
+                row = dict(shape=shape, causal=causal, dtype=args.dtype, impl=name)
+                try:
+                    row["eager_us"] = eager_us(call, sets)
+                    if row["eager_us"] < args.graph_max_us:
+                        row["graph_us"] = graph_us(call, sets)
+                    row["tflops"] = flops(b, h, s, d, causal) / row["eager_us"] / 1e6
+                except Exception as e:  # a peer that refuses a shape is a row, not a crash
+                    row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench-python.json"), "w") as f:
+        json.dump(dict(torch=torch.__version__, flashcore=flashcore.__version__,
+                       device=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+    lines = [
+        f"flashcore {flashcore.__version__} from Python, torch {torch.__version__}, "
+        f"{torch.cuda.get_device_name()}, {args.dtype}; CUDA events around back-to-back calls "
+        "(median of 15 samples of >= 20 ms), graphs of 50 calls",
+        "",
+        "| B,H,S,D | causal | impl | eager us | graph us | TFLOP/s (eager) |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['shape']} | {r['causal']} | {r['impl']} | {r['error']} | | |")
+            continue
+        g = f"{r['graph_us']:.2f}" if "graph_us" in r else "-"
+        lines.append(f"| {r['shape']} | {'yes' if r['causal'] else 'no'} | {r['impl']} | "
+                     f"{r['eager_us']:.2f} | {g} | {r['tflops']:.1f} |")
+    with open(os.path.join(args.out, "bench-python.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
