@@ -292,18 +292,10 @@ fn check_outputs(q: &Tensor, out: &Tensor, lse: &Tensor) -> PyResult<()> {
 }
 
 /// Runs the fastest compiled-in generation that takes the call, falling through past those
-/// that answer `Unsupported` before launching (flashcore's `first_that_takes`); returns its name.
-fn run(
-    problem: &AttentionProblem,
-    dev: &Device,
-    mut f: impl FnMut(&dyn Attention) -> Result<(), Error>,
-) -> Result<&'static str, Error> {
-    let mut kernels = flashcore::kernels();
-    if let Some(best) = flashcore::best_for(problem, dev.info()) {
-        kernels.retain(|k| k.name() != best.name());
-        kernels.insert(0, best);
-    }
-    flashcore::first_that_takes(kernels, |k| f(k)).map(|(name, ())| name)
+/// that answer `Unsupported` before launching (flashcore's `first_that_takes`, in `kernels()`'s
+/// fastest-first order, which is `best_for`'s); returns its name.
+fn run(mut f: impl FnMut(&dyn Attention) -> Result<(), Error>) -> Result<&'static str, Error> {
+    flashcore::first_that_takes(flashcore::kernels(), |k| f(k)).map(|(name, ())| name)
 }
 
 /// Q, K, V in, O and LSE out, with `tables`, on `dev`'s stream. `check_tables` copies the
@@ -338,9 +330,7 @@ fn forward_on(
         lse: l.view_mut(),
         tables: t.views(),
     };
-    run(problem, dev, |kern| {
-        kern.forward_on(dev, &stream, problem, &mut tensors)
-    })
+    run(|kern| kern.forward_on(dev, &stream, problem, &mut tensors))
 }
 
 /// `flash_attn_func`'s forward: q `(b, s_q, h, d)`, k and v `(b, s_k, h_kv, d)`, any strides with
@@ -585,7 +575,7 @@ fn kvcache_forward(
             data: bvc.view_mut(),
             dtype,
         };
-        run(&problem, &dev, |kern| {
+        run(|kern| {
             // forward_with_kvcache checks everything before its first launch, so a generation
             // that answers Unsupported has appended nothing.
             flashcore::forward_with_kvcache(
