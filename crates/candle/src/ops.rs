@@ -23,10 +23,10 @@ fn error(e: impl std::fmt::Display) -> candle::Error {
     candle::Error::msg(format!("flashcore: {e}"))
 }
 
-impl From<ArgError> for candle::Error {
-    fn from(e: ArgError) -> Self {
-        error(e)
-    }
+/// The argument rules' refusals as candle errors (the rules live in the facade, so candle's
+/// error type cannot take a `From` for them here).
+fn refused(e: ArgError) -> candle::Error {
+    error(e)
 }
 
 /// One flashcore `Device` per candle CUDA device (candle's `DeviceId`: one context and stream),
@@ -127,7 +127,7 @@ fn alibi_view<'a>(s: &'a CudaStorage, l: &Layout, dev: &CudaDevice) -> Result<Cu
 }
 
 fn dtype_of(name: &str, q: DType, k: DType, v: DType) -> Result<flashcore::DType> {
-    Ok(args::dtype_of(name, q.as_str(), k.as_str(), v.as_str())?)
+    args::dtype_of(name, q.as_str(), k.as_str(), v.as_str()).map_err(refused)
 }
 
 /// Runs `f` with the fastest compiled-in generation first (`flashcore::best_for`'s order),
@@ -307,7 +307,8 @@ impl FlashAttn {
         qkv: Qkv<'_>,
     ) -> Result<(AttentionProblem, CudaSlice<T>, CudaSlice<f32>)> {
         let [qv, kv, vv] = qkv.views();
-        let problem = args::dense_problem(&qv, &kv, &vv, &options_of!(self, dtype))?;
+        let problem =
+            args::dense_problem(&qv, &kv, &vv, &options_of!(self, dtype)).map_err(refused)?;
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
         let tables = DeviceTables {
             alibi_slopes: optional_alibi(&alibi, qkv.q.0.device())?,
@@ -501,9 +502,12 @@ impl FlashAttnVarLen {
         let (q, q_l) = qkv.q;
         let [qv, kv, vv] = qkv.views();
         let dev = q.device();
-        let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())?;
+        let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())
+            .map_err(refused)?;
         let mm_prefix = match &self.mm_prefix_ranges {
-            Some(r) => args::mm_prefix_ranges(r.dtype().as_str(), r.dims(), batch)?,
+            Some(r) => {
+                args::mm_prefix_ranges(r.dtype().as_str(), r.dims(), batch).map_err(refused)?
+            }
             None => None,
         };
         let opts = options_of!(self, dtype).with_mm_prefix(mm_prefix);
@@ -516,7 +520,7 @@ impl FlashAttnVarLen {
                 self.max_seqlen_q,
                 self.max_seqlen_k,
                 &opts,
-            )?,
+            ),
             Some(table) => args::paged_varlen_problem(
                 &qv,
                 &kv,
@@ -527,8 +531,9 @@ impl FlashAttnVarLen {
                 self.max_seqlen_k,
                 self.page_block_size.unwrap_or(0),
                 &opts,
-            )?,
-        };
+            ),
+        }
+        .map_err(refused)?;
         // Paged: flashcore reads each sequence's key count from seqused_k, which is the
         // difference of consecutive cumulative seqlens_k (computed on the device, no sync).
         let seqused = match &self.block_table {
@@ -644,7 +649,8 @@ impl FlashAttnKvCache {
             self.block_table.as_ref().map(|t| t.dims()),
             new_views.as_ref().map(|(k, v)| (k, v)),
             &opts,
-        )?;
+        )
+        .map_err(refused)?;
         for (name, t) in [
             ("k_cache", Some(&self.k_cache)),
             ("v_cache", Some(&self.v_cache)),
