@@ -3,6 +3,8 @@
 //! in place) and candle's own matmul-softmax attention, through a prefill of a prompt batch and
 //! greedy decode steps. It checks that the two agree:
 //!
+//! - flashcore's attention at every layer and step, on the model's own Q, K and V, by
+//!   FlashAttention's tolerance rule against attention in f32 (`llama::AttnCheck`);
 //! - logits at every step within `--tolerance` (max |Δ|, default 0.25 on bf16 logits of std ~1);
 //! - the greedy token ids by the margin rule (`llama::Agreement`): bf16 runs of random weights
 //!   flip near-ties (the H100 run of commit 8e61095 had 490 of 512 equal, all 22 others within
@@ -146,13 +148,15 @@ fn main() -> Result<()> {
 
     // Agreement: the reference generates; flashcore is teacher-forced on its tokens.
     let reference = llama::run(&model, Mode::Candle, &g, None, false)?;
-    let flash = llama::run(&model, Mode::Flashcore, &g, Some(&reference.tokens), false)?;
+    let flash = llama::run_checked(&model, &g, Some(&reference.tokens))?;
     let agreement = Agreement::of(&reference, &flash, c.vocab, cfg.tolerance);
     agreement.print(cfg.steps);
+    let attention = flash.attention.unwrap_or_default();
+    attention.print();
 
     llama::report_throughput(&model, &g)?;
     llama::report_attention_alone(&model, cfg.batch, cfg.prompt, cfg.steps)?;
-    if !agreement.ok() {
+    if !agreement.ok() || !attention.ok() {
         std::process::exit(1);
     }
     Ok(())

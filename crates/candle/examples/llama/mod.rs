@@ -112,6 +112,112 @@ pub struct Cache {
     v: Vec<Option<Tensor>>,
     block_table: Option<Tensor>,
     len: usize,
+    /// With [`Cache::check_attention`]: flashcore's attention output judged at every layer
+    /// and step, and the `(b, kv_heads, t, d)` history the reference attends over.
+    check: Option<AttnCheck>,
+    history_k: Vec<Option<Tensor>>,
+    history_v: Vec<Option<Tensor>>,
+}
+
+/// FlashAttention's tolerance rule applied to one attention call of the model, on its real
+/// activations: flashcore's output `o` against attention in f32 on the same Q, K, V passes when
+/// `max|o - ref| <= 2 max|o_bf16 - ref| + atol`, where `o_bf16` is candle's own attention in the
+/// model's dtype on the same inputs and `atol = 2 max|(ref + 0.3) - 0.3 - ref|` in bf16 (the
+/// dtype's rounding at that magnitude, FlashAttention 3's constant). This measures the kernel
+/// alone: every call sees the same inputs in both, whatever the model's bf16 noise upstream.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttnCheck {
+    pub calls: usize,
+    pub failures: usize,
+    /// The largest `max|o - ref| / bound` seen, with its error, bound and (layer, position).
+    pub worst_ratio: f32,
+    pub worst_err: f32,
+    pub worst_bound: f32,
+    pub worst_at: (usize, usize),
+}
+
+/// `max |a - b|` over every element, in f32.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+    (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()
+}
+
+/// FlashAttention 3's constant of the rule: twice the largest rounding error of adding and
+/// removing 0.3 in bf16 at the reference's magnitudes.
+pub fn rounding_atol(reference: &Tensor) -> Result<f32> {
+    let r = reference.to_dtype(DType::BF16)?;
+    let back = r.affine(1.0, 0.3)?.affine(1.0, -0.3)?;
+    Ok(2.0 * max_abs_diff(&back, &r)?)
+}
+
+impl AttnCheck {
+    /// Judges flashcore's `o` `(b, s, h, d)` for q `(b, s, h, d)` over the history `(b, h_kv, t,
+    /// d)` of layer `layer` at position `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        o: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        scale: f32,
+        groups: usize,
+    ) -> Result<()> {
+        let f = |x: &Tensor| x.to_dtype(DType::F32);
+        let reference = candle_attention(Mode::Candle, &f(q)?, &f(k)?, &f(v)?, scale, groups)?;
+        let low = candle_attention(Mode::Candle, q, k, v, scale, groups)?;
+        let err = max_abs_diff(o, &reference)?;
+        let bound = 2.0 * max_abs_diff(&low, &reference)? + rounding_atol(&reference)?;
+        self.calls += 1;
+        let ratio = if err.is_nan() {
+            f32::INFINITY
+        } else {
+            err / bound
+        };
+        if ratio > 1.0 {
+            self.failures += 1;
+        }
+        if ratio > self.worst_ratio {
+            self.worst_ratio = ratio;
+            self.worst_err = err;
+            self.worst_bound = bound;
+            self.worst_at = (layer, pos);
+        }
+        Ok(())
+    }
+
+    pub fn ok(&self) -> bool {
+        self.calls > 0 && self.failures == 0
+    }
+
+    pub fn print(&self) {
+        println!(
+            "attention check (FlashAttention's rule at every layer and step, on the model's own \
+             Q, K, V): {} calls, {} over the bound; worst max|o - ref| = {:.3e} against a bound of \
+             {:.3e} (ratio {:.3}, layer {}, position {}): {}",
+            self.calls,
+            self.failures,
+            self.worst_err,
+            self.worst_bound,
+            self.worst_ratio,
+            self.worst_at.0,
+            self.worst_at.1,
+            if self.ok() { "ok" } else { "FAILED" }
+        );
+    }
+}
+
+impl Cache {
+    /// Judge flashcore's attention at every layer and step ([`AttnCheck`]); keeps a second,
+    /// candle-layout copy of the K/V history for the reference.
+    pub fn check_attention(&mut self) {
+        self.check = Some(AttnCheck::default());
+    }
 }
 
 /// Accumulated time of the attention calls when `profile` is on (synchronising around each).
@@ -165,6 +271,9 @@ impl Model {
             v: vec![],
             block_table: None,
             len: 0,
+            check: None,
+            history_k: vec![None; c.layers],
+            history_v: vec![None; c.layers],
         };
         let shape = match (mode, layout) {
             (Mode::Candle | Mode::CandleF32, _) => None,
@@ -257,6 +366,18 @@ impl Model {
                 self.dev.synchronize()?;
                 timer.secs += t0.elapsed().as_secs_f64();
             }
+            if let (Mode::Flashcore, Some(check)) = (mode, cache.check.as_mut()) {
+                let (kt, vt) = (k.transpose(1, 2)?, v.transpose(1, 2)?);
+                let (kc, vc) = match (&cache.history_k[l], &cache.history_v[l]) {
+                    (Some(pk), Some(pv)) => {
+                        (Tensor::cat(&[pk, &kt], 2)?, Tensor::cat(&[pv, &vt], 2)?)
+                    }
+                    _ => (kt.contiguous()?, vt.contiguous()?),
+                };
+                check.judge(l, pos, &attn, &q, &kc, &vc, scale, c.heads / c.kv_heads)?;
+                cache.history_k[l] = Some(kc);
+                cache.history_v[l] = Some(vc);
+            }
             let o = attn.reshape((b, s, c.heads * d))?;
             x = (x + layer.wo.forward(&o)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ln2, c.rms_eps as f32)?;
@@ -327,6 +448,8 @@ pub struct Run {
     pub prefill_secs: f64,
     pub decode_secs: f64,
     pub attn_secs: f64,
+    /// The attention check of a [`run_checked`] run.
+    pub attention: Option<AttnCheck>,
 }
 
 /// Prefill of the prompt then `steps` greedy steps. With `force`, the fed tokens are `force`'s
@@ -338,8 +461,28 @@ pub fn run(
     force: Option<&[Vec<u32>]>,
     profile: bool,
 ) -> Result<Run> {
+    run_with(model, mode, g, force, profile, false)
+}
+
+/// [`run`] of flashcore's mode with its attention judged at every layer and step
+/// ([`AttnCheck`], in [`Run::attention`]).
+pub fn run_checked(model: &Model, g: &Generation, force: Option<&[Vec<u32>]>) -> Result<Run> {
+    run_with(model, Mode::Flashcore, g, force, false, true)
+}
+
+fn run_with(
+    model: &Model,
+    mode: Mode,
+    g: &Generation,
+    force: Option<&[Vec<u32>]>,
+    profile: bool,
+    check: bool,
+) -> Result<Run> {
     let (batch, prompt) = g.prompt.dims2()?;
     let mut cache = model.new_cache(mode, batch, prompt + g.steps + 1, g.layout)?;
+    if check {
+        cache.check_attention();
+    }
     let mut timer = AttnTimer { profile, secs: 0.0 };
     let mut out = Run {
         logits: vec![],
@@ -347,6 +490,7 @@ pub fn run(
         prefill_secs: 0.0,
         decode_secs: 0.0,
         attn_secs: 0.0,
+        attention: None,
     };
     model.dev.synchronize()?;
     let t0 = Instant::now();
@@ -370,6 +514,7 @@ pub fn run(
     model.dev.synchronize()?;
     out.decode_secs = t1.elapsed().as_secs_f64();
     out.attn_secs = timer.secs;
+    out.attention = cache.check;
     Ok(out)
 }
 
