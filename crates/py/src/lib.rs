@@ -731,6 +731,36 @@ fn batch_invariant() -> bool {
     fa_args::batch_invariant()
 }
 
+/// The id of the CUDA graph capture under way on `stream` of device `ordinal` (unique per
+/// capture, from `cuStreamGetCaptureInfo`), or `None` when the stream is not capturing. The
+/// Python side keys the workspaces it lends during a capture by it.
+#[pyfunction]
+fn capture_id(ordinal: usize, stream: usize) -> PyResult<Option<u64>> {
+    let d = device(ordinal).map_err(core_error)?;
+    d.context()
+        .bind_to_thread()
+        .map_err(|e| core_error(Error::cuda("binding the context", e)))?;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: u64 = 0;
+    // SAFETY: the stream is PyTorch's current stream of this device; the optional outputs are
+    // null, which the driver allows.
+    let rc = unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream as sys::CUstream,
+            &mut status,
+            &mut id,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(core_error(Error::cuda("cuStreamGetCaptureInfo", rc)));
+    }
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
+}
+
 /// Whether the package embeds cubins (the `aot` build).
 #[pyfunction]
 fn aot() -> bool {
@@ -748,6 +778,7 @@ fn _flashcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_batch_invariant, m)?)?;
     m.add_function(wrap_pyfunction!(batch_invariant, m)?)?;
     m.add_function(wrap_pyfunction!(aot, m)?)?;
+    m.add_function(wrap_pyfunction!(capture_id, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

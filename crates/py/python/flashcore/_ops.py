@@ -12,8 +12,8 @@ PyTorch's dispatcher costs more than a small attention call on its own. Everythi
 ``torch.compile``, fake tensors) goes through the registered ops.
 
 The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
-one zeroed tensor per (device, stream) in eager mode, a fresh one per call while a CUDA graph is
-being captured (it then lives in the graph's pool, and its zeroing is part of the graph).
+one zeroed tensor per (device, stream) in eager mode, one per capture while a CUDA graph is being
+captured (it then lives in the graph's pool, and its zeroing is part of the graph).
 """
 
 import os
@@ -99,29 +99,38 @@ else:  # pragma: no cover - older torch
 
 
 _workspaces = {}
+_capture_workspaces = {}
 
 
 def _launch(fn, args, device: torch.device) -> str:
     """Calls ``fn(*args, workspace, device, stream)``, lending it a zeroed workspace and growing
-    it when the plan asks for more (nothing runs then); returns the generation that ran."""
+    it when the plan asks for more (nothing runs then); returns the generation that ran.
+
+    Eager calls share one workspace per (device, stream); the kernels leave its counters zero.
+    While a CUDA graph is being captured, each capture gets its own, allocated (and zeroed, a
+    memset the graph replays) at its first call and shared by the capture's later calls, so the
+    memory belongs to that graph's pool."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     stream = _stream(index)
-    capturing = torch.cuda.is_current_stream_capturing()
-    key = (index, stream)
-    ws = None if capturing else _workspaces.get(key)
+    if torch.cuda.is_current_stream_capturing():
+        cache, key = _capture_workspaces, (index, stream, _flashcore.capture_id(index, stream))
+    else:
+        if _capture_workspaces:
+            _capture_workspaces.clear()  # captures end before eager calls resume
+        cache, key = _workspaces, (index, stream)
+    ws = cache.get(key)
     try:
         lent = (0, 0) if ws is None else (ws.data_ptr(), ws.numel())
         name, need = fn(*args, lent, index, stream)
         if need:
             ws = torch.zeros(need, dtype=torch.float32, device=device)
-            if not capturing:
-                _workspaces[key] = ws
+            cache[key] = ws
             name, need = fn(*args, (ws.data_ptr(), ws.numel()), index, stream)
             if need:  # pragma: no cover - a plan that grows between two identical calls
                 raise RuntimeError(f"flashcore: the workspace of {need} words was refused")
     except BaseException:
         # A failed call may leave the counters set: the next one starts from a zeroed buffer.
-        _workspaces.pop(key, None)
+        cache.pop(key, None)
         raise
     return name
 
