@@ -291,11 +291,37 @@ def test_compile_traces_bad_shapes_as_errors():
     "mode",
     [dict(window_size=(4, 0)), dict(softcap=30.0), dict(alibi_slopes=meta(2, dtype=torch.float32))],
 )
-def test_backward_refused_for_modes_without_one(mode):
-    q = meta(1, 16, 2, 64).requires_grad_(True)
-    out = flash_attn_func(q, q, q, **mode)
+def test_backward_refusal_rule(mode):
+    """The backward's refusal of modes it lacks, as the Rust checks give it (on the GPU it is
+    raised when ``backward`` runs: test_gpu.py)."""
+    q = meta(1, 16, 2, 64)
+    lse = meta(1, 2, 16, dtype=torch.float32)
+    arg = _ops._shape_arg
+    window = mode.get("window_size", (-1, -1))
     with pytest.raises(NotImplementedError, match="no backward yet"):
-        out.sum().backward()
+        flashcore._flashcore.backward(
+            *(arg(t) for t in (q, q, q, q, q, lse, q, q, q)), 0.125, False, window,
+            mode.get("softcap", 0.0), arg(mode.get("alibi_slopes")), False, (0, 0), None, 0,
+        )
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [dict(window_size=(4, 0)), dict(softcap=30.0), dict(alibi_slopes=meta(2, dtype=torch.float32))],
+)
+def test_compile_traces_modes_without_backward(mode):
+    """A forward whose mode has no backward still compiles when its inputs require grad: the
+    refusal waits for ``backward`` to run."""
+    q = meta(1, 16, 2, 64).requires_grad_(True)
+    compiled = torch.compile(lambda q: flash_attn_func(q, q, q, **mode), fullgraph=True,
+                             backend="aot_eager")
+    assert compiled(q).shape == q.shape
+
+
+def test_lse_not_differentiable():
+    q = meta(1, 16, 2, 64).requires_grad_(True)
+    out, lse = flash_attn_func(q, q, q, return_softmax_lse=True)
+    assert out.requires_grad and not lse.requires_grad
 
 
 def test_backward_of_dense_shapes():
@@ -306,9 +332,18 @@ def test_backward_of_dense_shapes():
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
 
 
-def test_varlen_backward_refused():
-    cu = i32(2)
-    q = meta(16, 2, 64).requires_grad_(True)
-    out = flash_attn_varlen_func(q, q, q, cu, cu, 16, 16)
-    with pytest.raises(NotImplementedError, match="no backward yet"):
-        out.sum().backward()
+def test_kvcache_is_inference_only():
+    q = meta(2, 1, 2, 64).requires_grad_(True)
+    cache = meta(2, 32, 2, 64)
+    with pytest.raises(NotImplementedError, match="inference only"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3)
+    with torch.no_grad():
+        assert flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3).shape == q.shape
+
+
+def test_paged_varlen_cu_seqlens_k_dtype():
+    q, cache = meta(16, 2, 64), meta(8, 16, 2, 64)
+    cu = i32(3)
+    with pytest.raises(ValueError, match="cu_seqlens_k must be a 1-d torch.int32"):
+        flash_attn_varlen_func(q, cache, cache, cu, meta(3, dtype=torch.float32), 8, 32,
+                               block_table=i32(2, 4))

@@ -519,7 +519,8 @@ def test_flash_attn_deterministic_backward(d, dtype, causal):
                       "kvcache"])
 def test_backward_not_implemented(mode):
     """Modes that no backward kernel takes raise NotImplementedError from .backward() (docs/
-    PYTHON.md: a window, softcap, ALiBi, varlen and KV-cache calls)."""
+    PYTHON.md: a window, softcap, ALiBi, varlen); flash_attn_with_kvcache refuses inputs that
+    require grad at the call."""
     torch.manual_seed(0)
     dtype, batch, seqlen, nheads, d = torch.bfloat16, 2, 128, 4, 64
     q = randn((batch, seqlen, nheads, d), dtype, requires_grad=True)
@@ -544,8 +545,11 @@ def test_backward_not_implemented(mode):
         out = flash_attn_varlen_func(packed[0], k_pool, v_pool, cu, cu, seqlen, seqlen,
                                      block_table=table)
     else:
-        out = flash_attn_with_kvcache(q, k.detach().clone(), v.detach().clone(),
-                                      cache_seqlens=seqlen // 2)
+        # Inference only: refused at the call when an input requires grad.
+        with pytest.raises(NotImplementedError, match="inference only"):
+            flash_attn_with_kvcache(q, k.detach().clone(), v.detach().clone(),
+                                    cache_seqlens=seqlen // 2)
+        return
     assert torch.isfinite(out).all()
     with pytest.raises(NotImplementedError):
         out.float().sum().backward()

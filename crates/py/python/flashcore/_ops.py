@@ -220,13 +220,21 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
         softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
         deterministic,
     )
-    _check_only(_flashcore.backward, args, (dout, q, k, v, out, lse, alibi_slopes))
+    try:
+        _check_only(_flashcore.backward, args, (dout, q, k, v, out, lse, alibi_slopes))
+    except NotImplementedError:
+        # A mode with no backward is refused when the backward runs, not when it is traced:
+        # torch.compile traces the backward of every call whose inputs require grad.
+        pass
     return grads
 
 
 def _fwd_setup(ctx, inputs, output):
     q, k, v, scale, causal, wl, wr, softcap, alibi, deterministic = inputs
     out, lse = output
+    # softmax_lse is an output, not a differentiable one: no gradient flows through it (rather
+    # than a wrong one).
+    ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, out, lse, alibi)
     ctx.options = (scale, causal, wl, wr, softcap, deterministic)
 
@@ -297,21 +305,38 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
     return out, lse
 
 
-def _no_backward(what: str):
+@torch.library.custom_op("flashcore::refuse_backward", mutates_args=(), device_types="cuda")
+def refuse_backward(q: Tensor, what: str) -> Tensor:
+    raise NotImplementedError(
+        f"flashcore: {what} has no backward yet; the backward pass takes dense attention "
+        "(flash_attn_func and its packed forms, causal or not, GQA) only"
+    )
+
+
+@refuse_backward.register_fake
+def _(q, what):
+    return torch.empty_like(q)
+
+
+def _refused_backward(what: str):
+    """The backward of an op that has none: it raises NotImplementedError when it runs (not
+    when torch.compile traces it), through :func:`refuse_backward` on the output's gradient
+    (which has q's shape)."""
+
     def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"flashcore: {what} has no backward yet; the backward pass takes dense attention "
-            "(flash_attn_func and its packed forms, causal or not, GQA) only"
-        )
+        return (refuse_backward(grads[0], what),) + (None,) * (ctx.inputs - 1)
 
     return backward
 
 
-def _keep_nothing(ctx, inputs, output):
-    pass
+def _count_inputs(ctx, inputs, output):
+    ctx.inputs = len(inputs)
+    ctx.mark_non_differentiable(output[1])
 
 
-varlen_fwd.register_autograd(_no_backward("flash_attn_varlen_func"), setup_context=_keep_nothing)
+varlen_fwd.register_autograd(
+    _refused_backward("flash_attn_varlen_func"), setup_context=_count_inputs
+)
 
 
 # ---- KV cache (contiguous or paged), with an optional in-place append ----

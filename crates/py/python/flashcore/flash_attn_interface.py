@@ -5,7 +5,8 @@ The functions take FlashAttention 2's arguments with its meaning (``softmax_scal
 ``softcap=0`` is off, ``alibi_slopes`` are fp32 ``(nheads,)`` or ``(batch, nheads)``).
 
 Beyond FlashAttention 2: every function takes ``return_softmax_lse=True`` to return
-``(out, softmax_lse)``. What flashcore does not do is refused, never ignored: ``dropout_p > 0``
+``(out, softmax_lse)`` (softmax_lse is not differentiable: no gradient flows through it). What
+flashcore does not do is refused, never ignored: ``dropout_p > 0``
 and ``return_attn_probs=True`` (the probabilities are never materialised) raise
 ``NotImplementedError``, as do rotary embeddings, ``cache_batch_idx`` and ``cache_leftpad`` in
 :func:`flash_attn_with_kvcache`. Bad arguments raise ``ValueError`` with the reason.
@@ -197,6 +198,11 @@ def flash_attn_varlen_func(
     left, right = _window(window_size)
     cu_k, used = cu_seqlens_k, None
     if block_table is not None:
+        if cu_seqlens_k.dtype != torch.int32 or cu_seqlens_k.dim() != 1:
+            raise ValueError(
+                "flashcore: cu_seqlens_k must be a 1-d torch.int32 tensor, got "
+                f"{cu_seqlens_k.dtype} of shape {tuple(cu_seqlens_k.shape)}"
+            )
         # The kernels read each sequence's key count (seqused_k), not cumulative offsets.
         used, cu_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32), None
     tensors = (q, k, v, cu_seqlens_q, cu_k, used, block_table, alibi_slopes)
@@ -304,6 +310,14 @@ def flash_attn_with_kvcache(
                       block_table=block_table, alibi_slopes=alibi_slopes)
     if (k is None) != (v is None):
         raise ValueError("flashcore: k and v (the rows to append) must be given together")
+    if torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad for t in (q, k_cache, v_cache, k, v)
+    ):
+        raise NotImplementedError(
+            "flashcore: flash_attn_with_kvcache is inference only (it appends to the cache in "
+            "place and has no backward); call it under torch.no_grad() or on tensors that do not "
+            "require grad"
+        )
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"flashcore: num_splits must be an int >= 0, got {num_splits!r}")
     batch = q.shape[0]
