@@ -105,7 +105,50 @@ struct LoadedFunction {
 struct ModuleCache {
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(String, String), LoadedFunction>>,
+    /// The loaded functions again, found without building their option strings: every launch
+    /// looks its function up here first (by a hash of the request's parts, compared in full).
+    recent: Mutex<HashMap<u64, Vec<(FunctionKey, LoadedFunction)>>>,
     stats: Mutex<CompileStats>,
+}
+
+/// What names a loaded function: the request's parts, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FunctionKey {
+    source: String,
+    entry: String,
+    dtype: DType,
+    defines: Vec<(String, String)>,
+    compute_capability: (u32, u32),
+}
+
+impl FunctionKey {
+    fn matches(
+        &self,
+        source: &str,
+        entry: &str,
+        dtype: DType,
+        defines: &[(String, String)],
+        cc: (u32, u32),
+    ) -> bool {
+        self.source == source
+            && self.entry == entry
+            && self.dtype == dtype
+            && self.defines == defines
+            && self.compute_capability == cc
+    }
+
+    fn hash_of(
+        source: &str,
+        entry: &str,
+        dtype: DType,
+        defines: &[(String, String)],
+        cc: (u32, u32),
+    ) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (source, entry, dtype, defines, cc).hash(&mut h);
+        h.finish()
+    }
 }
 
 /// The live module caches, by `CUcontext` handle. An entry is only a weak reference: a cache
@@ -498,6 +541,50 @@ impl Device {
         defines: &[(String, String)],
         dynamic_smem: u32,
     ) -> Result<CudaFunction, Error> {
+        let cc = self.info.compute_capability;
+        let hash = FunctionKey::hash_of(source, entry, dtype, defines, cc);
+        if let Some(bucket) = self.modules.recent.lock().unwrap().get(&hash) {
+            let hit = bucket
+                .iter()
+                .find(|(k, f)| {
+                    k.matches(source, entry, dtype, defines, cc) && f.smem_optin >= dynamic_smem
+                })
+                .map(|(_, f)| f.function.clone());
+            if let Some(function) = hit {
+                return Ok(function);
+            }
+        }
+        let function = self.function_slow(source, entry, dtype, defines, dynamic_smem)?;
+        let key = FunctionKey {
+            source: source.to_string(),
+            entry: entry.to_string(),
+            dtype,
+            defines: defines.to_vec(),
+            compute_capability: cc,
+        };
+        let mut recent = self.modules.recent.lock().unwrap();
+        let bucket = recent.entry(hash).or_default();
+        bucket.retain(|(k, _)| *k != key);
+        bucket.push((
+            key,
+            LoadedFunction {
+                function: function.clone(),
+                smem_optin: dynamic_smem,
+            },
+        ));
+        Ok(function)
+    }
+
+    /// [`Device::function`] by the module's option strings: compiles or loads the module on a
+    /// miss, and opts the function in to `dynamic_smem` bytes of shared memory.
+    fn function_slow(
+        &self,
+        source: &str,
+        entry: &str,
+        dtype: DType,
+        defines: &[(String, String)],
+        dynamic_smem: u32,
+    ) -> Result<CudaFunction, Error> {
         let arch = self.arch();
         let req = CompileRequest {
             source,
@@ -717,6 +804,32 @@ fn read_info(ctx: &CudaContext) -> Result<DeviceInfo, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The launch path's function lookup tells every part of a request apart.
+    #[test]
+    fn function_keys_differ_in_every_part() {
+        let defines = vec![("FC_A".to_string(), "1".to_string())];
+        let key = FunctionKey {
+            source: "k.cu".into(),
+            entry: "main".into(),
+            dtype: DType::F16,
+            defines: defines.clone(),
+            compute_capability: (9, 0),
+        };
+        let h = |s, e, d, defs: &[(String, String)], cc| FunctionKey::hash_of(s, e, d, defs, cc);
+        assert!(key.matches("k.cu", "main", DType::F16, &defines, (9, 0)));
+        assert_eq!(
+            h("k.cu", "main", DType::F16, &defines, (9, 0)),
+            h("k.cu", "main", DType::F16, &defines.clone(), (9, 0))
+        );
+        let other = vec![("FC_A".to_string(), "2".to_string())];
+        assert!(!key.matches("j.cu", "main", DType::F16, &defines, (9, 0)));
+        assert!(!key.matches("k.cu", "other", DType::F16, &defines, (9, 0)));
+        assert!(!key.matches("k.cu", "main", DType::Bf16, &defines, (9, 0)));
+        assert!(!key.matches("k.cu", "main", DType::F16, &other, (9, 0)));
+        assert!(!key.matches("k.cu", "main", DType::F16, &[], (9, 0)));
+        assert!(!key.matches("k.cu", "main", DType::F16, &defines, (8, 0)));
+    }
 
     /// A scratch buffer without a GPU: its length, and a stand-in for the stream it holds.
     struct Fake {
