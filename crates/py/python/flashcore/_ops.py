@@ -98,6 +98,11 @@ else:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 
+if hasattr(torch._C, "_cuda_isCurrentStreamCapturing"):
+    _capturing = torch._C._cuda_isCurrentStreamCapturing
+else:  # pragma: no cover - older torch
+    _capturing = torch.cuda.is_current_stream_capturing
+
 _workspaces = {}
 _capture_workspaces = {}
 
@@ -112,7 +117,7 @@ def _launch(fn, args, device: torch.device) -> str:
     memory belongs to that graph's pool."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     stream = _stream(index)
-    if torch.cuda.is_current_stream_capturing():
+    if _capturing():
         cache, key = _capture_workspaces, (index, stream, _flashcore.capture_id(index, stream))
     else:
         if _capture_workspaces:
@@ -166,6 +171,36 @@ def fwd_impl(
 
 
 fwd = torch.library.custom_op("flashcore::fwd", fwd_impl, mutates_args=(), device_types="cuda")
+
+_lse_scratch = {}
+
+
+def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+              want_lse):
+    """:func:`fwd_impl` for the eager fast path (:func:`eager`): when the caller does not want
+    the LSE and no graph is being captured, the kernels write it into a scratch buffer kept per
+    (device, stream) instead of a fresh tensor (one allocation fewer per call)."""
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    out = _empty_out(q)
+    n = b * h * s_q
+    if want_lse or _poison or _capturing():
+        lse = _alloc((b, h, s_q), torch.float32, q.device)
+        lse_arg = _arg(lse)
+    else:
+        lse = None
+        index = q.device.index
+        key = (index, _stream(index))
+        scratch = _lse_scratch.get(key)
+        if scratch is None or scratch.numel() < n:
+            scratch = torch.empty(max(n, 1), dtype=torch.float32, device=q.device)
+            _lse_scratch[key] = scratch
+        lse_arg = (scratch.data_ptr(), "f32", (b, h, s_q), (h * s_q, s_q, 1))
+    args = (
+        _arg(q), _arg(k), _arg(v), _arg(out), lse_arg,
+        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+    )
+    _launch(_flashcore.forward, args, q.device)
+    return out, lse
 
 
 @fwd.register_fake
@@ -272,7 +307,7 @@ def varlen_fwd_impl(
     total_q, h = q.shape[0], q.shape[1]
     out = _empty_out(q)
     lse = _alloc((h, total_q), torch.float32, q.device)
-    check = _table_checks and not torch.cuda.is_current_stream_capturing()
+    check = _table_checks and not _capturing()
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
         _arg(cu_seqlens_q), _opt(cu_seqlens_k), _opt(seqused_k), _opt(block_table),
@@ -360,7 +395,7 @@ def kvcache_fwd_impl(
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     out = _empty_out(q)
     lse = _alloc((b, h, s_q), torch.float32, q.device)
-    check = _table_checks and not torch.cuda.is_current_stream_capturing()
+    check = _table_checks and not _capturing()
     args = (
         _arg(q), _arg(k_cache), _arg(v_cache), _arg(out), _arg(lse),
         _arg(cache_seqlens), _opt(block_table), _opt(k), _opt(v),
@@ -396,16 +431,21 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, caus
 
 def eager(*tensors) -> bool:
     """Whether a call may skip PyTorch's dispatcher and run the op's CUDA implementation
-    directly (the ops' eager overhead is most of a small call's time): plain CUDA tensors, no
-    gradient to record, and no tracing (torch.compile, fake or subclass tensors)."""
+    directly (the ops' eager overhead is most of a small call's time): plain CUDA tensors on one
+    device, no gradient to record, and no tracing (torch.compile, fake or subclass tensors)."""
     if torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
+    device = None
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not Tensor or t.device.type != "cuda" or (grad and t.requires_grad):
+        if type(t) is not Tensor or not t.is_cuda or (grad and t.requires_grad):
             return False
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            return False  # the op's path says which tensor is on which device
     return True
 
 

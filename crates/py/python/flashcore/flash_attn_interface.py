@@ -106,14 +106,20 @@ def flash_attn_func(
     attention (causal or not, GQA); with a window, softcap or ALiBi ``backward`` raises
     ``NotImplementedError``. ``deterministic=True`` takes only backward kernels whose runs are
     bit-identical."""
-    _refuse(dropout_p, return_attn_probs)
-    _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
+    if dropout_p or return_attn_probs:
+        _refuse(dropout_p, return_attn_probs)
     left, right = _window(window_size)
-    op = _ops.fwd_impl if _ops.eager(q, k, v, alibi_slopes) else _ops.fwd
-    out, lse = op(
-        q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
-        alibi_slopes, bool(deterministic),
-    )
+    if _ops.eager(q, k, v, alibi_slopes):
+        out, lse = _ops.fwd_eager(
+            q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
+            float(softcap), alibi_slopes, return_softmax_lse,
+        )
+    else:
+        _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
+        out, lse = _ops.fwd(
+            q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
+            float(softcap), alibi_slopes, bool(deterministic),
+        )
     return _result(out, lse, return_softmax_lse)
 
 
