@@ -109,7 +109,7 @@ def rust_direct(sets, causal):
     def call(qq, kk, vv):
         a = prebuilt[i[0] % len(prebuilt)]
         i[0] += 1
-        _flashcore.forward(*a, 1.0 / math.sqrt(d), causal, (-1, -1), 0.0, None,
+        _flashcore.forward(*a, (1.0 / math.sqrt(d), causal, (-1, -1), 0.0), None,
                            (ws.data_ptr(), ws.numel()), index, _ops._stream(index))
         return out
 

@@ -134,8 +134,8 @@ fn device_on(ordinal: usize, stream: usize, workspace: (u64, usize)) -> Result<D
     Ok(unsafe { d.with_lent_workspace(workspace.0, workspace.1) })
 }
 
-/// A call's answer to Python: (the generation that ran, 0), or ("", words) when the lent
-/// workspace is too small — nothing ran, and Python calls again with `words` zeroed words.
+/// The answer for a failed call: ("", words) when the lent workspace was too small (see
+/// [`launch`]), the error as a Python exception otherwise.
 fn outcome_of_error(e: Error) -> PyResult<(&'static str, usize)> {
     match e {
         Error::WorkspaceTooSmall { needed, .. } => Ok(("", needed)),
@@ -249,30 +249,49 @@ impl BorrowedTables {
     }
 }
 
-/// FlashAttention 2's options: a negative window side is unbounded, `causal` bounds the right
-/// side at 0 (bottom-right aligned), softcap 0 is off.
-fn options(
-    dtype: DType,
-    softmax_scale: f32,
-    causal: bool,
-    window: (i64, i64),
-    softcap: f32,
-    alibi: Option<&Tensor>,
-) -> PyResult<Options> {
-    if softcap < 0.0 {
-        return Err(PyValueError::new_err(format!(
-            "flashcore: softcap must be >= 0 (0 turns it off), got {softcap}"
-        )));
+/// FlashAttention 2's scalar options, as Python passes them: `(softmax_scale, causal, (left,
+/// right), softcap)`. A negative window side is unbounded, `causal` bounds the right side at 0
+/// (bottom-right aligned), softcap 0 is off.
+#[derive(FromPyObject)]
+struct FaOptions(f32, bool, (i64, i64), f32);
+
+impl FaOptions {
+    /// The argument rules' options for these, with the ALiBi slopes' shape.
+    fn rules(&self, dtype: DType, alibi: Option<&Tensor>) -> PyResult<Options> {
+        let FaOptions(softmax_scale, causal, window, softcap) = *self;
+        if softcap < 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "flashcore: softcap must be >= 0 (0 turns it off), got {softcap}"
+            )));
+        }
+        let side = |w: i64| usize::try_from(w).ok();
+        let right = if causal { Some(0) } else { side(window.1) };
+        let mut o = Options::new(dtype, softmax_scale)
+            .with_window(side(window.0), right)
+            .with_softcap(Some(softcap));
+        if let Some(a) = alibi {
+            o = o.with_alibi(&a.2);
+        }
+        Ok(o)
     }
-    let side = |w: i64| usize::try_from(w).ok();
-    let right = if causal { Some(0) } else { side(window.1) };
-    let mut o = Options::new(dtype, softmax_scale)
-        .with_window(side(window.0), right)
-        .with_softcap(Some(softcap));
-    if let Some(a) = alibi {
-        o = o.with_alibi(&a.2);
-    }
-    Ok(o)
+}
+
+/// Runs `call` on the device `ordinal` (`None`: the arguments were checked, nothing runs) on
+/// the caller's stream with the lent workspace, the GIL released. A call's answer to Python:
+/// (the generation or kernel that ran, 0), or ("", words) when the lent workspace is too small —
+/// nothing ran, and Python calls again with `words` zeroed words.
+fn launch(
+    py: Python<'_>,
+    ordinal: Option<usize>,
+    stream: usize,
+    workspace: (u64, usize),
+    call: impl FnOnce(&Device) -> Result<&'static str, Error> + Send,
+) -> PyResult<(&'static str, usize)> {
+    let Some(ordinal) = ordinal else {
+        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
+    };
+    py.detach(|| call(&device_on(ordinal, stream, workspace)?))
+        .map_or_else(outcome_of_error, |name| Ok((name, 0)))
 }
 
 fn dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<DType> {
@@ -337,7 +356,7 @@ fn forward_on(
 /// a contiguous head dim; `out` dense with q's shape, `lse` f32 `(b, h, s_q)`. Returns the
 /// generation that ran.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, softmax_scale, causal, window, softcap, alibi_slopes, workspace, device, stream))]
+#[pyo3(signature = (q, k, v, out, lse, options, alibi_slopes, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn forward(
     py: Python<'_>,
@@ -346,10 +365,7 @@ fn forward(
     v: Tensor,
     out: Tensor,
     lse: Tensor,
-    softmax_scale: f32,
-    causal: bool,
-    window: (i64, i64),
-    softcap: f32,
+    options: FaOptions,
     alibi_slopes: Option<Tensor>,
     workspace: (u64, usize),
     device: Option<usize>,
@@ -361,25 +377,13 @@ fn forward(
         ..Default::default()
     }
     .checked()?;
-    let opts = options(
-        dtype,
-        softmax_scale,
-        causal,
-        window,
-        softcap,
-        tables.alibi_slopes.as_ref(),
-    )?;
+    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     check_outputs(&q, &out, &lse)?;
-    let Some(device) = device else {
-        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
-    };
-    py.detach(|| {
-        let dev = device_on(device, stream, workspace)?;
-        forward_on(&dev, &problem, [&q, &k, &v], &out, &lse, &tables, false)
+    launch(py, device, stream, workspace, |dev| {
+        forward_on(dev, &problem, [&q, &k, &v], &out, &lse, &tables, false)
     })
-    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
 }
 
 /// `flash_attn_varlen_func`'s forward: packed q `(total_q, h, d)`; packed k/v `(total_k, h_kv, d)`
@@ -387,7 +391,7 @@ fn forward(
 /// `(b, max_blocks)` and `seqused_k` `(b)` (the key count of each sequence). `lse` is
 /// `(h, total_q)`.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, check_tables, workspace, device, stream))]
+#[pyo3(signature = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, options, alibi_slopes, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn varlen_forward(
     py: Python<'_>,
@@ -402,10 +406,7 @@ fn varlen_forward(
     block_table: Option<Tensor>,
     max_seqlen_q: usize,
     max_seqlen_k: usize,
-    softmax_scale: f32,
-    causal: bool,
-    window: (i64, i64),
-    softcap: f32,
+    options: FaOptions,
     alibi_slopes: Option<Tensor>,
     check_tables: bool,
     workspace: (u64, usize),
@@ -432,14 +433,7 @@ fn varlen_forward(
         alibi_slopes,
     }
     .checked()?;
-    let opts = options(
-        dtype,
-        softmax_scale,
-        causal,
-        window,
-        softcap,
-        tables.alibi_slopes.as_ref(),
-    )?;
+    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
     let (qv, kv, vv) = (q.view("q"), k.view("k"), v.view("v"));
     let problem = match &tables.block_table {
         None => fa_args::varlen_problem(&qv, &kv, &vv, batch, max_seqlen_q, max_seqlen_k, &opts),
@@ -457,13 +451,9 @@ fn varlen_forward(
     }
     .map_err(arg_error)?;
     check_outputs(&q, &out, &lse)?;
-    let Some(device) = device else {
-        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
-    };
-    py.detach(|| {
-        let dev = device_on(device, stream, workspace)?;
+    launch(py, device, stream, workspace, |dev| {
         forward_on(
-            &dev,
+            dev,
             &problem,
             [&q, &k, &v],
             &out,
@@ -472,14 +462,13 @@ fn varlen_forward(
             check_tables,
         )
     })
-    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
 }
 
 /// `flash_attn_with_kvcache`'s forward: q `(b, s_q, h, d)`; a cache `(b, capacity, h_kv, d)`, or
 /// with `block_table` a paged one; `cache_seqlens` `(b)` i32; `k_new`/`v_new` `(b, s_new, h_kv, d)`
 /// (dense) appended in place at `cache_seqlens[b]` before attending.
 #[pyfunction]
-#[pyo3(signature = (q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_new, v_new, softmax_scale, causal, window, softcap, alibi_slopes, check_tables, workspace, device, stream))]
+#[pyo3(signature = (q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_new, v_new, options, alibi_slopes, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn kvcache_forward(
     py: Python<'_>,
@@ -492,10 +481,7 @@ fn kvcache_forward(
     block_table: Option<Tensor>,
     k_new: Option<Tensor>,
     v_new: Option<Tensor>,
-    softmax_scale: f32,
-    causal: bool,
-    window: (i64, i64),
-    softcap: f32,
+    options: FaOptions,
     alibi_slopes: Option<Tensor>,
     check_tables: bool,
     workspace: (u64, usize),
@@ -522,14 +508,7 @@ fn kvcache_forward(
         ..Default::default()
     }
     .checked()?;
-    let opts = options(
-        dtype,
-        softmax_scale,
-        causal,
-        window,
-        softcap,
-        tables.alibi_slopes.as_ref(),
-    )?;
+    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
     let new_views = new.map(|(k, v)| (k.view("k"), v.view("v")));
     let problem = fa_args::kvcache_problem(
         &q.view("q"),
@@ -542,14 +521,10 @@ fn kvcache_forward(
     )
     .map_err(arg_error)?;
     check_outputs(&q, &out, &lse)?;
-    let Some(device) = device else {
-        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
-    };
-    py.detach(|| {
-        let dev = device_on(device, stream, workspace)?;
+    launch(py, device, stream, workspace, |dev| {
         let Some((k_new, v_new)) = new else {
             return forward_on(
-                &dev,
+                dev,
                 &problem,
                 [&q, &k_cache, &v_cache],
                 &out,
@@ -580,7 +555,7 @@ fn kvcache_forward(
             // that answers Unsupported has appended nothing.
             flashcore::forward_with_kvcache(
                 kern,
-                &dev,
+                dev,
                 &problem,
                 bq.half(dtype),
                 &mut kc,
@@ -598,7 +573,6 @@ fn kvcache_forward(
             )
         })
     })
-    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
 }
 
 /// The backward of [`forward`]: dQ, dK, dV (strides of q, k, v; `dout` with `out`'s) from
@@ -607,7 +581,7 @@ fn kvcache_forward(
 /// (`NotImplementedError`). `deterministic` takes only backward kernels whose
 /// repeated runs are bit-identical. Returns the kernel that ran.
 #[pyfunction]
-#[pyo3(signature = (dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window, softcap, alibi_slopes, deterministic, workspace, device, stream))]
+#[pyo3(signature = (dout, q, k, v, out, lse, dq, dk, dv, options, alibi_slopes, deterministic, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn backward(
     py: Python<'_>,
@@ -620,10 +594,7 @@ fn backward(
     dq: Tensor,
     dk: Tensor,
     dv: Tensor,
-    softmax_scale: f32,
-    causal: bool,
-    window: (i64, i64),
-    softcap: f32,
+    options: FaOptions,
     alibi_slopes: Option<Tensor>,
     deterministic: bool,
     workspace: (u64, usize),
@@ -631,14 +602,7 @@ fn backward(
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
     let dtype = dtype_of("flash_attn_func (backward)", &q, &k, &v)?;
-    let opts = options(
-        dtype,
-        softmax_scale,
-        causal,
-        window,
-        softcap,
-        alibi_slopes.as_ref(),
-    )?;
+    let opts = options.rules(dtype, alibi_slopes.as_ref())?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     if !problem.modes.is_dense() {
@@ -665,11 +629,7 @@ fn backward(
             )));
         }
     }
-    let Some(device) = device else {
-        return Ok(("", 0)); // validation only (fake tensors: shapes without memory)
-    };
-    py.detach(|| {
-        let dev = device_on(device, stream, workspace)?;
+    launch(py, device, stream, workspace, |dev| {
         let stream = dev.stream().clone();
         let [bdo, bq, bk, bv, bo] = [&dout, &q, &k, &v, &out].map(|t| borrow::<u16>(&stream, t));
         let [mut bdq, mut bdk, mut bdv] = [&dq, &dk, &dv].map(|t| borrow::<u16>(&stream, t));
@@ -698,11 +658,10 @@ fn backward(
             .into_iter()
             .filter(|k| !deterministic || k.deterministic());
         flashcore::first_backward_that_takes(kernels, |kern| {
-            flashcore::backward::backward_on(kern, &dev, &stream, &problem, &mut t)
+            flashcore::backward::backward_on(kern, dev, &stream, &problem, &mut t)
         })
         .map(|(name, ())| name)
     })
-    .map_or_else(outcome_of_error, |name| Ok((name, 0)))
 }
 
 /// The generations compiled in, fastest first.

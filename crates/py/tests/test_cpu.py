@@ -300,8 +300,8 @@ def test_backward_refusal_rule(mode):
     window = mode.get("window_size", (-1, -1))
     with pytest.raises(NotImplementedError, match="no backward yet"):
         flashcore._flashcore.backward(
-            *(arg(t) for t in (q, q, q, q, q, lse, q, q, q)), 0.125, False, window,
-            mode.get("softcap", 0.0), arg(mode.get("alibi_slopes")), False, (0, 0), None, 0,
+            *(arg(t) for t in (q, q, q, q, q, lse, q, q, q)),
+            (0.125, False, window, mode.get("softcap", 0.0)), arg(mode.get("alibi_slopes")), False, (0, 0), None, 0,
         )
 
 

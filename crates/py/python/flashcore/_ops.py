@@ -164,7 +164,7 @@ def fwd_impl(
     lse = _alloc((b, h, s_q), torch.float32, q.device)
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
-        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
@@ -197,7 +197,7 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
         lse_arg = (scratch.data_ptr(), "f32", (b, h, s_q), (h * s_q, s_q, 1))
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), lse_arg,
-        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
@@ -210,7 +210,7 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
-        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
     )
     _check_only(_flashcore.forward, args, (q, k, v, alibi_slopes))
     return out, lse
@@ -238,7 +238,7 @@ def bwd(
     args = (
         _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
         _arg(dq), _arg(dk), _arg(dv),
-        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
         deterministic,
     )
     _launch(_flashcore.backward, args, q.device)
@@ -252,7 +252,7 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
     grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     args = (
         *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
-        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
         deterministic,
     )
     try:
@@ -312,7 +312,7 @@ def varlen_fwd_impl(
         _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
         _arg(cu_seqlens_q), _opt(cu_seqlens_k), _opt(seqused_k), _opt(block_table),
         max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
         check,
     )
     _launch(_flashcore.varlen_forward, args, q.device)
@@ -333,7 +333,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
         *(_shape_arg(t) for t in tables[:4]), max_seqlen_q, max_seqlen_k,
-        softmax_scale, causal, (window_left, window_right), softcap, _shape_arg(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
         False,
     )
     _check_only(_flashcore.varlen_forward, args, (q, k, v, *tables))
@@ -399,7 +399,7 @@ def kvcache_fwd_impl(
     args = (
         _arg(q), _arg(k_cache), _arg(v_cache), _arg(out), _arg(lse),
         _arg(cache_seqlens), _opt(block_table), _opt(k), _opt(v),
-        softmax_scale, causal, (window_left, window_right), softcap, _opt(alibi_slopes),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
         check,
     )
     _launch(_flashcore.kvcache_forward, args, q.device)
@@ -421,7 +421,7 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, caus
     args = (
         _shape_arg(q), _shape_arg(k_cache), _shape_arg(v_cache), _shape_arg(out),
         _shape_arg(lse), _shape_arg(cache_seqlens), _shape_arg(block_table), _shape_arg(k),
-        _shape_arg(v), softmax_scale, causal, (window_left, window_right), softcap,
+        _shape_arg(v), (softmax_scale, causal, (window_left, window_right), softcap),
         _shape_arg(alibi_slopes), False,
     )
     tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
