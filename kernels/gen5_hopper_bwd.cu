@@ -37,6 +37,7 @@
 #include "common/hopper/named_barrier.cuh"
 #include "common/opaque.cuh"
 #include "common/row_dot.cuh"
+#include "common/padded_head.cuh"
 
 #include "gen5_hopper_bwd/config.cuh"
 #include "gen5_hopper_bwd/block_info.cuh"
@@ -63,7 +64,7 @@ bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_const
          r0 < rows; r0 += stride) {
         const long long r = r0 + sub_row;
         float acc = 0.f;
-        if (r < rows && chunk < Dot::chunks && chunk_in_head(p.head_dim, chunk)) {
+        if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
             const long long bh = r / row_span;
             const int row = (int)(r % row_span);
             if (row < p.seq_q) {
@@ -340,7 +341,7 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
         for (int i = threadIdx.x; i < DQ_SLICE_QUERIES * CHUNKS; i += CONVERT_THREADS) {
             const int r = i / CHUNKS, c = i % CHUNKS, row = block * DQ_SLICE_QUERIES + r;
-            if (row < p.seq_q && chunk_in_head(p.head_dim, c)) {
+            if (row < p.seq_q && chunk_in_head<PADDED_HEAD>(p.head_dim, c)) {
                 const float4 lo = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c]);
                 const float4 hi = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c + 4]);
                 const float sc = p.softmax_scale;

@@ -72,6 +72,7 @@
 #include "common/types.cuh"
 #include "common/masking.cuh"
 #include "common/tensor_index.cuh"
+#include "common/padded_head.cuh"
 #include "common/seqlen.cuh"
 #include "common/kv_rows.cuh"
 #include "common/score_mod.cuh"
@@ -424,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
                             for (int j = 0; j < D / 8; ++j) {
-                                if (o_block_written(p.head_dim, j))
+                                if (chunk_in_head<PADDED_HEAD>(p.head_dim, j))
                                     *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
                                         pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                             }

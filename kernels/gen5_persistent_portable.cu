@@ -65,6 +65,7 @@
 #include "common/work_counter.cuh"
 #include "common/seqlen.cuh"
 #include "common/kv_rows.cuh"
+#include "common/padded_head.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=32, 64, 96, 128, 160, 192, 224 or 256"
@@ -205,7 +206,7 @@ __device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_ST
 
 // 16-byte chunks of a Q, K or V row in memory: the tile's, or fewer when the head dim is padded.
 // (The switch stays a macro: a namespace-scope constant is emitted into the PTX of every build.)
-__device__ __forceinline__ int row_chunks(const AttentionParams& p) { return FC_PORTABLE_PAD_D ? p.head_dim / 8 : D / 8; }
+__device__ __forceinline__ int row_chunks(const AttentionParams& p) { return head_chunks<FC_PORTABLE_PAD_D != 0, D>(p.head_dim); }
 
 // Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -882,7 +883,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                     elem_t* o_row = static_cast<elem_t*>(p.o) + o_at(row);
 #pragma unroll
                     for (int j = 0; j < D / 8; ++j)
-                        if (!FC_PORTABLE_PAD_D || 8 * j < p.head_dim)  // (a padded head dim ends at a chunk)
+                        if (chunk_in_head<FC_PORTABLE_PAD_D != 0>(p.head_dim, j))
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr) p.lse[lse_at(row)] = lse[mt][r] * undefined;

@@ -14,7 +14,8 @@
 // (FlashAttention-2's rounding: the plan takes every multiple of 8 up to 256 in the next build of
 // 64 columns). The tensor maps' rows are the problem's, so TMA fills Q's and K's columns past it
 // with zeros (they add nothing to QK^T) and V's too (O's columns past it stay 0); the epilogues
-// write only its columns. A run-time bound, so one module serves every padded head dim.
+// write only its columns (common/padded_head.cuh). A run-time bound, so one module serves every
+// padded head dim.
 #ifndef FC_HOPPER_PADDED_HEAD
 #define FC_HOPPER_PADDED_HEAD 0
 #endif
@@ -266,10 +267,6 @@ __device__ __forceinline__ void step_ring(int& stage, unsigned& phase) {
 // runs under the previous kernel. (The modes build's units read the sequence tables, which the
 // previous kernel may write.)
 enum : bool { SETUP_BEFORE_GRID_WAIT = KEY_SPLIT && !FC_HOPPER_DYNAMIC && !FC_HOPPER_MODES };
-
-// Whether O's 8-column block j is one of the problem's `head_dim` columns (not a padded build's
-// zero columns).
-__device__ __forceinline__ bool o_block_written(int head_dim, int j) { return !PADDED_HEAD || 8 * j < head_dim; }
 
 // Debug tags for mbar_wait (which barrier a stuck wait was on).
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };

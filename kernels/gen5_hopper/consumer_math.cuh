@@ -7,6 +7,7 @@
 #include "config.cuh"
 #include "block_info.cuh"
 #include "../common/params.cuh"
+#include "../common/padded_head.cuh"
 #include "../common/types.cuh"
 #include "../common/masking.cuh"
 #include "../common/seqlen.cuh"
@@ -190,7 +191,7 @@ __device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
 // times fewer stores, each a full 16 bytes; O strides are multiples of 8 elements). v[2 j + e]:
 // this lane's value e of block j; the blocks start at column block `first_block`; `orow` is null
 // for a row past the sequence (whose lanes still take part in the transpose); blocks past a padded
-// build's `head_dim` are not written (o_block_written).
+// build's `head_dim` are not written (common/padded_head.cuh).
 template <int BLOCKS>
 __device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[2 * BLOCKS], float inv,
                                                  int first_block, int lane, int head_dim) {
@@ -201,7 +202,7 @@ __device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[
 #pragma unroll
         for (int k = 0; k < 4; ++k) blocks[k] = pack2_u32(v[2 * (4 * g + k)] * inv, v[2 * (4 * g + k) + 1] * inv);
         quad_transpose(blocks, lane & 3);
-        if (orow != nullptr && o_block_written(head_dim, first_block + 4 * g + (lane & 3)))
+        if (orow != nullptr && chunk_in_head<PADDED_HEAD>(head_dim, first_block + 4 * g + (lane & 3)))
             st_global_v4(orow + 8 * (first_block + 4 * g + (lane & 3)),
                          make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
     }

@@ -9,6 +9,7 @@
 #include "tile_scheduler.cuh"
 #include "consumer_math.cuh"
 #include "../common/params.cuh"
+#include "../common/padded_head.cuh"
 #include "../common/types.cuh"
 #include "../common/seqlen.cuh"
 #include "../common/hopper/mbarrier.cuh"
@@ -55,7 +56,7 @@ __device__ __forceinline__ void store_o_through_smem(const AttentionParams& p, c
         const int lr = (idx >> 3) & 63;
         const int box = idx >> 9;
         const int grow = w.m * BM + cw * WG_M + lr;
-        if (grow < seq.len_q && o_block_written(p.head_dim, 8 * box + q)) {
+        if (grow < seq.len_q && chunk_in_head<PADDED_HEAD>(p.head_dim, 8 * box + q)) {
             const uint4 v =
                 ld_shared_v4(sO + box * Q_BOX_BYTES + lr * ROW_BYTES + (((unsigned)q ^ ((unsigned)lr & 7u)) << 4));
             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);

@@ -5,6 +5,7 @@
 #include "config.cuh"
 #include "tile_scheduler.cuh"
 #include "../common/params.cuh"
+#include "../common/padded_head.cuh"
 #include "../common/types.cuh"
 #include "../common/masking.cuh"
 #include "../common/tensor_index.cuh"
@@ -168,7 +169,7 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, grow);
 #pragma unroll
             for (int j = 0; j < D / 8; ++j) {
-                if (o_block_written(p.head_dim, j))
+                if (chunk_in_head<PADDED_HEAD>(p.head_dim, j))
                     *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
                         pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
             }

@@ -12,7 +12,7 @@
 // 1: the problem's head dim (p.head_dim, a multiple of 8) is below the build's and padded up to it,
 // as in the forward (gen5_hopper/config.cuh): TMA zero-fills Q's, K's, V's and dO's columns past it,
 // which adds nothing to any product; rowsum(dO ∘ O) reads only its columns, and dQ, dK and dV are
-// stored only there.
+// stored only there (common/padded_head.cuh).
 #ifndef FC_HOPPER_PADDED_HEAD
 #define FC_HOPPER_PADDED_HEAD 0
 #endif
@@ -37,8 +37,6 @@ namespace fhb {
 
 constexpr int D = FC_HEAD_DIM;
 enum : bool { PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0 };  // (an enum: see config.cuh of the forward)
-// Whether 16-byte chunk c (columns 8c .. 8c + 7) of a row is one of the problem's `head_dim` columns.
-__device__ __forceinline__ bool chunk_in_head(int head_dim, int c) { return !PADDED_HEAD || 8 * c < head_dim; }
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
 constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)

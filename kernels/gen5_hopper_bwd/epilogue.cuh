@@ -5,6 +5,7 @@
 #pragma once
 #include "config.cuh"
 #include "../common/types.cuh"
+#include "../common/padded_head.cuh"
 #include "../common/hopper/named_barrier.cuh"
 #include "../common/hopper/smem_io.cuh"
 
@@ -39,7 +40,7 @@ __device__ __forceinline__ void store_key_rows(elem_t* base, long long row_strid
 #pragma unroll
     for (int i = tid; i < 64 * CHUNKS; i += 128) {
         const int r = i / CHUNKS, c = i % CHUNKS, key = wg_key0 + r;
-        if (key < seq_k && chunk_in_head(head_dim, c)) {
+        if (key < seq_k && chunk_in_head<PADDED_HEAD>(head_dim, c)) {
             const uint4 v = ld_shared_v4(staging + r * ROW + ((c ^ (r & 7)) << 4));
             *reinterpret_cast<uint4*>(base + (long long)key * row_stride + 8 * c) = v;
         }
