@@ -10,8 +10,11 @@
 //        dV += Pᵀ·dO, dK += dSᵀ·Q      (dK scaled once at the end).
 //      Keys sit on the MMA's row side, so P and dS come out transposed for free and feed the next
 //      products straight from the accumulator registers (mma.cuh's p_fragment), as in the forward.
+//      Built up to head_dim 128 (above it a warp's dK and dV would take 2·head_dim registers; the
+//      wide kernels take those dims).
 //   3. bwd_portable_dq: one block per (query tile of 64 rows, batch, head); each warp owns 16 rows
-//      and walks the key tiles they see: S = Q·Kᵀ, P, dP = dO·Vᵀ, dS, dQ += dS·K.
+//      and walks the key tiles they see (64 keys a tile, 32 above head_dim 128, where dQ takes
+//      head_dim / 2 registers): S = Q·Kᵀ, P, dP = dO·Vᵀ, dS, dQ += dS·K.
 // dQ is recomputed in its own kernel instead of accumulated with atomics from launch 2 (FA2's
 // way): 7 products per (query, key) tile pair instead of 5, but every output element is summed
 // by one warp in a fixed order, so repeated runs are bit-identical with no ordering machinery.
@@ -25,6 +28,10 @@
 // multiplied. Rows past a sequence's end are zero-filled (never read); their probabilities are
 // forced to 0 through LSE = +inf (query tails) or the element mask (key tails), so neither a tail
 // nor the NaN padding past it reaches a gradient.
+//
+// FC_BWD_PADDED_HEAD (0|1): p.head_dim is below the build's FC_HEAD_DIM and padded up to it
+// (common/padded_head.cuh): the loads zero-fill the columns from p.head_dim on, rowsum(dO ∘ O)
+// reads only the problem's, and dQ, dK, dV are stored only there.
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -35,12 +42,16 @@
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
 #include "common/row_dot.cuh"
+#include "common/padded_head.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
 #include "common/dq_accumulator.cuh"
 #endif
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=<32|64|96|128>"
+#error "compile with -DFC_HEAD_DIM=<a multiple of 32 up to 256>"
+#endif
+#ifndef FC_BWD_PADDED_HEAD
+#define FC_BWD_PADDED_HEAD 0
 #endif
 
 #define FC_LOG2E 1.4426950408889634f
@@ -48,23 +59,29 @@
 namespace portable_bwd {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128,
-              "the portable backward is built for head_dim 32, 64, 96, 128");
+static_assert(head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 256,
+              "the portable backward is built for head_dim 32, 64, .., 256");
+enum : bool { PADDED_HEAD = FC_BWD_PADDED_HEAD != 0 };  // (an enum: a constexpr bool became a PTX global)
 
 constexpr int num_warps = 4;
 constexpr int num_threads = 32 * num_warps;
 constexpr int warp_rows = 16;  // one m16 slice per warp: 16 keys (dK/dV) or 16 queries (dQ)
 constexpr int out_tiles = head_dim / 8;
 
+#if FC_HEAD_DIM <= 128
 // Launch 2: 64 keys per block; query tiles of 64 rows, 32 above D = 64 (the dK and dV
 // accumulators take head_dim f32 registers per lane already; Sᵀ and dPᵀ then take 16 each).
 constexpr int dkdv_key_rows = num_warps * warp_rows;
 constexpr int dkdv_query_rows = head_dim <= 64 ? 64 : 32;
-// Launch 3: 64 queries per block, 64-key tiles.
+#endif
+// Launch 3: 64 queries per block; 64-key tiles, 32 above head_dim 128 (dQ takes head_dim / 2
+// registers a lane there, and a 32-key tile halves S's and dS's beside it and the K/V buffers).
 constexpr int dq_query_rows = num_warps * warp_rows;
-constexpr int dq_key_rows = 64;
+constexpr int dq_key_rows = head_dim <= 128 ? 64 : 32;
 
 using Tile = SwizzledTile<head_dim>;
+
+#if FC_HEAD_DIM <= 128
 
 // Launch 2's shared memory: K | V | 2 x (Q | dO) | 2 x (LSE·log2e | D). Keep in sync with
 // crates/gen5-persistent/src/backward.rs.
@@ -79,6 +96,7 @@ constexpr int dkdv_stats = 2 * dkdv_kv_bytes + 4 * dkdv_q_bytes;
 __device__ __forceinline__ int dkdv_lse(int buf) { return dkdv_stats + buf * 2 * dkdv_rowstat_bytes; }
 __device__ __forceinline__ int dkdv_dvec(int buf) { return dkdv_lse(buf) + dkdv_rowstat_bytes; }
 constexpr int dkdv_smem_bytes = dkdv_stats + 4 * dkdv_rowstat_bytes;
+#endif
 
 // Launch 3's shared memory: Q | dO | 2 x (K | V).
 constexpr int dq_q_bytes = Tile::bytes(dq_query_rows);
@@ -98,10 +116,10 @@ __device__ __forceinline__ QueryRow query_row(const AttentionParams& p, long lon
 }
 
 // Stores a warp's 16 x head_dim f32 accumulator rows (rows row0 + group, + 8) times `scale` into
-// a row-major gradient tensor; rows at or past `valid_rows` are not written. Each quad writes 16
-// contiguous bytes per n8 tile.
+// a row-major gradient tensor; rows at or past `valid_rows`, and a padded build's columns past
+// `cols` (p.head_dim), are not written. Each quad writes 16 contiguous bytes per n8 tile.
 __device__ __forceinline__ void store_warp_rows(elem_t* base, long long row_stride, const float (&acc)[out_tiles][4],
-                                                int row0, int valid_rows, float scale, int lane) {
+                                                int row0, int valid_rows, int cols, float scale, int lane) {
     const int group = lane / 4, tig = lane % 4;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -110,8 +128,9 @@ __device__ __forceinline__ void store_warp_rows(elem_t* base, long long row_stri
             elem_t* dst = base + (long long)row * row_stride;
 #pragma unroll
             for (int j = 0; j < out_tiles; ++j)
-                *reinterpret_cast<elem2_t*>(dst + 8 * j + 2 * tig) =
-                    pack2(acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale);
+                if (chunk_in_head<PADDED_HEAD>(cols, j))
+                    *reinterpret_cast<elem2_t*>(dst + 8 * j + 2 * tig) =
+                        pack2(acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale);
         }
     }
 }
@@ -136,7 +155,7 @@ bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_co
          r0 += stride) {
         const long long r = r0 + sub_row;
         float acc = 0.f;
-        if (r < rows && chunk < Dot::chunks) {
+        if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
             const auto [batch, head, row] = query_row(p, r);
             acc = Dot::partial(o + o_offset(p, batch, head, row), d_o + do_offset(g, batch, head, row), chunk);
         }
@@ -153,6 +172,7 @@ bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_co
 }
 
 // ---- 2. dK, dV ----
+#if FC_HEAD_DIM <= 128
 extern "C" __global__ void __launch_bounds__(num_threads, 2)
 bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -182,12 +202,12 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         auto load_step = [&](int s, int buf) {
             const int h = step_head(s), q0 = step_q0(s);
             const int rows = min(dkdv_query_rows, p.seq_q - q0);
-            load_tile_async<dkdv_query_rows, head_dim, num_threads>(
+            load_tile_async<dkdv_query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dkdv_q(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride,
-                rows, tid);
-            load_tile_async<dkdv_query_rows, head_dim, num_threads>(
+                rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<dkdv_query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dkdv_do(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0),
-                g.do_row_stride, rows, tid);
+                g.do_row_stride, rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             // Row statistics by plain stores (visible after the barrier that ends the step before
             // this buffer is read). Rows past the end get LSE = +inf, so their P is exactly 0.
             float* lse = reinterpret_cast<float*>(smem + dkdv_lse(buf));
@@ -206,12 +226,12 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
 
         if (steps > 0) {
             // The previous item ended on a barrier after its last shared-memory read.
-            load_tile_async<dkdv_key_rows, head_dim, num_threads>(
+            load_tile_async<dkdv_key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dkdv_k, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, k0), p.k_row_stride,
-                key_rows, tid);
-            load_tile_async<dkdv_key_rows, head_dim, num_threads>(
+                key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<dkdv_key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dkdv_v, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, k0), p.v_row_stride,
-                key_rows, tid);
+                key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_step(0, 0);
             cp_async_commit();
             cp_async_wait<0>();
@@ -266,11 +286,12 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         }
 
         store_warp_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                        key_rows, p.softmax_scale, lane);
+                        key_rows, p.head_dim, p.softmax_scale, lane);
         store_warp_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                        key_rows, 1.f, lane);
+                        key_rows, p.head_dim, 1.f, lane);
     }
 }
+#endif
 
 // ---- 3. dQ ----
 extern "C" __global__ void __launch_bounds__(num_threads, 2)
@@ -309,23 +330,23 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
         auto load_kv = [&](int n, int buf) {
             const int kk0 = n * dq_key_rows, rows = min(dq_key_rows, p.seq_k - kk0);
-            load_tile_async<dq_key_rows, head_dim, num_threads>(smem_base + dq_k(buf),
-                                                                k_ptr + (long long)kk0 * p.k_row_stride,
-                                                                p.k_row_stride, rows, tid);
-            load_tile_async<dq_key_rows, head_dim, num_threads>(smem_base + dq_v(buf),
-                                                                v_ptr + (long long)kk0 * p.v_row_stride,
-                                                                p.v_row_stride, rows, tid);
+            load_tile_async<dq_key_rows, head_dim, num_threads, PADDED_HEAD>(
+                smem_base + dq_k(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
+                head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<dq_key_rows, head_dim, num_threads, PADDED_HEAD>(
+                smem_base + dq_v(buf), v_ptr + (long long)kk0 * p.v_row_stride, p.v_row_stride, rows, tid,
+                head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
         };
 
         float dq[out_tiles][4];
         zero_accumulator(dq);
         if (key_tiles > 0) {
-            load_tile_async<dq_query_rows, head_dim, num_threads>(
+            load_tile_async<dq_query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dq_q, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, q_rows,
-                tid);
-            load_tile_async<dq_query_rows, head_dim, num_threads>(
+                tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<dq_query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dq_do, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
-                q_rows, tid);
+                q_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_kv(0, 0);
             cp_async_commit();
             cp_async_wait<0>();
@@ -372,6 +393,6 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
             }
         }
         store_warp_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq, warp_row0,
-                        q_rows, p.softmax_scale, lane);
+                        q_rows, p.head_dim, p.softmax_scale, lane);
     }
 }

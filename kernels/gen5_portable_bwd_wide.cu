@@ -9,22 +9,29 @@
 // atomics, every gradient element summed by one warp in a fixed order
 // (docs/generations/gen5-portable-bwd.md).
 //
-// bwd_portable_dk_dv_wide, one block per (128-key tile, batch, KV head), streaming the query tiles
+// bwd_portable_dk_dv_wide, one block per (key tile, batch, KV head), streaming the query tiles
 // of every query head of the group that see those keys (walk_steps), in two layouts:
-//   head_dim 96, 128: 8 warps, 64 queries a step. 32 keys' dK and dV over the whole head dim
-//     would take 256 registers, so the warps split the work in two phases:
-//       1. warp (key block kb, query half qh): Sᵀ = K·Qᵀ → Pᵀ, dPᵀ = V·dOᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D)
-//          on its 32 keys × 32 queries, stored as elem_t into [128 keys][64 queries] tiles;
-//       2. warp (key block kb, column half ch): dV += Pᵀ·dO, dK += dSᵀ·Q for its 32 keys ×
-//          head_dim/2 columns.
-//   head_dim 32, 64: 4 warps of 32 keys, 32 queries a step. A warp's dK and dV fit, so it feeds
-//     its own Pᵀ and dSᵀ from the accumulators into dV and dK (no shared round trip, one barrier).
+//   head_dim 96 and up: 8 warps, 64 queries a step. 32 keys' dK and dV over the whole head dim
+//     would take 2·head_dim registers, so the warps split the work in two phases:
+//       1. each warp a tile of Sᵀ = K·Qᵀ → Pᵀ, dPᵀ = V·dOᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), stored as
+//          elem_t into [keys][queries] tiles;
+//       2. each warp dV += Pᵀ·dO, dK += dSᵀ·Q for its keys × a share of the columns.
+//     Up to head_dim 128: 128 keys a block; step 1 tiles of 32 keys × 32 queries, step 2 of 32
+//     keys × head_dim/2. Above (FlashAttention-2's 64 × 64 tiles there): 64 keys a block, so a
+//     warp's dK and dV take head_dim / 2 registers; step 1 tiles of 32 × 16, step 2 of 32 keys ×
+//     head_dim/4 (192, 256) or 16 keys × head_dim/2 (160, 224: a quarter is no whole 16-column
+//     read). FC_BWD_STEP32 (above 128 only, where 64-query buffers do not fit the device's
+//     shared memory): 32 queries a step, step 1 tiles of 16 × 16.
+//   head_dim 32, 64: 4 warps of 32 keys, 128 keys a block, 32 queries a step. A warp's dK and dV
+//     fit, so it feeds its own Pᵀ and dSᵀ from the accumulators into dV and dK (no shared round
+//     trip, one barrier). (The atomic schedule's padded 64 build takes the layout above:
+//     FC_BWD_TWO_PHASE.)
 // bwd_portable_dq_wide (head_dim 32, 64), one block of 4 warps per (128-row query tile, batch,
 //   head): each warp's 32 rows walk the keys 32 at a time, S → P, dP → dS, dQ += dS·K.
 //
 // FC_BWD_ATOMIC_DQ builds FA2's schedule on these tiles (the `persistent-portable-atomic`
-// backward): each step of the dK/dV pass also computes dQ = dS·K for its queries over its 128 keys
-// from the dSᵀ shared tile (a fifth product per tile pair, against the deterministic schedule's
+// backward): each step of the dK/dV pass also computes dQ = dS·K for its queries over its block's
+// keys from the dSᵀ shared tile (a fifth product per tile pair, against the deterministic schedule's
 // seven) and adds it into an f32 accumulator with 16-byte reductions straight from registers
 // (common/dq_accumulator.cuh); bwd_portable_dq_convert then scales and rounds it into dQ. The
 // order of the additions, and so the last bits of dQ, vary from run to run.
@@ -35,7 +42,9 @@
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
-// dK/dV pass only reach their own rows, which are not written.
+// dK/dV pass only reach their own rows, which are not written. A padded head dim
+// (FC_BWD_PADDED_HEAD, as in gen5_portable_bwd.cu) reads and writes nothing past p.head_dim: the
+// loads zero-fill the columns past it and the stores skip them.
 //
 // Tried and not kept (2026-11-26, 090c856): the dQ pass
 // in the two-phase tiling at D = 128 (868 µs against the 16-row kernel's 815 under ncu at
@@ -51,12 +60,24 @@
 #include "common/async_copy.cuh"
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
+#include "common/padded_head.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
 #include "common/dq_accumulator.cuh"
 #endif
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=<32|64|96|128>"
+#error "compile with -DFC_HEAD_DIM=<a multiple of 32 up to 256>"
+#endif
+#ifndef FC_BWD_PADDED_HEAD
+#define FC_BWD_PADDED_HEAD 0
+#endif
+// The dK/dV pass's two-phase layout (8 warps, Pᵀ and dSᵀ through shared memory): above head_dim
+// 64, and in the atomic schedule's padded 64 build (FC_BWD_TWO_PHASE), where the register path,
+// at 253-255 registers already, spilled 4-52 bytes with the padded columns' bounds.
+#if FC_HEAD_DIM > 64 || defined(FC_BWD_TWO_PHASE)
+#define FC_BWD_TWO_PHASE_LAYOUT 1
+#else
+#define FC_BWD_TWO_PHASE_LAYOUT 0
 #endif
 
 #define FC_LOG2E 1.4426950408889634f
@@ -64,8 +85,9 @@
 namespace wide_bwd {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128,
-              "the portable backward is built for head_dim 32, 64, 96, 128");
+static_assert(head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 256,
+              "the portable backward is built for head_dim 32, 64, .., 256");
+enum : bool { PADDED_HEAD = FC_BWD_PADDED_HEAD != 0 };  // (an enum: a constexpr bool became a PTX global)
 
 constexpr int warp_rows = 32;  // two m16 slices per warp
 constexpr int row_tiles = warp_rows / 16;
@@ -78,7 +100,9 @@ using DqAcc = PortableDqAccumulator;
 // at D = 128 with the paired Sᵀ/dPᵀ loop). At D <= 64 below sm_90, 8 spills.
 #if defined(FC_BWD_STEP64) && FC_HEAD_DIM <= 64
 constexpr int dq_k_unroll = 4;  // 64-query steps, one 32-row tile a warp: the build measured (31e7ea5)
-#elif FC_HEAD_DIM > 64 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#elif FC_HEAD_DIM > 128
+constexpr int dq_k_unroll = 2;  // (64 keys: 4 steps) beside dK and dV of 64 keys, all 4 spilled on sm_90a
+#elif FC_BWD_TWO_PHASE_LAYOUT || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 constexpr int dq_k_unroll = 8;
 #else
 constexpr int dq_k_unroll = 4;
@@ -101,15 +125,16 @@ __device__ __forceinline__ RowStats row_stats(const AttentionParams& p, int b, i
     return {p.lse[at] * FC_LOG2E, p.workspace[at]};
 }
 
-// Stores a warp's 32-row accumulator (rows row0 + 16 mt + group (+8), columns col0 + 8 nt + 2 tig)
-// times `scale` into a row-major gradient tensor; rows at or past `valid_rows` are not written.
-template <int kNT>
-__device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_stride,
-                                                    const float (&acc)[row_tiles][kNT][4], int row0, int col0,
-                                                    int valid_rows, float scale, int lane) {
+// Stores a warp's accumulator (rows row0 + 16 mt + group (+8), columns col0 + 8 nt + 2 tig) times
+// `scale` into a row-major gradient tensor; rows at or past `valid_rows`, and a padded build's
+// columns past `cols` (p.head_dim), are not written.
+template <int kMT, int kNT>
+__device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_stride, const float (&acc)[kMT][kNT][4],
+                                                    int row0, int col0, int valid_rows, int cols, float scale,
+                                                    int lane) {
     const int group = lane / 4, tig = lane % 4;
 #pragma unroll
-    for (int mt = 0; mt < row_tiles; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = row0 + 16 * mt + group + 8 * r;
@@ -117,8 +142,9 @@ __device__ __forceinline__ void store_gradient_rows(elem_t* base, long long row_
                 elem_t* dst = base + (long long)row * row_stride + col0 + 2 * tig;
 #pragma unroll
                 for (int nt = 0; nt < kNT; ++nt)
-                    *reinterpret_cast<elem2_t*>(dst + 8 * nt) =
-                        pack2(acc[mt][nt][2 * r] * scale, acc[mt][nt][2 * r + 1] * scale);
+                    if (chunk_in_head<PADDED_HEAD>(cols, col0 / 8 + nt))
+                        *reinterpret_cast<elem2_t*>(dst + 8 * nt) =
+                            pack2(acc[mt][nt][2 * r] * scale, acc[mt][nt][2 * r + 1] * scale);
             }
         }
 }
@@ -157,19 +183,41 @@ struct StepCursor {
 };
 #endif
 
-#if FC_HEAD_DIM > 64
+#if FC_BWD_TWO_PHASE_LAYOUT
 // ---- dK, dV: Pᵀ and dSᵀ through shared memory ----
 namespace dkdv {
 constexpr int num_warps = 8;
 constexpr int num_threads = 32 * num_warps;
-constexpr int key_rows = 4 * warp_rows;    // four key blocks
-constexpr int query_rows = 2 * warp_rows;  // two query halves per step
-constexpr int query_tiles8 = warp_rows / 8;
-constexpr int col_half = head_dim / 2;  // each warp's share of dK's and dV's columns
+// Keys a block: four 32-key blocks up to head_dim 128; two above, where a warp's share of 128
+// keys' dK and dV would pass 128 registers.
+constexpr int key_rows = head_dim <= 128 ? 4 * warp_rows : 2 * warp_rows;
+// Queries a step: 64, or 32 with FC_BWD_STEP32 above head_dim 128 (the plan's choice where two
+// 64-row (Q, dO) buffers do not fit the device's shared memory).
+#if defined(FC_BWD_STEP32) && FC_HEAD_DIM > 128
+constexpr int query_rows = warp_rows;
+#else
+constexpr int query_rows = 2 * warp_rows;
+#endif
+// Step 1's warp tile of Sᵀ and dPᵀ, s_keys × s_queries: the eight tiles of [key_rows][query_rows].
+constexpr int s_keys = head_dim <= 128 || query_rows == 64 ? 32 : 16;
+constexpr int s_queries = key_rows * query_rows / (num_warps * s_keys);
+// Step 2's warp tile of dK and dV, g_keys × g_cols: the eight tiles of [key_rows][head_dim], 32 keys
+// a tile except at 160 and 224 (a quarter of those head dims is no whole 16-column read).
+constexpr int g_keys = head_dim <= 128 || head_dim % 64 == 0 ? 32 : 16;
+constexpr int g_cols = key_rows * head_dim / (num_warps * g_keys);
+constexpr int s_mt = s_keys / 16, s_nt = s_queries / 8;
+constexpr int g_mt = g_keys / 16, g_nt = g_cols / 8;
+static_assert(s_nt % 2 == 0 && g_cols % 16 == 0, "B is read 16 rows or columns at a time");
+// Warps along the queries of step 1 and along the columns of step 2: 2 or 4 (a shift of 1 or 2).
+constexpr int s_query_shift = query_rows / s_queries == 4 ? 2 : 1;
+constexpr int g_col_shift = head_dim / g_cols == 4 ? 2 : 1;
+static_assert(query_rows / s_queries == 1 << s_query_shift && head_dim / g_cols == 1 << g_col_shift,
+              "two or four warps along a tile's columns");
 // k steps unrolled in the Sᵀ and dPᵀ products. At D = 128, dK and dV take 128 registers, and with
-// all 8 steps unrolled ptxas hoisted their loads and spilled.
-constexpr int k_unroll = head_dim == 128 ? 2 : head_dim / 16;
-static_assert(col_half % 16 == 0, "B is read 16 columns at a time");
+// all 8 steps unrolled ptxas hoisted their loads and spilled; above 128 (head_dim / 2 registers,
+// up to 128 again) the same, and in padded builds (their column bounds spilled the atomic 96 build,
+// at 254-255 registers, by 8-12 bytes with all 6 unrolled).
+constexpr int k_unroll = head_dim >= 128 || PADDED_HEAD ? 2 : head_dim / 16;
 using ProbTile = SwizzledTile<query_rows>;  // Pᵀ and dSᵀ: [keys][queries]
 
 // Shared memory: K | V | 2 x (Q | dO) | Pᵀ | dSᵀ | 2 x the rows' (LSE·log2e, D). Keep in sync with
@@ -289,15 +337,24 @@ __device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long 
     return it;
 }
 
+// A [kRows][head_dim] tile of Q, K, V or dO (cp.async, not committed) by kThreads threads; a padded
+// build's columns past p.head_dim are zero-filled, not read.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_head_tile(const AttentionParams& p, unsigned smem_tile, const elem_t* src,
+                                               long long row_stride, int valid_rows, int tid) {
+    load_tile_async<kRows, head_dim, kThreads, PADDED_HEAD>(smem_tile, src, row_stride, valid_rows, tid,
+                                                            head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+}
+
 // The item's K and V tiles (cp.async, not committed).
 __device__ __forceinline__ void load_key_tile(const AttentionParams& p, unsigned smem_base, const KeyItem& it,
                                               int tid) {
-    load_tile_async<key_rows, head_dim, num_threads>(smem_base + k_at,
-                                                     static_cast<const elem_t*>(p.k) + k_offset(p, it.b, it.h_kv, it.k0),
-                                                     p.k_row_stride, it.valid_keys, tid);
-    load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at,
-                                                     static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, it.k0),
-                                                     p.v_row_stride, it.valid_keys, tid);
+    load_head_tile<key_rows, num_threads>(p, smem_base + k_at,
+                                          static_cast<const elem_t*>(p.k) + k_offset(p, it.b, it.h_kv, it.k0),
+                                          p.k_row_stride, it.valid_keys, tid);
+    load_head_tile<key_rows, num_threads>(p, smem_base + v_at,
+                                          static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, it.k0),
+                                          p.v_row_stride, it.valid_keys, tid);
 }
 
 #if defined(FC_BWD_ATOMIC_DQ)
@@ -323,11 +380,23 @@ __device__ __forceinline__ void load_query_step(const AttentionParams& p, const 
     const unsigned smem_base = shared_address(smem);
     const int q0 = at.q_tile * query_rows;
     const int rows = min(query_rows, p.seq_q - q0);
-    load_tile_async<query_rows, head_dim, num_threads>(
-        smem_base + q_at(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0), p.q_row_stride, rows, tid);
-    load_tile_async<query_rows, head_dim, num_threads>(smem_base + do_at(buf),
-                                                       static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
-                                                       g.do_row_stride, rows, tid);
+    if constexpr (query_rows * RowTile::kChunksPerRow % num_threads == 0) {
+        load_head_tile<query_rows, num_threads>(p, smem_base + q_at(buf),
+                                                static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0),
+                                                p.q_row_stride, rows, tid);
+        load_head_tile<query_rows, num_threads>(p, smem_base + do_at(buf),
+                                                static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
+                                                g.do_row_stride, rows, tid);
+    } else {
+        // A tile's chunks do not split evenly over the block (32-query steps at head_dim 160 and
+        // 224): each half of the block (whole warps) loads one of the two tiles.
+        constexpr int half = num_threads / 2;
+        const bool second = tid >= half;
+        const elem_t* src = second ? static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0)
+                                   : static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0);
+        load_head_tile<query_rows, half>(p, smem_base + (second ? do_at(buf) : q_at(buf)), src,
+                                         second ? g.do_row_stride : p.q_row_stride, rows, second ? tid - half : tid);
+    }
     if (tid < query_rows)
         reinterpret_cast<RowStats*>(smem + row_stats_at(buf))[tid] = row_stats(p, b, at.head, q0 + tid);
 }
@@ -403,7 +472,7 @@ __device__ __forceinline__ void add_dq(float* block, unsigned ds_tile, unsigned 
 
 using namespace wide_bwd;
 
-#if FC_HEAD_DIM > 64
+#if FC_BWD_TWO_PHASE_LAYOUT
 extern "C" __global__ void __launch_bounds__(dkdv::num_threads, 1)
 bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     using namespace dkdv;
@@ -411,10 +480,12 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
     const unsigned smem_base = shared_address(smem);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int group = lane / 4, tig = lane % 4;
-    // Step 1: keys kb·32 .., queries qh·32 ..; step 2: the same keys, columns half·col_half ..
-    const int warp_key0 = (warp >> 1) * warp_rows;
-    const int warp_query0 = (warp & 1) * warp_rows;
-    const int warp_col0 = (warp & 1) * col_half;
+    // Step 1: keys s_key0 .., queries s_query0 ..; step 2: keys g_key0 .., columns g_col0 ..
+    // (Shifts and masks: warp is signed, and a division by 2 or 4 of it is not one.)
+    const int s_key0 = (warp >> s_query_shift) * s_keys;
+    const int s_query0 = (warp & ((1 << s_query_shift) - 1)) * s_queries;
+    const int g_key0 = (warp >> g_col_shift) * g_keys;
+    const int g_col0 = (warp & ((1 << g_col_shift) - 1)) * g_cols;
 
     const int key_tiles = ceil_div(p.seq_k, key_rows);
     const int q_tiles = ceil_div(p.seq_q, query_rows);
@@ -423,63 +494,63 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         const KeyItem it = key_item(p, item, q_tiles);
         const int b = it.b, h_kv = it.h_kv, k0 = it.k0;
 
-        float dk[row_tiles][col_half / 8][4], dv[row_tiles][col_half / 8][4];
+        float dk[g_mt][g_nt][4], dv[g_mt][g_nt][4];
         zero_warp_tile(dk);
         zero_warp_tile(dv);
 
         walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
-            const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + warp_query0;
+            const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + s_query0;
 
             // 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ in one k loop, each product's loads behind the other's
             // MMAs (1-3 % over two loops, af6a7fc); Sᵀ → Pᵀ (causal: the element mask only on
             // tile pairs that cross the diagonal).
-            float pt[row_tiles][query_tiles8][4], dpt[row_tiles][query_tiles8][4];
+            float pt[s_mt][s_nt][4], dpt[s_mt][s_nt][4];
             zero_warp_tile(pt);
             zero_warp_tile(dpt);
-            warp_gemm_abt_pair<head_dim, row_tiles, query_tiles8, k_unroll>(
-                pt, smem_base + k_at, smem_base + q_at(buf), dpt, smem_base + v_at, smem_base + do_at(buf), warp_key0,
-                warp_query0, lane);
+            warp_gemm_abt_pair<head_dim, s_mt, s_nt, k_unroll>(pt, smem_base + k_at, smem_base + q_at(buf), dpt,
+                                                               smem_base + v_at, smem_base + do_at(buf), s_key0,
+                                                               s_query0, lane);
             const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
 #pragma unroll
-            for (int mt = 0; mt < row_tiles; ++mt)
+            for (int mt = 0; mt < s_mt; ++mt)
 #pragma unroll
-                for (int j = 0; j < query_tiles8; ++j)
+                for (int j = 0; j < s_nt; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int qc = 8 * j + 2 * tig + (e & 1);
                         float prob = exp2f(pt[mt][j][e] * p.scale_log2 - stats[qc].lse);
-                        const int key = k0 + warp_key0 + 16 * mt + group + 8 * (e >> 1);
-                        if (masked && key > q0 + warp_query0 + qc + causal_offset(p)) prob = 0.f;
+                        const int key = k0 + s_key0 + 16 * mt + group + 8 * (e >> 1);
+                        if (masked && key > q0 + s_query0 + qc + causal_offset(p)) prob = 0.f;
                         pt[mt][j][e] = prob;
                     }
-            store_warp_tile<query_rows>(smem + pt_at, pt, warp_key0, warp_query0, lane);
+            store_warp_tile<query_rows>(smem + pt_at, pt, s_key0, s_query0, lane);
             // dPᵀ → dSᵀ = Pᵀ ∘ (dPᵀ − D), in place of Pᵀ.
 #pragma unroll
-            for (int mt = 0; mt < row_tiles; ++mt)
+            for (int mt = 0; mt < s_mt; ++mt)
 #pragma unroll
-                for (int j = 0; j < query_tiles8; ++j)
+                for (int j = 0; j < s_nt; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
-            store_warp_tile<query_rows>(smem + dst_at, pt, warp_key0, warp_query0, lane);
+            store_warp_tile<query_rows>(smem + dst_at, pt, s_key0, s_query0, lane);
             __syncthreads();  // every warp's Pᵀ and dSᵀ are in their tiles
 
-            // 2. dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, in one k loop (1-2 % over two
+            // 2. dV += Pᵀ·dO and dK += dSᵀ·Q over the step's queries, in one k loop (1-2 % over two
             // loops, c0bce7e).
-            warp_gemm_ab_pair<query_rows, head_dim, query_rows, row_tiles, col_half / 8>(
-                dv, smem_base + pt_at, smem_base + do_at(buf), dk, smem_base + dst_at, smem_base + q_at(buf), warp_key0,
-                warp_col0, lane);
+            warp_gemm_ab_pair<query_rows, head_dim, query_rows, g_mt, g_nt>(
+                dv, smem_base + pt_at, smem_base + do_at(buf), dk, smem_base + dst_at, smem_base + q_at(buf), g_key0,
+                g_col0, lane);
 #if defined(FC_BWD_ATOMIC_DQ)
-            // 3. dQ += dS·K over the step's 64 queries and 128 keys.
+            // 3. dQ += dS·K over the step's queries and the block's keys.
             add_dq<query_rows, key_rows, num_warps>(*step_dq_block(smem, buf), smem_base + dst_at, smem_base + k_at, warp,
                                                     lane);
 #endif
         });
 
-        store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                            warp_col0, it.valid_keys, p.softmax_scale, lane);
-        store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                            warp_col0, it.valid_keys, 1.f, lane);
+        store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, g_key0,
+                            g_col0, it.valid_keys, p.head_dim, p.softmax_scale, lane);
+        store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, g_key0,
+                            g_col0, it.valid_keys, p.head_dim, 1.f, lane);
     }
 }
 #else
@@ -566,9 +637,9 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         });
 
         store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                            0, it.valid_keys, p.softmax_scale, lane);
+                            0, it.valid_keys, p.head_dim, p.softmax_scale, lane);
         store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                            0, it.valid_keys, 1.f, lane);
+                            0, it.valid_keys, p.head_dim, 1.f, lane);
     }
 }
 
@@ -602,24 +673,24 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
         auto load_kv = [&](int n, int buf) {
             const int kk0 = n * key_rows, rows = min(key_rows, p.seq_k - kk0);
-            load_tile_async<key_rows, head_dim, num_threads>(smem_base + k_at(buf),
-                                                             k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride,
-                                                             rows, tid);
-            load_tile_async<key_rows, head_dim, num_threads>(smem_base + v_at(buf),
-                                                             v_ptr + (long long)kk0 * p.v_row_stride, p.v_row_stride,
-                                                             rows, tid);
+            load_tile_async<key_rows, head_dim, num_threads, PADDED_HEAD>(
+                smem_base + k_at(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
+                head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<key_rows, head_dim, num_threads, PADDED_HEAD>(
+                smem_base + v_at(buf), v_ptr + (long long)kk0 * p.v_row_stride, p.v_row_stride, rows, tid,
+                head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
         };
 
         float dq_acc[row_tiles][head_dim / 8][4];
         zero_warp_tile(dq_acc);
         if (key_tiles > 0) {
             // The previous item ended on a barrier after its last shared-memory read.
-            load_tile_async<query_rows, head_dim, num_threads>(
+            load_tile_async<query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + q_at, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, valid_rows,
-                tid);
-            load_tile_async<query_rows, head_dim, num_threads>(
+                tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+            load_tile_async<query_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + do_at, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
-                valid_rows, tid);
+                valid_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_kv(0, 0);
             cp_async_commit();
             stats[lane] = row_stats(p, b, h, q0 + warp_row0 + lane);
@@ -676,7 +747,7 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
             }
         }
         store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq_acc, warp_row0,
-                            0, valid_rows, p.softmax_scale, lane);
+                            0, valid_rows, p.head_dim, p.softmax_scale, lane);
     }
 }
 #endif
@@ -693,6 +764,8 @@ bwd_portable_dq_convert(const __grid_constant__ AttentionParams p, const __grid_
         const float4 v = acc[i];
         elem_t* dq = static_cast<elem_t*>(g.dq) +
                      dq_offset(g, (int)(at.bh / p.heads_q), (int)(at.bh % p.heads_q), at.row) + at.col;
+        // (A padded build's columns past p.head_dim hold exact zeros and are not stored.)
+        if (!chunk_in_head<PADDED_HEAD>(p.head_dim, at.col / 8)) continue;
         if (at.row < p.seq_q)
             *reinterpret_cast<elem2_t*>(dq) = pack2(v.x * p.softmax_scale, v.y * p.softmax_scale);
         if (at.row + 8 < p.seq_q)

@@ -91,7 +91,28 @@ struct DqAccumulator {
 #ifndef FC_HEAD_DIM
 #error "common/dq_accumulator.cuh: the portable backward's geometry needs -DFC_HEAD_DIM (its head dim)"
 #endif
-#if FC_HEAD_DIM > 64
+#if FC_HEAD_DIM > 128
+// Above head_dim 128 (64-key blocks, 8 warps, dK and dV taking head_dim / 2 registers a thread):
+// one tile a warp, of the shape of its dK/dV share, where that leaves the registers (16 x 80 at
+// 160, 32 x 48 at 192); 32 x 32 tiles at 224 and 256 (a 16 x 112 or 32 x 64 tile beside dK and
+// dV spilled on sm_90a: 14 and 16 tiles, two rounds). FC_BWD_STEP32's 32-row blocks: 16 x 48 and
+// 16 x 64 at 192 and 256 (eight), 16 x 32 at 160 and 224 (10 and 14: no eight-way split of those
+// has whole 16-column tiles).
+#if defined(FC_BWD_STEP32)
+#if FC_HEAD_DIM % 64 == 0
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 32, 16, FC_HEAD_DIM / 4>;
+#else
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 32, 16, 32>;
+#endif
+#elif FC_HEAD_DIM == 160
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 16, FC_HEAD_DIM / 2>;
+#elif FC_HEAD_DIM == 192
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, FC_HEAD_DIM / 4>;
+#else
+using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, 32>;
+#endif
+#elif FC_HEAD_DIM > 64 || defined(FC_BWD_TWO_PHASE)
+// (FC_BWD_TWO_PHASE: the atomic schedule's padded 64 build, on the layout of 96 and 128.)
 using PortableDqAccumulator = DqAccumulator<FC_HEAD_DIM, 64, 32, 32>;
 #elif defined(FC_BWD_STEP64)
 // 64-query steps at head_dim <= 64 (FC_BWD_STEP64): 32-row tiles, one a warp (half the loads per

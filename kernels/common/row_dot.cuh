@@ -1,17 +1,19 @@
 // D_i = rowsum(dO_i ∘ O_i), the backward's first launch, several rows a warp: a row is read in
-// 16-byte chunks, one a lane, by `lanes` lanes (head_dim / 8 rounded up to a power of two), so each
-// lane has a 16-byte load of O and of dO in flight instead of a 4-byte one (one row a warp left the
-// pass latency-bound: 98c71b5). O and dO rows are 16-byte aligned (the capabilities' 8-element
-// alignment). Host side: `dot_rows_per_warp` in crates/gen5-persistent/src/backward.rs.
+// 16-byte chunks, one a lane, by `lanes` lanes (head_dim / 8 rounded up to a power of two, at least
+// 4; above head_dim 128 the whole warp), so each lane has a 16-byte load of O and of dO in flight
+// instead of a 4-byte one (one row a warp left the pass latency-bound: 98c71b5). O and dO rows are
+// 16-byte aligned (the capabilities' 8-element alignment). Host side: `dot_rows_per_warp` in
+// crates/gen5-persistent/src/backward.rs.
 #pragma once
 #include "types.cuh"
 
 template <int kHeadDim>
 struct RowDot {
+    static_assert(kHeadDim % 8 == 0 && kHeadDim <= 256, "one 16-byte chunk a lane, a row at most a warp");
     // (An enum: static constexpr members were emitted as PTX globals.)
     enum : int {
         chunks = kHeadDim / 8,
-        lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : 16,
+        lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32,
         rows_per_warp = 32 / lanes,
     };
 

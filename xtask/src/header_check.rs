@@ -39,7 +39,12 @@ pub const HEADER_DEFINES: &[HeaderDefines] = &[
     HeaderDefines {
         path: "common/dq_accumulator.cuh",
         needs: &[("FC_HEAD_DIM", "128")],
-        switches: &[&[("FC_HEAD_DIM", "64"), ("FC_BWD_STEP64", "1")]],
+        switches: &[
+            &[("FC_HEAD_DIM", "64"), ("FC_BWD_STEP64", "1")],
+            &[("FC_HEAD_DIM", "64"), ("FC_BWD_TWO_PHASE", "1")],
+            &[("FC_HEAD_DIM", "160")],
+            &[("FC_HEAD_DIM", "256"), ("FC_BWD_STEP32", "1")],
+        ],
         why: "PortableDqAccumulator's tiles follow the portable backward's head dim and step",
     },
     HeaderDefines {

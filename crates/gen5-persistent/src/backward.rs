@@ -9,6 +9,10 @@
 //!   then rounded (five products per tile pair instead of seven; the last bits of dQ vary from run
 //!   to run).
 //!
+//! Both take every head dim that is a multiple of 8 up to 256: builds at the multiples of 32
+//! ([`HEAD_DIMS`]), the others padded up to the next (`FC_BWD_PADDED_HEAD`,
+//! [`build_head_dim`]).
+//!
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
 use flashcore_core::backward::AttentionBackward;
@@ -22,16 +26,28 @@ use crate::env::{parse_number, Env};
 use crate::PersistentPortable;
 
 pub const SOURCE: &str = "gen5_portable_bwd.cu";
-/// Head dims the backward is built for: above 128 the dK and dV accumulators of a warp's 16
-/// keys do not fit its registers (the scalar backward takes those).
-pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128];
+/// Head dims the backward is built for (FC_HEAD_DIM): FlashAttention-2's, every multiple of 32 up
+/// to 256 (the swizzled tiles take rows of 4k 16-byte chunks).
+pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 160, 192, 224, 256];
+/// The largest head dim taken.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// The build a head dim runs in: the first of [`HEAD_DIMS`] at or above it. Below the build its
+/// columns are padded: zero-filled on load, not stored (`FC_BWD_PADDED_HEAD`,
+/// `kernels/common/padded_head.cuh`).
+pub fn build_head_dim(head_dim: usize) -> Option<usize> {
+    HEAD_DIMS.iter().copied().find(|&d| d >= head_dim)
+}
+
 const WARPS: u32 = 4;
-/// The 16-row kernels: keys per dK/dV block and queries per dQ block (16 per warp), and the dQ
-/// kernel's key tile.
+/// Head dims up to which the 16-row dK/dV kernel is built: above, a warp's 16 keys' dK and dV
+/// (2·head_dim f32 registers a lane) do not fit its registers.
+pub const NARROW_DKDV_MAX_HEAD_DIM: usize = 128;
+/// The 16-row kernels: keys per dK/dV block and queries per dQ block (16 per warp).
 pub const KEY_TILE_ROWS: usize = 64;
 pub const QUERY_TILE_ROWS: usize = 64;
 
-/// Query rows per step of the dK/dV kernel (`dkdv_query_rows`).
+/// Query rows per step of the 16-row dK/dV kernel (`dkdv_query_rows`).
 pub fn dkdv_query_rows(head_dim: usize) -> usize {
     if head_dim <= 64 {
         64
@@ -40,27 +56,78 @@ pub fn dkdv_query_rows(head_dim: usize) -> usize {
     }
 }
 
-/// `dkdv_smem_bytes`: K and V tiles, two (Q, dO) buffers, two (LSE, D) row vectors.
+/// `dkdv_smem_bytes` of the 16-row dK/dV kernel: K and V tiles, two (Q, dO) buffers, two (LSE, D)
+/// row vectors.
 pub fn dkdv_smem_bytes(head_dim: usize) -> usize {
     let rows = dkdv_query_rows(head_dim);
     2 * KEY_TILE_ROWS * head_dim * 2 + 4 * rows * head_dim * 2 + 4 * rows * 4
 }
 
-/// `dq_smem_bytes`: Q and dO tiles, two (K, V) buffers.
+/// Keys per tile of the 16-row dQ kernel (`dq_key_rows`): 64, 32 above head_dim 128 (where a
+/// warp's dQ takes head_dim / 2 registers and the K/V buffers would pass sm_80's shared memory).
+pub fn dq_key_rows(head_dim: usize) -> usize {
+    if head_dim <= 128 {
+        64
+    } else {
+        32
+    }
+}
+
+/// `dq_smem_bytes` of the 16-row dQ kernel: Q and dO tiles, two (K, V) buffers.
 pub fn dq_smem_bytes(head_dim: usize) -> usize {
-    2 * QUERY_TILE_ROWS * head_dim * 2 + 4 * KEY_TILE_ROWS * head_dim * 2
+    2 * QUERY_TILE_ROWS * head_dim * 2 + 4 * dq_key_rows(head_dim) * head_dim * 2
 }
 
 pub const WIDE_SOURCE: &str = "gen5_portable_bwd_wide.cu";
-/// Keys per block of both wide dK/dV kernels (four 32-key blocks).
-pub const WIDE_KEY_TILE_ROWS: usize = 128;
 /// Query rows per block of the wide dQ kernel (head_dim <= 64; four 32-row blocks).
 pub const WIDE_QUERY_TILE_ROWS: usize = 128;
+
+/// Keys per block of the wide dK/dV kernel (`dkdv::key_rows`): four 32-key blocks up to head_dim
+/// 128, two above (FlashAttention-2's 64-key tiles there: a warp's share of 128 keys' dK and dV
+/// would pass 128 registers).
+pub fn wide_key_rows(head_dim: usize) -> usize {
+    if head_dim <= 128 {
+        128
+    } else {
+        64
+    }
+}
 
 /// Whether head_dim takes the wide kernels' register path: P and dS stay in registers, and the dQ
 /// pass is wide too (32 keys' or rows' gradients take at most 64 registers).
 fn wide_in_registers(head_dim: usize) -> bool {
     head_dim <= 64
+}
+
+/// The wide dK/dV kernel's layout (`gen5_portable_bwd_wide.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WideLayout {
+    /// 4 warps of 32 keys, Pᵀ and dSᵀ kept in registers ([`wide_in_registers`]).
+    Registers,
+    /// 8 warps, Pᵀ and dSᵀ through shared memory: above head_dim 64, and the atomic schedule's
+    /// padded 64 build (`FC_BWD_TWO_PHASE`), where the register path, at 253-255 registers
+    /// already, spilled 4-52 bytes with a padded head dim's column bounds.
+    TwoPhase,
+}
+
+impl WideLayout {
+    /// The layout of a build's `head_dim`, `padded` or not, in the atomic schedule or not.
+    pub fn of(head_dim: usize, padded: bool, atomic_dq: bool) -> Self {
+        if wide_in_registers(head_dim) && !(head_dim == 64 && padded && atomic_dq) {
+            WideLayout::Registers
+        } else {
+            WideLayout::TwoPhase
+        }
+    }
+
+    /// Warps a block: one a 32-key block on the register path; two a key block (its query halves,
+    /// then its column halves) in the two-phase layout.
+    fn warps(self) -> u32 {
+        match self {
+            WideLayout::Registers => 4,
+            WideLayout::TwoPhase => 8,
+        }
+    }
 }
 
 /// Blocks of the wide dK/dV kernel an SM holds: two on the register path (its launch bounds), one
@@ -73,44 +140,22 @@ fn wide_blocks_per_sm(head_dim: usize) -> usize {
     }
 }
 
-/// Warps per block of the wide dK/dV kernel: 8 where Pᵀ and dSᵀ go through shared memory
-/// (a key block per warp pair), 4 on the register path (one per warp).
-fn wide_dkdv_warps(head_dim: usize) -> u32 {
-    if wide_in_registers(head_dim) {
-        4
-    } else {
-        8
-    }
-}
-
-/// Query rows per step of the wide dK/dV kernel: 64 above head_dim 64; on the register path 32,
-/// or 64 with `step64` (`FC_BWD_STEP64`, [`step64`]).
-pub fn wide_step_queries(head_dim: usize, step64: bool) -> usize {
-    if wide_in_registers(head_dim) && !step64 {
-        32
-    } else {
-        64
-    }
-}
-
-/// `dkdv::smem_bytes` of the wide kernel: K and V, two (Q, dO) buffers and two (LSE, D) row
-/// vectors of the step's queries ([`wide_step_queries`]), plus the Pᵀ and dSᵀ tiles
-/// ([128 keys][64 queries]) above head_dim 64. With atomic dQ, two 16-byte step slots (each
+/// `dkdv::smem_bytes` of the wide kernel with `queries` rows a step ([`step_queries`]): K and V,
+/// two (Q, dO) buffers and two (LSE, D) row vectors of the step's queries, plus the Pᵀ and dSᵀ
+/// tiles ([keys][queries]) in the two-phase layout. With atomic dQ, two 16-byte step slots (each
 /// step's accumulator block) and, on the register path, a dSᵀ tile ([128 keys][step queries]).
-pub fn wide_dkdv_smem_bytes(head_dim: usize, atomic_dq: bool, step64: bool) -> usize {
+pub fn wide_dkdv_smem_bytes(
+    head_dim: usize,
+    layout: WideLayout,
+    atomic_dq: bool,
+    queries: usize,
+) -> usize {
     let slots = if atomic_dq { 2 * 16 } else { 0 };
-    let keys = WIDE_KEY_TILE_ROWS;
-    if wide_in_registers(head_dim) {
-        let queries = wide_step_queries(head_dim, step64);
-        let ds = if atomic_dq { keys * queries * 2 } else { 0 };
-        2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8 + ds + slots
-    } else {
-        let queries = 64;
-        2 * keys * head_dim * 2
-            + 4 * queries * head_dim * 2
-            + 2 * keys * queries * 2
-            + 2 * queries * 8
-            + slots
+    let keys = wide_key_rows(head_dim);
+    let shared = 2 * keys * head_dim * 2 + 4 * queries * head_dim * 2 + 2 * queries * 8 + slots;
+    match layout {
+        WideLayout::Registers => shared + if atomic_dq { keys * queries * 2 } else { 0 },
+        WideLayout::TwoPhase => shared + 2 * keys * queries * 2,
     }
 }
 
@@ -128,13 +173,14 @@ pub enum Tiling {
     /// reads per product. Both passes at head_dim <= 64; the dK/dV pass above (its dQ twin there
     /// measured slower than the 16-row dQ kernel).
     Wide,
-    /// 16-row warp tiles (`gen5_portable_bwd.cu`).
+    /// 16-row warp tiles (`gen5_portable_bwd.cu`), up to head_dim 128.
     Narrow,
 }
 
 impl Tiling {
     /// `forced` is `FLASHCORE_PORTABLE_BWD_TILES` = `wide` | `narrow` (an A/B switch). Unset: the
-    /// wide tiles wherever the device's shared memory holds them.
+    /// wide tiles wherever the device's shared memory holds them, and always above head_dim 128,
+    /// where there is no 16-row dK/dV kernel. `head_dim` is the build's.
     fn choose(
         head_dim: usize,
         device: &DeviceInfo,
@@ -142,13 +188,21 @@ impl Tiling {
     ) -> Result<Self, String> {
         match forced.as_deref() {
             Some("wide") => Ok(Tiling::Wide),
+            Some("narrow") if head_dim > NARROW_DKDV_MAX_HEAD_DIM => Err(format!(
+                "FLASHCORE_PORTABLE_BWD_TILES=narrow: the 16-row dK/dV kernel is built up to \
+                 head_dim {NARROW_DKDV_MAX_HEAD_DIM}, not {head_dim}"
+            )),
             Some("narrow") => Ok(Tiling::Narrow),
             Some(other) => Err(format!(
                 "FLASHCORE_PORTABLE_BWD_TILES={other}: expected `wide` or `narrow`"
             )),
+            None if head_dim > NARROW_DKDV_MAX_HEAD_DIM => Ok(Tiling::Wide),
             None => {
                 let limit = device.max_shared_memory_per_block_optin as usize;
-                let mut need = wide_dkdv_smem_bytes(head_dim, false, false);
+                // (The steps the kernels take below sm_90: 32 queries on the register path.)
+                let layout = WideLayout::of(head_dim, false, false);
+                let queries = if wide_in_registers(head_dim) { 32 } else { 64 };
+                let mut need = wide_dkdv_smem_bytes(head_dim, layout, false, queries);
                 if wide_in_registers(head_dim) {
                     need = need.max(wide_dq_smem_bytes(head_dim));
                 }
@@ -163,7 +217,8 @@ impl Tiling {
 }
 
 /// Query rows a warp of `bwd_portable_dot_do_o` takes at once (`dot_rows_per_warp`): one 16-byte
-/// chunk a lane, head_dim / 8 lanes a row rounded up to a power of two.
+/// chunk a lane, head_dim / 8 lanes a row rounded up to a power of two (one row a warp above
+/// head_dim 128).
 pub fn dot_rows_per_warp(head_dim: usize) -> usize {
     32 / (head_dim / 8).next_power_of_two().max(4)
 }
@@ -172,43 +227,66 @@ pub fn dot_rows_per_warp(head_dim: usize) -> usize {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PortableAtomicBackward;
 
-/// Query rows per block of the atomic schedule's dQ accumulator (`PortableDqAccumulator`, one step
-/// of the wide dK/dV kernel): 32 on the register path (64 with `step64`), 64 above.
-pub fn atomic_dq_block_rows(head_dim: usize, step64: bool) -> usize {
-    wide_step_queries(head_dim, step64)
-}
-
-/// Whether the register path (head_dim <= 64) takes 64 queries a step (`FC_BWD_STEP64`: each
-/// warp's products in two 32-query halves, half the barriers and step bookkeeping per query)
-/// instead of 32. `forced` is `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` = `32` | `64`; unset: 64 on
-/// sm_90 and later, where it measured faster at every D = 64 ladder row for both schedules
-/// (H100, 2026-11-26, commit 31e7ea5: atomic 4-10 %, deterministic 3-5.5 %), 32 below (not measured
-/// there; on the A100 two blocks of the atomic schedule's 82 976 bytes would no longer fit an SM).
-/// Above head_dim 64 it changes nothing: steps are 64 queries there already.
-fn step64(head_dim: usize, device: &DeviceInfo, forced: Option<&str>) -> Result<bool, String> {
-    let step64 = match forced.map(str::trim) {
-        None => device.compute_capability.0 >= 9,
-        Some("32") => false,
-        Some("64") => true,
+/// Query rows per step of the wide dK/dV kernel, which is also the atomic schedule's dQ
+/// accumulator block (`PortableDqAccumulator`), for a build's `head_dim` in `layout`. `forced` is
+/// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` = `32` | `64`.
+/// - On the register path: 64 (`FC_BWD_STEP64`: each warp's products in two
+///   32-query halves, half the barriers and step bookkeeping per query) or 32. Unset: 64 on sm_90
+///   and later, where it measured faster at every D = 64 ladder row for both schedules (H100,
+///   2026-11-26, commit 31e7ea5: atomic 4-10 %, deterministic 3-5.5 %), 32 below (not measured
+///   there; on the A100 two blocks of the atomic schedule's 82 976 bytes would no longer fit an SM).
+/// - In the two-phase layout up to 128: 64; the switch changes nothing.
+/// - Above 128: 64, or 32 (`FC_BWD_STEP32`) where two 64-row (Q, dO) buffers do not fit the
+///   device's shared memory (sm_80 at 224 and 256, 99 KiB devices at 160). Forced, either, and a
+///   step that does not fit is refused by the plan.
+fn step_queries(
+    head_dim: usize,
+    layout: WideLayout,
+    device: &DeviceInfo,
+    atomic_dq: bool,
+    forced: Option<&str>,
+) -> Result<usize, String> {
+    let forced = match forced.map(str::trim) {
+        None => None,
+        Some("32") => Some(32),
+        Some("64") => Some(64),
         Some(other) => {
             return Err(format!(
                 "FLASHCORE_PORTABLE_BWD_STEP_QUERIES={other:?}: expected 32 or 64"
             ))
         }
     };
-    Ok(step64 && wide_in_registers(head_dim))
+    Ok(if layout == WideLayout::Registers {
+        forced.unwrap_or(if device.compute_capability.0 >= 9 {
+            64
+        } else {
+            32
+        })
+    } else if head_dim <= 128 {
+        64
+    } else {
+        let limit = device.max_shared_memory_per_block_optin as usize;
+        forced.unwrap_or(
+            if wide_dkdv_smem_bytes(head_dim, layout, atomic_dq, 64) <= limit {
+                64
+            } else {
+                32
+            },
+        )
+    })
 }
 
-/// Words of the atomic schedule's workspace: D (`rows` words, rounded up to 4 so the accumulator
-/// starts 16-byte aligned), then the f32 dQ accumulator over whole blocks of query rows.
-fn atomic_dq_workspace(p: &AttentionProblem, step64: bool) -> Option<usize> {
+/// Words of the atomic schedule's workspace for a build's `head_dim` and `block_rows` (the step):
+/// D (`rows` words, rounded up to 4 so the accumulator starts 16-byte aligned), then the f32 dQ
+/// accumulator over whole blocks of query rows, the build's columns wide.
+fn atomic_dq_workspace(p: &AttentionProblem, head_dim: usize, block_rows: usize) -> Option<usize> {
     let padded_rows = p
         .seq_q
-        .next_multiple_of(atomic_dq_block_rows(p.head_dim, step64))
+        .next_multiple_of(block_rows)
         .checked_mul(p.batch * p.heads_q)?;
     let rows = p.batch * p.heads_q * p.seq_q;
     padded_rows
-        .checked_mul(p.head_dim)?
+        .checked_mul(head_dim)?
         .checked_add(rows.next_multiple_of(4))
 }
 
@@ -239,7 +317,7 @@ struct Overrides {
     tiles: Option<String>,
     /// `FLASHCORE_PORTABLE_BWD_SECTION_HEADS` ([`section_heads`]).
     section_heads: Option<String>,
-    /// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` ([`step64`]).
+    /// `FLASHCORE_PORTABLE_BWD_STEP_QUERIES` ([`step_queries`]).
     step_queries: Option<String>,
 }
 
@@ -258,7 +336,7 @@ impl Overrides {
 /// in the kernel): about one wave of blocks, so the blocks running at once share a few heads' Q,
 /// dO and dQ accumulator rows in L2. `forced` is
 /// `FLASHCORE_PORTABLE_BWD_SECTION_HEADS` (an A/B switch; 0: no sections, every head's first key
-/// tile first). `None`: no sections.
+/// tile first). `None`: no sections. `p.head_dim`'s build sets the key tile.
 fn section_heads(
     p: &AttentionProblem,
     device: &DeviceInfo,
@@ -274,8 +352,9 @@ fn section_heads(
             )),
         };
     }
-    let wave = device.sm_count as usize * wide_blocks_per_sm(p.head_dim);
-    let key_tiles = tiles(p.seq_k, WIDE_KEY_TILE_ROWS).max(1);
+    let d = build_head_dim(p.head_dim).unwrap_or(p.head_dim);
+    let wave = device.sm_count as usize * wide_blocks_per_sm(d);
+    let key_tiles = tiles(p.seq_k, wide_key_rows(d)).max(1);
     Ok(Some((wave / key_tiles).max(1)))
 }
 
@@ -288,8 +367,12 @@ fn plan_with(
     atomic_dq: bool,
     overrides: &Overrides,
 ) -> Result<LaunchPlan, Unsupported> {
-    let d = problem.head_dim;
-    caps.require_head_dim(name, d)?;
+    caps.require_head_dim(name, problem.head_dim)?;
+    // The build's head dim; the problem's columns past its own are padded.
+    let d = build_head_dim(problem.head_dim).ok_or_else(|| {
+        Unsupported::new(name, format!("head_dim {} is past 256", problem.head_dim))
+    })?;
+    let padded = d != problem.head_dim;
     // The atomic schedule exists on the wide tiles only (its 16-row version lost 1.5-1.9x to its
     // scalar atomics, commit acfed8e).
     let tiling = if atomic_dq {
@@ -297,12 +380,21 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
-    let step64 = step64(d, device, overrides.step_queries.as_deref())
-        .map_err(|e| Unsupported::new(name, e))?;
+    let layout = WideLayout::of(d, padded, atomic_dq);
+    let step = step_queries(
+        d,
+        layout,
+        device,
+        atomic_dq,
+        overrides.step_queries.as_deref(),
+    )
+    .map_err(|e| Unsupported::new(name, e))?;
+    let step64 = layout == WideLayout::Registers && step == 64;
+    let step32 = d > 128 && step == 32;
     let wide_dq = tiling == Tiling::Wide && wide_in_registers(d);
     let smem = [
         match tiling {
-            Tiling::Wide => wide_dkdv_smem_bytes(d, atomic_dq, step64),
+            Tiling::Wide => wide_dkdv_smem_bytes(d, layout, atomic_dq, step),
             Tiling::Narrow => dkdv_smem_bytes(d),
         },
         if atomic_dq {
@@ -313,10 +405,20 @@ fn plan_with(
             dq_smem_bytes(d)
         },
     ];
-    for need in smem {
-        device.require_shared_memory(name, need, true, "")?;
+    let holding = [
+        format!(" (the dK/dV pass at head_dim {d}, {step} queries a step)"),
+        format!(" (the dQ pass at head_dim {d})"),
+    ];
+    for (need, holding) in smem.iter().zip(&holding) {
+        device.require_shared_memory(name, *need, true, holding)?;
     }
     let mut defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
+    if padded {
+        defines.push(("FC_BWD_PADDED_HEAD".to_string(), "1".to_string()));
+    }
+    if tiling == Tiling::Wide && layout == WideLayout::TwoPhase && wide_in_registers(d) {
+        defines.push(("FC_BWD_TWO_PHASE".to_string(), "1".to_string()));
+    }
     if atomic_dq {
         defines.push(("FC_BWD_ATOMIC_DQ".to_string(), "1".to_string()));
         // Above head_dim 64, L2 sections, and each key tile's query walk starting at its own
@@ -333,6 +435,9 @@ fn plan_with(
     }
     if step64 {
         defines.push(("FC_BWD_STEP64".to_string(), "1".to_string()));
+    }
+    if step32 {
+        defines.push(("FC_BWD_STEP32".to_string(), "1".to_string()));
     }
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
@@ -351,19 +456,22 @@ fn plan_with(
         tiles(rows, WARPS as usize * dot_rows_per_warp(d)),
         0,
     );
-    let key_items = p.batch * p.heads_kv * tiles(p.seq_k, WIDE_KEY_TILE_ROWS);
+    let key_rows = wide_key_rows(d);
+    let key_items = p.batch * p.heads_kv * tiles(p.seq_k, key_rows);
     if step64 && key_items > i32::MAX as usize {
         // Its sm_90 build counts the items in 32 bits (registers: see `ItemIndex`).
         return Err(Unsupported::new(
             name,
-            format!("{key_items} key tiles of 128 (batch x KV heads x tiles) exceed 2^31 - 1"),
+            format!(
+                "{key_items} key tiles of {key_rows} (batch x KV heads x tiles) exceed 2^31 - 1"
+            ),
         ));
     }
     let dk_dv = match tiling {
         Tiling::Wide => launch(
             WIDE_SOURCE,
             "bwd_portable_dk_dv_wide",
-            wide_dkdv_warps(d),
+            layout.warps(),
             key_items,
             smem[0],
         ),
@@ -377,7 +485,7 @@ fn plan_with(
     };
     let query_items = p.batch * p.heads_q * tiles(p.seq_q, QUERY_TILE_ROWS);
     let (dq_launch, workspace) = if atomic_dq {
-        let workspace = atomic_dq_workspace(p, step64)
+        let workspace = atomic_dq_workspace(p, d, step)
             .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
         // One float4 of the accumulator a thread.
         let float4s = (workspace - rows.next_multiple_of(4)) / 4;
@@ -412,7 +520,15 @@ fn plan_with(
 }
 
 fn capabilities() -> Capabilities {
-    Capabilities::all_features(HeadDims::List(HEAD_DIMS), (8, 0)).with_modes(ModeSupport::NONE)
+    Capabilities::all_features(
+        HeadDims::Range {
+            min: 8,
+            max: MAX_HEAD_DIM,
+            multiple_of: 8,
+        },
+        (8, 0),
+    )
+    .with_modes(ModeSupport::NONE)
 }
 
 impl AttentionBackward for PersistentPortable {
@@ -464,6 +580,7 @@ impl AttentionBackward for PortableAtomicBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     #[test]
     fn narrow_plan_is_three_launches_sized_by_tiles() {
@@ -545,7 +662,7 @@ mod tests {
         );
         assert_eq!(
             plan.launches[1].dynamic_smem_bytes as usize,
-            wide_dkdv_smem_bytes(32, false, true) + 128 * 64 * 2 + 32
+            wide_dkdv_smem_bytes(32, WideLayout::Registers, false, 64) + 128 * 64 * 2 + 32
         );
         let a100 = DeviceInfo {
             compute_capability: (8, 0),
@@ -760,13 +877,260 @@ mod tests {
         assert!(plan(128, false).is_ok() && plan(128, true).is_ok());
     }
 
+    /// An sm_80 part (A100: 163 KiB a block with opt-in) for planning without a GPU.
+    fn a100() -> DeviceInfo {
+        DeviceInfo {
+            compute_capability: (8, 0),
+            max_shared_memory_per_block_optin: 163 * 1024,
+            ..DeviceInfo::synthetic_h100()
+        }
+    }
+
+    fn define<'a>(plan: &'a LaunchPlan, key: &str) -> Option<&'a str> {
+        plan.launches[1]
+            .defines
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn every_multiple_of_8_up_to_256_runs_in_the_next_build_padded() {
+        assert_eq!(build_head_dim(8), Some(32));
+        assert_eq!(build_head_dim(136), Some(160));
+        assert_eq!(build_head_dim(256), Some(256));
+        assert_eq!(build_head_dim(264), None);
+        for dev in [DeviceInfo::synthetic_h100(), a100()] {
+            for d in (8..=MAX_HEAD_DIM).step_by(8) {
+                let p = AttentionProblem::new(2, 4, 300, d).with_kv(2, 200);
+                let build = build_head_dim(d).unwrap();
+                for atomic in [false, true] {
+                    let plan =
+                        plan_with("a", capabilities(), &p, &dev, atomic, &Overrides::default())
+                            .unwrap_or_else(|e| {
+                                panic!("D={d} atomic={atomic} on {}: {e}", dev.name)
+                            });
+                    let limit = dev.max_shared_memory_per_block_optin;
+                    for l in &plan.launches {
+                        let has = |k: &str| l.defines.iter().any(|(n, _)| n == k);
+                        assert!(l
+                            .defines
+                            .contains(&("FC_HEAD_DIM".into(), build.to_string())));
+                        // The padded switch exactly where the build is wider than the problem.
+                        assert_eq!(has("FC_BWD_PADDED_HEAD"), build != d, "D={d}");
+                        assert!(
+                            l.dynamic_smem_bytes <= limit,
+                            "D={d}: {}",
+                            l.dynamic_smem_bytes
+                        );
+                    }
+                    if atomic {
+                        // The accumulator is the build's columns wide.
+                        let layout = WideLayout::of(build, build != d, true);
+                        let step = step_queries(build, layout, &dev, true, None).unwrap();
+                        assert_eq!(
+                            plan.workspace_f32,
+                            2 * 4 * 300 + 2 * 4 * 300usize.next_multiple_of(step) * build
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_head_dims_take_64_key_blocks_and_fit_sm_80_and_sm_90() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let a100 = a100();
+        // (build, device, atomic) -> queries a step; the dK/dV pass's bytes: K, V (64 keys),
+        // 2 x (Q, dO), Pᵀ and dSᵀ ([64 keys][step]), 2 x the step's (LSE, D), atomic step slots.
+        for (d, dev, want_step) in [
+            (160, &h100, 64),
+            (192, &h100, 64),
+            (224, &h100, 64),
+            (256, &h100, 64),
+            (160, &a100, 64),
+            (192, &a100, 64),
+            (224, &a100, 32),
+            (256, &a100, 32),
+        ] {
+            for atomic in [false, true] {
+                let p = AttentionProblem::new(2, 8, 1000, d).with_kv(2, 1000);
+                let plan =
+                    plan_with("a", capabilities(), &p, dev, atomic, &Overrides::default()).unwrap();
+                let step = want_step;
+                let bytes = 2 * 64 * d * 2
+                    + 4 * step * d * 2
+                    + 2 * 64 * step * 2
+                    + 2 * step * 8
+                    + if atomic { 32 } else { 0 };
+                assert_eq!(plan.launches[1].entry, "bwd_portable_dk_dv_wide");
+                assert_eq!(plan.launches[1].dynamic_smem_bytes as usize, bytes, "D={d}");
+                assert!(bytes <= dev.max_shared_memory_per_block_optin as usize);
+                assert_eq!(plan.launches[1].block.0, 256);
+                assert_eq!(plan.launches[1].grid.0, 2 * 2 * 16); // 1000 keys: 16 tiles of 64
+                assert_eq!(
+                    define(&plan, "FC_BWD_STEP32").is_some(),
+                    step == 32,
+                    "D={d}"
+                );
+                assert!(define(&plan, "FC_BWD_STEP64").is_none());
+                // A row a warp in the first launch.
+                assert_eq!(plan.launches[0].grid.0, 2 * 8 * 1000 / 4);
+                if atomic {
+                    assert_eq!(plan.launches[2].entry, "bwd_portable_dq_convert");
+                    assert_eq!(
+                        plan.workspace_f32,
+                        2 * 8 * 1000 + 2 * 8 * 1000usize.next_multiple_of(step) * d
+                    );
+                } else {
+                    // The 16-row dQ kernel, 32-key tiles: Q, dO (64 rows), 2 x (K, V).
+                    assert_eq!(plan.launches[2].entry, "bwd_portable_dq");
+                    assert_eq!(
+                        plan.launches[2].dynamic_smem_bytes as usize,
+                        2 * 64 * d * 2 + 4 * 32 * d * 2
+                    );
+                    assert_eq!(plan.launches[2].grid.0, 2 * 8 * 16); // 1000 rows: 16 tiles
+                }
+            }
+        }
+        // The largest: 209 KiB on sm_90 (one block an SM), 137 KiB with 32-query steps on sm_80.
+        let two_phase = WideLayout::TwoPhase;
+        assert_eq!(wide_dkdv_smem_bytes(256, two_phase, false, 64), 214_016);
+        assert_eq!(wide_dkdv_smem_bytes(256, two_phase, true, 32), 139_808);
+        assert_eq!(dq_smem_bytes(256), 131_072);
+        assert_eq!(dot_rows_per_warp(160), 1);
+        assert_eq!(dot_rows_per_warp(256), 1);
+    }
+
+    #[test]
+    fn the_atomic_schedules_padded_64_build_takes_the_two_phase_layout() {
+        // 40..56 run in the 64 build; the atomic schedule's is the 8-warp layout of 96 and 128
+        // (FC_BWD_TWO_PHASE), the deterministic schedule's keeps the register path.
+        for dev in [
+            DeviceInfo::synthetic_h100(),
+            a100(),
+            DeviceInfo::synthetic_sm86(),
+        ] {
+            let p = AttentionProblem::new(2, 4, 300, 48);
+            let atomic =
+                plan_with("a", capabilities(), &p, &dev, true, &Overrides::default()).unwrap();
+            assert_eq!(define(&atomic, "FC_BWD_TWO_PHASE"), Some("1"));
+            assert_eq!(define(&atomic, "FC_BWD_STEP64"), None);
+            assert_eq!(atomic.launches[1].block.0, 256);
+            // K, V (128 keys), 2 x (Q, dO) of 64 rows, Pᵀ and dSᵀ [128][64], 2 x 64 (LSE, D),
+            // the step slots: 99 360 bytes, within a 99 KiB device's.
+            assert_eq!(
+                atomic.launches[1].dynamic_smem_bytes,
+                2 * 16384 + 4 * 8192 + 2 * 16384 + 1024 + 32
+            );
+            assert_eq!(atomic.workspace_f32, 2 * 4 * 300 + 2 * 4 * 320 * 64);
+            let det =
+                plan_with("d", capabilities(), &p, &dev, false, &Overrides::default()).unwrap();
+            assert_eq!(define(&det, "FC_BWD_TWO_PHASE"), None);
+            assert_eq!(det.launches[1].block.0, 128);
+        }
+        // The exact 64 build keeps the register path in both.
+        let p = AttentionProblem::new(2, 4, 300, 64);
+        let h100 = DeviceInfo::synthetic_h100();
+        let atomic =
+            plan_with("a", capabilities(), &p, &h100, true, &Overrides::default()).unwrap();
+        assert_eq!(define(&atomic, "FC_BWD_TWO_PHASE"), None);
+        assert_eq!(atomic.launches[1].block.0, 128);
+    }
+
+    #[test]
+    fn wide_head_dim_switches_and_refusals_say_why() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let p = AttentionProblem::new(1, 2, 64, 256);
+        let ov = |tiles: Option<&str>, step: Option<&str>| Overrides {
+            tiles: tiles.map(String::from),
+            step_queries: step.map(String::from),
+            ..Overrides::default()
+        };
+        // No 16-row dK/dV kernel above 128, asked for or not.
+        let e = plan_with(
+            "d",
+            capabilities(),
+            &p,
+            &h100,
+            false,
+            &ov(Some("narrow"), None),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("up to head_dim 128"), "{e}");
+        assert!(plan_with(
+            "d",
+            capabilities(),
+            &p,
+            &h100,
+            false,
+            &ov(Some("wide"), None)
+        )
+        .is_ok());
+        // 32-query steps on request where 64 fit; 64 asked for where they do not fit is refused.
+        let plan = plan_with("a", capabilities(), &p, &h100, true, &ov(None, Some("32"))).unwrap();
+        assert_eq!(define(&plan, "FC_BWD_STEP32"), Some("1"));
+        let e = plan_with(
+            "a",
+            capabilities(),
+            &p,
+            &a100(),
+            true,
+            &ov(None, Some("64")),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("shared memory"), "{e}");
+        assert!(e.to_string().contains("64 queries a step"), "{e}");
+        // 99 KiB devices: 160 with 32-query steps; from 168 (the 192 build) neither step fits.
+        let sm86 = DeviceInfo::synthetic_sm86();
+        for atomic in [false, true] {
+            let plan = plan_with(
+                "a",
+                capabilities(),
+                &AttentionProblem::new(1, 2, 64, 136),
+                &sm86,
+                atomic,
+                &Overrides::default(),
+            )
+            .unwrap();
+            assert_eq!(define(&plan, "FC_BWD_STEP32"), Some("1"));
+            assert_eq!(define(&plan, "FC_BWD_PADDED_HEAD"), Some("1"));
+            let e = plan_with(
+                "a",
+                capabilities(),
+                &AttentionProblem::new(1, 2, 64, 168),
+                &sm86,
+                atomic,
+                &Overrides::default(),
+            )
+            .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("shared memory per block (the dK/dV pass at head_dim 192"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn unbuilt_head_dims_and_small_devices_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
-        let e = PersistentPortable
-            .supports_backward(&AttentionProblem::new(1, 2, 64, 256), &h100)
-            .unwrap_err();
-        assert!(e.to_string().contains("head_dim 256"), "{e}");
+        for d in [4, 100, 264, 512] {
+            for k in [
+                &PersistentPortable as &dyn AttentionBackward,
+                &PortableAtomicBackward,
+            ] {
+                let e = k
+                    .supports_backward(&AttentionProblem::new(1, 2, 64, d), &h100)
+                    .unwrap_err();
+                assert!(
+                    e.to_string()
+                        .contains(&format!("head_dim {d} is not in 8..=256 step 8")),
+                    "{e}"
+                );
+            }
+        }
         let small = DeviceInfo {
             max_shared_memory_per_block_optin: 64 * 1024,
             ..h100
@@ -789,11 +1153,15 @@ mod tests {
             group in 1usize..9,
             seq_q in 0usize..100_000,
             seq_k in 0usize..100_000,
-            d in proptest::sample::select(vec![16usize, 32, 64, 96, 128, 256]),
-            sm86 in proptest::bool::ANY,
+            d in proptest::prop_oneof![
+                proptest::sample::select(vec![12usize, 16, 32, 64, 96, 128, 160, 192, 224, 256, 264]),
+                (1usize..=32).prop_map(|k| 8 * k),
+            ],
+            dev in proptest::sample::select(vec![0usize, 1, 2]),
         ) {
             let p = AttentionProblem::new(batch, heads_kv * group, seq_q, d).with_kv(heads_kv, seq_k);
-            let dev = if sm86 { DeviceInfo::synthetic_sm86() } else { DeviceInfo::synthetic_h100() };
+            let dev = [DeviceInfo::synthetic_h100(), DeviceInfo::synthetic_sm86(), a100()][dev].clone();
+            let sm86 = dev.max_shared_memory_per_block_optin < 100 * 1024;
             for atomic in [false, true] {
                 let plan = if atomic {
                     PortableAtomicBackward.plan_backward(&p, &dev)
@@ -802,34 +1170,46 @@ mod tests {
                 };
                 let limit = dev.max_shared_memory_per_block_optin as usize;
                 let Ok(plan) = plan else {
-                    let too_big = if atomic {
-                        wide_dkdv_smem_bytes(d, true, false) > limit
+                    // Refused: a head dim not built, or no tiling's shared memory fits.
+                    let Some(b) = build_head_dim(d).filter(|_| d % 8 == 0) else { continue };
+                    let smallest_step = if b <= 64 { 32 } else if b <= 128 { 64 } else { 32 };
+                    let too_big = if atomic || b > NARROW_DKDV_MAX_HEAD_DIM {
+                        wide_dkdv_smem_bytes(b, WideLayout::of(b, b != d, atomic), atomic, smallest_step) > limit
+                            || (!atomic && dq_smem_bytes(b) > limit)
                     } else {
-                        dkdv_smem_bytes(d) > limit || dq_smem_bytes(d) > limit
+                        dkdv_smem_bytes(b) > limit || dq_smem_bytes(b) > limit
                     };
-                    proptest::prop_assert!(!HEAD_DIMS.contains(&d) || too_big);
+                    proptest::prop_assert!(too_big, "D={} refused: {:?}", d, plan.err());
                     continue;
                 };
+                proptest::prop_assert!(d % 8 == 0 && d <= MAX_HEAD_DIM);
+                let b = build_head_dim(d).unwrap();
                 let rows = batch * heads_kv * group * seq_q;
                 let wide = plan.launches[1].entry == "bwd_portable_dk_dv_wide";
-                proptest::prop_assert_eq!(wide, atomic || Tiling::choose(d, &dev, None) == Ok(Tiling::Wide));
-                let key_tile = if wide { WIDE_KEY_TILE_ROWS } else { KEY_TILE_ROWS };
-                let wide_dq = wide && d <= 64;
+                proptest::prop_assert_eq!(wide, atomic || Tiling::choose(b, &dev, None) == Ok(Tiling::Wide));
+                let key_tile = if wide { wide_key_rows(b) } else { KEY_TILE_ROWS };
+                let wide_dq = wide && b <= 64;
                 let query_tile = if wide_dq { WIDE_QUERY_TILE_ROWS } else { QUERY_TILE_ROWS };
+                let layout = WideLayout::of(b, b != d, atomic);
+                let step = step_queries(b, layout, &dev, atomic, None).unwrap();
                 // (64-query steps at D <= 64 on the H100, the default there.)
-                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(atomic_dq_block_rows(d, !sm86));
+                let register_step = if dev.compute_capability.0 >= 9 { 64 } else { 32 };
+                proptest::prop_assert!(layout == WideLayout::TwoPhase || step == register_step);
+                let padded_rows = batch * heads_kv * group * seq_q.next_multiple_of(step);
                 let items = [
-                    rows.div_ceil(4 * dot_rows_per_warp(d)),
+                    rows.div_ceil(4 * dot_rows_per_warp(b)),
                     batch * heads_kv * seq_k.div_ceil(key_tile),
-                    if atomic { (padded_rows * d / 4).div_ceil(128) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
+                    if atomic { (padded_rows * b / 4).div_ceil(128) } else { batch * heads_kv * group * seq_q.div_ceil(query_tile) },
                 ];
-                let threads = if wide && d > 64 { [128, 256, 128] } else { [128; 3] };
+                let two_phase = wide && layout == WideLayout::TwoPhase;
+                let threads = if two_phase { [128, 256, 128] } else { [128; 3] };
                 for ((launch, items), threads) in plan.launches.iter().zip(items).zip(threads) {
                     proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                     proptest::prop_assert!(launch.dynamic_smem_bytes as usize <= limit);
                     proptest::prop_assert_eq!(launch.block.0, threads);
                 }
-                let want = if atomic { rows.next_multiple_of(4) + padded_rows * d } else { rows };
+                proptest::prop_assert!(!sm86 || b <= 160, "D={} planned on a 99 KiB device", d);
+                let want = if atomic { rows.next_multiple_of(4) + padded_rows * b } else { rows };
                 proptest::prop_assert_eq!(plan.workspace_f32, want);
                 proptest::prop_assert_eq!(plan.workspace_counters, 0);
             }
