@@ -280,12 +280,14 @@ pub struct Row {
     pub problem: String,
 }
 
-/// The head dims of `h` that check-kernels builds: its representatives, narrowed to `--head-dims`.
+/// The head dims of `h` that check-kernels builds: its representatives, or those of `--head-dims`
+/// it takes (any of them, not only representatives: a padded build that no representative reaches,
+/// such as a head dim of 200 in a 224 build, can be asked for).
 fn checked_head_dims(h: &HeadDims, only: Option<&[usize]>) -> Vec<usize> {
-    representative_head_dims(h)
-        .into_iter()
-        .filter(|d| only.is_none_or(|w| w.contains(d)))
-        .collect()
+    match only {
+        Some(wanted) => wanted.iter().copied().filter(|&d| h.contains(d)).collect(),
+        None => representative_head_dims(h),
+    }
 }
 
 pub fn run(
@@ -294,7 +296,10 @@ pub fn run(
     compare_ptx: Option<&std::path::Path>,
     only: Option<&[String]>,
     head_dims: Option<&[usize]>,
+    passes: &[crate::verify::Pass],
 ) -> Result<Vec<Row>> {
+    let forward = passes.contains(&crate::verify::Pass::Fwd);
+    let backward = passes.contains(&crate::verify::Pass::Bwd);
     if let Some(names) = only {
         let mut known: Vec<&str> = flashcore::kernels().iter().map(|k| k.name()).collect();
         for k in flashcore::backward_kernels() {
@@ -458,7 +463,7 @@ pub fn run(
     let selected = move || {
         flashcore::kernels()
             .into_iter()
-            .filter(move |k| crate::select::picked(only, k.name()))
+            .filter(move |k| forward && crate::select::picked(only, k.name()))
     };
     for (pass, kernel) in passes.flat_map(|v| selected().map(move |k| (v, k))) {
         enter_variant(pass, VARIANT_ENV);
@@ -516,7 +521,7 @@ pub fn run(
     let backward_selected = || {
         flashcore::backward_kernels()
             .into_iter()
-            .filter(|k| crate::select::picked(only, k.name()))
+            .filter(|k| backward && crate::select::picked(only, k.name()))
     };
     for (pass, kernel) in backward_passes.flat_map(|v| backward_selected().map(move |k| (v, k))) {
         enter_variant(pass, BACKWARD_VARIANT_ENV);
@@ -665,5 +670,13 @@ in the function 'attention_persistent_hopper'\n";
             multiple_of: 8,
         };
         assert_eq!(representative_head_dims(&h), vec![8, 32, 64, 80, 96, 128]);
+        assert_eq!(checked_head_dims(&h, None), representative_head_dims(&h));
+        // --head-dims reaches any head dim a kernel takes, representative or not, and no other.
+        assert_eq!(
+            checked_head_dims(&h, Some(&[40, 64, 100, 136])),
+            vec![40, 64]
+        );
+        let list = HeadDims::List(&[32, 64]);
+        assert_eq!(checked_head_dims(&list, Some(&[40, 64])), vec![64]);
     }
 }

@@ -85,9 +85,14 @@ enum Command {
         /// the builds that changed: e.g. to show an edit left the dense builds alone.
         #[arg(long)]
         compare_ptx: Option<PathBuf>,
-        /// Only builds at these head dims (comma-separated), e.g. while sizing a new one.
+        /// Only builds at these head dims (comma-separated; any a kernel takes, not only the
+        /// representatives compiled by default), e.g. while sizing a new one or for padded builds.
         #[arg(long, value_delimiter = ',')]
         head_dims: Option<Vec<usize>>,
+        /// Comma-separated passes: fwd (each generation's forward plans), bwd (each backward
+        /// kernel's), e.g. `--pass bwd` for a backward kernel that shares its name with a forward.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "fwd,bwd")]
+        pass: Vec<verify::Pass>,
     },
     /// Install the pinned CUDA wheels (NVRTC, headers, ptxas, nvcc + nvvm) into the cache, if no toolkit is found.
     InstallCuda,
@@ -100,6 +105,9 @@ enum Command {
     /// Run a small sweep of every generation under compute-sanitizer (memcheck, racecheck, ...).
     Sanitize(sanitize::Args),
 }
+
+/// Both passes: what `verify`'s compile check without a GPU builds.
+const ALL_PASSES: [verify::Pass; 2] = [verify::Pass::Fwd, verify::Pass::Bwd];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -123,12 +131,22 @@ fn main() -> ExitCode {
                 match pass {
                     verify::Pass::Fwd => verify::oracle_self_check()
                         .map(|n| println!("oracle self-check: {n} problems consistent"))
-                        .and_then(|_| check_kernels::run(None, None, None, None, None).map(|_| ())),
+                        .and_then(|_| {
+                            check_kernels::run(None, None, None, None, None, &ALL_PASSES)
+                                .map(|_| ())
+                        }),
                     verify::Pass::Bwd => verify::oracle_backward_self_check()
                         .map(|n| println!("oracle backward self-check: {n} problems consistent"))
                         .and_then(|_| {
-                            check_kernels::run(None, None, None, kernels.as_deref(), None)
-                                .map(|_| ())
+                            check_kernels::run(
+                                None,
+                                None,
+                                None,
+                                kernels.as_deref(),
+                                None,
+                                &ALL_PASSES,
+                            )
+                            .map(|_| ())
                         }),
                 }
             }
@@ -158,12 +176,14 @@ fn main() -> ExitCode {
             kernels,
             compare_ptx,
             head_dims,
+            pass,
         } => check_kernels::run(
             json.as_deref(),
             dump_ptx.as_deref(),
             compare_ptx.as_deref(),
             kernels.as_deref(),
             head_dims.as_deref(),
+            &pass,
         )
         .map(|_| ()),
         Command::InstallCuda => cuda_wheels::install(),

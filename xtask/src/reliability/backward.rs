@@ -4,9 +4,10 @@
 //!
 //! - `nan-padding`: Q, K, V, O, dO and LSE inside larger NaN-filled buffers (custom strides: NaN
 //!   past head_dim, past seq, past the heads, before the base pointer) give dQ, dK, dV bit-
-//!   identical to the dense run, and the padding of the gradient buffers keeps its sentinel.
-//! - `determinism`: a GQA causal problem with several key tiles at each head dim (128, 64),
-//!   `--backward-runs` times (1000), bit-identical dQ, dK, dV every time.
+//!   identical to the dense run, and the padding of the gradient buffers keeps its sentinel; at
+//!   head dims 64, 128 and 200 (a padded build's), or `--head-dims`.
+//! - `determinism`: a GQA causal problem with several key tiles at each head dim (128, 64, or
+//!   `--head-dims`), `--backward-runs` times (1000), bit-identical dQ, dK, dV every time.
 //! - `grid`: batch·heads past 65535, a sequence past 65535 rows, and Q-side and K-side tensors
 //!   past 2^31 elements: every gradient element finite (written), and where the groups are
 //!   small, GQA groups of chosen batches judged by the oracle.
@@ -86,7 +87,8 @@ pub(super) fn run(dev: &Device, _forward: &[Box<dyn Attention>], args: &Args, re
             args,
         };
         padding::nan_padding(&cx, report);
-        for p in determinism::determinism_problems(&k.capabilities()) {
+        let wanted = super::wanted_dims(args, determinism::DETERMINISM_DIMS);
+        for p in determinism::determinism_problems(&k.capabilities(), wanted) {
             determinism::determinism(&cx, &p, report);
         }
         for case in grid::grid_cases(&k.capabilities(), args.no_huge) {

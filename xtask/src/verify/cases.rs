@@ -324,7 +324,8 @@ fn h_min(h: &HeadDims) -> usize {
 
 /// Backward-only edges beyond the forward's list: negative and zero scale, an odd head dim
 /// with seq_k > seq_q causal, one query row over many keys with MQA (every key's dK/dV sums a
-/// single row per head), and many query rows over one key (dV sums them all).
+/// single row per head), many query rows over one key (dV sums them all), and head dims a
+/// kernel may run padded in a wider build (136 in 160, 200 in 224: the portable backward's).
 pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
     [
         "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
@@ -333,6 +334,8 @@ pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
         "b=2,hq=8,hkv=1,sq=1,sk=300,d=128,causal=1,seed=9004",
         "b=1,hq=4,hkv=2,sq=500,sk=1,d=64,dtype=bf16,seed=9005",
         "b=3,hq=2,sq=33,sk=65,d=256,layout=bhsd,causal=1,seed=9006",
+        "b=2,hq=4,hkv=2,sq=130,sk=200,d=200,causal=1,dtype=bf16,seed=9007",
+        "b=1,hq=2,sq=65,sk=33,d=136,layout=bhsd,seed=9008",
     ]
     .iter()
     .map(|a| Case::parse(a).expect("the backward edge list parses"))
@@ -496,7 +499,7 @@ mod tests {
             flashcore::backward::validate_backward(&c.problem).unwrap();
         }
         let edges = backward_edge_cases(&caps);
-        assert_eq!(edges.len(), 6);
+        assert_eq!(edges.len(), 8);
         assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
     }
 }

@@ -9,12 +9,15 @@ use crate::reliability::determinism::same_every_run;
 use crate::reliability::host::count_nan_bits;
 use crate::reliability::{dims_in, Report, Res};
 
+/// `determinism`'s head dims unless `--head-dims` names others.
+pub(super) const DETERMINISM_DIMS: &[usize] = &[128, 64];
+
 /// GQA (8:2) and causal where the kernel takes them, 700 rows and keys (several key tiles of
-/// every tile size, with a tail), at head dims 128 and 64; the two dims take different dtypes
-/// and layouts where the kernel has them.
-pub(super) fn determinism_problems(caps: &Capabilities) -> Vec<AttentionProblem> {
+/// every tile size, with a tail), at each of `wanted`'s head dims the kernel takes; the dims take
+/// different dtypes and layouts where the kernel has them.
+pub(super) fn determinism_problems(caps: &Capabilities, wanted: &[usize]) -> Vec<AttentionProblem> {
     let (hq, hkv) = if caps.gqa { (8, 2) } else { (8, 8) };
-    dims_in(&caps.head_dims, &[128, 64])
+    dims_in(&caps.head_dims, wanted)
         .into_iter()
         .enumerate()
         .map(|(i, d)| {
@@ -91,7 +94,9 @@ mod tests {
 
     #[test]
     fn determinism_problems_have_gqa_causal_and_several_key_tiles() {
-        for (name, caps, v) in valid_problems_per_kernel(determinism_problems) {
+        for (name, caps, v) in
+            valid_problems_per_kernel(|c| determinism_problems(c, DETERMINISM_DIMS))
+        {
             assert!(!v.is_empty(), "{name}");
             for p in &v {
                 assert!(p.seq_k >= 5 * 128 && p.seq_k % 64 != 0);

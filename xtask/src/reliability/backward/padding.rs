@@ -9,7 +9,7 @@ use super::placement::{compare_padded, Padding};
 use super::{KernelCheck, CHECK};
 use crate::reliability::host::{count_nan_bits, padding_sentinel};
 use crate::reliability::watchdog::progress;
-use crate::reliability::{dims_in, PaddedTally, Report};
+use crate::reliability::{dims_in, wanted_dims, PaddedTally, Report};
 
 const GRADS: [&str; 3] = ["dQ", "dK", "dV"];
 
@@ -27,12 +27,17 @@ const PADDING_SHAPES: &[(usize, usize)] = &[
     (33, 0),
 ];
 
-/// The problems `nan-padding` runs on a backward kernel: every shape at head dims 64 and 128
-/// (those it takes), causal and not, GQA where it takes it, dtypes and layouts alternating.
-fn padding_problems(caps: &Capabilities) -> Vec<AttentionProblem> {
+/// `nan-padding`'s head dims unless `--head-dims` names others: 64 and 128, and 200, which the
+/// portable backward runs padded in its 224 build (the columns past head_dim are then the
+/// kernel's to zero-fill, never to read or write).
+pub(super) const PADDING_DIMS: &[usize] = &[64, 128, 200];
+
+/// The problems `nan-padding` runs on a backward kernel: every shape at each of `wanted`'s head
+/// dims it takes, causal and not, GQA where it takes it, dtypes and layouts alternating.
+fn padding_problems(caps: &Capabilities, wanted: &[usize]) -> Vec<AttentionProblem> {
     let (hq, hkv) = if caps.gqa { (4, 2) } else { (4, 4) };
     let mut v = Vec::new();
-    for d in dims_in(&caps.head_dims, &[64, 128]) {
+    for d in dims_in(&caps.head_dims, wanted) {
         for &(sq, sk) in PADDING_SHAPES {
             for causal in [false, true] {
                 if causal && !caps.causal {
@@ -77,7 +82,8 @@ fn paddings(n: usize) -> [Padding; 4] {
 pub(super) fn nan_padding(cx: &KernelCheck, report: &mut Report) {
     let line = cx.start("nan-padding");
     let mut tally = PaddedTally::default();
-    for (i, p) in padding_problems(&cx.kernel.capabilities())
+    let wanted = wanted_dims(cx.args, PADDING_DIMS);
+    for (i, p) in padding_problems(&cx.kernel.capabilities(), wanted)
         .iter()
         .enumerate()
     {
@@ -187,7 +193,7 @@ mod tests {
 
     #[test]
     fn padding_problems_cover_tails_gqa_causal_and_both_layouts() {
-        for (name, caps, v) in valid_problems_per_kernel(padding_problems) {
+        for (name, caps, v) in valid_problems_per_kernel(|c| padding_problems(c, PADDING_DIMS)) {
             assert!(v.len() >= PADDING_SHAPES.len(), "{name}");
             assert!(v.iter().any(|p| p.seq_k == 0));
             assert!(v.iter().any(|p| p.seq_q > p.seq_k && p.causal) || !caps.causal);
@@ -205,7 +211,10 @@ mod tests {
     fn every_padded_problem_validates_and_the_kernels_that_take_it_dense_take_it_padded() {
         let dev = DeviceInfo::synthetic_h100();
         for k in flashcore::backward_kernels() {
-            for (i, p) in padding_problems(&k.capabilities()).iter().enumerate() {
+            for (i, p) in padding_problems(&k.capabilities(), PADDING_DIMS)
+                .iter()
+                .enumerate()
+            {
                 let places = Places::padded(p, paddings(i));
                 let pp = with_places(p, &places);
                 flashcore::backward::validate_backward(&pp).unwrap_or_else(|e| panic!("{p}: {e}"));
