@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -164,6 +164,19 @@ pub fn run_plan_on(
     plan: &LaunchPlan,
     t: &mut AttentionTensors<'_>,
 ) -> Result<(), Error> {
+    run_launches(device, stream, problem, plan, None, t)
+}
+
+/// [`run_plan_on`] with the plan's functions already looked up (`functions[i]` is launch `i`'s,
+/// its defines including the problem's mode defines), or looked up here (`None`).
+pub(crate) fn run_launches(
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    plan: &LaunchPlan,
+    functions: Option<&[CudaFunction]>,
+    t: &mut AttentionTensors<'_>,
+) -> Result<(), Error> {
     device.check_stream(stream)?;
     if problem.is_empty_output() {
         return Ok(());
@@ -193,8 +206,7 @@ pub fn run_plan_on(
 
     device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
-        for launch in &plan.launches {
-            let launch = &launch.with_defines(problem.modes.build_defines());
+        for (i, launch) in plan.launches.iter().enumerate() {
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(encode_tensor_maps(problem, &params, spec)?),
                 None => None,
@@ -205,7 +217,13 @@ pub fn run_plan_on(
                 .flatten()
                 .map(|m| m as *const sys::CUtensorMap as *mut c_void)
                 .collect();
-            launch_with(device, stream, problem.dtype, launch, &params, &extra)?;
+            match functions {
+                Some(f) => launch_function(device, stream, launch, &f[i], &params, &extra)?,
+                None => {
+                    let launch = &launch.with_defines(problem.modes.build_defines());
+                    launch_with(device, stream, problem.dtype, launch, &params, &extra)?
+                }
+            }
         }
         Ok(())
     })
@@ -229,16 +247,28 @@ fn launch_with(
         &launch.defines,
         launch.dynamic_smem_bytes,
     )?;
+    launch_function(device, stream, launch, &function, params, extra)
+}
+
+/// [`launch_with`] on the launch's function, already looked up.
+fn launch_function(
+    device: &Device,
+    stream: &CudaStream,
+    launch: &KernelLaunch,
+    function: &CudaFunction,
+    params: &AttentionParams,
+    extra: &[*mut c_void],
+) -> Result<(), Error> {
     let mut args: Vec<*mut c_void> = vec![params as *const AttentionParams as *mut c_void];
     args.extend_from_slice(extra);
-    launch_raw(device, stream, launch, &function, &mut args)
+    launch_raw(device, stream, launch, function, &mut args)
 }
 
 pub(crate) fn launch_raw(
     device: &Device,
     stream: &CudaStream,
     launch: &KernelLaunch,
-    function: &cudarc::driver::CudaFunction,
+    function: &CudaFunction,
     args: &mut [*mut c_void],
 ) -> Result<(), Error> {
     device

@@ -8,7 +8,8 @@
 //! - [`device`]: the CUDA context, stream and module cache ([`Device`]).
 //! - [`compile`]: embedded kernel sources, NVRTC compilation, the on-disk PTX cache.
 //! - [`params`]: the parameter block; [`tensor_map`]: Hopper tensor maps; [`execute`]: the
-//!   launches; [`launch`]: the entry points and their helpers, where callers find them.
+//!   launches; [`launch`]: the entry points and their helpers, where callers find them;
+//!   [`prepared`]: a forward checked and planned once, launched many times.
 //! - [`host`]: ndarray in, ndarray out.
 //! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
 
@@ -24,6 +25,7 @@ pub mod launch_plan;
 pub mod modes;
 pub mod params;
 pub mod plan;
+pub mod prepared;
 pub mod problem;
 pub mod tensor_map;
 pub mod tensors;
@@ -45,6 +47,7 @@ pub use plan::{
     Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
     Swizzle, TensorMapSpec,
 };
+pub use prepared::PreparedForward;
 pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};
 pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
 

@@ -90,6 +90,34 @@ def graph_us(call, sets, calls_per_graph=50, repeats=15):
     return statistics.median(samples)
 
 
+def prepared_direct(sets, causal):
+    """The prepared forward's launch alone (PyO3 and the Rust launch of a prepared plan):
+    pointers, outputs and workspace taken once, outside the timed loop. Against the flashcore
+    row, what the Python fast path adds (key, allocation, scratch) is the rest."""
+    from flashcore import _flashcore, _ops
+
+    q, k, v = sets[0]
+    b, s, h, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    ws = torch.zeros(1 << 20, dtype=torch.float32, device=q.device)
+    index = q.device.index
+    prep = _flashcore.prepare_forward(
+        _ops._shape_arg(q), _ops._shape_arg(k), _ops._shape_arg(v),
+        (1.0 / math.sqrt(d), causal, (-1, -1), 0.0), index)
+    ptrs = [(qq.data_ptr(), kk.data_ptr(), vv.data_ptr()) for (qq, kk, vv) in sets]
+    i = [0]
+
+    def call(qq, kk, vv):
+        p = ptrs[i[0] % len(ptrs)]
+        i[0] += 1
+        prep.launch(*p, out.data_ptr(), lse.data_ptr(), (ws.data_ptr(), ws.numel()),
+                    _ops._stream(index))
+        return out
+
+    return call
+
+
 def rust_direct(sets, causal):
     """The extension's forward alone (PyO3 and the Rust launch path): arguments, outputs and
     workspace built once, outside the timed loop. What the Python layer adds is the rest."""
@@ -150,6 +178,7 @@ def main():
                 impls[name] = (sdpa, pt_sets)
             if shape == args.shapes[0] and args.breakdown:
                 impls["flashcore-rust-direct"] = (rust_direct(fc_sets, causal), fc_sets)
+                impls["flashcore-prepared-direct"] = (prepared_direct(fc_sets, causal), fc_sets)
             for name, (call, sets) in impls.items():
                 row = dict(shape=shape, causal=causal, dtype=args.dtype, impl=name)
                 # SDPA's backend is chosen once, outside the timed loop (as a model would).

@@ -386,6 +386,130 @@ fn forward(
     })
 }
 
+/// `flash_attn_func`'s forward (without ALiBi) checked, planned and compiled once for one set of
+/// shapes, strides, dtypes and options on one device, then launched per call with the tensors'
+/// data pointers only: the eager path's per-call work, which Python keys by everything that
+/// decides the plan. `lse` is f32 `(b, h, s_q)`, dense; `out` dense with q's shape.
+#[pyclass(frozen, name = "PreparedForward")]
+struct PyPreparedForward {
+    device: Arc<Device>,
+    inner: flashcore::PreparedForward,
+    /// Elements each of q, k, v, out and lse spans.
+    spans: [usize; 5],
+}
+
+#[pymethods]
+impl PyPreparedForward {
+    /// The generation that runs it.
+    #[getter]
+    fn kernel(&self) -> &'static str {
+        self.inner.kernel()
+    }
+
+    /// f32 words of zeroed workspace each launch must be lent.
+    #[getter]
+    fn workspace_words(&self) -> usize {
+        self.inner.workspace_words()
+    }
+
+    /// LSE elements, `b * h * s_q`.
+    #[getter]
+    fn lse_len(&self) -> usize {
+        self.spans[4]
+    }
+
+    /// Queues the forward on `stream` for tensors of the prepared shapes at these addresses
+    /// (the caller holds them for the call). False when the generation refuses these tensors'
+    /// base alignment (nothing ran: the caller takes the general path, which falls through to
+    /// another generation).
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        py: Python<'_>,
+        q: u64,
+        k: u64,
+        v: u64,
+        out: u64,
+        lse: u64,
+        workspace: (u64, usize),
+        stream: usize,
+    ) -> PyResult<bool> {
+        let result = py.detach(|| {
+            // SAFETY: PyTorch's current stream of this device, alive for the call.
+            let s = unsafe {
+                self.device
+                    .context()
+                    .wrap_borrowed_stream(stream as sys::CUstream)
+            };
+            // SAFETY: as in `device_on`: a zeroed torch tensor the caller holds and lends only
+            // to this call.
+            let dev = unsafe { self.device.with_lent_workspace(workspace.0, workspace.1) };
+            let dtype = self.inner.problem().dtype;
+            let [sq, sk, sv, so, sl] = self.spans;
+            // SAFETY: live CUDA tensors of this device whose shapes and strides are the
+            // prepared ones (the caller's key), so they span these many elements.
+            let (bq, bk, bv, mut bo, mut bl) = unsafe {
+                (
+                    Borrowed::<u16>::new(&s, q, sq),
+                    Borrowed::<u16>::new(&s, k, sk),
+                    Borrowed::<u16>::new(&s, v, sv),
+                    Borrowed::<u16>::new(&s, out, so),
+                    Borrowed::<f32>::new(&s, lse, sl),
+                )
+            };
+            let mut tensors = AttentionTensors {
+                q: bq.half(dtype),
+                k: bk.half(dtype),
+                v: bv.half(dtype),
+                o: TensorMut {
+                    data: bo.view_mut(),
+                    dtype,
+                },
+                lse: bl.view_mut(),
+                tables: DeviceTables::default(),
+            };
+            self.inner.forward_on(&dev, &s, &mut tensors)
+        });
+        match result {
+            Ok(()) => Ok(true),
+            Err(Error::Unsupported(_)) => Ok(false),
+            Err(e) => Err(core_error(e)),
+        }
+    }
+}
+
+/// [`forward`]'s checks on shapes (q, k, v without memory) and options, then the first
+/// generation, fastest first, that takes the problem, prepared on device `ordinal`.
+#[pyfunction]
+fn prepare_forward(
+    py: Python<'_>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    options: FaOptions,
+    ordinal: usize,
+) -> PyResult<PyPreparedForward> {
+    let dtype = dtype_of("flash_attn_func", &q, &k, &v)?;
+    let opts = options.rules(dtype, None)?;
+    let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
+        .map_err(arg_error)?;
+    let lse_len = problem.lse_len();
+    let dense_len: usize = q.2.iter().product();
+    let spans = [q.span(), k.span(), v.span(), dense_len, lse_len];
+    py.detach(|| {
+        let device = device(ordinal)?;
+        let (_, inner) = flashcore::first_that_takes(flashcore::kernels(), |kern| {
+            flashcore::PreparedForward::new(kern, &device, &problem)
+        })?;
+        Ok(PyPreparedForward {
+            device,
+            inner,
+            spans,
+        })
+    })
+    .map_err(core_error)
+}
+
 /// `flash_attn_varlen_func`'s forward: packed q `(total_q, h, d)`; packed k/v `(total_k, h_kv, d)`
 /// with `cu_seqlens_k`, or paged caches `(num_blocks, block_size, h_kv, d)` with `block_table`
 /// `(b, max_blocks)` and `seqused_k` `(b)` (the key count of each sequence). `lse` is
@@ -729,6 +853,8 @@ fn aot() -> bool {
 #[pymodule]
 fn _flashcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(forward, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare_forward, m)?)?;
+    m.add_class::<PyPreparedForward>()?;
     m.add_function(wrap_pyfunction!(varlen_forward, m)?)?;
     m.add_function(wrap_pyfunction!(kvcache_forward, m)?)?;
     m.add_function(wrap_pyfunction!(backward, m)?)?;

@@ -242,6 +242,20 @@ def test_mixed_devices():
         flash_attn_func(q, q, torch.randn(1, 16, 2, 64).half())
 
 
+def test_prepared_path_declines_what_is_not_one_cuda_device():
+    """The prepared eager path takes plain CUDA tensors only: CPU and meta tensors, and a list
+    window (unhashable), go to the general path, which gives the errors above."""
+    _ops.forget_prepared()
+    cpu = torch.randn(1, 16, 2, 64).half()
+    assert _ops.fwd_fast(cpu, cpu, cpu, None, False, (-1, -1), 0.0) is None
+    m = meta(1, 16, 2, 64)
+    assert _ops.fwd_fast(m, m, m, None, True, (-1, -1), 0.0) is None
+    assert _ops.fwd_fast(m, m, m, None, True, [-1, -1], 0.0) is None
+    assert not any(_ops._prepared.values())
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        flash_attn_func(cpu, cpu, cpu)
+
+
 # ---- torch integration without a GPU: the ops' schemas, fakes and autograd registration ----
 
 

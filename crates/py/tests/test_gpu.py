@@ -387,6 +387,78 @@ def test_flash_attn_func_returns_out_only_by_default():
     check_attention(out, None, partial(attention_ref, q, k, v))
 
 
+# ---- the prepared eager path: flash_attn_func without ALiBi or LSE ----
+
+
+def _general_path_forbidden(*args, **kwargs):
+    raise AssertionError("the call took the general path, not the prepared one")
+
+
+def _forbid_general_path(monkeypatch):
+    monkeypatch.setattr(flashcore._ops, "fwd_eager", _general_path_forbidden)
+    monkeypatch.setattr(flashcore._ops, "fwd", _general_path_forbidden)
+
+
+@parametrize("layout", ["bshd", "bhsd"])
+@parametrize("window_size,softcap", [((-1, -1), 0.0), ((64, 16), 30.0)])
+@parametrize("causal", [False, True])
+@parametrize("nheads,nheads_k", GQA)
+@parametrize("d", HEAD_DIMS)
+@parametrize("dtype", DTYPES)
+def test_prepared_forward(d, dtype, nheads, nheads_k, causal, window_size, softcap, layout,
+                          monkeypatch):
+    """Calls of one shape share one prepared plan: the first prepares it, the next ones launch
+    it on new data (the general path forbidden), each into a fresh output, each correct."""
+    outs = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        if seed == 1:
+            _forbid_general_path(monkeypatch)
+        if layout == "bshd":
+            q = randn((2, 113, nheads, d), dtype, q_scale(softcap))
+            k, v = (randn((2, 203, nheads_k, d), dtype) for _ in range(2))
+        else:
+            q = randn((2, nheads, 113, d), dtype, q_scale(softcap)).transpose(1, 2)
+            k, v = (randn((2, nheads_k, 203, d), dtype).transpose(1, 2) for _ in range(2))
+        modes = dict(causal=causal, window_size=window_size, softcap=softcap)
+        out = flash_attn_func(q, k, v, **modes)
+        assert out.is_contiguous() and out.shape == q.shape
+        check_attention(out, None, partial(attention_ref, q, k, v, **modes))
+        outs.append(out)
+    assert len({o.data_ptr() for o in outs}) == 3
+    assert sum(bool(e) for e in flashcore._ops._prepared.values()) == 1
+
+
+def test_prepared_forward_misaligned_base_falls_back():
+    """A q whose base is one element past the kernels' alignment has the prepared plan's key
+    (same shape and strides as an aligned view): the prepared generation refuses it and the
+    general path's fallback takes it, correctly; the aligned view keeps the prepared path."""
+    torch.manual_seed(0)
+    buf = randn((1, 200, 4, 72), torch.float16)
+    k, v = (randn((1, 200, 4, 64), torch.float16) for _ in range(2))
+    for _ in range(2):
+        for offset in (0, 1):
+            q = buf[..., offset:offset + 64]
+            assert q.stride(-1) == 1 and (q.data_ptr() % 16 != 0) == (offset == 1)
+            out = flash_attn_func(q, k, v, causal=True)
+            check_attention(out, None, partial(attention_ref, q, k, v, causal=True))
+    assert sum(bool(e) for e in flashcore._ops._prepared.values()) == 1
+
+
+def test_prepared_forward_follows_batch_invariant_mode():
+    """Plans prepared before the batch-invariant mode is turned on are dropped with it: one
+    sequence's output is then bit-identical alone and in a batch of eight (decode-like shapes,
+    where the split of the keys depends on the batch)."""
+    torch.manual_seed(0)
+    q = randn((8, 1, 8, 128), torch.bfloat16)
+    k, v = (randn((8, 4096, 2, 128), torch.bfloat16) for _ in range(2))
+    for invariant in (False, True):
+        flashcore.set_batch_invariant(invariant)
+        full = flash_attn_func(q, k, v)
+        alone = flash_attn_func(q[:1], k[:1], v[:1])
+    assert_bitwise_equal("out", alone[0], full[0])
+
+
 @parametrize("modes", list(MODE_SETS))
 @parametrize("causal", [False, True])
 @parametrize("seqlen", [113, 256])

@@ -12,7 +12,7 @@ from . import _toolkit
 
 _toolkit.configure()
 
-from . import _flashcore  # noqa: E402
+from . import _flashcore, _ops  # noqa: E402
 from ._ops import kernels, set_table_checks, table_checks  # noqa: E402
 from .flash_attn_interface import (  # noqa: E402
     flash_attn_func,
@@ -31,6 +31,7 @@ def set_batch_invariant(on: bool) -> None:
     """flashcore's batch-invariant mode for every call after it, process-wide: each sequence's
     output is then bit-identical whatever else is in its batch (flashcore's docs/MODES.md)."""
     _flashcore.set_batch_invariant(bool(on))
+    _ops.forget_prepared()  # prepared plans were made under the previous setting
 
 
 def batch_invariant() -> bool:

@@ -8,7 +8,9 @@ backward into autograd where a backward kernel takes the mode (dense attention, 
 GQA); other modes raise ``NotImplementedError`` from ``backward``.
 
 Eager calls that record no gradient run the CUDA implementation directly (:func:`eager`):
-PyTorch's dispatcher costs more than a small attention call on its own. Everything else (autograd,
+PyTorch's dispatcher costs more than a small attention call on its own. ``flash_attn_func``'s
+commonest call (no ALiBi, no LSE wanted) goes further (:func:`fwd_fast`): its checks, plan and
+kernel are prepared once per shape, and a call is one launch. Everything else (autograd,
 ``torch.compile``, fake tensors) goes through the registered ops.
 
 The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
@@ -16,6 +18,7 @@ one zeroed tensor per (device, stream) in eager mode, one per capture while a CU
 captured (it then lives in the graph's pool, and its zeroing is part of the graph).
 """
 
+import math
 import os
 from typing import List, Optional, Tuple
 
@@ -195,6 +198,96 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
+
+
+# Prepared forwards (`_flashcore.prepare_forward`), keyed by everything that decides the plan:
+# shapes, strides, dtypes, device and the options as the caller passed them. Bounded: a caller
+# whose shapes never repeat (a growing sequence without a KV cache) starts over past the bound.
+_prepared = {}
+_MAX_PREPARED = 1024
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+
+
+def forget_prepared() -> None:
+    """Drops every prepared forward (their plans follow process-wide settings such as the
+    batch-invariant mode, so a change of those starts over)."""
+    _prepared.clear()
+
+
+def fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap):
+    """``flash_attn_func``'s eager path for calls without ALiBi that do not want the LSE: the
+    checks, plan and kernel lookup are done once per key (:func:`_prepare`); a call then costs
+    the key, the output's allocation and one launch. Returns the output, or None when the call
+    must take the general path (tracing, gradients, a graph capture, an unhashable argument, a
+    first call that fails its checks: the general path raises the error with its message)."""
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor or _is_compiling():
+        return None
+    if (q.requires_grad or k.requires_grad or v.requires_grad) and _grad_enabled():
+        return None
+    try:
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+               q.dtype, k.dtype, v.dtype, q.is_cuda, k.is_cuda, v.is_cuda,
+               q.get_device(), k.get_device(), v.get_device(),
+               softmax_scale, causal, window_size, softcap)
+        entry = _prepared.get(key)
+    except TypeError:  # an unhashable argument, e.g. a list window
+        return None
+    if entry is None:
+        entry = _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap)
+    if not entry or _capturing():
+        # A capture takes the op's path, which gives each capture its own workspace.
+        return None
+    prep, index, lse_len, words = entry
+    stream = _stream(index)
+    out = q.new_empty(q.shape)
+    if _poison:
+        out.fill_(float("nan"))
+    skey = (index, stream)
+    scratch = _lse_scratch.get(skey)
+    if scratch is None or scratch.numel() < lse_len:
+        scratch = torch.empty(max(lse_len, 1), dtype=torch.float32, device=q.device)
+        _lse_scratch[skey] = scratch
+    lent = (0, 0)
+    if words:
+        ws = _workspaces.get(skey)
+        if ws is None or ws.numel() < words:
+            ws = torch.zeros(words, dtype=torch.float32, device=q.device)
+            _workspaces[skey] = ws
+        lent = (ws.data_ptr(), ws.numel())
+    try:
+        ran = prep.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                          scratch.data_ptr(), lent, stream)
+    except BaseException:
+        # A failed call may leave the counters set: the next one starts from a zeroed buffer.
+        _workspaces.pop(skey, None)
+        raise
+    return out if ran else None  # False: the generation refused the alignment, nothing ran
+
+
+def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
+    """The prepared forward of ``key`` as (prepared, device index, LSE length, workspace
+    words), stored; False (stored) for tensors that are not all on one CUDA device, and False
+    (not stored) for a call that fails its checks or is taken by no generation."""
+    index = q.get_device()
+    if not (q.is_cuda and k.is_cuda and v.is_cuda and index == k.get_device() == v.get_device()):
+        _prepared[key] = False
+        return False
+    try:
+        left, right = window_size
+        d = q.shape[-1]
+        scale = float(softmax_scale) if softmax_scale is not None else (
+            1.0 / math.sqrt(d) if d > 0 else 1.0)
+        options = (scale, bool(causal), (int(left), int(right)), float(softcap))
+        prep = _flashcore.prepare_forward(_shape_arg(q), _shape_arg(k), _shape_arg(v), options,
+                                          index)
+    except Exception:
+        return False
+    if len(_prepared) >= _MAX_PREPARED:
+        _prepared.clear()
+    entry = (prep, index, prep.lse_len, prep.workspace_words)
+    _prepared[key] = entry
+    return entry
 
 
 @fwd.register_fake

@@ -108,6 +108,10 @@ def flash_attn_func(
     bit-identical."""
     if dropout_p or return_attn_probs:
         _refuse(dropout_p, return_attn_probs)
+    if alibi_slopes is None and not return_softmax_lse:
+        out = _ops.fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap)
+        if out is not None:
+            return out
     left, right = _window(window_size)
     if _ops.eager(q, k, v, alibi_slopes):
         out, lse = _ops.fwd_eager(
