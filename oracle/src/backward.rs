@@ -10,6 +10,10 @@
 //! dQ = scale · dS K                dK = scale · dSᵀ Q
 //! ```
 //!
+//! With softcap (`s' = c·tanh(s/c)` of the scaled score) dS is multiplied by `1 − tanh²(s/c)`
+//! before the last two products; windows and ALiBi change only which keys a row sees and the
+//! logits, as in the forward.
+//!
 //! With GQA, dK and dV of a kv head are the sums over the query heads of its group. Masked keys
 //! have `P = 0`, so a row that sees no key contributes nothing, and a key no row sees gets
 //! `dK = dV = 0` exactly.
@@ -42,6 +46,7 @@ trait Num: LinalgScalar + Send + Sync + PartialOrd + std::fmt::Debug {
     fn exp(self) -> Self;
     fn neg_inf() -> Self;
     fn is_nan(self) -> bool;
+    fn tanh(self) -> Self;
 }
 
 impl Num for f64 {
@@ -59,6 +64,9 @@ impl Num for f64 {
     }
     fn is_nan(self) -> bool {
         f64::is_nan(self)
+    }
+    fn tanh(self) -> Self {
+        f64::tanh(self)
     }
 }
 
@@ -78,12 +86,17 @@ impl Num for f32 {
     fn is_nan(self) -> bool {
         f32::is_nan(self)
     }
+    fn tanh(self) -> Self {
+        f32::tanh(self)
+    }
 }
 
 /// The gradients in f64 from the given f32 values (already representable in the kernel dtype),
-/// by the analytic formulas above. `d_o` is `[batch, heads_q, seq_q, head_dim]`. Windows and
-/// ALiBi are taken through the problem's key ranges and bias; softcap is not (panics). Inputs
-/// are expected finite: masked keys are weighted by an exact 0 inside the products, so a NaN in
+/// by the analytic formulas above. `d_o` is `[batch, heads_q, seq_q, head_dim]`. Windows (and
+/// causal) are taken through the problem's key ranges and ALiBi through the same bias as the
+/// forward (the slopes are constants, not differentiated); with softcap, `s' = c·tanh(s / c)` of
+/// the scaled score, dS is carried through the tanh: `dS_s = dS_{s'} ∘ (1 − tanh²(s / c))`
+/// before dQ and dK. Inputs are expected finite: masked keys are weighted by an exact 0 inside the products, so a NaN in
 /// a masked K/V row would reach the gradients (unlike the forward reference). Panics on shape
 /// mismatch.
 pub fn gradients_f64(
@@ -100,10 +113,12 @@ pub fn gradients_f64(
 /// [`crate::reference_low_precision`] (FlashAttention's `attention_ref` without upcast): every
 /// matmul accumulates in f32 and every op's result is rounded to `precision`:
 ///
-/// * forward: `S = round(acc(q·k) · scale)` (minus the ALiBi bias), `P = round(softmax_f32(S))`;
+/// * forward: `S = round(acc(q·k) · scale)` (softcap's `c·tanh(s/c)` and minus the ALiBi bias
+///   before that one rounding, as [`crate::reference_low_precision`]), `P = round(softmax_f32(S))`;
 /// * `dV_h = round(acc(Pᵀ dO))`, `dP = round(acc(dO Vᵀ))`;
 /// * `dS = round(P ∘ (dP − rowsum(P ∘ dP)))` in f32 (torch's softmax backward, which uses
-///   `rowsum(P ∘ dP)`, equal to `D` in exact arithmetic);
+///   `rowsum(P ∘ dP)`, equal to `D` in exact arithmetic); with softcap then
+///   `dS = round(dS ∘ (1 − t²))`, `t = tanh(s/c)` in f32 (tanh's backward, one op);
 /// * `dQ = round(acc(dS K) · scale)`, `dK_h = round(acc(dSᵀ Q) · scale)`;
 /// * with GQA (K/V repeated over the group, as `attention_ref` does), `dK = round(Σ_h dK_h)` and
 ///   `dV = round(Σ_h dV_h)` summed in f32.
@@ -126,10 +141,6 @@ fn check_shapes(
     d_o: &ArrayView4<f32>,
 ) {
     p.group_size();
-    assert!(
-        p.softcap.is_none(),
-        "the backward references do not take softcap"
-    );
     let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
     let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
     assert_eq!(q.shape(), qs, "Q must be [batch, heads_q, seq_q, head_dim]");
@@ -216,6 +227,7 @@ fn group<T: Num>(
     let kk = load(k.slice(s![b, kvh, .., ..]));
     let vv = load(v.slice(s![b, kvh, .., ..]));
     let scale = T::from_f64(p.scale);
+    let softcap = p.softcap.map(T::from_f64);
     let g = p.group_size();
     let mut dq_out = Vec::with_capacity(g);
     // Per-head dK/dV (rounded per op in the low-precision program), summed over the group.
@@ -224,9 +236,11 @@ fn group<T: Num>(
     for h in kvh * g..(kvh + 1) * g {
         let qq = load(q.slice(s![b, h, .., ..]));
         let dout = load(d_o.slice(s![b, h, .., ..]));
-        // S then P, row by row over the visible keys; masked entries are exactly 0.
+        // S then P, row by row over the visible keys; masked entries are exactly 0. With
+        // softcap, `dtanh` keeps ∂s'/∂s = 1 − tanh²(s / softcap) of each visible entry.
         let raw = qq.dot(&kk.t());
         let mut pm = Array2::<T>::zeros((sq, sk));
+        let mut dtanh = softcap.map(|_| Array2::<T>::zeros((sq, sk)));
         let slope = p.slope(b, h);
         for i in 0..sq {
             let (lo, hi) = p.key_range(b, i);
@@ -241,7 +255,16 @@ fn group<T: Num>(
                     } else {
                         slope * (diag - j as f64).abs()
                     };
-                    round(raw[[i, j]] * scale - T::from_f64(bias))
+                    let s = raw[[i, j]] * scale;
+                    let s = match (softcap, dtanh.as_mut()) {
+                        (Some(c), Some(dt)) => {
+                            let t = (s / c).tanh();
+                            dt[[i, j]] = T::one() - t * t;
+                            c * t
+                        }
+                        _ => s,
+                    };
+                    round(s - T::from_f64(bias))
                 })
                 .collect();
             let mut m = T::neg_inf();
@@ -273,11 +296,17 @@ fn group<T: Num>(
                 .map(|i| (0..d).fold(T::zero(), |a, c| a + dout[[i, c]] * o[[i, c]]))
                 .collect()
         };
+        // dS with respect to the logit, then through softcap to the scaled score s (one more
+        // op, so one more rounding in the low-precision program).
         let mut ds = Array2::<T>::zeros((sq, sk));
         for i in 0..sq {
             let (lo, hi) = p.key_range(b, i);
             for j in lo..hi {
-                ds[[i, j]] = round(pm[[i, j]] * (dp[[i, j]] - dvec[i]));
+                let d = round(pm[[i, j]] * (dp[[i, j]] - dvec[i]));
+                ds[[i, j]] = match &dtanh {
+                    Some(dt) => round(d * dt[[i, j]]),
+                    None => d,
+                };
             }
         }
         let dq_h = ds.dot(&kk).mapv(|x| round(x * scale));
@@ -595,25 +624,155 @@ mod tests {
         ]
     }
 
+    /// Windows, softcap and ALiBi on small problems (`docs/MODES.md`): each window side alone
+    /// and both, causal with a left window, windows that leave rows no key (seq_q > seq_k) and
+    /// keys no row sees, softcap small enough that tanh bends (c = 1, 0.7) and large, ALiBi per
+    /// head and per (batch, head), all of them together with GQA.
+    fn mode_configs() -> Vec<OracleProblem> {
+        let base = OracleProblem::dense;
+        let with = |mut p: OracleProblem, f: &dyn Fn(&mut OracleProblem)| {
+            f(&mut p);
+            p
+        };
+        let slopes = |p: &OracleProblem, per_batch: bool| -> Vec<f64> {
+            (0..p.batch * p.heads_q)
+                .map(|i| {
+                    let h = if per_batch { i } else { i % p.heads_q };
+                    0.5f64.powi(h as i32 + 1)
+                })
+                .collect()
+        };
+        vec![
+            with(base(1, 2, 2, 6, 7, 3, false, 0.7), &|p| {
+                p.window_left = Some(1)
+            }),
+            with(base(1, 2, 1, 5, 6, 3, false, 0.9), &|p| {
+                p.window_right = Some(0)
+            }),
+            with(base(2, 2, 2, 7, 5, 2, false, -0.8), &|p| {
+                p.window_left = Some(1);
+                p.window_right = Some(2);
+            }),
+            // seq_q > seq_k: the first rows see no key; wl = 0 leaves each row its diagonal.
+            with(base(1, 2, 2, 6, 3, 3, true, 1.2), &|p| {
+                p.window_left = Some(0)
+            }),
+            // seq_q < seq_k: bottom-right aligned, keys left of every window are unseen.
+            with(base(1, 2, 2, 3, 8, 2, true, 0.6), &|p| {
+                p.window_left = Some(2)
+            }),
+            with(base(1, 2, 2, 4, 5, 3, false, 2.0), &|p| {
+                p.softcap = Some(1.0)
+            }),
+            with(base(1, 2, 1, 5, 4, 3, true, 1.5), &|p| {
+                p.softcap = Some(0.7)
+            }),
+            with(base(1, 1, 1, 4, 6, 4, false, 0.5), &|p| {
+                p.softcap = Some(30.0)
+            }),
+            with(base(2, 2, 2, 4, 6, 3, false, 0.8), &|p| {
+                p.alibi_slopes = Some(slopes(p, false))
+            }),
+            with(base(2, 4, 2, 5, 5, 2, true, 0.8), &|p| {
+                p.alibi_slopes = Some(slopes(p, true))
+            }),
+            with(base(2, 4, 2, 6, 7, 3, true, 0.9), &|p| {
+                p.window_left = Some(2);
+                p.softcap = Some(1.5);
+                p.alibi_slopes = Some(slopes(p, true));
+            }),
+            with(base(1, 3, 1, 5, 9, 2, false, -0.7), &|p| {
+                p.window_left = Some(3);
+                p.window_right = Some(1);
+                p.softcap = Some(2.0);
+                p.alibi_slopes = Some(slopes(p, false));
+            }),
+        ]
+    }
+
+    /// The largest |analytic − finite difference| over the three gradients must stay within
+    /// 2e-5 of the largest gradient.
+    fn assert_matches_finite_differences(n: usize, p: &OracleProblem) {
+        let inp = inputs(p, 100 + n as u64);
+        let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        let fd = finite_differences(p, &inp);
+        for ((name, a), (_, f)) in g.named().into_iter().zip(fd.named()) {
+            let scale = f.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            let err = a
+                .iter()
+                .zip(f.iter())
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                err <= 2e-5 * scale,
+                "config {n} {p:?}: {name} differs from finite differences by {err:e}"
+            );
+        }
+    }
+
     #[test]
     fn analytic_gradients_match_finite_differences() {
         for (n, p) in configs().iter().enumerate() {
-            let inp = inputs(p, 100 + n as u64);
-            let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
-            let fd = finite_differences(p, &inp);
-            for ((name, a), (_, f)) in g.named().into_iter().zip(fd.named()) {
-                let scale = f.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-                let err = a
-                    .iter()
-                    .zip(f.iter())
-                    .map(|(x, y)| (x - y).abs())
-                    .fold(0.0, f64::max);
-                assert!(
-                    err <= 2e-5 * scale,
-                    "config {n} {p:?}: {name} differs from finite differences by {err:e}"
-                );
-            }
+            assert_matches_finite_differences(n, p);
         }
+    }
+
+    #[test]
+    fn analytic_gradients_match_finite_differences_with_modes() {
+        for (n, p) in mode_configs().iter().enumerate() {
+            assert_matches_finite_differences(n, p);
+        }
+    }
+
+    /// The mode configurations change the gradients (so the test above would see a mode the
+    /// gradients leave out), and a gradient that drops softcap's derivative, or ALiBi's bias,
+    /// is caught by finite differences.
+    #[test]
+    fn finite_differences_catch_a_missing_softcap_derivative_or_bias() {
+        for (n, p) in mode_configs().iter().enumerate() {
+            let inp = inputs(p, 100 + n as u64);
+            let dense = OracleProblem {
+                window_left: None,
+                window_right: None,
+                softcap: None,
+                alibi_slopes: None,
+                ..p.clone()
+            };
+            let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+            let d = gradients_f64(
+                &dense,
+                inp.q.view(),
+                inp.k.view(),
+                inp.v.view(),
+                inp.d_o.view(),
+            );
+            // Ten times the finite-difference test's tolerance (2e-5 of gradients near 1).
+            let scale = g.dq.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            let diff = (&g.dq - &d.dq).iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            assert!(
+                diff > 2e-4 * scale,
+                "config {n}: the modes do not change dQ ({diff:e})"
+            );
+        }
+        // Softcap: the analytic gradient of the problem without it (wrong derivative, and
+        // wrong P) is far from the finite differences of the problem with it.
+        let p = mode_configs().swap_remove(5);
+        assert!(p.softcap.is_some());
+        let inp = inputs(&p, 7);
+        let fd = finite_differences(&p, &inp);
+        let wrong = OracleProblem {
+            softcap: None,
+            ..p.clone()
+        };
+        let g = gradients_f64(
+            &wrong,
+            inp.q.view(),
+            inp.k.view(),
+            inp.v.view(),
+            inp.d_o.view(),
+        );
+        let err = (&g.dq - &fd.dq).iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        assert!(err > 1e-2, "{err:e}");
     }
 
     #[test]
@@ -651,6 +810,51 @@ mod tests {
         let inp = inputs(&p, 2);
         let g = gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
         assert!(g.dv.slice(s![0, 0, 4, ..]).iter().any(|&x| x != 0.0));
+        // A window, softcap and ALiBi: rows left no key (seq_q 6 > seq_k 3 under causal) and keys
+        // left of every row's window (wl = 1, seq_k 8 > seq_q 3: rows see keys 4-5, 5-6, 6-7)
+        // get exact zeros in both references.
+        for (p, rows, keys) in [
+            (
+                OracleProblem::dense(1, 2, 1, 6, 3, 3, true, 0.9),
+                0..3,
+                0..0,
+            ),
+            (
+                OracleProblem::dense(1, 2, 1, 3, 8, 3, true, 0.9),
+                0..0,
+                0..4,
+            ),
+        ] {
+            let p = OracleProblem {
+                window_left: Some(1),
+                softcap: Some(2.0),
+                alibi_slopes: Some(vec![0.25, 0.5]),
+                ..p
+            };
+            let inp = inputs(&p, 5);
+            for g in [
+                gradients_f64(&p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view()),
+                gradients_low_precision(
+                    &p,
+                    Precision::F16,
+                    inp.q.view(),
+                    inp.k.view(),
+                    inp.v.view(),
+                    inp.d_o.view(),
+                ),
+            ] {
+                let dq_rows = g.dq.slice(s![.., .., rows.clone(), ..]);
+                assert!(dq_rows.iter().all(|&x| x == 0.0));
+                for t in [&g.dk, &g.dv] {
+                    assert!(t
+                        .slice(s![.., .., keys.clone(), ..])
+                        .iter()
+                        .all(|&x| x == 0.0));
+                    assert!(t.iter().any(|&x| x != 0.0));
+                }
+                assert!(g.dq.iter().any(|&x| x != 0.0));
+            }
+        }
     }
 
     #[test]
