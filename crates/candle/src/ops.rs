@@ -149,15 +149,21 @@ fn run(
         .map_err(error)
 }
 
-/// Output O (`q`'s shape, contiguous) and the f32 LSE flashcore writes beside it.
+/// O's shape: `q`'s with V's head dim last (FlashAttention 3's `headdim_v`; `q`'s own when V's
+/// head dim is Q's).
+fn o_shape(q: &Shape, problem: &AttentionProblem) -> Shape {
+    Shape::from(args::o_dims(q.dims(), problem.head_dim_v()))
+}
+
+/// Output O ([`o_shape`], contiguous) and the f32 LSE flashcore writes beside it.
 fn alloc_out<T: CudaDType + DeviceRepr + 'static>(
     dev: &CudaDevice,
     problem: &AttentionProblem,
-    shape: &Shape,
+    q_shape: &Shape,
 ) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
     // SAFETY: every element of O and LSE is written by the kernels (rows that see no key get
     // O = 0, LSE = +inf).
-    let o = unsafe { dev.alloc::<T>(shape.elem_count())? };
+    let o = unsafe { dev.alloc::<T>(o_shape(q_shape, problem).elem_count())? };
     let lse = unsafe { dev.alloc::<f32>(problem.lse_len().max(1))? };
     Ok((o, lse))
 }
@@ -324,10 +330,10 @@ impl FlashAttn {
         qkv: Qkv<'_>,
     ) -> Result<(CudaStorage, Shape)> {
         let (q, q_l) = qkv.q;
-        let (_, o, _) = self.forward_with_lse::<T>(dtype, qkv)?;
+        let (problem, o, _) = self.forward_with_lse::<T>(dtype, qkv)?;
         Ok((
             CudaStorage::wrap_cuda_slice(o, q.device().clone()),
-            q_l.shape().clone(),
+            o_shape(q_l.shape(), &problem),
         ))
     }
 }
@@ -576,7 +582,7 @@ impl FlashAttnVarLen {
         let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
         Ok((
             CudaStorage::wrap_cuda_slice(o, dev.clone()),
-            q_l.shape().clone(),
+            o_shape(q_l.shape(), &problem),
         ))
     }
 }
@@ -769,7 +775,7 @@ impl FlashAttnKvCache {
         };
         Ok((
             CudaStorage::wrap_cuda_slice(o, dev.clone()),
-            q_l.shape().clone(),
+            o_shape(q_l.shape(), &problem),
         ))
     }
 }

@@ -7,6 +7,8 @@ use crate::dtype::DType;
 pub enum InvalidProblem {
     #[error("head_dim is 0: each query/key row needs at least one element")]
     ZeroHeadDim,
+    #[error("head_dim_v is 0: each value/output row needs at least one element")]
+    ZeroHeadDimV,
     #[error("heads_q = {heads_q} and heads_kv = {heads_kv}: both must be at least 1")]
     ZeroHeads { heads_q: usize, heads_kv: usize },
     #[error(

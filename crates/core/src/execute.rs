@@ -191,6 +191,7 @@ pub(crate) fn run_launches(
     }
     if problem.seq_k == 0 || problem.k_len() == 0 {
         // No keys: one defined answer for every generation (O = 0, LSE = +inf).
+        params.head_dim = problem.head_dim_v() as i32; // the fill writes O's rows
         let fill = KernelLaunch {
             source: "core_fill.cu",
             entry: "fill_no_keys",

@@ -125,7 +125,8 @@ pub fn forward_host<'a, E: HostElement>(
 /// Host inputs of any problem (`docs/MODES.md`), in storage order:
 /// - `q`: the layout's 4-D shape, or `[total_q, heads_q, head_dim]` for packed Q;
 /// - `k`, `v`: the layout's 4-D shape (a contiguous cache: seq = capacity),
-///   `[total_k, heads_kv, head_dim]` packed, or `[num_blocks, block_size, heads_kv, head_dim]` paged;
+///   `[total_k, heads_kv, head_dim]` packed, or `[num_blocks, block_size, heads_kv, head_dim]` paged
+///   (V's last dim is `head_dim_v`, [`v_o_shapes`]);
 /// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends;
 /// - `tables`: the per-sequence tables the modes need, validated before anything launches.
 ///
@@ -171,7 +172,7 @@ impl<'a, E> HostInputs<'a, E> {
     }
 }
 
-/// Outputs in storage order: O shaped like Q, LSE `[batch, heads_q, seq_q]` or `[heads_q, total_q]`;
+/// Outputs in storage order: O shaped like Q (with V's head dim last), LSE `[batch, heads_q, seq_q]` or `[heads_q, total_q]`;
 /// after an append, the caches as they are after the call. O and the caches are in the inputs'
 /// element type, LSE in f32.
 #[derive(Clone, Debug)]
@@ -185,10 +186,27 @@ pub struct HostOutputs<E = f32> {
 /// Storage shapes of Q (and O), K (and V), and LSE.
 pub type StorageShapes = (Vec<usize>, Vec<usize>, Vec<usize>);
 
-/// Expected storage shapes of Q (and O), K (and V) and LSE for a problem.
+/// Expected storage shapes of Q (and O), K (and V) and LSE for a problem. With a V head dim of
+/// its own ([`AttentionProblem::head_dim_v`]) V and O are [`v_o_shapes`] instead.
 pub fn storage_shapes(problem: &AttentionProblem) -> StorageShapes {
+    let (q, kv) = shapes_at(problem, problem.head_dim);
     let p = problem;
-    let (b, hq, hkv, sq, sk, d) = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim);
+    let lse = match p.modes.packed_q {
+        Some(total) => vec![p.heads_q, total],
+        None => vec![p.batch, p.heads_q, p.seq_q],
+    };
+    (q, kv, lse)
+}
+
+/// Expected storage shapes of V and O: K's and Q's with [`AttentionProblem::head_dim_v`] last.
+pub fn v_o_shapes(problem: &AttentionProblem) -> (Vec<usize>, Vec<usize>) {
+    let (o, v) = shapes_at(problem, problem.head_dim_v());
+    (v, o)
+}
+
+/// Q-like and K-like storage shapes with rows `d` wide.
+fn shapes_at(p: &AttentionProblem, d: usize) -> (Vec<usize>, Vec<usize>) {
+    let (b, hq, hkv, sq, sk) = (p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k);
     let q = match p.modes.packed_q {
         Some(total) => vec![total, hq, d],
         None => p.layout.shape(b, hq, sq, d).to_vec(),
@@ -202,11 +220,7 @@ pub fn storage_shapes(problem: &AttentionProblem) -> StorageShapes {
             ..
         } => vec![num_blocks, block_size, hkv, d],
     };
-    let lse = match p.modes.packed_q {
-        Some(total) => vec![hq, total],
-        None => vec![b, hq, sq],
-    };
-    (q, kv, lse)
+    (q, kv)
 }
 
 fn check_shape_d<E>(
@@ -263,7 +277,7 @@ pub fn check_host_inputs<E: HostElement>(
     let (q_shape, kv_shape, lse_shape) = storage_shapes(problem);
     check_shape_d("q", &inputs.q, &q_shape)?;
     check_shape_d("k", &inputs.k, &kv_shape)?;
-    check_shape_d("v", &inputs.v, &kv_shape)?;
+    check_shape_d("v", &inputs.v, &v_o_shapes(problem).0)?;
     let new_shape = problem
         .modes
         .append
@@ -301,7 +315,7 @@ pub fn forward_host_modes<E: HostElement>(
     problem: &AttentionProblem,
     inputs: HostInputs<'_, E>,
 ) -> Result<HostOutputs<E>, Error> {
-    let (q_shape, kv_shape, lse_shape) = check_host_inputs(attention.name(), problem, &inputs)?;
+    let (_, kv_shape, lse_shape) = check_host_inputs(attention.name(), problem, &inputs)?;
 
     let stream = device.stream();
     let dtype = problem.dtype;
@@ -336,7 +350,8 @@ pub fn forward_host_modes<E: HostElement>(
                 .map_err(|_| oom("alibi_slopes", s.len() * 4))
         })
         .transpose()?;
-    let o_len: usize = q_shape.iter().product();
+    let (v_shape, o_shape) = v_o_shapes(problem);
+    let o_len: usize = o_shape.iter().product();
     let lse_len: usize = lse_shape.iter().product();
     let mut d_o = stream
         .clone_htod(&vec![nan_bits(dtype); o_len])
@@ -406,14 +421,14 @@ pub fn forward_host_modes<E: HostElement>(
         let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
     };
-    let o = down(&d_o, &q_shape, "O")?;
+    let o = down(&d_o, &o_shape, "O")?;
     let lse = stream
         .clone_dtoh(&d_lse)
         .map_err(|e| Error::cuda("copying LSE back", e))?;
     let (k_cache, v_cache) = if problem.modes.append.is_some() {
         (
             Some(down(&dk, &kv_shape, "the K cache")?),
-            Some(down(&dv, &kv_shape, "the V cache")?),
+            Some(down(&dv, &v_shape, "the V cache")?),
         )
     } else {
         (None, None)

@@ -78,6 +78,9 @@ pub struct Capabilities {
     pub alignment_elems: usize,
     /// Inference modes (varlen, KV cache, pages, windows, softcap, ALiBi) the kernel implements.
     pub modes: ModeSupport,
+    /// Whether V and O may have a head dim of their own (`AttentionProblem::head_dim_v`, e.g.
+    /// 192 for Q·K and 128 for V). Kernels without it take one head dim for all tensors.
+    pub distinct_head_dim_v: bool,
 }
 
 impl Capabilities {
@@ -94,11 +97,18 @@ impl Capabilities {
             min_compute_capability,
             alignment_elems: 8,
             modes: ModeSupport::NONE,
+            distinct_head_dim_v: false,
         }
     }
 
     pub fn with_modes(mut self, modes: ModeSupport) -> Self {
         self.modes = modes;
+        self
+    }
+
+    /// V and O may have their own head dim (any the kernel's plan takes; it refuses the rest).
+    pub fn with_distinct_head_dim_v(mut self) -> Self {
+        self.distinct_head_dim_v = true;
         self
     }
 
@@ -133,6 +143,26 @@ impl Capabilities {
             ));
         }
         self.require_head_dim(kernel, problem.head_dim)?;
+        if problem.has_distinct_head_dim_v() {
+            if !self.distinct_head_dim_v {
+                return Err(Unsupported::new(
+                    kernel,
+                    format!(
+                        "head_dim_v {} differs from head_dim {}: this kernel takes one head dim \
+                         for Q, K and V",
+                        problem.head_dim_v(),
+                        problem.head_dim
+                    ),
+                ));
+            }
+            if problem.modes.append.is_some() {
+                // The core's append kernel copies rows of one head dim into both caches.
+                return Err(Unsupported::new(
+                    kernel,
+                    "appending to a KV cache with head_dim_v != head_dim is not implemented",
+                ));
+            }
+        }
         if problem.causal && !self.causal {
             return Err(Unsupported::new(kernel, "causal masking is not supported"));
         }

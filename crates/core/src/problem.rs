@@ -129,7 +129,13 @@ pub struct AttentionProblem {
     pub heads_kv: usize,
     pub seq_q: usize,
     pub seq_k: usize,
+    /// Q's and K's head dim (the dot products' length).
     pub head_dim: usize,
+    /// V's and O's head dim where it differs from `head_dim` (FlashAttention 3's `headdim_v`,
+    /// e.g. DeepSeek-V2/V3 prefill's 192 for Q·K and 128 for V); `None` means `head_dim`. Read it
+    /// through [`head_dim_v`](Self::head_dim_v). Kernels that take one head dim for all three
+    /// tensors answer `Unsupported` ([`Capabilities`](crate::plan::Capabilities)).
+    pub head_dim_v: Option<usize>,
     pub dtype: DType,
     /// Bottom-right aligned: query i sees key j iff j <= i + seq_k - seq_q.
     pub causal: bool,
@@ -169,6 +175,7 @@ impl AttentionProblem {
             seq_q: seq,
             seq_k: seq,
             head_dim,
+            head_dim_v: None,
             dtype: DType::F16,
             causal: false,
             softmax_scale: None,
@@ -209,6 +216,22 @@ impl AttentionProblem {
         self.batch_invariant = on;
         self
     }
+    /// V's and O's head dim (`None` when it equals `head_dim`, so that equal dims compare equal
+    /// whichever way they were given).
+    pub fn with_head_dim_v(mut self, head_dim_v: usize) -> Self {
+        self.head_dim_v = (head_dim_v != self.head_dim).then_some(head_dim_v);
+        self
+    }
+
+    /// V's and O's head dim: `head_dim_v`, or `head_dim` when it is not given.
+    pub fn head_dim_v(&self) -> usize {
+        self.head_dim_v.unwrap_or(self.head_dim)
+    }
+
+    /// Whether V and O have a head dim of their own (different from Q's and K's).
+    pub fn has_distinct_head_dim_v(&self) -> bool {
+        self.head_dim_v() != self.head_dim
+    }
 
     pub fn scale(&self) -> f32 {
         self.softmax_scale
@@ -219,27 +242,38 @@ impl AttentionProblem {
         if let Some(s) = self.custom_strides {
             return s;
         }
-        let (hq, hkv, d) = (self.heads_q, self.heads_kv, self.head_dim);
+        let (hq, hkv, d, dv) = (
+            self.heads_q,
+            self.heads_kv,
+            self.head_dim,
+            self.head_dim_v(),
+        );
         // Packed (varlen) tensors are [total, heads, d]: no batch axis, rows found through
         // cu_seqlens. A paged cache's "batch" axis is the block: [num_blocks, block_size, h, d].
-        let packed = |heads: usize| TensorStrides {
+        // V and O rows are dv wide.
+        let packed = |heads: usize, d: usize| TensorStrides {
             batch: 0,
             head: d,
             row: heads.saturating_mul(d),
         };
         let (q, o) = match self.modes.packed_q {
-            Some(_) => (packed(hq), packed(hq)),
+            Some(_) => (packed(hq, d), packed(hq, dv)),
             None => (
                 self.layout.strides(hq, self.seq_q, d),
-                self.layout.strides(hq, self.seq_q, d),
+                self.layout.strides(hq, self.seq_q, dv),
             ),
         };
-        let kv = match self.modes.kv {
+        let kv = |d: usize| match self.modes.kv {
             KvStorage::Dense => self.layout.strides(hkv, self.seq_k, d),
-            KvStorage::Packed { .. } => packed(hkv),
+            KvStorage::Packed { .. } => packed(hkv, d),
             KvStorage::Paged { block_size, .. } => Layout::Bshd.strides(hkv, block_size, d),
         };
-        ProblemStrides { q, k: kv, v: kv, o }
+        ProblemStrides {
+            q,
+            k: kv(d),
+            v: kv(dv),
+            o,
+        }
     }
 
     /// (batch entries, rows per entry) of Q/O and of K/V storage: what the tensors hold, which
@@ -262,23 +296,51 @@ impl AttentionProblem {
         }
     }
 
-    /// Elements a tensor of `heads` heads with `strides` addresses over `storage` (see
-    /// [`q_storage`](Self::q_storage)).
-    fn tensor_len(&self, strides: TensorStrides, heads: usize, storage: (usize, usize)) -> usize {
+    /// Elements a tensor of `heads` heads of `dim`-wide rows with `strides` addresses over
+    /// `storage` (see [`q_storage`](Self::q_storage)).
+    fn tensor_len(
+        &self,
+        strides: TensorStrides,
+        heads: usize,
+        storage: (usize, usize),
+        dim: usize,
+    ) -> usize {
         let (b, s) = storage;
-        strides.required_len(b, heads, s, self.head_dim)
+        strides.required_len(b, heads, s, dim)
     }
     pub fn q_len(&self) -> usize {
-        self.tensor_len(self.strides().q, self.heads_q, self.q_storage())
+        self.tensor_len(
+            self.strides().q,
+            self.heads_q,
+            self.q_storage(),
+            self.head_dim,
+        )
     }
     pub fn k_len(&self) -> usize {
-        self.tensor_len(self.strides().k, self.heads_kv, self.kv_storage())
+        self.tensor_len(
+            self.strides().k,
+            self.heads_kv,
+            self.kv_storage(),
+            self.head_dim,
+        )
     }
+    /// V's rows are [`head_dim_v`](Self::head_dim_v) wide.
     pub fn v_len(&self) -> usize {
-        self.tensor_len(self.strides().v, self.heads_kv, self.kv_storage())
+        self.tensor_len(
+            self.strides().v,
+            self.heads_kv,
+            self.kv_storage(),
+            self.head_dim_v(),
+        )
     }
+    /// O's rows are [`head_dim_v`](Self::head_dim_v) wide.
     pub fn o_len(&self) -> usize {
-        self.tensor_len(self.strides().o, self.heads_q, self.q_storage())
+        self.tensor_len(
+            self.strides().o,
+            self.heads_q,
+            self.q_storage(),
+            self.head_dim_v(),
+        )
     }
     /// LSE is `[batch, heads_q, seq_q]`, or `[heads_q, total_q]` for packed Q (FlashAttention
     /// 2's varlen layout).
@@ -301,14 +363,15 @@ impl AttentionProblem {
         self.batch == 0 || self.heads_q == 0 || self.seq_q == 0
     }
 
-    /// Multiply-adds counted the usual way: 4·B·H·Sq·Sk·D, halved for causal square problems.
+    /// Multiply-adds counted the usual way: 2·B·H·Sq·Sk·(D + Dv) (4·B·H·Sq·Sk·D with one head
+    /// dim), halved for causal square problems.
     pub fn flops(&self) -> f64 {
-        let full = 4.0
+        let full = 2.0
             * self.batch as f64
             * self.heads_q as f64
             * self.seq_q as f64
             * self.seq_k as f64
-            * self.head_dim as f64;
+            * (self.head_dim as f64 + self.head_dim_v() as f64);
         if self.causal {
             full / 2.0
         } else {
@@ -320,6 +383,9 @@ impl AttentionProblem {
     pub fn validate(&self) -> Result<(), InvalidProblem> {
         if self.head_dim == 0 {
             return Err(InvalidProblem::ZeroHeadDim);
+        }
+        if self.head_dim_v() == 0 {
+            return Err(InvalidProblem::ZeroHeadDimV);
         }
         if self.heads_q == 0 || self.heads_kv == 0 {
             return Err(InvalidProblem::ZeroHeads {
@@ -346,6 +412,7 @@ impl AttentionProblem {
             ("seq_q", self.seq_q),
             ("seq_k", self.seq_k),
             ("head_dim", self.head_dim),
+            ("head_dim_v", self.head_dim_v()),
         ] {
             if v > i32::MAX as usize {
                 return Err(InvalidProblem::TooLarge {
@@ -367,16 +434,17 @@ impl AttentionProblem {
         let s = self.strides();
         let (q_batch, q_rows) = self.q_storage();
         let (kv_batch, kv_rows) = self.kv_storage();
-        for (name, st, heads, batch, seq) in [
-            ("q", s.q, self.heads_q, q_batch, q_rows),
-            ("k", s.k, self.heads_kv, kv_batch, kv_rows),
-            ("v", s.v, self.heads_kv, kv_batch, kv_rows),
-            ("o", s.o, self.heads_q, q_batch, q_rows),
+        let (d, dv) = (self.head_dim, self.head_dim_v());
+        for (name, st, heads, batch, seq, dim) in [
+            ("q", s.q, self.heads_q, q_batch, q_rows, d),
+            ("k", s.k, self.heads_kv, kv_batch, kv_rows, d),
+            ("v", s.v, self.heads_kv, kv_batch, kv_rows, dv),
+            ("o", s.o, self.heads_q, q_batch, q_rows, dv),
         ] {
             let extent = (batch as u128) * st.batch as u128
                 + (heads as u128) * st.head as u128
                 + (seq as u128) * st.row as u128
-                + self.head_dim as u128;
+                + dim as u128;
             if extent > MAX_ELEMENTS as u128 {
                 return Err(InvalidProblem::TooLarge {
                     what: name,
@@ -384,11 +452,11 @@ impl AttentionProblem {
                     limit: MAX_ELEMENTS as u128,
                 });
             }
-            if self.head_dim > 1 && (st.row < self.head_dim && seq > 1) {
+            if dim > 1 && (st.row < dim && seq > 1) {
                 return Err(InvalidProblem::OverlappingRows {
                     tensor: name,
                     row_stride: st.row,
-                    head_dim: self.head_dim,
+                    head_dim: dim,
                 });
             }
         }
@@ -397,7 +465,7 @@ impl AttentionProblem {
         if self.is_empty_output() {
             return Ok(());
         }
-        s.o.check_distinct(q_batch, self.heads_q, q_rows, self.head_dim)
+        s.o.check_distinct(q_batch, self.heads_q, q_rows, dv)
     }
 }
 
@@ -405,13 +473,17 @@ impl std::fmt::Display for AttentionProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "B={} Hq={} Hkv={} Sq={} Sk={} D={} {} {}{}{} scale={}",
+            "B={} Hq={} Hkv={} Sq={} Sk={} D={}{} {} {}{}{} scale={}",
             self.batch,
             self.heads_q,
             self.heads_kv,
             self.seq_q,
             self.seq_k,
             self.head_dim,
+            match self.head_dim_v {
+                Some(dv) if dv != self.head_dim => format!(" Dv={dv}"),
+                _ => String::new(),
+            },
             self.dtype,
             self.layout.name(),
             if self.causal { " causal" } else { "" },

@@ -130,6 +130,7 @@ fn unsupported_dtype_causal_gqa_layout_and_arch_each_say_why() {
         min_compute_capability: (9, 0),
         alignment_elems: 8,
         modes: flashcore_core::ModeSupport::NONE,
+        distinct_head_dim_v: false,
     };
     let base = AttentionProblem::new(1, 4, 8, 64);
     caps.check("k", &base, &h100()).unwrap();
@@ -543,8 +544,8 @@ prop_compose! {
         custom in prop::option::of((tensor_strides(), tensor_strides(), tensor_strides(), tensor_strides())),
     ) -> AttentionProblem {
         AttentionProblem {
-            batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, causal, softmax_scale, layout,
-            custom_strides: custom.map(|(q, k, v, o)| ProblemStrides { q, k, v, o }),
+            batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v: None, dtype, causal,
+            softmax_scale, layout, custom_strides: custom.map(|(q, k, v, o)| ProblemStrides { q, k, v, o }),
             modes: Default::default(),
             batch_invariant: false,
         }

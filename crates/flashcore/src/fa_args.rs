@@ -324,7 +324,7 @@ fn problem(
     batch: usize,
     heads: (usize, usize),
     seq: (usize, usize),
-    head_dim: usize,
+    (head_dim, head_dim_v): (usize, usize),
     opts: &Options,
     causal: bool,
     strides: ProblemStrides,
@@ -337,6 +337,7 @@ fn problem(
         seq_q: seq.0,
         seq_k: seq.1,
         head_dim,
+        head_dim_v: (head_dim_v != head_dim).then_some(head_dim_v),
         dtype: opts.dtype,
         causal,
         softmax_scale: Some(opts.softmax_scale),
@@ -349,7 +350,29 @@ fn problem(
     Ok(p)
 }
 
-/// Dense strides of the output O, which the ops allocate contiguous with Q's shape.
+/// The output O's dims: Q's, with V's head dim last (FlashAttention 3's `headdim_v`).
+pub fn o_dims(q_dims: &[usize], head_dim_v: usize) -> Vec<usize> {
+    let mut d = q_dims.to_vec();
+    if let Some(last) = d.last_mut() {
+        *last = head_dim_v;
+    }
+    d
+}
+
+/// V's head dim: its last dim, which FlashAttention 3 lets differ from Q's and K's (`headdim_v`:
+/// DeepSeek-V2/V3 prefill has 192 and 128). Kernels that take one head dim refuse the problem
+/// as `Unsupported`.
+fn head_dim_v(v: &View) -> usize {
+    v.dims.last().copied().unwrap_or(0)
+}
+
+/// Whether `v` has `k`'s dims except (perhaps) the last.
+fn v_matches_k(k: &View, v: &View) -> bool {
+    let n = k.dims.len();
+    v.dims.len() == n && v.dims[..n - 1] == k.dims[..n - 1]
+}
+
+/// Dense strides of the output O, which the ops allocate contiguous with [`o_dims`].
 fn dense_o(dims: &[usize]) -> TensorStrides {
     let d = dims.to_vec();
     let strides: Vec<usize> = (0..d.len()).map(|i| d[i + 1..].iter().product()).collect();
@@ -361,7 +384,8 @@ fn dense_o(dims: &[usize]) -> TensorStrides {
     }
 }
 
-/// `flash_attn*`: q `(b, s_q, h_q, d)`, k and v `(b, s_k, h_kv, d)`.
+/// `flash_attn*`: q `(b, s_q, h_q, d)`, k `(b, s_k, h_kv, d)`, v `(b, s_k, h_kv, d_v)`; O is
+/// `(b, s_q, h_q, d_v)` ([`o_dims`]).
 pub fn dense_problem(
     q: &View,
     k: &View,
@@ -377,18 +401,28 @@ pub fn dense_problem(
     if k.dims != [b, s_k, h_kv, d] {
         return bail(format!("shape mismatch q {:?} and k {:?}", q.dims, k.dims));
     }
-    if v.dims != k.dims {
-        return bail(format!("shape mismatch q {:?} and v {:?}", q.dims, v.dims));
+    if !v_matches_k(k, v) {
+        return bail(format!("shape mismatch k {:?} and v {:?}", k.dims, v.dims));
     }
+    let dv = head_dim_v(v);
     check_heads(h_q, h_kv)?;
     let (causal, modes) = opts.modes(b, h_q, s_k)?;
     let strides = ProblemStrides {
         q: q.bshd(),
         k: k.bshd(),
         v: v.bshd(),
-        o: dense_o(q.dims),
+        o: dense_o(&o_dims(q.dims, dv)),
     };
-    problem(b, (h_q, h_kv), (s_q, s_k), d, opts, causal, strides, modes)
+    problem(
+        b,
+        (h_q, h_kv),
+        (s_q, s_k),
+        (d, dv),
+        opts,
+        causal,
+        strides,
+        modes,
+    )
 }
 
 /// The batch size a cu_seqlens table of these dims describes (`batch + 1` entries).
@@ -412,7 +446,8 @@ pub fn cu_seqlens_batch(seqlens_q: &[usize], seqlens_k: &[usize]) -> Result<usiz
     Ok(n_q - 1)
 }
 
-/// `flash_attn_varlen*`: q `(total_q, h_q, d)`, k and v `(total_k, h_kv, d)`, cumulative
+/// `flash_attn_varlen*`: q `(total_q, h_q, d)`, k `(total_k, h_kv, d)`, v `(total_k, h_kv, d_v)`,
+/// cumulative
 /// `seqlens_q`/`seqlens_k` of `batch + 1` entries.
 pub fn varlen_problem(
     q: &View,
@@ -432,9 +467,10 @@ pub fn varlen_problem(
     if k.dims != [total_k, h_kv, d] {
         return bail(format!("shape mismatch q {:?} and k {:?}", q.dims, k.dims));
     }
-    if v.dims != k.dims {
-        return bail(format!("shape mismatch q {:?} and v {:?}", q.dims, v.dims));
+    if !v_matches_k(k, v) {
+        return bail(format!("shape mismatch k {:?} and v {:?}", k.dims, v.dims));
     }
+    let dv = head_dim_v(v);
     check_heads(h_q, h_kv)?;
     let (causal, mut modes) = opts.modes(batch, h_q, max_seqlen_k)?;
     modes.packed_q = Some(total_q);
@@ -443,13 +479,13 @@ pub fn varlen_problem(
         q: q.packed(),
         k: k.packed(),
         v: v.packed(),
-        o: dense_o(q.dims),
+        o: dense_o(&o_dims(q.dims, dv)),
     };
     problem(
         batch,
         (h_q, h_kv),
         (max_seqlen_q, max_seqlen_k),
-        d,
+        (d, dv),
         opts,
         causal,
         strides,
@@ -457,8 +493,8 @@ pub fn varlen_problem(
     )
 }
 
-/// A paged cache `(num_blocks, page_block_size, h_kv, d)` and its block table
-/// `(batch, max_blocks)`: (num_blocks, block_size, heads_kv, max_blocks).
+/// A paged cache `(num_blocks, page_block_size, h_kv, d)` (V's last dim may differ) and its
+/// block table `(batch, max_blocks)`: (num_blocks, block_size, heads_kv, max_blocks).
 fn paged_cache(
     k: &View,
     v: &View,
@@ -472,7 +508,7 @@ fn paged_cache(
         t.inner_contiguous()?;
     }
     let [num_blocks, block_size, h_kv, d] = [k.dims[0], k.dims[1], k.dims[2], k.dims[3]];
-    if v.dims != k.dims {
+    if !v_matches_k(k, v) {
         return bail(format!("shape mismatch k {:?} and v {:?}", k.dims, v.dims));
     }
     if d != head_dim {
@@ -538,17 +574,18 @@ pub fn paged_varlen_problem(
     modes.packed_q = Some(total_q);
     modes.kv = kv;
     modes.seqused_k = true;
+    let dv = head_dim_v(v);
     let strides = ProblemStrides {
         q: q.packed(),
         k: k.bshd(),
         v: v.bshd(),
-        o: dense_o(q.dims),
+        o: dense_o(&o_dims(q.dims, dv)),
     };
     problem(
         batch,
         (h_q, h_kv),
         (max_seqlen_q, capacity),
-        d,
+        (d, dv),
         opts,
         causal,
         strides,
@@ -559,7 +596,8 @@ pub fn paged_varlen_problem(
 /// `flash_attn_with_kvcache`: q `(b, s_q, h_q, d)`; a contiguous cache `(b, capacity, h_kv, d)`
 /// or, with a block table `(b, max_blocks)`, a paged one `(num_blocks, block_size, h_kv, d)`;
 /// `seqused_k` `(b)`; optional `k_new`/`v_new` `(b, s_new, h_kv, d)` (contiguous) appended at
-/// `seqused_k[b]` before attending. Windows are clamped to the capacity, as FlashAttention does.
+/// `seqused_k[b]` before attending. V's caches and rows may have their own last dim (O then
+/// has it), as FlashAttention 3 allows. Windows are clamped to the capacity, as FlashAttention does.
 pub fn kvcache_problem(
     q: &View,
     k_cache: &View,
@@ -612,7 +650,7 @@ pub fn kvcache_problem(
                     q.dims, k_cache.dims
                 ));
             }
-            if v_cache.dims != k_cache.dims {
+            if !v_matches_k(k_cache, v_cache) {
                 return bail(format!(
                     "shape mismatch k_cache {:?} and v_cache {:?}",
                     k_cache.dims, v_cache.dims
@@ -641,9 +679,11 @@ pub fn kvcache_problem(
                 }
             }
             let s_new = k_new.dims[1];
-            if k_new.dims != [b, s_new, h_kv, d] || v_new.dims != k_new.dims {
+            let dv = head_dim_v(v_cache);
+            if k_new.dims != [b, s_new, h_kv, d] || v_new.dims != [b, s_new, h_kv, dv] {
                 return bail(format!(
-                    "k_new {:?} and v_new {:?} must both be ({b}, seqlen_new, {h_kv}, {d})",
+                    "k_new {:?} and v_new {:?} must be ({b}, seqlen_new, {h_kv}, {d}) and \
+                     ({b}, seqlen_new, {h_kv}, {dv})",
                     k_new.dims, v_new.dims
                 ));
             }
@@ -654,17 +694,18 @@ pub fn kvcache_problem(
     modes.kv = kv;
     modes.seqused_k = true;
     modes.append = append;
+    let dv = head_dim_v(v_cache);
     let strides = ProblemStrides {
         q: q.bshd(),
         k: kv_strides.0,
         v: kv_strides.1,
-        o: dense_o(q.dims),
+        o: dense_o(&o_dims(q.dims, dv)),
     };
     problem(
         b,
         (h_q, h_kv),
         (s_q, capacity),
-        d,
+        (d, dv),
         opts,
         causal,
         strides,

@@ -246,7 +246,7 @@ prop_compose! {
         let heads_q = heads_kv.saturating_mul(group);
         let t = |a: &[usize]| TensorStrides { batch: a[0], head: a[1], row: a[2] };
         AttentionProblem {
-            batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, causal,
+            batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v: None, dtype, causal,
             softmax_scale: scale, layout,
             custom_strides: strides.map(|s| ProblemStrides {
                 q: t(&s[0..3]), k: t(&s[3..6]), v: t(&s[6..9]), o: t(&s[9..12]),

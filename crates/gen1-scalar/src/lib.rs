@@ -48,6 +48,7 @@ flashcore_core::attention_generation! {
         min_compute_capability: (8, 0),
         alignment_elems: 1,
         modes: ModeSupport::ALL,
+        distinct_head_dim_v: false,
     },
 }
 

@@ -368,3 +368,84 @@ fn mm_prefix_ranges_follow_candle_flash_attn() {
     let p = varlen_of(&opts().with_mm_prefix(Some(1)));
     assert_eq!(p.modes.mm_prefix, Some(1));
 }
+
+/// FlashAttention 3's `headdim_v`: V (and so O) may have its own last dim, as DeepSeek-V2/V3
+/// prefill's Q·K at 192 and V at 128.
+#[test]
+fn v_may_have_its_own_head_dim() {
+    let (qd, kd, vd) = ([2, 5, 4, 192], [2, 7, 2, 192], [2, 7, 2, 128]);
+    let p = dense_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &vd, &dense(&vd)),
+        &opts(),
+    )
+    .unwrap();
+    assert_eq!((p.head_dim, p.head_dim_v()), (192, 128));
+    assert_eq!(o_dims(&qd, p.head_dim_v()), [2, 5, 4, 128]);
+    // O is allocated contiguous in its own dims.
+    assert_eq!(
+        p.strides().o,
+        TensorStrides {
+            batch: 5 * 4 * 128,
+            row: 4 * 128,
+            head: 128
+        }
+    );
+    assert_eq!(p.o_len(), 2 * 5 * 4 * 128);
+    assert_eq!(p.v_len(), 2 * 7 * 2 * 128);
+    // Equal dims stay the default problem.
+    let same = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &opts()).unwrap();
+    assert_eq!(same.head_dim_v, None);
+    // Any other dim of V must still be K's.
+    let vd2 = [2, 6, 2, 128];
+    let err = dense_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &vd2, &dense(&vd2)),
+        &opts(),
+    )
+    .unwrap_err();
+    assert!(err.0.contains("shape mismatch k"), "{err}");
+
+    // Varlen: O is [total_q, h_q, d_v].
+    let (qd, kd, vd) = ([30, 8, 192], [50, 4, 192], [50, 4, 128]);
+    let p = varlen_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &vd, &dense(&vd)),
+        3,
+        12,
+        20,
+        &opts(),
+    )
+    .unwrap();
+    assert_eq!(p.head_dim_v(), 128);
+    assert_eq!(p.o_len(), 30 * 8 * 128);
+    assert_eq!(p.strides().v.row, 4 * 128);
+
+    // A KV cache: v_cache and v_new carry the V dim.
+    let (qd, kc, vc) = ([2, 1, 8, 192], [2, 64, 2, 192], [2, 64, 2, 128]);
+    let (kn, vn) = ([2, 1, 2, 192], [2, 1, 2, 128]);
+    let cache = |vn: &[usize]| {
+        kvcache_problem(
+            &View::new("q", &qd, &dense(&qd)),
+            &View::new("k_cache", &kc, &dense(&kc)),
+            &View::new("v_cache", &vc, &dense(&vc)),
+            &[2],
+            None,
+            Some((
+                &View::new("k_new", &kn, &dense(&kn)),
+                &View::new("v_new", vn, &dense(vn)),
+            )),
+            &opts(),
+        )
+    };
+    let p = cache(&vn).unwrap();
+    assert_eq!(
+        (p.head_dim, p.head_dim_v(), p.modes.append),
+        (192, 128, Some(1))
+    );
+    let err = cache(&kn).unwrap_err();
+    assert!(err.0.contains("v_new"), "{err}");
+}

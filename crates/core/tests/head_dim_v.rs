@@ -1,0 +1,193 @@
+//! A V head dim of its own (`AttentionProblem::head_dim_v`, FlashAttention 3's `headdim_v`):
+//! strides, lengths, validation and the capability refusal, without a GPU.
+
+use flashcore_core::plan::{Capabilities, HeadDims};
+use flashcore_core::{
+    AttentionProblem, DeviceInfo, InvalidProblem, KvStorage, Layout, Modes, ProblemStrides,
+    TensorStrides,
+};
+
+/// DeepSeek-V2/V3 prefill's dims: Q and K 192, V and O 128.
+fn deepseek(layout: Layout) -> AttentionProblem {
+    AttentionProblem::new(2, 4, 33, 192)
+        .with_kv(2, 65)
+        .with_layout(layout)
+        .with_head_dim_v(128)
+}
+
+fn h100() -> DeviceInfo {
+    DeviceInfo::synthetic_h100()
+}
+
+#[test]
+fn equal_dims_are_the_default_and_compare_equal() {
+    let p = AttentionProblem::new(1, 2, 3, 64);
+    assert_eq!(p.head_dim_v(), 64);
+    assert!(!p.has_distinct_head_dim_v());
+    assert_eq!(p.clone().with_head_dim_v(64), p);
+    assert_eq!(p.clone().with_head_dim_v(64).head_dim_v, None);
+}
+
+#[test]
+fn v_and_o_strides_and_lengths_use_the_v_dim() {
+    let p = deepseek(Layout::Bshd);
+    let s = p.strides();
+    assert_eq!(
+        s.q,
+        TensorStrides {
+            batch: 33 * 4 * 192,
+            head: 192,
+            row: 4 * 192
+        }
+    );
+    assert_eq!(s.k.row, 2 * 192);
+    assert_eq!(
+        s.v,
+        TensorStrides {
+            batch: 65 * 2 * 128,
+            head: 128,
+            row: 2 * 128
+        }
+    );
+    assert_eq!(
+        s.o,
+        TensorStrides {
+            batch: 33 * 4 * 128,
+            head: 128,
+            row: 4 * 128
+        }
+    );
+    assert_eq!(p.q_len(), 2 * 33 * 4 * 192);
+    assert_eq!(p.k_len(), 2 * 65 * 2 * 192);
+    assert_eq!(p.v_len(), 2 * 65 * 2 * 128);
+    assert_eq!(p.o_len(), 2 * 33 * 4 * 128);
+    assert_eq!(p.lse_len(), 2 * 4 * 33);
+    p.validate().unwrap();
+
+    let p = deepseek(Layout::Bhsd);
+    assert_eq!(p.strides().v.head, 65 * 128);
+    assert_eq!(p.strides().o.head, 33 * 128);
+    assert_eq!(p.v_len(), 2 * 2 * 65 * 128);
+    assert_eq!(p.o_len(), 2 * 4 * 33 * 128);
+}
+
+#[test]
+fn packed_and_paged_storage_use_the_v_dim_for_v_and_o() {
+    let p = AttentionProblem::new(3, 4, 16, 192)
+        .with_kv(2, 32)
+        .with_head_dim_v(128)
+        .with_modes(Modes {
+            packed_q: Some(40),
+            kv: KvStorage::Packed { total_k: 70 },
+            ..Modes::default()
+        });
+    assert_eq!(p.o_len(), 40 * 4 * 128);
+    assert_eq!(p.q_len(), 40 * 4 * 192);
+    assert_eq!(p.v_len(), 70 * 2 * 128);
+    assert_eq!(p.k_len(), 70 * 2 * 192);
+    let p = AttentionProblem::new(2, 4, 1, 192)
+        .with_kv(2, 64)
+        .with_head_dim_v(128)
+        .with_modes(Modes {
+            kv: KvStorage::Paged {
+                num_blocks: 5,
+                block_size: 16,
+                max_blocks_per_seq: 4,
+            },
+            seqused_k: true,
+            ..Modes::default()
+        });
+    assert_eq!(p.v_len(), 5 * 16 * 2 * 128);
+    assert_eq!(p.k_len(), 5 * 16 * 2 * 192);
+}
+
+#[test]
+fn a_zero_v_dim_is_refused_by_name() {
+    let mut p = AttentionProblem::new(1, 1, 8, 64);
+    p.head_dim_v = Some(0);
+    let e = p.validate().unwrap_err();
+    assert_eq!(e, InvalidProblem::ZeroHeadDimV);
+    assert!(e.to_string().contains("head_dim_v is 0"), "{e}");
+}
+
+#[test]
+fn v_rows_narrower_than_the_v_dim_overlap() {
+    let p = AttentionProblem::new(1, 1, 8, 64).with_head_dim_v(128);
+    let dense = p.strides();
+    let mut p2 = p.clone();
+    // V rows 64 apart hold 128 elements each: they overlap, though 64 is Q's and K's row width.
+    p2.custom_strides = Some(ProblemStrides {
+        v: TensorStrides {
+            batch: 8 * 64,
+            head: 8 * 64,
+            row: 64,
+        },
+        ..dense
+    });
+    match p2.validate().unwrap_err() {
+        InvalidProblem::OverlappingRows {
+            tensor: "v",
+            row_stride: 64,
+            head_dim: 128,
+        } => {}
+        e => panic!("{e}"),
+    }
+    // O's elements alias when its rows are Q's width.
+    let mut p3 = p.clone();
+    p3.custom_strides = Some(ProblemStrides {
+        o: dense.q,
+        ..dense
+    });
+    assert!(p3.validate().is_err());
+}
+
+#[test]
+fn kernels_without_the_capability_refuse_and_say_why() {
+    let caps = Capabilities::all_features(
+        HeadDims::Range {
+            min: 8,
+            max: 256,
+            multiple_of: 8,
+        },
+        (8, 0),
+    );
+    let p = deepseek(Layout::Bshd);
+    let e = caps.check("k", &p, &h100()).unwrap_err();
+    assert!(
+        e.reason
+            .contains("head_dim_v 128 differs from head_dim 192"),
+        "{e}"
+    );
+    // Equal dims given explicitly are not distinct.
+    caps.check(
+        "k",
+        &AttentionProblem::new(1, 2, 8, 128).with_head_dim_v(128),
+        &h100(),
+    )
+    .unwrap();
+    let caps = caps.with_distinct_head_dim_v();
+    caps.check("k", &p, &h100()).unwrap();
+    // The core's append kernel writes one head dim into both caches.
+    let append = p.clone().with_modes(Modes {
+        kv: KvStorage::Dense,
+        seqused_k: true,
+        append: Some(1),
+        ..Modes::default()
+    });
+    let e = caps.check("k", &append, &h100()).unwrap_err();
+    assert!(e.reason.contains("appending"), "{e}");
+}
+
+#[test]
+fn flops_and_display_count_both_dims() {
+    let p = AttentionProblem::new(1, 1, 4, 192).with_head_dim_v(128);
+    assert_eq!(p.flops(), 2.0 * 16.0 * (192.0 + 128.0));
+    assert_eq!(
+        AttentionProblem::new(1, 1, 4, 64).flops(),
+        4.0 * 16.0 * 64.0
+    );
+    assert!(p.to_string().contains("D=192 Dv=128"), "{p}");
+    assert!(!AttentionProblem::new(1, 1, 4, 64)
+        .to_string()
+        .contains("Dv"));
+}
