@@ -46,8 +46,8 @@ pub struct Verdict {
     pub empty_mismatch: usize,
     /// Number of rows judged.
     pub rows_checked: usize,
-    /// Where it is worst: `(batch, head_q, query_row, col)`; `col < head_dim` is `O[b, h, r, col]`,
-    /// `col == head_dim` is `LSE[b, h, r]`. The first counted mismatch if there is one, else the
+    /// Where it is worst: `(batch, head_q, query_row, col)`; `col < d` is `O[b, h, r, col]`,
+    /// `col == d` is `LSE[b, h, r]`, with `d` O's head dim (V's). The first counted mismatch if there is one, else the
     /// element with the largest err/allowed. `None` when nothing was judged.
     pub worst: Option<(usize, usize, usize, usize)>,
     /// One line: why it failed, or the summary.
@@ -69,8 +69,9 @@ fn finite_max_diff(a: impl Iterator<Item = f64>, b: impl Iterator<Item = f64>) -
         .fold(0.0, f64::max)
 }
 
-fn loc_name(p: &OracleProblem, (b, h, r, c): (usize, usize, usize, usize)) -> String {
-    if c == p.head_dim {
+/// `dv`: O's head dim (V's), the column that names the LSE.
+fn loc_name(dv: usize, (b, h, r, c): (usize, usize, usize, usize)) -> String {
+    if c == dv {
         format!("LSE[{b},{h},{r}]")
     } else {
         format!("O[{b},{h},{r},{c}]")
@@ -87,7 +88,8 @@ fn loc_name(p: &OracleProblem, (b, h, r, c): (usize, usize, usize, usize)) -> St
 /// where the reference differs is an infinite error.
 ///
 /// `o` and `lse` are the kernel outputs converted to f32 in full logical shape
-/// (`[b, hq, sq, d]` and `[b, hq, sq]`, LSE in natural log); only rows in `rows` are read.
+/// (`[b, hq, sq, d_v]` and `[b, hq, sq]`, LSE in natural log; `d_v` is V's head dim, the
+/// references' [`Reference::head_dim`]); only rows in `rows` are read.
 /// `reference` and `low_precision` must have been computed for the same `rows`. Panics on
 /// shape or row mismatch.
 pub fn judge(
@@ -99,7 +101,7 @@ pub fn judge(
     reference: &Reference,
     low_precision: &Reference,
 ) -> Verdict {
-    let d = p.head_dim;
+    let d = reference.head_dim();
     assert_eq!(
         o.shape(),
         [p.batch, p.heads_q, p.seq_q, d],
@@ -214,23 +216,23 @@ pub fn judge(
         if let (n @ 1.., Some(at)) = unwritten {
             why.push(format!(
                 "{n} kernel NaN where the reference is finite (unwritten or NaN), first {}",
-                loc_name(p, at)
+                loc_name(d, at)
             ));
         }
         if let (n @ 1.., Some(at)) = nan_mm {
             why.push(format!(
                 "{n} finite kernel values where the reference is NaN, first {}",
-                loc_name(p, at)
+                loc_name(d, at)
             ));
         }
         if let (n @ 1.., Some(at)) = empty_mm {
             why.push(format!(
                 "{n} values in rows with no visible key that are not O = 0 / LSE = +inf, first {}",
-                loc_name(p, at)
+                loc_name(d, at)
             ));
         }
         if !within {
-            let at = worst_ok.map(|a| loc_name(p, a)).unwrap_or_default();
+            let at = worst_ok.map(|a| loc_name(d, a)).unwrap_or_default();
             why.push(format!("error over the limit, worst at {at}"));
         }
         format!("FAIL: {}; {summary}", why.join("; "))

@@ -7,8 +7,9 @@ use ndarray::{s, Array3, Array4, ArrayView1, ArrayView2, ArrayView4};
 
 use crate::problem::{OracleProblem, Precision, Rows};
 
-/// Reference output for a set of query rows: one O row (`head_dim` values) and one LSE per row,
-/// in the order of the [`Rows`] it was computed for.
+/// Reference output for a set of query rows: one O row (V's head dim of values: `head_dim`, or
+/// V's own last dim where it differs) and one LSE per row, in the order of the [`Rows`] it was
+/// computed for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reference {
     rows: Vec<(usize, usize, usize)>,
@@ -31,6 +32,7 @@ impl Reference {
         self.rows.is_empty()
     }
 
+    /// The width of an O row: V's head dim.
     pub fn head_dim(&self) -> usize {
         self.head_dim
     }
@@ -55,10 +57,10 @@ impl Reference {
         ArrayView1::from(&self.lse[..])
     }
 
-    /// Scatters the stored rows into full logical arrays `O: [b, hq, sq, d]`, `LSE: [b, hq, sq]`;
+    /// Scatters the stored rows into full logical arrays `O: [b, hq, sq, d_v]`, `LSE: [b, hq, sq]`;
     /// rows not stored are NaN.
     pub fn to_dense(&self, p: &OracleProblem) -> (Array4<f64>, Array3<f64>) {
-        let mut o = Array4::from_elem((p.batch, p.heads_q, p.seq_q, p.head_dim), f64::NAN);
+        let mut o = Array4::from_elem((p.batch, p.heads_q, p.seq_q, self.head_dim), f64::NAN);
         let mut lse = Array3::from_elem((p.batch, p.heads_q, p.seq_q), f64::NAN);
         for (i, &(b, h, r)) in self.rows.iter().enumerate() {
             for (c, &x) in self.o_row(i).iter().enumerate() {
@@ -302,10 +304,11 @@ fn check_shapes(p: &OracleProblem, q: &ArrayView4<f32>, k: &ArrayView4<f32>, v: 
         ks,
         "K must be [batch, heads_kv, seq_k, head_dim]"
     );
+    // V's head dim may differ from Q's and K's (FlashAttention 3's `headdim_v`): O takes it.
     assert_eq!(
-        v.shape(),
-        ks,
-        "V must be [batch, heads_kv, seq_k, head_dim]"
+        v.shape()[..3],
+        ks[..3],
+        "V must be [batch, heads_kv, seq_k, head_dim_v]"
     );
 }
 
@@ -321,6 +324,7 @@ fn run<M: Mode>(
     check_shapes(p, &q, &k, &v);
     let list = rows.expand(p);
     let d = p.head_dim;
+    let dv = v.shape()[3];
     let group = p.group_size();
 
     // Sort by (batch, kv head, row, head) so a block shares K/V and has similar visible
@@ -334,7 +338,7 @@ fn run<M: Mode>(
     let mut work = 0usize;
     for &i in &order {
         let (b, h, r) = list[i];
-        work += p.visible_keys(b, r) * d.max(1);
+        work += p.visible_keys(b, r) * (d + dv).max(1);
         let kvh = h / group;
         match tasks.last_mut() {
             Some(t) if t.b == b && t.kvh == kvh && t.idx.len() < TASK_ROWS => t.idx.push(i),
@@ -358,17 +362,17 @@ fn run<M: Mode>(
 
     let outs: Vec<TaskOut> = crate::parallel::map_tasks(&tasks, work >= PARALLEL_WORK, do_task);
 
-    let mut o = vec![0.0; list.len() * d];
+    let mut o = vec![0.0; list.len() * dv];
     let mut lse = vec![0.0; list.len()];
     for t in outs {
         for (n, &i) in t.idx.iter().enumerate() {
-            o[i * d..(i + 1) * d].copy_from_slice(&t.o[n * d..(n + 1) * d]);
+            o[i * dv..(i + 1) * dv].copy_from_slice(&t.o[n * dv..(n + 1) * dv]);
             lse[i] = t.lse[n];
         }
     }
     Reference {
         rows: list,
-        head_dim: d,
+        head_dim: dv,
         o,
         lse,
     }
@@ -387,7 +391,7 @@ fn task_rows<M: Mode>(
     mode: &M,
     load: &impl Fn(f32) -> M::T,
 ) -> (Vec<f64>, Vec<f64>) {
-    let d = p.head_dim;
+    let (d, dv) = (p.head_dim, v.shape()[3]);
     // Keys 0..nk cover every row's range (rows see keys lo..hi).
     let nk = rows
         .iter()
@@ -406,11 +410,11 @@ fn task_rows<M: Mode>(
     let kb = to_buf(k);
     let vb = to_buf(v);
 
-    let mut out_o = vec![0.0; rows.len() * d];
+    let mut out_o = vec![0.0; rows.len() * dv];
     let mut out_lse = vec![0.0; rows.len()];
     let mut qb = vec![M::T::ZERO; BLOCK * d];
     let mut sb = vec![M::T::ZERO; BLOCK * nk];
-    let mut ob = vec![M::T::ZERO; BLOCK * d];
+    let mut ob = vec![M::T::ZERO; BLOCK * dv];
 
     for (bi, blk) in rows.chunks(BLOCK).enumerate() {
         let mut lo = [0usize; BLOCK];
@@ -456,20 +460,20 @@ fn task_rows<M: Mode>(
         }
         // O: masked keys are skipped, not weighted by 0, so their NaN/Inf cannot leak in.
         for j in jmin..nmax {
-            let vj = &vb[j * d..(j + 1) * d];
+            let vj = &vb[j * dv..(j + 1) * dv];
             for r in 0..blk.len() {
                 if j >= lo[r] && j < n[r] {
-                    axpy(sb[r * nk + j], vj, &mut ob[r * d..(r + 1) * d]);
+                    axpy(sb[r * nk + j], vj, &mut ob[r * dv..(r + 1) * dv]);
                 }
             }
         }
         for r in 0..blk.len() {
             let i = bi * BLOCK + r;
-            for c in 0..d {
-                out_o[i * d + c] = if n[r] == lo[r] {
+            for c in 0..dv {
+                out_o[i * dv + c] = if n[r] == lo[r] {
                     0.0
                 } else {
-                    mode.finish(ob[r * d + c])
+                    mode.finish(ob[r * dv + c])
                 };
             }
             out_lse[i] = lse[r];
