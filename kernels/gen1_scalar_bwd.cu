@@ -4,7 +4,7 @@
 //   1. bwd_scalar_dot_do_o: one thread per query row, D_i = rowsum(dO_i ∘ O_i) in f32 into the
 //      plan's workspace (written whole before it is read: no counters, nothing to clear).
 //   2. bwd_scalar_dk_dv: one block per (batch, kv head, key j). For every query head of the
-//      group and every row i that sees key j (bottom-right causal), recompute
+//      group and every row i that sees key j (bottom-right causal, or the window), recompute
 //      p_ij = exp(scale·q_i·k_j − LSE_i) from the forward's LSE, dp_ij = dO_i·v_j and
 //      ds_ij = p_ij·(dp_ij − D_i); dV_j = Σ p_ij dO_i, dK_j = scale · Σ ds_ij q_i.
 //   3. bwd_scalar_dq: one block per (batch, query head, row i): dQ_i = scale · Σ_j ds_ij k_j
@@ -14,20 +14,63 @@
 // scalars p, ds by plain dot products), then each thread accumulates its own columns
 // (tid, tid + 128) in f32 registers. A row that sees no key gets dQ = 0, a key no row sees
 // dK = dV = 0 (its loops are empty).
+//
+// Modes (FC_BWD_MODES builds, common/backward_scores.cuh): a sliding window bounds the rows that
+// see a key and the keys a row sees (both one range), and p and ds come from the forward's
+// logit (softcap, ALiBi), ds times softcap's 1 − tanh². The three parts below are the only
+// difference; a dense build keeps the causal rule.
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
 #include "common/masking.cuh"
 #include "common/backward_params.cuh"
+#include "common/backward_scores.cuh"
+#include "common/opaque.cuh"
 
 #define SCALAR_BWD_THREADS 128
 #define SCALAR_BWD_MAX_HEAD_DIM 256
 #define SCALAR_BWD_COLS (SCALAR_BWD_MAX_HEAD_DIM / SCALAR_BWD_THREADS)
 #define FC_LOG2E 1.4426950408889634f
 
-// p_ij from the raw dot product and the row's natural-log LSE (log2 domain: one exp2).
-__device__ __forceinline__ float prob(const AttentionParams& p, float dot, float lse) {
-    return exp2f(dot * p.scale_log2 - lse * FC_LOG2E);
+#if FC_BWD_MODES
+// The query rows that see `key`, and the keys `row` sees: the window's (and causal) ranges.
+__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int key) {
+    return query_range(p, bwd_seq(p), key);
 }
+__device__ __forceinline__ int rows_end(const AttentionParams&, const QueryRange& rows) { return rows.end; }
+__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int row) {
+    return key_range(p, bwd_seq(p), row);
+}
+
+// p_ij and ds_ij of a pair the ranges above hold, from the raw dot products and the row's
+// natural-log LSE and D: the forward's logit (softcap, ALiBi of head h of batch b). The modifier
+// is rebuilt per pair (its slope an L1 hit): hoisted out of the row loop, its registers beside
+// the accumulators spilled 4 bytes on sm_80.
+__device__ __forceinline__ void prob_and_ds(const AttentionParams& p, int b, int h, int row, int key, float dot,
+                                            float dp, float lse, float d_i, float& pr, float& ds) {
+    const ScoreMod mod = score_mod(p, bwd_seq(p), b, opaque(h));
+    const BwdScore s = bwd_score(mod, dot, dp, lse * FC_LOG2E, d_i, row, key, true);
+    pr = s.p;
+    ds = s.ds;
+}
+#else
+// Bottom-right causal: the rows from key - (seq_k - seq_q) on see it, a row the keys before
+// causal_key_end. (The rows' end read as p.seq_q where it is used, as it always was.)
+__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int key) {
+    long long first = p.causal ? (long long)key - ((long long)p.seq_k - p.seq_q) : 0;
+    return {first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first), p.seq_q};
+}
+__device__ __forceinline__ int rows_end(const AttentionParams& p, const QueryRange&) { return p.seq_q; }
+__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int row) {
+    return {0, causal_key_end(p, row)};  // empty for a row that sees no key
+}
+
+// p_ij from the raw dot product and the row's natural-log LSE (log2 domain: one exp2), and ds_ij.
+__device__ __forceinline__ void prob_and_ds(const AttentionParams& p, int, int, int, int, float dot, float dp,
+                                            float lse, float d_i, float& pr, float& ds) {
+    pr = exp2f(dot * p.scale_log2 - lse * FC_LOG2E);
+    ds = pr * (dp - d_i);
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(SCALAR_BWD_THREADS)
 bwd_scalar_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
@@ -74,19 +117,17 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         }
         __syncthreads();
 
-        // Row i sees key j iff j <= i + seq_k - seq_q (causal), so the rows from first_row on.
-        long long first = p.causal ? (long long)key - ((long long)p.seq_k - p.seq_q) : 0;
-        const int first_row = first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first);
+        const QueryRange rows = rows_seeing(p, key);
 
         float dk_acc[SCALAR_BWD_COLS], dv_acc[SCALAR_BWD_COLS];
 #pragma unroll
         for (int m = 0; m < SCALAR_BWD_COLS; ++m) dk_acc[m] = dv_acc[m] = 0.0f;
 
         for (int h = kv_head * p.q_heads_per_kv; h < (kv_head + 1) * p.q_heads_per_kv; ++h) {
-            for (int chunk = first_row; chunk < p.seq_q; chunk += SCALAR_BWD_THREADS) {
+            for (int chunk = rows.first; chunk < rows_end(p, rows); chunk += SCALAR_BWD_THREADS) {
                 const int row = chunk + tid;
                 float pr = 0.0f, ds = 0.0f;
-                if (row < p.seq_q) {
+                if (row < rows_end(p, rows)) {
                     const long long qb = q_offset(p, batch, h, row), db = do_offset(g, batch, h, row);
                     float dot = 0.0f, dp = 0.0f;
                     for (int c = 0; c < p.head_dim; ++c) {
@@ -94,13 +135,12 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         dp += to_float(d_o[db + c]) * v_row[c];
                     }
                     const long long r = lse_offset(p, batch, h, row);
-                    pr = prob(p, dot, p.lse[r]);
-                    ds = pr * (dp - dvec[r]);
+                    prob_and_ds(p, batch, h, row, key, dot, dp, p.lse[r], dvec[r], pr, ds);
                 }
                 ps[tid] = pr;
                 dss[tid] = ds;
                 __syncthreads();
-                const int n = min(SCALAR_BWD_THREADS, p.seq_q - chunk);
+                const int n = min(SCALAR_BWD_THREADS, rows_end(p, rows) - chunk);
 #pragma unroll
                 for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
                     const int c = tid + m * SCALAR_BWD_THREADS;
@@ -157,26 +197,27 @@ bwd_scalar_dq(const __grid_constant__ AttentionParams p, const __grid_constant__
         __syncthreads();
         const long long r = lse_offset(p, batch, head, row);
         const float lse = p.lse[r], d_i = p.workspace[r];
-        const int key_end = causal_key_end(p, row);  // 0 for a row that sees no key
+        const KeyRange keys = keys_seen(p, row);
 
         float acc[SCALAR_BWD_COLS];
 #pragma unroll
         for (int m = 0; m < SCALAR_BWD_COLS; ++m) acc[m] = 0.0f;
-        for (int chunk = 0; chunk < key_end; chunk += SCALAR_BWD_THREADS) {
+        for (int chunk = keys.lo; chunk < keys.hi; chunk += SCALAR_BWD_THREADS) {
             const int key = chunk + tid;
             float ds = 0.0f;
-            if (key < key_end) {
+            if (key < keys.hi) {
                 const long long kb = k_offset(p, batch, kv_head, key), vb = v_offset(p, batch, kv_head, key);
                 float dot = 0.0f, dp = 0.0f;
                 for (int c = 0; c < p.head_dim; ++c) {
                     dot += q_row[c] * to_float(k[kb + c]);
                     dp += do_row[c] * to_float(v[vb + c]);
                 }
-                ds = prob(p, dot, lse) * (dp - d_i);
+                float pr;
+                prob_and_ds(p, batch, head, row, key, dot, dp, lse, d_i, pr, ds);
             }
             dss[tid] = ds;
             __syncthreads();
-            const int n = min(SCALAR_BWD_THREADS, key_end - chunk);
+            const int n = min(SCALAR_BWD_THREADS, keys.hi - chunk);
 #pragma unroll
             for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
                 const int c = tid + m * SCALAR_BWD_THREADS;

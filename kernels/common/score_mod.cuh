@@ -47,3 +47,19 @@ __device__ __forceinline__ float logit_log2(const ScoreMod& m, float dot, int ro
     if (m.slope_log2 != 0.f) s -= m.slope_log2 * fabsf((float)(row + m.diag - key));
     return s;
 }
+
+// logit_log2's arithmetic, also giving softcap's derivative in s, 1 − tanh²(s / softcap) (1
+// without softcap): the backward's dS factor, from the same tanh as its forward's logit.
+__device__ __forceinline__ float logit_log2_dtanh(const ScoreMod& m, float dot, int row, int key, float& dtanh) {
+    float s;
+    dtanh = 1.f;
+    if (m.softcap_pre != 0.f) {
+        const float t = tanh_approx(dot * m.softcap_pre);
+        s = t * m.softcap_log2;
+        dtanh = 1.f - t * t;
+    } else {
+        s = dot * m.scale_log2;
+    }
+    if (m.slope_log2 != 0.f) s -= m.slope_log2 * fabsf((float)(row + m.diag - key));
+    return s;
+}

@@ -60,6 +60,18 @@ pub fn every_mode_problem(head_dim: usize, batch: usize, block_size: usize) -> A
         })
 }
 
+/// `dense` with every mode of the scores a backward kernel may take: a left window (and a right
+/// one without causal masking), softcap and ALiBi per (batch, head).
+pub fn backward_mode_problem(dense: &AttentionProblem) -> AttentionProblem {
+    dense.clone().with_modes(Modes {
+        window_left: Some(256),
+        window_right: (!dense.causal).then_some(64),
+        softcap: Some(30.0),
+        alibi: Some(AlibiSlopes::PerBatchHead),
+        ..Modes::default()
+    })
+}
+
 /// Chunked prefill on a contiguous cache, non-causal, with every mode a strided cache takes
 /// (`seqused_k`, a window, softcap, ALiBi): the Hopper path's modes build with 176-key tiles at
 /// D = 128, which the paged, causal every-mode problems do not reach. Batch as in
@@ -515,7 +527,8 @@ pub fn run(
         }
     }
     enter_variant(None, VARIANT_ENV);
-    // Backward kernels: the plans of dense problems (they take no modes).
+    // Backward kernels: the plans of dense problems, and with every mode of the scores a kernel
+    // takes (windows, softcap, ALiBi: the FC_BWD_MODES builds).
     let backward_passes =
         std::iter::once(None).chain(BACKWARD_VARIANT_ENV.iter().copied().map(Some));
     let backward_selected = || {
@@ -534,17 +547,19 @@ pub fn run(
                     .iter()
                     .flat_map(|sz| [false, true].map(|c| (sz, c)))
                 {
-                    let problem = AttentionProblem::new(b, h, s, d)
+                    let dense = AttentionProblem::new(b, h, s, d)
                         .with_dtype(dtype)
                         .with_causal(causal);
-                    if kernel.supports_backward(&problem, &dev).is_err() {
-                        continue;
-                    }
-                    let Ok(plan) = kernel.plan_backward(&problem, &dev) else {
-                        continue;
-                    };
-                    for launch in plan.launches {
-                        check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
+                    for problem in [backward_mode_problem(&dense), dense] {
+                        if kernel.supports_backward(&problem, &dev).is_err() {
+                            continue;
+                        }
+                        let Ok(plan) = kernel.plan_backward(&problem, &dev) else {
+                            continue;
+                        };
+                        for launch in plan.launches {
+                            check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
+                        }
                     }
                 }
             }

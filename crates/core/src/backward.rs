@@ -11,7 +11,9 @@
 //! problem's layout). **Workspace.** A plan's preprocessing (`D = rowsum(dO ∘ O)`) and any f32
 //! dQ accumulator live in the plan's workspace under the contract on [`LaunchPlan`]: not
 //! cleared per call, only its first `workspace_counters` words are zero at the start and must
-//! be left zero. **Modes.** Dense problems only (no varlen, cache, window, softcap or ALiBi).
+//! be left zero. **Modes.** Dense storage only (no varlen, cache or `mm_prefix_ranges`); sliding
+//! windows (causal included), softcap and ALiBi are taken where a kernel's capabilities say so,
+//! with the ALiBi slopes passed as the forward's table ([`backward_on_with_tables`]).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -26,10 +28,11 @@ use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::execute::Guards;
 use crate::host::{download, nan_bits, HostElement};
 use crate::launch_plan::{LaunchPlan, TensorMapSpec};
+use crate::modes::{HostTables, ModeSupport, Modes};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
 use crate::problem::AttentionProblem;
-use crate::tensors::{check_dtypes, check_lens, TensorMut, TensorRef};
+use crate::tensors::{check_dtypes, check_lens, DeviceTables, TensorMut, TensorRef};
 
 /// Mirror of `struct BackwardParams` in kernels/common/backward_params.cuh: change both together.
 #[repr(C)]
@@ -158,17 +161,55 @@ pub fn check_backward_buffers(
     check_dtypes(names, dtypes, p.dtype)
 }
 
-/// The problem checks of a backward call beyond `AttentionProblem::validate`: dense problems
-/// only, and dQ (Q's strides), dK and dV (K's and V's) must not alias their own elements, as O
-/// must not (blocks would race to write them).
+/// The modes a backward kernel may claim: those of the scores (sliding windows, softcap,
+/// ALiBi), on dense storage.
+pub const SCORE_MODES: ModeSupport = ModeSupport {
+    window: true,
+    softcap: true,
+    alibi: true,
+    ..ModeSupport::NONE
+};
+
+/// The defines a backward build takes for the problem's modes: `FC_BWD_MODES=1` when it has a
+/// window, softcap or ALiBi (`kernels/common/backward_scores.cuh`), none for a dense problem,
+/// whose builds stay as they were.
+pub fn backward_mode_defines(p: &AttentionProblem) -> Vec<(String, String)> {
+    if p.modes.is_dense() {
+        vec![]
+    } else {
+        vec![("FC_BWD_MODES".into(), "1".into())]
+    }
+}
+
+/// The modes a backward pass takes at all: those of dense storage (windows, softcap, ALiBi).
+/// The first other mode the problem asks for, as the reason it is refused.
+fn storage_mode(m: &Modes) -> Option<&'static str> {
+    let dense_storage = Modes {
+        window_left: m.window_left,
+        window_right: m.window_right,
+        softcap: m.softcap,
+        alibi: m.alibi,
+        ..Modes::default()
+    };
+    if *m == dense_storage {
+        return None;
+    }
+    SCORE_MODES.missing(m)
+}
+
+/// The problem checks of a backward call beyond `AttentionProblem::validate`: dense storage
+/// only (windows, softcap and ALiBi are modes of the scores, which a kernel's capabilities may
+/// take; varlen, caches and `mm_prefix_ranges` are not), and dQ (Q's strides), dK and dV (K's
+/// and V's) must not alias their own elements, as O must not (blocks would race to write them).
 pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
     p.validate()?;
-    if !p.modes.is_dense() {
+    if let Some(mode) = storage_mode(&p.modes) {
         return Err(InvalidProblem::Mode {
             field: "modes",
-            reason: "the backward pass takes dense problems only (no varlen, KV cache, window, \
-                     softcap or ALiBi)"
-                .into(),
+            reason: format!(
+                "the backward pass takes dense storage only (windows, softcap and ALiBi, not \
+                 {mode})"
+            ),
         });
     }
     let s = p.strides();
@@ -193,7 +234,8 @@ pub trait AttentionBackward: Send + Sync {
     /// Short stable name (the generation's name, e.g. "scalar").
     fn name(&self) -> &'static str;
 
-    /// What the backward kernel takes (its `modes` are always none: dense problems only).
+    /// What the backward kernel takes (its `modes` at most windows, softcap and ALiBi: the
+    /// backward takes dense storage only).
     fn capabilities(&self) -> Capabilities;
 
     /// Whether repeated calls on the same inputs give bit-identical gradients (no atomics, or
@@ -231,7 +273,9 @@ pub trait AttentionBackward: Send + Sync {
     }
 }
 
-/// Validates, plans and launches a backward call on `stream` (of the device's context).
+/// Validates, plans and launches a backward call on `stream` (of the device's context), for a
+/// problem with no tables (dense, or with windows or softcap; ALiBi needs its slopes:
+/// [`backward_on_with_tables`]).
 pub fn backward_on(
     kernel: &(impl AttentionBackward + ?Sized),
     device: &Device,
@@ -239,9 +283,24 @@ pub fn backward_on(
     problem: &AttentionProblem,
     t: &mut BackwardTensors<'_>,
 ) -> Result<(), Error> {
+    backward_on_with_tables(kernel, device, stream, problem, t, &DeviceTables::default())
+}
+
+/// [`backward_on`] with the problem's tables: the backward reads `alibi_slopes` (the forward's
+/// table, `[heads_q]` or `[batch, heads_q]`), and takes no other (its problems have dense
+/// storage), so every other table must be absent.
+pub fn backward_on_with_tables(
+    kernel: &(impl AttentionBackward + ?Sized),
+    device: &Device,
+    stream: &Arc<CudaStream>,
+    problem: &AttentionProblem,
+    t: &mut BackwardTensors<'_>,
+    tables: &DeviceTables<'_>,
+) -> Result<(), Error> {
     device.check_stream(stream)?;
     validate_backward(problem)?;
     t.check(problem)?;
+    crate::modes::check_table_lens(problem, tables.lens())?;
     let caps = kernel.capabilities();
     caps.check(kernel.name(), problem, device.info())?;
     let plan = kernel.plan_backward(problem, device.info())?;
@@ -271,6 +330,9 @@ pub fn backward_on(
     bwd.dq = guards.keep(t.dq.data.device_ptr_mut(stream));
     bwd.dk = guards.keep(t.dk.data.device_ptr_mut(stream));
     bwd.dv = guards.keep(t.dv.data.device_ptr_mut(stream));
+    if let Some(slopes) = &tables.alibi_slopes {
+        params.alibi_slopes = guards.keep(slopes.device_ptr(stream));
+    }
     let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
@@ -335,7 +397,7 @@ pub struct HostGradients<E = f32> {
 /// The backward on host arrays laid out as the problem's (dense) `layout` says: Q, O, dO like
 /// Q, K and V like K, `lse` `[batch, heads_q, seq_q]` as the forward returned it. Outputs are
 /// poisoned with NaN before the launch (an element never written comes back NaN). Waits for
-/// the result.
+/// the result. A problem with ALiBi needs its slopes: [`backward_host_with_tables`].
 #[allow(clippy::too_many_arguments)]
 pub fn backward_host<E: HostElement>(
     kernel: &(impl AttentionBackward + ?Sized),
@@ -348,7 +410,37 @@ pub fn backward_host<E: HostElement>(
     d_o: ArrayView4<'_, E>,
     lse: ArrayView3<'_, f32>,
 ) -> Result<HostGradients<E>, Error> {
+    backward_host_with_tables(
+        kernel,
+        device,
+        problem,
+        q,
+        k,
+        v,
+        o,
+        d_o,
+        lse,
+        &HostTables::default(),
+    )
+}
+
+/// [`backward_host`] with the problem's host tables (`alibi_slopes` only, as the forward took
+/// them), validated before anything is copied.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_host_with_tables<E: HostElement>(
+    kernel: &(impl AttentionBackward + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    q: ArrayView4<'_, E>,
+    k: ArrayView4<'_, E>,
+    v: ArrayView4<'_, E>,
+    o: ArrayView4<'_, E>,
+    d_o: ArrayView4<'_, E>,
+    lse: ArrayView3<'_, f32>,
+    tables: &HostTables<'_>,
+) -> Result<HostGradients<E>, Error> {
     validate_backward(problem)?;
+    tables.validate(problem)?;
     if problem.custom_strides.is_some() {
         return Err(Unsupported::new(
             kernel.name(),
@@ -401,6 +493,14 @@ pub fn backward_host<E: HostElement>(
     let dv_ = up(v, "v")?;
     let do_ = up(o, "o")?;
     let ddo = up(d_o, "d_o")?;
+    let slopes = tables
+        .alibi_slopes
+        .map(|s| {
+            stream
+                .clone_htod(s)
+                .map_err(|_| oom("alibi_slopes", s.len() * 4))
+        })
+        .transpose()?;
     let lse_host: Vec<f32> = lse.iter().copied().collect();
     let dlse = stream
         .clone_htod(&lse_host)
@@ -437,7 +537,11 @@ pub fn backward_host<E: HostElement>(
             dk: w(&mut g_k, dtype),
             dv: w(&mut g_v, dtype),
         };
-        kernel.backward(device, problem, &mut t)?;
+        let device_tables = DeviceTables {
+            alibi_slopes: slopes.as_ref().map(|s| s.as_view()),
+            ..DeviceTables::default()
+        };
+        backward_on_with_tables(kernel, device, stream, problem, &mut t, &device_tables)?;
     }
     device.synchronize()?;
     let down = |d: &cudarc::driver::CudaSlice<u16>, shape: [usize; 4], what: &str| {
@@ -454,7 +558,7 @@ pub fn backward_host<E: HostElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modes::Modes;
+    use crate::modes::{AlibiSlopes, KvStorage};
     use crate::problem::{Layout, ProblemStrides, TensorStrides};
 
     #[test]
@@ -491,15 +595,54 @@ mod tests {
     }
 
     #[test]
-    fn modes_and_aliasing_gradients_are_rejected() {
-        let p = AttentionProblem::new(1, 2, 8, 16).with_modes(Modes {
+    fn storage_modes_and_aliasing_gradients_are_rejected() {
+        // The modes of the scores are the kernels' to take or refuse; storage modes never are.
+        let scores = Modes {
             window_left: Some(2),
+            window_right: Some(0),
+            softcap: Some(30.0),
+            alibi: Some(AlibiSlopes::PerBatchHead),
             ..Modes::default()
-        });
-        assert!(matches!(
-            validate_backward(&p),
-            Err(InvalidProblem::Mode { .. })
-        ));
+        };
+        validate_backward(&AttentionProblem::new(1, 2, 8, 16).with_modes(scores.clone())).unwrap();
+        for (modes, named) in [
+            (
+                Modes {
+                    packed_q: Some(8),
+                    ..scores.clone()
+                },
+                "varlen queries",
+            ),
+            (
+                Modes {
+                    seqused_k: true,
+                    ..Modes::default()
+                },
+                "a KV cache",
+            ),
+            (
+                Modes {
+                    kv: KvStorage::Packed { total_k: 8 },
+                    ..Modes::default()
+                },
+                "varlen keys",
+            ),
+            (
+                Modes {
+                    mm_prefix: Some(1),
+                    ..Modes::default()
+                },
+                "mm_prefix_ranges",
+            ),
+        ] {
+            let p = AttentionProblem::new(1, 2, 8, 16).with_modes(modes);
+            match validate_backward(&p) {
+                Err(InvalidProblem::Mode { reason, .. }) => {
+                    assert!(reason.contains(named), "{reason}")
+                }
+                other => panic!("{named}: {other:?}"),
+            }
+        }
         let mut p = AttentionProblem::new(1, 2, 8, 16).with_layout(Layout::Bhsd);
         validate_backward(&p).unwrap();
         let s = p.strides();

@@ -8,8 +8,9 @@
 //!
 //! It is also the scalar backward (`kernels/gen1_scalar_bwd.cu`, [`AttentionBackward`]): D per
 //! row into the workspace, then one block per (batch, kv head, key) for dK and dV and one per
-//! (batch, head, query row) for dQ, deterministic (no atomics). Dense problems, every dtype,
-//! head dim 1..=256, causal, GQA, any lengths and strides.
+//! (batch, head, query row) for dQ, deterministic (no atomics). Dense storage, every dtype,
+//! head dim 1..=256, causal, sliding windows, softcap and ALiBi (`FC_BWD_MODES` builds), GQA,
+//! any lengths and strides.
 
 use flashcore_core::{
     Attention, AttentionBackward, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims,
@@ -62,7 +63,7 @@ impl AttentionBackward for Scalar {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            modes: ModeSupport::NONE,
+            modes: flashcore_core::backward::SCORE_MODES,
             head_dims: HeadDims::Range {
                 min: 1,
                 max: BWD_MAX_HEAD_DIM,
@@ -84,11 +85,26 @@ impl AttentionBackward for Scalar {
         let rows = problem.batch * problem.heads_q * problem.seq_q;
         let keys = problem.batch * problem.heads_kv * problem.seq_k;
         const SRC: &str = "gen1_scalar_bwd.cu";
+        // Windows, softcap and ALiBi: the modes build of the dK/dV and dQ kernels.
+        let modes = |l: KernelLaunch| {
+            l.with_defines(flashcore_core::backward::backward_mode_defines(problem))
+                .into_owned()
+        };
         Ok(LaunchPlan {
             launches: vec![
                 KernelLaunch::per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS),
-                KernelLaunch::per_item(SRC, "bwd_scalar_dk_dv", keys, BWD_THREADS),
-                KernelLaunch::per_item(SRC, "bwd_scalar_dq", rows, BWD_THREADS),
+                modes(KernelLaunch::per_item(
+                    SRC,
+                    "bwd_scalar_dk_dv",
+                    keys,
+                    BWD_THREADS,
+                )),
+                modes(KernelLaunch::per_item(
+                    SRC,
+                    "bwd_scalar_dq",
+                    rows,
+                    BWD_THREADS,
+                )),
             ],
             workspace_f32: rows,
             workspace_counters: 0,
@@ -120,6 +136,46 @@ mod tests {
         assert!(Scalar
             .supports_backward(&AttentionProblem::new(1, 1, 8, 257), &h100)
             .is_err());
+    }
+
+    /// Windows, softcap and ALiBi take the modes build of the two kernels that recompute P; a
+    /// dense problem (causal too) keeps the dense build, and storage modes are refused.
+    #[test]
+    fn score_modes_take_the_modes_build() {
+        use flashcore_core::{AlibiSlopes, Modes};
+        let h100 = DeviceInfo::synthetic_h100();
+        let modes = |p: &AttentionProblem| -> Vec<bool> {
+            let plan = Scalar.plan_backward(p, &h100).unwrap();
+            plan.launches
+                .iter()
+                .map(|l| l.defines.contains(&("FC_BWD_MODES".into(), "1".into())))
+                .collect()
+        };
+        let dense = AttentionProblem::new(2, 8, 100, 64).with_causal(true);
+        assert_eq!(modes(&dense), [false; 3]);
+        for m in [
+            Modes {
+                window_left: Some(3),
+                ..Modes::default()
+            },
+            Modes {
+                softcap: Some(30.0),
+                ..Modes::default()
+            },
+            Modes {
+                alibi: Some(AlibiSlopes::PerBatchHead),
+                ..Modes::default()
+            },
+        ] {
+            let p = dense.clone().with_modes(m);
+            Scalar.supports_backward(&p, &h100).unwrap();
+            assert_eq!(modes(&p), [false, true, true]);
+        }
+        let paged = dense.with_modes(Modes {
+            seqused_k: true,
+            ..Modes::default()
+        });
+        assert!(Scalar.supports_backward(&paged, &h100).is_err());
     }
 
     #[test]
