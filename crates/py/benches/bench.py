@@ -157,6 +157,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=15, help="samples per measurement (median)")
     ap.add_argument("--breakdown", action="store_true",
                     help="at the first shape, also time the extension's forward called directly")
+    ap.add_argument("--impls", nargs="*", default=None,
+                    help="time only these (flashcore, sdpa-cudnn, sdpa-flash, ...)")
     ap.add_argument("--graph-max-us", type=float, default=200.0,
                     help="shapes whose eager call is faster than this are also timed as graphs")
     args = ap.parse_args()
@@ -180,6 +182,8 @@ def main():
                 impls["flashcore-rust-direct"] = (rust_direct(fc_sets, causal), fc_sets)
                 impls["flashcore-prepared-direct"] = (prepared_direct(fc_sets, causal), fc_sets)
             for name, (call, sets) in impls.items():
+                if args.impls is not None and name not in args.impls:
+                    continue
                 row = dict(shape=shape, causal=causal, dtype=args.dtype, impl=name)
                 # SDPA's backend is chosen once, outside the timed loop (as a model would).
                 backend = sdpa_kernel(backends[name]) if name in backends else contextlib.nullcontext()
