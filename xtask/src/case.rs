@@ -103,9 +103,22 @@ impl Case {
         (p, draw, inp)
     }
 
+    /// The tables drawn from the case's seed for its modes (none for a dense case).
+    pub fn draw(&self) -> Draw {
+        let mut p = self.problem.clone();
+        crate::mode_case::apply(
+            &mut p,
+            &ModeKeys::from_modes(&self.problem.modes),
+            self.data_seed,
+        )
+    }
+
+    /// The oracle's problem for the whole batch: dense storage, with the case's windows, softcap
+    /// and ALiBi (its slopes as [`Case::draw`] draws them). Cases with varlen or a cache are
+    /// judged one sequence at a time instead (`mode_case::judge`).
     pub fn oracle_problem(&self) -> OracleProblem {
         let p = &self.problem;
-        OracleProblem::dense(
+        let mut op = OracleProblem::dense(
             p.batch,
             p.heads_q,
             p.heads_kv,
@@ -114,7 +127,11 @@ impl Case {
             p.head_dim,
             p.causal,
             p.scale() as f64,
-        )
+        );
+        if !p.modes.is_dense() {
+            crate::mode_case::with_score_modes(&mut op, p, &self.draw(), 0..p.batch);
+        }
+        op
     }
 
     /// Multiply-adds the oracle spends on the whole case.
@@ -263,6 +280,9 @@ pub struct BackwardInputs {
     pub inputs: Inputs,
     pub d_o: Array4<f32>,
     pub forward: flashcore::HostOutput<f32>,
+    /// The ALiBi slopes the forward took (drawn from the case's seed), which the backward
+    /// takes too.
+    pub alibi_slopes: Option<Vec<f32>>,
 }
 
 /// Why a case has no backward inputs.
@@ -297,28 +317,64 @@ pub fn backward_inputs(
     };
     let inputs = inputs(case);
     let d_o = grad_output(case);
-    match flashcore::forward_host(
-        forward.as_ref(),
-        device,
-        p,
-        to_layout(inputs.q.view(), p.layout),
-        to_layout(inputs.k.view(), p.layout),
-        to_layout(inputs.v.view(), p.layout),
-    ) {
+    let result = if p.modes.is_dense() {
+        flashcore::forward_host(
+            forward.as_ref(),
+            device,
+            p,
+            to_layout(inputs.q.view(), p.layout),
+            to_layout(inputs.k.view(), p.layout),
+            to_layout(inputs.v.view(), p.layout),
+        )
+    } else {
+        forward_with_score_modes(forward.as_ref(), device, case, &inputs)
+    };
+    match result {
         Ok(forward) => Ok(BackwardInputs {
             inputs,
             d_o,
             forward,
+            alibi_slopes: case.draw().alibi_slopes,
         }),
         Err(Error::Unsupported(u)) => Err(NoInputs::Unsupported(format!("forward: {}", u.reason))),
         Err(e) => Err(NoInputs::Failed(format!("forward error: {e}"))),
     }
 }
 
+/// The forward of a dense-storage case with windows, softcap or ALiBi (the slopes drawn from
+/// its seed), as the dense forward's output.
+fn forward_with_score_modes(
+    forward: &dyn Attention,
+    device: &Device,
+    case: &Case,
+    inputs: &Inputs,
+) -> std::result::Result<flashcore::HostOutput<f32>, Error> {
+    let p = &case.problem;
+    let draw = case.draw();
+    fn view(a: &Array4<f32>, layout: Layout) -> ndarray::ArrayViewD<'_, f32> {
+        to_layout(a.view(), layout).into_dyn()
+    }
+    let host = flashcore::HostInputs::new(
+        view(&inputs.q, p.layout),
+        view(&inputs.k, p.layout),
+        view(&inputs.v, p.layout),
+    )
+    .with_tables(draw.host_tables());
+    let out = flashcore::forward_host_modes(forward, device, p, host)?;
+    let four = |a: ndarray::ArrayD<f32>| a.into_dimensionality::<ndarray::Ix4>();
+    let three = |a: ndarray::ArrayD<f32>| a.into_dimensionality::<ndarray::Ix3>();
+    match (four(out.o), three(out.lse)) {
+        (Ok(o), Ok(lse)) => Ok(flashcore::HostOutput { o, lse }),
+        _ => unreachable!("dense storage: O is 4-d, LSE 3-d"),
+    }
+}
+
 /// Runs one backward case and judges dQ, dK, dV by the oracle's backward rule. O and LSE come
 /// from a GPU forward ([`backward_inputs`]), as a training step would feed them; dO is fresh
 /// random. The gradients are poisoned with NaN before the launch (`backward_host`) and every
-/// element is judged, so an element never written fails.
+/// element is judged, so an element never written fails. Windows, softcap and ALiBi come with
+/// the case (the slopes drawn from its seed, for the forward and the backward alike); a kernel
+/// that does not take them, or a storage mode (which no backward takes), skips the case.
 pub fn run_backward_case(
     kernel: &dyn AttentionBackward,
     device: &Device,
@@ -328,8 +384,8 @@ pub fn run_backward_case(
     if let Err(u) = kernel.supports_backward(p, device.info()) {
         return BwdOutcome::Skipped(u.reason);
     }
-    if !p.modes.is_dense() {
-        return BwdOutcome::Skipped("the backward pass takes dense problems only".into());
+    if let Err(e) = flashcore::backward::validate_backward(p) {
+        return BwdOutcome::Skipped(e.to_string());
     }
     let bi = match backward_inputs(kernel.name(), device, case) {
         Ok(b) => b,
@@ -339,7 +395,8 @@ pub fn run_backward_case(
     fn l(a: &Array4<f32>, layout: Layout) -> ndarray::ArrayView4<'_, f32> {
         to_layout(a.view(), layout)
     }
-    let grads = match flashcore::backward_host(
+    let draw = case.draw();
+    let grads = match flashcore::backward_host_with_tables(
         kernel,
         device,
         p,
@@ -349,6 +406,7 @@ pub fn run_backward_case(
         bi.forward.o.view(),
         l(&bi.d_o, p.layout),
         bi.forward.lse.view(),
+        &draw.host_tables(),
     ) {
         Ok(g) => g,
         Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(u.reason),

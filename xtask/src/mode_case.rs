@@ -516,16 +516,7 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
         p.causal,
         p.scale() as f64,
     );
-    op.window_left = p.modes.window_left;
-    op.window_right = p.modes.window_right;
-    op.softcap = p.modes.softcap.map(|c| c as f64);
-    op.alibi_slopes = draw.alibi_slopes.as_ref().map(|s| {
-        let off = match p.modes.alibi {
-            Some(AlibiSlopes::PerBatchHead) => b * p.heads_q,
-            _ => 0,
-        };
-        s[off..off + p.heads_q].iter().map(|&x| x as f64).collect()
-    });
+    with_score_modes(&mut op, p, draw, b..b + 1);
     if let (Some(n), Some(r)) = (p.modes.mm_prefix, &draw.mm_prefix_ranges) {
         // Unused slots (start >= end, possibly negative) are left out; used pairs start at 0
         // or later (`HostTables::validate`).
@@ -537,6 +528,31 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
         op.mm_prefix = Some(vec![pairs]);
     }
     op
+}
+
+/// The problem's modes of the scores into the oracle's problem `op` of batch entries `batch`:
+/// windows, softcap, and the ALiBi slopes `draw` holds as `[batch, heads_q]` (a per-head table
+/// repeated over the entries).
+pub fn with_score_modes(
+    op: &mut OracleProblem,
+    p: &AttentionProblem,
+    draw: &Draw,
+    batch: std::ops::Range<usize>,
+) {
+    op.window_left = p.modes.window_left;
+    op.window_right = p.modes.window_right;
+    op.softcap = p.modes.softcap.map(|c| c as f64);
+    op.alibi_slopes = draw.alibi_slopes.as_ref().map(|s| {
+        batch
+            .flat_map(|b| {
+                let off = match p.modes.alibi {
+                    Some(AlibiSlopes::PerBatchHead) => b * p.heads_q,
+                    _ => 0,
+                };
+                s[off..off + p.heads_q].iter().map(|&x| x as f64)
+            })
+            .collect()
+    });
 }
 
 /// Judges every sequence of a mode case's outputs; the verdict with the largest ratio (or the

@@ -326,6 +326,10 @@ fn h_min(h: &HeadDims) -> usize {
 /// with seq_k > seq_q causal, one query row over many keys with MQA (every key's dK/dV sums a
 /// single row per head), many query rows over one key (dV sums them all), and head dims a
 /// kernel may run padded in a wider build (136 in 160, 200 in 224: the portable backward's).
+/// Then the modes of the scores with GQA, for kernels that take them: windows that leave rows
+/// no key (seq_q > seq_k) and keys no row sees (a left window, seq_k > seq_q), windows across
+/// the tile edges, both sides at once, softcap with the key tiles' tails, ALiBi per head and per
+/// (batch, head), and all three together (the lines of a mode a kernel lacks are left out).
 pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
     [
         "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
@@ -336,10 +340,21 @@ pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
         "b=3,hq=2,sq=33,sk=65,d=256,layout=bhsd,causal=1,seed=9006",
         "b=2,hq=4,hkv=2,sq=130,sk=200,d=200,causal=1,dtype=bf16,seed=9007",
         "b=1,hq=2,sq=65,sk=33,d=136,layout=bhsd,seed=9008",
+        "b=2,hq=8,hkv=2,sq=300,sk=100,d=64,causal=1,wl=0,seed=9009",
+        "b=1,hq=4,hkv=1,sq=70,sk=333,d=128,causal=1,wl=40,dtype=bf16,seed=9010",
+        "b=2,hq=6,hkv=2,sq=257,sk=257,d=96,wl=63,wr=65,layout=bhsd,seed=9011",
+        "b=1,hq=4,hkv=2,sq=129,sk=200,d=64,wl=0,wr=0,dtype=bf16,seed=9012",
+        "b=2,hq=4,hkv=2,sq=150,sk=191,d=160,causal=1,softcap=5,seed=9013",
+        "b=2,hq=8,hkv=4,sq=65,sk=300,d=32,softcap=30,dtype=bf16,seed=9014",
+        "b=2,hq=4,hkv=1,sq=200,sk=130,d=128,alibi=head,seed=9015",
+        "b=3,hq=4,hkv=2,sq=100,sk=100,d=64,causal=1,alibi=batch,dtype=bf16,seed=9016",
+        "b=2,hq=8,hkv=2,sq=129,sk=257,d=256,causal=1,wl=100,softcap=50.5,alibi=batch,seed=9017",
+        "b=1,hq=6,hkv=3,sq=90,sk=45,d=72,wl=8,wr=30,softcap=1,alibi=head,dtype=bf16,seed=9018",
     ]
     .iter()
     .map(|a| Case::parse(a).expect("the backward edge list parses"))
     .filter(|c| caps.head_dims.contains(c.problem.head_dim))
+    .filter(|c| caps.modes.missing(&c.problem.modes).is_none())
     .collect()
 }
 
@@ -483,23 +498,81 @@ mod tests {
         }
     }
 
+    /// A backward kernel that claims the modes of the scores draws them (windows, causal too,
+    /// softcap, ALiBi both ways, with GQA) in half its cases, on dense storage the core's
+    /// backward validation takes, and gets them on its edge list; one that claims none draws
+    /// dense problems only.
     #[test]
-    fn backward_cases_are_dense_and_in_bounds() {
+    fn backward_cases_draw_the_modes_a_kernel_claims_and_stay_in_bounds() {
         // The scalar backward takes every head dim, so the whole edge list applies to it.
         let caps = flashcore::backward_kernel("scalar")
             .expect("the scalar backward is compiled in")
             .capabilities();
-        assert_eq!(caps.modes, ModeSupport::NONE);
+        assert_eq!(caps.modes, flashcore::backward::SCORE_MODES);
         let mut runner = TestRunner::deterministic();
-        let s = dense_case_strategy(&caps, 300);
-        for _ in 0..200 {
+        let s = case_strategy(&caps, 300);
+        let (mut with_modes, mut windows, mut causal_windows, mut softcap, mut alibi) =
+            (0, 0, 0, 0, [0; 2]);
+        let mut gqa_modes = 0;
+        for _ in 0..300 {
             let c = s.new_tree(&mut runner).unwrap().current();
-            assert!(c.problem.modes.is_dense());
-            assert!(c.problem.seq_q <= 300 && c.problem.seq_k <= 300);
-            flashcore::backward::validate_backward(&c.problem).unwrap();
+            let (p, m) = (&c.problem, &c.problem.modes);
+            assert!(p.seq_q <= 300 && p.seq_k <= 300);
+            flashcore::backward::validate_backward(p).unwrap();
+            assert_eq!(caps.modes.missing(m), None);
+            assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
+            with_modes += !m.is_dense() as usize;
+            windows += (m.window_left.is_some() || m.window_right.is_some()) as usize;
+            causal_windows += (p.causal && m.window_left.is_some()) as usize;
+            softcap += m.softcap.is_some() as usize;
+            match m.alibi {
+                Some(AlibiSlopes::PerHead) => alibi[0] += 1,
+                Some(AlibiSlopes::PerBatchHead) => alibi[1] += 1,
+                None => {}
+            }
+            gqa_modes += (!m.is_dense() && p.heads_kv < p.heads_q) as usize;
         }
+        assert!((100..=200).contains(&with_modes), "{with_modes} of 300");
+        assert!(
+            windows > 50 && causal_windows > 10,
+            "{windows} {causal_windows}"
+        );
+        assert!(
+            softcap > 20 && alibi.iter().all(|&n| n > 10),
+            "{softcap} {alibi:?}"
+        );
+        assert!(gqa_modes > 30, "{gqa_modes}");
         let edges = backward_edge_cases(&caps);
-        assert_eq!(edges.len(), 8);
+        assert_eq!(edges.len(), 18);
         assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
+        // The oracle's problem of a mode edge has its modes, the slopes as drawn.
+        let c = &edges[16];
+        let op = c.oracle_problem();
+        assert_eq!((op.window_left, op.softcap), (Some(100), Some(50.5)));
+        let slopes = c.draw().alibi_slopes.unwrap();
+        assert_eq!(op.alibi_slopes.unwrap()[9], slopes[9] as f64);
+        // The forward's mode edges with windows, softcap or ALiBi alone come up too.
+        let all = edge_cases(&caps);
+        assert!(all
+            .iter()
+            .any(|c| c.problem.modes.window_left == Some(1000)));
+        assert!(all
+            .iter()
+            .all(|c| flashcore::backward::validate_backward(&c.problem).is_ok()));
+        let none = Capabilities {
+            modes: ModeSupport::NONE,
+            ..caps
+        };
+        assert_eq!(backward_edge_cases(&none).len(), 8);
+        let s = case_strategy(&none, 300);
+        for _ in 0..50 {
+            assert!(s
+                .new_tree(&mut runner)
+                .unwrap()
+                .current()
+                .problem
+                .modes
+                .is_dense());
+        }
     }
 }

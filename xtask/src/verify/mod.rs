@@ -2,7 +2,8 @@
 //! in, plus a fixed list of edge cases, judged by the oracle's one tolerance rule.
 //!
 //! One driver runs both passes: the forward generations (`--pass fwd`) and the backward kernels
-//! (`--pass bwd`, on dense problems only), each kernel a [`Subject`]; what differs between the
+//! (`--pass bwd`: dense storage, with the modes of the scores a kernel takes), each kernel a
+//! [`Subject`]; what differs between the
 //! passes (names, cases, rerun lines) is [`Pass`]'s. The cases are `cases.rs`'s, the oracle's
 //! GPU-free self-checks `self_check.rs`'s.
 
@@ -18,7 +19,7 @@ use proptest::strategy::ValueTree;
 
 use crate::case::{run_backward_case, run_case, Case, Outcome};
 use crate::progress::CaseProgress;
-use cases::{backward_edge_cases, dense_case_strategy, seeded_runner};
+use cases::{backward_edge_cases, seeded_runner};
 
 pub use cases::{case_strategy, edge_cases};
 pub use self_check::{oracle_backward_self_check, oracle_self_check};
@@ -70,8 +71,10 @@ impl Pass {
         e
     }
 
-    /// The random cases' generator for a kernel: the forward's draws inference modes where the
-    /// kernel takes them, the backward's dense problems only; each pass its own seed stream.
+    /// The random cases' generator for a kernel: both passes draw the forward sweep's cases,
+    /// with the inference modes the kernel's capabilities claim (a backward kernel claims at
+    /// most windows, softcap and ALiBi; one that claims none draws dense problems, as before);
+    /// each pass its own seed stream.
     fn strategy(
         self,
         caps: &Capabilities,
@@ -89,7 +92,7 @@ impl Pass {
             }
             Pass::Bwd => (
                 seeded_runner(seed ^ 0xb4c4_3a2d, opts.cases),
-                dense_case_strategy(caps, opts.max_seq),
+                case_strategy(caps, opts.max_seq),
             ),
         }
     }
@@ -290,9 +293,9 @@ fn backward_subjects(opts: &Options) -> Result<Vec<Subject>> {
 }
 
 /// `verify`: the forward sweep, or with `--pass bwd` the backward kernels on the forward's edge
-/// list plus their own and on random dense problems (`dense_case_strategy`: the forward sweep's
-/// shapes without inference modes), each judged by the oracle's rule of its pass; the first
-/// failure of each kernel is shrunk.
+/// list plus their own and on random problems (`case_strategy`: the forward sweep's shapes, with
+/// the windows, softcap and ALiBi a backward kernel claims), each judged by the oracle's rule of
+/// its pass; the first failure of each kernel is shrunk.
 pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
     let info = device.info();
     let subjects = match opts.pass {

@@ -3,8 +3,8 @@
 
 use flashcore::cudarc::driver::CudaSlice;
 use flashcore::{
-    AttentionBackward, AttentionProblem, BackwardTensors, DType, Device, Error, ProblemStrides,
-    TensorMut, TensorRef,
+    AttentionBackward, AttentionProblem, BackwardTensors, DType, Device, DeviceTables, Error,
+    ProblemStrides, TensorMut, TensorRef,
 };
 
 use super::placement::{Padding, Placement};
@@ -70,6 +70,8 @@ pub(super) struct HostBits {
     pub(super) o: Vec<u16>,
     pub(super) d_o: Vec<u16>,
     pub(super) lse: Vec<f32>,
+    /// The forward's ALiBi slopes, for a problem with ALiBi.
+    pub(super) alibi_slopes: Option<Vec<f32>>,
 }
 
 impl HostBits {
@@ -84,6 +86,7 @@ impl HostBits {
             o: bits(crate::inputs::to_layout(bi.forward.o.view(), p.layout)),
             d_o: bits(bi.d_o.view()),
             lse: bi.forward.lse.iter().copied().collect(),
+            alibi_slopes: bi.alibi_slopes.clone(),
         }
     }
 }
@@ -100,6 +103,8 @@ pub(super) struct BwdBuffers {
     /// dQ, dK, dV.
     pub(super) grads: [CudaSlice<u16>; 3],
     pub(super) images: Option<[CudaSlice<u16>; 3]>,
+    /// The ALiBi slopes of a problem with ALiBi.
+    pub(super) alibi_slopes: Option<CudaSlice<f32>>,
     /// Element offsets of Q, K, V, O, dO, LSE, dQ, dK, dV in their buffers.
     pub(super) off: [usize; 9],
 }
@@ -150,6 +155,10 @@ impl BwdBuffers {
         } else {
             None
         };
+        let alibi_slopes = match &hb.alibi_slopes {
+            Some(s) => Some(upload_f32(dev, "alibi_slopes", s)?),
+            None => None,
+        };
         let f = |pl: &Placement| pl.front;
         Ok(BwdBuffers {
             p: p.clone(),
@@ -157,6 +166,7 @@ impl BwdBuffers {
             lse,
             grads,
             images,
+            alibi_slopes,
             off: [
                 f(&places.q),
                 f(&places.k),
@@ -235,7 +245,11 @@ impl BwdBuffers {
                 dtype: dt,
             },
         };
-        kernel.backward(dev, p, &mut t)?;
+        let tables = DeviceTables {
+            alibi_slopes: self.alibi_slopes.as_ref().map(|s| s.as_view()),
+            ..DeviceTables::default()
+        };
+        flashcore::backward_on_with_tables(kernel, dev, dev.stream(), p, &mut t, &tables)?;
         dev.synchronize()
     }
 

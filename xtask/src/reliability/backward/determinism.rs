@@ -1,7 +1,8 @@
-//! `determinism`: a GQA causal problem with several key tiles at each head dim, run
+//! `determinism`: a GQA causal problem with several key tiles at each head dim, and at the first
+//! one the same with a left window, softcap and ALiBi where the kernel takes them, run
 //! `--backward-runs` times, gives bit-identical dQ, dK, dV every time.
 
-use flashcore::{AttentionProblem, Capabilities, Error};
+use flashcore::{AlibiSlopes, AttentionProblem, Capabilities, Error, Modes};
 
 use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
 use super::KernelCheck;
@@ -14,10 +15,12 @@ pub(super) const DETERMINISM_DIMS: &[usize] = &[128, 64];
 
 /// GQA (8:2) and causal where the kernel takes them, 700 rows and keys (several key tiles of
 /// every tile size, with a tail), at each of `wanted`'s head dims the kernel takes; the dims take
-/// different dtypes and layouts where the kernel has them.
+/// different dtypes and layouts where the kernel has them. Then, for a kernel that takes the
+/// modes of the scores, the first of them again with a left window of 300 keys (key tiles
+/// whose query walk stops before the last query tile), softcap and ALiBi per (batch, head).
 pub(super) fn determinism_problems(caps: &Capabilities, wanted: &[usize]) -> Vec<AttentionProblem> {
     let (hq, hkv) = if caps.gqa { (8, 2) } else { (8, 8) };
-    dims_in(&caps.head_dims, wanted)
+    let mut v: Vec<AttentionProblem> = dims_in(&caps.head_dims, wanted)
         .into_iter()
         .enumerate()
         .map(|(i, d)| {
@@ -27,7 +30,18 @@ pub(super) fn determinism_problems(caps: &Capabilities, wanted: &[usize]) -> Vec
                 .with_dtype(caps.dtypes[i % caps.dtypes.len()])
                 .with_layout(caps.layouts[i % caps.layouts.len()])
         })
-        .collect()
+        .collect();
+    let modes = Modes {
+        window_left: Some(300),
+        softcap: Some(30.0),
+        alibi: Some(AlibiSlopes::PerBatchHead),
+        ..Modes::default()
+    };
+    if let Some(first) = v.first().filter(|_| caps.modes.missing(&modes).is_none()) {
+        let with_modes = first.clone().with_modes(modes);
+        v.push(with_modes);
+    }
+    v
 }
 
 pub(super) fn determinism(cx: &KernelCheck, p: &AttentionProblem, report: &mut Report) {
@@ -36,7 +50,15 @@ pub(super) fn determinism(cx: &KernelCheck, p: &AttentionProblem, report: &mut R
         kernel: k,
         args,
     } = *cx;
-    let line = cx.start(format_args!("determinism d={}", p.head_dim));
+    let line = cx.start(format_args!(
+        "determinism d={}{}",
+        p.head_dim,
+        if p.modes.is_dense() {
+            ""
+        } else {
+            " (window, softcap, ALiBi)"
+        }
+    ));
     if !k.deterministic() {
         let why = "not deterministic by design (dQ accumulated with f32 atomics); its \
                    deterministic schedule is checked under its own name";
@@ -98,6 +120,14 @@ mod tests {
             valid_problems_per_kernel(|c| determinism_problems(c, DETERMINISM_DIMS))
         {
             assert!(!v.is_empty(), "{name}");
+            // One mode problem, last, where the kernel claims the modes of the scores.
+            let modes = v.iter().filter(|p| !p.modes.is_dense()).count();
+            assert_eq!(
+                modes,
+                (caps.modes.window && caps.modes.alibi) as usize,
+                "{name}"
+            );
+            assert!(v[..v.len() - modes].iter().all(|p| p.modes.is_dense()));
             for p in &v {
                 assert!(p.seq_k >= 5 * 128 && p.seq_k % 64 != 0);
                 assert!(
