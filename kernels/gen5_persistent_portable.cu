@@ -24,16 +24,17 @@
 //     The pipeline state (stages, phases) carries across work items; nothing is drained between
 //     items, only once at the very end.
 //
-// Shared memory (dynamic, bytes), T(r) = r * D * 2:
+// Shared memory (dynamic, bytes), T(r) = r * D * 2, TV(r) = r * DV * 2:
 //   [0, QS * T(BM))                    Q ring (QS = Q_STAGES buffers)
 //   [.., + STAGES * T(BN))             K ring
-//   [.., + STAGES * T(BN))             V ring
+//   [.., + STAGES * TV(BN))            V ring
 //   [.., + 256)                        mbarriers (full; + empty in debug builds), then 8 bytes of
 //                                      item info per consumer warp
-//   SMEM_BYTES = QS * T(BM) + 2 * STAGES * T(BN) + 256 (crates/gen5-persistent/src/portable.rs
+//   SMEM_BYTES = QS * T(BM) + STAGES * (T(BN) + TV(BN)) + 256 (crates/gen5-persistent/src/portable.rs
 //   repeats it)
 //
-// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_PORTABLE_PAD_D
+// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_HEAD_DIM_V (V's
+// and O's head dim DV, a multiple of 32 up to 256, default FC_HEAD_DIM: see below); FC_PORTABLE_PAD_D
 // (0|1, default 0: p.head_dim is below FC_HEAD_DIM, see below); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
 // FC_PORTABLE_BLOCK_N (keys per K/V tile, 64 | 128; default 64); FC_PORTABLE_STAGES (K/V ring
 // depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
@@ -73,6 +74,19 @@
 // Multiples of 32 up to 256: the swizzled tile (common/smem_layout.cuh) takes rows of 4k chunks.
 #if FC_HEAD_DIM % 32 != 0 || FC_HEAD_DIM < 32 || FC_HEAD_DIM > 256
 #error "gen5_persistent_portable supports FC_HEAD_DIM 32, 64, 96, 128, 160, 192, 224 and 256"
+#endif
+// V's and O's head dim where it differs from Q's and K's (FlashAttention 3's headdim_v: DeepSeek's
+// 192 / 128). Only the parts that touch V or O read it: the V ring and its loads, the P·V product
+// (warp_pv) and the O accumulator, the epilogue's stores. S = Q·Kᵀ and the softmax do not change.
+// A distinct DV is an instance of its own (never padded); FC_PORTABLE_PAD_D then pads Q and K only.
+#ifndef FC_HEAD_DIM_V
+#define FC_HEAD_DIM_V FC_HEAD_DIM
+#define FC_PORTABLE_PAD_V (FC_PORTABLE_PAD_D != 0)  // V's and O's columns padded as Q's and K's
+#else
+#define FC_PORTABLE_PAD_V 0
+#endif
+#if FC_HEAD_DIM_V % 32 != 0 || FC_HEAD_DIM_V < 32 || FC_HEAD_DIM_V > 256
+#error "gen5_persistent_portable supports FC_HEAD_DIM_V 32, 64, ..., 256"
 #endif
 #ifndef FC_PORTABLE_WARPS
 #define FC_PORTABLE_WARPS 8
@@ -133,6 +147,9 @@
 namespace fcp {
 
 constexpr int D = FC_HEAD_DIM;
+// V's and O's columns. (An enumerator, not a constant: a new namespace-scope constant would be
+// emitted into the PTX of every build.)
+enum : int { DV = FC_HEAD_DIM_V };
 constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
 // m16 row tiles per consumer warp. Two (32 rows, FlashAttention-2's split) make every K and V
 // fragment read from shared memory feed two mma.sync instead of one: half the ldmatrix traffic
@@ -162,11 +179,12 @@ static_assert(STAGES >= 2 && Q_STAGES + 2 * STAGES <= 15, "FC_PORTABLE_STAGES to
 
 using Tile = SwizzledTile<D>;
 constexpr int Q_BYTES = Tile::bytes(BM);
-constexpr int KV_BYTES = Tile::bytes(BN);
+constexpr int KV_BYTES = Tile::bytes(BN);                // a K stage
+enum : int { V_BYTES = SwizzledTile<DV>::bytes(BN) };  // a V stage
 constexpr int OFF_Q = 0;
 constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
-constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * V_BYTES;
 constexpr int BAR_BYTES = 256;
 constexpr bool MODES = FC_PORTABLE_MODES;
 // Modes build: per consumer warp, 8 ints after the barrier region (first row, one past the last
@@ -207,6 +225,8 @@ __device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_ST
 // 16-byte chunks of a Q, K or V row in memory: the tile's, or fewer when the head dim is padded.
 // (The switch stays a macro: a namespace-scope constant is emitted into the PTX of every build.)
 __device__ __forceinline__ int row_chunks(const AttentionParams& p) { return head_chunks<FC_PORTABLE_PAD_D != 0, D>(p.head_dim); }
+// The same for V's rows (DV wide).
+__device__ __forceinline__ int v_row_chunks(const AttentionParams& p) { return head_chunks<FC_PORTABLE_PAD_V, DV>(p.head_dim); }
 
 // Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -377,13 +397,19 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
 // mapping (lane_row_a / lane_chunk_a, identical to lane_row_v / lane_chunk_v), K the K-style one
 // (lane_row_k / lane_chunk_k), so that ldmatrix returns the registers in the order HMMA wants them
 // (A in 4, B in 2 consecutive registers: a permuted load would cost register moves).
-__device__ __forceinline__ unsigned lane_slice0(int row, int chunk) { return 2u * (unsigned)Tile::offset(row, chunk); }
+// (kCols: the tile's width, D for Q and K, DV for V.)
+template <int kCols = D>
+__device__ __forceinline__ unsigned lane_slice0(int row, int chunk) {
+    return 2u * (unsigned)SwizzledTile<kCols>::offset(row, chunk);
+}
 
+template <int kCols = D>
 __device__ __forceinline__ unsigned slice_address(unsigned lane_addr, int ds, int row_shift) {
-    constexpr int kSlices = Tile::kSlicesPerPeriod;           // 4, or 2 when D % 64 == 32
-    constexpr int kPeriodBytes = 16 * Tile::kPeriodChunks;   // 128, or 64
+    using T = SwizzledTile<kCols>;
+    constexpr int kSlices = T::kSlicesPerPeriod;           // 4, or 2 when kCols % 64 == 32
+    constexpr int kPeriodBytes = 16 * T::kPeriodChunks;   // 128, or 64
     return (lane_addr ^ (unsigned)(32 * (ds % kSlices))) + (unsigned)(kPeriodBytes * (ds / kSlices)) +
-           (unsigned)(row_shift * D * 2);
+           (unsigned)(row_shift * kCols * 2);
 }
 
 // Q fragments of slices 0 .. kQRegs-1 of each of the warp's m16 row tiles (held in registers for
@@ -435,10 +461,10 @@ __device__ __forceinline__ void warp_qk(float (&s)[M_TILES][kKeys / 8][4], const
     }
 }
 
-// O += P·V (as warp_pv in mma.cuh), each V fragment shared by the warp's m16 row tiles.
-// `v_lane` = this lane's A-style slice-0 address in the V tile.
+// O += P·V (as warp_pv in mma.cuh), each V fragment shared by the warp's m16 row tiles. O and the
+// V tile are DV columns wide. `v_lane` = this lane's A-style slice-0 address in the V tile.
 template <int kKeys>
-__device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const float (&p)[M_TILES][kKeys / 8][4],
+__device__ __forceinline__ void warp_pv(float (&o)[M_TILES][DV / 8][4], const float (&p)[M_TILES][kKeys / 8][4],
                                         unsigned v_lane) {
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
@@ -446,9 +472,9 @@ __device__ __forceinline__ void warp_pv(float (&o)[M_TILES][D / 8][4], const flo
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) a[mt] = p_fragment(p[mt], ks);
 #pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
+        for (int dp = 0; dp < DV / 16; ++dp) {
             unsigned b[4];
-            ldmatrix_x4_trans(b, slice_address(v_lane, dp, 16 * ks));
+            ldmatrix_x4_trans(b, slice_address<DV>(v_lane, dp, 16 * ks));
             mma_row_tiles(o, a, b, dp);
         }
     }
@@ -483,8 +509,8 @@ __device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqI
                                p.q_row_stride, min(BM, seq.len_q - q0), lane, row_chunks(p));
 }
 
-// Producer: key rows [k0, k0 + BN) of sequence b, kv head h_kv, of K (kIsK) or V into the stage
-// at `dst`, through kv_rows.cuh (strided: dense tensor, contiguous cache, packed varlen; paged:
+// Producer: key rows [k0, k0 + BN) of sequence b, kv head h_kv, of K (kIsK, D columns) or V (DV)
+// into the stage at `dst`, through kv_rows.cuh (strided: dense tensor, contiguous cache, packed varlen; paged:
 // one lookup per 16-row group, or per tile inside one page). Rows at or past len_k (a cache's unused slots, unused
 // pages, the next packed sequence) are zero-filled with no global read: P is 0 there, but
 // 0 * NaN would still reach O. k0 < len_k (the tile holds a visible key).
@@ -498,18 +524,21 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     // pages: one lookup per 16-row group, each lane looking up one group (a lookup per copy made the
     // producer warp the bottleneck, 3.4-5.4x the contiguous time; every lane walking every group,
     // 1.31x).
+    constexpr int kCols = kIsK ? D : DV;
+    constexpr bool kPad = kIsK ? FC_PORTABLE_PAD_D != 0 : FC_PORTABLE_PAD_V;
+    const int chunks = kIsK ? row_chunks(p) : v_row_chunks(p);
     if (p.block_table != nullptr && p.block_size % BN != 0) {
-        load_tile_groups_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(
+        load_tile_groups_async<BN, kCols, 32, kPad>(
             dst,
             [&](int g) {
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
                                     : v_row_offset(p, seq, b, h_kv, k0 + 16 * g));
             },
-            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
+            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, chunks);
     } else {
-        load_tile_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(dst,
+        load_tile_async<BN, kCols, 32, kPad>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
-                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, row_chunks(p));
+                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, chunks);
     }
 }
 
@@ -659,7 +688,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 load_kv_tile<true>(p, seq, w.b, h_kv, k0, sK + stage * KV_BYTES, lane);
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
-                load_kv_tile<false>(p, seq, w.b, h_kv, k0, sV + stage * KV_BYTES, lane);
+                load_kv_tile<false>(p, seq, w.b, h_kv, k0, sV + stage * V_BYTES, lane);
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
                     stage = 0;
@@ -677,8 +706,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                                            p.k_row_stride, rows, lane, row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
-                load_tile_async<BN, D, 32, FC_PORTABLE_PAD_D != 0>(sV + stage * KV_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
-                                           p.v_row_stride, rows, lane, row_chunks(p));
+                load_tile_async<BN, DV, 32, FC_PORTABLE_PAD_V>(sV + stage * V_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
+                                            p.v_row_stride, rows, lane, v_row_chunks(p));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
                     stage = 0;
@@ -711,8 +740,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
     const int tig = lane % 4;    // this lane's columns: 2*tig, 2*tig+1 of every n8 tile
     const int warp_row0 = warp * WARP_ROWS;
     // This lane's slice-0 ldmatrix addresses relative to a tile (see slice_address).
-    const unsigned a_off = lane_slice0(lane_row_a(lane), lane_chunk_a(lane));  // Q and V
+    const unsigned a_off = lane_slice0(lane_row_a(lane), lane_chunk_a(lane));  // Q (and V when DV == D)
     const unsigned k_off = lane_slice0(lane_row_k(lane), lane_chunk_k(lane));  // K
+    const unsigned v_off = DV == D ? a_off : lane_slice0<DV>(lane_row_a(lane), lane_chunk_a(lane));  // V
     // The item's shape, parked in this warp's shared-memory slot and re-read per tile (an LDS
     // instead of two registers held across the K/V loop): first query row, number of K/V tiles.
 #if FC_PORTABLE_MODES
@@ -731,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #if !FC_PORTABLE_DYNAMIC
         if ((int)(ring >> RING_ITEM_SHIFT) >= total_items(p)) break;
 #endif
-        float o[M_TILES][D / 8][4];
+        float o[M_TILES][DV / 8][4];
         SoftmaxRows st[M_TILES];
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
@@ -827,7 +857,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                         for (int mt = 0; mt < M_TILES; ++mt) online_softmax_update(s[mt], o[mt], st[mt]);
 
                         pl_mbar_wait(bars + 8 * slot_v(stage), phase, TAG_V_FULL, stage, n);
-                        warp_pv<BN>(o, s, sV + stage * KV_BYTES + a_off);
+                        warp_pv<BN>(o, s, sV + stage * V_BYTES + v_off);
                         release(bars, slot_v(stage));
                     } else {
                         release(bars, slot_k(stage));
@@ -882,8 +912,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #endif
                     elem_t* o_row = static_cast<elem_t*>(p.o) + o_at(row);
 #pragma unroll
-                    for (int j = 0; j < D / 8; ++j)
-                        if (chunk_in_head<FC_PORTABLE_PAD_D != 0>(p.head_dim, j))
+                    for (int j = 0; j < DV / 8; ++j)  // O's columns: V's head dim
+                        if (chunk_in_head<FC_PORTABLE_PAD_V>(p.head_dim, j))
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
                     if (tig == 0 && p.lse != nullptr) p.lse[lse_at(row)] = lse[mt][r] * undefined;

@@ -37,6 +37,11 @@ pub const PROBLEM_SIZES: &[(usize, usize, usize)] = &[(2, 8, 1024), (1, 8, 512),
 /// (FC_HOPPER_SPREAD_PAGES).
 pub const MODE_PROBLEMS: &[(usize, usize)] = &[(2, 64), (16, 64), (2, 16), (16, 16)];
 
+/// (head_dim, head_dim_v) pairs compiled for kernels that take a V head dim of their own
+/// (`Capabilities::distinct_head_dim_v`): DeepSeek-V2/V3 prefill's (192, 128). Their dense,
+/// every-mode and decode-shaped problems are planned as the equal-dim ones are.
+pub const DISTINCT_V_DIMS: &[(usize, usize)] = &[(192, 128)];
+
 /// A problem with every inference mode on (paged cache with `seqused_k`, window, softcap, ALiBi,
 /// causal): kernels that claim modes compile a separate build for them (e.g. the Hopper path's
 /// `FC_HOPPER_MODES`), and that build must be free of spills too.
@@ -504,10 +509,29 @@ pub fn run(
             let batch_invariant = representative_head_dims(&caps.head_dims)
                 .into_iter()
                 .flat_map(batch_invariant_problems);
+            let distinct_v = DISTINCT_V_DIMS
+                .iter()
+                .filter(|&&(d, _)| {
+                    caps.distinct_head_dim_v && head_dims.is_none_or(|only| only.contains(&d))
+                })
+                .flat_map(|&(d, dv)| {
+                    let dense = PROBLEM_SIZES
+                        .iter()
+                        .map(move |&(b, h, s)| AttentionProblem::new(b, h, s, d));
+                    let modes = MODE_PROBLEMS
+                        .iter()
+                        .map(move |&(b, rows)| every_mode_problem(d, b, rows))
+                        .chain([2, 16].map(|b| contiguous_cache_problem(d, b)));
+                    dense
+                        .chain(modes)
+                        .chain([decode_problem(d, 1)])
+                        .map(move |p| p.with_head_dim_v(dv))
+                });
             for problem in dense_problems
                 .chain(mode_problems)
                 .chain(decode_problems)
                 .chain(batch_invariant)
+                .chain(distinct_v)
             {
                 let problem = problem.with_dtype(dtype);
                 let Ok(plan) = kernel.plan(&problem, &dev) else {

@@ -283,6 +283,7 @@ pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bo
         && cfg.mode == DecodeMode::Auto
         && problem.modes.packed_q.is_some()
         && HEAD_DIMS.contains(&problem.head_dim)
+        && !problem.has_distinct_head_dim_v()
         && problem.q_heads_per_kv() <= Q_TILE_ROWS
         && !takes(problem, cfg)
 }
@@ -356,6 +357,7 @@ pub(crate) fn or_persistent(
 /// KV head that fit one packed tile.
 pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
     HEAD_DIMS.contains(&problem.head_dim)
+        && !problem.has_distinct_head_dim_v()
         && match cfg.mode {
             DecodeMode::Off => false,
             DecodeMode::Force => true,
@@ -424,6 +426,16 @@ fn plan_route(
         return Err(Unsupported::new(
             kernel,
             format!("the decode kernel is built for head_dim 64, 128 and 256, not {d}"),
+        ));
+    }
+    if problem.has_distinct_head_dim_v() {
+        // Its split partials and combine are one head dim wide; the persistent kernel takes these.
+        return Err(Unsupported::new(
+            kernel,
+            format!(
+                "the decode kernel takes one head dim for Q, K and V (head_dim_v {} differs from {d})",
+                problem.head_dim_v()
+            ),
         ));
     }
     let stages = cfg.stages.unwrap_or_else(|| stages(d, device));

@@ -77,6 +77,8 @@ pub const MAX_ITEMS: usize = 1 << 25;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub head_dim: usize,
+    /// V's and O's head dim (FC_HEAD_DIM_V when it differs from `head_dim`).
+    pub head_dim_v: usize,
     /// Consumer warps (FC_PORTABLE_WARPS); the q tile is 16 x m_tiles x warps rows.
     pub warps: usize,
     /// m16 row tiles per consumer warp (FC_PORTABLE_WARP_M_TILES): 1 (16 rows) or 2 (32 rows,
@@ -108,15 +110,12 @@ impl Config {
         32 * (self.warps as u32 + 1)
     }
     /// Dynamic shared memory; mirrors `SMEM_BYTES` in the kernel:
-    /// Q_STAGES x (BM x D) + 2 x STAGES x (BN x D) elements of 2 bytes, + BAR_BYTES
+    /// Q_STAGES x (BM x D) + STAGES x (BN x D + BN x DV) elements of 2 bytes, + BAR_BYTES
     /// (+ 32 bytes per consumer warp in the modes build).
     pub fn smem_bytes(&self) -> usize {
         let q = self.block_m() * self.head_dim * 2;
-        let kv = self.block_n * self.head_dim * 2;
-        self.q_stages * q
-            + 2 * self.stages * kv
-            + BAR_BYTES
-            + mode_info_bytes(self.warps, self.modes)
+        let kv = self.block_n * (self.head_dim + self.head_dim_v) * 2;
+        self.q_stages * q + self.stages * kv + BAR_BYTES + mode_info_bytes(self.warps, self.modes)
     }
 }
 
@@ -137,8 +136,21 @@ pub fn smem_bytes(
     stages: usize,
     q_stages: usize,
 ) -> usize {
+    smem_bytes_v(head_dim, head_dim, block_m, block_n, stages, q_stages)
+}
+
+/// [`smem_bytes`] with V's own head dim (the V ring's rows are `head_dim_v` wide).
+pub fn smem_bytes_v(
+    head_dim: usize,
+    head_dim_v: usize,
+    block_m: usize,
+    block_n: usize,
+    stages: usize,
+    q_stages: usize,
+) -> usize {
     Config {
         head_dim,
+        head_dim_v,
         warps: block_m / 16,
         m_tiles: 1,
         block_n,
@@ -217,6 +229,7 @@ pub fn register_budget(warps: usize, ctas_per_sm: usize) -> usize {
 ///   varlen batch).
 pub fn choose_config(
     head_dim: usize,
+    head_dim_v: usize,
     dynamic: bool,
     modes: bool,
     batch_invariant: bool,
@@ -226,7 +239,9 @@ pub fn choose_config(
     let hopper = device.compute_capability >= (9, 0);
     let wide = head_dim > MAX_HEAD_DIM_168_REGISTERS;
     let wide_layout = if wide {
-        Some(wide_head_dim_layout(head_dim, modes, device, ov)?)
+        Some(wide_head_dim_layout(
+            head_dim, head_dim_v, modes, device, ov,
+        )?)
     } else {
         None
     };
@@ -333,7 +348,8 @@ pub fn choose_config(
     };
     let block_m = 16 * m_tiles * warps;
     let fits = |stages: usize, q_stages: usize| {
-        smem_bytes(head_dim, block_m, block_n, stages, q_stages) + mode_info_bytes(warps, modes)
+        smem_bytes_v(head_dim, head_dim_v, block_m, block_n, stages, q_stages)
+            + mode_info_bytes(warps, modes)
             <= per_cta_limit
     };
     let q_stages = match ov.q_stages {
@@ -364,6 +380,7 @@ pub fn choose_config(
     };
     let cfg = Config {
         head_dim,
+        head_dim_v,
         warps,
         m_tiles,
         block_n,
@@ -377,13 +394,12 @@ pub fn choose_config(
     let smem = cfg.smem_bytes();
     if smem > per_cta_limit {
         let q = cfg.block_m() * head_dim * 2;
-        let kv = block_n * head_dim * 2;
+        let kv = block_n * (head_dim + head_dim_v) * 2;
         return Err(Unsupported::new(
             NAME,
             format!(
                 "head_dim {head_dim} needs {smem} bytes of shared memory per block ({q_stages} x Q {q} + \
-                 {stages} x (K + V) {} + {BAR_BYTES} barriers{}), the device allows {per_cta_limit}{}",
-                2 * kv,
+                 {stages} x (K + V) {kv} + {BAR_BYTES} barriers{}), the device allows {per_cta_limit}{}",
                 if modes {
                     format!(" + {} item info", mode_info_bytes(warps, modes))
                 } else {
@@ -407,6 +423,7 @@ pub fn choose_config(
 /// of 32-key tiles.
 fn wide_head_dim_layout(
     head_dim: usize,
+    head_dim_v: usize,
     modes: bool,
     device: &DeviceInfo,
     ov: &Overrides,
@@ -416,8 +433,8 @@ fn wide_head_dim_layout(
     let block_n_choices = ov.block_n.map_or(vec![BLOCK_N, 32], |n| vec![n]);
     for &warps in &warp_choices {
         for &block_n in &block_n_choices {
-            let bytes =
-                smem_bytes(head_dim, 16 * warps, block_n, 2, 1) + mode_info_bytes(warps, modes);
+            let bytes = smem_bytes_v(head_dim, head_dim_v, 16 * warps, block_n, 2, 1)
+                + mode_info_bytes(warps, modes);
             if bytes <= limit {
                 return Ok((warps, block_n));
             }
@@ -428,7 +445,8 @@ fn wide_head_dim_layout(
         warp_choices[warp_choices.len() - 1],
         block_n_choices[block_n_choices.len() - 1],
     );
-    let least = smem_bytes(head_dim, 16 * warps, block_n, 2, 1) + mode_info_bytes(warps, modes);
+    let least = smem_bytes_v(head_dim, head_dim_v, 16 * warps, block_n, 2, 1)
+        + mode_info_bytes(warps, modes);
     Err(Unsupported::new(
         NAME,
         format!(
@@ -447,6 +465,28 @@ pub fn default_q_slices(head_dim: usize, block_n: usize) -> usize {
     (spare / 4).min(head_dim / 16)
 }
 
+/// The V (and O) head dim of a problem's build: the Q/K build's `d` when V shares the head dim
+/// (padded alike); a distinct V head dim (FlashAttention 3's `headdim_v`) must be an instance
+/// itself, unpadded, and at most `d`: O's registers (DV / 2 a thread) then stay within what the
+/// Q/K layout was sized for.
+pub fn head_dim_v_build(problem: &AttentionProblem, d: usize) -> Result<usize, Unsupported> {
+    if !problem.has_distinct_head_dim_v() {
+        return Ok(d);
+    }
+    let dv = problem.head_dim_v();
+    if !HEAD_DIMS.contains(&dv) || dv > d {
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "head_dim_v {dv} with head_dim {}: a distinct V head dim must be one of {HEAD_DIMS:?} \
+                 and at most the head dim's build ({d})",
+                problem.head_dim
+            ),
+        ));
+    }
+    Ok(dv)
+}
+
 impl PersistentPortable {
     fn plan_with(
         &self,
@@ -459,11 +499,12 @@ impl PersistentPortable {
         let d = instance_head_dim(problem.head_dim).ok_or_else(|| {
             Unsupported::new(NAME, format!("head_dim {} is past 256", problem.head_dim))
         })?;
+        let dv = head_dim_v_build(problem, d)?;
         // Inference modes get their own build (FC_PORTABLE_MODES); dense problems keep the dense
         // one, unchanged.
         let modes = !problem.modes.is_dense();
         let bi = problem.batch_invariant;
-        let static_cfg = choose_config(d, false, modes, bi, device, ov)?;
+        let static_cfg = choose_config(d, dv, false, modes, bi, device, ov)?;
         // (Varlen: seq_q is max_seqlen_q, so every sequence's q tiles have an item; those past
         // a shorter sequence's end finish at once.)
         let items = problem
@@ -477,7 +518,7 @@ impl PersistentPortable {
         // counter's atomics are pure overhead.
         // (Only the Q registers differ between the two: the item size, hence `items`, does not.)
         let cfg = if ov.dynamic.unwrap_or(items > slots) {
-            choose_config(d, true, modes, bi, device, ov)?
+            choose_config(d, dv, true, modes, bi, device, ov)?
         } else {
             static_cfg
         };
@@ -526,6 +567,9 @@ impl PersistentPortable {
         if d != problem.head_dim {
             defines.push(("FC_PORTABLE_PAD_D".to_string(), "1".to_string()));
         }
+        if problem.has_distinct_head_dim_v() {
+            defines.push(("FC_HEAD_DIM_V".to_string(), dv.to_string()));
+        }
         if cfg.dynamic {
             defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
         }
@@ -569,7 +613,7 @@ impl Attention for PersistentPortable {
 
     fn capabilities(&self) -> Capabilities {
         // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80. Every inference mode (the
-        // FC_PORTABLE_MODES build).
+        // FC_PORTABLE_MODES build). V may have its own head dim (FC_HEAD_DIM_V).
         Capabilities::all_features(
             HeadDims::Range {
                 min: 8,
@@ -579,6 +623,7 @@ impl Attention for PersistentPortable {
             (8, 0),
         )
         .with_modes(ModeSupport::ALL)
+        .with_distinct_head_dim_v()
     }
 
     fn plan(
