@@ -40,6 +40,9 @@ impl Case {
         if let Some(scale) = p.softmax_scale {
             s.push_str(&format!(",scale={scale}"));
         }
+        if p.has_distinct_head_dim_v() {
+            s.push_str(&format!(",dv={}", p.head_dim_v()));
+        }
         s.push_str(&ModeKeys::from_modes(&p.modes).to_arg());
         if p.batch_invariant {
             s.push_str(",bi=1");
@@ -53,6 +56,7 @@ impl Case {
         );
         let mut seed = 0u64;
         let mut hkv = None;
+        let mut dv = None;
         let mut modes = ModeKeys::default();
         for kv in s.split(',').filter(|x| !x.trim().is_empty()) {
             let (k, v) = kv
@@ -73,6 +77,7 @@ impl Case {
                 "sq" => p.seq_q = num()?,
                 "sk" => p.seq_k = num()?,
                 "d" => p.head_dim = num()?,
+                "dv" => dv = Some(num()?),
                 "dtype" => p.dtype = v.parse().map_err(|e: String| anyhow!(e))?,
                 "causal" => p.causal = matches!(v.trim(), "1" | "true" | "yes"),
                 "layout" => p.layout = v.parse().map_err(|e: String| anyhow!(e))?,
@@ -83,6 +88,9 @@ impl Case {
             }
         }
         p.heads_kv = hkv.unwrap_or(p.heads_q);
+        if let Some(dv) = dv {
+            p = p.with_head_dim_v(dv);
+        }
         crate::mode_case::apply(&mut p, &modes, seed);
         Ok(Case {
             problem: p,
@@ -164,7 +172,7 @@ pub fn inputs(case: &Case) -> Inputs {
         ),
         v: random_tensor(
             p.dtype,
-            [p.batch, p.heads_kv, p.seq_k, p.head_dim],
+            [p.batch, p.heads_kv, p.seq_k, p.head_dim_v()],
             s.wrapping_mul(3).wrapping_add(2),
         ),
     }

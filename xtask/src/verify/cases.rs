@@ -65,6 +65,21 @@ fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
 /// that takes inference modes, half the cases also draw those (`mode_keys_strategy`).
 pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
     let dense = dense_case_strategy(caps, max_seq);
+    let dense = if caps.distinct_head_dim_v {
+        // A fifth of the dense cases with V's own head dim (`DISTINCT_V_DIMS`).
+        let distinct = (
+            dense_case_strategy(caps, max_seq),
+            distinct_v_dims_strategy(),
+        )
+            .prop_map(|(mut case, (d, dv))| {
+                case.problem.head_dim = d;
+                case.problem = case.problem.with_head_dim_v(dv);
+                case
+            });
+        prop_oneof![4 => dense, 1 => distinct].boxed()
+    } else {
+        dense
+    };
     if caps.modes == ModeSupport::NONE {
         return dense;
     }
@@ -81,6 +96,23 @@ pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case>
             case
         });
     prop_oneof![1 => dense, 1 => with_modes].boxed()
+}
+
+/// (head_dim, head_dim_v) pairs the sweep draws for kernels that take V's own head dim:
+/// DeepSeek-V2/V3 prefill's (192, 128) most often, smaller V dims of other builds, and a padded
+/// Q/K head dim over an exact V dim.
+pub const DISTINCT_V_DIMS: &[(usize, usize)] = &[
+    (192, 128),
+    (192, 128),
+    (192, 128),
+    (128, 64),
+    (256, 128),
+    (96, 64),
+    (184, 128),
+];
+
+fn distinct_v_dims_strategy() -> BoxedStrategy<(usize, usize)> {
+    prop::sample::select(DISTINCT_V_DIMS.to_vec()).boxed()
 }
 
 /// The inference modes a case turns on, within what the kernel takes: varlen, a contiguous or
@@ -267,6 +299,36 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
     }
     if caps.modes != ModeSupport::NONE {
         cases.extend(mode_edge_cases(caps, &dims));
+    }
+    if caps.distinct_head_dim_v {
+        cases.extend(distinct_v_edge_cases(caps));
+    }
+    cases
+}
+
+/// (192, 128) on the edge shapes that matter for V's own width: single rows and keys, causal
+/// both ways, tile boundaries, no keys at all, GQA and MQA, both dtypes and layouts.
+fn distinct_v_edge_cases(caps: &Capabilities) -> Vec<Case> {
+    const LINES: &[&str] = &[
+        "b=1,hq=2,sq=1,sk=1",
+        "b=2,hq=8,hkv=2,sq=1,sk=777,causal=1",
+        "b=1,hq=4,hkv=1,sq=777,sk=1,causal=1",
+        "b=2,hq=2,sq=65,sk=130,causal=1",
+        "b=1,hq=8,hkv=2,sq=1000,sk=200,causal=1",
+        "b=2,hq=4,sq=127,sk=129",
+        "b=1,hq=2,sq=257,sk=257,causal=1",
+        "b=1,hq=2,sq=5,sk=0",
+        "b=2,hq=16,hkv=16,sq=512,sk=512,causal=1",
+    ];
+    let mut cases = Vec::new();
+    for (i, line) in LINES.iter().enumerate() {
+        let dtype = caps.dtypes[i % caps.dtypes.len()];
+        let layout = Layout::ALL[i % 2].name();
+        let arg = format!(
+            "{line},d=192,dv=128,dtype={dtype},layout={layout},seed={}",
+            7000 + i
+        );
+        cases.push(Case::parse(&arg).expect("the edge list parses"));
     }
     cases
 }
@@ -496,6 +558,54 @@ mod tests {
             let c = s.new_tree(&mut runner).unwrap().current();
             assert!(c.problem.modes.mm_prefix.is_none());
         }
+    }
+
+    /// A kernel that takes V's own head dim gets (192, 128) and the other pairs in its sweep
+    /// (dense cases only) and edge list, each a problem the portable plan takes; one that does
+    /// not never draws them.
+    #[test]
+    fn distinct_v_dims_come_up_where_claimed() {
+        let portable = flashcore::kernels()
+            .into_iter()
+            .find(|k| k.name() == "persistent-portable")
+            .unwrap();
+        let caps = portable.capabilities();
+        assert!(caps.distinct_head_dim_v);
+        let h100 = flashcore::DeviceInfo::synthetic_h100();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 600);
+        let mut distinct = 0;
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            let p = &c.problem;
+            p.validate().unwrap();
+            assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
+            if p.has_distinct_head_dim_v() {
+                distinct += 1;
+                assert!(p.modes.is_dense());
+                assert!(DISTINCT_V_DIMS.contains(&(p.head_dim, p.head_dim_v())));
+                portable.supports(p, &h100).unwrap();
+            }
+        }
+        assert!(
+            (20..=100).contains(&distinct),
+            "{distinct} of 300 draw a V dim"
+        );
+        let edges: Vec<Case> = edge_cases(&caps)
+            .into_iter()
+            .filter(|c| c.problem.has_distinct_head_dim_v())
+            .collect();
+        assert!(edges.len() >= 9, "{} edge cases", edges.len());
+        for c in &edges {
+            assert_eq!((c.problem.head_dim, c.problem.head_dim_v()), (192, 128));
+            assert!(c.to_arg().contains(",dv=128"));
+            portable.supports(&c.problem, &h100).unwrap();
+        }
+        let hopper = flashcore::kernels()[0].capabilities();
+        assert!(!hopper.distinct_head_dim_v);
+        assert!(edge_cases(&hopper)
+            .iter()
+            .all(|c| !c.problem.has_distinct_head_dim_v()));
     }
 
     /// A backward kernel that claims the modes of the scores draws them (windows, causal too,
