@@ -298,12 +298,19 @@ fn dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<DType> {
     fa_args::dtype_of(api, &q.1, &k.1, &v.1).map_err(arg_error)
 }
 
-/// O must be Q's shape, dense (the rules' `dense_o`), of Q's dtype; LSE f32 and dense.
-fn check_outputs(q: &Tensor, out: &Tensor, lse: &Tensor) -> PyResult<()> {
-    if out.1 != q.1 || out.2 != q.2 || !out.contiguous() {
+/// O must be dense with Q's shape but V's head dim last (the rules' `o_dims`), of Q's dtype;
+/// LSE f32 and dense.
+fn check_outputs(
+    problem: &AttentionProblem,
+    q: &Tensor,
+    out: &Tensor,
+    lse: &Tensor,
+) -> PyResult<()> {
+    let o_dims = fa_args::o_dims(&q.2, problem.head_dim_v());
+    if out.1 != q.1 || out.2 != o_dims || !out.contiguous() {
         return Err(PyValueError::new_err(format!(
-            "flashcore: out must be contiguous with q's shape {:?} and dtype {}",
-            q.2,
+            "flashcore: out must be contiguous with shape {o_dims:?} (q's, with v's head dim) \
+             and q's dtype {}",
             torch_name(&q.1)
         )));
     }
@@ -380,7 +387,7 @@ fn forward(
     let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
-    check_outputs(&q, &out, &lse)?;
+    check_outputs(&problem, &q, &out, &lse)?;
     launch(py, device, stream, workspace, |dev| {
         forward_on(dev, &problem, [&q, &k, &v], &out, &lse, &tables, false)
     })
@@ -494,8 +501,8 @@ fn prepare_forward(
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     let lse_len = problem.lse_len();
-    let dense_len: usize = q.2.iter().product();
-    let spans = [q.span(), k.span(), v.span(), dense_len, lse_len];
+    let o_len = problem.o_len();
+    let spans = [q.span(), k.span(), v.span(), o_len, lse_len];
     py.detach(|| {
         let device = device(ordinal)?;
         let (_, inner) = flashcore::first_that_takes(flashcore::kernels(), |kern| {
@@ -574,7 +581,7 @@ fn varlen_forward(
         ),
     }
     .map_err(arg_error)?;
-    check_outputs(&q, &out, &lse)?;
+    check_outputs(&problem, &q, &out, &lse)?;
     launch(py, device, stream, workspace, |dev| {
         forward_on(
             dev,
@@ -644,7 +651,7 @@ fn kvcache_forward(
         &opts,
     )
     .map_err(arg_error)?;
-    check_outputs(&q, &out, &lse)?;
+    check_outputs(&problem, &q, &out, &lse)?;
     launch(py, device, stream, workspace, |dev| {
         let Some((k_new, v_new)) = new else {
             return forward_on(
@@ -738,7 +745,7 @@ fn backward(
                 .unwrap_or("a mode")
         )));
     }
-    check_outputs(&q, &out, &lse)?;
+    check_outputs(&problem, &q, &out, &lse)?;
     for (grad, like, gname, lname) in [
         (&dout, &out, "dout", "out"),
         (&dq, &q, "dq", "q"),

@@ -242,6 +242,15 @@ def test_mixed_devices():
         flash_attn_func(q, q, torch.randn(1, 16, 2, 64).half())
 
 
+def test_head_dim_v_output_shape():
+    """V's own head dim (192 / 128): O takes V's, the LSE q's rows."""
+    q, k, v = meta(2, 16, 4, 192), meta(2, 32, 2, 192), meta(2, 32, 2, 128)
+    out, lse = flash_attn_func(q, k, v, causal=True, return_softmax_lse=True)
+    assert out.shape == (2, 16, 4, 128) and lse.shape == (2, 4, 16)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        flash_attn_func(q, k, meta(2, 31, 2, 128))
+
+
 def test_prepared_path_declines_what_is_not_one_cuda_device():
     """The prepared eager path takes plain CUDA tensors only: CPU and meta tensors, and a list
     window (unhashable), go to the general path, which gives the errors above."""

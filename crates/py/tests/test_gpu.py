@@ -627,6 +627,42 @@ def test_backward_not_implemented(mode):
         out.float().sum().backward()
 
 
+# ---- V's own head dim (FlashAttention 3's headdim_v: DeepSeek-V2/V3 prefill's 192 and 128) ----
+
+
+@parametrize("want_lse", [False, True])
+@parametrize("modes", list(MODE_SETS))
+@parametrize("causal", [False, True])
+@parametrize("nheads,nheads_k", GQA)
+@parametrize("dtype", DTYPES)
+def test_flash_attn_head_dim_v(dtype, nheads, nheads_k, causal, modes, want_lse):
+    """q and k at 192, v at 128: O comes out at 128, through the prepared path (no LSE wanted,
+    no ALiBi) and the general one."""
+    torch.manual_seed(0)
+    m = MODE_SETS[modes]
+    q = randn((2, 113, nheads, 192), dtype, q_scale(m["softcap"]))
+    k = randn((2, 203, nheads_k, 192), dtype)
+    v = randn((2, 203, nheads_k, 128), dtype)
+    kw = dict(causal=causal, window_size=m["window_size"], softcap=m["softcap"],
+              alibi_slopes=make_alibi(m["alibi"], 2, nheads))
+    for _ in range(2):  # the second call of a key takes the prepared plan
+        res = flash_attn_func(q, k, v, **kw, return_softmax_lse=want_lse)
+        out, lse = res if want_lse else (res, None)
+        assert out.shape == (2, 113, nheads, 128) and out.dtype == dtype
+        check_attention(out, lse, partial(attention_ref, q, k, v, **kw))
+
+
+def test_flash_attn_head_dim_v_backward_refused():
+    """No backward kernel takes a V head dim of its own: refused when backward runs."""
+    torch.manual_seed(0)
+    q, k = (randn((1, 64, 2, 192), torch.bfloat16, requires_grad=True) for _ in range(2))
+    v = randn((1, 64, 2, 128), torch.bfloat16, requires_grad=True)
+    out = flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (1, 64, 2, 128)
+    with pytest.raises(NotImplementedError):
+        out.float().sum().backward()
+
+
 # ---- varlen ----
 
 

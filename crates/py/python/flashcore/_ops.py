@@ -143,8 +143,13 @@ def _launch(fn, args, device: torch.device) -> str:
     return name
 
 
-def _empty_out(q: Tensor) -> Tensor:
-    return _alloc(q.shape, q.dtype, q.device)
+def _o_shape(q: Tensor, v: Tensor):
+    """O's shape: q's with v's head dim last (FlashAttention 3's ``headdim_v``)."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def _empty_out(q: Tensor, v: Tensor) -> Tensor:
+    return _alloc(_o_shape(q, v), q.dtype, q.device)
 
 
 # ---- dense forward / backward ----
@@ -178,7 +183,7 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
     the LSE and no graph is being captured, the kernels write it into a scratch buffer kept per
     (device, stream) instead of a fresh tensor (one allocation fewer per call)."""
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = _empty_out(q)
+    out = _empty_out(q, v)
     n = b * h * s_q
     if want_lse or _poison or _capturing():
         lse = _alloc((b, h, s_q), torch.float32, q.device)
@@ -238,9 +243,9 @@ def fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap):
     if not entry or _capturing():
         # A capture takes the op's path, which gives each capture its own workspace.
         return None
-    prep, index, lse_len, words = entry
+    prep, index, lse_len, words, o_shape = entry
     stream = _stream(index)
-    out = q.new_empty(q.shape)
+    out = q.new_empty(o_shape)
     if _poison:
         out.fill_(float("nan"))
     skey = (index, stream)
@@ -267,7 +272,7 @@ def fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap):
 
 def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
     """The prepared forward of ``key`` as (prepared, device index, LSE length, workspace
-    words), stored; False (stored) for tensors that are not all on one CUDA device, and False
+    words, O's shape), stored; False (stored) for tensors that are not all on one CUDA device, and False
     (not stored) for a call that fails its checks or is taken by no generation."""
     index = q.get_device()
     if not (q.is_cuda and k.is_cuda and v.is_cuda and index == k.get_device() == v.get_device()):
@@ -285,7 +290,7 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
         return False
     if len(_prepared) >= _MAX_PREPARED:
         _prepared.clear()
-    entry = (prep, index, prep.lse_len, prep.workspace_words)
+    entry = (prep, index, prep.lse_len, prep.workspace_words, _o_shape(q, v))
     _prepared[key] = entry
     return entry
 
@@ -293,7 +298,7 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
 @fwd.register_fake
 def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
@@ -392,7 +397,7 @@ def varlen_fwd_impl(
     alibi_slopes: Optional[Tensor],
 ) -> Tuple[Tensor, Tensor]:
     total_q, h = q.shape[0], q.shape[1]
-    out = _empty_out(q)
+    out = _empty_out(q, v)
     lse = _alloc((h, total_q), torch.float32, q.device)
     check = _table_checks and not _capturing()
     args = (
@@ -414,7 +419,7 @@ varlen_fwd = torch.library.custom_op(
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes):
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes)
     args = (
@@ -480,7 +485,7 @@ def kvcache_fwd_impl(
     alibi_slopes: Optional[Tensor],
 ) -> Tuple[Tensor, Tensor]:
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = _empty_out(q)
+    out = _empty_out(q, v_cache)
     lse = _alloc((b, h, s_q), torch.float32, q.device)
     check = _table_checks and not _capturing()
     args = (
@@ -503,7 +508,7 @@ kvcache_fwd = torch.library.custom_op(
 def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, causal, window_left,
       window_right, softcap, alibi_slopes):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v_cache), dtype=q.dtype, device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k_cache), _shape_arg(v_cache), _shape_arg(out),
