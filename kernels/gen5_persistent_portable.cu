@@ -526,7 +526,6 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     // 1.31x).
     constexpr int kCols = kIsK ? D : DV;
     constexpr bool kPad = kIsK ? FC_PORTABLE_PAD_D != 0 : FC_PORTABLE_PAD_V;
-    const int chunks = kIsK ? row_chunks(p) : v_row_chunks(p);
     if (p.block_table != nullptr && p.block_size % BN != 0) {
         load_tile_groups_async<BN, kCols, 32, kPad>(
             dst,
@@ -534,11 +533,11 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
                                     : v_row_offset(p, seq, b, h_kv, k0 + 16 * g));
             },
-            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, chunks);
+            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p));
     } else {
         load_tile_async<BN, kCols, 32, kPad>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
-                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, chunks);
+                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p));
     }
 }
 
