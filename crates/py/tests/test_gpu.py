@@ -652,6 +652,14 @@ def test_flash_attn_head_dim_v(dtype, nheads, nheads_k, causal, modes, want_lse)
         check_attention(out, lse, partial(attention_ref, q, k, v, **kw))
 
 
+@parametrize("modes", list(MODE_SETS))
+@parametrize("causal", [False, True])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_varlen_head_dim_v(dtype, causal, modes):
+    """Packed sequences (one with no query, one whose queries see no key) at (192, 128)."""
+    check_varlen(dtype, 192, 113, 203, 6, 2, causal, **MODE_SETS[modes], dv=128)
+
+
 def test_flash_attn_head_dim_v_backward_refused():
     """No backward kernel takes a V head dim of its own: refused when backward runs."""
     torch.manual_seed(0)
@@ -667,7 +675,7 @@ def test_flash_attn_head_dim_v_backward_refused():
 
 
 def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal, window_size,
-                 softcap, alibi, api="separate"):
+                 softcap, alibi, api="separate", dv=None):
     torch.manual_seed(0)
     batch = 5
     lens_q = random_lengths(batch, max_seqlen_q, zero_at=1)  # a sequence with no query
@@ -694,10 +702,10 @@ def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
     else:
         q = randn((total_q, nheads, d), dtype, q_scale(softcap))
         k = randn((total_k, nheads_k, d), dtype)
-        v = randn((total_k, nheads_k, d), dtype)
+        v = randn((total_k, nheads_k, dv or d), dtype)
         out, lse = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), **modes,
                                           return_softmax_lse=True)
-    assert lse.shape == (nheads, total_q)
+    assert lse.shape == (nheads, total_q) and out.shape == (total_q, nheads, v.shape[-1])
     ks, vs = torch.split(k, lens_k), torch.split(v, lens_k)
     check_attention(out, lse, partial(varlen_ref, q, lens_q, ks, vs, **modes))
 
