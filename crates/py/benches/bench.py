@@ -27,14 +27,20 @@ DEFAULT_SHAPES = ["1,8,512,64", "4,16,2048,128", "1,16,16384,128", "8,32,4096,12
 L2_BYTES = 60 << 20
 
 
-def input_sets(b, h, s, d, dtype, layout):
-    """Enough (q, k, v) sets to exceed twice the L2: `bshd` for flashcore, `bhsd` for SDPA."""
-    per_set = 3 * b * h * s * d * torch.finfo(dtype).bits // 8
+def input_sets(b, h, s, d, dtype, layout, dv=None):
+    """Enough (q, k, v) sets to exceed twice the L2: `bshd` for flashcore, `bhsd` for SDPA; v
+    with head dim `dv` (default d)."""
+    dv = dv or d
+    per_set = b * h * s * (2 * d + dv) * torch.finfo(dtype).bits // 8
     n = max(2, math.ceil(2 * L2_BYTES / per_set))
-    shape = (b, s, h, d) if layout == "bshd" else (b, h, s, d)
+
+    def shape(dim):
+        return (b, s, h, dim) if layout == "bshd" else (b, h, s, dim)
+
     g = torch.Generator(device="cuda").manual_seed(0)
     return [
-        tuple(torch.randn(shape, dtype=dtype, device="cuda", generator=g) for _ in range(3))
+        tuple(torch.randn(shape(dim), dtype=dtype, device="cuda", generator=g)
+              for dim in (d, d, dv))
         for _ in range(n)
     ]
 
@@ -144,15 +150,16 @@ def rust_direct(sets, causal):
     return call
 
 
-def flops(b, h, s, d, causal):
-    f = 4.0 * b * h * s * s * d
+def flops(b, h, s, d, causal, dv=None):
+    f = 2.0 * b * h * s * s * (d + (dv or d))
     return f / 2 if causal else f
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", nargs="*", default=DEFAULT_SHAPES)
+    ap.add_argument("--shapes", nargs="*", default=DEFAULT_SHAPES,
+                    help="B,H,S,D or B,H,S,D,DV (V's own head dim)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--repeats", type=int, default=15, help="samples per measurement (median)")
     ap.add_argument("--breakdown", action="store_true",
@@ -165,15 +172,18 @@ def main():
     dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
     rows = []
     for shape in args.shapes:
-        b, h, s, d = (int(x) for x in shape.split(","))
-        fc_sets = input_sets(b, h, s, d, dtype, "bshd")
-        pt_sets = input_sets(b, h, s, d, dtype, "bhsd")
+        b, h, s, d, *rest = (int(x) for x in shape.split(","))
+        dv = rest[0] if rest else None
+        fc_sets = input_sets(b, h, s, d, dtype, "bshd", dv)
+        pt_sets = input_sets(b, h, s, d, dtype, "bhsd", dv)
         for causal in (False, True):
             impls = {
                 "flashcore": (lambda q, k, v: flash_attn_func(q, k, v, causal=causal), fc_sets),
             }
             backends = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
                         "sdpa-flash": SDPBackend.FLASH_ATTENTION}
+            if dv:  # SDPA's flash backend takes one head dim; its efficient one takes two
+                backends["sdpa-efficient"] = SDPBackend.EFFICIENT_ATTENTION
             for name in backends:
                 def sdpa(q, k, v):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -192,7 +202,7 @@ def main():
                         row["eager_us"] = eager_us(call, sets, repeats=args.repeats)
                         if row["eager_us"] < args.graph_max_us:
                             row["graph_us"] = graph_us(call, sets)
-                    row["tflops"] = flops(b, h, s, d, causal) / row["eager_us"] / 1e6
+                    row["tflops"] = flops(b, h, s, d, causal, dv) / row["eager_us"] / 1e6
                 except Exception as e:  # a peer that refuses a shape is a row, not a crash
                     row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
                 rows.append(row)
