@@ -53,7 +53,8 @@
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
 //
-// Defines: FC_HEAD_DIM (64|128|192|256, required), FC_HOPPER_PADDED_HEAD (0|1, default 0: the
+// Defines: FC_HEAD_DIM (64|128|192|256, required), FC_HEAD_DIM_V (V's and O's head dim, 64|128|192|256
+// up to FC_HEAD_DIM, default FC_HEAD_DIM: FlashAttention 3's headdim_v; config.cuh), FC_HOPPER_PADDED_HEAD (0|1, default 0: the
 // problem's head dim is padded up to FC_HEAD_DIM; config.cuh), FC_HOPPER_BLOCK_N (keys per tile, 64|80|112|128|176, default 128),
 // FC_HOPPER_STAGES (K/V ring depth, default 2), FC_HOPPER_OVERLAP (0|1, default 0),
 // FC_HOPPER_L2_SECTION_BYTES (K/V bytes the scheduler tries to keep hot, default 32 MiB),
@@ -267,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
         // K-major, 128B swizzle: SBO = 1024 (8 rows x 128 B), LBO unused (16 -> encoded 1).
         const unsigned long long q_desc0 = make_desc_sw128(sQ + row_wg * WG_M * ROW_BYTES, 16, 1024);
         const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
-        // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box.
+        // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box (NBOX_V of them).
         const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
 
         // Ping-pong prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this).
@@ -324,9 +325,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
             const bool wg_has_rows =
                 !MODES || __all_sync(0xffffffffu, w.m * BM + row_wg * WG_M < block_seq(p, w.b).len_q);
 
-            float o[D / 2];
+            float o[DV / 2];  // O: V's head dim
 #pragma unroll
-            for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+            for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
             float m[2] = {-INFINITY, -INFINITY};
             float l[2] = {0.f, 0.f};
             float alpha[2];
@@ -424,8 +425,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                             const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
                             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);
 #pragma unroll
-                            for (int j = 0; j < D / 8; ++j) {
-                                if (chunk_in_head<PADDED_HEAD>(p.head_dim, j))
+                            for (int j = 0; j < DV / 8; ++j) {
+                                if (chunk_in_head<PADDED_V>(p.head_dim, j))
                                     *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
                                         pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                             }
@@ -443,13 +444,13 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                         elem_t* orow = grow < seq.len_q
                                            ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow)
                                            : nullptr;
-                        float row[D / 4];  // this lane's pair of each column block
+                        float row[DV / 4];  // this lane's pair of each column block
 #pragma unroll
-                        for (int j = 0; j < D / 8; ++j) {
+                        for (int j = 0; j < DV / 8; ++j) {
                             row[2 * j] = o[4 * j + 2 * r];
                             row[2 * j + 1] = o[4 * j + 2 * r + 1];
                         }
-                        store_row_blocks<D / 8>(orow, row, inv, 0, lane, p.head_dim);
+                        store_row_blocks<DV / 8>(orow, row, inv, 0, lane, p.head_dim);
                         if (grow < seq.len_q && (lane & 3) == 0) {
                             p.lse[block_lse_offset(p, seq, b, h, grow)] =
                                 row_natural_lse(l[r], m[r], r == 0 ? keys0 : keys1, softmax_scale_log2);

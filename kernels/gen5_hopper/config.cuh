@@ -19,6 +19,20 @@
 #ifndef FC_HOPPER_PADDED_HEAD
 #define FC_HOPPER_PADDED_HEAD 0
 #endif
+// V's and O's head dim where it differs from Q's and K's (FlashAttention 3's headdim_v: DeepSeek's
+// 192 / 128). Only what touches V or O reads it: the V ring and its boxes, the P·V wgmma (N = DV),
+// the O accumulator and the epilogue. Q·K, the softmax and the scheduler keep FC_HEAD_DIM. A
+// distinct DV is a whole number of boxes and never padded (FC_HOPPER_PADDED_HEAD then pads Q and
+// K only), and at most FC_HEAD_DIM, so O's registers stay within the build's budget.
+#ifndef FC_HEAD_DIM_V
+#define FC_HEAD_DIM_V FC_HEAD_DIM
+#define FC_HOPPER_PADDED_V (FC_HOPPER_PADDED_HEAD != 0)  // O's columns padded as Q's and K's
+#else
+#define FC_HOPPER_PADDED_V 0
+#endif
+#if FC_HEAD_DIM_V % 64 != 0 || FC_HEAD_DIM_V < 64 || FC_HEAD_DIM_V > FC_HEAD_DIM
+#error "FC_HEAD_DIM_V must be 64, 128, 192 or 256 and at most FC_HEAD_DIM"
+#endif
 #ifndef FC_HOPPER_BLOCK_N
 #define FC_HOPPER_BLOCK_N 128
 #endif
@@ -134,6 +148,12 @@
 #if FC_HOPPER_CLUSTER_KEY_SPLIT && (!FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_DYNAMIC)
 #error "FC_HOPPER_CLUSTER_KEY_SPLIT=1 needs FC_HOPPER_WG_KEY_SPLIT=1 and the static schedule"
 #endif
+// V's own head dim runs on the row warpgroups' unsplit path with the register epilogue (what the
+// plan builds for it): the key split's paired loads, the split-KV workspace and the staged O are
+// laid out for one head dim and have not been run with two.
+#if FC_HEAD_DIM_V != FC_HEAD_DIM && (FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE)
+#error "FC_HEAD_DIM_V != FC_HEAD_DIM takes neither the key split, split-KV nor the smem epilogue"
+#endif
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
 #define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
 #else
@@ -145,6 +165,9 @@ namespace fch {
 
 
 constexpr int D = FC_HEAD_DIM;
+// V's and O's columns, their boxes and a V stage's bytes. (Enums, not constants: a new
+// namespace-scope constant would be emitted into the PTX of every build.)
+enum : int { DV = FC_HEAD_DIM_V, NBOX_V = DV / 64 };
 constexpr int CONSUMER_WGS = FC_HOPPER_CONSUMER_WGS;
 constexpr int WG_M = 64;                // q rows per consumer warpgroup
 // (Enums, as below: these constexprs were emitted as PTX globals.)
@@ -166,13 +189,14 @@ constexpr int ROW_BYTES = 128;          // one swizzled box row
 constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
 constexpr int KV_BOX_BYTES = BN * ROW_BYTES;
 constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;
-constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;
+constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;   // a K stage (a V stage when DV == D)
+enum : int { V_TILE_BYTES = NBOX_V * KV_BOX_BYTES };  // a V stage: NBOX_V boxes of BN rows
 
 // Shared memory map (offsets from the 1024-byte aligned base).
 constexpr int OFF_Q = 0;
 constexpr int OFF_K = OFF_Q + Q_STAGES * Q_BYTES;
 constexpr int OFF_V = OFF_K + STAGES * KV_TILE_BYTES;
-constexpr int OFF_BAR = OFF_V + STAGES * KV_TILE_BYTES;
+constexpr int OFF_BAR = OFF_V + STAGES * V_TILE_BYTES;
 // q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S], v_landed (the
 // producer's own barrier for a V tile it zeroes the tail of, see fetch_kv_tile)
 constexpr int NUM_BARS = 2 * Q_STAGES + 4 * STAGES + 1;
@@ -195,10 +219,10 @@ constexpr int OFF_ITEM = OFF_BAR + NUM_BARS * 8;
 // consumer threads, and its barrier after the unit words.
 enum : int {
     OFF_BAR_CXCHG = OFF_ITEM + 8,
-    XCHG_SLOTS = D / 16 + 1,
+    XCHG_SLOTS = DV / 16 + 1,
     XCHG_BYTES = KEY_SPLIT ? 2 * XCHG_SLOTS * 128 * 16 : 0,
     OFF_XCHG = OFF_BAR + ((NUM_BARS * 8 + 8 + (CLUSTER_CTAS > 1 ? 8 : 0) + 127) / 128) * 128,
-    CXCHG_ROW_SLOTS = D / 32,
+    CXCHG_ROW_SLOTS = DV / 32,
     CXCHG_BYTES = CLUSTER_CTAS > 1 ? (CXCHG_ROW_SLOTS + 1) * 256 * 16 : 0,
     OFF_CXCHG = OFF_XCHG + XCHG_BYTES,
     // What the partner's st.async deliver: the row's float4s and one (m, l) pair a thread.
@@ -217,6 +241,7 @@ enum : bool {
     SMEM_EPILOGUE = FC_HOPPER_SMEM_EPILOGUE != 0,
     PREFETCH = FC_HOPPER_PREFETCH != 0,
     PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0,
+    PADDED_V = FC_HOPPER_PADDED_V,  // O's columns past p.head_dim are padding (not with a distinct DV)
 #if defined(FC_HOPPER_DEBUG)
     DEBUG_CHECKS = true,
 #else

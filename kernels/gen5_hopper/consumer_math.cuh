@@ -31,14 +31,14 @@ __device__ __forceinline__ void gemm_qk(float (&s)[BN / 2], unsigned long long q
     }
 }
 
-// O[64 x D] += P[64 x BN] * V[BN x D]; P as packed elem_t pairs in the A-fragment layout.
-__device__ __forceinline__ void gemm_pv(float (&o)[D / 2], const unsigned (&pr)[BN / 4], unsigned long long v_desc) {
+// O[64 x DV] += P[64 x BN] * V[BN x DV]; P as packed elem_t pairs in the A-fragment layout.
+__device__ __forceinline__ void gemm_pv(float (&o)[DV / 2], const unsigned (&pr)[BN / 4], unsigned long long v_desc) {
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t) {
         const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
         // keys 16t..16t+15 = 16 swizzled rows = 2048 bytes further into both V boxes.
         const unsigned long long vb = v_desc + (unsigned long long)((t * 16 * ROW_BYTES) >> 4);
-        wgmma_rs_tb(o, a, vb, 1);  // N = D
+        wgmma_rs_tb(o, a, vb, 1);  // N = DV
     }
 }
 
@@ -156,9 +156,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
     l[1] = l[1] * alpha[1] + sum[1];
 }
 
-__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale_o(float (&o)[DV / 2], const float (&alpha)[2]) {
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
+    for (int j = 0; j < DV / 8; ++j) {
         o[4 * j + 0] *= alpha[0];
         o[4 * j + 1] *= alpha[0];
         o[4 * j + 2] *= alpha[1];
@@ -191,7 +191,8 @@ __device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
 // times fewer stores, each a full 16 bytes; O strides are multiples of 8 elements). v[2 j + e]:
 // this lane's value e of block j; the blocks start at column block `first_block`; `orow` is null
 // for a row past the sequence (whose lanes still take part in the transpose); blocks past a padded
-// build's `head_dim` are not written (common/padded_head.cuh).
+// build's `head_dim` are not written (common/padded_head.cuh; O is V's width, never padded when
+// V has its own head dim).
 template <int BLOCKS>
 __device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[2 * BLOCKS], float inv,
                                                  int first_block, int lane, int head_dim) {
@@ -202,7 +203,7 @@ __device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[
 #pragma unroll
         for (int k = 0; k < 4; ++k) blocks[k] = pack2_u32(v[2 * (4 * g + k)] * inv, v[2 * (4 * g + k) + 1] * inv);
         quad_transpose(blocks, lane & 3);
-        if (orow != nullptr && chunk_in_head<PADDED_HEAD>(head_dim, first_block + 4 * g + (lane & 3)))
+        if (orow != nullptr && chunk_in_head<PADDED_V>(head_dim, first_block + 4 * g + (lane & 3)))
             st_global_v4(orow + 8 * (first_block + 4 * g + (lane & 3)),
                          make_uint4(blocks[0], blocks[1], blocks[2], blocks[3]));
     }

@@ -18,14 +18,14 @@
 
 namespace fch {
 
-// Through shared memory (FC_HOPPER_SMEM_EPILOGUE): this warpgroup's 64 x D slice of O, as elem_t,
+// Through shared memory (FC_HOPPER_SMEM_EPILOGUE): this warpgroup's 64 x DV slice of O, as elem_t,
 // in its own 64-row slice of the unit's Q buffer `qs`, 128B-swizzled like a Q box (16-byte chunk q
 // of local row lr sits at chunk q ^ (lr & 7)): the quad stores of one instruction hit 8 different
 // chunks (conflict-free), and so do the 16-byte reads of 8 consecutive threads. Every wgmma that
 // read this slice (the last QK^T) is complete: this warp's wait_group 0 on the last PV implies all
 // four warps issued it, after their wait_group 1 on the last QK^T. The Q buffer is released here.
 __device__ __forceinline__ void store_o_through_smem(const AttentionParams& p, const Work& w, int cw, int tid, int warp,
-                                                     int lane, int col_in_block, const float (&o)[D / 2],
+                                                     int lane, int col_in_block, const float (&o)[DV / 2],
                                                      const float (&m)[2], const float (&l)[2], const SeqInfo& seq,
                                                      int grow0, int grow1, const KeyRange& keys0, const KeyRange& keys1,
                                                      float softmax_scale_log2, unsigned sQ, int qs, unsigned q_empty) {
@@ -37,7 +37,7 @@ __device__ __forceinline__ void store_o_through_smem(const AttentionParams& p, c
         const int lr = warp * 16 + (lane >> 2) + 8 * r;
         const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
+        for (int j = 0; j < DV / 8; ++j) {
             const unsigned addr = sO + (j >> 3) * Q_BOX_BYTES + lr * ROW_BYTES +
                                   ((((unsigned)j & 7u) ^ ((unsigned)lr & 7u)) << 4) + (lane & 3) * 4;
             st_shared_u32(addr, pack2_u32(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv));
@@ -48,15 +48,15 @@ __device__ __forceinline__ void store_o_through_smem(const AttentionParams& p, c
         }
     }
     named_bar_sync(BAR_WG + cw, 128);
-    // 64 rows x NBOX boxes x 8 chunks: 8 consecutive threads write one 128-byte run.
+    // 64 rows x NBOX_V boxes x 8 chunks: 8 consecutive threads write one 128-byte run.
 #pragma unroll
-    for (int i = 0; i < 4 * NBOX; ++i) {
+    for (int i = 0; i < 4 * NBOX_V; ++i) {
         const int idx = tid + 128 * i;
         const int q = idx & 7;
         const int lr = (idx >> 3) & 63;
         const int box = idx >> 9;
         const int grow = w.m * BM + cw * WG_M + lr;
-        if (grow < seq.len_q && chunk_in_head<PADDED_HEAD>(p.head_dim, 8 * box + q)) {
+        if (grow < seq.len_q && chunk_in_head<PADDED_V>(p.head_dim, 8 * box + q)) {
             const uint4 v =
                 ld_shared_v4(sO + box * Q_BOX_BYTES + lr * ROW_BYTES + (((unsigned)q ^ ((unsigned)lr & 7u)) << 4));
             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow);

@@ -98,10 +98,13 @@ __device__ __forceinline__ bool issues_boxes(const KvTile& t, int warp, bool v_t
 // async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
+// kBoxes: the tile's 64-column boxes, NBOX for K, NBOX_V for V (V's own head dim); the plan's
+// byte count (`t.bytes`) is K's.
 // With SPREAD_PAGES every producer warp calls this for the tile, `warp` its index: warp 0 sets
 // the expected bytes and finishes a zeroed tail, each warp issues its groups. (A box of another
 // warp may complete before warp 0's expect-tx: the barrier's tx-count goes negative for a while,
 // and the phase cannot complete before warp 0's arrival.)
+template <int kBoxes = NBOX>
 __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const KvTile& t, int h_kv, unsigned dst,
                                               const CUtensorMap* map, unsigned full, unsigned landed, int lane,
                                               unsigned* landed_phase, int warp = 0) {
@@ -110,13 +113,13 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
     const unsigned bar = zero_tail ? landed : full;
     if (!MODES || p.block_table == nullptr) {
         if (lane == 0 && lead) {
-            mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
+            mbar_arrive_expect_tx(bar, kBoxes * KV_BOX_BYTES);
 #pragma unroll
-            for (int c = 0; c < NBOX; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
+            for (int c = 0; c < kBoxes; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     } else {
         static_assert(BN / 16 <= 32, "one page group per producer lane");
-        if (lane == 0 && lead) mbar_arrive_expect_tx(bar, t.bytes);
+        if (lane == 0 && lead) mbar_arrive_expect_tx(bar, kBoxes == NBOX ? t.bytes : t.bytes / NBOX * kBoxes);
         __syncwarp();  // the expected bytes are set before any box of this warp can complete
         // A V tile with a zeroed tail completes on `landed`, one barrier that only warp 0 waits on:
         // warp 0 issues all of it, or a follower could put the next such tile's boxes on `landed`
@@ -125,7 +128,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         if (lane < t.groups && (spread_here ? lane % KV_ISSUE_WARPS == warp : lead)) {
             const unsigned group_dst = dst + t.dst_off;
 #pragma unroll
-            for (int c = 0; c < NBOX; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
+            for (int c = 0; c < kBoxes; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
         }
     }
     if (zero_tail && lead) {
@@ -134,7 +137,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         // Whole rows [valid, BN) of every column box: zeros need no swizzle.
         const int chunks = (BN - t.valid) * (ROW_BYTES / 16);
 #pragma unroll
-        for (int c = 0; c < NBOX; ++c) {
+        for (int c = 0; c < kBoxes; ++c) {
             const unsigned rows = dst + c * KV_BOX_BYTES + t.valid * ROW_BYTES;
             for (int i = lane; i < chunks; i += 32) st_shared_zero_v4(rows + 16 * i);
         }
@@ -178,7 +181,7 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
 #pragma unroll
         for (int c = 0; c < NBOX; ++c) {
             tma_prefetch_l2_4d(tm_k, c * 64, k0, h_kv, w.b);
-            tma_prefetch_l2_4d(tm_v, c * 64, k0, h_kv, w.b);
+            if (c < NBOX_V) tma_prefetch_l2_4d(tm_v, c * 64, k0, h_kv, w.b);
         }
     }
 }

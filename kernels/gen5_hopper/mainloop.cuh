@@ -37,6 +37,10 @@ enum : bool { RELEASE_Q_AFTER_QK = !SMEM_EPILOGUE };
 __device__ __forceinline__ unsigned long long slot_desc(unsigned long long desc0, int stage) {
     return desc0 + ((unsigned long long)(stage * KV_TILE_BYTES) >> 4);
 }
+// The same for the V ring, whose stages are V_TILE_BYTES (DV columns).
+__device__ __forceinline__ unsigned long long v_slot_desc(unsigned long long desc0, int stage) {
+    return desc0 + ((unsigned long long)(stage * V_TILE_BYTES) >> 4);
+}
 
 // S = Q K^T for the tile in ring slot `stage`, alone (the overlapped loop's first tile of the
 // warpgroup: no PV yet), waited for, and K's slot released. The ping-pong turn covers the GEMM's
@@ -78,7 +82,7 @@ __device__ __forceinline__ void next_key_tile(const AttentionParams& p, int b, i
                                               int vstage, unsigned vphase, unsigned q_empty, int grow0, int wg_row0,
                                               int col_in_block, const KeyRange& wg_unmasked, bool score_modified,
                                               float softmax_scale_log2, float (&s)[BN / 2], unsigned (&pr)[BN / 4],
-                                              float (&o)[D / 2], float (&row_max)[2], float (&l)[2],
+                                              float (&o)[DV / 2], float (&row_max)[2], float (&l)[2],
                                               float (&alpha)[2]) {
     const unsigned kf = sm.k_full + 8 * stage, ke = sm.k_empty + 8 * stage;
     const unsigned vf = sm.v_full + 8 * vstage, ve = sm.v_empty + 8 * vstage;
@@ -89,7 +93,7 @@ __device__ __forceinline__ void next_key_tile(const AttentionParams& p, int b, i
     wgmma_commit();
     mbar_wait(vf, vphase, TAG_V_FULL);
     wgmma_fence();  // (does not wait for S_kb; orders our writes of o/pr before the PV reads)
-    gemm_pv(o, pr, slot_desc(v_desc0, vstage));
+    gemm_pv(o, pr, v_slot_desc(v_desc0, vstage));
     wgmma_commit();
     pp_arrive(cw);
     wgmma_wait<1>();  // S_kb done; the previous PV may still run
@@ -109,11 +113,11 @@ __device__ __forceinline__ void next_key_tile(const AttentionParams& p, int b, i
 // O += P V for the tile whose V is in ring slot `vstage`, alone (the overlapped loop's last PV,
 // outside the ping-pong: no issue slot), waited for, and V's slot released.
 __device__ __forceinline__ void pv_tile(const SmemMap& sm, unsigned long long v_desc0, int vstage, unsigned vphase,
-                                        unsigned (&pr)[BN / 4], float (&o)[D / 2], UnitTrace& trace, int it) {
+                                        unsigned (&pr)[BN / 4], float (&o)[DV / 2], UnitTrace& trace, int it) {
     const unsigned vf = sm.v_full + 8 * vstage, ve = sm.v_empty + 8 * vstage;
     mbar_wait(vf, vphase, TAG_V_FULL);
     wgmma_fence();
-    gemm_pv(o, pr, slot_desc(v_desc0, vstage));
+    gemm_pv(o, pr, v_slot_desc(v_desc0, vstage));
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(o);
@@ -130,7 +134,7 @@ __device__ __forceinline__ void serial_key_tile(const AttentionParams& p, int b,
                                                 unsigned long long v_desc0, const SmemMap& sm, int stage,
                                                 unsigned phase, unsigned q_empty, int grow0, int wg_row0,
                                                 int col_in_block, const KeyRange& wg_unmasked, bool score_modified,
-                                                float softmax_scale_log2, float (&o)[D / 2], float (&row_max)[2],
+                                                float softmax_scale_log2, float (&o)[DV / 2], float (&row_max)[2],
                                                 float (&l)[2], float (&alpha)[2], UnitTrace& trace, int it) {
     float s[BN / 2];
     unsigned pr[BN / 4];

@@ -111,7 +111,7 @@ __device__ __forceinline__ void produce_spread(const AttentionParams& p, const S
             }
             if (issues_boxes(tile, copy_warp, v_tail_zeroed(p, tile))) {
                 mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-                fetch_kv_tile(p, tile, h_kv, sV + stage * KV_TILE_BYTES, tm_v, vf, bar_v_landed, lane,
+                fetch_kv_tile<NBOX_V>(p, tile, h_kv, sV + stage * V_TILE_BYTES, tm_v, vf, bar_v_landed, lane,
                               &landed_phase, copy_warp);
             }
         }

@@ -42,13 +42,13 @@ __device__ __forceinline__ PartWeights part_weights(float ma, float la, float mb
 //                   LaunchPlan: it zeroes the buffer when it allocates it, not per call); the
 //                   last arriver puts its counter back to zero, so they end zero too (ours).
 //   then one slot of SPLIT_SLOT_FLOATS per (item t, split s, cw), slot index (t*S + s)*2 + cw:
-//     O part  [0, 64*D)       float4 number j*128 + tid = this thread's o[4j .. 4j+3]
+//     O part  [0, 64*DV)       float4 number j*128 + tid = this thread's o[4j .. 4j+3]
 //                             (unnormalised: sum over the split's keys of p * v, p relative to m)
-//     (m, l)  [64*D, 64*D+512) float4 number tid = (m[0], m[1], l[0], l[1]) of the thread's two
+//     (m, l)  [64*DV, 64*DV+512) float4 number tid = (m[0], m[1], l[0], l[1]) of the thread's two
 //                             rows (raw-score running max; quad-reduced sum), the same in a quad.
 // The combining warp reads exactly the (row, col) elements it owns itself, from every split's slot.
 constexpr int SPLIT_CTRS_PER_ITEM = 8;  // 2 consumer warpgroups x 4 warps
-constexpr int SPLIT_SLOT_FLOATS = WG_M * D + 4 * 128;
+constexpr int SPLIT_SLOT_FLOATS = WG_M * DV + 4 * 128;
 static_assert(SPLIT_SLOT_FLOATS % 32 == 0, "slots stay 128-byte aligned");
 
 // L2-only (.cg) 16-byte global accesses: partials are written by one SM and read by another,
@@ -82,8 +82,8 @@ __device__ __forceinline__ void st_relaxed_gpu_u32(unsigned* ptr, unsigned v) {
 // shifts by 0; a running or split max of -inf weighs 0), so no -inf - -inf is ever formed. The
 // products are rounded on their own (__fmul_rn, no contraction into an FMA): an unchanged max
 // rescales by exactly 1 and the split holding the max weighs exactly 1.
-__device__ __forceinline__ void combine_step(float (&o)[D / 2], float (&lsum)[2], float (&mx)[2], const float4& ml,
-                                             const float4 (&v)[D / 8], float c) {
+__device__ __forceinline__ void combine_step(float (&o)[DV / 2], float (&lsum)[2], float (&mx)[2], const float4& ml,
+                                             const float4 (&v)[DV / 8], float c) {
     float scale[2], wt[2];
     const float ms[2] = {ml.x, ml.y};
 #pragma unroll
@@ -97,7 +97,7 @@ __device__ __forceinline__ void combine_step(float (&o)[D / 2], float (&lsum)[2]
     lsum[0] = fmaf(wt[0], ml.z, lsum[0] * scale[0]);
     lsum[1] = fmaf(wt[1], ml.w, lsum[1] * scale[1]);
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
+    for (int j = 0; j < DV / 8; ++j) {
         o[4 * j + 0] = fmaf(wt[0], v[j].x, o[4 * j + 0] * scale[0]);
         o[4 * j + 1] = fmaf(wt[0], v[j].y, o[4 * j + 1] * scale[0]);
         o[4 * j + 2] = fmaf(wt[1], v[j].z, o[4 * j + 2] * scale[1]);
@@ -111,7 +111,7 @@ __device__ __forceinline__ void combine_step(float (&o)[D / 2], float (&lsum)[2]
 // with the unsplit epilogue's conventions. Never waits for another CTA.
 // Called by all 32 lanes of the warp (the arrival and the branch on it are warp-uniform).
 __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_items, const Work& w, int cw, int tid,
-                                               float (&o)[D / 2], const float (&m)[2], const float (&l)[2], int grow0,
+                                               float (&o)[DV / 2], const float (&m)[2], const float (&l)[2], int grow0,
                                                int col_in_block) {
     const int ns = p.num_splits;
     const int warp = tid >> 5;
@@ -125,9 +125,9 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
 
     // 1. This split's partial (every lane, its own elements; coalesced 512-byte runs per warp).
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j)
+    for (int j = 0; j < DV / 8; ++j)
         st_cg_f4(mine + 4 * (j * 128 + tid), o[4 * j + 0], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
-    st_cg_f4(mine + WG_M * D + 4 * tid, m[0], m[1], l[0], l[1]);
+    st_cg_f4(mine + WG_M * DV + 4 * tid, m[0], m[1], l[0], l[1]);
 
     // 2. Publish: each lane's stores are ordered before the warp barrier by its own fence, the
     //    barrier orders all 32 lanes before lane 0's acq_rel increment (the release).
@@ -149,14 +149,14 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
     float mx[2] = {-INFINITY, -INFINITY};
     float lsum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
 #pragma unroll 2
     for (int sp = 0; sp < ns; ++sp) {
         const float* part = slots + (slot0 + 2ll * sp) * SPLIT_SLOT_FLOATS;
-        const float4 ml = ld_cg_f4(part + WG_M * D + 4 * tid);
-        float4 v[D / 8];
+        const float4 ml = ld_cg_f4(part + WG_M * DV + 4 * tid);
+        float4 v[DV / 8];
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) v[j] = ld_cg_f4(part + 4 * (j * 128 + tid));
+        for (int j = 0; j < DV / 8; ++j) v[j] = ld_cg_f4(part + 4 * (j * 128 + tid));
         combine_step(o, lsum, mx, ml, v, c);
     }
 
@@ -168,8 +168,8 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
             const float inv = row_sum_inverse(p, grow, lsum[r]);
             elem_t* orow = reinterpret_cast<elem_t*>(p.o) + o_offset(p, w.b, w.h, grow);
 #pragma unroll
-            for (int j = 0; j < D / 8; ++j) {
-                if (chunk_in_head<PADDED_HEAD>(p.head_dim, j))
+            for (int j = 0; j < DV / 8; ++j) {
+                if (chunk_in_head<PADDED_V>(p.head_dim, j))
                     *reinterpret_cast<elem2_t*>(orow + 8 * j + col_in_block) =
                         pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
             }
@@ -186,7 +186,7 @@ __device__ __forceinline__ void split_epilogue(const AttentionParams& p, int n_i
 }
 #else
 // (No split-KV path in this build: the epilogue never takes this call; see epilogue.cuh.)
-__device__ __forceinline__ void split_epilogue(const AttentionParams&, int, const Work&, int, int, float (&)[D / 2],
+__device__ __forceinline__ void split_epilogue(const AttentionParams&, int, const Work&, int, int, float (&)[DV / 2],
                                                const float (&)[2], const float (&)[2], int, int) {}
 #endif
 

@@ -111,10 +111,10 @@ __device__ __forceinline__ unsigned xchg_addr(unsigned sx, int to, int slot, int
 // CTA's key tiles (v, the row's m and l); CTA r finishes row r of the two. The partner, thread
 // for thread, sends the row we finish into our shared memory (st.async, counted off our barrier)
 // and we send it its row. Both merge rank 0's part (the lower keys) as a.
-__device__ __forceinline__ void merge_cluster_row(const float (&keep)[D / 4], const float (&mx)[2],
+__device__ __forceinline__ void merge_cluster_row(const float (&keep)[DV / 4], const float (&mx)[2],
                                                   const float (&lsum)[2], int cw, int tid, float c, unsigned base,
-                                                  float (&row)[D / 8], PartWeights& pw) {
-    constexpr int H = D / 16;
+                                                  float (&row)[DV / 8], PartWeights& pw) {
+    constexpr int H = DV / 16;
     const bool r1 = cluster_cta_rank() != 0;
     const unsigned peer = r1 ? 0u : 1u;
     const unsigned slot0 = base + OFF_CXCHG + (unsigned)((cw * 128 + tid) * 16);
@@ -157,7 +157,7 @@ __device__ __forceinline__ void merge_cluster_row(const float (&keep)[D / 4], co
 
 // The epilogue of a key-split item. Thread tid of both warpgroups holds the same two rows and
 // columns, each over its own key tiles (o unnormalised, m the raw running max, l quad-reduced).
-// Warpgroup cw keeps column blocks [cw H, cw H + H) (H = D / 16 blocks of 8 columns) and hands the
+// Warpgroup cw keeps column blocks [cw H, cw H + H) (H = DV / 16 blocks of 8 columns) and hands the
 // other half, with its (m, l), to its partner; both merge in the same order (warpgroup 0's part,
 // then 1's) so the two halves are normalised by bitwise the same l. Warpgroup 0 writes the LSE.
 // With the cluster key split the two CTAs then merge their parts (merge_cluster_row), each
@@ -166,9 +166,9 @@ __device__ __forceinline__ void merge_cluster_row(const float (&keep)[D / 4], co
 // indexed by a run-time block number went to the stack), so each named barrier below is one
 // instruction that all 256 threads reach.
 __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, const Work& w, int cw, int tid,
-                                                   const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                                   const float (&o)[DV / 2], const float (&m)[2], const float (&l)[2],
                                                    int grow0, float c, unsigned base) {
-    constexpr int H = D / 16;
+    constexpr int H = DV / 16;
     const unsigned sx = base + OFF_XCHG;
     const bool first = cw == 0;
     const int lane = tid & 31;

@@ -48,7 +48,9 @@ pub fn encode_tensor_maps(
                 box_rows: kv_box_rows,
             },
         )?,
-        encode_tensor_map(
+        // V's rows are its own head dim wide (FlashAttention 3's headdim_v); the boxes the same
+        // 64 columns, fewer of them.
+        encode_tensor_map_cols(
             p,
             spec,
             &MapTarget {
@@ -59,6 +61,7 @@ pub fn encode_tensor_maps(
                 storage: p.kv_storage(),
                 box_rows: kv_box_rows,
             },
+            p.head_dim_v(),
         )?,
     ])
 }
@@ -82,6 +85,17 @@ pub fn encode_tensor_map(
     spec: &TensorMapSpec,
     t: &MapTarget,
 ) -> Result<sys::CUtensorMap, Error> {
+    encode_tensor_map_cols(p, spec, t, p.head_dim)
+}
+
+/// [`encode_tensor_map`] of a tensor whose rows are `cols` elements wide (V's and O's head dim
+/// where it differs from Q's and K's).
+pub fn encode_tensor_map_cols(
+    p: &AttentionProblem,
+    spec: &TensorMapSpec,
+    t: &MapTarget,
+    cols: usize,
+) -> Result<sys::CUtensorMap, Error> {
     let dtype = match p.dtype {
         DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -97,7 +111,7 @@ pub fn encode_tensor_map(
     // A size-1 axis gets a stride past the others: the encoder wants a nonzero multiple of 16
     // bytes even where no coordinate ever steps along it.
     let dims: [u64; 4] = [
-        p.head_dim as u64,
+        cols as u64,
         seq.max(1) as u64,
         t.heads as u64,
         batch.max(1) as u64,

@@ -69,14 +69,17 @@ fn distinct_v_dims_the_build_cannot_take_are_refused_with_the_reason() {
 }
 
 #[test]
-fn hopper_refuses_and_persistent_takes_the_portable_path() {
+fn persistent_takes_the_hopper_path_with_a_128_wide_v() {
     let h100 = DeviceInfo::synthetic_h100();
     let p = deepseek(2, 1024);
-    let e = PersistentHopper.supports(&p, &h100).unwrap_err();
-    assert!(e.reason.contains("head_dim_v 128 differs"), "{e}");
-    assert_eq!(Persistent::path(&p, &h100).name(), "persistent-portable");
+    assert_eq!(Persistent::path(&p, &h100).name(), "persistent-hopper");
     let plan = Persistent.plan(&p, &h100).unwrap();
+    assert_eq!(plan.launches[0].entry, "attention_persistent_hopper");
+    assert_eq!(define(&plan, "FC_HEAD_DIM"), Some("192"));
     assert_eq!(define(&plan, "FC_HEAD_DIM_V"), Some("128"));
+    // Off Hopper the portable path takes it, as before.
+    let sm86 = DeviceInfo::synthetic_sm86();
+    assert_eq!(Persistent::path(&p, &sm86).name(), "persistent-portable");
 }
 
 #[test]

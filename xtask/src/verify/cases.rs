@@ -601,11 +601,25 @@ mod tests {
             assert!(c.to_arg().contains(",dv=128"));
             portable.supports(&c.problem, &h100).unwrap();
         }
-        let hopper = flashcore::kernels()[0].capabilities();
-        assert!(!hopper.distinct_head_dim_v);
-        assert!(edge_cases(&hopper)
-            .iter()
-            .all(|c| !c.problem.has_distinct_head_dim_v()));
+        // The Hopper path takes every pair too (the V ring and P·V at the V dim): its sweep and
+        // edge list draw them, each a problem it plans.
+        let hopper = flashcore::kernels()
+            .into_iter()
+            .find(|k| k.name() == "persistent-hopper")
+            .unwrap();
+        assert!(hopper.capabilities().distinct_head_dim_v);
+        for &(d, dv) in DISTINCT_V_DIMS {
+            let p = flashcore::AttentionProblem::new(2, 8, 300, d).with_head_dim_v(dv);
+            hopper.plan(&p, &h100).unwrap();
+        }
+        let hopper_edges: Vec<Case> = edge_cases(&hopper.capabilities())
+            .into_iter()
+            .filter(|c| c.problem.has_distinct_head_dim_v())
+            .collect();
+        assert!(hopper_edges.len() >= 9);
+        for c in &hopper_edges {
+            hopper.supports(&c.problem, &h100).unwrap();
+        }
     }
 
     /// A backward kernel that claims the modes of the scores draws them (windows, causal too,

@@ -9,7 +9,7 @@ use super::heuristics::{
 };
 use super::smem::{
     barrier_area_bytes, build_head_dim, cluster_exchange_bytes, key_split_exchange_bytes,
-    smem_bytes_with_tiles, BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
+    smem_bytes_with_tiles_v, BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
 };
 use crate::env::{Env, Overridable};
 
@@ -21,6 +21,11 @@ pub const WIDE_BLOCK_N: usize = 176;
 /// (in 16-row page boxes): a row's keys are then summed in the same tiles as in a contiguous
 /// cache, and the two agree bit for bit (reliability's `modes`; 64-key pages broke that).
 pub const WIDE_HEAD_BLOCK_N: [(usize, usize); 2] = [(192, 112), (256, 80)];
+/// Keys per K/V tile of the D = 192 build with V at most 128 wide (DeepSeek's 192 / 128):
+/// FlashAttention-3's 128 (its tile_size_fwd_sm90). S (64 f32) + P (32) + O (64) a thread is
+/// fewer registers than the 112-key tile at D = 192 holds (56 + 28 + 96), and the ring still fits
+/// two stages: 128 x 192 Q + 2 x 128 x (192 + 128) = 214 144 bytes with the barriers and slack.
+pub const NARROW_V_D192_BLOCK_N: usize = 128;
 /// 1: FA3 intra-warpgroup overlap (softmax of S_j+1 while O += P_j V_j runs); 0: the simple
 /// serial loop. Override at run time with FLASHCORE_HOPPER_OVERLAP=0|1 (e.g. to bisect a failure).
 pub const OVERLAP: bool = true;
@@ -256,6 +261,31 @@ impl HopperConfig {
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         // Every choice follows the build's head dim, not the padded problem's.
         let build_d = build_head_dim(problem.head_dim);
+        if problem.has_distinct_head_dim_v() {
+            // V's own head dim: the row warpgroups' unsplit path with the register epilogue (the
+            // kernel refuses the key split, split-KV and the smem epilogue with FC_HEAD_DIM_V).
+            let unsplit = HopperConfig {
+                wg_key_split: Some(false),
+                cluster_key_split: Some(false),
+                smem_epilogue: Some(false),
+                splits: Some(1),
+                auto_split: false,
+                ..*self
+            };
+            let same_v = AttentionProblem {
+                head_dim_v: None,
+                softmax_scale: Some(problem.scale()),
+                ..problem.clone()
+            };
+            let cfg = unsplit.for_problem(&same_v, sm_count);
+            if build_d == 192 && problem.head_dim_v() <= 128 && self.block_n == BLOCK_N {
+                return HopperConfig {
+                    block_n: NARROW_V_D192_BLOCK_N,
+                    ..cfg
+                };
+            }
+            return cfg;
+        }
         let padded;
         let problem = if build_d == problem.head_dim {
             problem
@@ -510,13 +540,20 @@ impl HopperConfig {
 
     /// Dynamic shared memory of this configuration.
     pub fn smem_bytes(&self, head_dim: usize, elem_bytes: usize) -> usize {
+        self.smem_bytes_v(head_dim, head_dim, elem_bytes)
+    }
+
+    /// [`HopperConfig::smem_bytes`] with V's own head dim (the V ring at `head_dim_v`; the
+    /// exchanges are never built with it).
+    pub fn smem_bytes_v(&self, head_dim: usize, head_dim_v: usize, elem_bytes: usize) -> usize {
         let exchange = if self.key_split() {
             key_split_exchange_bytes(head_dim)
         } else {
             0
         };
-        let tiles = smem_bytes_with_tiles(
+        let tiles = smem_bytes_with_tiles_v(
             head_dim,
+            head_dim_v,
             elem_bytes,
             self.stages,
             self.q_stages,

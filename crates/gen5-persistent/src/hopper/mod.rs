@@ -69,6 +69,7 @@ impl Attention for PersistentHopper {
     fn capabilities(&self) -> Capabilities {
         // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
         // Every multiple of 8 up to 256, in builds of 64, 128, 192 and 256 columns (smem.rs).
+        // V may have its own head dim (FC_HEAD_DIM_V: whole boxes, at most the build's).
         Capabilities::all_features(
             HeadDims::Range {
                 min: 8,
@@ -78,6 +79,7 @@ impl Attention for PersistentHopper {
             (9, 0),
         )
         .with_modes(ModeSupport::ALL)
+        .with_distinct_head_dim_v()
     }
 
     fn plan(
@@ -180,7 +182,10 @@ impl PersistentHopper {
         let cfg = &cfg.for_problem(problem, device.sm_count as usize);
         // The build's head dim: the problem's padded up to whole 64-column boxes.
         let d = build_head_dim(problem.head_dim);
-        let smem = cfg.smem_bytes(d, problem.dtype.size_bytes());
+        // V's and O's (FC_HEAD_DIM_V where V has a head dim of its own).
+        let dv = head_dim_v_build(problem.head_dim, problem.head_dim_v(), d)
+            .map_err(|e| Unsupported::new(NAME, e))?;
+        let smem = cfg.smem_bytes_v(d, dv, problem.dtype.size_bytes());
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
             return Err(Unsupported::new(
@@ -191,7 +196,7 @@ impl PersistentHopper {
                     cfg.q_stages,
                     cfg.block_m() * d * problem.dtype.size_bytes(),
                     cfg.stages,
-                    2 * cfg.block_n * d * problem.dtype.size_bytes(),
+                    cfg.block_n * (d + dv) * problem.dtype.size_bytes(),
                 ),
             ));
         }
@@ -248,6 +253,9 @@ impl PersistentHopper {
             .l2_section_bytes
             .unwrap_or_else(|| default_l2_section_bytes(device));
         let mut defines = cfg.defines(problem.head_dim, l2_section);
+        if problem.has_distinct_head_dim_v() {
+            defines.push(("FC_HEAD_DIM_V".to_string(), dv.to_string()));
+        }
         if splits > 1 {
             // The split count itself is a run-time parameter (params.num_splits): one module
             // per head dim and dtype serves every count.

@@ -57,9 +57,46 @@ pub fn smem_bytes_with_tiles(
     block_m: usize,
     block_n: usize,
 ) -> usize {
+    smem_bytes_with_tiles_v(
+        head_dim, head_dim, elem_bytes, stages, q_stages, block_m, block_n,
+    )
+}
+
+/// [`smem_bytes_with_tiles`] with V's own head dim (`FC_HEAD_DIM_V`): the V ring's stages are
+/// `block_n x head_dim_v`.
+pub fn smem_bytes_with_tiles_v(
+    head_dim: usize,
+    head_dim_v: usize,
+    elem_bytes: usize,
+    stages: usize,
+    q_stages: usize,
+    block_m: usize,
+    block_n: usize,
+) -> usize {
     let q = block_m * head_dim * elem_bytes;
-    let kv_tile = block_n * head_dim * elem_bytes;
-    q_stages * q + 2 * stages * kv_tile + barrier_area_bytes(q_stages, stages, 0) + SMEM_ALIGN_SLACK
+    let kv_tiles = block_n * (head_dim + head_dim_v) * elem_bytes;
+    q_stages * q + stages * kv_tiles + barrier_area_bytes(q_stages, stages, 0) + SMEM_ALIGN_SLACK
+}
+
+/// The V (and O) head dim of a problem's build whose Q/K build is `build_d`: `build_d` when V
+/// shares the head dim (padded alike); a distinct V head dim (FlashAttention 3's `headdim_v`) must
+/// be whole boxes itself (64, 128, 192, 256: never padded) and at most `build_d`, so that O's
+/// registers stay within the build's budget. `Err` says why not.
+pub fn head_dim_v_build(
+    head_dim: usize,
+    head_dim_v: usize,
+    build_d: usize,
+) -> Result<usize, String> {
+    if head_dim_v == head_dim {
+        return Ok(build_d);
+    }
+    if !head_dim_v.is_multiple_of(BOX_COLS) || head_dim_v > build_d {
+        return Err(format!(
+            "head_dim_v {head_dim_v} with head_dim {head_dim}: a distinct V head dim must be a \
+             multiple of {BOX_COLS} (whole TMA boxes) and at most the head dim's build ({build_d})"
+        ));
+    }
+    Ok(head_dim_v)
 }
 
 /// The barrier area (the kernel's OFF_XCHG - OFF_BAR): the barriers (+ the producer's v_landed),

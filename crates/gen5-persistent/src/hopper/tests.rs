@@ -922,3 +922,95 @@ fn wide_heads_take_one_q_buffer_and_their_own_key_tiles() {
         assert!(!names.contains(&"FC_HOPPER_SPREAD_PAGES".to_string()));
     }
 }
+
+/// V's own head dim (FlashAttention 3's `headdim_v`): the V ring at the V dim, `FC_HEAD_DIM_V` in
+/// the defines, the unsplit row-warpgroup path; V dims that are not whole boxes at most the build's
+/// are refused with the reason.
+#[test]
+fn a_distinct_v_dim_builds_its_own_v_ring() {
+    let dev = DeviceInfo::synthetic_h100();
+    for (d, dv) in [(192, 128), (128, 64), (256, 128), (96, 64), (184, 128)] {
+        for causal in [false, true] {
+            let p = AttentionProblem::new(2, 16, 1024, d)
+                .with_causal(causal)
+                .with_head_dim_v(dv);
+            let plan = PersistentHopper.plan(&p, &dev).expect("plans");
+            let build = build_head_dim(d);
+            assert_eq!(define_value(&plan, "FC_HEAD_DIM"), Some(build.to_string()));
+            assert_eq!(define_value(&plan, "FC_HEAD_DIM_V"), Some(dv.to_string()));
+            let names = define_names(&plan);
+            for off in [
+                "FC_HOPPER_WG_KEY_SPLIT",
+                "FC_HOPPER_SPLIT_KV",
+                "FC_HOPPER_SMEM_EPILOGUE",
+            ] {
+                assert!(!names.contains(&off.to_string()), "{d}/{dv}: {off}");
+            }
+            let cfg = HopperConfig::default().for_problem(&p, 132);
+            let smem = cfg.smem_bytes_v(build, dv, 2);
+            assert_eq!(plan.launches[0].dynamic_smem_bytes as usize, smem);
+            assert!(
+                smem < cfg.smem_bytes(build, 2),
+                "{d}/{dv}: the V ring shrinks"
+            );
+            // The tiles of the equal-dim problem of the Q/K build, but at D = 192 with a V of
+            // at most 128 columns FlashAttention-3's 128-key tile.
+            let same = AttentionProblem::new(2, 16, 1024, build).with_causal(causal);
+            let same_cfg = HopperConfig::default().for_problem(&same, 132);
+            let block_n = if build == 192 {
+                NARROW_V_D192_BLOCK_N
+            } else {
+                same_cfg.block_n
+            };
+            assert_eq!(
+                (cfg.block_n, cfg.stages, cfg.q_stages, cfg.consumer_regs),
+                (
+                    block_n,
+                    same_cfg.stages,
+                    same_cfg.q_stages,
+                    same_cfg.consumer_regs
+                )
+            );
+        }
+    }
+    // (192, 128): Q 128 x 192, two stages of 128 keys x (192 + 128), 2 bytes each.
+    let p = AttentionProblem::new(2, 16, 4096, 192).with_head_dim_v(128);
+    let plan = PersistentHopper.plan(&p, &dev).unwrap();
+    assert_eq!(
+        plan.launches[0].dynamic_smem_bytes as usize,
+        128 * 192 * 2 + 2 * 128 * (192 + 128) * 2 + 128 + 1024
+    );
+    assert_eq!(
+        define_value(&plan, "FC_HOPPER_BLOCK_N"),
+        Some("128".to_string())
+    );
+    // A forced width is kept.
+    let forced = overrides(&[("FLASHCORE_HOPPER_BLOCK_N", "112")]).unwrap();
+    assert_eq!(forced.for_problem(&p, 132).block_n, 112);
+    // Small and one-round problems stay unsplit, whatever the split rule would pick.
+    for p in [
+        AttentionProblem::new(1, 4, 256, 128).with_head_dim_v(64),
+        AttentionProblem::new(1, 2, 64, 128).with_head_dim_v(64),
+    ] {
+        let plan = PersistentHopper.plan(&p, &dev).unwrap();
+        assert_eq!(plan.num_splits, 1);
+        assert!(!define_names(&plan).contains(&"FC_HOPPER_WG_KEY_SPLIT".to_string()));
+    }
+    // Modes build with it (paged cache, no append).
+    let paged = paged_cache(2, 16, 192, 4, 64).with_head_dim_v(128);
+    let plan = PersistentHopper.plan(&paged, &dev).unwrap();
+    assert!(define_names(&plan).contains(&"FC_HOPPER_MODES".to_string()));
+    assert_eq!(
+        define_value(&plan, "FC_HEAD_DIM_V"),
+        Some("128".to_string())
+    );
+    // Refused: not whole boxes, or wider than the Q/K build.
+    for (d, dv) in [(192, 96), (128, 192), (64, 128), (192, 72)] {
+        let p = AttentionProblem::new(1, 8, 512, d).with_head_dim_v(dv);
+        let e = PersistentHopper.plan(&p, &dev).unwrap_err();
+        assert!(
+            e.reason.contains(&format!("head_dim_v {dv}")),
+            "{d}/{dv}: {e}"
+        );
+    }
+}
