@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flash_attn_func's prepared eager path (c7d36f2) on the H200, in one call: the package's GPU
+# flash_attn_func's prepared eager path on the H200, in one call: the package's GPU
 # tests (FlashAttention's style against a float32 PyTorch reference, every output poisoned with
 # NaN first; the prepared path's own tests, torch.compile and CUDA graphs among them) from the
 # `aot` wheel (cubins for sm_90a), a subset from the plain wheel (NVRTC at run time), then
@@ -14,6 +14,9 @@
 #   bash docs/results/2026-11-29-python-eager-h200/run.sh
 # Outputs in $OUT: python.txt (the summary), bench-python.md, compare.md, aba.md,
 # logs-python.tar.xz.
+# Runs: first/ (c7d36f2, the prepared path); the top level (2517ade: V's own head dim wired
+# through, its tests, the Hopper forward taking it) is the final one, with interleaved.sh after
+# it in the same call.
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
 R=$OUT/python.txt; L=/tmp/logs-python; rm -rf $L; mkdir -p $L
