@@ -213,17 +213,18 @@ pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
         });
     }
     let s = p.strides();
-    for (st, heads, seq) in [
-        (s.q, p.heads_q, p.seq_q),
-        (s.k, p.heads_kv, p.seq_k),
-        (s.v, p.heads_kv, p.seq_k),
+    // dV is V's width (a kernel with one head dim refuses a distinct one in its capabilities).
+    for (st, heads, seq, width) in [
+        (s.q, p.heads_q, p.seq_q, p.head_dim),
+        (s.k, p.heads_kv, p.seq_k, p.head_dim),
+        (s.v, p.heads_kv, p.seq_k, p.head_dim_v()),
     ] {
         // A gradient with no elements (seq_k = 0: no keys) has nothing to alias; its strides
         // are 0 along the empty extent's neighbours (H100, commit bbeeaea: verify's sk=0 cases).
         if p.batch == 0 || heads == 0 || seq == 0 {
             continue;
         }
-        st.check_distinct(p.batch, heads, seq, p.head_dim)?;
+        st.check_distinct(p.batch, heads, seq, width)?;
     }
     Ok(())
 }

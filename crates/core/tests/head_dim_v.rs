@@ -191,3 +191,12 @@ fn flops_and_display_count_both_dims() {
         .to_string()
         .contains("Dv"));
 }
+
+/// The backward's own checks take dV at V's width, so a distinct V dim reaches the kernels'
+/// capability check (a clear `Unsupported`) instead of failing as aliasing gradients.
+#[test]
+fn backward_validation_takes_v_at_its_width() {
+    for layout in [Layout::Bshd, Layout::Bhsd] {
+        flashcore_core::backward::validate_backward(&deepseek(layout)).unwrap();
+    }
+}
