@@ -4,6 +4,7 @@
 # - verify of the generation-5 forwards (persistent picks its path; persistent-portable and
 #   persistent-hopper alone), 1000 random cases each, a fifth of the dense cases with a V dim of
 #   their own, and the (192, 128) edge cases; the other kernels' V-dim cases count as skipped;
+# - the Python package's V-dim tests (plain wheel);
 # - compute-sanitizer memcheck and racecheck over single (192, 128) verify cases (the sanitize
 #   sweep has none);
 # - prefill at (192, 128) from Python (flash_attn_func, plain wheel) beside SDPA's cuDNN and
@@ -41,6 +42,11 @@ job verify-hopper 300 $X verify --kernels persistent-hopper --cases 1000 --seed 
 ) &
 python3 -m pip install -q --no-deps --target /tmp/fc-plain .carry/py/flashcore-*.whl > $L/pip.log 2>&1
 wait
+# The package's V-dim tests (dense and varlen through both eager paths, the backward's refusal).
+PYTHONPATH=/tmp/fc-plain FLASHCORE_POISON_OUTPUTS=1 timeout -s INT 200 python3 -m pytest -q -n 4 \
+    -p no:cacheprovider -k head_dim_v crates/py/tests > $L/pytest.log 2>&1
+echo "pytest -k head_dim_v rc=$? (${SECONDS}s): $(tail -1 $L/pytest.log)" | tee -a $R
+grep -E "^(FAILED|ERROR)" $L/pytest.log | cut -c1-300 | head -10 | tee -a $R
 sort $L/rc.txt | tee -a $R
 for f in $L/verify-*.log; do echo "$(basename $f .log): $(grep -E 'passed, .* failed' $f | tail -3 | tr '\n' ' ')" | tee -a $R; done
 grep -hE "FAIL|panicked" $L/verify-*.log | cut -c1-400 | head -12 | tee -a $R
