@@ -32,6 +32,12 @@
 // FC_BWD_PADDED_HEAD (0|1): p.head_dim is below the build's FC_HEAD_DIM and padded up to it
 // (common/padded_head.cuh): the loads zero-fill the columns from p.head_dim on, rowsum(dO ∘ O)
 // reads only the problem's, and dQ, dK, dV are stored only there.
+//
+// FC_BWD_MODES (0|1): sliding windows, softcap and ALiBi (common/backward_scores.cuh). A key tile
+// walks the query tiles that see it and a query tile the key tiles it sees (walked_query_tiles,
+// walked_keys); each step takes both its products first, then P and dS together from the
+// forward's logit (softcap's 1 − tanh² needs the raw score where dS is formed), the element mask
+// on the tile pairs a window's edge or a tail crosses.
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -43,6 +49,7 @@
 #include "common/work_item.cuh"
 #include "common/row_dot.cuh"
 #include "common/padded_head.cuh"
+#include "common/backward_scores.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
 #include "common/dq_accumulator.cuh"
 #endif
@@ -136,6 +143,12 @@ __device__ __forceinline__ void store_warp_rows(elem_t* base, long long row_stri
 }
 
 
+// A warp's 16-row accumulator tiles as bwd_tile_scores takes them (one m16 slice).
+template <int kNT>
+__device__ __forceinline__ float (&as_tiles(float (&a)[kNT][4]))[1][kNT][4] {
+    return reinterpret_cast<float(&)[1][kNT][4]>(a);
+}
+
 }  // namespace portable_bwd
 
 using namespace portable_bwd;
@@ -192,8 +205,9 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         const int h_kv = (int)(item % p.heads_kv);
         const int k0 = key_tile * dkdv_key_rows;
         const int key_rows = min(dkdv_key_rows, p.seq_k - k0);
-        const int first_qt = first_query_seeing(p, k0) / dkdv_query_rows;
-        const int steps_per_head = query_tiles - first_qt;  // 0 when no query sees these keys
+        const TileRange walk = walked_query_tiles(p, k0, dkdv_key_rows, dkdv_query_rows, query_tiles);
+        const int first_qt = walk.first;
+        const int steps_per_head = walk.end - first_qt;  // 0 when no query sees these keys
         const int steps = steps_per_head * p.q_heads_per_kv;
 
         // (head, query tile) of step s: every query head of the KV group, each over its tiles.
@@ -253,6 +267,15 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
                 float pt[query_tiles8][4];
                 warp_qk_q_in_smem<head_dim, dkdv_query_rows>(pt, smem_base + dkdv_k, warp_key0,
                                                              smem_base + dkdv_q(buf), lane);
+#if FC_BWD_MODES
+                float dst[query_tiles8][4];
+                warp_qk_q_in_smem<head_dim, dkdv_query_rows>(dst, smem_base + dkdv_v, warp_key0,
+                                                             smem_base + dkdv_do(buf), lane);
+                bwd_tile_scores<true>(p, score_mod(p, bwd_seq(p), b, step_head(s)), as_tiles(pt), as_tiles(dst),
+                                      k0 + warp_key0, q0,
+                                      key_tile_needs_mask(p, k0, dkdv_key_rows, q0, dkdv_query_rows),
+                                      [&](int q) { return make_float2(lse[q], dvec[q]); }, lane);
+#else
                 // Causal: the tile pair needs the element mask when its last key lies past what
                 // its first query sees.
                 const bool masked = p.causal && k0 + dkdv_key_rows - 1 > q0 + causal_offset(p);
@@ -275,6 +298,7 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
 #pragma unroll
                     for (int e = 0; e < 4; ++e) dst[j][e] = pt[j][e] * (dst[j][e] - dvec[8 * j + 2 * tig + (e & 1)]);
                 }
+#endif
                 // dV += Pᵀ·dO, dK += dSᵀ·Q (dO and Q read transposed with ldmatrix.trans).
                 warp_pv<head_dim, dkdv_query_rows>(dv, pt, smem_base + dkdv_do(buf), lane);
                 warp_pv<head_dim, dkdv_query_rows>(dk, dst, smem_base + dkdv_q(buf), lane);
@@ -312,8 +336,8 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
         const int h_kv = h / p.q_heads_per_kv;
         const int q0 = q_tile * dq_query_rows;
         const int q_rows = min(dq_query_rows, p.seq_q - q0);
-        const int key_end = causal_key_end_for_tile(p, q0, q0 + q_rows);
-        const int key_tiles = ceil_div(key_end, dq_key_rows);
+        const KeyWalk walk = walked_keys(p, q0, q_rows, dq_key_rows);
+        const int key_tiles = ceil_div(walk.key_end, dq_key_rows) - walk.first_tile;
 
         // This lane's two rows: LSE (log2 domain; +inf past the end, so P = 0) and D.
         float lse[2], dvec[2];
@@ -329,7 +353,7 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
         auto load_kv = [&](int n, int buf) {
-            const int kk0 = n * dq_key_rows, rows = min(dq_key_rows, p.seq_k - kk0);
+            const int kk0 = (walk.first_tile + n) * dq_key_rows, rows = min(dq_key_rows, p.seq_k - kk0);
             load_tile_async<dq_key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dq_k(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
                 head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
@@ -357,10 +381,19 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
                 const int buf = n & 1;
                 if (n + 1 < key_tiles) load_kv(n + 1, buf ^ 1);
                 cp_async_commit();
-                const int kk0 = n * dq_key_rows;
+                const int kk0 = (walk.first_tile + n) * dq_key_rows;
 
                 float s[key_tiles8][4];
                 warp_qk_q_in_smem<head_dim, dq_key_rows>(s, smem_base + dq_q, warp_row0, smem_base + dq_k(buf), lane);
+#if FC_BWD_MODES
+                float ds[key_tiles8][4];
+                warp_qk_q_in_smem<head_dim, dq_key_rows>(ds, smem_base + dq_do, warp_row0, smem_base + dq_v(buf),
+                                                         lane);
+                bwd_tile_scores<false>(
+                    p, score_mod(p, bwd_seq(p), b, h), as_tiles(s), as_tiles(ds), q0 + warp_row0, kk0,
+                    query_tile_needs_mask(p, q0 + warp_row0, warp_rows, kk0, dq_key_rows),
+                    [&](int r) { return make_float2(lse[(r >> 3) & 1], dvec[(r >> 3) & 1]); }, lane);
+#else
                 // Key tails and the causal diagonal take the element mask.
                 const bool masked = kk0 + dq_key_rows > p.seq_k ||
                                     (p.causal && kk0 + dq_key_rows - 1 > q0 + causal_offset(p));
@@ -386,6 +419,7 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
 #pragma unroll
                     for (int e = 0; e < 4; ++e) ds[j][e] = s[j][e] * (ds[j][e] - dvec[e >> 1]);
                 }
+#endif
                 warp_pv<head_dim, dq_key_rows>(dq, ds, smem_base + dq_k(buf), lane);
 
                 cp_async_wait<0>();

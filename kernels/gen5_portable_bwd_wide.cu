@@ -40,6 +40,11 @@
 // products in two 32-query halves, with one barrier (and, atomic, one dQ product) per 64 queries
 // (3-10 % faster on the H100, 31e7ea5).
 //
+// FC_BWD_MODES: sliding windows, softcap and ALiBi (common/backward_scores.cuh), as in
+// gen5_portable_bwd.cu: a key tile walks the query tiles that see it (KeyItem's first and end), a
+// query tile the key tiles it sees; each step's two products come first, then P and dS together
+// (bwd_tile_scores), so dS can take softcap's 1 − tanh² of the raw score.
+//
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
 // dK/dV pass only reach their own rows, which are not written. A padded head dim
@@ -61,6 +66,7 @@
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
 #include "common/padded_head.cuh"
+#include "common/backward_scores.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
 #include "common/dq_accumulator.cuh"
 #endif
@@ -332,9 +338,22 @@ __device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long 
     it.k0 = (int)(item / heads) * key_rows;
 #endif
     it.valid_keys = min(key_rows, p.seq_k - it.k0);
-    it.first_q_tile = first_query_seeing(p, it.k0) / query_rows;
-    it.steps = (q_tiles - it.first_q_tile) * p.q_heads_per_kv;
+    const TileRange walk = walked_query_tiles(p, it.k0, key_rows, query_rows, q_tiles);
+    it.first_q_tile = walk.first;
+    it.steps = (walk.end - walk.first) * p.q_heads_per_kv;
     return it;
+}
+
+// One past the last query tile of the item's walk: the last tile of the sequence in a dense
+// build; in a modes build the window's, recomputed from the key tile at each use rather than
+// kept in a register across the item (the modes builds run at 255 registers).
+__device__ __forceinline__ int walk_end([[maybe_unused]] const AttentionParams& p,
+                                        [[maybe_unused]] const KeyItem& it, int q_tiles) {
+#if FC_BWD_MODES
+    return walked_query_tiles(p, opaque(it.k0), key_rows, query_rows, q_tiles).end;
+#else
+    return q_tiles;
+#endif
 }
 
 // A [kRows][head_dim] tile of Q, K, V or dO (cp.async, not committed) by kThreads threads; a padded
@@ -410,7 +429,7 @@ __device__ __forceinline__ int walk_start(int k0, int first_q_tile, int q_tiles)
 }
 #endif
 
-// Runs `step(q0, buf)` over the item's (query head, query tile) steps, with step s+1's Q, dO and
+// Runs `step(q0, buf, head)` over the item's (query head, query tile) steps, with step s+1's Q, dO and
 // row statistics streaming into the other buffer while step s runs, and a barrier after each step
 // (its tiles free, the next ones visible). Nothing happens when no query sees the keys.
 template <class Step>
@@ -420,7 +439,7 @@ __device__ __forceinline__ void walk_steps(const AttentionParams& p, const Backw
     // The previous item ended on a barrier after its last shared-memory read.
     load_key_tile(p, shared_address(smem), it, tid);
 #if defined(FC_BWD_ROTATE)
-    StepCursor cur{it.h_kv * p.q_heads_per_kv, walk_start(it.k0, it.first_q_tile, q_tiles)};
+    StepCursor cur{it.h_kv * p.q_heads_per_kv, walk_start(it.k0, it.first_q_tile, walk_end(p, it, q_tiles))};
 #else
     StepCursor cur{it.h_kv * p.q_heads_per_kv, it.first_q_tile};
 #endif
@@ -431,16 +450,17 @@ __device__ __forceinline__ void walk_steps(const AttentionParams& p, const Backw
     __syncthreads();
     for (int s = 0; s < it.steps; ++s) {
         const int buf = s & 1;
-        const int q0 = cur.q_tile * query_rows;
+        const int q0 = cur.q_tile * query_rows, head = cur.head;
 #if defined(FC_BWD_ROTATE)
-        cur.advance(it.first_q_tile, q_tiles, walk_start(it.k0, it.first_q_tile, q_tiles));
+        cur.advance(it.first_q_tile, walk_end(p, it, q_tiles),
+                    walk_start(it.k0, it.first_q_tile, walk_end(p, it, q_tiles)));
 #else
-        cur.advance(it.first_q_tile, q_tiles);
+        cur.advance(it.first_q_tile, walk_end(p, it, q_tiles));
 #endif
         // The other buffer's last readers finished before the barrier ending step s-1.
         if (s + 1 < it.steps) load_query_step(p, g, smem, it.b, cur, buf ^ 1, tid);
         cp_async_commit();
-        step(q0, buf);
+        step(q0, buf, head);
         // After the step's products, so its address arithmetic is not live beside them.
         if (s + 1 < it.steps) note_step_block(p, smem, it.b, cur, buf ^ 1, tid);
         cp_async_wait<0>();
@@ -498,7 +518,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         zero_warp_tile(dk);
         zero_warp_tile(dv);
 
-        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
+        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf, [[maybe_unused]] int head) {
             const RowStats* stats = reinterpret_cast<const RowStats*>(smem + row_stats_at(buf)) + s_query0;
 
             // 1. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ in one k loop, each product's loads behind the other's
@@ -510,6 +530,15 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
             warp_gemm_abt_pair<head_dim, s_mt, s_nt, k_unroll>(pt, smem_base + k_at, smem_base + q_at(buf), dpt,
                                                                smem_base + v_at, smem_base + do_at(buf), s_key0,
                                                                s_query0, lane);
+#if FC_BWD_MODES
+            // (The head and k0 opaque: the slope's load and the mask's bounds are computed here,
+            // not hoisted beside the products; these builds run at 255 registers.)
+            bwd_tile_scores<true>(p, score_mod(p, bwd_seq(p), b, opaque(head)), pt, dpt, k0 + s_key0, q0 + s_query0,
+                                  key_tile_needs_mask(p, opaque(k0), key_rows, q0, query_rows),
+                                  [&](int q) { return make_float2(stats[q].lse, stats[q].dvec); }, lane);
+            store_warp_tile<query_rows>(smem + pt_at, pt, s_key0, s_query0, lane);
+            store_warp_tile<query_rows>(smem + dst_at, dpt, s_key0, s_query0, lane);
+#else
             const bool masked = p.causal && k0 + key_rows - 1 > q0 + causal_offset(p);
 #pragma unroll
             for (int mt = 0; mt < s_mt; ++mt)
@@ -533,6 +562,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                     for (int e = 0; e < 4; ++e)
                         pt[mt][j][e] *= dpt[mt][j][e] - stats[8 * j + 2 * tig + (e & 1)].dvec;
             store_warp_tile<query_rows>(smem + dst_at, pt, s_key0, s_query0, lane);
+#endif
             __syncthreads();  // every warp's Pᵀ and dSᵀ are in their tiles
 
             // 2. dV += Pᵀ·dO and dK += dSᵀ·Q over the step's queries, in one k loop (1-2 % over two
@@ -554,6 +584,9 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
     }
 }
 #else
+// (A modes build of this half of the file holds the dQ kernel alone: the modes problems' dK/dV pass
+// takes the two-phase layout, `WideLayout::for_problem`.)
+#if !FC_BWD_MODES
 extern "C" __global__ void __launch_bounds__(dkdv::num_threads, 2)
 bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     using namespace dkdv;
@@ -574,7 +607,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
         zero_warp_tile(dk);
         zero_warp_tile(dv);
 
-        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf) {
+        walk_steps(p, g, smem, it, q_tiles, tid, [&](int q0, int buf, [[maybe_unused]] int head) {
             // The warp's products over the step's queries hq0 .. hq0 + 32 (its dSᵀ stored into the
             // step's tile in atomic builds).
             auto half_products = [&](int hq0, int buf, int q0) {
@@ -642,6 +675,7 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
                             0, it.valid_keys, p.head_dim, 1.f, lane);
     }
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(dq::num_threads, 2)
 bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
@@ -666,13 +700,13 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
         const int h_kv = h / p.q_heads_per_kv;
         const int q0 = q_tile * query_rows;
         const int valid_rows = min(query_rows, p.seq_q - q0);
-        const int key_end = causal_key_end_for_tile(p, q0, q0 + valid_rows);
-        const int key_tiles = key_end > 0 ? ceil_div(key_end, key_rows) : 0;
+        const KeyWalk walk = walked_keys(p, q0, valid_rows, key_rows);
+        const int key_tiles = (walk.key_end > 0 ? ceil_div(walk.key_end, key_rows) : 0) - walk.first_tile;
 
         const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
         const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
         auto load_kv = [&](int n, int buf) {
-            const int kk0 = n * key_rows, rows = min(key_rows, p.seq_k - kk0);
+            const int kk0 = (walk.first_tile + n) * key_rows, rows = min(key_rows, p.seq_k - kk0);
             load_tile_async<key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + k_at(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
                 head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
@@ -701,7 +735,26 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
                 const int buf = n & 1;
                 if (n + 1 < key_tiles) load_kv(n + 1, buf ^ 1);
                 cp_async_commit();
-                const int kk0 = n * key_rows;
+                const int kk0 = (walk.first_tile + n) * key_rows;
+#if FC_BWD_MODES
+#pragma unroll 1
+                for (int c = 0; c < key_rows / key_chunk; ++c) {
+                    // S and dP, then P and dS together (dS in place of dP), and dQ += dS·K.
+                    float s[row_tiles][key_tiles8][4], dp[row_tiles][key_tiles8][4];
+                    zero_warp_tile(s);
+                    warp_gemm_abt<head_dim, row_tiles, key_tiles8>(s, smem_base + q_at, warp_row0,
+                                                                   smem_base + k_at(buf), c * key_chunk, lane);
+                    zero_warp_tile(dp);
+                    warp_gemm_abt<head_dim, row_tiles, key_tiles8>(dp, smem_base + do_at, warp_row0,
+                                                                   smem_base + v_at(buf), c * key_chunk, lane);
+                    const int kc0 = kk0 + c * key_chunk;
+                    bwd_tile_scores<false>(p, score_mod(p, bwd_seq(p), b, h), s, dp, q0 + warp_row0, kc0,
+                                           query_tile_needs_mask(p, q0 + warp_row0, warp_rows, kc0, key_chunk),
+                                           [&](int r) { return make_float2(stats[r].lse, stats[r].dvec); }, lane);
+                    warp_gemm_rb<head_dim, row_tiles, key_tiles8>(dq_acc, dp, smem_base + k_at(buf), c * key_chunk,
+                                                                  lane);
+                }
+#else
                 // Key tails and the causal diagonal take the element mask.
                 const bool masked = kk0 + key_rows > p.seq_k ||
                                     (p.causal && kk0 + key_rows - 1 > q0 + warp_row0 + causal_offset(p));
@@ -740,6 +793,7 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
                     warp_gemm_rb<head_dim, row_tiles, key_tiles8>(dq_acc, s, smem_base + k_at(buf), c * key_chunk,
                                                                   lane);
                 }
+#endif
 
                 cp_async_wait<0>();
                 // Key tile n+1 is visible; every warp is done with buffer buf.

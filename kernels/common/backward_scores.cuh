@@ -10,8 +10,10 @@
 // whole problem (bwd_seq), and there are no mm_prefix ranges.
 #pragma once
 #include "params.cuh"
+#include "masking.cuh"
 #include "seqlen.cuh"
 #include "score_mod.cuh"
+#include "work_item.cuh"
 
 #ifndef FC_BWD_MODES
 #define FC_BWD_MODES 0
@@ -85,4 +87,86 @@ __device__ __forceinline__ BwdScore bwd_score(const ScoreMod& m, float dot, floa
     r.p = visible ? exp2f(s - lse_log2) : 0.f;
     r.ds = r.p * (dp - dvec) * dtanh;
     return r;
+}
+
+// The tiles of `tile` query rows a key tile [k0, k0 + keys) walks: [first, end). Dense builds:
+// from the first query the causal diagonal lets see k0 to the last tile (q_tiles). Modes: those
+// holding a row that sees one of its keys (none when no row does: first == end).
+struct TileRange {
+    int first, end;
+};
+__device__ __forceinline__ TileRange walked_query_tiles(const AttentionParams& p, int k0, int keys, int tile,
+                                                        int q_tiles) {
+#if FC_BWD_MODES
+    const QueryRows r = visited_query_rows(p, bwd_seq(p), k0, keys);
+    return {r.first / tile, r.end > r.first ? ceil_div(r.end, tile) : r.first / tile};
+#else
+    return {first_query_seeing(p, k0) / tile, q_tiles};
+#endif
+}
+
+// The keys a query tile [q0, q0 + rows) walks, in tiles of `tile`: from tile `first_tile` to
+// key `key_end` (each pass rounds it up to its tiles as it always has). Dense builds: from key 0 to
+// the causal diagonal's end; modes: seqlen.cuh's visited_key_tiles (its end a whole tile).
+struct KeyWalk {
+    int first_tile, key_end;
+};
+__device__ __forceinline__ KeyWalk walked_keys(const AttentionParams& p, int q0, int rows, int tile) {
+#if FC_BWD_MODES
+    const KeyTiles t = visited_key_tiles(p, bwd_seq(p), q0, rows, tile);
+    return {t.first, t.end * tile};
+#else
+    return {0, causal_key_end_for_tile(p, q0, q0 + rows)};
+#endif
+}
+
+// Modes: whether the pairs of key tile [k0, k0 + keys) and query rows [q0, q0 + rows) need the
+// element mask (a key-side pass), or those of query rows [q0, q0 + rows) and key tile [k0, k0 +
+// keys) (a query-side pass). Recomputed per tile pair from the parameters rather than kept.
+__device__ __forceinline__ bool key_tile_needs_mask(const AttentionParams& p, int k0, int keys, int q0, int rows) {
+    const SeqInfo s = bwd_seq(p);
+    return query_rows_need_mask(visited_query_rows(p, s, k0, keys), s, q0, rows);
+}
+__device__ __forceinline__ bool query_tile_needs_mask(const AttentionParams& p, int q0, int rows, int k0, int keys) {
+    const int valid = min(rows, p.seq_q - q0);
+    return valid <= 0 || tile_needs_mask(visited_key_tiles(p, bwd_seq(p), q0, valid, keys), k0, keys);
+}
+
+// Whether query row `row` sees `key` (both inside a tile past the sequence's start): key_range's
+// rule as one distance, d = diag(row) − key = (row − len_q) + (len_k − key), which the window
+// bounds on both sides: −right <= d <= window_left, and 0 <= key < len_k. Per pair, from the
+// parameters alone, so a masked tile keeps no per-row ranges in registers. (Each parenthesis is
+// within a tile of the lengths, so the sum stays in range for lengths below 2^30.)
+__device__ __forceinline__ bool pair_visible(const AttentionParams& p, int row, int key) {
+    const int d = (row - p.seq_q) + (p.seq_k - key);
+    const int right = p.causal ? 0 : p.window_right;
+    return key < p.seq_k && (right < 0 || d >= -right) && (p.window_left < 0 || d <= p.window_left);
+}
+
+// A modes build's scores of one tile pair: over a warp's m16n8 accumulator tiles (element e of
+// tile (mt, j) at MMA row 16 mt + group + 8 (e >> 1), column 8 j + 2 tig + (e & 1)), Sᵀ or S (raw
+// q·k) becomes P and dPᵀ or dP becomes dS, in place (bwd_score). Keys lie on the MMA's rows in the
+// dK/dV passes (kKeysOnRows) and queries in the dQ passes; row0 and col0 are the problem's index
+// (key or query) of MMA row and column 0. stats(i) is (LSE·log2e, D) of the query at MMA index i
+// (its row or column). With `masked` false every pair is visible; else pair_visible decides.
+template <bool kKeysOnRows, int kMT, int kNT, class Stats>
+__device__ __forceinline__ void bwd_tile_scores(const AttentionParams& p, const ScoreMod& mod, float (&s)[kMT][kNT][4],
+                                                float (&dp)[kMT][kNT][4], int row0, int col0, bool masked,
+                                                Stats&& stats, int lane) {
+    const int group = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = 16 * mt + group + 8 * (e >> 1), col = 8 * j + 2 * tig + (e & 1);
+                const float2 st = stats(kKeysOnRows ? col : r);
+                const int query = kKeysOnRows ? col0 + col : row0 + r;
+                const int key = kKeysOnRows ? row0 + r : col0 + col;
+                const bool visible = !masked || pair_visible(p, query, key);
+                const BwdScore x = bwd_score(mod, s[mt][j][e], dp[mt][j][e], st.x, st.y, query, key, visible);
+                s[mt][j][e] = x.p;
+                dp[mt][j][e] = x.ds;
+            }
 }

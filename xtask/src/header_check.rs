@@ -37,6 +37,12 @@ pub struct HeaderDefines {
 /// Every header not listed here compiles from its own includes alone.
 pub const HEADER_DEFINES: &[HeaderDefines] = &[
     HeaderDefines {
+        path: "common/backward_scores.cuh",
+        needs: &[],
+        switches: &[&[("FC_BWD_MODES", "1")]],
+        why: "the backward's modes builds walk their tiles by the window",
+    },
+    HeaderDefines {
         path: "common/dq_accumulator.cuh",
         needs: &[("FC_HEAD_DIM", "128")],
         switches: &[

@@ -11,15 +11,15 @@
 //!
 //! Both take every head dim that is a multiple of 8 up to 256: builds at the multiples of 32
 //! ([`HEAD_DIMS`]), the others padded up to the next (`FC_BWD_PADDED_HEAD`,
-//! [`build_head_dim`]).
+//! [`build_head_dim`]); and sliding windows, softcap and ALiBi on dense storage, in the same
+//! tiles' `FC_BWD_MODES` builds.
 //!
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 
 use flashcore_core::backward::AttentionBackward;
 use flashcore_core::launch::tiles;
 use flashcore_core::{
-    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
-    Unsupported,
+    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, Unsupported,
 };
 
 use crate::env::{parse_number, Env};
@@ -117,6 +117,18 @@ impl WideLayout {
             WideLayout::Registers
         } else {
             WideLayout::TwoPhase
+        }
+    }
+
+    /// [`WideLayout::of`] for a problem with or without `score_modes` (a window, softcap or
+    /// ALiBi): those take the two-phase layout at every head dim, since on the register path
+    /// (P, dP, dK and dV of 32 keys in registers, already at 253-255 registers) their modes build
+    /// spilled 12-476 bytes.
+    pub fn for_problem(head_dim: usize, padded: bool, atomic_dq: bool, score_modes: bool) -> Self {
+        if score_modes {
+            WideLayout::TwoPhase
+        } else {
+            WideLayout::of(head_dim, padded, atomic_dq)
         }
     }
 
@@ -373,6 +385,19 @@ fn plan_with(
         Unsupported::new(name, format!("head_dim {} is past 256", problem.head_dim))
     })?;
     let padded = d != problem.head_dim;
+    if atomic_dq && !problem.modes.is_dense() && (96..=128).contains(&d) {
+        // Its two-phase dK/dV build at these dims runs at 255 registers with the dQ reductions'
+        // state, and the window's, softcap's and ALiBi's beside it spilled 4-40 bytes on sm_80 and
+        // sm_90a whichever of the walk's schedules it took.
+        return Err(Unsupported::new(
+            name,
+            format!(
+                "windows, softcap and ALiBi at head_dim {} (a {d} build): its modes build \
+                 passes the registers; persistent-portable (deterministic) takes them",
+                problem.head_dim
+            ),
+        ));
+    }
     // The atomic schedule exists on the wide tiles only (its 16-row version lost 1.5-1.9x to its
     // scalar atomics, commit acfed8e).
     let tiling = if atomic_dq {
@@ -380,7 +405,7 @@ fn plan_with(
     } else {
         Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
-    let layout = WideLayout::of(d, padded, atomic_dq);
+    let layout = WideLayout::for_problem(d, padded, atomic_dq, !problem.modes.is_dense());
     let step = step_queries(
         d,
         layout,
@@ -413,6 +438,9 @@ fn plan_with(
         device.require_shared_memory(name, *need, true, holding)?;
     }
     let mut defines = vec![("FC_HEAD_DIM".to_string(), d.to_string())];
+    // Windows, softcap and ALiBi: the same tiles, in their modes builds
+    // (`kernels/common/backward_scores.cuh`).
+    defines.extend(flashcore_core::backward::backward_mode_defines(problem));
     if padded {
         defines.push(("FC_BWD_PADDED_HEAD".to_string(), "1".to_string()));
     }
@@ -501,10 +529,11 @@ fn plan_with(
         )
     } else if wide_dq {
         let items = p.batch * p.heads_q * tiles(p.seq_q, WIDE_QUERY_TILE_ROWS);
-        (
-            launch(WIDE_SOURCE, "bwd_portable_dq_wide", WARPS, items, smem[1]),
-            rows,
-        )
+        let mut dq = launch(WIDE_SOURCE, "bwd_portable_dq_wide", WARPS, items, smem[1]);
+        // The dQ pass is built in the register layout's half of the file (a modes problem's
+        // dK/dV pass takes the two-phase one).
+        dq.defines.retain(|(k, _)| k != "FC_BWD_TWO_PHASE");
+        (dq, rows)
     } else {
         (
             launch(SOURCE, "bwd_portable_dq", WARPS, query_items, smem[1]),
@@ -519,6 +548,7 @@ fn plan_with(
     })
 }
 
+/// Dense storage, with sliding windows (causal included), softcap and ALiBi.
 fn capabilities() -> Capabilities {
     Capabilities::all_features(
         HeadDims::Range {
@@ -528,7 +558,7 @@ fn capabilities() -> Capabilities {
         },
         (8, 0),
     )
-    .with_modes(ModeSupport::NONE)
+    .with_modes(flashcore_core::backward::SCORE_MODES)
 }
 
 impl AttentionBackward for PersistentPortable {
@@ -681,6 +711,67 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("shared memory"), "{e}");
         assert!(!PortableAtomicBackward.deterministic() && PersistentPortable.deterministic());
+    }
+
+    /// Windows, softcap and ALiBi: the same launches in their modes builds, the two-phase dK/dV
+    /// layout at D <= 64 (the deterministic dQ pass still the register kernel, built without the
+    /// two-phase switch), and dense problems (causal too) without the define.
+    #[test]
+    fn score_modes_take_the_modes_builds() {
+        use flashcore_core::{AlibiSlopes, Modes};
+        let h100 = DeviceInfo::synthetic_h100();
+        let has = |l: &KernelLaunch, k: &str| l.defines.iter().any(|(n, _)| n == k);
+        let modes = Modes {
+            window_left: Some(100),
+            softcap: Some(30.0),
+            alibi: Some(AlibiSlopes::PerHead),
+            ..Modes::default()
+        };
+        for d in [32, 64, 160, 256] {
+            let dense = AttentionProblem::new(2, 8, 500, d)
+                .with_kv(2, 700)
+                .with_causal(true);
+            let p = dense.clone().with_modes(modes.clone());
+            for atomic in [false, true] {
+                let name = if atomic { "atomic" } else { "deterministic" };
+                let plan = |p: &AttentionProblem| {
+                    if atomic {
+                        PortableAtomicBackward.plan_backward(p, &h100).unwrap()
+                    } else {
+                        PersistentPortable.plan_backward(p, &h100).unwrap()
+                    }
+                };
+                let (m, dn) = (plan(&p), plan(&dense));
+                assert_eq!(m.entries(), dn.entries(), "{name} {d}");
+                assert!(m.launches.iter().all(|l| has(l, "FC_BWD_MODES")));
+                assert!(dn.launches.iter().all(|l| !has(l, "FC_BWD_MODES")));
+                if d <= 64 {
+                    // The dK/dV pass in 8 warps, two-phase; the dQ pass's kernel unchanged.
+                    assert_eq!(m.launches[1].block.0, 256, "{name} {d}");
+                    assert!(has(&m.launches[1], "FC_BWD_TWO_PHASE"));
+                    assert!(!has(&m.launches[1], "FC_BWD_STEP64"));
+                    // (The atomic schedule's convert keeps it: the accumulator's tiles follow
+                    // the layout.)
+                    assert_eq!(has(&m.launches[2], "FC_BWD_TWO_PHASE"), atomic);
+                    assert_eq!(m.launches[2].entry, dn.launches[2].entry);
+                } else {
+                    assert_eq!(m.launches[1].block, dn.launches[1].block);
+                }
+            }
+        }
+        // The atomic schedule refuses them at 96 and 128 (its modes builds spill there) and says
+        // which kernel takes them.
+        for d in [72, 96, 128] {
+            let p = AttentionProblem::new(1, 4, 300, d).with_modes(modes.clone());
+            let e = PortableAtomicBackward.plan_backward(&p, &h100).unwrap_err();
+            assert!(e.reason.contains("persistent-portable"), "{e}");
+            PersistentPortable.plan_backward(&p, &h100).unwrap();
+        }
+        // Storage modes stay refused (the core's validation), and the Hopper backward says so.
+        let hopper = crate::PersistentHopper;
+        let p = AttentionProblem::new(2, 8, 500, 128).with_modes(modes);
+        let e = hopper.supports_backward(&p, &h100).unwrap_err();
+        assert!(e.reason.contains("not implemented"), "{e}");
     }
 
     #[test]
