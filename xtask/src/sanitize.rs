@@ -612,7 +612,9 @@ fn sweep_dims(caps: &Capabilities, race: bool, head_dims: Option<&[usize]>) -> V
 
 /// The small backward sweep: GQA and causal with tails past tile sizes, causal with seq_q above
 /// seq_k (rows with no key) and below it, a single row and key, no keys, both dtypes and
-/// layouts. Racecheck gets the first five shapes at one head dim.
+/// layouts. Racecheck gets the first five shapes at one head dim. A kernel that takes the modes
+/// of the scores also gets them: a causal left window with softcap and ALiBi per (batch, head)
+/// over rows with no key, and (not for racecheck) a window on both sides with ALiBi per head.
 pub fn backward_sweep_cases(
     caps: &Capabilities,
     tool: &str,
@@ -630,6 +632,10 @@ pub fn backward_sweep_cases(
         (1, 2, 2, 17, 200, false, 1, Layout::Bshd),
         (2, 4, kv(4, 2), 257, 193, c, 1, Layout::Bshd),
     ];
+    let modes = [
+        (shapes[1], "wl=20,softcap=30,alibi=batch"),
+        (shapes[5], "wl=40,wr=8,alibi=head"),
+    ];
     if race {
         shapes.truncate(5);
     }
@@ -644,6 +650,20 @@ pub fn backward_sweep_cases(
                 caps.layouts[0]
             };
             out.push(sweep_case(shape, d, dtype, layout, 800 + i as u64));
+        }
+        for (i, (shape, keys)) in modes.iter().take(if race { 1 } else { 2 }).enumerate() {
+            let case = sweep_case(
+                shape,
+                d,
+                caps.dtypes[i % caps.dtypes.len()],
+                caps.layouts[0],
+                820 + i as u64,
+            );
+            let case =
+                Case::parse(&format!("{},{keys}", case.to_arg())).expect("a mode line parses");
+            if caps.modes.missing(&case.problem.modes).is_none() {
+                out.push(case);
+            }
         }
     }
     out
@@ -854,6 +874,22 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
             assert!(full.iter().map(p).any(|p| p.seq_k == 0));
             assert!(full.iter().map(p).any(|p| p.seq_q > p.seq_k && p.causal) || !caps.causal);
             assert!(race.iter().map(p).any(|p| p.heads_q > p.heads_kv) || !caps.gqa);
+            // The modes of the scores where the kernel claims them, causal with no-key rows too.
+            let claims = caps.modes.missing(&flashcore::Modes {
+                window_left: Some(1),
+                softcap: Some(1.0),
+                alibi: Some(flashcore::AlibiSlopes::PerHead),
+                ..flashcore::Modes::default()
+            });
+            let modes = full.iter().filter(|c| !c.problem.modes.is_dense()).count();
+            assert_eq!(modes > 0, claims.is_none(), "{}", k.name());
+            if claims.is_none() {
+                assert!(full.iter().map(p).any(|p| p.causal
+                    && p.seq_q > p.seq_k
+                    && p.modes.window_left.is_some()
+                    && p.modes.softcap.is_some()));
+                assert!(race.iter().any(|c| !c.problem.modes.is_dense()));
+            }
         }
     }
 
