@@ -20,7 +20,6 @@ wait
 sort $L/rc.txt | tee -a $R
 for f in $L/verify-*.log; do
   echo "$(basename $f .log): $(grep -E 'passed, .* failed' $f | tail -1) | last progress: $(grep -E 'cases, [0-9]+ failed' $f | tail -1)" | tee -a $R
-  echo "  cases with dv=: $(grep -c 'dv=' $f)" | tee -a $R
 done
 grep -hE "^\| persistent" $L/verify-*.log | tee -a $R
 grep -hE "FAIL|panicked" $L/verify-*.log | cut -c1-400 | head -12 | tee -a $R
