@@ -73,6 +73,24 @@ def _shape_arg(t: Optional[Tensor]):
     return (0, _DTYPES.get(t.dtype, str(t.dtype)), tuple(t.shape), tuple(t.stride()))
 
 
+def scale_of(softmax_scale: Optional[float], head_dim: int) -> float:
+    """FlashAttention's softmax scale: ``1/sqrt(head_dim)`` unless given."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    return float(softmax_scale)
+
+
+def window_of(window_size) -> Tuple[int, int]:
+    """``window_size`` as the pair (left, right) of ints, or a ValueError."""
+    try:
+        left, right = window_size
+        return int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"flashcore: window_size must be a pair (left, right), got {window_size!r}"
+        ) from None
+
+
 def _check_only(fn, args, tensors) -> None:
     """The checks of ``fn`` (device None: nothing launches) on fake tensors' shapes."""
     if _concrete(*tensors):
@@ -110,6 +128,17 @@ _workspaces = {}
 _capture_workspaces = {}
 
 
+def _grown(cache, key, n: int, dtype, device, zeroed: bool) -> Tensor:
+    """``cache[key]``, replaced by a tensor of ``max(n, 1)`` elements when it is missing or
+    smaller (zeroed for a workspace, whose counters must start at zero)."""
+    t = cache.get(key)
+    if t is None or t.numel() < n:
+        make = torch.zeros if zeroed else torch.empty
+        t = make(max(n, 1), dtype=dtype, device=device)
+        cache[key] = t
+    return t
+
+
 def _launch(fn, args, device: torch.device) -> str:
     """Calls ``fn(*args, workspace, device, stream)``, lending it a zeroed workspace and growing
     it when the plan asks for more (nothing runs then); returns the generation that ran.
@@ -131,8 +160,7 @@ def _launch(fn, args, device: torch.device) -> str:
         lent = (0, 0) if ws is None else (ws.data_ptr(), ws.numel())
         name, need = fn(*args, lent, index, stream)
         if need:
-            ws = torch.zeros(need, dtype=torch.float32, device=device)
-            cache[key] = ws
+            ws = _grown(cache, key, need, torch.float32, device, zeroed=True)
             name, need = fn(*args, (ws.data_ptr(), ws.numel()), index, stream)
             if need:  # pragma: no cover - a plan that grows between two identical calls
                 raise RuntimeError(f"flashcore: the workspace of {need} words was refused")
@@ -192,10 +220,7 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
         lse = None
         index = q.device.index
         key = (index, _stream(index))
-        scratch = _lse_scratch.get(key)
-        if scratch is None or scratch.numel() < n:
-            scratch = torch.empty(max(n, 1), dtype=torch.float32, device=q.device)
-            _lse_scratch[key] = scratch
+        scratch = _grown(_lse_scratch, key, n, torch.float32, q.device, zeroed=False)
         lse_arg = (scratch.data_ptr(), "f32", (b, h, s_q), (h * s_q, s_q, 1))
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), lse_arg,
@@ -249,16 +274,10 @@ def fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap):
     if _poison:
         out.fill_(float("nan"))
     skey = (index, stream)
-    scratch = _lse_scratch.get(skey)
-    if scratch is None or scratch.numel() < lse_len:
-        scratch = torch.empty(max(lse_len, 1), dtype=torch.float32, device=q.device)
-        _lse_scratch[skey] = scratch
+    scratch = _grown(_lse_scratch, skey, lse_len, torch.float32, q.device, zeroed=False)
     lent = (0, 0)
     if words:
-        ws = _workspaces.get(skey)
-        if ws is None or ws.numel() < words:
-            ws = torch.zeros(words, dtype=torch.float32, device=q.device)
-            _workspaces[skey] = ws
+        ws = _grown(_workspaces, skey, words, torch.float32, q.device, zeroed=True)
         lent = (ws.data_ptr(), ws.numel())
     try:
         ran = prep.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
@@ -279,11 +298,8 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
         _prepared[key] = False
         return False
     try:
-        left, right = window_size
-        d = q.shape[-1]
-        scale = float(softmax_scale) if softmax_scale is not None else (
-            1.0 / math.sqrt(d) if d > 0 else 1.0)
-        options = (scale, bool(causal), (int(left), int(right)), float(softcap))
+        options = (scale_of(softmax_scale, q.shape[-1]), bool(causal), window_of(window_size),
+                   float(softcap))
         prep = _flashcore.prepare_forward(_shape_arg(q), _shape_arg(k), _shape_arg(v), options,
                                           index)
     except Exception:

@@ -12,13 +12,11 @@ and ``return_attn_probs=True`` (the probabilities are never materialised) raise
 :func:`flash_attn_with_kvcache`. Bad arguments raise ``ValueError`` with the reason.
 """
 
-import math
-from typing import Optional, Tuple
-
 import torch
 from torch import Tensor
 
 from . import _ops
+from ._ops import scale_of as _scale, window_of as _window
 
 __all__ = [
     "flash_attn_func",
@@ -63,21 +61,6 @@ def _tensors(**named) -> torch.device:
             )
     return device
 
-
-def _scale(softmax_scale: Optional[float], head_dim: int) -> float:
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
-    return float(softmax_scale)
-
-
-def _window(window_size) -> Tuple[int, int]:
-    try:
-        left, right = window_size
-        return int(left), int(right)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"flashcore: window_size must be a pair (left, right), got {window_size!r}"
-        ) from None
 
 
 def _result(out: Tensor, lse: Tensor, return_softmax_lse: bool):
