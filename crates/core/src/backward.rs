@@ -494,14 +494,7 @@ pub fn backward_host_with_tables<E: HostElement>(
     let dv_ = up(v, "v")?;
     let do_ = up(o, "o")?;
     let ddo = up(d_o, "d_o")?;
-    let slopes = tables
-        .alibi_slopes
-        .map(|s| {
-            stream
-                .clone_htod(s)
-                .map_err(|_| oom("alibi_slopes", s.len() * 4))
-        })
-        .transpose()?;
+    let slopes = crate::host::upload_slopes(stream, tables.alibi_slopes)?;
     let lse_host: Vec<f32> = lse.iter().copied().collect();
     let dlse = stream
         .clone_htod(&lse_host)

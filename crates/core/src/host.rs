@@ -342,14 +342,7 @@ pub fn forward_host_modes<E: HostElement>(
     let used = up_i32(t.seqused_k, "seqused_k")?;
     let table = up_i32(t.block_table, "block_table")?;
     let ranges = up_i32(t.mm_prefix_ranges, "mm_prefix_ranges")?;
-    let slopes = t
-        .alibi_slopes
-        .map(|s| {
-            stream
-                .clone_htod(s)
-                .map_err(|_| oom("alibi_slopes", s.len() * 4))
-        })
-        .transpose()?;
+    let slopes = upload_slopes(stream, t.alibi_slopes)?;
     let (v_shape, o_shape) = v_o_shapes(problem);
     let o_len: usize = o_shape.iter().product();
     let lse_len: usize = lse_shape.iter().product();
@@ -455,6 +448,21 @@ pub(crate) fn download<E: HostElement>(
         .into_iter()
         .map(|x| E::from_dtype_bits(x, dtype))
         .collect())
+}
+
+/// The host's ALiBi slopes on the device (the forward's and the backward's host paths).
+pub(crate) fn upload_slopes(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    slopes: Option<&[f32]>,
+) -> Result<Option<cudarc::driver::CudaSlice<f32>>, Error> {
+    slopes
+        .map(|s| {
+            stream.clone_htod(s).map_err(|_| Error::OutOfMemory {
+                what: "alibi_slopes".into(),
+                bytes: s.len() * 4,
+            })
+        })
+        .transpose()
 }
 
 #[cfg(test)]
