@@ -12,7 +12,7 @@ struct AttentionParams {
                     // log-sum-exp of the logits
     float* workspace;  // scratch owned by the host for multi-pass plans (split-KV); may be null
 
-    // Strides in elements (not bytes). The head_dim stride is always 1.
+    // Strides in elements (not bytes; e4m3 K/V's elements are bytes). The head_dim stride is always 1.
     long long q_batch_stride, q_head_stride, q_row_stride;
     long long k_batch_stride, k_head_stride, k_row_stride;
     long long v_batch_stride, v_head_stride, v_row_stride;
@@ -51,7 +51,14 @@ struct AttentionParams {
     int num_blocks;            // paged K/V: pages in the pool (every valid table entry is below it), else 0
     const int* mm_prefix_ranges;  // [batch, mm_prefix_n, 2] key ranges [start, end) (FC_MM_PREFIX builds)
     int mm_prefix_n;              // ranges per sequence, else 0
+
+    // ---- e4m3 K/V (Modes::kv_fp8): the true value of a stored byte is its e4m3 value times the
+    // factor of its (batch b, KV head h_kv): k_descale[b * descale_batch_stride + h_kv * descale_head_stride]
+    const float* k_descale;    // [1], [heads_kv] or [batch, heads_kv]; null unless K/V are e4m3
+    const float* v_descale;    // the same shape as k_descale
+    int descale_batch_stride;  // heads_kv for [batch, heads_kv], else 0
+    int descale_head_stride;   // 1 for [heads_kv] and [batch, heads_kv], 0 for [1]
 };
 
 // The Rust mirror asserts the same size (crates/core/src/params.rs).
-static_assert(sizeof(AttentionParams) == 288, "AttentionParams must match its Rust mirror");
+static_assert(sizeof(AttentionParams) == 312, "AttentionParams must match its Rust mirror");

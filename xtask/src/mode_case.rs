@@ -355,6 +355,7 @@ impl Draw {
             block_table: self.block_table.as_deref(),
             alibi_slopes: self.alibi_slopes.as_deref(),
             mm_prefix_ranges: self.mm_prefix_ranges.as_deref(),
+            ..HostTables::default()
         }
     }
 }

@@ -296,6 +296,8 @@ impl Loaded {
             block_table: self.block_table.as_ref().map(|a| a.data.as_slice()),
             alibi_slopes: self.alibi_slopes.as_ref().map(|a| a.data.as_slice()),
             mm_prefix_ranges: self.mm_prefix_ranges.as_ref().map(|a| a.data.as_slice()),
+            k_descale: None,
+            v_descale: None,
         }
     }
 }

@@ -52,10 +52,37 @@ pub enum InvalidProblem {
         got: DType,
         expected: DType,
     },
+    #[error(
+        "{tensor}: K/V are given as {got} but the problem's K/V are {expected} (Modes::kv_fp8 \
+         says whether they are e4m3 bytes)"
+    )]
+    KvDTypeMismatch {
+        tensor: &'static str,
+        got: &'static str,
+        expected: &'static str,
+    },
     #[error("{field}: {reason}")]
     Mode { field: &'static str, reason: String },
     #[error("{field}: {reason}")]
     Table { field: &'static str, reason: String },
+    #[error(
+        "{table}: entry {index} is {value}; a descale factor must be finite and > 0 (the true \
+         K/V value is the stored e4m3 value times it)"
+    )]
+    BadDescale {
+        table: &'static str,
+        index: usize,
+        value: f32,
+    },
+    #[error(
+        "{tensor}: element {index} is {value}, not an e4m3 value; with kv_fp8 the host arrays hold \
+         the stored e4m3 values (unscaled), which are not quantized for you"
+    )]
+    NotE4m3 {
+        tensor: &'static str,
+        index: usize,
+        value: f32,
+    },
     #[error("{tensor}: host array shape {got:?} does not match the problem's {expected:?}")]
     ShapeMismatch {
         tensor: &'static str,

@@ -15,7 +15,7 @@ use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan};
 use crate::params::AttentionParams;
 use crate::problem::AttentionProblem;
 use crate::tensor_map::encode_tensor_maps;
-use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, TensorMut, TensorRef};
+use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, KvRef, TensorMut, TensorRef};
 
 /// Writes `new.k_new`/`new.v_new` into the caches at `seqused_k[b]` (`core_append_kv.cu`);
 /// the caller has checked their lengths and dtypes.
@@ -58,8 +58,8 @@ impl<'s> Guards<'s> {
         ptr
     }
 
-    /// Q, K and V's addresses into the parameter block: the inputs forward and backward read
-    /// alike.
+    /// Q, K and V's addresses into the parameter block, for the backward (whose K and V are
+    /// always 16-bit).
     pub(crate) fn set_qkv(
         &mut self,
         params: &mut AttentionParams,
@@ -79,7 +79,10 @@ fn set_pointers<'s>(
     stream: &'s CudaStream,
 ) -> Guards<'s> {
     let mut guards = Guards::default();
-    guards.set_qkv(params, [&t.q, &t.k, &t.v], stream);
+    params.q = guards.keep(t.q.data.device_ptr(stream));
+    // 16-bit elements or e4m3 bytes alike: the kernel knows which from the problem's modes.
+    params.k = guards.keep(t.k.device_ptr(stream));
+    params.v = guards.keep(t.v.device_ptr(stream));
     params.o = guards.keep(t.o.data.device_ptr_mut(stream));
     params.lse = guards.keep(t.lse.device_ptr_mut(stream));
     set_table_pointers(params, &t.tables, stream, &mut guards);
@@ -102,11 +105,17 @@ fn set_table_pointers<'s>(
     params.seqused_k = ptr(&tb.seqused_k);
     params.block_table = ptr(&tb.block_table);
     params.mm_prefix_ranges = ptr(&tb.mm_prefix_ranges);
-    if let Some(v) = &tb.alibi_slopes {
-        params.alibi_slopes = guards.keep(v.device_ptr(stream));
-    }
+    let mut ptr_f32 = |v: &'s Option<cudarc::driver::CudaView<'_, f32>>| {
+        v.as_ref().map_or(0, |v| guards.keep(v.device_ptr(stream)))
+    };
+    params.alibi_slopes = ptr_f32(&tb.alibi_slopes);
+    params.k_descale = ptr_f32(&tb.k_descale);
+    params.v_descale = ptr_f32(&tb.v_descale);
 }
 
+/// Q's, K's, V's and O's base addresses against the kernel's alignment; e4m3 K and V
+/// (`Modes::kv_fp8`) on 16 bytes whatever the kernel's element alignment, since every kernel
+/// that reads them copies 16 bytes at a time.
 pub(crate) fn check_pointer_alignment(
     kernel: &'static str,
     alignment_elems: usize,
@@ -116,11 +125,22 @@ pub(crate) fn check_pointer_alignment(
     check_aligned(kernel, alignment_elems, || {
         [
             ("q", t.q.data.device_ptr(stream).0),
-            ("k", t.k.data.device_ptr(stream).0),
-            ("v", t.v.data.device_ptr(stream).0),
             ("o", t.o.data.device_ptr(stream).0),
         ]
-    })
+    })?;
+    for (name, kv) in [("k", &t.k), ("v", &t.v)] {
+        match kv {
+            KvRef::Half(h) => check_aligned(kernel, alignment_elems, || {
+                [(name, h.data.device_ptr(stream).0)]
+            })?,
+            KvRef::E4m3(b) => check_aligned_bytes(
+                kernel,
+                crate::modes::KV_FP8_ALIGN_BYTES as u64,
+                [(name, b.device_ptr(stream).0)],
+            )?,
+        }
+    }
+    Ok(())
 }
 
 /// Every (name, base address) that `ptrs` gives on a multiple of `alignment_elems` 16-bit
@@ -134,7 +154,16 @@ pub(crate) fn check_aligned<const N: usize>(
     if bytes <= 2 {
         return Ok(());
     }
-    for (name, ptr) in ptrs() {
+    check_aligned_bytes(kernel, bytes, ptrs())
+}
+
+/// Every (name, base address) of `ptrs` on a multiple of `bytes`.
+fn check_aligned_bytes<const N: usize>(
+    kernel: &'static str,
+    bytes: u64,
+    ptrs: [(&'static str, u64); N],
+) -> Result<(), Unsupported> {
+    for (name, ptr) in ptrs {
         if ptr % bytes != 0 {
             return Err(Unsupported::new(
                 kernel,

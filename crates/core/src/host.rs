@@ -10,7 +10,7 @@ use crate::error::{Error, InvalidProblem};
 use crate::modes::{HostTables, KvStorage};
 use crate::plan::Attention;
 use crate::problem::AttentionProblem;
-use crate::tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
+use crate::tensors::{AttentionTensors, DeviceTables, KvRef, TensorMut, TensorRef};
 
 mod sealed {
     pub trait Sealed {}
@@ -31,6 +31,8 @@ pub trait HostElement: sealed::Sealed + Copy + Send + Sync + std::fmt::Debug + '
     fn from_dtype_bits(bits: u16, dtype: DType) -> Self;
     /// Contiguous values that already are 16-bit patterns, borrowed as such (no copy).
     fn as_bits(values: &[Self]) -> Option<&[u16]>;
+    /// The value widened to f32, exactly.
+    fn to_f32(self) -> f32;
 }
 
 impl HostElement for f32 {
@@ -43,6 +45,9 @@ impl HostElement for f32 {
     }
     fn as_bits(_: &[Self]) -> Option<&[u16]> {
         None
+    }
+    fn to_f32(self) -> f32 {
+        self
     }
 }
 
@@ -62,6 +67,9 @@ macro_rules! half_host_element {
             fn as_bits(values: &[Self]) -> Option<&[u16]> {
                 use half::slice::HalfFloatSliceExt;
                 Some(values.reinterpret_cast())
+            }
+            fn to_f32(self) -> f32 {
+                <$ty>::to_f32(self)
             }
         }
     };
@@ -251,6 +259,32 @@ pub fn host_bits<'x, E: HostElement>(
     }
 }
 
+/// An array of e4m3 values (`Modes::kv_fp8`: the stored values, unscaled) as their bytes in
+/// standard order. The host path does not quantize: an element that is NaN, or not exactly an
+/// e4m3 value once widened to f32, is `NotE4m3`, naming `tensor` and its flat index.
+pub fn e4m3_bytes<E: HostElement>(
+    tensor: &'static str,
+    a: &ArrayViewD<'_, E>,
+) -> Result<Vec<u8>, InvalidProblem> {
+    a.iter()
+        .enumerate()
+        .map(|(index, &x)| {
+            let value = x.to_f32();
+            let byte = float8::F8E4M3::from_f32(value);
+            // NaN never compares equal, so it is refused with the values that do not round-trip.
+            if byte.to_f32() == value {
+                Ok(byte.to_bits())
+            } else {
+                Err(InvalidProblem::NotE4m3 {
+                    tensor,
+                    index,
+                    value,
+                })
+            }
+        })
+        .collect()
+}
+
 /// Everything the host path checks before touching the device: the problem, dense layouts
 /// only, the element type against the dtype, every array's shape, the tables. Returns the
 /// storage shapes of Q (and O), K (and V) and LSE.
@@ -302,6 +336,13 @@ pub fn check_host_inputs<E: HostElement>(
             }
         }
     }
+    if problem.modes.kv_fp8.is_some() && problem.modes.append.is_some() {
+        return Err(InvalidProblem::Mode {
+            field: "kv_fp8",
+            reason: "appending into an e4m3 cache is not implemented".into(),
+        }
+        .into());
+    }
     inputs.tables.validate(problem)?;
     Ok((q_shape, kv_shape, lse_shape))
 }
@@ -316,6 +357,11 @@ pub fn forward_host_modes<E: HostElement>(
     inputs: HostInputs<'_, E>,
 ) -> Result<HostOutputs<E>, Error> {
     let (_, kv_shape, lse_shape) = check_host_inputs(attention.name(), problem, &inputs)?;
+    // e4m3 K/V are encoded (and refused when they are not e4m3 values) before anything uploads.
+    let kv_bytes = match problem.modes.kv_fp8 {
+        Some(_) => Some((e4m3_bytes("k", &inputs.k)?, e4m3_bytes("v", &inputs.v)?)),
+        None => None,
+    };
 
     let stream = device.stream();
     let dtype = problem.dtype;
@@ -334,8 +380,15 @@ pub fn forward_host_modes<E: HostElement>(
             .transpose()
     };
     let dq = up(&inputs.q, "q")?;
-    let mut dk = up(&inputs.k, "k")?;
-    let mut dv = up(&inputs.v, "v")?;
+    let up_kv = |a: &ArrayViewD<E>, bytes: Option<&Vec<u8>>, what: &str| match bytes {
+        Some(b) => stream
+            .clone_htod(b)
+            .map(DeviceKv::E4m3)
+            .map_err(|_| oom(what, b.len())),
+        None => up(a, what).map(DeviceKv::Half),
+    };
+    let mut dk = up_kv(&inputs.k, kv_bytes.as_ref().map(|(k, _)| k), "k")?;
+    let mut dv = up_kv(&inputs.v, kv_bytes.as_ref().map(|(_, v)| v), "v")?;
     let t = &inputs.tables;
     let cu_q = up_i32(t.cu_seqlens_q, "cu_seqlens_q")?;
     let cu_k = up_i32(t.cu_seqlens_k, "cu_seqlens_k")?;
@@ -343,6 +396,8 @@ pub fn forward_host_modes<E: HostElement>(
     let table = up_i32(t.block_table, "block_table")?;
     let ranges = up_i32(t.mm_prefix_ranges, "mm_prefix_ranges")?;
     let slopes = upload_slopes(stream, t.alibi_slopes)?;
+    let k_descale = upload_f32(stream, t.k_descale, "k_descale")?;
+    let v_descale = upload_f32(stream, t.v_descale, "v_descale")?;
     let (v_shape, o_shape) = v_o_shapes(problem);
     let o_len: usize = o_shape.iter().product();
     let lse_len: usize = lse_shape.iter().product();
@@ -359,6 +414,8 @@ pub fn forward_host_modes<E: HostElement>(
         block_table: table.as_ref().map(|t| t.as_view()),
         alibi_slopes: slopes.as_ref().map(|t| t.as_view()),
         mm_prefix_ranges: ranges.as_ref().map(|t| t.as_view()),
+        k_descale: k_descale.as_ref().map(|t| t.as_view()),
+        v_descale: v_descale.as_ref().map(|t| t.as_view()),
     };
     fn tref(data: &cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
         TensorRef {
@@ -366,8 +423,8 @@ pub fn forward_host_modes<E: HostElement>(
             dtype,
         }
     }
-    match (&inputs.k_new, &inputs.v_new) {
-        (Some(k_new), Some(v_new)) => {
+    match (&inputs.k_new, &inputs.v_new, &mut dk, &mut dv) {
+        (Some(k_new), Some(v_new), DeviceKv::Half(dk), DeviceKv::Half(dv)) => {
             let dk_new = up(k_new, "k_new")?;
             let dv_new = up(v_new, "v_new")?;
             crate::launch::forward_with_kvcache(
@@ -396,16 +453,22 @@ pub fn forward_host_modes<E: HostElement>(
             )?;
             device.synchronize()?;
         }
+        (Some(_), Some(_), _, _) => {
+            // check_host_inputs refuses an append into an e4m3 cache.
+            unreachable!("an append into e4m3 caches passed the host checks")
+        }
         _ => {
-            let mut t = AttentionTensors::new(
-                dtype,
-                dq.as_view(),
-                dk.as_view(),
-                dv.as_view(),
-                d_o.as_view_mut(),
-                d_lse.as_view_mut(),
-            )
-            .with_tables(tables);
+            let mut t = AttentionTensors {
+                q: tref(&dq, dtype),
+                k: dk.view(dtype),
+                v: dv.view(dtype),
+                o: TensorMut {
+                    data: d_o.as_view_mut(),
+                    dtype,
+                },
+                lse: d_lse.as_view_mut(),
+                tables,
+            };
             attention.forward(device, problem, &mut t)?;
             device.synchronize()?;
         }
@@ -418,13 +481,12 @@ pub fn forward_host_modes<E: HostElement>(
     let lse = stream
         .clone_dtoh(&d_lse)
         .map_err(|e| Error::cuda("copying LSE back", e))?;
-    let (k_cache, v_cache) = if problem.modes.append.is_some() {
-        (
-            Some(down(&dk, &kv_shape, "the K cache")?),
-            Some(down(&dv, &v_shape, "the V cache")?),
-        )
-    } else {
-        (None, None)
+    let (k_cache, v_cache) = match (problem.modes.append, &dk, &dv) {
+        (Some(_), DeviceKv::Half(dk), DeviceKv::Half(dv)) => (
+            Some(down(dk, &kv_shape, "the K cache")?),
+            Some(down(dv, &v_shape, "the V cache")?),
+        ),
+        _ => (None, None),
     };
     Ok(HostOutputs {
         o,
@@ -455,14 +517,41 @@ pub(crate) fn upload_slopes(
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     slopes: Option<&[f32]>,
 ) -> Result<Option<cudarc::driver::CudaSlice<f32>>, Error> {
-    slopes
+    upload_f32(stream, slopes, "alibi_slopes")
+}
+
+/// An f32 host table on the device (`what` names it in the error).
+fn upload_f32(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    table: Option<&[f32]>,
+    what: &str,
+) -> Result<Option<cudarc::driver::CudaSlice<f32>>, Error> {
+    table
         .map(|s| {
             stream.clone_htod(s).map_err(|_| Error::OutOfMemory {
-                what: "alibi_slopes".into(),
+                what: what.into(),
                 bytes: s.len() * 4,
             })
         })
         .transpose()
+}
+
+/// K or V of the host path on the device: the problem's 16-bit elements, or e4m3 bytes.
+enum DeviceKv {
+    Half(cudarc::driver::CudaSlice<u16>),
+    E4m3(cudarc::driver::CudaSlice<u8>),
+}
+
+impl DeviceKv {
+    fn view(&self, dtype: DType) -> KvRef<'_> {
+        match self {
+            DeviceKv::Half(d) => KvRef::Half(TensorRef {
+                data: d.as_view(),
+                dtype,
+            }),
+            DeviceKv::E4m3(d) => KvRef::E4m3(d.as_view()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,15 @@ pub fn forward_with_kvcache(
         }
         .into());
     };
+    if problem.modes.kv_fp8.is_some() {
+        return Err(InvalidProblem::Mode {
+            field: "kv_fp8",
+            reason: "appending into an e4m3 cache is not implemented (the caches here are \
+                     16-bit tensors)"
+                .into(),
+        }
+        .into());
+    }
     let needed = problem.batch * seqlen_new * problem.heads_kv * problem.head_dim;
     for (tensor, t) in [("k_new", &new.k_new), ("v_new", &new.v_new)] {
         if t.data.len() != needed {
@@ -76,11 +85,13 @@ pub fn forward_with_kvcache(
         k: TensorRef {
             data: k_cache.data.as_view(),
             dtype: k_cache.dtype,
-        },
+        }
+        .into(),
         v: TensorRef {
             data: v_cache.data.as_view(),
             dtype: v_cache.dtype,
-        },
+        }
+        .into(),
         o,
         lse,
         tables,
@@ -108,8 +119,8 @@ fn kv_tensors<'s>(
             data: q.data.slice(..),
             dtype: q.dtype,
         },
-        k: view(k_cache),
-        v: view(v_cache),
+        k: view(k_cache).into(),
+        v: view(v_cache).into(),
         o: TensorMut {
             data: o.data.slice_mut(..),
             dtype: o.dtype,
@@ -122,6 +133,8 @@ fn kv_tensors<'s>(
             block_table: table(&tables.block_table),
             alibi_slopes: tables.alibi_slopes.as_ref().map(|v| v.slice(..)),
             mm_prefix_ranges: table(&tables.mm_prefix_ranges),
+            k_descale: tables.k_descale.as_ref().map(|v| v.slice(..)),
+            v_descale: tables.v_descale.as_ref().map(|v| v.slice(..)),
         },
     }
 }

@@ -43,14 +43,14 @@ pub use host::{
     forward_host, forward_host_modes, HostElement, HostInputs, HostOutput, HostOutputs,
 };
 pub use launch::{forward_on, forward_with_kvcache, KvAppend};
-pub use modes::{AlibiSlopes, HostTables, KvStorage, ModeSupport, Modes};
+pub use modes::{AlibiSlopes, HostTables, KvScales, KvStorage, ModeSupport, Modes};
 pub use plan::{
     Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
     Swizzle, TensorMapSpec,
 };
 pub use prepared::PreparedForward;
 pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};
-pub use tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
+pub use tensors::{AttentionTensors, DeviceTables, KvRef, TensorMut, TensorRef};
 
 /// Re-exported so generation crates and tools use the same cudarc as the core.
 pub use cudarc;

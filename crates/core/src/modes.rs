@@ -31,6 +31,40 @@ pub enum AlibiSlopes {
     PerBatchHead,
 }
 
+/// Shape of the `k_descale` / `v_descale` tables (f32) of e4m3 K/V (`Modes::kv_fp8`): the true
+/// value of a stored byte is its e4m3 value times the factor of its (batch, KV head), as in
+/// FlashAttention 3's fp8 path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvScales {
+    /// `[1]`: one factor for the whole tensor.
+    PerTensor,
+    /// `[heads_kv]`: one per KV head, the same for every sequence.
+    PerKvHead,
+    /// `[batch, heads_kv]`.
+    PerBatchKvHead,
+}
+
+impl KvScales {
+    /// Entries of each descale table.
+    pub fn table_len(self, batch: usize, heads_kv: usize) -> usize {
+        match self {
+            KvScales::PerTensor => 1,
+            KvScales::PerKvHead => heads_kv,
+            KvScales::PerBatchKvHead => batch * heads_kv,
+        }
+    }
+
+    /// (batch stride, head stride) of the tables: the kernels read (b, h_kv)'s factor at
+    /// `b * batch_stride + h_kv * head_stride`, so one indexing rule serves all three shapes.
+    pub fn strides(self, heads_kv: usize) -> (usize, usize) {
+        match self {
+            KvScales::PerTensor => (0, 0),
+            KvScales::PerKvHead => (0, 1),
+            KvScales::PerBatchKvHead => (heads_kv, 1),
+        }
+    }
+}
+
 /// Everything beyond dense attention. Each field is off by default.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Modes {
@@ -57,6 +91,11 @@ pub struct Modes {
     /// say: bidirectional attention inside an image's tokens of a causal sequence. Pairs with
     /// `start >= end` are unused slots.
     pub mm_prefix: Option<usize>,
+    /// K and V (the cache, or the plain K/V tensors) are OCP FP8 E4M3 bytes (e4m3fn) with f32
+    /// `k_descale` / `v_descale` tables of this shape; Q and O keep the problem's dtype. Halves
+    /// the bytes a decode step reads. Strides stay in elements, which are bytes here. `None`: K
+    /// and V are in the problem's dtype.
+    pub kv_fp8: Option<KvScales>,
 }
 
 /// Which modes a kernel implements (a column of `flashcore kernels`).
@@ -71,6 +110,8 @@ pub struct ModeSupport {
     pub softcap: bool,
     pub alibi: bool,
     pub mm_prefix: bool,
+    /// e4m3 K/V with descale tables (`Modes::kv_fp8`).
+    pub kv_fp8: bool,
 }
 
 impl ModeSupport {
@@ -82,8 +123,10 @@ impl ModeSupport {
         softcap: false,
         alibi: false,
         mm_prefix: false,
+        kv_fp8: false,
     };
-    /// Every mode that kernels implement today.
+    /// Every mode the general kernels implement (not `kv_fp8`: only a kernel that reads e4m3
+    /// K/V claims it, on top of these).
     pub const ALL: ModeSupport = ModeSupport {
         varlen: true,
         seqused_k: true,
@@ -92,6 +135,7 @@ impl ModeSupport {
         softcap: true,
         alibi: true,
         mm_prefix: true,
+        kv_fp8: false,
     };
 
     /// The first mode `modes` asks for that this kernel lacks, as the reason for `Unsupported`.
@@ -125,6 +169,11 @@ impl ModeSupport {
                 self.mm_prefix,
                 "mm_prefix_ranges",
             ),
+            (
+                modes.kv_fp8.is_some(),
+                self.kv_fp8,
+                "an e4m3 (fp8) KV cache (kv_fp8)",
+            ),
         ];
         wants
             .into_iter()
@@ -132,7 +181,8 @@ impl ModeSupport {
             .map(|(_, _, what)| what)
     }
 
-    /// A short list for tables: "varlen,cache,paged,window,softcap,alibi" or "-".
+    /// A short list for tables: "varlen,cache,paged,window,softcap,alibi,mm_prefix,kv_fp8" or
+    /// "-".
     pub fn summary(&self) -> String {
         let names = [
             (self.varlen, "varlen"),
@@ -142,6 +192,7 @@ impl ModeSupport {
             (self.softcap, "softcap"),
             (self.alibi, "alibi"),
             (self.mm_prefix, "mm_prefix"),
+            (self.kv_fp8, "kv_fp8"),
         ];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
@@ -293,6 +344,41 @@ impl Modes {
     }
 }
 
+/// Bytes every kernel that reads e4m3 K/V copies at a time: K's and V's strides and base
+/// addresses must be multiples of it.
+pub const KV_FP8_ALIGN_BYTES: usize = 16;
+
+/// What e4m3 K/V (`Modes::kv_fp8`) ask of a problem whatever kernel runs it: one head dim (the
+/// descale tables and the byte loads are sized by it) and K/V strides in whole 16-byte copies.
+pub(crate) fn validate_kv_fp8(p: &crate::AttentionProblem) -> Result<(), InvalidProblem> {
+    if p.modes.kv_fp8.is_none() {
+        return Ok(());
+    }
+    let bad = |reason: String| InvalidProblem::Mode {
+        field: "kv_fp8",
+        reason,
+    };
+    if p.has_distinct_head_dim_v() {
+        return Err(bad(format!(
+            "head_dim_v {} differs from head_dim {}: e4m3 K/V take one head dim",
+            p.head_dim_v(),
+            p.head_dim
+        )));
+    }
+    let s = p.strides();
+    for (name, st) in [("k", s.k), ("v", s.v)] {
+        for (axis, v) in [("batch", st.batch), ("head", st.head), ("row", st.row)] {
+            if !v.is_multiple_of(KV_FP8_ALIGN_BYTES) {
+                return Err(bad(format!(
+                    "{name} {axis} stride {v} bytes is not a multiple of {KV_FP8_ALIGN_BYTES} \
+                     (e4m3 K/V rows are copied {KV_FP8_ALIGN_BYTES} bytes at a time)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Host copies of the per-sequence tables, checked before anything launches.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostTables<'a> {
@@ -304,11 +390,15 @@ pub struct HostTables<'a> {
     pub alibi_slopes: Option<&'a [f32]>,
     /// Row-major `[batch, n, 2]` (`Modes::mm_prefix`).
     pub mm_prefix_ranges: Option<&'a [i32]>,
+    /// e4m3 K's and V's factors (`Modes::kv_fp8`, shaped as its [`KvScales`] says); each must be
+    /// finite and > 0.
+    pub k_descale: Option<&'a [f32]>,
+    pub v_descale: Option<&'a [f32]>,
 }
 
 /// Tables a problem may have (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
-/// mm_prefix_ranges).
-pub(crate) const TABLES: usize = 6;
+/// mm_prefix_ranges, k_descale, v_descale).
+pub(crate) const TABLES: usize = 8;
 
 /// Lengths the problem expects of each table (None: the table must be absent).
 pub(crate) fn expected_table_lens(
@@ -340,6 +430,8 @@ pub(crate) fn expected_table_lens(
             }),
         ),
         ("mm_prefix_ranges", m.mm_prefix.map(|n| b * n * 2)),
+        ("k_descale", m.kv_fp8.map(|s| s.table_len(b, p.heads_kv))),
+        ("v_descale", m.kv_fp8.map(|s| s.table_len(b, p.heads_kv))),
     ]
 }
 
@@ -385,6 +477,8 @@ impl HostTables<'_> {
             self.block_table.map(<[i32]>::len),
             self.alibi_slopes.map(<[f32]>::len),
             self.mm_prefix_ranges.map(<[i32]>::len),
+            self.k_descale.map(<[f32]>::len),
+            self.v_descale.map(<[f32]>::len),
         ]
     }
 
@@ -504,6 +598,21 @@ impl HostTables<'_> {
                 }
             }
         }
+        for (table, descale) in [("k_descale", self.k_descale), ("v_descale", self.v_descale)] {
+            // A zero or negative factor would flip or erase K/V silently; NaN or inf poisons it.
+            if let Some((index, &value)) = descale
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .find(|(_, d)| !(d.is_finite() && **d > 0.0))
+            {
+                return Err(InvalidProblem::BadDescale {
+                    table,
+                    index,
+                    value,
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -534,15 +643,18 @@ impl crate::Device {
         let used = back(&tables.seqused_k, "seqused_k")?;
         let table = back(&tables.block_table, "block_table")?;
         let ranges = back(&tables.mm_prefix_ranges, "mm_prefix_ranges")?;
-        let slopes = tables
-            .alibi_slopes
-            .as_ref()
-            .map(|v| {
-                stream
-                    .clone_dtoh(v)
-                    .map_err(|e| crate::Error::cuda("copying alibi_slopes back", e))
-            })
-            .transpose()?;
+        let back_f32 = |t: &Option<cudarc::driver::CudaView<'_, f32>>, what: &str| {
+            t.as_ref()
+                .map(|v| {
+                    stream
+                        .clone_dtoh(v)
+                        .map_err(|e| crate::Error::cuda(format!("copying {what} back"), e))
+                })
+                .transpose()
+        };
+        let slopes = back_f32(&tables.alibi_slopes, "alibi_slopes")?;
+        let k_descale = back_f32(&tables.k_descale, "k_descale")?;
+        let v_descale = back_f32(&tables.v_descale, "v_descale")?;
         HostTables {
             cu_seqlens_q: cu_q.as_deref(),
             cu_seqlens_k: cu_k.as_deref(),
@@ -550,6 +662,8 @@ impl crate::Device {
             block_table: table.as_deref(),
             alibi_slopes: slopes.as_deref(),
             mm_prefix_ranges: ranges.as_deref(),
+            k_descale: k_descale.as_deref(),
+            v_descale: v_descale.as_deref(),
         }
         .validate(problem)?;
         Ok(())

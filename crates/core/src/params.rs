@@ -55,10 +55,15 @@ pub struct AttentionParams {
     pub num_blocks: i32,
     pub mm_prefix_ranges: u64,
     pub mm_prefix_n: i32,
+    pub k_descale: u64,
+    pub v_descale: u64,
+    pub descale_batch_stride: i32,
+    pub descale_head_stride: i32,
 }
 
-// The C side is 288 bytes: 12 pointers, 12 i64 strides, 23 4-byte fields, padded to 8.
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 288);
+// The C side is 312 bytes: 14 pointers, 12 i64 strides, 25 4-byte fields, and 4 bytes of padding
+// after mm_prefix_n (k_descale starts on 8).
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 312);
 
 impl AttentionParams {
     /// Everything but the pointers, from the problem.
@@ -98,7 +103,8 @@ impl AttentionParams {
         .with_modes(p)
     }
 
-    /// The mode fields (table pointers are filled in by `run_plan`).
+    /// The mode fields (table pointers, the descale tables' included, are filled in by
+    /// `run_plan`).
     fn with_modes(mut self, p: &AttentionProblem) -> Self {
         let m = &p.modes;
         let window = |w: Option<usize>| w.map_or(-1, |w| w.min(i32::MAX as usize) as i32);
@@ -125,6 +131,9 @@ impl AttentionParams {
         }
         self.seqlen_new = m.append.unwrap_or(0) as i32;
         self.mm_prefix_n = m.mm_prefix.unwrap_or(0) as i32;
+        let (batch, head) = m.kv_fp8.map_or((0, 0), |s| s.strides(p.heads_kv));
+        self.descale_batch_stride = batch as i32;
+        self.descale_head_stride = head as i32;
         self.total_q = m.packed_q.unwrap_or(0) as i32;
         self
     }

@@ -431,6 +431,7 @@ impl AttentionProblem {
             });
         }
         self.modes.validate(self.batch, self.seq_k, self.causal)?;
+        crate::modes::validate_kv_fp8(self)?;
         let s = self.strides();
         let (q_batch, q_rows) = self.q_storage();
         let (kv_batch, kv_rows) = self.kv_storage();

@@ -1,6 +1,6 @@
 //! Device tensors handed to a kernel, tagged with their dtype so mismatches are caught.
 
-use cudarc::driver::{CudaView, CudaViewMut};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, SyncOnDrop};
 
 use crate::dtype::DType;
 use crate::error::InvalidProblem;
@@ -18,6 +18,60 @@ pub struct TensorMut<'a> {
     pub dtype: DType,
 }
 
+/// K or V as a kernel reads them: 16-bit elements of the problem's dtype, or OCP FP8 E4M3 bytes
+/// (`Modes::kv_fp8`) whose true values are scaled by the `k_descale` / `v_descale` tables.
+pub enum KvRef<'a> {
+    Half(TensorRef<'a>),
+    E4m3(CudaView<'a, u8>),
+}
+
+impl<'a> KvRef<'a> {
+    /// Elements (bytes for e4m3).
+    pub fn len(&self) -> usize {
+        match self {
+            KvRef::Half(t) => t.data.len(),
+            KvRef::E4m3(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element type's name for errors: "e4m3", "f16" or "bf16".
+    pub fn dtype_name(&self) -> &'static str {
+        match self {
+            KvRef::Half(t) => t.dtype.name(),
+            KvRef::E4m3(_) => E4M3,
+        }
+    }
+
+    /// The same tensor, reborrowed.
+    pub fn view(&self) -> KvRef<'_> {
+        match self {
+            KvRef::Half(t) => KvRef::Half(TensorRef {
+                data: t.data.slice(..),
+                dtype: t.dtype,
+            }),
+            KvRef::E4m3(b) => KvRef::E4m3(b.slice(..)),
+        }
+    }
+
+    /// The base address on `stream`, with the guard that records the read there.
+    pub(crate) fn device_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+        match self {
+            KvRef::Half(t) => t.data.device_ptr(stream),
+            KvRef::E4m3(b) => b.device_ptr(stream),
+        }
+    }
+}
+
+impl<'a> From<TensorRef<'a>> for KvRef<'a> {
+    fn from(t: TensorRef<'a>) -> Self {
+        KvRef::Half(t)
+    }
+}
+
 /// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense.
 pub struct KvAppend<'a> {
     pub k_new: TensorRef<'a>,
@@ -27,14 +81,15 @@ pub struct KvAppend<'a> {
 /// Q, K, V in; O and the f32 log-sum-exp out; the per-sequence tables of the problem's modes.
 pub struct AttentionTensors<'a> {
     pub q: TensorRef<'a>,
-    pub k: TensorRef<'a>,
-    pub v: TensorRef<'a>,
+    pub k: KvRef<'a>,
+    pub v: KvRef<'a>,
     pub o: TensorMut<'a>,
     pub lse: CudaViewMut<'a, f32>,
     pub tables: DeviceTables<'a>,
 }
 
-/// Device copies of the tables `docs/MODES.md` describes (int32, f32 for the slopes). Kernels
+/// Device copies of the tables `docs/MODES.md` describes (int32, f32 for the slopes and the
+/// descale factors). Kernels
 /// trust their contents; check host copies with [`crate::HostTables::validate`], or device ones
 /// with [`crate::Device::check_tables`], when they come from outside.
 #[derive(Default)]
@@ -45,6 +100,9 @@ pub struct DeviceTables<'a> {
     pub block_table: Option<CudaView<'a, i32>>,
     pub alibi_slopes: Option<CudaView<'a, f32>>,
     pub mm_prefix_ranges: Option<CudaView<'a, i32>>,
+    /// e4m3 K's and V's factors (`Modes::kv_fp8`).
+    pub k_descale: Option<CudaView<'a, f32>>,
+    pub v_descale: Option<CudaView<'a, f32>>,
 }
 
 impl DeviceTables<'_> {
@@ -56,6 +114,8 @@ impl DeviceTables<'_> {
             self.block_table.as_ref().map(|t| t.len()),
             self.alibi_slopes.as_ref().map(|t| t.len()),
             self.mm_prefix_ranges.as_ref().map(|t| t.len()),
+            self.k_descale.as_ref().map(|t| t.len()),
+            self.v_descale.as_ref().map(|t| t.len()),
         ]
     }
 }
@@ -73,8 +133,28 @@ impl<'a> AttentionTensors<'a> {
     ) -> Self {
         AttentionTensors {
             q: TensorRef { data: q, dtype },
-            k: TensorRef { data: k, dtype },
-            v: TensorRef { data: v, dtype },
+            k: TensorRef { data: k, dtype }.into(),
+            v: TensorRef { data: v, dtype }.into(),
+            o: TensorMut { data: o, dtype },
+            lse,
+            tables: DeviceTables::default(),
+        }
+    }
+
+    /// Q and O of `dtype`, K and V as e4m3 bytes (`Modes::kv_fp8`; their descale tables go in
+    /// [`Self::with_tables`]), and the f32 LSE.
+    pub fn with_e4m3_kv(
+        dtype: DType,
+        q: CudaView<'a, u16>,
+        k: CudaView<'a, u8>,
+        v: CudaView<'a, u8>,
+        o: CudaViewMut<'a, u16>,
+        lse: CudaViewMut<'a, f32>,
+    ) -> Self {
+        AttentionTensors {
+            q: TensorRef { data: q, dtype },
+            k: KvRef::E4m3(k),
+            v: KvRef::E4m3(v),
             o: TensorMut { data: o, dtype },
             lse,
             tables: DeviceTables::default(),
@@ -87,21 +167,53 @@ impl<'a> AttentionTensors<'a> {
     }
 
     /// Lengths and dtypes against the problem. Dense problems need exact lengths (a mismatch is
-    /// almost always a wrong shape); strided views may sit in larger buffers.
+    /// almost always a wrong shape); strided views may sit in larger buffers. K and V must be
+    /// e4m3 exactly when the problem says so (`Modes::kv_fp8`).
     pub fn check(&self, p: &AttentionProblem) -> Result<(), InvalidProblem> {
+        check_kv_dtypes(p, [("k", self.k.dtype_name()), ("v", self.v.dtype_name())])?;
+        // e4m3 K/V passed the check above; their tag stands in for the problem's dtype.
+        let tag = |kv: &KvRef<'_>| match kv {
+            KvRef::Half(t) => t.dtype,
+            KvRef::E4m3(_) => p.dtype,
+        };
         check_buffers(
             p,
             [
                 self.q.data.len(),
-                self.k.data.len(),
-                self.v.data.len(),
+                self.k.len(),
+                self.v.len(),
                 self.o.data.len(),
                 self.lse.len(),
             ],
-            [self.q.dtype, self.k.dtype, self.v.dtype, self.o.dtype],
+            [self.q.dtype, tag(&self.k), tag(&self.v), self.o.dtype],
         )?;
         crate::modes::check_table_lens(p, self.tables.lens())
     }
+}
+
+/// The name [`KvRef::dtype_name`] gives e4m3 bytes.
+pub const E4M3: &str = "e4m3";
+
+/// `KvDTypeMismatch` unless each named tensor's element type (a [`KvRef::dtype_name`]) is e4m3
+/// exactly when the problem's K/V are (`Modes::kv_fp8`): a kernel would read bytes as 16-bit
+/// elements, or the reverse. On plain names, so it is testable without a device; the 16-bit
+/// dtype itself is [`check_buffers`]'s.
+pub fn check_kv_dtypes<const N: usize>(
+    p: &AttentionProblem,
+    kv: [(&'static str, &'static str); N],
+) -> Result<(), InvalidProblem> {
+    let fp8 = p.modes.kv_fp8.is_some();
+    let expected = if fp8 { E4M3 } else { p.dtype.name() };
+    for (tensor, got) in kv {
+        if (got == E4M3) != fp8 {
+            return Err(InvalidProblem::KvDTypeMismatch {
+                tensor,
+                got,
+                expected,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What [`AttentionTensors::check`] checks, on plain numbers (usable and testable without a
@@ -113,7 +225,12 @@ pub fn check_buffers(
 ) -> Result<(), InvalidProblem> {
     // Caches and packed tensors may sit in larger buffers (a cache is allocated for its capacity,
     // a packed batch for its largest size); plain dense tensors must match exactly.
-    let exact = p.custom_strides.is_none() && p.modes.is_dense();
+    // e4m3 K/V change the element type only, not where the tensors' rows are.
+    let storage_modes = crate::modes::Modes {
+        kv_fp8: None,
+        ..p.modes.clone()
+    };
+    let exact = p.custom_strides.is_none() && storage_modes.is_dense();
     let needed = [p.q_len(), p.k_len(), p.v_len(), p.o_len(), p.lse_len()];
     check_lens(["q", "k", "v", "o", "lse"], lens, needed, exact)?;
     check_dtypes(["q", "k", "v", "o"], dtypes, p.dtype)

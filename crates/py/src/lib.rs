@@ -244,7 +244,7 @@ impl BorrowedTables {
             seqused_k: self.seqused_k.as_ref().map(Borrowed::view),
             block_table: self.block_table.as_ref().map(Borrowed::view),
             alibi_slopes: self.alibi_slopes.as_ref().map(Borrowed::view),
-            mm_prefix_ranges: None,
+            ..DeviceTables::default()
         }
     }
 }
@@ -347,8 +347,8 @@ fn forward_on(
     }
     let mut tensors = AttentionTensors {
         q: q.half(dtype),
-        k: k.half(dtype),
-        v: v.half(dtype),
+        k: k.half(dtype).into(),
+        v: v.half(dtype).into(),
         o: TensorMut {
             data: o.view_mut(),
             dtype,
@@ -466,8 +466,8 @@ impl PyPreparedForward {
             };
             let mut tensors = AttentionTensors {
                 q: bq.half(dtype),
-                k: bk.half(dtype),
-                v: bv.half(dtype),
+                k: bk.half(dtype).into(),
+                v: bv.half(dtype).into(),
                 o: TensorMut {
                     data: bo.view_mut(),
                     dtype,

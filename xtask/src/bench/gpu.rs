@@ -233,8 +233,7 @@ impl Buffers {
             cu_seqlens_k: self.tables.cu_seqlens_k.as_ref().map(|t| t.as_view()),
             seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
             block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
-            alibi_slopes: None,
-            mm_prefix_ranges: None,
+            ..DeviceTables::default()
         });
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
     }

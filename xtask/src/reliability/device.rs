@@ -176,11 +176,13 @@ impl DevCase {
             k: TensorRef {
                 data: self.k.slice(rk),
                 dtype: k_dtype,
-            },
+            }
+            .into(),
             v: TensorRef {
                 data: self.v.slice(rv),
                 dtype: p.dtype,
-            },
+            }
+            .into(),
             o: TensorMut {
                 data: self.o.slice_mut(ro),
                 dtype: p.dtype,

@@ -340,7 +340,7 @@ fn run_forward_on(
             seqused_k: used.as_ref().map(|t| t.as_view()),
             block_table: table.as_ref().map(|t| t.as_view()),
             alibi_slopes: slopes.as_ref().map(|t| t.as_view()),
-            mm_prefix_ranges: None,
+            ..DeviceTables::default()
         });
         k.forward_on(dev, stream, p, &mut t)
             .map_err(|e| e.to_string())?;
