@@ -15,31 +15,39 @@ use crate::launch_plan::{linear_grid, tiles, KernelLaunch, LaunchPlan};
 use crate::params::AttentionParams;
 use crate::problem::AttentionProblem;
 use crate::tensor_map::encode_tensor_maps;
-use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, KvRef, TensorMut, TensorRef};
+use crate::tensors::{AttentionTensors, DeviceTables, KvAppend, KvCacheMut, KvRef, TensorRef};
 
-/// Writes `new.k_new`/`new.v_new` into the caches at `seqused_k[b]` (`core_append_kv.cu`);
-/// the caller has checked their lengths and dtypes.
+/// Writes `new.k_new`/`new.v_new` into the caches at `seqused_k[b]` (`core_append_kv.cu`):
+/// copied into 16-bit caches, converted into e4m3 ones (`Modes::kv_fp8`) with the descale
+/// tables' pointers from `tables`. The caller has checked their lengths and dtypes, and for e4m3
+/// the device's architecture and an even head dim.
 pub(crate) fn append_kv(
     device: &Device,
     stream: &CudaStream,
     problem: &AttentionProblem,
     tables: &DeviceTables<'_>,
-    k_cache: &mut TensorMut<'_>,
-    v_cache: &mut TensorMut<'_>,
+    k_cache: &mut dyn KvCacheMut,
+    v_cache: &mut dyn KvCacheMut,
     new: &KvAppend<'_>,
 ) -> Result<(), Error> {
     let mut params = AttentionParams::from_problem(problem);
     let mut table_uses = Guards::default();
     set_table_pointers(&mut params, tables, stream, &mut table_uses);
     // The append writes the caches: their uses are recorded as writes, after the launch.
-    let (k, _wk) = k_cache.data.device_ptr_mut(stream);
-    let (v, _wv) = v_cache.data.device_ptr_mut(stream);
+    let (k, _wk) = k_cache.device_ptr_mut(stream);
+    let (v, _wv) = v_cache.device_ptr_mut(stream);
     params.k = k;
     params.v = v;
     let (k_new, _a) = new.k_new.data.device_ptr(stream);
     let (v_new, _b) = new.v_new.data.device_ptr(stream);
-    let append =
-        KernelLaunch::per_thread("core_append_kv.cu", "append_kv", new.k_new.data.len(), 256);
+    let elements = new.k_new.data.len();
+    let append = match problem.modes.kv_fp8 {
+        // One thread per pair of columns: the conversion packs two bytes.
+        Some(_) => {
+            KernelLaunch::per_thread("core_append_kv.cu", "append_kv_e4m3", elements / 2, 256)
+        }
+        None => KernelLaunch::per_thread("core_append_kv.cu", "append_kv", elements, 256),
+    };
     let pointers = [k_new, v_new];
     let extra = pointers.each_ref().map(|p| p as *const u64 as *mut c_void);
     launch_with(device, stream, problem.dtype, &append, &params, &extra)

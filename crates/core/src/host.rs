@@ -134,7 +134,9 @@ pub fn forward_host<'a, E: HostElement>(
 /// - `q`: the layout's 4-D shape, or `[total_q, heads_q, head_dim]` for packed Q;
 /// - `k`, `v`: the layout's 4-D shape (a contiguous cache: seq = capacity),
 ///   `[total_k, heads_kv, head_dim]` packed, or `[num_blocks, block_size, heads_kv, head_dim]` paged
-///   (V's last dim is `head_dim_v`, [`v_o_shapes`]);
+///   (V's last dim is `head_dim_v`, [`v_o_shapes`]); with `Modes::kv_fp8`, the stored e4m3
+///   values as numbers (unscaled: the descales go in `tables`), each exactly an e4m3 value
+///   ([`e4m3_bytes`]);
 /// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends;
 /// - `tables`: the per-sequence tables the modes need, validated before anything launches.
 ///
@@ -181,8 +183,8 @@ impl<'a, E> HostInputs<'a, E> {
 }
 
 /// Outputs in storage order: O shaped like Q (with V's head dim last), LSE `[batch, heads_q, seq_q]` or `[heads_q, total_q]`;
-/// after an append, the caches as they are after the call. O and the caches are in the inputs'
-/// element type, LSE in f32.
+/// after an append, the caches as they are after the call (an e4m3 cache as its stored values,
+/// unscaled, as it went in). O and the caches are in the inputs' element type, LSE in f32.
 #[derive(Clone, Debug)]
 pub struct HostOutputs<E = f32> {
     pub o: ArrayD<E>,
@@ -336,13 +338,6 @@ pub fn check_host_inputs<E: HostElement>(
             }
         }
     }
-    if problem.modes.kv_fp8.is_some() && problem.modes.append.is_some() {
-        return Err(InvalidProblem::Mode {
-            field: "kv_fp8",
-            reason: "appending into an e4m3 cache is not implemented".into(),
-        }
-        .into());
-    }
     inputs.tables.validate(problem)?;
     Ok((q_shape, kv_shape, lse_shape))
 }
@@ -380,15 +375,15 @@ pub fn forward_host_modes<E: HostElement>(
             .transpose()
     };
     let dq = up(&inputs.q, "q")?;
-    let up_kv = |a: &ArrayViewD<E>, bytes: Option<&Vec<u8>>, what: &str| match bytes {
-        Some(b) => stream
-            .clone_htod(b)
-            .map(DeviceKv::E4m3)
-            .map_err(|_| oom(what, b.len())),
-        None => up(a, what).map(DeviceKv::Half),
+    // K and V go up as one kind: 16-bit elements, or the e4m3 bytes encoded above.
+    let mut kv = match &kv_bytes {
+        Some((k, v)) => {
+            let bytes =
+                |b: &Vec<u8>, what: &str| stream.clone_htod(b).map_err(|_| oom(what, b.len()));
+            DeviceKv::E4m3(bytes(k, "k")?, bytes(v, "v")?)
+        }
+        None => DeviceKv::Half(up(&inputs.k, "k")?, up(&inputs.v, "v")?),
     };
-    let mut dk = up_kv(&inputs.k, kv_bytes.as_ref().map(|(k, _)| k), "k")?;
-    let mut dv = up_kv(&inputs.v, kv_bytes.as_ref().map(|(_, v)| v), "v")?;
     let t = &inputs.tables;
     let cu_q = up_i32(t.cu_seqlens_q, "cu_seqlens_q")?;
     let cu_k = up_i32(t.cu_seqlens_k, "cu_seqlens_k")?;
@@ -423,45 +418,59 @@ pub fn forward_host_modes<E: HostElement>(
             dtype,
         }
     }
-    match (&inputs.k_new, &inputs.v_new, &mut dk, &mut dv) {
-        (Some(k_new), Some(v_new), DeviceKv::Half(dk), DeviceKv::Half(dv)) => {
+    match (&inputs.k_new, &inputs.v_new) {
+        (Some(k_new), Some(v_new)) => {
             let dk_new = up(k_new, "k_new")?;
             let dv_new = up(v_new, "v_new")?;
-            crate::launch::forward_with_kvcache(
-                attention,
-                device,
-                problem,
-                tref(&dq, dtype),
-                &mut TensorMut {
-                    data: dk.as_view_mut(),
-                    dtype,
-                },
-                &mut TensorMut {
-                    data: dv.as_view_mut(),
-                    dtype,
-                },
-                crate::tensors::KvAppend {
-                    k_new: tref(&dk_new, dtype),
-                    v_new: tref(&dv_new, dtype),
-                },
-                TensorMut {
-                    data: d_o.as_view_mut(),
-                    dtype,
-                },
-                d_lse.as_view_mut(),
-                tables,
-            )?;
+            let new = crate::tensors::KvAppend {
+                k_new: tref(&dk_new, dtype),
+                v_new: tref(&dv_new, dtype),
+            };
+            let o = TensorMut {
+                data: d_o.as_view_mut(),
+                dtype,
+            };
+            let q = tref(&dq, dtype);
+            let lse = d_lse.as_view_mut();
+            match &mut kv {
+                DeviceKv::Half(dk, dv) => crate::launch::forward_with_kvcache(
+                    attention,
+                    device,
+                    problem,
+                    q,
+                    &mut TensorMut {
+                        data: dk.as_view_mut(),
+                        dtype,
+                    },
+                    &mut TensorMut {
+                        data: dv.as_view_mut(),
+                        dtype,
+                    },
+                    new,
+                    o,
+                    lse,
+                    tables,
+                )?,
+                DeviceKv::E4m3(dk, dv) => crate::launch::forward_with_e4m3_kvcache(
+                    attention,
+                    device,
+                    problem,
+                    q,
+                    &mut dk.as_view_mut(),
+                    &mut dv.as_view_mut(),
+                    new,
+                    o,
+                    lse,
+                    tables,
+                )?,
+            }
             device.synchronize()?;
-        }
-        (Some(_), Some(_), _, _) => {
-            // check_host_inputs refuses an append into an e4m3 cache.
-            unreachable!("an append into e4m3 caches passed the host checks")
         }
         _ => {
             let mut t = AttentionTensors {
                 q: tref(&dq, dtype),
-                k: dk.view(dtype),
-                v: dv.view(dtype),
+                k: kv.view(0, dtype),
+                v: kv.view(1, dtype),
                 o: TensorMut {
                     data: d_o.as_view_mut(),
                     dtype,
@@ -477,16 +486,31 @@ pub fn forward_host_modes<E: HostElement>(
         let vals = download::<E>(stream, d, dtype, what)?;
         Ok::<_, Error>(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
     };
+    // An e4m3 cache comes back as its stored values (unscaled), as it went in.
+    let down_kv = |side: usize, shape: &[usize], what: &str| match &kv {
+        DeviceKv::Half(k, v) => down([k, v][side], shape, what),
+        DeviceKv::E4m3(k, v) => {
+            let bytes = stream
+                .clone_dtoh([k, v][side])
+                .map_err(|e| Error::cuda(format!("copying {what} back"), e))?;
+            let vals = bytes
+                .into_iter()
+                .map(|b| E::from_dtype_bits(dtype.to_bits(e4m3_value(b)), dtype))
+                .collect();
+            Ok(ArrayD::from_shape_vec(shape.to_vec(), vals).expect("length matches"))
+        }
+    };
     let o = down(&d_o, &o_shape, "O")?;
     let lse = stream
         .clone_dtoh(&d_lse)
         .map_err(|e| Error::cuda("copying LSE back", e))?;
-    let (k_cache, v_cache) = match (problem.modes.append, &dk, &dv) {
-        (Some(_), DeviceKv::Half(dk), DeviceKv::Half(dv)) => (
-            Some(down(dk, &kv_shape, "the K cache")?),
-            Some(down(dv, &v_shape, "the V cache")?),
-        ),
-        _ => (None, None),
+    let (k_cache, v_cache) = if problem.modes.append.is_some() {
+        (
+            Some(down_kv(0, &kv_shape, "the K cache")?),
+            Some(down_kv(1, &v_shape, "the V cache")?),
+        )
+    } else {
+        (None, None)
     };
     Ok(HostOutputs {
         o,
@@ -536,22 +560,32 @@ fn upload_f32(
         .transpose()
 }
 
-/// K or V of the host path on the device: the problem's 16-bit elements, or e4m3 bytes.
+/// K and V of the host path on the device: the problem's 16-bit elements, or e4m3 bytes.
 enum DeviceKv {
-    Half(cudarc::driver::CudaSlice<u16>),
-    E4m3(cudarc::driver::CudaSlice<u8>),
+    Half(
+        cudarc::driver::CudaSlice<u16>,
+        cudarc::driver::CudaSlice<u16>,
+    ),
+    E4m3(cudarc::driver::CudaSlice<u8>, cudarc::driver::CudaSlice<u8>),
 }
 
 impl DeviceKv {
-    fn view(&self, dtype: DType) -> KvRef<'_> {
+    /// K (`side` 0) or V (1) as the attention call reads it.
+    fn view(&self, side: usize, dtype: DType) -> KvRef<'_> {
         match self {
-            DeviceKv::Half(d) => KvRef::Half(TensorRef {
-                data: d.as_view(),
+            DeviceKv::Half(k, v) => KvRef::Half(TensorRef {
+                data: [k, v][side].as_view(),
                 dtype,
             }),
-            DeviceKv::E4m3(d) => KvRef::E4m3(d.as_view()),
+            DeviceKv::E4m3(k, v) => KvRef::E4m3([k, v][side].as_view()),
         }
     }
+}
+
+/// An e4m3 byte's value: exact in f32, f16 and bf16 alike, so widening it back to any
+/// [`HostElement`] loses nothing.
+pub fn e4m3_value(byte: u8) -> f32 {
+    float8::F8E4M3::from_bits(byte).to_f32()
 }
 
 #[cfg(test)]

@@ -4,12 +4,14 @@
 //! `tensor_map.rs`, the launches in `execute.rs`; this module re-exports them where callers
 //! have always found them.
 
-use crate::device::Device;
-use crate::error::{Error, InvalidProblem};
+use cudarc::driver::CudaViewMut;
+
+use crate::device::{Device, DeviceInfo};
+use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::execute::append_kv;
 use crate::plan::{prepare, Attention};
 use crate::problem::AttentionProblem;
-use crate::tensors::{AttentionTensors, DeviceTables, TensorMut, TensorRef};
+use crate::tensors::{AttentionTensors, DeviceTables, KvCacheMut, KvRef, TensorMut, TensorRef};
 
 pub use crate::execute::{run_plan, run_plan_on};
 pub use crate::launch_plan::{linear_grid, tiles};
@@ -31,8 +33,50 @@ pub fn forward_with_kvcache(
     k_cache: &mut TensorMut<'_>,
     v_cache: &mut TensorMut<'_>,
     new: KvAppend<'_>,
+    o: TensorMut<'_>,
+    lse: CudaViewMut<'_, f32>,
+    tables: DeviceTables<'_>,
+) -> Result<(), Error> {
+    append_and_attend(
+        attention, device, problem, q, k_cache, v_cache, new, o, lse, tables,
+    )
+}
+
+/// [`forward_with_kvcache`] on an e4m3 cache (`Modes::kv_fp8`, the descale tables in `tables`):
+/// `k_new`/`v_new` stay in Q's dtype and are written as the e4m3 of value / descale[b, h_kv]
+/// (round to nearest, saturating at ±448), so that the cache holds what a quantizing model
+/// writer would. Needs compute capability 8.9 or newer (the conversion instruction).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_with_e4m3_kvcache(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    q: TensorRef<'_>,
+    k_cache: &mut CudaViewMut<'_, u8>,
+    v_cache: &mut CudaViewMut<'_, u8>,
+    new: KvAppend<'_>,
+    o: TensorMut<'_>,
+    lse: CudaViewMut<'_, f32>,
+    tables: DeviceTables<'_>,
+) -> Result<(), Error> {
+    append_and_attend(
+        attention, device, problem, q, k_cache, v_cache, new, o, lse, tables,
+    )
+}
+
+/// Both entry points: the caches' kind must be the problem's (`AttentionTensors::check` says so
+/// otherwise).
+#[allow(clippy::too_many_arguments)]
+fn append_and_attend(
+    attention: &(impl Attention + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    q: TensorRef<'_>,
+    k_cache: &mut dyn KvCacheMut,
+    v_cache: &mut dyn KvCacheMut,
+    new: KvAppend<'_>,
     mut o: TensorMut<'_>,
-    mut lse: cudarc::driver::CudaViewMut<'_, f32>,
+    mut lse: CudaViewMut<'_, f32>,
     tables: DeviceTables<'_>,
 ) -> Result<(), Error> {
     let Some(seqlen_new) = problem.modes.append else {
@@ -42,15 +86,6 @@ pub fn forward_with_kvcache(
         }
         .into());
     };
-    if problem.modes.kv_fp8.is_some() {
-        return Err(InvalidProblem::Mode {
-            field: "kv_fp8",
-            reason: "appending into an e4m3 cache is not implemented (the caches here are \
-                     16-bit tensors)"
-                .into(),
-        }
-        .into());
-    }
     let needed = problem.batch * seqlen_new * problem.heads_kv * problem.head_dim;
     for (tensor, t) in [("k_new", &new.k_new), ("v_new", &new.v_new)] {
         if t.data.len() != needed {
@@ -70,10 +105,20 @@ pub fn forward_with_kvcache(
             .into());
         }
     }
+    if problem.modes.kv_fp8.is_some() {
+        check_e4m3_append(attention.name(), problem, device.info())?;
+    }
     let stream = device.stream().clone();
     // Every check (the attention call's included) before the first launch.
     let plan = {
-        let tensors = kv_tensors(&q, k_cache, v_cache, &mut o, &mut lse, &tables);
+        let tensors = kv_tensors(
+            &q,
+            k_cache.as_kv(),
+            v_cache.as_kv(),
+            &mut o,
+            &mut lse,
+            &tables,
+        );
         prepare(attention, device, &stream, problem, &tensors)?
     };
     device.check_lent_workspace(plan.workspace_f32, plan.workspace_counters)?;
@@ -82,16 +127,8 @@ pub fn forward_with_kvcache(
     }
     let mut tensors = AttentionTensors {
         q,
-        k: TensorRef {
-            data: k_cache.data.as_view(),
-            dtype: k_cache.dtype,
-        }
-        .into(),
-        v: TensorRef {
-            data: v_cache.data.as_view(),
-            dtype: v_cache.dtype,
-        }
-        .into(),
+        k: k_cache.as_kv(),
+        v: v_cache.as_kv(),
         o,
         lse,
         tables,
@@ -99,28 +136,58 @@ pub fn forward_with_kvcache(
     run_plan_on(device, &stream, problem, &plan, &mut tensors)
 }
 
-/// The attention call's tensors of `forward_with_kvcache`, reborrowed for its checks (the
-/// caches are then taken mutably for the append).
+/// What the e4m3 append kernel (`append_kv_e4m3`) needs beyond the problem's own rules: the
+/// e4m3 conversion instruction (sm_89+), and an even head dim (it writes column pairs).
+pub fn check_e4m3_append(
+    kernel: &'static str,
+    problem: &AttentionProblem,
+    device: &DeviceInfo,
+) -> Result<(), Unsupported> {
+    if device.compute_capability < E4M3_APPEND_MIN_CC {
+        let (major, minor) = device.compute_capability;
+        return Err(Unsupported::new(
+            kernel,
+            format!(
+                "appending into an e4m3 cache needs compute capability 8.9 or newer (cvt to \
+                 e4m3), device is {major}.{minor}"
+            ),
+        ));
+    }
+    if !problem.head_dim.is_multiple_of(2) {
+        return Err(Unsupported::new(
+            kernel,
+            format!(
+                "appending into an e4m3 cache writes column pairs; head_dim {} is odd",
+                problem.head_dim
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The oldest architecture with `cvt.rn.satfinite.e4m3x2.f32`.
+const E4M3_APPEND_MIN_CC: (u32, u32) = (8, 9);
+
+/// The attention call's tensors of an append, reborrowed for its checks (the caches are then
+/// taken mutably for the append).
 fn kv_tensors<'s>(
     q: &'s TensorRef<'_>,
-    k_cache: &'s TensorMut<'_>,
-    v_cache: &'s TensorMut<'_>,
+    k_cache: KvRef<'s>,
+    v_cache: KvRef<'s>,
     o: &'s mut TensorMut<'_>,
-    lse: &'s mut cudarc::driver::CudaViewMut<'_, f32>,
+    lse: &'s mut CudaViewMut<'_, f32>,
     tables: &'s DeviceTables<'_>,
 ) -> AttentionTensors<'s> {
-    let view = |t: &'s TensorMut<'_>| TensorRef {
-        data: t.data.as_view(),
-        dtype: t.dtype,
-    };
     let table = |t: &'s Option<cudarc::driver::CudaView<'_, i32>>| t.as_ref().map(|v| v.slice(..));
+    let table_f32 =
+        |t: &'s Option<cudarc::driver::CudaView<'_, f32>>| t.as_ref().map(|v| v.slice(..));
     AttentionTensors {
         q: TensorRef {
             data: q.data.slice(..),
             dtype: q.dtype,
         },
-        k: view(k_cache).into(),
-        v: view(v_cache).into(),
+        k: k_cache,
+        v: v_cache,
         o: TensorMut {
             data: o.data.slice_mut(..),
             dtype: o.dtype,
@@ -131,10 +198,10 @@ fn kv_tensors<'s>(
             cu_seqlens_k: table(&tables.cu_seqlens_k),
             seqused_k: table(&tables.seqused_k),
             block_table: table(&tables.block_table),
-            alibi_slopes: tables.alibi_slopes.as_ref().map(|v| v.slice(..)),
+            alibi_slopes: table_f32(&tables.alibi_slopes),
             mm_prefix_ranges: table(&tables.mm_prefix_ranges),
-            k_descale: tables.k_descale.as_ref().map(|v| v.slice(..)),
-            v_descale: tables.v_descale.as_ref().map(|v| v.slice(..)),
+            k_descale: table_f32(&tables.k_descale),
+            v_descale: table_f32(&tables.v_descale),
         },
     }
 }

@@ -1,6 +1,6 @@
 //! Device tensors handed to a kernel, tagged with their dtype so mismatches are caught.
 
-use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, SyncOnDrop};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::dtype::DType;
 use crate::error::InvalidProblem;
@@ -69,6 +69,35 @@ impl<'a> KvRef<'a> {
 impl<'a> From<TensorRef<'a>> for KvRef<'a> {
     fn from(t: TensorRef<'a>) -> Self {
         KvRef::Half(t)
+    }
+}
+
+/// A cache an append writes, 16-bit (`TensorMut`) or e4m3 bytes, as the attention then reads it:
+/// one append-then-attend path serves both kinds.
+pub(crate) trait KvCacheMut {
+    fn as_kv(&self) -> KvRef<'_>;
+    /// The base address on `stream`, with the guard that records the write there.
+    fn device_ptr_mut<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
+}
+
+impl KvCacheMut for TensorMut<'_> {
+    fn as_kv(&self) -> KvRef<'_> {
+        KvRef::Half(TensorRef {
+            data: self.data.as_view(),
+            dtype: self.dtype,
+        })
+    }
+    fn device_ptr_mut<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+        self.data.device_ptr_mut(stream)
+    }
+}
+
+impl KvCacheMut for CudaViewMut<'_, u8> {
+    fn as_kv(&self) -> KvRef<'_> {
+        KvRef::E4m3(self.as_view())
+    }
+    fn device_ptr_mut<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+        DevicePtrMut::device_ptr_mut(self, stream)
     }
 }
 

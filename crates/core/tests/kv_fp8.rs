@@ -2,7 +2,8 @@
 //! parameter block, the problem rules, the capability check and the host path's encoding.
 
 use flashcore_core::backward::validate_backward;
-use flashcore_core::host::e4m3_bytes;
+use flashcore_core::host::{e4m3_bytes, e4m3_value};
+use flashcore_core::launch::check_e4m3_append;
 use flashcore_core::params::AttentionParams;
 use flashcore_core::tensors::check_kv_dtypes;
 use flashcore_core::{
@@ -332,4 +333,86 @@ fn host_values_that_are_not_e4m3_are_refused_not_rounded() {
         e4m3_bytes("k", &edges.view()).unwrap(),
         vec![0x7e, 0xfe, 0x01, 0x80]
     );
+}
+
+#[test]
+fn an_e4m3_append_needs_sm89_and_an_even_head_dim() {
+    let mut p = fp8(KvScales::PerBatchKvHead);
+    p.modes.append = Some(1);
+    p.validate().unwrap();
+    let h100 = DeviceInfo::synthetic_h100();
+    check_e4m3_append("decode", &p, &h100).unwrap();
+    let sm89 = DeviceInfo {
+        compute_capability: (8, 9),
+        ..DeviceInfo::synthetic_sm86()
+    };
+    check_e4m3_append("decode", &p, &sm89).unwrap();
+    let e = check_e4m3_append("decode", &p, &DeviceInfo::synthetic_sm86()).unwrap_err();
+    assert!(e.reason.contains("8.9") && e.reason.contains("8.6"), "{e}");
+
+    // An odd head dim passes the stride rule only with custom strides; the pair-writing append
+    // refuses it.
+    let mut odd = AttentionProblem::new(1, 2, 1, 63)
+        .with_kv(2, 64)
+        .with_modes(Modes {
+            seqused_k: true,
+            append: Some(1),
+            kv_fp8: Some(KvScales::PerTensor),
+            ..Modes::default()
+        });
+    let s = odd.strides();
+    let padded = TensorStrides {
+        batch: 64 * 2 * 64,
+        head: 64,
+        row: 2 * 64,
+    };
+    odd.custom_strides = Some(ProblemStrides {
+        k: padded,
+        v: padded,
+        ..s
+    });
+    odd.validate().unwrap();
+    let e = check_e4m3_append("decode", &odd, &h100).unwrap_err();
+    assert!(e.reason.contains("head_dim 63"), "{e}");
+}
+
+#[test]
+fn an_e4m3_cache_widens_back_to_its_stored_values() {
+    for (byte, value) in every_e4m3() {
+        assert_eq!(e4m3_value(byte).to_bits(), value.to_bits());
+        // What the host path hands back (through the dtype's bits) is the value itself.
+        for dtype in DType::ALL {
+            assert_eq!(
+                dtype.from_bits(dtype.to_bits(value)),
+                value,
+                "{dtype} {byte:#x}"
+            );
+        }
+        let a = ArrayD::from_shape_vec(IxDyn(&[1]), vec![e4m3_value(byte)]).unwrap();
+        assert_eq!(e4m3_bytes("k", &a.view()).unwrap(), vec![byte]);
+    }
+    assert!(e4m3_value(0x7f).is_nan() && e4m3_value(0xff).is_nan());
+}
+
+#[test]
+fn the_host_checks_take_an_append_into_an_e4m3_cache() {
+    let mut p = fp8(KvScales::PerKvHead);
+    p.modes.append = Some(2);
+    let (q_shape, kv_shape, _) = flashcore_core::host::storage_shapes(&p);
+    let q = ArrayD::<f32>::zeros(IxDyn(&q_shape));
+    let kv = ArrayD::<f32>::zeros(IxDyn(&kv_shape));
+    let new = ArrayD::<f32>::zeros(IxDyn(&[3, 2, 2, 128]));
+    let used = [0, 10, 254];
+    let descale = [0.5, 2.0];
+    let inputs = flashcore_core::HostInputs::new(q.view(), kv.view(), kv.view())
+        .with_append(Some(new.view()), Some(new.view()))
+        .with_tables(tables(&used, &descale, &descale));
+    flashcore_core::host::check_host_inputs("decode", &p, &inputs).unwrap();
+    // The last sequence has no room for two more rows: the usual capacity rule still holds.
+    let full = [0, 10, 255];
+    let inputs = flashcore_core::HostInputs::new(q.view(), kv.view(), kv.view())
+        .with_append(Some(new.view()), Some(new.view()))
+        .with_tables(tables(&full, &descale, &descale));
+    let e = flashcore_core::host::check_host_inputs("decode", &p, &inputs).unwrap_err();
+    assert!(e.to_string().contains("seqused_k"), "{e}");
 }
