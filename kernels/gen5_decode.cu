@@ -22,7 +22,11 @@
 // kv_rows.cuh, async_copy.cuh), so every inference mode holds under splitting; a split never
 // crosses a sequence (a unit belongs to one sequence).
 //
-// Dynamic shared memory (bytes), T = 64 * D * 2 (one 64-key tile):
+// An e4m3 cache (FC_KV_E4M3) changes only how tiles are stored and read (kv_operand.cuh: rows of
+// D bytes, operands widened in registers) and adds the descales: the key one scales the logits,
+// the value one the unit's O before the warps' merge.
+//
+// Dynamic shared memory (bytes), T = 64 * D * 2 (one 64-key tile; 64 * D for e4m3):
 //   [0, STAGES * 2T)            K/V ring: stage i = K at 2T i, V at 2T i + T
 //                               (reused by the epilogue for the warps' f32 accumulators: 4 * 16 * D * 4 <= 2T * STAGES)
 //   [STAGES * 2T, + 16 * D * 2) the packed Q tile
@@ -39,6 +43,7 @@
 #include "common/online_softmax.cuh"
 #include "common/work_item.cuh"
 #include "common/grid_dependency.cuh"
+#include "common/kv_operand.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<64|128|256>"
@@ -63,6 +68,10 @@
 #ifndef FC_DECODE_WS_OFFSET
 #define FC_DECODE_WS_OFFSET 0
 #endif
+// K and V are e4m3 bytes with per-(batch, KV head) descales (kv_operand.cuh, docs/MODES.md).
+#ifndef FC_KV_E4M3
+#define FC_KV_E4M3 0
+#endif
 
 namespace decode {
 
@@ -83,7 +92,10 @@ constexpr int warp_keys = kv_tile_rows / num_warps;  // 16 keys of every tile pe
 constexpr int out_tiles = head_dim / 8;
 
 using Tile = SwizzledTile<head_dim>;
-constexpr int kv_tile_bytes = Tile::bytes(kv_tile_rows);
+// How K/V tiles are stored and read (16-bit or e4m3 rows): their tiles are KvTile rows of words.
+using Kv = KvOperand<head_dim>;
+using KvTile = SwizzledTile<Kv::kTileCols>;
+constexpr int kv_tile_bytes = KvTile::bytes(kv_tile_rows);
 constexpr int ring_bytes = stages * 2 * kv_tile_bytes;
 constexpr int q_offset = ring_bytes;
 constexpr int stats_offset = q_offset + Tile::bytes(q_tile_rows);
@@ -159,6 +171,11 @@ __device__ __forceinline__ void chunk_of(const KeyTiles& kt, int s, int n, int& 
     const int size = chunk_size(kt);
     lo = kt.first + s * size;
     hi = s == n - 1 ? kt.end : lo + size;
+}
+
+// An e4m3 cache's descale of (sequence b, KV head h_kv): per tensor, per KV head or per both.
+__device__ __forceinline__ float kv_descale(const AttentionParams& p, const float* table, int b, int h_kv) {
+    return table[(long long)b * p.descale_batch_stride + (long long)h_kv * p.descale_head_stride];
 }
 
 // The workspace this kernel owns.
@@ -266,7 +283,7 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
     const int n = min(last - first, stages - 1);
     static_assert(num_threads == 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
     const bool is_k = tid < kv_tile_rows;  // threads 0-63 take a K row, 64-127 the same V row
-    const elem_t* base = static_cast<const elem_t*>(is_k ? p.k : p.v);
+    const void* base = is_k ? p.k : p.v;
     const long long batch_stride = is_k ? p.k_batch_stride : p.v_batch_stride;
     const long long head_stride = is_k ? p.k_head_stride : p.v_head_stride;
     const long long row_stride = is_k ? p.k_row_stride : p.v_row_stride;
@@ -283,9 +300,9 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
         } else {
             offset = (long long)unit.b * batch_stride + (long long)j * row_stride + (long long)unit.h_kv * head_stride;
         }
-        const char* row = reinterpret_cast<const char*>(base + offset);
+        const char* row = reinterpret_cast<const char*>(Kv::row_ptr(base, offset));
 #pragma unroll
-        for (int line = 0; line < head_dim * (int)sizeof(elem_t); line += 128)
+        for (int line = 0; line < Kv::kRowBytes; line += 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
     }
 #else
@@ -354,27 +371,30 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         const int q_row[2] = {lane_row[0].q_row, lane_row[1].q_row};
 
         const bool paged = p.block_table != nullptr;
-        const elem_t* k_base = static_cast<const elem_t*>(p.k) + (paged ? 0 : k_row_offset(p, seq, b, h_kv, 0));
-        const elem_t* v_base = static_cast<const elem_t*>(p.v) + (paged ? 0 : v_row_offset(p, seq, b, h_kv, 0));
+        // Row offsets count elements (bytes for e4m3); the loaders count the tile's 16-bit words.
+        const long long k_first = paged ? 0 : k_row_offset(p, seq, b, h_kv, 0);
+        const long long v_first = paged ? 0 : v_row_offset(p, seq, b, h_kv, 0);
         // One 64-key tile of K or V: strided, inside one page (strided from its first row), or
         // one page lookup per 16-row group (small pages: a sequence's last tile; the others go
         // through copy_groups).
-        auto load_kv = [&](unsigned dst, const elem_t* base, long long row_stride, bool is_k, int k0) {
+        auto load_kv = [&](unsigned dst, const void* base, long long first, long long row_stride, bool is_k, int k0) {
             const int valid = min(kv_tile_rows, seq.len_k - k0);
+            const long long word_stride = row_stride / Kv::kElemsPerWord;
             auto row_offset = [&](int j) {
                 return is_k ? k_row_offset(p, seq, b, h_kv, j) : v_row_offset(p, seq, b, h_kv, j);
             };
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_groups_async<kv_tile_rows, head_dim, num_threads>(
-                    dst, [&](int g) { return base + row_offset(k0 + 16 * g); }, row_stride, valid, tid);
+                load_tile_groups_async<kv_tile_rows, Kv::kTileCols, num_threads>(
+                    dst, [&](int g) { return Kv::row_ptr(base, row_offset(k0 + 16 * g)); }, word_stride, valid, tid);
             else if (paged)
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + row_offset(k0), row_stride, valid,
-                                                                     tid);
+                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads>(dst, Kv::row_ptr(base, row_offset(k0)),
+                                                                          word_stride, valid, tid);
             else
-                load_tile_async<kv_tile_rows, head_dim, num_threads>(dst, base + (long long)k0 * row_stride,
-                                                                     row_stride, valid, tid);
+                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads>(
+                    dst, Kv::row_ptr(base, first + (long long)k0 * row_stride), word_stride, valid, tid);
         };
-        const bool small_pages = paged && p.block_size % kv_tile_rows != 0;
+        // copy_groups' geometry is the 16-bit tile's: e4m3 pages take load_tile_groups_async.
+        const bool small_pages = !Kv::kE4m3 && paged && p.block_size % kv_tile_rows != 0;
         auto load_stage = [&](int slot, int tile) {
             const int k0 = tile * kv_tile_rows;
             if (small_pages && seq.len_k - k0 >= kv_tile_rows) {
@@ -383,10 +403,12 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 copy_groups(smem_base + v_slot(slot), first.v, v_copy);
                 return;
             }
-            load_kv(smem_base + k_slot(slot), k_base, p.k_row_stride, true, k0);
-            load_kv(smem_base + v_slot(slot), v_base, p.v_row_stride, false, k0);
+            load_kv(smem_base + k_slot(slot), p.k, k_first, p.k_row_stride, true, k0);
+            load_kv(smem_base + v_slot(slot), p.v, v_first, p.v_row_stride, false, k0);
         };
 
+        // e4m3: the unit's descales (the key one scales the logits, the value one O below).
+        const float k_descale = Kv::kE4m3 ? kv_descale(p, p.k_descale, b, h_kv) : 1.f;
         float o[out_tiles][4];
         zero_accumulator(o);
         SoftmaxRows st;
@@ -419,25 +441,26 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 // the next load reuses.
                 __syncthreads();
                 if constexpr (q_in_registers)
-                    if (t == 0) load_q_fragments<head_dim>(q_frag, q_tile, 0, lane);
+                    if (t == 0) Kv::load_q(q_frag, q_tile, lane);
                 if (t + stages - 1 < n_tiles) load_stage((t + stages - 1) % stages, kb0 + t + stages - 1);
                 cp_async_commit();
 
                 const int slot = t % stages;
                 const int tile_k0 = (kb0 + t) * kv_tile_rows;
                 const int k0 = tile_k0 + warp * warp_keys;  // this warp's first key
-                const unsigned warp_rows = warp * warp_keys * head_dim * 2;
+                const unsigned warp_rows = KvTile::bytes(warp * warp_keys);
                 float s[warp_keys / 8][4];
                 if constexpr (q_in_registers)
-                    warp_qk<head_dim, warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
+                    Kv::template qk<warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
                 else
-                    warp_qk_q_in_smem<head_dim, warp_keys>(s, q_tile, 0, smem_base + k_slot(slot) + warp_rows, lane);
+                    Kv::template qk_q_in_smem<warp_keys>(s, q_tile, smem_base + k_slot(slot) + warp_rows, lane);
                 if (has_score_mod(p)) {
-                    const ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head),
-                                             score_mod(p, seq, b, lane_row[1].head)};
+                    ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head), score_mod(p, seq, b, lane_row[1].head)};
+                    if constexpr (Kv::kE4m3)
+                        for (ScoreMod& m : mod) m.scale_log2 *= k_descale, m.softcap_pre *= k_descale;
                     modify_scores_rows(s, mod, q_row, k0 + 2 * tig);
                 } else {
-                    scale_scores(s, p.scale_log2);
+                    scale_scores(s, Kv::kE4m3 ? p.scale_log2 * k_descale : p.scale_log2);
                 }
                 if (tile_needs_mask(kt, tile_k0, kv_tile_rows)) {  // lengths, causal, window edges
                     const KeyRange a = key_range(p, seq, q_row[0]), c = key_range(p, seq, q_row[1]);
@@ -446,12 +469,19 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     mask_scores_range(s, 2 * tig, lo, hi);
                 }
                 online_softmax_update(s, o, st);
-                warp_pv<head_dim, warp_keys>(o, s, smem_base + v_slot(slot) + warp_rows, lane);
+                Kv::template pv<warp_keys>(o, s, smem_base + v_slot(slot) + warp_rows, lane);
             }
             cp_async_wait<0>();
             __syncthreads();  // every warp is done with the ring: the merge may overwrite it
         }
 
+        if constexpr (Kv::kE4m3) {
+            const float v_descale = kv_descale(p, p.v_descale, b, h_kv);
+#pragma unroll
+            for (int j = 0; j < out_tiles; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[j][e] *= v_descale;
+        }
         // Merge the four warps' key slices: each row's (max, sum) and unnormalised O.
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -461,10 +491,16 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 stats[(warp * q_tile_rows + row) * 2] = st.row_max[r];
                 stats[(warp * q_tile_rows + row) * 2 + 1] = l;
             }
+            float* merged_row = &merged[(warp * q_tile_rows + row) * head_dim];
 #pragma unroll
-            for (int j = 0; j < out_tiles; ++j)
-                *reinterpret_cast<float2*>(&merged[(warp * q_tile_rows + row) * head_dim + 8 * j + 2 * tig]) =
-                    make_float2(o[j][2 * r], o[j][2 * r + 1]);
+            for (int j = 0; j < out_tiles; ++j) {
+                if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
+                    merged_row[Kv::out_col(j, 2 * tig)] = o[j][2 * r];
+                    merged_row[Kv::out_col(j, 2 * tig + 1)] = o[j][2 * r + 1];
+                } else {
+                    *reinterpret_cast<float2*>(&merged_row[8 * j + 2 * tig]) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+                }
+            }
         }
         __syncthreads();
 

@@ -10,8 +10,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use flashcore::compile::{compile, CompileRequest};
 use flashcore::{
-    toolkit, AlibiSlopes, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KvStorage,
-    Modes,
+    toolkit, AlibiSlopes, AttentionProblem, Capabilities, DType, DeviceInfo, HeadDims, KvScales,
+    KvStorage, Modes,
 };
 
 use crate::ptx_compare;
@@ -105,6 +105,13 @@ pub fn with_mm_prefix(mut p: AttentionProblem) -> AttentionProblem {
 /// keys (on sm_90 that build has the L2 prefetch); batch 32 gives every SM a unit and does not.
 pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
     AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
+}
+
+/// `p` with an e4m3 KV cache (descales per KV head): the decode kernel's `FC_KV_E4M3` builds,
+/// which every such problem plans, prefill-shaped or not.
+pub fn with_e4m3_cache(mut p: AttentionProblem) -> AttentionProblem {
+    p.modes.kv_fp8 = Some(KvScales::PerKvHead);
+    p
 }
 
 /// The batch-invariant builds (`docs/MODES.md`): the decode kernel's key chunks, a varlen batch
@@ -506,6 +513,23 @@ pub fn run(
                 .into_iter()
                 .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)))
                 .flat_map(|p| [with_mm_prefix(p.clone()), p]);
+            // e4m3 caches: decode (split and not), the paged every-mode problems and chunked
+            // prefill on a contiguous cache, all through the decode kernel.
+            let e4m3_problems = representative_head_dims(&caps.head_dims)
+                .into_iter()
+                .flat_map(|d| {
+                    [1, 32]
+                        .map(|b| decode_problem(d, b))
+                        .into_iter()
+                        .chain(
+                            MODE_PROBLEMS
+                                .iter()
+                                .map(move |&(b, rows)| every_mode_problem(d, b, rows)),
+                        )
+                        .chain([contiguous_cache_problem(d, 2)])
+                })
+                .filter(|_| caps.modes.kv_fp8)
+                .map(with_e4m3_cache);
             let batch_invariant = representative_head_dims(&caps.head_dims)
                 .into_iter()
                 .flat_map(batch_invariant_problems);
@@ -530,6 +554,7 @@ pub fn run(
             for problem in dense_problems
                 .chain(mode_problems)
                 .chain(decode_problems)
+                .chain(e4m3_problems)
                 .chain(batch_invariant)
                 .chain(distinct_v)
             {

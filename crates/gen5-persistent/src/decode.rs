@@ -171,17 +171,46 @@ impl Overridable for DecodeConfig {
 /// SM on an H100) and 256 (192 KiB, one), 4 at D = 64 (64 KiB, three); fewer where the device's
 /// shared memory is smaller (sm_86/89: 99 KiB per block), down to the 2 a ring needs.
 pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
-    let preferred = if head_dim <= 64 { 4 } else { 3 };
-    (2..=preferred)
+    stages_for(head_dim, KV_HALF, device)
+}
+
+/// The ring depth for K/V elements of `kv_bytes` bytes: an e4m3 ring (1 byte) keeps twice the
+/// slots, so that as many bytes are in flight per CTA as with 16-bit tiles.
+pub fn stages_for(head_dim: usize, kv_bytes: usize, device: &DeviceInfo) -> usize {
+    let preferred = if head_dim <= 64 { 4 } else { 3 } * (2 / kv_bytes);
+    (2..=preferred.min(MAX_STAGES))
         .rev()
-        .find(|&s| smem_bytes(head_dim, s) <= device.max_shared_memory_per_block_optin as usize)
+        .find(|&s| {
+            smem_bytes_for(head_dim, kv_bytes, s)
+                <= device.max_shared_memory_per_block_optin as usize
+        })
         .unwrap_or(2)
 }
 
-/// Dynamic shared memory (`smem_bytes` in the kernel): the K/V ring, the packed Q tile, each
-/// warp's per-row (max, sum).
+/// Bytes of a K/V element: 16-bit, or e4m3 (`Modes::kv_fp8`).
+pub const KV_HALF: usize = 2;
+pub const KV_E4M3: usize = 1;
+
+/// The K/V element size of `problem`'s cache.
+pub fn kv_bytes(problem: &AttentionProblem) -> usize {
+    if problem.modes.kv_fp8.is_some() {
+        KV_E4M3
+    } else {
+        KV_HALF
+    }
+}
+
+/// Dynamic shared memory (`smem_bytes` in the kernel) with 16-bit K/V.
 pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
-    stages * 2 * KV_TILE_ROWS * head_dim * 2 + Q_TILE_ROWS * head_dim * 2 + 4 * Q_TILE_ROWS * 2 * 4
+    smem_bytes_for(head_dim, KV_HALF, stages)
+}
+
+/// Dynamic shared memory: the K/V ring (elements of `kv_bytes`), the packed Q tile, each warp's
+/// per-row (max, sum).
+pub fn smem_bytes_for(head_dim: usize, kv_bytes: usize, stages: usize) -> usize {
+    stages * 2 * KV_TILE_ROWS * head_dim * kv_bytes
+        + Q_TILE_ROWS * head_dim * 2
+        + 4 * Q_TILE_ROWS * 2 * 4
 }
 
 /// `FC_DECODE_MIN_BLOCKS`: the blocks per SM the register allocation is sized for.
@@ -346,6 +375,15 @@ pub(crate) fn or_persistent(
     if runs_here && takes(problem, &cfg) {
         return plan(name, problem, device, &cfg);
     }
+    if problem.modes.kv_fp8.is_some() {
+        return Err(Unsupported::new(
+            name,
+            format!(
+                "an e4m3 KV cache is read by the decode kernel only (head dims {HEAD_DIMS:?}, \
+                 one head dim for Q, K and V, FLASHCORE_DECODE not off)"
+            ),
+        ));
+    }
     let persistent = persistent()?;
     if runs_here && routes_per_sequence(problem, &cfg) {
         return routed_plan(name, persistent, problem, device, &cfg);
@@ -354,14 +392,17 @@ pub(crate) fn or_persistent(
 }
 
 /// Whether this plan takes the problem: a supported head dim, and (unless forced) queries per
-/// KV head that fit one packed tile.
+/// KV head that fit one packed tile, or an e4m3 cache (only this kernel reads one).
 pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
     HEAD_DIMS.contains(&problem.head_dim)
         && !problem.has_distinct_head_dim_v()
         && match cfg.mode {
             DecodeMode::Off => false,
             DecodeMode::Force => true,
-            DecodeMode::Auto => problem.seq_q * problem.q_heads_per_kv() <= Q_TILE_ROWS,
+            DecodeMode::Auto => {
+                problem.modes.kv_fp8.is_some()
+                    || problem.seq_q * problem.q_heads_per_kv() <= Q_TILE_ROWS
+            }
         }
 }
 
@@ -438,8 +479,21 @@ fn plan_route(
             ),
         ));
     }
-    let stages = cfg.stages.unwrap_or_else(|| stages(d, device));
-    let smem = smem_bytes(d, stages);
+    let kv_bytes = kv_bytes(problem);
+    if kv_bytes == KV_E4M3 && device.compute_capability < (8, 9) {
+        // cvt.rn.f16x2.e4m3x2, which widens the cache's bytes, exists from sm_89 on.
+        return Err(Unsupported::new(
+            kernel,
+            format!(
+                "an e4m3 KV cache needs sm_89 or newer (this device is sm_{}{})",
+                device.compute_capability.0, device.compute_capability.1
+            ),
+        ));
+    }
+    let stages = cfg
+        .stages
+        .unwrap_or_else(|| stages_for(d, kv_bytes, device));
+    let smem = smem_bytes_for(d, kv_bytes, stages);
     if smem > device.max_shared_memory_per_block_optin as usize {
         return Err(Unsupported::new(
             kernel,
@@ -459,6 +513,9 @@ fn plan_route(
             min_blocks(d).to_string(),
         ),
     ];
+    if kv_bytes == KV_E4M3 {
+        defines.push(("FC_KV_E4M3".to_string(), "1".to_string()));
+    }
     let mut workspace = 0;
     let splits = if problem.batch_invariant {
         // The chunks are the kernel's; the split count only has to cover the most any unit
@@ -554,6 +611,50 @@ mod tests {
 
     fn decode_problem(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize) -> AttentionProblem {
         AttentionProblem::new(b, hq, sq, 128).with_kv(hkv, sk)
+    }
+
+    #[test]
+    fn e4m3_caches_take_the_decode_kernel_with_a_ring_twice_as_deep() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let e4m3 = |p: AttentionProblem| {
+            p.with_modes(Modes {
+                kv_fp8: Some(flashcore_core::KvScales::PerKvHead),
+                ..Modes::default()
+            })
+        };
+        // Decode-shaped, and chunked prefill (128 queries x 4 heads a KV head), which 16-bit
+        // caches leave to the persistent kernel: only the decode kernel reads e4m3.
+        for p in [
+            decode_problem(1, 32, 8, 1, 4096),
+            decode_problem(2, 32, 8, 128, 4096),
+        ] {
+            let p = e4m3(p);
+            assert!(takes(&p, &DecodeConfig::default()));
+            let plan = super::plan("t", &p, &h100, &DecodeConfig::default()).unwrap();
+            let split = &plan.launches[0];
+            assert!(split.defines.contains(&("FC_KV_E4M3".into(), "1".into())));
+            assert!(split
+                .defines
+                .contains(&("FC_DECODE_STAGES".into(), "6".into())));
+            assert_eq!(split.dynamic_smem_bytes as usize, smem_bytes_for(128, 1, 6));
+            // As many ring bytes as the 16-bit ring of 3 stages.
+            assert_eq!(smem_bytes_for(128, 1, 6), smem_bytes(128, 3));
+        }
+        // Off, the decode kernel is not asked, and nothing else reads e4m3.
+        let off = DecodeConfig {
+            mode: DecodeMode::Off,
+            ..DecodeConfig::default()
+        };
+        assert!(!takes(&e4m3(decode_problem(1, 32, 8, 1, 4096)), &off));
+        // The widening cvt is sm_89's.
+        let e = super::plan(
+            "t",
+            &e4m3(decode_problem(1, 32, 8, 1, 4096)),
+            &DeviceInfo::synthetic_sm86(),
+            &DecodeConfig::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sm_89"), "{e}");
     }
 
     #[test]

@@ -622,7 +622,11 @@ impl Attention for PersistentPortable {
             },
             (8, 0),
         )
-        .with_modes(ModeSupport::ALL)
+        // e4m3 caches: the decode kernel in front of it reads them (decode.rs takes every one).
+        .with_modes(ModeSupport {
+            kv_fp8: true,
+            ..ModeSupport::ALL
+        })
         .with_distinct_head_dim_v()
     }
 
