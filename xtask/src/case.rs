@@ -107,7 +107,7 @@ impl Case {
             &ModeKeys::from_modes(&self.problem.modes),
             self.data_seed,
         );
-        let inp = crate::mode_case::mode_inputs(&p, self.data_seed);
+        let inp = crate::mode_case::mode_inputs(&p, &draw, self.data_seed);
         (p, draw, inp)
     }
 

@@ -64,6 +64,11 @@ enum Command {
         /// Run every forward case in the batch-invariant mode (docs/MODES.md).
         #[arg(long)]
         batch_invariant: bool,
+        /// Every forward case (edge list and random) with K and V stored as e4m3 and descale
+        /// tables (`fp8=` in the case line); without it, mode cases of a kernel that takes e4m3
+        /// K/V draw them one time in six.
+        #[arg(long, value_enum)]
+        kv_dtype: Option<mode_case::KvDtype>,
         /// Write the tallies as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -123,6 +128,7 @@ fn main() -> ExitCode {
             no_shrink,
             max_seq,
             batch_invariant,
+            kv_dtype,
             json,
             device,
         } => match Device::open(device) {
@@ -166,6 +172,7 @@ fn main() -> ExitCode {
                         verify::Pass::Bwd => 512,
                     }),
                     batch_invariant,
+                    kv_dtype,
                 };
                 verify::run(&dev, &opts).map(|_| ())
             }

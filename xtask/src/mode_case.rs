@@ -4,9 +4,15 @@
 //! drawn from its seed, so the line alone reruns it. Each sequence is judged as its own batch-1
 //! problem by the oracle, from the logical K/V the oracle gathers out of the cache (pages, used
 //! rows, appended rows).
+//!
+//! An fp8 case (`fp8=tensor|head|batchhead`, `Modes::kv_fp8`) stores K and V as e4m3 values
+//! (the host path takes them as numbers, `flashcore::host`) with f32 descale tables of that
+//! shape; the oracle sees the true values, stored × descale ([`seq_kv`]).
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvStorage, Modes};
+use flashcore::{
+    AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvScales, KvStorage, Modes,
+};
 use flashcore_oracle::{OracleProblem, Rows, Verdict};
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
 use rand::{Rng, SeedableRng};
@@ -32,6 +38,8 @@ pub struct ModeKeys {
     pub alibi: Option<AlibiSlopes>,
     /// `mm=N`: N `mm_prefix_ranges` pairs per sequence (`mm=0` is none).
     pub mm: Option<usize>,
+    /// `fp8=tensor|head|batchhead`: K and V stored as e4m3 with descale tables of that shape.
+    pub kv_fp8: Option<KvScales>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +64,7 @@ impl ModeKeys {
             softcap: m.softcap.map(|c| c.to_string()),
             alibi: m.alibi,
             mm: m.mm_prefix,
+            kv_fp8: m.kv_fp8,
         }
     }
 
@@ -100,6 +109,14 @@ impl ModeKeys {
             }
             // No table rather than an empty one, which the core refuses.
             "mm" => self.mm = Some(num()?).filter(|&n| n > 0),
+            "fp8" => {
+                self.kv_fp8 = match v.trim() {
+                    "none" => None,
+                    other => Some(parse_kv_scales(other).ok_or_else(|| {
+                        anyhow!("fp8: '{other}' (expected tensor, head, batchhead or none)")
+                    })?),
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -137,8 +154,38 @@ impl ModeKeys {
         if let Some(n) = self.mm {
             s.push_str(&format!(",mm={n}"));
         }
+        if let Some(scales) = self.kv_fp8 {
+            s.push_str(&format!(",fp8={}", kv_scales_name(scales)));
+        }
         s
     }
+}
+
+/// `--kv-dtype` of `verify` and `bench-all`: what K and V are stored as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvDtype {
+    /// OCP FP8 E4M3 (e4m3fn) with f32 descale tables (`Modes::kv_fp8`).
+    E4m3,
+}
+
+/// The name of a descale table shape in case lines and on the command lines (`--kv-scales`).
+pub fn kv_scales_name(s: KvScales) -> &'static str {
+    match s {
+        KvScales::PerTensor => "tensor",
+        KvScales::PerKvHead => "head",
+        KvScales::PerBatchKvHead => "batchhead",
+    }
+}
+
+/// [`kv_scales_name`]'s inverse.
+pub fn parse_kv_scales(s: &str) -> Option<KvScales> {
+    [
+        KvScales::PerTensor,
+        KvScales::PerKvHead,
+        KvScales::PerBatchKvHead,
+    ]
+    .into_iter()
+    .find(|&k| kv_scales_name(k) == s.trim())
 }
 
 /// Everything drawn from a case's seed: lengths, tables, slopes.
@@ -157,6 +204,12 @@ pub struct Draw {
     pub alibi_slopes: Option<Vec<f32>>,
     /// Row-major `[batch, n, 2]` (`Modes::mm_prefix`).
     pub mm_prefix_ranges: Option<Vec<i32>>,
+    /// e4m3 K's and V's descale tables (`Modes::kv_fp8`, shaped as its `KvScales` says).
+    pub k_descale: Option<Vec<f32>>,
+    pub v_descale: Option<Vec<f32>>,
+    /// e4m3 K and V: the standard deviation of the stored values before they are rounded to
+    /// e4m3 (K's, V's), drawn per case ([`draw_fp8_side`]).
+    pub kv_fp8_std: Option<[f32; 2]>,
 }
 
 /// A length in 0..=max, often one of the edges (0, 1, max) so they come up.
@@ -264,8 +317,59 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
         draw.mm_prefix_ranges = Some(draw_mm_ranges(&mut rng, &draw.len_k, n));
         m.mm_prefix = Some(n);
     }
+    // After the ranges, so that lines without `fp8=` draw what they drew before the key existed.
+    if let Some(scales) = keys.kv_fp8 {
+        let n = scales.table_len(b, problem.heads_kv);
+        let (k_std, k_descale) = draw_fp8_side(&mut rng, n);
+        let (v_std, v_descale) = draw_fp8_side(&mut rng, n);
+        draw.k_descale = Some(k_descale);
+        draw.v_descale = Some(v_descale);
+        draw.kv_fp8_std = Some([k_std, v_std]);
+        m.kv_fp8 = Some(scales);
+    }
     problem.modes = m;
     draw
+}
+
+/// log2 of the spread (standard deviation) of one case's stored e4m3 K or V values, before
+/// rounding: from 2^-4, where a fifth of them are subnormal (below 2^-6), to 2^7.5, where some
+/// reach the largest finite value, 448 (and larger ones saturate to it, as a quantizer does).
+pub const FP8_LOG2_STD: std::ops::Range<f32> = -4.0..7.5;
+/// log2 of the descale factors drawn: powers of two, 2^-10 ..= 2^5 (each case's factors spread
+/// over 2^4 around the inverse of its stored spread, [`draw_fp8_side`]).
+pub const FP8_LOG2_DESCALE: std::ops::RangeInclusive<i32> = -10..=5;
+
+/// One side's (K's or V's) stored spread and descale table of `n` entries. The stored values
+/// span the e4m3 range across cases, and the factors are spread over the entries (2^-2 ..= 2^1
+/// times a centre) around the inverse of that spread, so the true values (stored × descale)
+/// stay near unit scale, where the tolerance rule's constant floor holds (`docs/ORACLE.md`):
+/// their spread is within 2^-2.5 ..= 2^1.5. A real cache is the same: its factor is the amax
+/// its bytes were scaled down from, over 448.
+///
+/// Why powers of two: the oracle takes f32 inputs, and stored × descale must be exact there
+/// (and in f16 and bf16: the low-precision reference rounds its inputs to the dtype, which would
+/// otherwise widen the tolerance). An e4m3 value has 4 significant bits and an arbitrary f32
+/// factor 24, so their product may need 28 and round in f32; times a power of two it keeps its 4
+/// bits, and within 2^-19 (the least subnormal, 2^-9, times 2^-10) ..= 14336 (448 · 2^5) every
+/// such product is an f16 (subnormal below 2^-14, whose step is 2^-24), a bf16 and an f32, so
+/// the kernel and both references see the same numbers.
+fn draw_fp8_side(rng: &mut impl Rng, n: usize) -> (f32, Vec<f32>) {
+    let log2_std: f32 = rng.gen_range(FP8_LOG2_STD);
+    // Within the range whatever the spread: the clamp below only guards the constants.
+    let centre = (-log2_std).round() as i32;
+    let table = (0..n)
+        .map(|_| {
+            let e = (centre + rng.gen_range(-2..=1))
+                .clamp(*FP8_LOG2_DESCALE.start(), *FP8_LOG2_DESCALE.end());
+            2f32.powi(e)
+        })
+        .collect();
+    (2f32.powf(log2_std), table)
+}
+
+/// `x` rounded to the nearest e4m3 value (ties to even; beyond ±448 saturated to ±448), as f32.
+pub fn round_e4m3(x: f32) -> f32 {
+    float8::F8E4M3::from_f32(x).to_f32()
 }
 
 /// Most keys past `len_k` a drawn range may end at: the kernel must clip ranges at the
@@ -344,6 +448,9 @@ impl Draw {
             num_blocks: 0,
             alibi_slopes: None,
             mm_prefix_ranges: None,
+            k_descale: None,
+            v_descale: None,
+            kv_fp8_std: None,
         }
     }
 
@@ -355,9 +462,33 @@ impl Draw {
             block_table: self.block_table.as_deref(),
             alibi_slopes: self.alibi_slopes.as_deref(),
             mm_prefix_ranges: self.mm_prefix_ranges.as_deref(),
-            ..HostTables::default()
+            k_descale: self.k_descale.as_deref(),
+            v_descale: self.v_descale.as_deref(),
         }
     }
+
+    /// The descale factor of K's or V's table (`side`) for sequence `b`, KV head `h`; 1 for K/V
+    /// in the problem's dtype.
+    pub fn descale(&self, p: &AttentionProblem, side: KvSide, b: usize, h: usize) -> f32 {
+        let (Some(scales), Some(table)) = (
+            p.modes.kv_fp8,
+            match side {
+                KvSide::K => self.k_descale.as_ref(),
+                KvSide::V => self.v_descale.as_ref(),
+            },
+        ) else {
+            return 1.0;
+        };
+        let (batch_stride, head_stride) = scales.strides(p.heads_kv);
+        table[b * batch_stride + h * head_stride]
+    }
+}
+
+/// Which of K and V a storage array holds (for its descale table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSide {
+    K,
+    V,
 }
 
 /// Storage-order inputs of a mode case (see `flashcore::HostInputs`), in f32 or another element
@@ -406,20 +537,30 @@ fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
 }
 
 /// Fresh random storage: every slot, used or not, holds a random value (reliability fills the
-/// unused ones with NaN instead).
-pub fn mode_inputs(p: &AttentionProblem, seed: u64) -> ModeInputs {
+/// unused ones with NaN instead). With e4m3 K/V (`draw.kv_fp8_std`), K and V (and the rows to
+/// append) are the same draws times the case's spread, rounded to e4m3: the stored values, which
+/// the host path takes as numbers.
+pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
     let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
     let s = seed.wrapping_mul(5);
     let new_shape = p
         .modes
         .append
         .map(|n| vec![p.batch, n, p.heads_kv, p.head_dim]);
+    let [k_std, v_std] = draw.kv_fp8_std.unwrap_or([1.0; 2]);
+    let kv = |shape: &[usize], seed: u64, std: f32| {
+        let a = random_d(p.dtype, shape, seed);
+        match draw.kv_fp8_std {
+            Some(_) => a.mapv(|x| round_e4m3(std * x)),
+            None => a,
+        }
+    };
     ModeInputs {
         q: random_d(p.dtype, &q_shape, s),
-        k: random_d(p.dtype, &kv_shape, s + 1),
-        v: random_d(p.dtype, &kv_shape, s + 2),
-        k_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 3)),
-        v_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 4)),
+        k: kv(&kv_shape, s + 1, k_std),
+        v: kv(&kv_shape, s + 2, v_std),
+        k_new: new_shape.as_ref().map(|sh| kv(sh, s + 3, k_std)),
+        v_new: new_shape.as_ref().map(|sh| kv(sh, s + 4, v_std)),
     }
 }
 
@@ -453,9 +594,30 @@ pub fn seq_lse(draw: &Draw, lse: &ArrayD<f32>, b: usize) -> Array2<f32> {
     }
 }
 
-/// The logical K (or V) sequence b attends to, [heads_kv, len_k, d]: packed rows, the used rows
-/// of its cache (gathered through its pages by the oracle) followed by the appended rows.
+/// The logical K (or V, as `side` says) sequence b attends to, [heads_kv, len_k, d]: packed rows,
+/// the used rows of its cache (gathered through its pages by the oracle) followed by the
+/// appended rows; with e4m3 K/V, the true values: each head's stored values times its factor of
+/// `side`'s descale table (exact: see [`draw_fp8_side`]).
 pub fn seq_kv(
+    p: &AttentionProblem,
+    draw: &Draw,
+    side: KvSide,
+    storage: &ArrayD<f32>,
+    new: Option<&ArrayD<f32>>,
+    b: usize,
+) -> Array3<f32> {
+    let mut kv = stored_seq_kv(p, draw, storage, new, b);
+    if p.modes.kv_fp8.is_some() {
+        for (h, mut head) in kv.axis_iter_mut(Axis(0)).enumerate() {
+            let f = draw.descale(p, side, b, h);
+            head.mapv_inplace(|x| x * f);
+        }
+    }
+    kv
+}
+
+/// [`seq_kv`]'s rows as stored (no descale).
+fn stored_seq_kv(
     p: &AttentionProblem,
     draw: &Draw,
     storage: &ArrayD<f32>,
@@ -568,8 +730,8 @@ pub fn judge(
     for b in 0..p.batch {
         let op = seq_oracle_problem(p, draw, b);
         let q = seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
-        let k = seq_kv(p, draw, &inp.k, inp.k_new.as_ref(), b).insert_axis(Axis(0));
-        let v = seq_kv(p, draw, &inp.v, inp.v_new.as_ref(), b).insert_axis(Axis(0));
+        let k = seq_kv(p, draw, KvSide::K, &inp.k, inp.k_new.as_ref(), b).insert_axis(Axis(0));
+        let v = seq_kv(p, draw, KvSide::V, &inp.v, inp.v_new.as_ref(), b).insert_axis(Axis(0));
         let o = seq_rows(p, draw, &out.o, b).insert_axis(Axis(0));
         let lse = seq_lse(draw, &out.lse, b).insert_axis(Axis(0));
         let v_ = flashcore_oracle::check(
@@ -599,7 +761,8 @@ pub fn judge(
     // After an append the cache must hold the new rows where the next call will read them.
     if let (Some(kc), Some(k_new)) = (&out.k_cache, &inp.k_new) {
         for b in 0..p.batch {
-            let got = seq_kv(
+            // As stored: e4m3 rows must land as the same bytes.
+            let got = stored_seq_kv(
                 p,
                 &Draw {
                     used: draw.len_k.clone(),
@@ -609,7 +772,7 @@ pub fn judge(
                 None,
                 b,
             );
-            let want = seq_kv(p, draw, &inp.k, Some(k_new), b);
+            let want = stored_seq_kv(p, draw, &inp.k, Some(k_new), b);
             if got != want {
                 return Err(format!(
                     "sequence {b}: the K cache after the append does not hold the new rows at seqused_k"
@@ -631,6 +794,9 @@ mod tests {
             "b=3,hq=8,hkv=2,sq=1,sk=300,d=64,dtype=bf16,causal=1,layout=bshd,seed=4,cache=paged,bs=48,append=2",
             "b=4,hq=2,hkv=1,sq=65,sk=200,d=128,dtype=f16,causal=0,layout=bhsd,seed=9,varlen=1,wl=3,wr=0,softcap=50.5,alibi=batch",
             "b=3,hq=4,hkv=2,sq=40,sk=90,d=64,dtype=bf16,causal=1,layout=bshd,seed=12,varlen=1,cache=paged,bs=16,append=2,wl=7,alibi=head,mm=3",
+            "b=2,hq=8,hkv=2,sq=1,sk=300,d=128,dtype=bf16,causal=1,layout=bshd,seed=3,cache=paged,bs=64,fp8=head",
+            "b=3,hq=4,hkv=4,sq=4,sk=100,d=64,dtype=f16,causal=0,layout=bhsd,seed=5,fp8=tensor",
+            "b=2,hq=4,hkv=1,sq=2,sk=90,d=256,dtype=f16,causal=1,layout=bshd,seed=6,varlen=1,wl=5,softcap=30,alibi=batch,fp8=batchhead",
         ] {
             let c = Case::parse(line).unwrap();
             let again = Case::parse(&c.to_arg()).unwrap();
@@ -667,12 +833,12 @@ mod tests {
                 _ => "b=4,hq=2,sq=33,sk=100,d=64,varlen=1,causal=1,wl=4,mm=3",
             };
             let (p, draw) = drawn(line, seed);
-            let inp = mode_inputs(&p, seed);
+            let inp = mode_inputs(&p, &draw, seed);
             let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(&p);
             assert_eq!(inp.q.shape(), q_shape.as_slice());
             assert_eq!(inp.k.shape(), kv_shape.as_slice());
             for b in 0..p.batch {
-                let k = seq_kv(&p, &draw, &inp.k, inp.k_new.as_ref(), b);
+                let k = seq_kv(&p, &draw, KvSide::K, &inp.k, inp.k_new.as_ref(), b);
                 assert_eq!(k.dim(), (p.heads_kv, draw.len_k[b], p.head_dim));
                 assert_eq!(seq_rows(&p, &draw, &inp.q, b).dim().1, draw.len_q[b]);
             }
@@ -728,6 +894,172 @@ mod tests {
         );
         assert!(clipped > 50, "only {clipped} ranges end past the keys");
         assert!(unused > 20, "only {unused} unused slots");
+    }
+
+    /// `fp8=` round-trips through `ModeKeys` for each table shape, `none` is no key at all, and
+    /// anything else is an error that names the choices.
+    #[test]
+    fn the_fp8_key_round_trips() {
+        for scales in [
+            KvScales::PerTensor,
+            KvScales::PerKvHead,
+            KvScales::PerBatchKvHead,
+        ] {
+            let keys = ModeKeys {
+                cache: Some(CacheKind::Paged { block_size: 32 }),
+                kv_fp8: Some(scales),
+                ..ModeKeys::default()
+            };
+            let arg = keys.to_arg();
+            assert!(arg.ends_with(&format!(",fp8={}", kv_scales_name(scales))));
+            let mut back = ModeKeys::default();
+            for kv in arg.split(',').filter(|x| !x.is_empty()) {
+                let (k, v) = kv.split_once('=').unwrap();
+                assert!(back.parse_key(k, v).unwrap(), "{kv}");
+            }
+            assert_eq!(back, keys);
+            assert_eq!(parse_kv_scales(kv_scales_name(scales)), Some(scales));
+        }
+        let mut k = ModeKeys {
+            kv_fp8: Some(KvScales::PerTensor),
+            ..ModeKeys::default()
+        };
+        assert!(k.parse_key("fp8", "none").unwrap());
+        assert_eq!(k, ModeKeys::default());
+        assert_eq!(k.to_arg(), "");
+        let e = k.parse_key("fp8", "e5m2").unwrap_err().to_string();
+        assert!(e.contains("tensor, head, batchhead"), "{e}");
+        // A line with the key parses to a problem with e4m3 K/V; one without it has none.
+        let c = Case::parse("b=2,hq=4,hkv=2,sq=1,sk=64,d=64,cache=contig,fp8=batchhead").unwrap();
+        assert_eq!(c.problem.modes.kv_fp8, Some(KvScales::PerBatchKvHead));
+        let c = Case::parse("b=2,hq=4,hkv=2,sq=1,sk=64,d=64,cache=contig").unwrap();
+        assert_eq!(c.problem.modes.kv_fp8, None);
+    }
+
+    /// Over many seeds the stored K/V of e4m3 cases are e4m3 values (what the host path takes),
+    /// never all zero, and they reach both ends of the range: subnormals (below 2^-6) and 448;
+    /// the descale tables have the drawn shape, pass the core's validation, are powers of two in
+    /// 2^-6..=2^3, and several factors come up.
+    #[test]
+    fn e4m3_cases_draw_representable_values_over_the_whole_range() {
+        let (mut subnormal, mut top, mut zero, mut total) = (0usize, 0usize, 0usize, 0usize);
+        let mut factors = std::collections::BTreeSet::new();
+        let mut stds = (f32::INFINITY, 0f32);
+        let mut true_stds = (f32::INFINITY, 0f32);
+        for seed in 0..60u64 {
+            let (line, n) = match seed % 3 {
+                0 => ("b=2,hq=4,hkv=2,sq=1,sk=200,d=64,cache=contig,fp8=tensor", 1),
+                1 => (
+                    "b=3,hq=4,hkv=2,sq=2,sk=100,d=64,cache=paged,bs=16,fp8=head",
+                    2,
+                ),
+                _ => ("b=2,hq=8,hkv=4,sq=1,sk=150,d=64,varlen=1,fp8=batchhead", 8),
+            };
+            let (p, draw) = drawn(line, seed);
+            for t in [&draw.k_descale, &draw.v_descale] {
+                let t = t.as_ref().expect("a descale table");
+                assert_eq!(t.len(), n, "{line}");
+                for &f in t {
+                    let e = f.log2();
+                    assert!(
+                        e == e.round() && FP8_LOG2_DESCALE.contains(&(e as i32)),
+                        "{f}"
+                    );
+                    factors.insert(e as i32);
+                }
+            }
+            let [ks, vs] = draw.kv_fp8_std.unwrap();
+            stds = (stds.0.min(ks).min(vs), stds.1.max(ks).max(vs));
+            for (std, t) in [(ks, &draw.k_descale), (vs, &draw.v_descale)] {
+                for &f in t.as_ref().unwrap() {
+                    true_stds = (true_stds.0.min(std * f), true_stds.1.max(std * f));
+                }
+            }
+            let inp = mode_inputs(&p, &draw, seed);
+            for a in [&inp.k, &inp.v] {
+                for &x in a.iter() {
+                    assert_eq!(round_e4m3(x), x, "{x} is not an e4m3 value");
+                    assert!(x.abs() <= 448.0);
+                    total += 1;
+                    zero += (x == 0.0) as usize;
+                    subnormal += (x != 0.0 && x.abs() < 2f32.powi(-6)) as usize;
+                    top += (x.abs() >= 384.0) as usize;
+                }
+                assert!(a.iter().any(|&x| x != 0.0));
+            }
+            // Q stays in the problem's dtype, as drawn for every case.
+            assert!(inp.q.iter().all(|&x| p.dtype.round(x) == x));
+        }
+        assert!(subnormal > total / 100, "{subnormal} subnormals of {total}");
+        assert!(top > 20, "{top} values at 384..=448 of {total}");
+        assert!(zero < total / 50, "{zero} zeros of {total}");
+        assert!(factors.len() >= 10, "factors 2^{factors:?}");
+        assert!(stds.0 < 0.125 && stds.1 > 64.0, "stored spread {stds:?}");
+        // The true values stay near unit scale.
+        let (lo, hi) = true_stds;
+        assert!(
+            lo >= 2f32.powf(-2.5) && hi <= 2f32.powf(1.5),
+            "true spread {true_stds:?}"
+        );
+    }
+
+    /// The oracle's K and V of an e4m3 case are the stored values times the (sequence, KV head)
+    /// factor of each table shape, computed here independently in f64 and equal bit for bit (the
+    /// product is exact in f32, and in the dtype: rounding it there changes nothing).
+    #[test]
+    fn the_oracle_sees_stored_values_times_their_descale_exactly() {
+        // Whether some table gave two KV heads of a sequence, or two sequences of a KV head,
+        // different factors (so that a factor read from the wrong entry would show).
+        let (mut heads_differ, mut batches_differ) = (false, false);
+        for (i, line) in [
+            "b=3,hq=4,hkv=2,sq=1,sk=70,d=64,dtype=bf16,cache=paged,bs=16,fp8=tensor",
+            "b=3,hq=4,hkv=2,sq=1,sk=70,d=64,dtype=f16,cache=contig,fp8=head",
+            "b=3,hq=6,hkv=3,sq=2,sk=70,d=64,dtype=bf16,varlen=1,fp8=batchhead",
+            "b=2,hq=4,hkv=2,sq=1,sk=33,d=64,dtype=f16,layout=bhsd,fp8=batchhead",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (p, draw) = drawn(line, 11 + i as u64);
+            let scales = p.modes.kv_fp8.unwrap();
+            let inp = mode_inputs(&p, &draw, 11 + i as u64);
+            let plain = AttentionProblem {
+                modes: Modes {
+                    kv_fp8: None,
+                    ..p.modes.clone()
+                },
+                ..p.clone()
+            };
+            for (side, stored, table) in [
+                (KvSide::K, &inp.k, draw.k_descale.as_ref().unwrap()),
+                (KvSide::V, &inp.v, draw.v_descale.as_ref().unwrap()),
+            ] {
+                for b in 0..p.batch {
+                    let logical = seq_kv(&p, &draw, side, stored, None, b);
+                    let raw = seq_kv(&plain, &draw, side, stored, None, b);
+                    assert_eq!(logical.dim(), (p.heads_kv, draw.len_k[b], p.head_dim));
+                    for h in 0..p.heads_kv {
+                        let f = match scales {
+                            KvScales::PerTensor => table[0],
+                            KvScales::PerKvHead => table[h],
+                            KvScales::PerBatchKvHead => table[b * p.heads_kv + h],
+                        };
+                        heads_differ |= h > 0 && f != draw.descale(&p, side, b, 0);
+                        batches_differ |= b > 0 && f != draw.descale(&p, side, 0, h);
+                        for (x, s) in logical
+                            .index_axis(Axis(0), h)
+                            .iter()
+                            .zip(raw.index_axis(Axis(0), h))
+                        {
+                            let exact = *s as f64 * f as f64;
+                            assert_eq!(*x as f64, exact, "{line}: {s} x {f}");
+                            assert_eq!(p.dtype.round(*x), *x, "{line}: {x} in {}", p.dtype);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(heads_differ && batches_differ);
     }
 
     /// Lines without `mm=` redraw what they drew before the key existed: the ranges come after

@@ -23,7 +23,7 @@ use super::report::{DeviceSummary, GemmPeak, Outcome, PeerStatus, Source};
 use super::suite::{CausalSel, Suite};
 use super::Args;
 use crate::inputs::{precision, random_tensor_parallel};
-use crate::mode_case::{self, Draw};
+use crate::mode_case::{self, Draw, KvSide};
 
 /// Q, K, V of a case in storage order (`flashcore::host::storage_shapes`), f32 values rounded to
 /// the dtype.
@@ -115,8 +115,8 @@ impl ModeCheck {
             .map(|b| {
                 let op = mode_case::seq_oracle_problem(p, draw, b);
                 let q = mode_case::seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
-                let k = mode_case::seq_kv(p, draw, &inp.k, None, b).insert_axis(Axis(0));
-                let v = mode_case::seq_kv(p, draw, &inp.v, None, b).insert_axis(Axis(0));
+                let k = mode_case::seq_kv(p, draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
+                let v = mode_case::seq_kv(p, draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
                 let rows = flashcore_oracle::sample_rows(&op, per, seed ^ (b as u64 + 1));
                 let reference =
                     flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &rows);
@@ -807,8 +807,8 @@ mod tests {
         pp.head_dim = 4;
         let pages = scatter_to_pages(&pp, &pg.draw, &inp.k);
         for (b, &u) in used.iter().enumerate() {
-            let a = mode_case::seq_kv(&p, &c.draw, &inp.k, None, b);
-            let g = mode_case::seq_kv(&pp, &pg.draw, &pages, None, b);
+            let a = mode_case::seq_kv(&p, &c.draw, KvSide::K, &inp.k, None, b);
+            let g = mode_case::seq_kv(&pp, &pg.draw, KvSide::K, &pages, None, b);
             assert_eq!(a, g, "sequence {b}");
             assert_eq!(a.dim().1, u);
         }
@@ -833,8 +833,8 @@ mod tests {
             }
             let op = mode_case::seq_oracle_problem(&p, &c.draw, b);
             let q = mode_case::seq_rows(&p, &c.draw, &inp.q, b).insert_axis(Axis(0));
-            let k = mode_case::seq_kv(&p, &c.draw, &inp.k, None, b).insert_axis(Axis(0));
-            let v = mode_case::seq_kv(&p, &c.draw, &inp.v, None, b).insert_axis(Axis(0));
+            let k = mode_case::seq_kv(&p, &c.draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
+            let v = mode_case::seq_kv(&p, &c.draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
             let r = flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &Rows::All);
             let (ro, rl) = r.to_dense(&op);
             for h in 0..p.heads_q {

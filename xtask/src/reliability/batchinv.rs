@@ -651,7 +651,7 @@ mod tests {
                 .validate(&p)
                 .unwrap_or_else(|e| panic!("{storage:?}: {e}"));
             for (i, s) in pool.iter().enumerate() {
-                let k = mode_case::seq_kv(&p, &draw, &inp.k, None, i);
+                let k = mode_case::seq_kv(&p, &draw, mode_case::KvSide::K, &inp.k, None, i);
                 assert_eq!(
                     k,
                     s.k.clone().permuted_axes([1, 0, 2]),

@@ -2,12 +2,14 @@
 //! capabilities (with inference modes where it takes them), seeded so that `--seed` reproduces a
 //! sweep.
 
-use flashcore::{AlibiSlopes, AttentionProblem, Capabilities, HeadDims, Layout, ModeSupport};
+use flashcore::{
+    AlibiSlopes, AttentionProblem, Capabilities, HeadDims, KvScales, Layout, ModeSupport,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::case::Case;
-use crate::mode_case::{CacheKind, ModeKeys};
+use crate::mode_case::{CacheKind, KvDtype, ModeKeys};
 
 /// The case generator of one kernel's sweep: ChaCha seeded by `seed` (the run's seed mixed with
 /// the kernel's name, and the pass), so a rerun with the same `--seed` draws the same cases.
@@ -62,8 +64,23 @@ fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
 
 /// Random problems within what `caps` claims: batch 1-4, heads_q 1-16 with heads_kv dividing
 /// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts; for a kernel
-/// that takes inference modes, half the cases also draw those (`mode_keys_strategy`).
+/// that takes inference modes, half the cases also draw those (`mode_keys_strategy`), and of
+/// those, for a kernel that takes e4m3 K/V, one in six stores them so (`fp8_case_strategy`).
 pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    case_strategy_kv(caps, max_seq, None)
+}
+
+/// [`case_strategy`], or with `kv_dtype` e4m3 (`verify --kv-dtype e4m3`) only e4m3-cache cases
+/// ([`fp8_case_strategy`]), whatever the kernel claims: one that does not take them counts
+/// every case skipped.
+pub fn case_strategy_kv(
+    caps: &Capabilities,
+    max_seq: usize,
+    kv_dtype: Option<KvDtype>,
+) -> BoxedStrategy<Case> {
+    if kv_dtype == Some(KvDtype::E4m3) {
+        return fp8_case_strategy(caps, max_seq);
+    }
     let dense = dense_case_strategy(caps, max_seq);
     let dense = if caps.distinct_head_dim_v {
         // A fifth of the dense cases with V's own head dim (`DISTINCT_V_DIMS`).
@@ -95,7 +112,78 @@ pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case>
             crate::mode_case::apply(p, &keys, case.data_seed);
             case
         });
+    // Only a kernel that claims e4m3 K/V draws them, so the others' sweeps stay as they were.
+    let with_modes = if caps.modes.kv_fp8 {
+        prop_oneof![5 => with_modes, 1 => fp8_case_strategy(caps, max_seq)].boxed()
+    } else {
+        with_modes.boxed()
+    };
     prop_oneof![1 => dense, 1 => with_modes].boxed()
+}
+
+/// Head dims of the decode kernel, which takes every e4m3-cache problem on the generation-5
+/// paths (`flashcore_persistent::decode::HEAD_DIMS`).
+pub const FP8_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+/// Head dims an e4m3-cache case draws now and then that the decode kernel is not built for: it
+/// must refuse them (`Unsupported`, counted as skipped). Multiples of 16, as e4m3 K/V strides
+/// must be (any other is an invalid problem, not a refusal).
+pub const FP8_REFUSED_HEAD_DIMS: [usize; 4] = [32, 96, 160, 192];
+
+/// e4m3-cache cases: K and V stored as e4m3 with descale tables per tensor, per KV head or per
+/// (sequence, KV head) (`fp8=`), with the modes the decode kernel takes beside them (those of
+/// `caps` among contiguous and paged caches, seqused_k, varlen, windows, softcap, ALiBi; causal,
+/// GQA): no `mm_prefix_ranges`, no V head dim of its own, and no appended rows (the host path
+/// refuses an append into an e4m3 cache). Decode shapes most of the time (1-4 and 1-16 query
+/// rows), any length otherwise; the decode kernel's head dims, and one case in eight a head dim
+/// it must refuse.
+pub fn fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let modes = ModeSupport {
+        mm_prefix: false,
+        ..caps.modes
+    };
+    let refused: Vec<usize> = FP8_REFUSED_HEAD_DIMS
+        .into_iter()
+        .filter(|&d| caps.head_dims.contains(d))
+        .collect();
+    let dims = if refused.is_empty() {
+        prop::sample::select(FP8_HEAD_DIMS.to_vec()).boxed()
+    } else {
+        prop_oneof![
+            7 => prop::sample::select(FP8_HEAD_DIMS.to_vec()),
+            1 => prop::sample::select(refused),
+        ]
+        .boxed()
+    };
+    let seq_q = prop_oneof![
+        3 => 1usize..=4,
+        1 => 1usize..=16.min(max_seq),
+        2 => seq_strategy(max_seq),
+    ];
+    let scales = prop::sample::select(vec![
+        KvScales::PerTensor,
+        KvScales::PerKvHead,
+        KvScales::PerBatchKvHead,
+    ]);
+    (
+        dense_case_strategy(caps, max_seq),
+        mode_keys_strategy(modes, max_seq),
+        dims,
+        seq_q,
+        scales,
+    )
+        .prop_map(|(mut case, mut keys, d, sq, scales)| {
+            keys.append = 0;
+            keys.kv_fp8 = Some(scales);
+            let p = &mut case.problem;
+            p.head_dim = d;
+            p.seq_q = sq;
+            if keys.window_right.is_some() {
+                p.causal = false; // causal already fixes the right edge at 0
+            }
+            crate::mode_case::apply(p, &keys, case.data_seed);
+            case
+        })
+        .boxed()
 }
 
 /// (head_dim, head_dim_v) pairs the sweep draws for kernels that take V's own head dim:
@@ -197,6 +285,7 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
                     softcap,
                     alibi,
                     mm,
+                    kv_fp8: None,
                 }
             },
         )
@@ -300,6 +389,13 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
     if caps.modes != ModeSupport::NONE {
         cases.extend(mode_edge_cases(caps, &dims));
     }
+    if caps.modes.kv_fp8 {
+        cases.extend(
+            fp8_edge_cases(caps)
+                .into_iter()
+                .filter(|c| caps.modes.missing(&c.problem.modes).is_none()),
+        );
+    }
     if caps.distinct_head_dim_v {
         cases.extend(distinct_v_edge_cases(caps));
     }
@@ -370,6 +466,39 @@ fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
             if caps.modes.missing(&case.problem.modes).is_none() {
                 cases.push(case);
             }
+        }
+    }
+    cases
+}
+
+/// Fixed e4m3-cache cases at each of the decode kernel's head dims, every descale table shape:
+/// single-token decode over contiguous, paged and plain K/V, one key, a long sequence over many
+/// splits, 16 packed query rows (speculative decoding with GQA), a window, softcap with ALiBi,
+/// varlen queries over a paged cache and packed keys, a query longer than a decode tile, and
+/// BHSD K/V. Every line whatever the kernel claims (`verify --kv-dtype e4m3` runs them all; a
+/// kernel that does not take them skips them).
+pub fn fp8_edge_cases(caps: &Capabilities) -> Vec<Case> {
+    const LINES: &[&str] = &[
+        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,fp8=head",
+        "b=4,hq=4,hkv=4,sq=1,sk=1000,cache=contig,fp8=tensor",
+        "b=2,hq=8,hkv=2,sq=1,sk=257,fp8=batchhead",
+        "b=2,hq=2,hkv=2,sq=1,sk=1,cache=contig,fp8=head",
+        "b=2,hq=8,hkv=1,sq=1,sk=4097,cache=paged,bs=64,fp8=batchhead",
+        "b=2,hq=4,hkv=1,sq=4,sk=777,causal=1,cache=contig,fp8=batchhead",
+        "b=1,hq=16,hkv=2,sq=2,sk=513,causal=1,cache=paged,bs=256,fp8=head",
+        "b=3,hq=8,hkv=2,sq=1,sk=600,causal=1,wl=64,cache=paged,bs=64,fp8=tensor",
+        "b=2,hq=8,hkv=2,sq=1,sk=500,cache=contig,softcap=30,alibi=batch,fp8=batchhead",
+        "b=4,hq=4,hkv=2,sq=3,sk=300,causal=1,varlen=1,cache=paged,bs=16,fp8=head",
+        "b=4,hq=4,hkv=1,sq=1,sk=500,varlen=1,fp8=tensor",
+        "b=2,hq=4,hkv=2,sq=100,sk=300,causal=1,cache=contig,fp8=head",
+        "b=2,hq=4,hkv=2,sq=1,sk=200,layout=bhsd,fp8=batchhead",
+    ];
+    let mut cases = Vec::new();
+    for (i, line) in LINES.iter().enumerate() {
+        for (j, &d) in FP8_HEAD_DIMS.iter().enumerate() {
+            let dtype = caps.dtypes[(i + j) % caps.dtypes.len()];
+            let arg = format!("{line},d={d},dtype={dtype},seed={}", 8000 + 16 * i + j);
+            cases.push(Case::parse(&arg).expect("the fp8 edge list parses"));
         }
     }
     cases
@@ -557,6 +686,154 @@ mod tests {
         for _ in 0..100 {
             let c = s.new_tree(&mut runner).unwrap().current();
             assert!(c.problem.modes.mm_prefix.is_none());
+        }
+    }
+
+    /// A kernel that claims e4m3 K/V draws them in about one mode case in six (a twelfth of its
+    /// cases), only with the modes the decode kernel takes beside them and never with appended
+    /// rows, at head dims that are multiples of 16 (mostly the decode kernel's), with tables the
+    /// core accepts; `--kv-dtype e4m3` draws nothing else, whatever the kernel claims; a kernel
+    /// that does not claim them never draws them otherwise. The edge list has them at each of
+    /// the decode kernel's head dims, with every table shape.
+    #[test]
+    fn fp8_cases_come_up_where_claimed() {
+        let mut caps = flashcore::kernels()[0].capabilities();
+        caps.modes = ModeSupport {
+            kv_fp8: true,
+            ..ModeSupport::ALL
+        };
+        let tables = |c: &Case| {
+            let mut p = c.problem.clone();
+            let keys = ModeKeys::from_modes(&c.problem.modes);
+            let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
+            p.validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            draw.host_tables()
+                .validate(&p)
+                .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            assert_eq!(p, c.problem);
+        };
+        let check_fp8 = |c: &Case| {
+            let (p, m) = (&c.problem, &c.problem.modes);
+            assert!(m.kv_fp8.is_some());
+            assert!(p.head_dim.is_multiple_of(16), "{}", c.to_arg());
+            assert!(
+                FP8_HEAD_DIMS.contains(&p.head_dim) || FP8_REFUSED_HEAD_DIMS.contains(&p.head_dim)
+            );
+            assert_eq!((m.append, m.mm_prefix), (None, None), "{}", c.to_arg());
+            assert!(!p.has_distinct_head_dim_v());
+            assert_eq!(caps.modes.missing(m), None);
+            assert_eq!(Case::parse(&c.to_arg()).unwrap(), *c);
+            tables(c);
+        };
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy(&caps, 600);
+        let mut fp8 = 0;
+        for _ in 0..600 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            if c.problem.modes.kv_fp8.is_some() {
+                fp8 += 1;
+                check_fp8(&c);
+            }
+        }
+        assert!((25..=90).contains(&fp8), "{fp8} of 600 draw e4m3 K/V");
+
+        // --kv-dtype e4m3: every case.
+        let s = case_strategy_kv(&caps, 600, Some(KvDtype::E4m3));
+        let (mut decode, mut refused, mut scales, mut caches) = (0, 0, Vec::new(), [0; 3]);
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            check_fp8(&c);
+            let p = &c.problem;
+            decode += (p.seq_q * p.q_heads_per_kv() <= 16) as usize;
+            refused += !FP8_HEAD_DIMS.contains(&p.head_dim) as usize;
+            if !scales.contains(&p.modes.kv_fp8) {
+                scales.push(p.modes.kv_fp8);
+            }
+            caches[match p.modes.kv {
+                flashcore::KvStorage::Paged { .. } => 0,
+                _ if p.modes.seqused_k => 1,
+                _ => 2,
+            }] += 1;
+        }
+        assert!(decode > 120, "{decode} of 300 decode-shaped");
+        assert!(
+            (10..=75).contains(&refused),
+            "{refused} of 300 refused dims"
+        );
+        assert_eq!(scales.len(), 3);
+        assert!(
+            caches.iter().all(|&n| n > 30),
+            "paged, contig, none: {caches:?}"
+        );
+
+        let edges: Vec<Case> = edge_cases(&caps)
+            .into_iter()
+            .filter(|c| c.problem.modes.kv_fp8.is_some())
+            .collect();
+        assert_eq!(edges.len(), 3 * 13);
+        for c in &edges {
+            check_fp8(c);
+        }
+        for d in FP8_HEAD_DIMS {
+            assert!(edges.iter().any(|c| c.problem.head_dim == d));
+        }
+        for k in [
+            KvScales::PerTensor,
+            KvScales::PerKvHead,
+            KvScales::PerBatchKvHead,
+        ] {
+            assert!(edges.iter().any(|c| c.problem.modes.kv_fp8 == Some(k)));
+        }
+
+        // A kernel that does not claim them: none drawn, none on its edge list; with
+        // --kv-dtype e4m3 all of them still (it skips them).
+        caps.modes.kv_fp8 = false;
+        assert!(edge_cases(&caps)
+            .iter()
+            .all(|c| c.problem.modes.kv_fp8.is_none()));
+        assert_eq!(fp8_edge_cases(&caps).len(), 3 * 13);
+        let s = case_strategy(&caps, 600);
+        for _ in 0..200 {
+            assert!(s
+                .new_tree(&mut runner)
+                .unwrap()
+                .current()
+                .problem
+                .modes
+                .kv_fp8
+                .is_none());
+        }
+        let s = case_strategy_kv(&caps, 600, Some(KvDtype::E4m3));
+        for _ in 0..50 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(c.problem.modes.kv_fp8.is_some());
+        }
+    }
+
+    /// Where a generation-5 path claims e4m3 K/V, it takes the drawn cases at the decode
+    /// kernel's head dims and refuses the others with a reason (verify counts them skipped),
+    /// and every other generation refuses them all.
+    #[test]
+    fn fp8_cases_are_taken_by_the_decode_kernel_only() {
+        let h100 = flashcore::DeviceInfo::synthetic_h100();
+        for k in flashcore::kernels() {
+            let caps = k.capabilities();
+            let mut runner = TestRunner::deterministic();
+            let s = case_strategy_kv(&caps, 300, Some(KvDtype::E4m3));
+            for _ in 0..60 {
+                let c = s.new_tree(&mut runner).unwrap().current();
+                let got = k.supports(&c.problem, &h100);
+                let decode_dim = FP8_HEAD_DIMS.contains(&c.problem.head_dim);
+                if !caps.modes.kv_fp8 || !decode_dim {
+                    let u = got.expect_err(&format!("{} takes {}", k.name(), c.to_arg()));
+                    assert!(!u.reason.is_empty());
+                } else if caps.modes.missing(&c.problem.modes).is_none()
+                    && caps.head_dims.contains(c.problem.head_dim)
+                {
+                    got.unwrap_or_else(|u| panic!("{}: {}: {}", k.name(), c.to_arg(), u.reason));
+                }
+            }
         }
     }
 

@@ -18,8 +18,9 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
 use crate::case::{run_backward_case, run_case, Case, Outcome};
+use crate::mode_case::KvDtype;
 use crate::progress::CaseProgress;
-use cases::{backward_edge_cases, seeded_runner};
+use cases::{backward_edge_cases, case_strategy_kv, fp8_edge_cases, seeded_runner};
 
 pub use cases::{case_strategy, edge_cases};
 pub use self_check::{oracle_backward_self_check, oracle_self_check};
@@ -62,8 +63,12 @@ impl Pass {
         )
     }
 
-    /// The fixed cases: the forward's edge list, and the backward's own edges after it.
-    fn edges(self, caps: &Capabilities) -> Vec<Case> {
+    /// The fixed cases: the forward's edge list, and the backward's own edges after it; with
+    /// `--kv-dtype e4m3` the e4m3-cache edges alone.
+    fn edges(self, caps: &Capabilities, kv_dtype: Option<KvDtype>) -> Vec<Case> {
+        if kv_dtype == Some(KvDtype::E4m3) {
+            return fp8_edge_cases(caps);
+        }
         let mut e = edge_cases(caps);
         if self == Pass::Bwd {
             e.extend(backward_edge_cases(caps));
@@ -85,7 +90,7 @@ impl Pass {
         match self {
             Pass::Fwd => {
                 let bi = opts.batch_invariant;
-                let strategy = case_strategy(caps, opts.max_seq)
+                let strategy = case_strategy_kv(caps, opts.max_seq, opts.kv_dtype)
                     .prop_map(move |c| with_batch_invariant(c, bi))
                     .boxed();
                 (seeded_runner(seed, opts.cases), strategy)
@@ -111,6 +116,8 @@ pub struct Options {
     pub max_seq: usize,
     /// Every case in the batch-invariant mode (`bi=1`): forward only.
     pub batch_invariant: bool,
+    /// `--kv-dtype e4m3`: every case (edge list and random) an e4m3-cache case: forward only.
+    pub kv_dtype: Option<KvDtype>,
 }
 
 #[derive(Default, Clone, serde::Serialize)]
@@ -282,6 +289,9 @@ fn backward_subjects(opts: &Options) -> Result<Vec<Subject>> {
     if opts.batch_invariant {
         bail!("--batch-invariant is a forward option: the backward kernels do not take it (docs/MODES.md)");
     }
+    if opts.kv_dtype.is_some() {
+        bail!("--kv-dtype is a forward option: the backward kernels take K and V in the problem's dtype");
+    }
     let kernels = crate::select::named(
         flashcore::backward_kernels(),
         |k| k.name(),
@@ -313,6 +323,9 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             );
             if opts.batch_invariant {
                 println!("verify: every case in the batch-invariant mode (bi=1)");
+            }
+            if opts.kv_dtype == Some(KvDtype::E4m3) {
+                println!("verify: every case with an e4m3 KV cache (fp8=...): a kernel that does not take one skips it");
             }
             subjects
         }
@@ -381,10 +394,14 @@ fn sweep(k: &Subject, device: &Device, opts: &Options) -> Result<Tally> {
         kernel: pass.tally_name(name),
         ..Default::default()
     };
-    let edges: Vec<Case> = if opts.edge { pass.edges(&caps) } else { vec![] }
-        .into_iter()
-        .map(|c| with_batch_invariant(c, opts.batch_invariant))
-        .collect();
+    let edges: Vec<Case> = if opts.edge {
+        pass.edges(&caps, opts.kv_dtype)
+    } else {
+        vec![]
+    }
+    .into_iter()
+    .map(|c| with_batch_invariant(c, opts.batch_invariant))
+    .collect();
     let total = edges.len() + if opts.random { opts.cases } else { 0 };
     let bar = CaseProgress::new(total, label.clone());
     for case in &edges {
