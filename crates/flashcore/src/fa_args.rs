@@ -5,7 +5,8 @@
 //! unit-tested without a framework or a GPU.
 
 use crate::{
-    AlibiSlopes, AttentionProblem, DType, KvStorage, Layout, Modes, ProblemStrides, TensorStrides,
+    AlibiSlopes, AttentionProblem, DType, KvScales, KvStorage, Layout, Modes, ProblemStrides,
+    TensorStrides,
 };
 
 /// Why a call is refused before anything launches. Each binding turns it into its own error.
@@ -112,6 +113,178 @@ pub fn dtype_of(name: &str, q: &str, k: &str, v: &str) -> Result<DType, ArgError
         }
     }
     Ok(dtype)
+}
+
+/// Whether a dtype name is OCP FP8 E4M3 (`e4m3fn`) as the bindings spell it: `"e4m3"` (the
+/// Python package's name for `torch.float8_e4m3fn`, and the core's) or candle's `"f8e4m3"`.
+pub fn is_e4m3(name: &str) -> bool {
+    matches!(name, "e4m3" | "f8e4m3")
+}
+
+/// The element types of a call whose K/V may be an e4m3 (fp8) cache: Q's dtype (f16 or bf16,
+/// [`dtype_of`]'s rule) and whether K and V are e4m3 bytes (`Modes::kv_fp8`, FlashAttention 3's
+/// fp8 KV cache). K and V are both Q's dtype or both e4m3; Q (and so O) is never fp8, and no
+/// other 8-bit format (e5m2, e4m3fnuz) is taken.
+pub fn kv_dtype_of(name: &str, q: &str, k: &str, v: &str) -> Result<(DType, bool), ArgError> {
+    if is_e4m3(q) {
+        return bail(format!(
+            "{name}: q is {q}; only K/V (the cache) may be fp8 e4m3, q must be f16/bf16 (the \
+             output takes q's dtype)"
+        ));
+    }
+    match (is_e4m3(k), is_e4m3(v)) {
+        (true, true) => dtype_of(name, q, q, q).map(|d| (d, true)),
+        (false, false) => {
+            let dtype = dtype_of(name, q, q, q)?;
+            for (t, d) in [("k", k), ("v", v)] {
+                if d != q {
+                    return bail(format!(
+                        "dtype mismatch: q is {q} but {t} is {d} (K/V must be q's dtype, or both \
+                         e4m3 for an fp8 KV cache)"
+                    ));
+                }
+            }
+            Ok((dtype, false))
+        }
+        _ => bail(format!(
+            "k is {k} but v is {v}: K and V must both be e4m3 (an fp8 KV cache) or both q's \
+             dtype ({q})"
+        )),
+    }
+}
+
+/// A `k_descale` / `v_descale` tensor of an e4m3 KV cache as the rules see it: f32, of
+/// FlashAttention 3's shape `(batch, nheads_k)`, or `(nheads_k,)`, or one element; the true value
+/// of a stored byte is its e4m3 value times the factor of its (sequence, KV head). Which
+/// [`KvScales`] it is read as depends on its strides too ([`Descale::scales`]): a
+/// `(batch, nheads_k)` view expanded from one factor per head (batch stride 0) or from one
+/// factor (all strides 0), as serving engines pass them, is read without a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Descale {
+    name: &'static str,
+    dims: [usize; 2],
+    strides: [usize; 2],
+    /// 0 for a tensor of one element (whatever its rank), else 1 or 2.
+    rank: usize,
+}
+
+impl Descale {
+    /// `dtype` as the binding spells it (`"f32"`); dims and strides in elements.
+    pub fn new(
+        name: &'static str,
+        dtype: &str,
+        dims: &[usize],
+        strides: &[usize],
+    ) -> Result<Self, ArgError> {
+        if dtype != "f32" {
+            return bail(format!("{name} must be f32 (float32), got {dtype}"));
+        }
+        if dims.len() != strides.len() {
+            return bail(format!(
+                "{name}: {} dims but {} strides",
+                dims.len(),
+                strides.len()
+            ));
+        }
+        let mut d = Descale {
+            name,
+            dims: [0; 2],
+            strides: [0; 2],
+            rank: 0,
+        };
+        if dims.iter().product::<usize>() == 1 {
+            return Ok(d);
+        }
+        if dims.is_empty() || dims.len() > 2 {
+            return bail(format!(
+                "{name} must have shape (batch, nheads_k), (nheads_k,) or one element, got \
+                 {dims:?}"
+            ));
+        }
+        d.rank = dims.len();
+        d.dims[..d.rank].copy_from_slice(dims);
+        d.strides[..d.rank].copy_from_slice(strides);
+        Ok(d)
+    }
+
+    /// The table's shape for a problem of `batch` sequences and `heads_kv` KV heads, read from
+    /// the (batch, head) strides the kernels index it with (an axis of extent 1 has none):
+    /// (0, 0) is one factor, (0, 1) one per KV head, (heads_kv, 1) one per (sequence, KV head).
+    pub fn scales(&self, batch: usize, heads_kv: usize) -> Result<KvScales, ArgError> {
+        let name = self.name;
+        let along = |i: usize, extent: usize| if extent == 1 { 0 } else { self.strides[i] };
+        let (sb, sh) = match self.rank {
+            0 => (0, 0),
+            1 if self.dims[0] == heads_kv => (0, along(0, heads_kv)),
+            2 if self.dims == [batch, heads_kv] => (along(0, batch), along(1, heads_kv)),
+            _ => {
+                return bail(format!(
+                    "{name} must have shape ({batch}, {heads_kv}) (batch, nheads_k), \
+                     ({heads_kv},) (nheads_k,) or one element, got {:?}",
+                    &self.dims[..self.rank]
+                ))
+            }
+        };
+        match (sb, sh) {
+            (0, 0) => Ok(KvScales::PerTensor),
+            (0, 1) => Ok(KvScales::PerKvHead),
+            (b, 1) if b == heads_kv => Ok(KvScales::PerBatchKvHead),
+            (1, 0) if heads_kv == 1 => Ok(KvScales::PerBatchKvHead),
+            _ => bail(format!(
+                "{name} with strides {:?} is not a table the kernels can read: it must be \
+                 contiguous, or expanded along the batch (stride 0) or from one element (call \
+                 .contiguous() first)",
+                &self.strides[..self.rank]
+            )),
+        }
+    }
+}
+
+/// The descale tables of a call: given exactly when K/V are e4m3 (`e4m3`, as [`kv_dtype_of`]
+/// says). FlashAttention 3 reads a missing descale as 1.0; the bindings do so by passing a
+/// table of ones in its place, so that a call reaching this rule without one is a bug in the
+/// binding, not the caller's.
+pub fn kv_descales(
+    e4m3: bool,
+    k_descale: Option<Descale>,
+    v_descale: Option<Descale>,
+) -> Result<Option<(Descale, Descale)>, ArgError> {
+    match (e4m3, k_descale, v_descale) {
+        (true, Some(k), Some(v)) => Ok(Some((k, v))),
+        (false, None, None) => Ok(None),
+        (true, k, _) => bail(format!(
+            "an e4m3 (fp8) KV cache needs both k_descale and v_descale; {} is missing",
+            if k.is_none() {
+                "k_descale"
+            } else {
+                "v_descale"
+            }
+        )),
+        (false, k, _) => bail(format!(
+            "{} is given, but K/V are not e4m3: descales scale an fp8 (e4m3) KV cache only",
+            if k.is_some() {
+                "k_descale"
+            } else {
+                "v_descale"
+            }
+        )),
+    }
+}
+
+/// The one [`KvScales`] of both descale tables (the kernels index them alike).
+fn kv_scales(
+    (k, v): (Descale, Descale),
+    batch: usize,
+    heads_kv: usize,
+) -> Result<KvScales, ArgError> {
+    let (ks, vs) = (k.scales(batch, heads_kv)?, v.scales(batch, heads_kv)?);
+    if ks != vs {
+        return bail(format!(
+            "k_descale ({ks:?}) and v_descale ({vs:?}) must be laid out alike: both \
+             (batch, nheads_k), both (nheads_k,) or both one element, with the same strides"
+        ));
+    }
+    Ok(ks)
 }
 
 /// Causal masking and the sliding window as candle-flash-attn (FlashAttention 2) defines them.
@@ -224,6 +397,8 @@ pub struct Options {
     pub alibi_rank: usize,
     /// Ranges per sequence of the mm_prefix_ranges tensor ([`mm_prefix_ranges`]), when given.
     pub mm_prefix: Option<usize>,
+    /// K/V are e4m3 bytes with these descale tables ([`kv_descales`]).
+    pub kv_fp8: Option<(Descale, Descale)>,
 }
 
 impl Options {
@@ -238,6 +413,7 @@ impl Options {
             alibi_dims: None,
             alibi_rank: 0,
             mm_prefix: None,
+            kv_fp8: None,
         }
     }
 
@@ -269,10 +445,16 @@ impl Options {
         self
     }
 
+    /// K/V as e4m3 bytes with these descales ([`kv_descales`]'s answer; `None`: Q's dtype).
+    pub fn with_kv_fp8(mut self, descales: Option<(Descale, Descale)>) -> Self {
+        self.kv_fp8 = descales;
+        self
+    }
+
     fn modes(
         &self,
         batch: usize,
-        heads_q: usize,
+        (heads_q, heads_kv): (usize, usize),
         seqlen_k_for_window: usize,
     ) -> Result<(bool, Modes), ArgError> {
         if !self.softmax_scale.is_finite() {
@@ -304,6 +486,10 @@ impl Options {
                 softcap: softcap(self.softcap)?,
                 alibi,
                 mm_prefix: self.mm_prefix,
+                kv_fp8: self
+                    .kv_fp8
+                    .map(|d| kv_scales(d, batch, heads_kv))
+                    .transpose()?,
                 ..Modes::default()
             },
         ))
@@ -406,7 +592,7 @@ pub fn dense_problem(
     }
     let dv = head_dim_v(v);
     check_heads(h_q, h_kv)?;
-    let (causal, modes) = opts.modes(b, h_q, s_k)?;
+    let (causal, modes) = opts.modes(b, (h_q, h_kv), s_k)?;
     let strides = ProblemStrides {
         q: q.bshd(),
         k: k.bshd(),
@@ -472,7 +658,7 @@ pub fn varlen_problem(
     }
     let dv = head_dim_v(v);
     check_heads(h_q, h_kv)?;
-    let (causal, mut modes) = opts.modes(batch, h_q, max_seqlen_k)?;
+    let (causal, mut modes) = opts.modes(batch, (h_q, h_kv), max_seqlen_k)?;
     modes.packed_q = Some(total_q);
     modes.kv = KvStorage::Packed { total_k };
     let strides = ProblemStrides {
@@ -570,7 +756,7 @@ pub fn paged_varlen_problem(
             "max_seqlen_k {max_seqlen_k} exceeds the block table's capacity {capacity}"
         ));
     }
-    let (causal, mut modes) = opts.modes(batch, h_q, max_seqlen_k)?;
+    let (causal, mut modes) = opts.modes(batch, (h_q, h_kv), max_seqlen_k)?;
     modes.packed_q = Some(total_q);
     modes.kv = kv;
     modes.seqused_k = true;
@@ -598,6 +784,9 @@ pub fn paged_varlen_problem(
 /// `seqused_k` `(b)`; optional `k_new`/`v_new` `(b, s_new, h_kv, d)` (contiguous) appended at
 /// `seqused_k[b]` before attending. V's caches and rows may have their own last dim (O then
 /// has it), as FlashAttention 3 allows. Windows are clamped to the capacity, as FlashAttention does.
+/// With `opts.kv_fp8` ([`Options::with_kv_fp8`]) the caches are e4m3 bytes (strides in bytes)
+/// read through their descales, and `k_new`/`v_new` stay in Q's dtype: the append quantizes
+/// them (FlashAttention 3's fp8 KV cache).
 pub fn kvcache_problem(
     q: &View,
     k_cache: &View,
@@ -690,7 +879,7 @@ pub fn kvcache_problem(
             Some(s_new)
         }
     };
-    let (causal, mut modes) = opts.modes(b, h_q, capacity)?;
+    let (causal, mut modes) = opts.modes(b, (h_q, h_kv), capacity)?;
     modes.kv = kv;
     modes.seqused_k = true;
     modes.append = append;

@@ -449,3 +449,177 @@ fn v_may_have_its_own_head_dim() {
     let err = cache(&kn).unwrap_err();
     assert!(err.0.contains("v_new"), "{err}");
 }
+
+// ---- e4m3 (fp8) KV caches: FlashAttention 3's k_descale / v_descale ----
+
+/// A contiguous f32 descale of these dims.
+fn descale(name: &'static str, dims: &[usize]) -> Descale {
+    Descale::new(name, "f32", dims, &dense(dims)).unwrap()
+}
+
+/// [`kv_descales`] of two contiguous descales of these dims.
+fn fp8_opts(dims: &[usize]) -> Options {
+    let pair = kv_descales(
+        true,
+        Some(descale("k_descale", dims)),
+        Some(descale("v_descale", dims)),
+    )
+    .unwrap();
+    opts().with_kv_fp8(pair)
+}
+
+#[test]
+fn kv_dtypes_take_e4m3_caches_only_together_and_never_for_q() {
+    for e4m3 in ["e4m3", "f8e4m3"] {
+        assert!(is_e4m3(e4m3));
+        assert_eq!(
+            kv_dtype_of("kv", "bf16", e4m3, e4m3),
+            Ok((DType::Bf16, true))
+        );
+        assert_eq!(kv_dtype_of("kv", "f16", e4m3, e4m3), Ok((DType::F16, true)));
+        let err = kv_dtype_of("kv", e4m3, e4m3, e4m3).unwrap_err();
+        assert!(err.0.contains("q must be f16/bf16"), "{err}");
+        for (k, v) in [(e4m3, "bf16"), ("bf16", e4m3)] {
+            let err = kv_dtype_of("kv", "bf16", k, v).unwrap_err();
+            assert!(err.0.contains("must both be e4m3"), "{err}");
+        }
+    }
+    assert_eq!(
+        kv_dtype_of("kv", "f16", "f16", "f16"),
+        Ok((DType::F16, false))
+    );
+    // Other 8-bit formats and plain mismatches name the tensor.
+    let err = kv_dtype_of("kv", "bf16", "torch.float8_e5m2", "torch.float8_e5m2").unwrap_err();
+    assert!(err.0.contains("k is torch.float8_e5m2"), "{err}");
+    let err = kv_dtype_of("kv", "bf16", "bf16", "f16").unwrap_err();
+    assert!(err.0.contains("v is f16"), "{err}");
+    assert!(kv_dtype_of("kv", "f32", "f32", "f32").is_err());
+}
+
+#[test]
+fn descale_shapes_and_strides_map_to_kv_scales() {
+    let (b, h) = (3, 4);
+    let scales = |dims: &[usize], strides: &[usize]| {
+        Descale::new("k_descale", "f32", dims, strides).and_then(|d| d.scales(b, h))
+    };
+    // FlashAttention 3's (batch, nheads_k), contiguous.
+    assert_eq!(scales(&[3, 4], &[4, 1]), Ok(KvScales::PerBatchKvHead));
+    // One per KV head, and (batch, nheads_k) views expanded from it or from one factor, as
+    // serving engines pass them (`scale.expand(batch, nheads_k)`).
+    assert_eq!(scales(&[4], &[1]), Ok(KvScales::PerKvHead));
+    assert_eq!(scales(&[3, 4], &[0, 1]), Ok(KvScales::PerKvHead));
+    assert_eq!(scales(&[3, 4], &[0, 0]), Ok(KvScales::PerTensor));
+    assert_eq!(scales(&[4], &[0]), Ok(KvScales::PerTensor));
+    // One element, whatever its rank.
+    for dims in [&[][..], &[1], &[1, 1], &[1, 1, 1]] {
+        assert_eq!(
+            scales(dims, &vec![1; dims.len()]),
+            Ok(KvScales::PerTensor),
+            "{dims:?}"
+        );
+    }
+    // Wrong shapes, dtypes and strides are refused, naming the tensor.
+    for dims in [&[4, 3][..], &[3], &[2, 4], &[3, 4, 1], &[12]] {
+        let err = scales(dims, &dense(dims)).unwrap_err();
+        assert!(
+            err.0.contains("k_descale must have shape"),
+            "{dims:?}: {err}"
+        );
+    }
+    let err = scales(&[3, 4], &[1, 3]).unwrap_err();
+    assert!(err.0.contains("contiguous"), "{err}");
+    let err = scales(&[3, 4], &[1, 0]).unwrap_err();
+    assert!(err.0.contains("contiguous"), "{err}");
+    let err = Descale::new("v_descale", "bf16", &[3, 4], &[4, 1]).unwrap_err();
+    assert!(err.0.contains("v_descale must be f32"), "{err}");
+    // Extent-1 axes have no stride of their own: a batch of one, a single KV head.
+    let one = |dims: &[usize], strides: &[usize], b, h| {
+        Descale::new("k_descale", "f32", dims, strides)
+            .unwrap()
+            .scales(b, h)
+    };
+    assert_eq!(one(&[1, 4], &[99, 1], 1, 4), Ok(KvScales::PerKvHead));
+    assert_eq!(one(&[3, 1], &[1, 1], 3, 1), Ok(KvScales::PerBatchKvHead));
+    assert_eq!(one(&[3, 1], &[0, 1], 3, 1), Ok(KvScales::PerTensor));
+}
+
+#[test]
+fn descales_are_given_exactly_with_e4m3_caches() {
+    let d = descale("k_descale", &[2]);
+    assert_eq!(kv_descales(false, None, None), Ok(None));
+    assert_eq!(kv_descales(true, Some(d), Some(d)), Ok(Some((d, d))));
+    let err = kv_descales(true, Some(d), None).unwrap_err();
+    assert!(err.0.contains("v_descale is missing"), "{err}");
+    let err = kv_descales(true, None, Some(d)).unwrap_err();
+    assert!(err.0.contains("k_descale is missing"), "{err}");
+    let err = kv_descales(false, None, Some(d)).unwrap_err();
+    assert!(err.0.contains("v_descale is given"), "{err}");
+}
+
+#[test]
+fn e4m3_caches_reach_every_problem() {
+    // flash_attn_with_kvcache: (batch, nheads_k) descales, contiguous and paged caches.
+    let qd = [2, 1, 8, 64];
+    let cd = [2, 256, 2, 64];
+    let p = kvcache_of(&qd, &cd, None, None, &fp8_opts(&[2, 2])).unwrap();
+    assert_eq!(p.modes.kv_fp8, Some(KvScales::PerBatchKvHead));
+    let pd = [8, 64, 2, 64];
+    let p = kvcache_of(&qd, &pd, Some(&[2, 3]), None, &fp8_opts(&[2])).unwrap();
+    assert_eq!(p.modes.kv_fp8, Some(KvScales::PerKvHead));
+    // With rows to append (in q's dtype; the bindings check that).
+    let nd = [2, 1, 2, 64];
+    let contiguous = dense(&nd);
+    let new = Some((&nd[..], &contiguous[..], &contiguous[..]));
+    let p = kvcache_of(&qd, &cd, None, new, &fp8_opts(&[1])).unwrap();
+    assert_eq!(
+        (p.modes.kv_fp8, p.modes.append),
+        (Some(KvScales::PerTensor), Some(1))
+    );
+    // Dense, varlen (3 sequences, 4 KV heads) and paged varlen take them too.
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let p = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &fp8_opts(&[2, 2])).unwrap();
+    assert_eq!(p.modes.kv_fp8, Some(KvScales::PerBatchKvHead));
+    let p = varlen_of(&fp8_opts(&[3, 4]));
+    assert_eq!(p.modes.kv_fp8, Some(KvScales::PerBatchKvHead));
+    let p = paged_of(
+        &[10, 4, 64],
+        &[8, 16, 2, 64],
+        &[2, 4],
+        64,
+        16,
+        &fp8_opts(&[2]),
+    )
+    .unwrap();
+    assert_eq!(p.modes.kv_fp8, Some(KvScales::PerKvHead));
+    // The descales' shape is checked against the problem's batch and KV heads.
+    let err = kvcache_of(&[2, 1, 8, 64], &cd, None, None, &fp8_opts(&[2, 8])).unwrap_err();
+    assert!(err.0.contains("k_descale must have shape (2, 2)"), "{err}");
+    // Both tables are indexed alike.
+    let mixed = kv_descales(
+        true,
+        Some(descale("k_descale", &[2, 2])),
+        Some(descale("v_descale", &[1])),
+    )
+    .unwrap();
+    let err = kvcache_of(&[2, 1, 8, 64], &cd, None, None, &opts().with_kv_fp8(mixed)).unwrap_err();
+    assert!(err.0.contains("laid out alike"), "{err}");
+}
+
+#[test]
+fn e4m3_caches_keep_the_cores_rules() {
+    // One head dim for K and V (the core's kv_fp8 rule).
+    let (qd, kd, vd) = ([2, 5, 4, 192], [2, 7, 2, 192], [2, 7, 2, 128]);
+    let err = dense_problem(
+        &View::new("q", &qd, &dense(&qd)),
+        &View::new("k", &kd, &dense(&kd)),
+        &View::new("v", &vd, &dense(&vd)),
+        &fp8_opts(&[1]),
+    )
+    .unwrap_err();
+    assert!(err.0.contains("one head dim"), "{err}");
+    // K/V rows are copied 16 bytes at a time: a head dim of 8 e4m3 bytes with one KV head
+    // makes an 8-byte row stride.
+    let (qd, kd) = ([1, 4, 1, 8], [1, 4, 1, 8]);
+    let err = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &fp8_opts(&[1])).unwrap_err();
+    assert!(err.0.contains("not a multiple of 16"), "{err}");
+}
