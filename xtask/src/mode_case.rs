@@ -537,9 +537,10 @@ fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
 }
 
 /// Fresh random storage: every slot, used or not, holds a random value (reliability fills the
-/// unused ones with NaN instead). With e4m3 K/V (`draw.kv_fp8_std`), K and V (and the rows to
-/// append) are the same draws times the case's spread, rounded to e4m3: the stored values, which
-/// the host path takes as numbers.
+/// unused ones with NaN instead). With e4m3 K/V (`draw.kv_fp8_std`), K and V are the same draws
+/// times the case's spread, rounded to e4m3: the stored values, which the host path takes as
+/// numbers. The rows to append stay true values in the dtype, as a model hands them over: the
+/// append quantizes them into the cache ([`seq_kv`]).
 pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
     let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
     let s = seed.wrapping_mul(5);
@@ -559,8 +560,8 @@ pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
         q: random_d(p.dtype, &q_shape, s),
         k: kv(&kv_shape, s + 1, k_std),
         v: kv(&kv_shape, s + 2, v_std),
-        k_new: new_shape.as_ref().map(|sh| kv(sh, s + 3, k_std)),
-        v_new: new_shape.as_ref().map(|sh| kv(sh, s + 4, v_std)),
+        k_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 3)),
+        v_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 4)),
     }
 }
 
@@ -596,8 +597,9 @@ pub fn seq_lse(draw: &Draw, lse: &ArrayD<f32>, b: usize) -> Array2<f32> {
 
 /// The logical K (or V, as `side` says) sequence b attends to, [heads_kv, len_k, d]: packed rows,
 /// the used rows of its cache (gathered through its pages by the oracle) followed by the
-/// appended rows; with e4m3 K/V, the true values: each head's stored values times its factor of
-/// `side`'s descale table (exact: see [`draw_fp8_side`]).
+/// appended rows; with e4m3 K/V, the true values: each head's stored values, the appended rows
+/// as the append stores them, times its factor of `side`'s descale table (exact: see
+/// [`draw_fp8_side`]).
 pub fn seq_kv(
     p: &AttentionProblem,
     draw: &Draw,
@@ -606,7 +608,7 @@ pub fn seq_kv(
     new: Option<&ArrayD<f32>>,
     b: usize,
 ) -> Array3<f32> {
-    let mut kv = stored_seq_kv(p, draw, storage, new, b);
+    let mut kv = stored_seq_kv(p, draw, side, storage, new, b);
     if p.modes.kv_fp8.is_some() {
         for (h, mut head) in kv.axis_iter_mut(Axis(0)).enumerate() {
             let f = draw.descale(p, side, b, h);
@@ -616,10 +618,13 @@ pub fn seq_kv(
     kv
 }
 
-/// [`seq_kv`]'s rows as stored (no descale).
+/// [`seq_kv`]'s rows as the cache stores them: with e4m3 K/V the stored values (no descale), the
+/// appended rows (true values) as the append writes them, each divided by its factor and rounded
+/// to e4m3, saturating (`cvt.rn.satfinite`): exact division by a power of two, then one rounding.
 fn stored_seq_kv(
     p: &AttentionProblem,
     draw: &Draw,
+    side: KvSide,
     storage: &ArrayD<f32>,
     new: Option<&ArrayD<f32>>,
     b: usize,
@@ -661,7 +666,15 @@ fn stored_seq_kv(
         Some(new) => {
             let n = new.view().into_dimensionality::<ndarray::Ix4>().unwrap();
             let rows: ArrayView3<f32> = n.index_axis(Axis(0), b).permuted_axes([1, 0, 2]);
-            flashcore_oracle::append_rows(cached.view(), rows)
+            if p.modes.kv_fp8.is_none() {
+                return flashcore_oracle::append_rows(cached.view(), rows);
+            }
+            let mut stored = rows.to_owned();
+            for (h, mut head) in stored.axis_iter_mut(Axis(0)).enumerate() {
+                let f = draw.descale(p, side, b, h);
+                head.mapv_inplace(|x| round_e4m3(x / f));
+            }
+            flashcore_oracle::append_rows(cached.view(), stored.view())
         }
         None => cached,
     }
@@ -758,24 +771,33 @@ pub fn judge(
     if unwritten > 0 && inp.q.iter().all(|x| x.is_finite()) {
         return Err(format!("{unwritten} output elements are NaN (unwritten?)"));
     }
-    // After an append the cache must hold the new rows where the next call will read them.
-    if let (Some(kc), Some(k_new)) = (&out.k_cache, &inp.k_new) {
+    // After an append the cache must hold the new rows where the next call will read them; an
+    // e4m3 cache as the bytes the oracle expects (both caches: each side has its own factors).
+    let caches = [
+        (KvSide::K, &out.k_cache, &inp.k, &inp.k_new),
+        (KvSide::V, &out.v_cache, &inp.v, &inp.v_new),
+    ];
+    let sides = if p.modes.kv_fp8.is_some() { 2 } else { 1 };
+    for (side, cache, storage, new) in caches.into_iter().take(sides) {
+        let (Some(cache), Some(new)) = (cache, new) else {
+            continue;
+        };
         for b in 0..p.batch {
-            // As stored: e4m3 rows must land as the same bytes.
             let got = stored_seq_kv(
                 p,
                 &Draw {
                     used: draw.len_k.clone(),
                     ..draw.clone()
                 },
-                kc,
+                side,
+                cache,
                 None,
                 b,
             );
-            let want = stored_seq_kv(p, draw, &inp.k, Some(k_new), b);
+            let want = stored_seq_kv(p, draw, side, storage, Some(new), b);
             if got != want {
                 return Err(format!(
-                    "sequence {b}: the K cache after the append does not hold the new rows at seqused_k"
+                    "sequence {b}: the {side:?} cache after the append does not hold the new rows at seqused_k"
                 ));
             }
         }
@@ -1060,6 +1082,79 @@ mod tests {
             }
         }
         assert!(heads_differ && batches_differ);
+    }
+
+    /// Rows appended into an e4m3 cache are true values in the dtype; the cache then holds each
+    /// divided by its side's factor and rounded to e4m3, and the oracle sees that times the
+    /// factor. A cache written so passes the append check's comparison; one holding the rows
+    /// unquantized, or quantized with the other side's factors, does not.
+    #[test]
+    fn e4m3_appends_are_quantized_with_their_sides_factors() {
+        let line = "b=2,hq=4,hkv=2,sq=1,sk=40,d=64,dtype=bf16,cache=contig,append=3,fp8=head";
+        let mut checked = 0;
+        for seed in 0..6u64 {
+            let (p, draw) = drawn(line, seed);
+            let inp = mode_inputs(&p, &draw, seed);
+            let (k_new, v_new) = (inp.k_new.as_ref().unwrap(), inp.v_new.as_ref().unwrap());
+            assert!(k_new.iter().all(|&x| p.dtype.round(x) == x));
+            assert!(
+                k_new.iter().any(|&x| round_e4m3(x) != x),
+                "true values, not e4m3"
+            );
+            // What a correct append leaves in the K cache, and two wrong ones.
+            let write = |side: KvSide, new: &ArrayD<f32>, quantize: bool| {
+                let mut cache = inp.k.clone();
+                for b in 0..p.batch {
+                    for t in 0..3 {
+                        for h in 0..p.heads_kv {
+                            let f = draw.descale(&p, side, b, h);
+                            for d in 0..p.head_dim {
+                                let x = new[[b, t, h, d]];
+                                cache[[b, draw.used[b] + t, h, d]] =
+                                    if quantize { round_e4m3(x / f) } else { x };
+                            }
+                        }
+                    }
+                }
+                cache
+            };
+            let after = Draw {
+                used: draw.len_k.clone(),
+                ..draw.clone()
+            };
+            let good = write(KvSide::K, k_new, true);
+            let unquantized = write(KvSide::K, k_new, false);
+            let other_side = write(KvSide::V, k_new, true);
+            let k_differs = (0..p.heads_kv)
+                .any(|h| draw.descale(&p, KvSide::K, 0, h) != draw.descale(&p, KvSide::V, 0, h));
+            for b in 0..p.batch {
+                let want = stored_seq_kv(&p, &draw, KvSide::K, &inp.k, Some(k_new), b);
+                let got = |c: &ArrayD<f32>| stored_seq_kv(&p, &after, KvSide::K, c, None, b);
+                assert_eq!(got(&good), want);
+                assert_ne!(got(&unquantized), want);
+                if k_differs && b == 0 {
+                    assert_ne!(got(&other_side), want);
+                    checked += 1;
+                }
+                // The oracle's rows: the stored rows times the factor, the appended ones too.
+                let k = seq_kv(&p, &draw, KvSide::K, &inp.k, Some(k_new), b);
+                let v = seq_kv(&p, &draw, KvSide::V, &inp.v, Some(v_new), b);
+                for h in 0..p.heads_kv {
+                    let (fk, fv) = (
+                        draw.descale(&p, KvSide::K, b, h),
+                        draw.descale(&p, KvSide::V, b, h),
+                    );
+                    for t in 0..3 {
+                        let row = draw.used[b] + t;
+                        for d in 0..p.head_dim {
+                            assert_eq!(k[[h, row, d]], round_e4m3(k_new[[b, t, h, d]] / fk) * fk);
+                            assert_eq!(v[[h, row, d]], round_e4m3(v_new[[b, t, h, d]] / fv) * fv);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 0, "no seed gave K and V different factors");
     }
 
     /// Lines without `mm=` redraw what they drew before the key existed: the ranges come after

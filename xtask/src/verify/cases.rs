@@ -131,11 +131,11 @@ pub const FP8_REFUSED_HEAD_DIMS: [usize; 4] = [32, 96, 160, 192];
 
 /// e4m3-cache cases: K and V stored as e4m3 with descale tables per tensor, per KV head or per
 /// (sequence, KV head) (`fp8=`), with the modes the decode kernel takes beside them (those of
-/// `caps` among contiguous and paged caches, seqused_k, varlen, windows, softcap, ALiBi; causal,
-/// GQA): no `mm_prefix_ranges`, no V head dim of its own, and no appended rows (the host path
-/// refuses an append into an e4m3 cache). Decode shapes most of the time (1-4 and 1-16 query
-/// rows), any length otherwise; the decode kernel's head dims, and one case in eight a head dim
-/// it must refuse.
+/// `caps` among contiguous and paged caches, seqused_k, appended rows (which the append
+/// quantizes into the cache), varlen, windows, softcap, ALiBi; causal, GQA): no
+/// `mm_prefix_ranges`, no V head dim of its own. Decode shapes most of the time (1-4 and 1-16
+/// query rows), any length otherwise; the decode kernel's head dims, and one case in eight a head
+/// dim it must refuse.
 pub fn fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
     let modes = ModeSupport {
         mm_prefix: false,
@@ -172,7 +172,6 @@ pub fn fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<C
         scales,
     )
         .prop_map(|(mut case, mut keys, d, sq, scales)| {
-            keys.append = 0;
             keys.kv_fp8 = Some(scales);
             let p = &mut case.problem;
             p.head_dim = d;
@@ -472,19 +471,20 @@ fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
 }
 
 /// Fixed e4m3-cache cases at each of the decode kernel's head dims, every descale table shape:
-/// single-token decode over contiguous, paged and plain K/V, one key, a long sequence over many
+/// single-token decode over contiguous, paged and plain K/V, appending into the cache (a decode
+/// step's token, a speculative step's four), one key, a long sequence over many
 /// splits, 16 packed query rows (speculative decoding with GQA), a window, softcap with ALiBi,
 /// varlen queries over a paged cache and packed keys, a query longer than a decode tile, and
 /// BHSD K/V. Every line whatever the kernel claims (`verify --kv-dtype e4m3` runs them all; a
 /// kernel that does not take them skips them).
 pub fn fp8_edge_cases(caps: &Capabilities) -> Vec<Case> {
     const LINES: &[&str] = &[
-        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,fp8=head",
+        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1,fp8=head",
         "b=4,hq=4,hkv=4,sq=1,sk=1000,cache=contig,fp8=tensor",
         "b=2,hq=8,hkv=2,sq=1,sk=257,fp8=batchhead",
         "b=2,hq=2,hkv=2,sq=1,sk=1,cache=contig,fp8=head",
         "b=2,hq=8,hkv=1,sq=1,sk=4097,cache=paged,bs=64,fp8=batchhead",
-        "b=2,hq=4,hkv=1,sq=4,sk=777,causal=1,cache=contig,fp8=batchhead",
+        "b=2,hq=4,hkv=1,sq=4,sk=777,causal=1,cache=contig,append=4,fp8=batchhead",
         "b=1,hq=16,hkv=2,sq=2,sk=513,causal=1,cache=paged,bs=256,fp8=head",
         "b=3,hq=8,hkv=2,sq=1,sk=600,causal=1,wl=64,cache=paged,bs=64,fp8=tensor",
         "b=2,hq=8,hkv=2,sq=1,sk=500,cache=contig,softcap=30,alibi=batch,fp8=batchhead",
@@ -690,8 +690,8 @@ mod tests {
     }
 
     /// A kernel that claims e4m3 K/V draws them in about one mode case in six (a twelfth of its
-    /// cases), only with the modes the decode kernel takes beside them and never with appended
-    /// rows, at head dims that are multiples of 16 (mostly the decode kernel's), with tables the
+    /// cases), only with the modes the decode kernel takes beside them (appended rows among
+    /// them), at head dims that are multiples of 16 (mostly the decode kernel's), with tables the
     /// core accepts; `--kv-dtype e4m3` draws nothing else, whatever the kernel claims; a kernel
     /// that does not claim them never draws them otherwise. The edge list has them at each of
     /// the decode kernel's head dims, with every table shape.
@@ -720,7 +720,7 @@ mod tests {
             assert!(
                 FP8_HEAD_DIMS.contains(&p.head_dim) || FP8_REFUSED_HEAD_DIMS.contains(&p.head_dim)
             );
-            assert_eq!((m.append, m.mm_prefix), (None, None), "{}", c.to_arg());
+            assert_eq!(m.mm_prefix, None, "{}", c.to_arg());
             assert!(!p.has_distinct_head_dim_v());
             assert_eq!(caps.modes.missing(m), None);
             assert_eq!(Case::parse(&c.to_arg()).unwrap(), *c);
@@ -741,11 +741,13 @@ mod tests {
         // --kv-dtype e4m3: every case.
         let s = case_strategy_kv(&caps, 600, Some(KvDtype::E4m3));
         let (mut decode, mut refused, mut scales, mut caches) = (0, 0, Vec::new(), [0; 3]);
+        let mut appends = 0;
         for _ in 0..300 {
             let c = s.new_tree(&mut runner).unwrap().current();
             check_fp8(&c);
             let p = &c.problem;
             decode += (p.seq_q * p.q_heads_per_kv() <= 16) as usize;
+            appends += p.modes.append.is_some() as usize;
             refused += !FP8_HEAD_DIMS.contains(&p.head_dim) as usize;
             if !scales.contains(&p.modes.kv_fp8) {
                 scales.push(p.modes.kv_fp8);
@@ -766,6 +768,7 @@ mod tests {
             caches.iter().all(|&n| n > 30),
             "paged, contig, none: {caches:?}"
         );
+        assert!(appends > 30, "{appends} of 300 append");
 
         let edges: Vec<Case> = edge_cases(&caps)
             .into_iter()
