@@ -154,6 +154,11 @@ pub struct Args {
     /// Gemma's).
     #[arg(long, default_value_t = decode::HEAD_DIM)]
     pub decode_head_dim: usize,
+    /// --suite decode: also time every row on an e4m3 cache (contiguous and paged 64, descale
+    /// per KV head), in GB/s of the bytes it moves against the read probe of as many bytes and
+    /// against the bf16 peers of the same row.
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<crate::mode_case::KvDtype>,
 }
 
 impl Args {
@@ -232,6 +237,13 @@ pub fn run(args: Args) -> Result<()> {
         let report: Report =
             serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
         return dense::write_and_print(&report, &out_dir);
+    }
+    if args.kv_dtype.is_some()
+        && (args.suite != suite::Suite::Decode
+            || args.pass != backward::Pass::Fwd
+            || !args.shapes.is_empty())
+    {
+        anyhow::bail!("--kv-dtype is a --suite decode option (forward, its own rows): the other suites and --shape time K/V in the problem's dtype");
     }
     if args.pass != backward::Pass::Fwd {
         return backward_gpu::run(&args, &out_dir);

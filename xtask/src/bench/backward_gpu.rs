@@ -105,8 +105,8 @@ impl BackwardBuffers {
         }
         let mut t = BackwardTensors {
             q: r(&set.q, dtype),
-            k: r(&set.k, dtype),
-            v: r(&set.v, dtype),
+            k: r(set.k.half(), dtype),
+            v: r(set.v.half(), dtype),
             o: r(&set.o, dtype),
             d_o: r(&g.d_o, dtype),
             lse: set.lse.as_view(),

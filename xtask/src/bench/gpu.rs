@@ -11,11 +11,14 @@
 use std::ffi::c_void;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flashcore::cudarc::driver::{sys, CudaEvent, CudaSlice, DevicePtr, DevicePtrMut, DriverError};
+use flashcore::cudarc::driver::{
+    sys, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError,
+};
 use flashcore::launch::AttentionParams;
 use flashcore::toolkit::{find_lib, lib_dirs};
 use flashcore::{
-    Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, LaunchPlan,
+    Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, KvRef, LaunchPlan,
+    TensorMut, TensorRef,
 };
 
 pub(super) fn cu<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
@@ -111,19 +114,70 @@ impl Timer {
 /// One input set: Q, K, V, and the outputs a call writes.
 pub struct Set {
     pub(crate) q: CudaSlice<u16>,
-    pub(crate) k: CudaSlice<u16>,
-    pub(crate) v: CudaSlice<u16>,
+    pub(crate) k: KvSlice,
+    pub(crate) v: KvSlice,
     pub(crate) o: CudaSlice<u16>,
     pub(crate) lse: CudaSlice<f32>,
 }
 
-/// Host copies of the per-sequence tables a mode problem needs (`docs/MODES.md`).
+/// K or V of an input set: the problem's 16-bit elements, or e4m3 bytes (`Modes::kv_fp8`).
+pub enum KvSlice {
+    Half(CudaSlice<u16>),
+    E4m3(CudaSlice<u8>),
+}
+
+impl KvSlice {
+    /// The 16-bit elements (the backward's K and V, which are never e4m3).
+    pub(crate) fn half(&self) -> &CudaSlice<u16> {
+        match self {
+            KvSlice::Half(h) => h,
+            KvSlice::E4m3(_) => panic!("16-bit K/V expected, the input set holds e4m3 bytes"),
+        }
+    }
+
+    fn view(&self, dtype: DType) -> KvRef<'_> {
+        match self {
+            KvSlice::Half(h) => KvRef::Half(TensorRef {
+                data: h.as_view(),
+                dtype,
+            }),
+            KvSlice::E4m3(b) => KvRef::E4m3(b.as_view()),
+        }
+    }
+
+    fn device_ptr(&self, stream: &CudaStream) -> u64 {
+        match self {
+            KvSlice::Half(h) => h.device_ptr(stream).0,
+            KvSlice::E4m3(b) => b.device_ptr(stream).0,
+        }
+    }
+
+    fn copy(&self, stream: &std::sync::Arc<CudaStream>) -> Result<KvSlice> {
+        let what = "copying an input set";
+        Ok(match self {
+            KvSlice::Half(h) => KvSlice::Half(cu(stream.clone_dtod(h), what)?),
+            KvSlice::E4m3(b) => KvSlice::E4m3(cu(stream.clone_dtod(b), what)?),
+        })
+    }
+}
+
+/// K and V on the host as [`Buffers`] upload them: dtype bits, or e4m3 bytes.
+#[derive(Clone, Copy)]
+pub enum KvHost<'a> {
+    Half(&'a [u16]),
+    E4m3(&'a [u8]),
+}
+
+/// Host copies of the per-sequence tables a mode problem needs (`docs/MODES.md`), and of the
+/// descale tables of e4m3 K/V.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TableData {
     pub cu_seqlens_q: Option<Vec<i32>>,
     pub cu_seqlens_k: Option<Vec<i32>>,
     pub seqused_k: Option<Vec<i32>>,
     pub block_table: Option<Vec<i32>>,
+    pub k_descale: Option<Vec<f32>>,
+    pub v_descale: Option<Vec<f32>>,
 }
 
 /// Device copies of [`TableData`], shared by every input set (the kernels only read them).
@@ -133,6 +187,8 @@ struct DeviceTableData {
     cu_seqlens_k: Option<CudaSlice<i32>>,
     seqused_k: Option<CudaSlice<i32>>,
     block_table: Option<CudaSlice<i32>>,
+    k_descale: Option<CudaSlice<f32>>,
+    v_descale: Option<CudaSlice<f32>>,
 }
 
 /// Pre-allocated input sets for one problem, rotated call to call.
@@ -155,8 +211,26 @@ impl Buffers {
         v: &[u16],
         sets: usize,
     ) -> Result<Buffers> {
+        Buffers::with_kv(device, problem, q, KvHost::Half(k), KvHost::Half(v), sets)
+    }
+
+    /// [`Buffers::new`] with K and V as dtype bits or as e4m3 bytes (`Modes::kv_fp8`).
+    pub fn with_kv(
+        device: &Device,
+        problem: &AttentionProblem,
+        q: &[u16],
+        k: KvHost<'_>,
+        v: KvHost<'_>,
+        sets: usize,
+    ) -> Result<Buffers> {
         let s = device.stream();
         let up = |x: &[u16], what: &str| cu(s.clone_htod(x), what);
+        let up_kv = |x: KvHost<'_>, what: &str| -> Result<KvSlice> {
+            Ok(match x {
+                KvHost::Half(h) => KvSlice::Half(up(h, what)?),
+                KvHost::E4m3(b) => KvSlice::E4m3(cu(s.clone_htod(b), what)?),
+            })
+        };
         let alloc_out = || -> Result<(CudaSlice<u16>, CudaSlice<f32>)> {
             Ok((
                 cu(s.alloc_zeros::<u16>(problem.o_len()), "allocating O")?,
@@ -166,8 +240,8 @@ impl Buffers {
         let (o, lse) = alloc_out()?;
         let first = Set {
             q: up(q, "uploading Q")?,
-            k: up(k, "uploading K")?,
-            v: up(v, "uploading V")?,
+            k: up_kv(k, "uploading K")?,
+            v: up_kv(v, "uploading V")?,
             o,
             lse,
         };
@@ -176,8 +250,8 @@ impl Buffers {
             let (o, lse) = alloc_out()?;
             all.push(Set {
                 q: cu(s.clone_dtod(&first.q), "copying an input set")?,
-                k: cu(s.clone_dtod(&first.k), "copying an input set")?,
-                v: cu(s.clone_dtod(&first.v), "copying an input set")?,
+                k: first.k.copy(s)?,
+                v: first.v.copy(s)?,
                 o,
                 lse,
             });
@@ -201,11 +275,16 @@ impl Buffers {
         let up = |t: &Option<Vec<i32>>, what: &str| {
             t.as_ref().map(|t| cu(s.clone_htod(t), what)).transpose()
         };
+        let up_f32 = |t: &Option<Vec<f32>>, what: &str| {
+            t.as_ref().map(|t| cu(s.clone_htod(t), what)).transpose()
+        };
         self.tables = DeviceTableData {
             cu_seqlens_q: up(&tables.cu_seqlens_q, "uploading cu_seqlens_q")?,
             cu_seqlens_k: up(&tables.cu_seqlens_k, "uploading cu_seqlens_k")?,
             seqused_k: up(&tables.seqused_k, "uploading seqused_k")?,
             block_table: up(&tables.block_table, "uploading block_table")?,
+            k_descale: up_f32(&tables.k_descale, "uploading k_descale")?,
+            v_descale: up_f32(&tables.v_descale, "uploading v_descale")?,
         };
         cu(s.synchronize(), "uploading the tables")?;
         Ok(self)
@@ -220,19 +299,28 @@ impl Buffers {
     ) -> Result<(), flashcore::Error> {
         let dtype = self.problem.dtype;
         let set = &mut self.sets[i];
-        let mut t = AttentionTensors::new(
-            dtype,
-            set.q.as_view(),
-            set.k.as_view(),
-            set.v.as_view(),
-            set.o.as_view_mut(),
-            set.lse.as_view_mut(),
-        )
+        let tb = &self.tables;
+        let mut t = AttentionTensors {
+            q: TensorRef {
+                data: set.q.as_view(),
+                dtype,
+            },
+            k: set.k.view(dtype),
+            v: set.v.view(dtype),
+            o: TensorMut {
+                data: set.o.as_view_mut(),
+                dtype,
+            },
+            lse: set.lse.as_view_mut(),
+            tables: DeviceTables::default(),
+        }
         .with_tables(DeviceTables {
-            cu_seqlens_q: self.tables.cu_seqlens_q.as_ref().map(|t| t.as_view()),
-            cu_seqlens_k: self.tables.cu_seqlens_k.as_ref().map(|t| t.as_view()),
-            seqused_k: self.tables.seqused_k.as_ref().map(|t| t.as_view()),
-            block_table: self.tables.block_table.as_ref().map(|t| t.as_view()),
+            cu_seqlens_q: tb.cu_seqlens_q.as_ref().map(|t| t.as_view()),
+            cu_seqlens_k: tb.cu_seqlens_k.as_ref().map(|t| t.as_view()),
+            seqused_k: tb.seqused_k.as_ref().map(|t| t.as_view()),
+            block_table: tb.block_table.as_ref().map(|t| t.as_view()),
+            k_descale: tb.k_descale.as_ref().map(|t| t.as_view()),
+            v_descale: tb.v_descale.as_ref().map(|t| t.as_view()),
             ..DeviceTables::default()
         });
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
@@ -461,6 +549,11 @@ pub fn build_graph(
         table_ptr(&bufs.tables.seqused_k),
         table_ptr(&bufs.tables.block_table),
     ];
+    let f32_ptr = |t: &Option<CudaSlice<f32>>| t.as_ref().map_or(0, |t| t.device_ptr(stream).0);
+    let descales = [
+        f32_ptr(&bufs.tables.k_descale),
+        f32_ptr(&bufs.tables.v_descale),
+    ];
     let mut g = Graph {
         graph: std::ptr::null_mut(),
         exec: std::ptr::null_mut(),
@@ -476,19 +569,21 @@ pub fn build_graph(
         let set = &bufs.sets[j % bufs.sets.len()];
         let mut params = AttentionParams::from_problem(&problem);
         params.q = set.q.device_ptr(stream).0;
-        params.k = set.k.device_ptr(stream).0;
-        params.v = set.v.device_ptr(stream).0;
+        params.k = set.k.device_ptr(stream);
+        params.v = set.v.device_ptr(stream);
         params.o = set.o.device_ptr(stream).0;
         params.lse = set.lse.device_ptr(stream).0;
         params.num_splits = plan.num_splits.max(1) as i32;
         params.workspace = ws_ptr;
-        // The per-sequence tables, as `launch::run_plan` sets them (no ALiBi in the bench).
+        // The per-sequence tables, as `launch::run_plan` sets them (no ALiBi in the bench), and
+        // e4m3 K/V's descale tables (their strides come with `from_problem`).
         [
             params.cu_seqlens_q,
             params.cu_seqlens_k,
             params.seqused_k,
             params.block_table,
         ] = tables;
+        [params.k_descale, params.v_descale] = descales;
         for (launch, function) in plan.launches.iter().zip(&functions) {
             let maps = match &launch.tensor_maps {
                 Some(spec) => Some(flashcore::launch::encode_tensor_maps(

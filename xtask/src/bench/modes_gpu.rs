@@ -16,7 +16,7 @@ use ndarray::{s, ArrayD, Axis, IxDyn};
 
 use super::bandwidth;
 use super::decode::{self, CopyTiming, DecodeInfo, ReadProbeTiming};
-use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
+use super::gpu::{self, Buffers, KvHost, LoopOptions, TableData, Timer};
 use super::modes::{self, Case, CaseInfo, ModeReport, ModeRow, PeerShape, DTYPE};
 use super::peers;
 use super::report::{DeviceSummary, GemmPeak, Outcome, PeerStatus, Source};
@@ -38,6 +38,51 @@ fn random_storage(p: &AttentionProblem, shape: &[usize], seed: u64) -> ArrayD<f3
     random_tensor_parallel(p.dtype, [1, 1, 1, n], seed)
         .into_shape_with_order(IxDyn(shape))
         .expect("same length")
+}
+
+/// Q, K, V of a case: fresh random values ([`random_inputs`]), with e4m3 K/V (`Modes::kv_fp8`)
+/// quantized ([`quantize_e4m3`]).
+pub fn case_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> StorageInputs {
+    let mut inp = random_inputs(p, seed);
+    if p.modes.kv_fp8.is_some() {
+        inp.k = quantize_e4m3(p, draw, KvSide::K, &inp.k);
+        inp.v = quantize_e4m3(p, draw, KvSide::V, &inp.v);
+    }
+    inp
+}
+
+/// A contiguous cache `[batch, capacity, heads_kv, head_dim]` of true values as e4m3 storage:
+/// each value divided by its (sequence, KV head) factor of `side`'s descale table and rounded to
+/// e4m3 (saturating at ±448), as a quantizing cache writer stores it. The oracle then sees the
+/// stored values times the factors (`mode_case::seq_kv`), not the values before rounding.
+pub fn quantize_e4m3(
+    p: &AttentionProblem,
+    draw: &Draw,
+    side: KvSide,
+    values: &ArrayD<f32>,
+) -> ArrayD<f32> {
+    assert!(
+        p.modes.kv == KvStorage::Dense && p.layout == flashcore::Layout::Bshd,
+        "e4m3 bench caches are drawn contiguous [batch, capacity, heads_kv, head_dim]"
+    );
+    let mut out = values.clone();
+    let mut cache = out
+        .view_mut()
+        .into_dimensionality::<ndarray::Ix4>()
+        .expect("a contiguous cache is 4-d");
+    // Sequences split over the cores (up to 2^29 values a tensor in the suite).
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per = p.batch.div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for (i, mut chunk) in cache.axis_chunks_iter_mut(Axis(0), per).enumerate() {
+            scope.spawn(move || {
+                for ((b, _, h, _), x) in chunk.indexed_iter_mut() {
+                    *x = mode_case::round_e4m3(*x / draw.descale(p, side, i * per + b, h));
+                }
+            });
+        }
+    });
+    out
 }
 
 pub fn random_inputs(p: &AttentionProblem, seed: u64) -> StorageInputs {
@@ -214,7 +259,7 @@ fn case_seed(seed: u64, key: &str) -> u64 {
 
 fn prepare_fresh(case: &Case, args: &Args) -> Prepared {
     let seed = case_seed(args.seed, &case.key);
-    let inp = random_inputs(&case.problem, seed);
+    let inp = case_inputs(&case.problem, &case.draw, seed);
     let check = ModeCheck::new(&case.problem, &case.draw, &inp, args.check_rows, seed);
     Prepared {
         key: case.key.clone(),
@@ -236,8 +281,11 @@ fn device_buffers(
     args: &Args,
 ) -> Result<Buffers> {
     let p = &case.problem;
-    let (qb, kb, vb) = (to_bits(p, q), to_bits(p, k), to_bits(p, v));
-    let set_bytes = (p.q_len() + p.k_len() + p.v_len() + p.o_len()) * 2;
+    let qb = to_bits(p, q);
+    // e4m3 K/V are a byte an element.
+    let fp8 = p.modes.kv_fp8.is_some();
+    let kv_bytes = if fp8 { 1 } else { 2 };
+    let set_bytes = (p.q_len() + p.o_len()) * 2 + (p.k_len() + p.v_len()) * kv_bytes;
     let alloc_bytes = set_bytes + p.lse_len() * 4;
     let sets = gpu::sets_on(device, set_bytes, alloc_bytes, gpu::max_sets(args.quick))?;
     let d = &case.draw;
@@ -246,8 +294,20 @@ fn device_buffers(
         cu_seqlens_k: d.cu_seqlens_k.clone(),
         seqused_k: d.seqused_k.clone(),
         block_table: d.block_table.clone(),
+        k_descale: d.k_descale.clone(),
+        v_descale: d.v_descale.clone(),
     };
-    Buffers::new(device, p, &qb, &kb, &vb, sets)?.with_tables(device, &tables)
+    let bufs = if fp8 {
+        let bytes = |name, a: &ArrayD<f32>| {
+            flashcore::host::e4m3_bytes(name, &a.view()).map_err(|e| anyhow::anyhow!(e))
+        };
+        let (kb, vb) = (bytes("k", k)?, bytes("v", v)?);
+        Buffers::with_kv(device, p, &qb, KvHost::E4m3(&kb), KvHost::E4m3(&vb), sets)?
+    } else {
+        let (kb, vb) = (to_bits(p, k), to_bits(p, v));
+        Buffers::new(device, p, &qb, &kb, &vb, sets)?
+    };
+    bufs.with_tables(device, &tables)
 }
 
 fn row(case: &Case, kernel: &str, outcome: Outcome) -> ModeRow {
@@ -650,7 +710,12 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         args
     };
     let mut plan = if is_decode {
-        decode::plan(args.seed, decode_causal, args.decode_head_dim)
+        decode::plan(
+            args.seed,
+            decode_causal,
+            args.decode_head_dim,
+            args.kv_dtype,
+        )
     } else {
         modes::plan(args.suite, args.seed)
     };
@@ -701,7 +766,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         cases,
         rows: vec![],
         comparisons: plan.comparisons.clone(),
-        decode: is_decode.then(|| decode::info(decode_causal, args.decode_head_dim)),
+        decode: is_decode.then(|| decode::info(decode_causal, args.decode_head_dim, args.kv_dtype)),
     };
     let timer = Timer::new(&device)?;
     if let Some(info) = report.decode.as_mut() {
@@ -812,6 +877,110 @@ mod tests {
             assert_eq!(a, g, "sequence {b}");
             assert_eq!(a.dim().1, u);
         }
+    }
+
+    /// The O and LSE the oracle's f64 reference gives a cache case's sequences, as the device
+    /// would return them (O as dtype bits in Q's storage order), on `k`/`v` taken as they are.
+    fn reference_outputs(
+        p: &AttentionProblem,
+        draw: &Draw,
+        k: &ArrayD<f32>,
+        v: &ArrayD<f32>,
+        q: &ArrayD<f32>,
+    ) -> (Vec<u16>, Vec<f32>) {
+        let (q_shape, _, lse_shape) = flashcore::host::storage_shapes(p);
+        let mut o = ArrayD::<f32>::zeros(IxDyn(&q_shape));
+        let mut lse = ArrayD::<f32>::zeros(IxDyn(&lse_shape));
+        for b in 0..p.batch {
+            let op = mode_case::seq_oracle_problem(p, draw, b);
+            let q = mode_case::seq_rows(p, draw, q, b).insert_axis(Axis(0));
+            let k = mode_case::seq_kv(p, draw, KvSide::K, k, None, b).insert_axis(Axis(0));
+            let v = mode_case::seq_kv(p, draw, KvSide::V, v, None, b).insert_axis(Axis(0));
+            let r = flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &Rows::All);
+            let (ro, rl) = r.to_dense(&op);
+            for h in 0..p.heads_q {
+                for i in 0..p.seq_q {
+                    for d in 0..p.head_dim {
+                        o[[b, i, h, d]] = ro[[0, h, i, d]] as f32;
+                    }
+                    lse[[b, h, i]] = rl[[0, h, i]] as f32;
+                }
+            }
+        }
+        (
+            o.iter().map(|&x| p.dtype.to_bits(x)).collect(),
+            lse.iter().copied().collect(),
+        )
+    }
+
+    /// An e4m3 bench cache holds each value over its KV head's factor, rounded to e4m3 (within
+    /// e4m3's rounding of the value, saturated at 448); its paged copy holds the same bytes; the
+    /// check passes the exact answer on the true values (stored × descale) and fails one
+    /// computed on the stored values alone.
+    #[test]
+    fn an_e4m3_cache_is_quantized_per_kv_head_and_judged_on_its_true_values() {
+        let heads = Heads {
+            q: 4,
+            kv: 2,
+            dim: 16,
+        };
+        let used = [40, 17];
+        let e4m3 = |kv| {
+            let mut c = cache_case("c", heads, 2, 48, &used, false, kv, 9);
+            let (k, v) = decode::e4m3_descales(9, "row", heads.kv);
+            c.problem.modes.kv_fp8 = Some(flashcore::KvScales::PerKvHead);
+            (c.draw.k_descale, c.draw.v_descale) = (Some(k), Some(v));
+            c
+        };
+        let c = e4m3(KvKind::Contiguous);
+        let pg = e4m3(KvKind::Paged { block_size: 16 });
+        let (p, draw) = (&c.problem, &c.draw);
+        p.validate().unwrap();
+        draw.host_tables().validate(p).unwrap();
+        let plain = random_inputs(p, 5);
+        let inp = case_inputs(p, draw, 5);
+        assert_eq!(inp.q, plain.q);
+        for (side, stored, values) in [(KvSide::K, &inp.k, &plain.k), (KvSide::V, &inp.v, &plain.v)]
+        {
+            for ((b, j, h, d), &x) in values
+                .view()
+                .into_dimensionality::<ndarray::Ix4>()
+                .unwrap()
+                .indexed_iter()
+            {
+                let f = draw.descale(p, side, b, h);
+                let s = stored[[b, j, h, d]];
+                assert_eq!(mode_case::round_e4m3(s), s);
+                if (x / f).abs() <= 448.0 {
+                    assert!(
+                        (s * f - x).abs() <= x.abs() / 16.0 + f * 2f32.powi(-10),
+                        "{x} {s} {f}"
+                    );
+                } else {
+                    assert_eq!(s.abs(), 448.0);
+                }
+            }
+        }
+        let pages = scatter_to_pages(&pg.problem, &pg.draw, &inp.k);
+        for b in 0..p.batch {
+            assert_eq!(
+                mode_case::seq_kv(p, draw, KvSide::K, &inp.k, None, b),
+                mode_case::seq_kv(&pg.problem, &pg.draw, KvSide::K, &pages, None, b)
+            );
+        }
+        let check = ModeCheck::new(p, draw, &inp, 64, 1);
+        let (o, lse) = reference_outputs(p, draw, &inp.k, &inp.v, &inp.q);
+        check.judge_bits(&o, &lse).unwrap();
+        // The stored values without their factors are a different problem.
+        let unscaled = AttentionProblem {
+            modes: flashcore::Modes {
+                kv_fp8: None,
+                ..p.modes.clone()
+            },
+            ..p.clone()
+        };
+        let (o, lse) = reference_outputs(&unscaled, draw, &inp.k, &inp.v, &inp.q);
+        assert!(check.judge_bits(&o, &lse).is_err());
     }
 
     #[test]

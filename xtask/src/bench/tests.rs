@@ -132,6 +132,39 @@ fn the_decode_suite_parses() {
     let p = modes::plan(a.suite, a.seed);
     assert_eq!(p.suite, Suite::Decode);
     assert_eq!(p.cases.len(), 32);
+    assert_eq!(a.kv_dtype, None);
+}
+
+/// `--kv-dtype e4m3` parses for the decode suite, and any other suite, pass or explicit shape
+/// refuses it before a device is opened.
+#[test]
+fn kv_dtype_e4m3_is_a_decode_suite_option() {
+    let parse = |extra: &[&str]| {
+        let mut argv = vec![
+            "bench-all",
+            "--kv-dtype",
+            "e4m3",
+            "--out-dir",
+            "/nonexistent/x",
+        ];
+        argv.extend(extra);
+        Cli::try_parse_from(argv).unwrap().args
+    };
+    let a = parse(&["--suite", "decode"]);
+    assert_eq!(a.kv_dtype, Some(crate::mode_case::KvDtype::E4m3));
+    for extra in [
+        &["--suite", "ladder"][..],
+        &["--suite", "paged"],
+        &["--suite", "decode", "--pass", "bwd"],
+        &["--suite", "decode", "--shape", "1,8,512,64"],
+    ] {
+        let e = super::run(parse(extra)).unwrap_err().to_string();
+        assert!(
+            e.contains("--kv-dtype is a --suite decode option"),
+            "{extra:?}: {e}"
+        );
+    }
+    assert!(Cli::try_parse_from(["bench-all", "--kv-dtype", "e5m2"]).is_err());
 }
 
 /// Writes `report` as a saved JSON report (`in.json`) into a fresh temporary folder; returns

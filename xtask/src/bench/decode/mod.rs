@@ -19,8 +19,15 @@
 //!   set (is ≥ 1.05× the best peer reachable at all where the peer already reads near the limit).
 //! - A cuBLAS GEMM in the suite's dtype, timed the same way: the compute reference the peer
 //!   target's TFLOP/s is set against (chunked prefill is held by the tensor cores, not by HBM).
+//! - `--kv-dtype e4m3` adds each row on an e4m3 cache, contiguous and paged (block 64), with
+//!   descale factors per KV head: the same true values quantized, a byte an element. Their
+//!   GB/s count the bytes such a call reads (K and V at one byte, Q and O at two,
+//!   [`DecodeShape::e4m3_bytes`]), against the copy and the read probes of that many bytes in
+//!   the same run, and against the same bf16 peers (the bandwidth reference) and flashcore's
+//!   bf16 cache of the same storage.
 
-use flashcore::Layout;
+use flashcore::{KvScales, Layout};
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::modes::cases::{
@@ -29,6 +36,7 @@ use super::modes::cases::{
 };
 use super::report::GemmPeak;
 use super::suite::Suite;
+use crate::mode_case::KvDtype;
 
 mod anchors;
 mod report;
@@ -110,15 +118,47 @@ pub enum Storage {
     /// the caches (and `Dense`) hold `[B, Sk, Hkv, D]` rows of all heads (a diagnostic: what the
     /// layout costs a bandwidth-bound row).
     DenseBhsd,
+    /// `--kv-dtype e4m3`: the contiguous cache as e4m3 bytes, descale factors per KV head.
+    #[serde(rename = "e4m3-contiguous")]
+    E4m3Contiguous,
+    /// The same keys and values in e4m3 pages (block 64, shuffled table).
+    #[serde(rename = "e4m3-paged")]
+    E4m3Paged,
 }
 
 impl Storage {
+    /// Every row's bf16 cases.
     pub const ALL: [Storage; 4] = [
         Storage::Contiguous,
         Storage::Paged,
         Storage::Dense,
         Storage::DenseBhsd,
     ];
+    /// The cases `--kv-dtype e4m3` adds to every row.
+    pub const E4M3: [Storage; 2] = [Storage::E4m3Contiguous, Storage::E4m3Paged];
+
+    /// A row's storages: [`Storage::ALL`], and [`Storage::E4M3`] with `--kv-dtype e4m3`.
+    pub fn of_run(kv: Option<KvDtype>) -> Vec<Storage> {
+        let mut v = Storage::ALL.to_vec();
+        if kv == Some(KvDtype::E4m3) {
+            v.extend(Storage::E4M3);
+        }
+        v
+    }
+
+    /// Whether K and V are e4m3 bytes.
+    pub fn is_e4m3(self) -> bool {
+        matches!(self, Storage::E4m3Contiguous | Storage::E4m3Paged)
+    }
+
+    /// The bf16 storage the e4m3 one quantizes (itself for the others).
+    pub fn bf16_twin(self) -> Storage {
+        match self {
+            Storage::E4m3Contiguous => Storage::Contiguous,
+            Storage::E4m3Paged => Storage::Paged,
+            other => other,
+        }
+    }
 
     /// The case key's suffix.
     pub fn suffix(self) -> String {
@@ -127,6 +167,8 @@ impl Storage {
             Storage::Paged => format!("paged-{BLOCK_SIZE}"),
             Storage::Dense => "dense".into(),
             Storage::DenseBhsd => "dense-bhsd".into(),
+            Storage::E4m3Contiguous => "e4m3-contig".into(),
+            Storage::E4m3Paged => format!("e4m3-paged-{BLOCK_SIZE}"),
         }
     }
 
@@ -136,12 +178,15 @@ impl Storage {
             Storage::Paged => format!("paged {BLOCK_SIZE}"),
             Storage::Dense => "dense".into(),
             Storage::DenseBhsd => "dense bhsd".into(),
+            Storage::E4m3Contiguous => "e4m3 contiguous".into(),
+            Storage::E4m3Paged => format!("e4m3 paged {BLOCK_SIZE}"),
         }
     }
 
-    /// Whether the issue's targets apply (contiguous and paged; the dense cases are diagnostics).
+    /// Whether the issue's targets apply (the bf16 contiguous and paged caches; the dense cases
+    /// are diagnostics, and the e4m3 caches have a table of their own).
     pub fn has_targets(self) -> bool {
-        !matches!(self, Storage::Dense | Storage::DenseBhsd)
+        matches!(self, Storage::Contiguous | Storage::Paged)
     }
 }
 
@@ -161,6 +206,11 @@ impl DecodeShape {
     /// Bytes of K and V a call must read: 2 · B · Hkv · Sk · D · 2 (bf16).
     pub fn kv_bytes(&self) -> u64 {
         kv_bytes(self.batch, self.heads_kv, self.seq_k, self.head_dim)
+    }
+
+    /// Bytes a call on the e4m3 cache reads and writes ([`e4m3_bytes`]).
+    pub fn e4m3_bytes(&self) -> u64 {
+        e4m3_bytes(&self.peer_shape())
     }
 
     pub fn heads(&self) -> Heads {
@@ -192,6 +242,34 @@ pub fn kv_bytes(batch: usize, heads_kv: usize, seq_k: usize, head_dim: usize) ->
     2 * (batch * heads_kv * seq_k * head_dim) as u64 * 2
 }
 
+/// Bytes a call on an e4m3 cache of this row moves: K and V at one byte an element
+/// (2 · B · Hkv · Sk · D) and Q read and O written at two (2 · B · Sq · Hq · D · 2). Q and O
+/// count here because they are no longer small beside the halved K/V at the chunked-prefill row
+/// (a ninth of it); they are under 0.5 % at the other rows.
+pub fn e4m3_bytes(s: &PeerShape) -> u64 {
+    let kv = 2 * (s.batch * s.heads_kv * s.seq_k * s.head_dim) as u64;
+    let q_o = 2 * (s.batch * s.seq * s.heads * s.head_dim) as u64 * 2;
+    kv + q_o
+}
+
+/// The descale tables of a row's e4m3 cases (`[heads_kv]`, K's then V's), the same for its
+/// contiguous and paged case (the paged one holds the contiguous one's bytes): powers of two
+/// around what a quantizer gives unit-scale bf16 values (amax / 448 ≈ 2^-6), 2^-7 ..= 2^-5, so
+/// that stored × descale is exact for the oracle (`mode_case::draw_fp8_side`).
+pub fn e4m3_descales(seed: u64, row_key: &str, heads_kv: usize) -> (Vec<f32>, Vec<f32>) {
+    let h = row_key.bytes().fold(seed ^ 0x6534_6d33, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = rand::rngs::StdRng::seed_from_u64(h);
+    let mut table = || -> Vec<f32> {
+        (0..heads_kv)
+            .map(|_| 2f32.powi(rng.gen_range(-7..=-5)))
+            .collect()
+    };
+    let k = table();
+    (k, table())
+}
+
 /// GB/s (10^9 bytes a second) of `bytes` moved in `us` microseconds.
 pub fn gbps(bytes: u64, us: f64) -> f64 {
     bytes as f64 / us / 1e3
@@ -216,26 +294,39 @@ pub fn vs_peer(peer_us: f64, our_us: f64) -> f64 {
 
 /// What `--suite decode` runs. `causal` makes the flashcore cases causal (bottom-right: each of
 /// the Sq queries sees the keys up to its own position at the end of the cache); the peers stay
-/// non-causal, since SDPA cannot take that mask.
-pub fn plan(seed: u64, causal: bool, head_dim: usize) -> SuitePlan {
+/// non-causal, since SDPA cannot take that mask. `kv` e4m3 adds the e4m3 caches
+/// ([`Storage::E4M3`]).
+pub fn plan(seed: u64, causal: bool, head_dim: usize, kv: Option<KvDtype>) -> SuitePlan {
     let mut cases = Vec::new();
     let mut peers = Vec::new();
     let mut comparisons = Vec::new();
     for r in &rows(head_dim) {
         let used = vec![r.seq_k; r.batch];
         let contig_key = r.case_key(Storage::Contiguous);
-        for storage in Storage::ALL {
+        for storage in Storage::of_run(kv) {
             let key = r.case_key(storage);
             let mut c = match storage {
-                Storage::Contiguous | Storage::Paged => {
-                    let kv = if storage == Storage::Paged {
+                Storage::Contiguous
+                | Storage::Paged
+                | Storage::E4m3Contiguous
+                | Storage::E4m3Paged => {
+                    let kv = if storage.bf16_twin() == Storage::Paged {
                         KvKind::Paged {
                             block_size: BLOCK_SIZE,
                         }
                     } else {
                         KvKind::Contiguous
                     };
-                    cache_case(&key, r.heads(), r.seq_q, r.seq_k, &used, causal, kv, seed)
+                    let mut c =
+                        cache_case(&key, r.heads(), r.seq_q, r.seq_k, &used, causal, kv, seed);
+                    if storage.is_e4m3() {
+                        let (k, v) = e4m3_descales(seed, &r.key(), r.heads_kv);
+                        c.problem.modes.kv_fp8 = Some(KvScales::PerKvHead);
+                        c.draw.k_descale = Some(k);
+                        c.draw.v_descale = Some(v);
+                        c.label = format!("{}, e4m3 K/V, descale per KV head", c.label);
+                    }
+                    c
                 }
                 Storage::Dense => {
                     dense_case_heads(&key, r.heads(), r.batch, r.seq_q, r.seq_k, causal)
@@ -252,6 +343,11 @@ pub fn plan(seed: u64, causal: bool, head_dim: usize) -> SuitePlan {
                 // Same keys and values (and oracle references) as the contiguous cache. The
                 // bhsd case draws its own: its tensors are laid out differently.
                 c.data_from = Some(contig_key.clone());
+            }
+            if storage == Storage::E4m3Paged {
+                // The e4m3 contiguous cache's bytes, in pages. (That one draws its own values:
+                // the bf16 cache's would need a second set of references after quantizing.)
+                c.data_from = Some(r.case_key(Storage::E4m3Contiguous));
             }
             comparisons.push(Comparison {
                 name: format!("{}: best peer time / {} time", r.key(), storage.text()),
@@ -285,6 +381,11 @@ pub fn plan(seed: u64, causal: bool, head_dim: usize) -> SuitePlan {
     if causal {
         notes.push("--causal on: the flashcore cases are causal (bottom-right aligned); the peers stay non-causal (SDPA's is_causal is top-left aligned), so rows with Sq > 1 compare different masks".into());
     }
+    if kv == Some(KvDtype::E4m3) {
+        notes.push(format!(
+            "--kv-dtype e4m3: each row also on an e4m3 cache (OCP FP8 E4M3 bytes, f32 descale per KV head, powers of two in 2^-7..=2^-5), contiguous and paged (block {BLOCK_SIZE}, the same bytes), from bf16 N(0, 1) values quantized; Q and O stay bf16; the peers stay bf16 (the bandwidth reference)"
+        ));
+    }
     SuitePlan {
         suite: Suite::Decode,
         cases,
@@ -304,6 +405,20 @@ pub struct DecodeRowInfo {
     pub kv_bytes: u64,
     /// (storage, flashcore case key).
     pub cases: Vec<(Storage, String)>,
+    /// Bytes a call on the row's e4m3 cache moves ([`e4m3_bytes`]), when the run has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e4m3_bytes: Option<u64>,
+}
+
+impl DecodeRowInfo {
+    /// The bytes a storage's GB/s count: the bf16 K/V, or what the e4m3 call moves.
+    pub fn bytes(&self, storage: Storage) -> u64 {
+        match (storage.is_e4m3(), self.e4m3_bytes) {
+            (true, Some(b)) => b,
+            (true, None) => e4m3_bytes(&self.shape),
+            (false, _) => self.kv_bytes,
+        }
+    }
 }
 
 /// A device-to-device copy timed in the run.
@@ -380,7 +495,8 @@ pub const PEER_ARGS: [&str; 3] = ["--decode", "--backends", "sdpa_flash,sdpa_cud
 pub const PEER_METHOD: &str = "torch_sdpa.py --decode: 3 input sets rotated, 30 calls captured in one CUDA graph, 11 replays each timed by events, median per call (the anchor file's method)";
 
 /// The report's decode part before anything is timed.
-pub fn info(causal: bool, head_dim: usize) -> DecodeInfo {
+pub fn info(causal: bool, head_dim: usize, kv: Option<KvDtype>) -> DecodeInfo {
+    let e4m3 = kv == Some(KvDtype::E4m3);
     DecodeInfo {
         causal,
         rows: rows(head_dim)
@@ -390,7 +506,11 @@ pub fn info(causal: bool, head_dim: usize) -> DecodeInfo {
                 shape: r.peer_shape(),
                 what: r.what.into(),
                 kv_bytes: r.kv_bytes(),
-                cases: Storage::ALL.iter().map(|&s| (s, r.case_key(s))).collect(),
+                cases: Storage::of_run(kv)
+                    .into_iter()
+                    .map(|s| (s, r.case_key(s)))
+                    .collect(),
+                e4m3_bytes: e4m3.then(|| r.e4m3_bytes()),
             })
             .collect(),
         copies: vec![],
@@ -405,12 +525,14 @@ pub fn info(causal: bool, head_dim: usize) -> DecodeInfo {
     }
 }
 
-/// The distinct byte counts the copies are timed at, in first-row order.
+/// The distinct byte counts the copies and read probes are timed at, in first-row order: the
+/// bf16 K/V, then what the e4m3 calls move (when the run has them).
 pub fn copy_sizes(info: &DecodeInfo) -> Vec<u64> {
     let mut v: Vec<u64> = Vec::new();
-    for r in &info.rows {
-        if !v.contains(&r.kv_bytes) {
-            v.push(r.kv_bytes);
+    let sizes = info.rows.iter().map(|r| r.kv_bytes);
+    for b in sizes.chain(info.rows.iter().filter_map(|r| r.e4m3_bytes)) {
+        if !v.contains(&b) {
+            v.push(b);
         }
     }
     v
@@ -493,7 +615,7 @@ pub mod tests {
         assert_eq!(vs_peer(105.0, 100.0), 1.05);
         // Every row has at least 128 MiB, so every row has the ceiling target.
         assert!(ROWS.iter().all(|r| r.kv_bytes() >= BIG_KV_BYTES));
-        let i = info(false, HEAD_DIM);
+        let i = info(false, HEAD_DIM, None);
         assert_eq!(
             copy_sizes(&i),
             [128 << 20, 256 << 20, 512 << 20, 1 << 30],
@@ -503,7 +625,7 @@ pub mod tests {
 
     #[test]
     fn the_plan_has_contiguous_paged_and_dense_cases_on_the_same_data() {
-        let p = plan(0x5eed, false, HEAD_DIM);
+        let p = plan(0x5eed, false, HEAD_DIM, None);
         assert_eq!(p.cases.len(), 4 * ROWS.len());
         assert_eq!(p.peers.len(), ROWS.len());
         for (r, four) in ROWS.iter().zip(p.cases.chunks(4)) {
@@ -561,10 +683,98 @@ pub mod tests {
         assert!(with.iter().all(|k| !k.ends_with("/dense")));
         assert!(p.peers.iter().all(|x| !x.shape.causal));
         // --causal on: flashcore causal, peers not.
-        let c = plan(0x5eed, true, HEAD_DIM);
+        let c = plan(0x5eed, true, HEAD_DIM, None);
         assert!(c.cases.iter().all(|x| x.problem.causal));
         assert!(c.peers.iter().all(|x| !x.shape.causal));
         assert!(c.notes.iter().any(|n| n.contains("--causal on")));
+    }
+
+    /// `--kv-dtype e4m3`: each row's bf16 cases as before, then an e4m3 contiguous cache (its
+    /// own data) and an e4m3 paged one holding its bytes, both with the same descale factors
+    /// per KV head (powers of two), valid problems and tables; no other case changes.
+    #[test]
+    fn the_e4m3_plan_adds_contiguous_and_paged_e4m3_caches() {
+        let plain = plan(0x5eed, false, HEAD_DIM, None);
+        let p = plan(0x5eed, false, HEAD_DIM, Some(KvDtype::E4m3));
+        assert_eq!(p.cases.len(), 6 * ROWS.len());
+        assert_eq!(p.peers, plain.peers);
+        for (r, six) in ROWS.iter().zip(p.cases.chunks(6)) {
+            let [.., ec, ep] = six else { panic!() };
+            for (x, y) in six[..4]
+                .iter()
+                .zip(plain.cases.iter().filter(|c| c.key.starts_with(&r.key())))
+            {
+                assert_eq!((&x.key, &x.problem, &x.draw), (&y.key, &y.problem, &y.draw));
+            }
+            assert_eq!(ec.key, format!("{}/e4m3-contig", r.key()));
+            assert_eq!(ep.key, format!("{}/e4m3-paged-64", r.key()));
+            assert_eq!(ec.data_from, None);
+            assert_eq!(ep.data_from.as_deref(), Some(ec.key.as_str()));
+            for x in [ec, ep] {
+                assert_eq!(x.problem.modes.kv_fp8, Some(KvScales::PerKvHead));
+                assert_eq!(x.problem.dtype, flashcore::DType::Bf16);
+                assert!(x.label.contains("e4m3"));
+                for t in [&x.draw.k_descale, &x.draw.v_descale] {
+                    let t = t.as_ref().unwrap();
+                    assert_eq!(t.len(), r.heads_kv);
+                    assert!(t
+                        .iter()
+                        .all(|f| (-7.0..=-5.0).contains(&f.log2()) && f.log2().fract() == 0.0));
+                }
+                assert_valid(x);
+            }
+            assert_eq!(ec.draw.k_descale, ep.draw.k_descale);
+            assert_eq!(ec.draw.v_descale, ep.draw.v_descale);
+            assert_ne!(ec.draw.k_descale, ec.draw.v_descale, "{}", r.key());
+            assert_eq!(ec.problem.modes.kv, KvStorage::Dense);
+            assert!(matches!(
+                ep.problem.modes.kv,
+                KvStorage::Paged { block_size: 64, .. }
+            ));
+            assert_eq!(ec.flops, six[0].flops);
+        }
+        // No target on the e4m3 caches: their table has none.
+        assert!(p
+            .comparisons
+            .iter()
+            .filter(|c| c.den.0.contains("e4m3"))
+            .all(|c| c.target.is_none()));
+        assert!(p.notes.iter().any(|n| n.contains("--kv-dtype e4m3")));
+    }
+
+    #[test]
+    fn e4m3_bytes_count_one_byte_of_k_and_v_and_two_of_q_and_o() {
+        // (8, 32, 8, 1, 8192, 128): K+V 2·8·8·8192·128 = 128 MiB, Q+O 2·8·1·32·128·2 = 128 KiB.
+        assert_eq!(ROWS[1].e4m3_bytes(), (128 << 20) + (128 << 10));
+        // Chunked prefill (4, 32, 8, 128, 8192): 64 MiB of K/V, 4 MiB each of Q and O.
+        assert_eq!(ROWS[6].e4m3_bytes(), (64 << 20) + (8 << 20));
+        for r in rows(64).iter().chain(&ROWS) {
+            assert!(
+                r.e4m3_bytes().is_multiple_of(16),
+                "the read probe's 16-byte loads"
+            );
+            assert!(r.e4m3_bytes() < r.kv_bytes());
+        }
+        let i = info(false, HEAD_DIM, Some(KvDtype::E4m3));
+        let row = &i.rows[1];
+        assert_eq!(row.e4m3_bytes, Some(ROWS[1].e4m3_bytes()));
+        assert_eq!(row.bytes(Storage::E4m3Paged), ROWS[1].e4m3_bytes());
+        assert_eq!(row.bytes(Storage::Paged), ROWS[1].kv_bytes());
+        assert_eq!(row.cases.len(), 6);
+        // The copies and probes are timed at the e4m3 byte counts too, after the bf16 ones.
+        let sizes = copy_sizes(&i);
+        assert_eq!(&sizes[..4], [128 << 20, 256 << 20, 512 << 20, 1 << 30]);
+        assert!(sizes.contains(&ROWS[6].e4m3_bytes()));
+        // Q and O make each row's count its own (the rows' K/V come in four sizes), except that
+        // rows 2 and 4 move the same bytes.
+        assert_eq!(ROWS[2].e4m3_bytes(), ROWS[4].e4m3_bytes());
+        assert_eq!(sizes.len(), 4 + ROWS.len() - 1, "{sizes:?}");
+        assert_eq!(sizes[4], ROWS[0].e4m3_bytes());
+        // Without the option nothing changes.
+        assert!(info(false, HEAD_DIM, None)
+            .rows
+            .iter()
+            .all(|r| r.e4m3_bytes.is_none() && r.cases.len() == 4));
     }
 
     pub(crate) const ANCHORS: &str = "# Decode / KV-cache shapes on an H100 80GB HBM3, PyTorch 2.11+cu130, cuDNN 9.19, bf16.\n\
@@ -584,8 +794,8 @@ garbage line\n";
 
     /// A decode report: two rows timed (one fast, one slow), one wrong, the rest missing.
     pub fn fixture() -> ModeReport {
-        let p = plan(0x5eed, false, HEAD_DIM);
-        let mut d = info(false, HEAD_DIM);
+        let p = plan(0x5eed, false, HEAD_DIM, None);
+        let mut d = info(false, HEAD_DIM, None);
         d.copies = vec![
             CopyTiming {
                 bytes: 128 << 20,

@@ -1,6 +1,8 @@
 //! The decode suite's tables: per (row, generation, storage) the time, GB/s, share of the copy
-//! ceiling and speed against the best peer; what 1.05x the peer would ask against the read probes
-//! and the GEMM; the peers beside the anchors; the copies and probes.
+//! ceiling and speed against the best peer; with `--kv-dtype e4m3` the e4m3 caches' own table
+//! (GB/s of the bytes they move against the read probe of as many bytes, the bf16 peers and
+//! flashcore's bf16 cache); what 1.05x the peer would ask against the read probes and the GEMM;
+//! the peers beside the anchors; the copies and probes.
 
 use super::{
     ceiling_gbps, copy_sizes, gbps, percent_of, vs_peer, DecodeInfo, DecodeRowInfo, Storage,
@@ -38,8 +40,17 @@ pub struct DecodeLine {
     pub peer_met: Option<bool>,
 }
 
-/// The table's lines: per row, per storage, the flashcore generations in report order.
+/// The main table's lines: per row, per bf16 storage, the flashcore generations in report order.
 pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
+    all_lines(r, d)
+        .into_iter()
+        .filter(|l| !l.storage.is_e4m3())
+        .collect()
+}
+
+/// Every (row, generation, storage) line, the e4m3 caches' too: each on the bytes of its own
+/// storage (`DecodeRowInfo::bytes`), against the copy of as many bytes.
+fn all_lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
     let mut impls: Vec<&str> = Vec::new();
     for x in r.rows.iter().filter(|x| x.source == Source::Flashcore) {
         if !impls.contains(&x.implementation.as_str()) {
@@ -48,9 +59,10 @@ pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
     }
     let mut out = Vec::new();
     for row in &d.rows {
-        let ceiling = d.ceiling(row.kv_bytes);
         let peer = best_peer(r, &row.key);
         for (storage, case) in &row.cases {
+            let bytes = row.bytes(*storage);
+            let ceiling = d.ceiling(bytes);
             for imp in &impls {
                 let Some(x) = r.rows.iter().find(|x| {
                     x.case == *case && x.source == Source::Flashcore && x.implementation == *imp
@@ -58,15 +70,15 @@ pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
                     continue;
                 };
                 let us = x.timing().map(|t| t.us);
-                let gb = us.map(|us| gbps(row.kv_bytes, us));
+                let gb = us.map(|us| gbps(bytes, us));
                 let pct = gb.zip(ceiling).map(|(g, c)| percent_of(g, c));
                 let ratio = us.zip(peer).map(|(us, (_, p))| vs_peer(p, us));
-                let ceiling_applies = storage.has_targets() && row.kv_bytes >= BIG_KV_BYTES;
+                let ceiling_applies = storage.has_targets() && bytes >= BIG_KV_BYTES;
                 out.push(DecodeLine {
                     row: row.key.clone(),
                     implementation: imp.to_string(),
                     storage: *storage,
-                    kv_bytes: row.kv_bytes,
+                    kv_bytes: bytes,
                     missing: match &x.outcome {
                         Outcome::Timed(_) => None,
                         Outcome::Wrong { message } => Some(format!("WRONG: {message}")),
@@ -90,6 +102,47 @@ pub fn lines(r: &ModeReport, d: &DecodeInfo) -> Vec<DecodeLine> {
         }
     }
     out
+}
+
+/// One (row, generation, e4m3 storage) of the e4m3 table: its line (GB/s on the bytes it
+/// moves, share of the copy of as many bytes, × the best bf16 peer) with the read probe of
+/// those bytes and the same generation on the bf16 cache of the same kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct E4m3Line {
+    pub line: DecodeLine,
+    /// The faster read probe over the line's bytes in this run, GB/s.
+    pub probe_gbps: Option<f64>,
+    pub probe_percent: Option<f64>,
+    /// The same generation on the bf16 cache of the same storage, µs.
+    pub bf16_us: Option<f64>,
+    /// bf16 µs / e4m3 µs: above 1, the e4m3 cache is faster.
+    pub vs_bf16: Option<f64>,
+}
+
+/// The e4m3 caches' lines (`--kv-dtype e4m3`; none without it).
+pub fn e4m3_lines(r: &ModeReport, d: &DecodeInfo) -> Vec<E4m3Line> {
+    let all = all_lines(r, d);
+    all.iter()
+        .filter(|l| l.storage.is_e4m3())
+        .map(|l| {
+            let probe_gbps = d.read_probe_gbps(l.kv_bytes);
+            let bf16_us = all
+                .iter()
+                .find(|b| {
+                    b.row == l.row
+                        && b.implementation == l.implementation
+                        && b.storage == l.storage.bf16_twin()
+                })
+                .and_then(|b| b.us);
+            E4m3Line {
+                probe_percent: l.gbps.zip(probe_gbps).map(|(g, p)| percent_of(g, p)),
+                probe_gbps,
+                vs_bf16: bf16_us.zip(l.us).map(|(b, e)| b / e),
+                bf16_us,
+                line: l.clone(),
+            }
+        })
+        .collect()
 }
 
 /// What ≥ [`PEER_TARGET`] × the best peer asks of one row, beside the read probe of its bytes
@@ -273,9 +326,83 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
             tally(|l| l.peer_met, |_| true),
         ));
     }
+    out.push_str(&render_e4m3(r, d));
     out.push_str(&render_peer_needs(r, d));
     out.push_str(&render_peers(r, d));
     out.push_str(&render_copies(d));
+    out
+}
+
+/// The e4m3 caches' table (empty without them).
+fn render_e4m3(r: &ModeReport, d: &DecodeInfo) -> String {
+    let lines = e4m3_lines(r, d);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### e4m3 KV cache (--kv-dtype e4m3)\n\n\
+         K and V as OCP FP8 E4M3 bytes with f32 descale factors per KV head; Q and O bf16. MiB = the bytes a call moves: K and V at one byte an element (2·B·Hkv·Sk·D) plus Q read and O written at two (2·B·Sq·Hq·D·2); GB/s = those bytes / time. Read probe and copy: the same run's, over as many bytes (the copy table below lists them). × best bf16 peer = the peer's time on the bf16 row / ours: the peers read twice the K/V bytes, so this is the gain from the format and the kernel together. bf16 / e4m3 = the same generation on the bf16 cache of the same storage, its time / this one's.\n\n\
+         | row | MiB | implementation | storage | µs | GB/s | read probe GB/s | % of read probe | % of copy | best bf16 peer | × best bf16 peer | bf16 µs | bf16 / e4m3 |\n\
+         |---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
+    );
+    // Generations that refuse e4m3 caches (every one but the decode kernel's paths) are
+    // summed up after the table rather than listed line by line.
+    let mut refused: Vec<(&str, usize, &str)> = Vec::new();
+    for e in &lines {
+        let l = &e.line;
+        if let Some(reason) = l
+            .missing
+            .as_deref()
+            .and_then(|m| m.strip_prefix("unsupported: "))
+        {
+            match refused
+                .iter_mut()
+                .find(|(imp, ..)| *imp == l.implementation)
+            {
+                Some(r) => r.1 += 1,
+                None => refused.push((&l.implementation, 1, reason)),
+            }
+            continue;
+        }
+        let row = d
+            .rows
+            .iter()
+            .find(|x| x.key == l.row)
+            .expect("a row of the info");
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            cell(&row_label(row)),
+            mib(l.kv_bytes),
+            cell(&l.implementation),
+            l.storage.text(),
+            match (&l.us, &l.missing) {
+                (Some(us), _) => fmt_us(*us),
+                (None, Some(m)) => cell(m),
+                (None, None) => "—".into(),
+            },
+            opt(l.gbps, |g| format!("{g:.0}")),
+            opt(e.probe_gbps, |g| format!("{g:.0}")),
+            opt(e.probe_percent, |p| format!("{p:.0} %")),
+            opt(l.ceiling_percent, |p| format!("{p:.0} %")),
+            l.peer
+                .as_ref()
+                .map(|(n, us)| format!("{n} {}", fmt_us(*us)))
+                .unwrap_or_else(|| "—".into()),
+            opt(l.vs_peer, |v| format!("{v:.2}×")),
+            opt(e.bf16_us, fmt_us),
+            opt(e.vs_bf16, |v| format!("{v:.2}×")),
+        ));
+    }
+    if !refused.is_empty() {
+        out.push('\n');
+    }
+    for (imp, n, reason) in refused {
+        out.push_str(&format!(
+            "- {} refused {n} (row, storage) pairs, e.g. {}\n",
+            cell(imp),
+            cell(reason)
+        ));
+    }
     out
 }
 
@@ -541,6 +668,117 @@ mod tests {
         let d = r.decode.as_ref().unwrap();
         assert_eq!(peer_needs(&r, d)[6].within_gemm(), None);
         assert!(render(&r, d).contains("GEMM: not timed (--no-gemm)."));
+    }
+
+    /// The fixture with `--kv-dtype e4m3`'s rows: row 0 timed on both e4m3 caches, row 1's
+    /// e4m3 contiguous cache refused; a copy and a probe over row 0's e4m3 bytes.
+    fn e4m3_fixture() -> ModeReport {
+        use super::super::{info, CopyTiming, HEAD_DIM};
+        let mut r = fixture();
+        let d = r.decode.as_mut().unwrap();
+        d.rows = info(false, HEAD_DIM, Some(crate::mode_case::KvDtype::E4m3)).rows;
+        let bytes = ROWS[0].e4m3_bytes();
+        d.copies.push(CopyTiming {
+            bytes,
+            us: 52.0,
+            calls: 200,
+            repeats: 15,
+            pairs: 2,
+        });
+        let mut probe = d.read_probes[0].clone();
+        (probe.bytes, probe.us) = (bytes, 30.0);
+        d.read_probes.push(probe);
+        let (r0, r1) = (ROWS[0], ROWS[1]);
+        let hopper = "persistent-hopper";
+        r.rows.extend([
+            timed(
+                &r0.case_key(Storage::E4m3Contiguous),
+                hopper,
+                Source::Flashcore,
+                35.0,
+            ),
+            timed(
+                &r0.case_key(Storage::E4m3Paged),
+                hopper,
+                Source::Flashcore,
+                38.0,
+            ),
+            crate::bench::modes::ModeRow::new(
+                r1.case_key(Storage::E4m3Contiguous),
+                hopper,
+                Source::Flashcore,
+                Outcome::Unsupported {
+                    reason: "no e4m3 here".into(),
+                },
+            ),
+        ]);
+        r
+    }
+
+    /// The e4m3 lines count the bytes an e4m3 call moves, against the probe and copy of as
+    /// many bytes, the bf16 peers of the row and flashcore's bf16 cache of the same storage; the
+    /// main table and its tallies stay the bf16 caches'.
+    #[test]
+    fn e4m3_lines_set_the_bytes_they_move_against_the_probe_and_the_bf16_peers() {
+        let r = e4m3_fixture();
+        let d = r.decode.as_ref().unwrap();
+        assert_eq!(
+            lines(&r, d),
+            lines(&fixture(), fixture().decode.as_ref().unwrap())
+        );
+        let e = e4m3_lines(&r, d);
+        assert_eq!(e.len(), 3, "{e:#?}");
+        let bytes = ROWS[0].e4m3_bytes();
+        let c = &e[0];
+        assert_eq!(
+            (c.line.storage, c.line.kv_bytes),
+            (Storage::E4m3Contiguous, bytes)
+        );
+        assert!((c.line.gbps.unwrap() - gbps(bytes, 35.0)).abs() < 1e-9);
+        assert!((c.probe_gbps.unwrap() - gbps(bytes, 30.0)).abs() < 1e-9);
+        assert!((c.probe_percent.unwrap() - 100.0 * 30.0 / 35.0).abs() < 1e-9);
+        // The copy of as many bytes: 2N / 52 µs against N / 35 µs.
+        assert!((c.line.ceiling_percent.unwrap() - 100.0 * 52.0 / (2.0 * 35.0)).abs() < 1e-9);
+        assert_eq!(c.line.peer, Some(("sdpa_flash".to_string(), 66.0)));
+        assert!((c.line.vs_peer.unwrap() - 66.0 / 35.0).abs() < 1e-12);
+        assert_eq!((c.line.ceiling_met, c.line.peer_met), (None, None));
+        assert_eq!(c.bf16_us, Some(60.0));
+        assert!((c.vs_bf16.unwrap() - 60.0 / 35.0).abs() < 1e-12);
+        let p = &e[1];
+        assert_eq!(
+            (p.line.storage, p.bf16_us),
+            (Storage::E4m3Paged, Some(64.0))
+        );
+        assert!((p.vs_bf16.unwrap() - 64.0 / 38.0).abs() < 1e-12);
+        let u = &e[2];
+        assert!(u.line.missing.as_deref().unwrap().contains("no e4m3 here"));
+        assert_eq!(
+            (u.line.us, u.probe_gbps, u.bf16_us),
+            (None, None, Some(200.0))
+        );
+        let md = crate::bench::modes::render_markdown(&r);
+        assert_contains_all(
+            &md,
+            &[
+                "### e4m3 KV cache (--kv-dtype e4m3)",
+                "K and V at one byte an element (2·B·Hkv·Sk·D) plus Q read and O written at two",
+                "| B=1 Hq=32 Hkv=8 Sq=1 Sk=32768 D=128 (decode, one long sequence) | 64 | persistent-hopper | e4m3 contiguous | 35.00 | 1918 | 2238 | 86 % | 74 % | sdpa_flash 66.00 | 1.89× | 60.00 | 1.71× |",
+                "| e4m3 paged 64 | 38.00 |",
+                // Refusals after the table, not in it.
+                "- persistent-hopper refused 1 (row, storage) pairs, e.g. no e4m3 here",
+                // The copies and probes over the e4m3 bytes are listed with the others.
+                "| 64 | 52.00 |",
+                "| 64 | ldg | 30.00 | 2238 |",
+            ],
+        );
+        // The e4m3 storages survive the JSON.
+        let j = crate::bench::report::assert_json_round_trip(&r);
+        assert!(j.contains("\"e4m3-paged\"") && j.contains("\"e4m3_bytes\""));
+        let section = md.split("### e4m3 KV cache").nth(1).unwrap();
+        let section = section.split("###").next().unwrap();
+        assert!(!section.contains("unsupported: no e4m3 here"), "{section}");
+        // Without e4m3 rows there is no section (the snapshot below holds the rest).
+        assert!(!crate::bench::modes::render_markdown(&fixture()).contains("e4m3"));
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub fn plan(suite: Suite, seed: u64) -> SuitePlan {
         Suite::Varlen => plans::varlen_plan(seed),
         Suite::Paged => plans::paged_plan(seed),
         Suite::Window => plans::window_plan(),
-        Suite::Decode => super::decode::plan(seed, false, super::decode::HEAD_DIM),
+        Suite::Decode => super::decode::plan(seed, false, super::decode::HEAD_DIM, None),
         Suite::Mission | Suite::Ladder | Suite::Full => SuitePlan {
             suite,
             cases: vec![],
