@@ -278,10 +278,17 @@ fn kv_scales(
     heads_kv: usize,
 ) -> Result<KvScales, ArgError> {
     let (ks, vs) = (k.scales(batch, heads_kv)?, v.scales(batch, heads_kv)?);
+    let read_as = |s: KvScales| match s {
+        KvScales::PerTensor => "one factor",
+        KvScales::PerKvHead => "one factor per KV head",
+        KvScales::PerBatchKvHead => "one factor per (sequence, KV head)",
+    };
     if ks != vs {
         return bail(format!(
-            "k_descale ({ks:?}) and v_descale ({vs:?}) must be laid out alike: both \
-             (batch, nheads_k), both (nheads_k,) or both one element, with the same strides"
+            "k_descale ({}) and v_descale ({}) must be laid out alike: both (batch, nheads_k), \
+             both (nheads_k,) or both one element, with the same strides",
+            read_as(ks),
+            read_as(vs)
         ));
     }
     Ok(ks)

@@ -15,16 +15,16 @@ use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaSlice, CudaStream, CudaView, CudaViewMut};
-use flashcore::fa_args::{self, ArgError, Options, View};
+use flashcore::fa_args::{self, ArgError, Descale, Options, View};
 use flashcore::{
     Attention, AttentionProblem, AttentionTensors, DType, Device, DeviceTables, Error, KvAppend,
-    TensorMut, TensorRef,
+    KvRef, TensorMut, TensorRef,
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A tensor as the Python side describes it: (data pointer, dtype name as flashcore spells it
-/// — "f16", "bf16", "f32", "i32" —, shape, strides in elements).
+/// — "f16", "bf16", "f32", "i32", "e4m3" —, shape, strides in elements).
 #[derive(FromPyObject)]
 struct Tensor(u64, String, Vec<usize>, Vec<usize>);
 
@@ -82,6 +82,7 @@ fn torch_name(dtype: &str) -> &str {
         "bf16" => "torch.bfloat16",
         "f32" => "torch.float32",
         "i32" => "torch.int32",
+        "e4m3" => "torch.float8_e4m3fn",
         other => other,
     }
 }
@@ -187,7 +188,8 @@ fn borrow<T>(stream: &Arc<CudaStream>, t: &Tensor) -> Borrowed<T> {
     unsafe { Borrowed::new(stream, t.0, t.span()) }
 }
 
-/// The optional tables of a call, checked for dtype and contiguity.
+/// The optional tables of a call, checked for dtype and contiguity (the descales for their
+/// dtype: their strides are the rules', which take expanded views).
 #[derive(Default)]
 struct Tables {
     cu_seqlens_q: Option<Tensor>,
@@ -195,10 +197,26 @@ struct Tables {
     seqused_k: Option<Tensor>,
     block_table: Option<Tensor>,
     alibi_slopes: Option<Tensor>,
+    k_descale: Option<Tensor>,
+    v_descale: Option<Tensor>,
 }
 
 impl Tables {
     fn checked(self) -> PyResult<Self> {
+        for (name, t) in [
+            ("k_descale", &self.k_descale),
+            ("v_descale", &self.v_descale),
+        ] {
+            match t {
+                Some(t) if t.1 != "f32" => {
+                    return Err(PyValueError::new_err(format!(
+                        "flashcore: {name} must be torch.float32, got {}",
+                        torch_name(&t.1)
+                    )))
+                }
+                _ => {}
+            }
+        }
         for (name, t) in [
             ("cu_seqlens_q", &self.cu_seqlens_q),
             ("cu_seqlens_k", &self.cu_seqlens_k),
@@ -223,17 +241,22 @@ struct BorrowedTables {
     seqused_k: Option<Borrowed<i32>>,
     block_table: Option<Borrowed<i32>>,
     alibi_slopes: Option<Borrowed<f32>>,
+    k_descale: Option<Borrowed<f32>>,
+    v_descale: Option<Borrowed<f32>>,
 }
 
 impl BorrowedTables {
     fn new(stream: &Arc<CudaStream>, t: &Tables) -> Self {
         let b = |t: &Option<Tensor>| t.as_ref().map(|t| borrow::<i32>(stream, t));
+        let f = |t: &Option<Tensor>| t.as_ref().map(|t| borrow::<f32>(stream, t));
         BorrowedTables {
             cu_seqlens_q: b(&t.cu_seqlens_q),
             cu_seqlens_k: b(&t.cu_seqlens_k),
             seqused_k: b(&t.seqused_k),
             block_table: b(&t.block_table),
-            alibi_slopes: t.alibi_slopes.as_ref().map(|t| borrow::<f32>(stream, t)),
+            alibi_slopes: f(&t.alibi_slopes),
+            k_descale: f(&t.k_descale),
+            v_descale: f(&t.v_descale),
         }
     }
 
@@ -244,6 +267,8 @@ impl BorrowedTables {
             seqused_k: self.seqused_k.as_ref().map(Borrowed::view),
             block_table: self.block_table.as_ref().map(Borrowed::view),
             alibi_slopes: self.alibi_slopes.as_ref().map(Borrowed::view),
+            k_descale: self.k_descale.as_ref().map(Borrowed::view),
+            v_descale: self.v_descale.as_ref().map(Borrowed::view),
             ..DeviceTables::default()
         }
     }
@@ -256,8 +281,10 @@ impl BorrowedTables {
 struct FaOptions(f32, bool, (i64, i64), f32);
 
 impl FaOptions {
-    /// The argument rules' options for these, with the ALiBi slopes' shape.
-    fn rules(&self, dtype: DType, alibi: Option<&Tensor>) -> PyResult<Options> {
+    /// The argument rules' options for these, with the ALiBi slopes' shape and, for e4m3 K/V
+    /// (`e4m3`), the descales' (given exactly then: the Python side passes ones for a missing
+    /// one, FlashAttention 3's 1.0).
+    fn rules(&self, dtype: DType, e4m3: bool, tables: &Tables) -> PyResult<Options> {
         let FaOptions(softmax_scale, causal, window, softcap) = *self;
         if softcap < 0.0 {
             return Err(PyValueError::new_err(format!(
@@ -269,10 +296,21 @@ impl FaOptions {
         let mut o = Options::new(dtype, softmax_scale)
             .with_window(side(window.0), right)
             .with_softcap(Some(softcap));
-        if let Some(a) = alibi {
+        if let Some(a) = &tables.alibi_slopes {
             o = o.with_alibi(&a.2);
         }
-        Ok(o)
+        let descale = |name, t: &Option<Tensor>| {
+            t.as_ref()
+                .map(|t| Descale::new(name, &t.1, &t.2, &t.3))
+                .transpose()
+        };
+        let descales = fa_args::kv_descales(
+            e4m3,
+            descale("k_descale", &tables.k_descale).map_err(arg_error)?,
+            descale("v_descale", &tables.v_descale).map_err(arg_error)?,
+        )
+        .map_err(arg_error)?;
+        Ok(o.with_kv_fp8(descales))
     }
 }
 
@@ -296,6 +334,34 @@ fn launch(
 
 fn dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<DType> {
     fa_args::dtype_of(api, &q.1, &k.1, &v.1).map_err(arg_error)
+}
+
+/// Q's dtype, and whether K and V are e4m3 (an fp8 KV cache, `Modes::kv_fp8`).
+fn kv_dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<(DType, bool)> {
+    fa_args::kv_dtype_of(api, &q.1, &k.1, &v.1).map_err(arg_error)
+}
+
+/// K or V borrowed for one call: 16-bit elements of Q's dtype, or e4m3 bytes.
+enum BorrowedKv {
+    Half(Borrowed<u16>, DType),
+    E4m3(Borrowed<u8>),
+}
+
+impl BorrowedKv {
+    /// `t` as the problem reads it (e4m3 exactly when `Modes::kv_fp8` says so).
+    fn new(stream: &Arc<CudaStream>, problem: &AttentionProblem, t: &Tensor) -> Self {
+        match problem.modes.kv_fp8 {
+            Some(_) => BorrowedKv::E4m3(borrow::<u8>(stream, t)),
+            None => BorrowedKv::Half(borrow::<u16>(stream, t), problem.dtype),
+        }
+    }
+
+    fn kv(&self) -> KvRef<'_> {
+        match self {
+            BorrowedKv::Half(b, dtype) => b.half(*dtype).into(),
+            BorrowedKv::E4m3(b) => KvRef::E4m3(b.view()),
+        }
+    }
 }
 
 /// O must be dense with Q's shape but V's head dim last (the rules' `o_dims`), of Q's dtype;
@@ -338,7 +404,8 @@ fn forward_on(
 ) -> Result<&'static str, Error> {
     let stream = dev.stream().clone();
     let dtype = problem.dtype;
-    let [q, k, v] = qkv.map(|t| borrow::<u16>(&stream, t));
+    let q = borrow::<u16>(&stream, qkv[0]);
+    let [k, v] = [qkv[1], qkv[2]].map(|t| BorrowedKv::new(&stream, problem, t));
     let mut o = borrow::<u16>(&stream, out);
     let mut l = borrow::<f32>(&stream, lse);
     let t = BorrowedTables::new(&stream, tables);
@@ -347,8 +414,8 @@ fn forward_on(
     }
     let mut tensors = AttentionTensors {
         q: q.half(dtype),
-        k: k.half(dtype).into(),
-        v: v.half(dtype).into(),
+        k: k.kv(),
+        v: v.kv(),
         o: TensorMut {
             data: o.view_mut(),
             dtype,
@@ -360,10 +427,11 @@ fn forward_on(
 }
 
 /// `flash_attn_func`'s forward: q `(b, s_q, h, d)`, k and v `(b, s_k, h_kv, d)`, any strides with
-/// a contiguous head dim; `out` dense with q's shape, `lse` f32 `(b, h, s_q)`. Returns the
+/// a contiguous head dim; `out` dense with q's shape, `lse` f32 `(b, h, s_q)`. k and v may be
+/// e4m3 (fp8) with their f32 `k_descale`/`v_descale` (FlashAttention 3's). Returns the
 /// generation that ran.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, options, alibi_slopes, workspace, device, stream))]
+#[pyo3(signature = (q, k, v, out, lse, options, alibi_slopes, k_descale, v_descale, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn forward(
     py: Python<'_>,
@@ -374,17 +442,21 @@ fn forward(
     lse: Tensor,
     options: FaOptions,
     alibi_slopes: Option<Tensor>,
+    k_descale: Option<Tensor>,
+    v_descale: Option<Tensor>,
     workspace: (u64, usize),
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let dtype = dtype_of("flash_attn_func", &q, &k, &v)?;
+    let (dtype, e4m3) = kv_dtype_of("flash_attn_func", &q, &k, &v)?;
     let tables = Tables {
         alibi_slopes,
+        k_descale,
+        v_descale,
         ..Default::default()
     }
     .checked()?;
-    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
+    let opts = options.rules(dtype, e4m3, &tables)?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     check_outputs(&problem, &q, &out, &lse)?;
@@ -496,8 +568,9 @@ fn prepare_forward(
     options: FaOptions,
     ordinal: usize,
 ) -> PyResult<PyPreparedForward> {
+    // 16-bit K/V only: an e4m3 K/V is refused here and takes the general path.
     let dtype = dtype_of("flash_attn_func", &q, &k, &v)?;
-    let opts = options.rules(dtype, None)?;
+    let opts = options.rules(dtype, false, &Tables::default())?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     let lse_len = problem.lse_len();
@@ -520,9 +593,9 @@ fn prepare_forward(
 /// `flash_attn_varlen_func`'s forward: packed q `(total_q, h, d)`; packed k/v `(total_k, h_kv, d)`
 /// with `cu_seqlens_k`, or paged caches `(num_blocks, block_size, h_kv, d)` with `block_table`
 /// `(b, max_blocks)` and `seqused_k` `(b)` (the key count of each sequence). `lse` is
-/// `(h, total_q)`.
+/// `(h, total_q)`. k and v may be e4m3 (fp8) with `k_descale`/`v_descale`.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, options, alibi_slopes, check_tables, workspace, device, stream))]
+#[pyo3(signature = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, options, alibi_slopes, k_descale, v_descale, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn varlen_forward(
     py: Python<'_>,
@@ -539,12 +612,14 @@ fn varlen_forward(
     max_seqlen_k: usize,
     options: FaOptions,
     alibi_slopes: Option<Tensor>,
+    k_descale: Option<Tensor>,
+    v_descale: Option<Tensor>,
     check_tables: bool,
     workspace: (u64, usize),
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let dtype = dtype_of("flash_attn_varlen_func", &q, &k, &v)?;
+    let (dtype, e4m3) = kv_dtype_of("flash_attn_varlen_func", &q, &k, &v)?;
     let paged = block_table.is_some();
     let lens_k = match (&cu_seqlens_k, &seqused_k) {
         (Some(cu), None) if !paged => cu.2.clone(),
@@ -562,9 +637,11 @@ fn varlen_forward(
         seqused_k,
         block_table,
         alibi_slopes,
+        k_descale,
+        v_descale,
     }
     .checked()?;
-    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
+    let opts = options.rules(dtype, e4m3, &tables)?;
     let (qv, kv, vv) = (q.view("q"), k.view("k"), v.view("v"));
     let problem = match &tables.block_table {
         None => fa_args::varlen_problem(&qv, &kv, &vv, batch, max_seqlen_q, max_seqlen_k, &opts),
@@ -597,9 +674,11 @@ fn varlen_forward(
 
 /// `flash_attn_with_kvcache`'s forward: q `(b, s_q, h, d)`; a cache `(b, capacity, h_kv, d)`, or
 /// with `block_table` a paged one; `cache_seqlens` `(b)` i32; `k_new`/`v_new` `(b, s_new, h_kv, d)`
-/// (dense) appended in place at `cache_seqlens[b]` before attending.
+/// (dense) appended in place at `cache_seqlens[b]` before attending. The caches may be e4m3
+/// (fp8) with `k_descale`/`v_descale`: `k_new`/`v_new` stay in q's dtype and are quantized into
+/// them.
 #[pyfunction]
-#[pyo3(signature = (q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_new, v_new, options, alibi_slopes, check_tables, workspace, device, stream))]
+#[pyo3(signature = (q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_new, v_new, options, alibi_slopes, k_descale, v_descale, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn kvcache_forward(
     py: Python<'_>,
@@ -614,15 +693,27 @@ fn kvcache_forward(
     v_new: Option<Tensor>,
     options: FaOptions,
     alibi_slopes: Option<Tensor>,
+    k_descale: Option<Tensor>,
+    v_descale: Option<Tensor>,
     check_tables: bool,
     workspace: (u64, usize),
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let dtype = dtype_of("flash_attn_with_kvcache", &q, &k_cache, &v_cache)?;
+    let (dtype, e4m3) = kv_dtype_of("flash_attn_with_kvcache", &q, &k_cache, &v_cache)?;
     let new = match (&k_new, &v_new) {
         (Some(k), Some(v)) => {
-            dtype_of("flash_attn_with_kvcache (k/v)", &q, k, v)?;
+            // The rows to append are in q's dtype whatever the cache's (an e4m3 append
+            // quantizes them).
+            fa_args::dtype_of("flash_attn_with_kvcache (k/v)", &q.1, &k.1, &v.1).map_err(|e| {
+                match e4m3 {
+                    true => arg_error(ArgError(format!(
+                        "{e}: k and v (the rows to append) stay in q's dtype, the fp8 cache \
+                         quantizes them with k_descale/v_descale"
+                    ))),
+                    false => arg_error(e),
+                }
+            })?;
             Some((k, v))
         }
         (None, None) => None,
@@ -636,10 +727,12 @@ fn kvcache_forward(
         seqused_k: Some(cache_seqlens),
         block_table,
         alibi_slopes,
+        k_descale,
+        v_descale,
         ..Default::default()
     }
     .checked()?;
-    let opts = options.rules(dtype, tables.alibi_slopes.as_ref())?;
+    let opts = options.rules(dtype, e4m3, &tables)?;
     let new_views = new.map(|(k, v)| (k.view("k"), v.view("v")));
     let problem = fa_args::kvcache_problem(
         &q.view("q"),
@@ -666,13 +759,40 @@ fn kvcache_forward(
         };
         let stream = dev.stream().clone();
         let [bq, bkn, bvn] = [&q, k_new, v_new].map(|t| borrow::<u16>(&stream, t));
-        let [mut bkc, mut bvc, mut bo] =
-            [&k_cache, &v_cache, &out].map(|t| borrow::<u16>(&stream, t));
+        let mut bo = borrow::<u16>(&stream, &out);
         let mut bl = borrow::<f32>(&stream, &lse);
         let t = BorrowedTables::new(&stream, &tables);
         if check_tables {
             dev.check_tables(&problem, &t.views())?;
         }
+        let new = || KvAppend {
+            k_new: bkn.half(dtype),
+            v_new: bvn.half(dtype),
+        };
+        // forward_with_kvcache (and its e4m3 twin) checks everything before its first launch,
+        // so a generation that answers Unsupported has appended nothing.
+        if problem.modes.kv_fp8.is_some() {
+            let [mut bkc, mut bvc] = [&k_cache, &v_cache].map(|t| borrow::<u8>(&stream, t));
+            let (mut kc, mut vc) = (bkc.view_mut(), bvc.view_mut());
+            return run(|kern| {
+                flashcore::forward_with_e4m3_kvcache(
+                    kern,
+                    dev,
+                    &problem,
+                    bq.half(dtype),
+                    &mut kc,
+                    &mut vc,
+                    new(),
+                    TensorMut {
+                        data: bo.view_mut(),
+                        dtype,
+                    },
+                    bl.view_mut(),
+                    t.views(),
+                )
+            });
+        }
+        let [mut bkc, mut bvc] = [&k_cache, &v_cache].map(|t| borrow::<u16>(&stream, t));
         let mut kc = TensorMut {
             data: bkc.view_mut(),
             dtype,
@@ -682,8 +802,6 @@ fn kvcache_forward(
             dtype,
         };
         run(|kern| {
-            // forward_with_kvcache checks everything before its first launch, so a generation
-            // that answers Unsupported has appended nothing.
             flashcore::forward_with_kvcache(
                 kern,
                 dev,
@@ -691,10 +809,7 @@ fn kvcache_forward(
                 bq.half(dtype),
                 &mut kc,
                 &mut vc,
-                KvAppend {
-                    k_new: bkn.half(dtype),
-                    v_new: bvn.half(dtype),
-                },
+                new(),
                 TensorMut {
                     data: bo.view_mut(),
                     dtype,
@@ -732,8 +847,19 @@ fn backward(
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let dtype = dtype_of("flash_attn_func (backward)", &q, &k, &v)?;
-    let opts = options.rules(dtype, alibi_slopes.as_ref())?;
+    let (dtype, e4m3) = kv_dtype_of("flash_attn_func (backward)", &q, &k, &v)?;
+    if e4m3 {
+        return Err(PyNotImplementedError::new_err(
+            "flashcore: an e4m3 (fp8) K/V has no backward; the backward pass takes f16/bf16 \
+             q, k and v",
+        ));
+    }
+    let tables = Tables {
+        alibi_slopes,
+        ..Default::default()
+    }
+    .checked()?;
+    let opts = options.rules(dtype, false, &tables)?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     if !problem.modes.is_dense() {

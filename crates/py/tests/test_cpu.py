@@ -370,3 +370,227 @@ def test_paged_varlen_cu_seqlens_k_dtype():
     with pytest.raises(ValueError, match="cu_seqlens_k must be a 1-d torch.int32"):
         flash_attn_varlen_func(q, cache, cache, cu, meta(3, dtype=torch.float32), 8, 32,
                                block_table=i32(2, 4))
+
+
+# ---- fp8 KV caches (FlashAttention 3's float8_e4m3fn K/V with k_descale / v_descale) ----
+
+E4M3 = torch.float8_e4m3fn
+F32 = torch.float32
+BF16 = torch.bfloat16
+
+
+def e4m3(*shape):
+    return meta(*shape, dtype=E4M3)
+
+
+def f32(*shape):
+    return meta(*shape, dtype=F32)
+
+
+# (batch, nheads_k) = (2, 2) descales as FlashAttention 3 takes them, and the other forms
+# flashcore reads without a copy.
+DESCALES = {
+    "batch_head": lambda: f32(2, 2),
+    "head": lambda: f32(2),
+    "one": lambda: f32(1),
+    "scalar": lambda: torch.empty((), dtype=F32, device="meta"),
+    "expanded_one": lambda: f32(1).expand(2, 2),
+    "expanded_head": lambda: f32(2).expand(2, 2),
+}
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("kind", list(DESCALES))
+def test_fp8_kvcache_shapes(kind, paged):
+    q = meta(2, 1, 8, 128, dtype=BF16)
+    used = i32(2)
+    if paged:
+        cache, table = e4m3(16, 64, 2, 128), i32(2, 4)
+    else:
+        cache, table = e4m3(2, 256, 2, 128), None
+    out, lse = flash_attn_with_kvcache(
+        q, cache, cache, k=meta(2, 1, 2, 128, dtype=BF16), v=meta(2, 1, 2, 128, dtype=BF16),
+        cache_seqlens=used, block_table=table, causal=True, k_descale=DESCALES[kind](),
+        v_descale=DESCALES[kind](), return_softmax_lse=True,
+    )
+    assert out.shape == q.shape and out.dtype == BF16 and lse.shape == (2, 8, 1)
+
+
+@pytest.mark.parametrize("given", [None, "k", "v", "k_expanded"])
+def test_fp8_missing_descale_is_one(given):
+    """FlashAttention 3 reads a missing descale as 1.0: flashcore passes a table of ones in its
+    place, shaped as the other one."""
+    q, cache = meta(2, 1, 8, 64, dtype=F16), e4m3(2, 64, 2, 64)
+    d = f32(1).expand(2, 2) if given == "k_expanded" else f32(2, 2)
+    kw = {} if given is None else {("v_descale" if given == "v" else "k_descale"): d}
+    assert flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, **kw).shape == q.shape
+    k_d, v_d = _ops.kv_descales(cache, kw.get("k_descale"), kw.get("v_descale"))
+    assert k_d.dtype == v_d.dtype == F32
+    if given is None:
+        assert k_d.shape == (1,)
+    else:
+        assert k_d.shape == v_d.shape == (2, 2) and k_d.is_contiguous() and v_d.is_contiguous()
+    # A 16-bit cache gets no default (and descales given with one are refused below).
+    assert _ops.kv_descales(meta(2, 64, 2, 64), None, None) == (None, None)
+
+
+def _kvcache_call(q=None, k_cache=None, v_cache=None, **kw):
+    q = meta(2, 1, 8, 128, dtype=BF16) if q is None else q
+    k_cache = e4m3(2, 256, 2, 128) if k_cache is None else k_cache
+    v_cache = e4m3(2, 256, 2, 128) if v_cache is None else v_cache
+    return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=3, **kw)
+
+
+@pytest.mark.parametrize(
+    "case,error,match",
+    [
+        ("q_e4m3", ValueError, "q must be f16/bf16"),
+        ("e5m2_cache", ValueError, "float8_e5m2"),
+        ("k_only_fp8", ValueError, "must both be e4m3"),
+        ("v_only_fp8", ValueError, "must both be e4m3"),
+        ("descale_f16", ValueError, "k_descale must be torch.float32"),
+        ("descale_f64_v", ValueError, "v_descale must be torch.float32"),
+        ("descale_shape", ValueError, r"k_descale must have shape \(2, 2\)"),
+        ("descale_rank3", ValueError, "k_descale must have shape"),
+        ("descale_cpu", ValueError, "k_descale must be a CUDA tensor"),
+        ("descale_not_tensor", TypeError, "k_descale must be a torch.Tensor"),
+        ("descale_transposed", ValueError, "not a table the kernels can read"),
+        ("descales_unalike", ValueError, "laid out alike"),
+        ("descale_without_fp8", ValueError, "K/V are not e4m3"),
+        ("q_descale", NotImplementedError, "q_descale"),
+        ("k_new_fp8", ValueError, "stay in q's dtype"),
+        ("stride_not_16_bytes", ValueError, "multiple of 16"),
+        ("head_dim_v", ValueError, "one head dim"),
+    ],
+)
+def test_fp8_kvcache_refusals(case, error, match):
+    """Every bad mix is refused before anything launches, as the package's other errors."""
+    e5m2 = torch.float8_e5m2
+    calls = {
+        "q_e4m3": lambda: _kvcache_call(q=e4m3(2, 1, 8, 128)),
+        "e5m2_cache": lambda: _kvcache_call(k_cache=meta(2, 256, 2, 128, dtype=e5m2),
+                                            v_cache=meta(2, 256, 2, 128, dtype=e5m2)),
+        "k_only_fp8": lambda: _kvcache_call(v_cache=meta(2, 256, 2, 128, dtype=BF16)),
+        "v_only_fp8": lambda: _kvcache_call(k_cache=meta(2, 256, 2, 128, dtype=BF16)),
+        "descale_f16": lambda: _kvcache_call(k_descale=meta(2, 2), v_descale=f32(2, 2)),
+        "descale_f64_v": lambda: _kvcache_call(k_descale=f32(2, 2),
+                                               v_descale=meta(2, 2, dtype=torch.float64)),
+        "descale_shape": lambda: _kvcache_call(k_descale=f32(3, 2), v_descale=f32(3, 2)),
+        "descale_rank3": lambda: _kvcache_call(k_descale=f32(2, 2, 1), v_descale=f32(2, 2, 1)),
+        "descale_cpu": lambda: _kvcache_call(k_descale=torch.ones(2, 2), v_descale=f32(2, 2)),
+        "descale_not_tensor": lambda: _kvcache_call(k_descale=1.0, v_descale=f32(2, 2)),
+        "descale_transposed": lambda: _kvcache_call(k_descale=f32(2, 2).t(),
+                                                    v_descale=f32(2, 2).t()),
+        "descales_unalike": lambda: _kvcache_call(k_descale=f32(2, 2), v_descale=f32(2)),
+        "descale_without_fp8": lambda: _kvcache_call(
+            k_cache=meta(2, 256, 2, 128, dtype=BF16), v_cache=meta(2, 256, 2, 128, dtype=BF16),
+            k_descale=f32(2, 2), v_descale=f32(2, 2)),
+        "q_descale": lambda: _kvcache_call(q_descale=f32(2, 8)),
+        "k_new_fp8": lambda: _kvcache_call(k=e4m3(2, 1, 2, 128), v=e4m3(2, 1, 2, 128)),
+        # A head dim of 8 bytes with one KV head: rows 8 bytes apart (e4m3 rows are copied 16
+        # bytes at a time).
+        "stride_not_16_bytes": lambda: _kvcache_call(q=meta(2, 1, 2, 8, dtype=BF16),
+                                                     k_cache=e4m3(2, 64, 1, 8),
+                                                     v_cache=e4m3(2, 64, 1, 8)),
+        "head_dim_v": lambda: _kvcache_call(v_cache=e4m3(2, 256, 2, 64)),
+    }
+    with pytest.raises(error, match=match):
+        calls[case]()
+
+
+def test_fp8_descale_on_another_device_refused():
+    """The descales must be on q's device (the CPU here: the device check comes first)."""
+    q = torch.randn(2, 1, 8, 64).bfloat16()
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        flash_attn_with_kvcache(q, q.to(E4M3), q.to(E4M3), cache_seqlens=1)
+
+
+def test_fp8_dense_and_varlen_shapes():
+    """flash_attn_func and flash_attn_varlen_func (packed and paged) take fp8 K/V too."""
+    q = meta(2, 16, 8, 64, dtype=BF16)
+    kv = e4m3(2, 32, 2, 64)
+    out = flash_attn_func(q, kv, kv, causal=True, k_descale=f32(2, 2), v_descale=f32(2, 2))
+    assert out.shape == q.shape and out.dtype == BF16
+    assert flash_attn_func(q, kv, kv).shape == q.shape  # descales default to 1.0
+    cu = i32(3)
+    out, lse = flash_attn_varlen_func(
+        meta(30, 8, 64, dtype=BF16), e4m3(50, 2, 64), e4m3(50, 2, 64), cu, cu, 20, 30,
+        causal=True, k_descale=f32(2), v_descale=f32(2), return_softmax_lse=True,
+    )
+    assert out.shape == (30, 8, 64) and lse.shape == (8, 30)
+    pages = e4m3(8, 16, 2, 64)
+    out = flash_attn_varlen_func(meta(30, 8, 64, dtype=BF16), pages, pages, cu, cu, 20, 64,
+                                 block_table=i32(2, 4), k_descale=f32(2, 2),
+                                 v_descale=f32(2, 2))
+    assert out.shape == (30, 8, 64)
+    with pytest.raises(ValueError, match="must both be e4m3"):
+        flash_attn_func(q, kv, meta(2, 32, 2, 64, dtype=BF16))
+    with pytest.raises(NotImplementedError, match="q_descale"):
+        flash_attn_func(q, kv, kv, q_descale=f32(2, 8))
+
+
+def test_fp8_skips_the_prepared_path(monkeypatch):
+    """A call with descales never reaches the prepared 16-bit path; one without (FlashAttention
+    3's 1.0) reaches it only for it to decline (it keys 16-bit K/V only: test_gpu.py)."""
+    seen = []
+    real = _ops.fwd_fast
+
+    def spy(q, k, v, *args):
+        seen.append(k.dtype)
+        return real(q, k, v, *args)
+
+    monkeypatch.setattr(_ops, "fwd_fast", spy)
+    q, kv = meta(1, 16, 2, 64, dtype=BF16), e4m3(1, 16, 2, 64)
+    flash_attn_func(q, kv, kv, k_descale=f32(1), v_descale=f32(1))
+    assert seen == []
+    assert flash_attn_func(q, kv, kv).shape == q.shape
+    assert seen == [E4M3]
+
+
+def test_fp8_backward_refusal_rule():
+    """The backward of an fp8 K/V is refused (NotImplementedError), here by the Rust checks; the
+    interface refuses it earlier, when ``backward`` runs (test_gpu.py)."""
+    q, kv = meta(1, 16, 2, 64, dtype=BF16), e4m3(1, 16, 2, 64)
+    lse = f32(1, 2, 16)
+    arg = _ops._shape_arg
+    with pytest.raises(NotImplementedError, match="fp8"):
+        flashcore._flashcore.backward(
+            *(arg(t) for t in (q, q, kv, kv, q, lse, q, kv, kv)),
+            (0.125, False, (-1, -1), 0.0), None, False, (0, 0), None, 0,
+        )
+
+
+def test_fp8_compile_traces_with_grad():
+    """An fp8 forward whose q requires grad still compiles: its backward refuses when it runs."""
+    q = meta(1, 16, 2, 64, dtype=BF16).requires_grad_(True)
+    kv = e4m3(1, 16, 2, 64)
+    compiled = torch.compile(
+        lambda q, k, kd: flash_attn_func(q, k, k, causal=True, k_descale=kd, v_descale=kd),
+        fullgraph=True, backend="aot_eager",
+    )
+    assert compiled(q, kv, f32(1, 2)).shape == q.shape
+
+
+@pytest.mark.parametrize("descales", [True, False])
+def test_fp8_kvcache_compile_fullgraph_traces(descales):
+    """Traced without a graph break, the ones of missing descales included."""
+    def decode(q, k_cache, v_cache, k, v, used, k_descale, v_descale):
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=used,
+                                       causal=True, k_descale=k_descale, v_descale=v_descale)
+
+    compiled = torch.compile(decode, fullgraph=True, backend="eager")
+    q = meta(2, 1, 8, 128, dtype=BF16)
+    new = meta(2, 1, 2, 128, dtype=BF16)
+    cache = e4m3(2, 256, 2, 128)
+    d = f32(2, 2) if descales else None
+    out = compiled(q, cache, cache, new, new, i32(2), d, d)
+    assert out.shape == q.shape and out.dtype == BF16
+
+
+def test_fp8_opcheck_kvcache():
+    cache = e4m3(2, 128, 2, 64)
+    torch.library.opcheck(
+        _ops.kvcache_fwd,
+        (meta(2, 1, 4, 64, dtype=BF16), cache, cache, i32(2), None, meta(2, 1, 2, 64, dtype=BF16),
+         meta(2, 1, 2, 64, dtype=BF16), 0.125, True, -1, -1, 0.0, None, f32(2, 2), f32(2, 2)),
+    )

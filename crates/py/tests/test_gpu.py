@@ -313,7 +313,11 @@ def paged(k_logical, v_logical, block_size, spare_blocks=3, fill=None):
         pool = randn((num_blocks, block_size, nheads_k, d), logical.dtype)
         if fill is not None:
             pool.fill_(fill)
-        pool[ids] = logical.reshape(-1, block_size, nheads_k, d)
+        rows = logical.reshape(-1, block_size, nheads_k, d)
+        if pool.element_size() == 1:  # fp8: moved as its bytes
+            pool.view(torch.uint8)[ids] = rows.view(torch.uint8)
+        else:
+            pool[ids] = rows
         pools.append(pool)
     return pools[0], pools[1], ids.view(batch, max_blocks).to(torch.int32)
 
@@ -1221,3 +1225,294 @@ def test_cuda_graph_several_calls(dtype):
     for i, ((out, lse), (out_eager, lse_eager)) in enumerate(zip(outs, step())):
         assert_bitwise_equal(f"out of call {i}", out, out_eager)
         assert_bitwise_equal(f"softmax_lse of call {i}", lse, lse_eager)
+
+
+# ---- fp8 KV caches (FlashAttention 3's float8_e4m3fn K/V with k_descale / v_descale) ----
+
+E4M3 = torch.float8_e4m3fn
+# k_descale / v_descale as FlashAttention 3 takes them, (batch, nheads_k); (nheads_k,); one
+# element; a (batch, nheads_k) view expanded from one element, as serving engines pass a
+# per-tensor scale (strides 0); and none (FlashAttention 3's 1.0).
+DESCALES = ["batch_head", "head", "tensor", "expanded", "none"]
+
+
+def e4m3(shape):
+    """Random stored e4m3 values (unscaled), as FlashAttention 3's tests make them."""
+    return torch.randn(shape, device=DEVICE).to(E4M3)
+
+
+def make_descale(kind, batch, nheads_k):
+    """Factors in [0.25, 1.75): rows of randn divided by them stay far below e4m3's 448, where
+    torch's conversion (NaN) and the append's (saturating) would part."""
+    if kind == "none":
+        return None
+    shape = {"batch_head": (batch, nheads_k), "head": (nheads_k,)}.get(kind, (1,))
+    d = torch.rand(shape, device=DEVICE, dtype=torch.float32) * 1.5 + 0.25
+    return d.expand(batch, nheads_k) if kind == "expanded" else d
+
+
+def descale_table(descale, batch, nheads_k):
+    """Any descale as its (batch, nheads_k) float32 factors."""
+    if descale is None:
+        return torch.ones((batch, nheads_k), device=DEVICE)
+    return descale.expand(batch, nheads_k).float()
+
+
+def dequantize(cache, table):
+    """An e4m3 cache ``(batch, rows, nheads_k, d)`` as its true values: ``float(byte) *
+    descale[b, h_k]``, in float32."""
+    return cache.float() * table[:, None, :, None]
+
+
+def quantize(rows, table_b):
+    """Rows ``(n, nheads_k, d)`` of one sequence as the append stores them: ``rows / descale`` in
+    float32, rounded to nearest even into e4m3. The kernel computes the same thing (an IEEE
+    division, __fdiv_rn, then cvt.rn.satfinite), and torch's division by a CUDA tensor is an IEEE
+    division too (no reciprocal) and its conversion rounds to nearest even: with no value near
+    448 (where only saturation differs) the bytes must agree exactly, ties included."""
+    return (rows.float() / table_b[None, :, None]).to(E4M3)
+
+
+def assert_bytes_equal(name, actual, expected):
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype == E4M3, name
+    same = actual.view(torch.uint8) == expected.view(torch.uint8)
+    assert bool(same.all()), f"{name}: {int((~same).sum())} of {same.numel()} bytes differ"
+
+
+def dequantized_ref(q, k_true, v_true, dtype, **modes):
+    """:func:`attention_ref` on the dequantized K/V: float32 with ``upcast``, else rounded to
+    the input dtype (the rule's yardstick)."""
+
+    def ref(*, upcast):
+        k, v = (k_true, v_true) if upcast else (k_true.to(dtype), v_true.to(dtype))
+        return attention_ref(q, k, v, upcast=upcast, **modes)
+
+    return ref
+
+
+def check_kvcache_fp8(dtype, *, batch=3, nheads=6, nheads_k=2, d=128, capacity=512, seqlen_q=1,
+                      append=True, page_block_size=None, descale="batch_head", lens=None,
+                      causal=True, window_size=(-1, -1), softcap=0.0, alibi=None):
+    """One flash_attn_with_kvcache call on e4m3 caches against the reference on the dequantized
+    caches, and the caches afterwards: the appended rows quantized with their descales
+    (:func:`quantize`) at cache_seqlens[b], every other byte (spare blocks included) unchanged."""
+    torch.manual_seed(0)
+    seqlen_new = seqlen_q if append else 0
+    if lens is None:  # an empty cache, a full one, the rest random
+        lens = torch.randint(0, capacity - seqlen_new + 1, (batch,)).tolist()
+        lens[0], lens[-1] = 0, capacity - seqlen_new
+    k_logical = e4m3((batch, capacity, nheads_k, d))
+    v_logical = e4m3((batch, capacity, nheads_k, d))
+    table = None
+    if page_block_size is None:
+        k_cache, v_cache = k_logical.clone(), v_logical.clone()
+    else:
+        k_cache, v_cache, table = paged(k_logical, v_logical, page_block_size)
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    q = randn((batch, seqlen_q, nheads, d), dtype, q_scale(softcap))
+    k_new = randn((batch, seqlen_new, nheads_k, d), dtype) if append else None
+    v_new = randn((batch, seqlen_new, nheads_k, d), dtype) if append else None
+    k_descale = make_descale(descale, batch, nheads_k)
+    v_descale = make_descale(descale, batch, nheads_k)
+    modes = dict(causal=causal, window_size=window_size, softcap=softcap,
+                 alibi_slopes=make_alibi(alibi, batch, nheads))
+    out, lse = flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=k_new, v=v_new,
+        cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=DEVICE), block_table=table,
+        k_descale=k_descale, v_descale=v_descale, **modes, return_softmax_lse=True,
+    )
+    assert out.dtype == dtype and out.shape == q.shape
+
+    k_table = descale_table(k_descale, batch, nheads_k)
+    v_table = descale_table(v_descale, batch, nheads_k)
+    k_after, v_after = k_logical.clone(), v_logical.clone()
+    if append:
+        for b, n in enumerate(lens):
+            k_after.view(torch.uint8)[b, n:n + seqlen_new] = (
+                quantize(k_new[b], k_table[b]).view(torch.uint8))
+            v_after.view(torch.uint8)[b, n:n + seqlen_new] = (
+                quantize(v_new[b], v_table[b]).view(torch.uint8))
+    for name, cache, before, after in (("k_cache", k_cache, k_before, k_after),
+                                       ("v_cache", v_cache, v_before, v_after)):
+        expected = after
+        if table is not None:
+            expected = before.clone()
+            expected.view(torch.uint8)[table.flatten().long()] = (
+                after.view(torch.uint8).reshape(-1, *before.shape[1:]))
+        assert_bytes_equal(name, cache, expected)
+
+    seqlens_k = [n + seqlen_new for n in lens]
+    check_attention(out, lse, dequantized_ref(
+        q, dequantize(k_after, k_table), dequantize(v_after, v_table), dtype,
+        seqlens_k=seqlens_k, **modes))
+
+
+@parametrize("seqlen_q", [1, 4])
+@parametrize("append", [False, True])
+@parametrize("page_block_size", [None, 64])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_kvcache_fp8(dtype, page_block_size, append, seqlen_q):
+    check_kvcache_fp8(dtype, seqlen_q=seqlen_q, append=append, page_block_size=page_block_size)
+
+
+@parametrize("descale", DESCALES)
+def test_flash_attn_kvcache_fp8_descales(descale):
+    """Every descale layout (and none), appended and read through a paged cache."""
+    check_kvcache_fp8(torch.bfloat16, descale=descale, page_block_size=16)
+
+
+@parametrize("nheads,nheads_k", GQA)
+@parametrize("d", [64, 128, 256])
+def test_flash_attn_kvcache_fp8_decode_head_dims(d, nheads, nheads_k):
+    """Decode over a long cache (split KV), not causal, every head dim of the fp8 kernel; the
+    second sequence fills the cache."""
+    check_kvcache_fp8(torch.bfloat16, batch=2, nheads=nheads, nheads_k=nheads_k, d=d,
+                      capacity=2048, lens=[1731, 2047], causal=False)
+
+
+@parametrize("page_block_size", [None, 64])
+def test_flash_attn_kvcache_fp8_modes(page_block_size):
+    """A window, softcap and ALiBi over an fp8 cache."""
+    check_kvcache_fp8(torch.float16, seqlen_q=3, page_block_size=page_block_size, causal=False,
+                      **ALL_MODES)
+
+
+@parametrize("causal", [False, True])
+@parametrize("api", ["dense", "varlen", "varlen_paged"])
+def test_flash_attn_fp8_kv(api, causal):
+    """flash_attn_func and flash_attn_varlen_func (packed and paged) on fp8 K/V."""
+    torch.manual_seed(0)
+    dtype, nheads, nheads_k, d = torch.bfloat16, 6, 2, 128
+    if api == "dense":
+        batch = 2
+        q = randn((batch, 113, nheads, d), dtype)
+        k, v = e4m3((batch, 203, nheads_k, d)), e4m3((batch, 203, nheads_k, d))
+        k_descale = make_descale("batch_head", batch, nheads_k)
+        v_descale = make_descale("batch_head", batch, nheads_k)
+        out, lse = flash_attn_func(q, k, v, causal=causal, k_descale=k_descale,
+                                   v_descale=v_descale, return_softmax_lse=True)
+        check_attention(out, lse, dequantized_ref(
+            q, dequantize(k, k_descale), dequantize(v, v_descale), dtype, causal=causal))
+        return
+    batch = 4
+    lens_q = random_lengths(batch, 40, zero_at=1)
+    lens_k = random_lengths(batch, 300, zero_at=2)
+    q = randn((sum(lens_q), nheads, d), dtype)
+    k_descale = make_descale("head", batch, nheads_k)
+    v_descale = make_descale("head", batch, nheads_k)
+    k_table = descale_table(k_descale, batch, nheads_k)
+    v_table = descale_table(v_descale, batch, nheads_k)
+    if api == "varlen":
+        k, v = e4m3((sum(lens_k), nheads_k, d)), e4m3((sum(lens_k), nheads_k, d))
+        ks, vs = torch.split(k, lens_k), torch.split(v, lens_k)
+        table = None
+    else:
+        k_logical, v_logical = (e4m3((batch, 320, nheads_k, d)) for _ in range(2))
+        k, v, table = paged(k_logical, v_logical, 64)
+        ks = [k_logical[b, :n] for b, n in enumerate(lens_k)]
+        vs = [v_logical[b, :n] for b, n in enumerate(lens_k)]
+    out, lse = flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k),
+                                      max(lens_q), max(lens_k), causal=causal, block_table=table,
+                                      k_descale=k_descale, v_descale=v_descale,
+                                      return_softmax_lse=True)
+    k_true = [kb.float() * k_table[b][None, :, None] for b, kb in enumerate(ks)]
+    v_true = [vb.float() * v_table[b][None, :, None] for b, vb in enumerate(vs)]
+
+    def ref(*, upcast):
+        kk = k_true if upcast else [t.to(dtype) for t in k_true]
+        vv = v_true if upcast else [t.to(dtype) for t in v_true]
+        return varlen_ref(q, lens_q, kk, vv, causal=causal, upcast=upcast)
+
+    check_attention(out, lse, ref)
+
+
+def test_fp8_kv_declined_by_the_prepared_path():
+    """flash_attn_func's prepared path keys 16-bit K/V only: an fp8 K/V without descales (1.0)
+    goes to the general path every call, and is right each time."""
+    torch.manual_seed(0)
+    from flashcore import _ops
+
+    _ops.forget_prepared()
+    q = randn((1, 64, 4, 64), torch.float16)
+    k, v = e4m3((1, 96, 2, 64)), e4m3((1, 96, 2, 64))
+    assert _ops.fwd_fast(q, k, v, None, True, (-1, -1), 0.0) is None
+    assert not any(_ops._prepared.values())
+    ones = torch.ones((1, 2), device=DEVICE)
+    ref = dequantized_ref(q, dequantize(k, ones), dequantize(v, ones), torch.float16,
+                          causal=True)
+    for _ in range(2):
+        check_attention(flash_attn_func(q, k, v, causal=True), None, ref)
+    assert not any(_ops._prepared.values())
+
+
+def test_fp8_kv_backward_refused():
+    """An fp8 K/V has no backward: refused when backward runs."""
+    torch.manual_seed(0)
+    q = randn((1, 64, 4, 64), torch.bfloat16, requires_grad=True)
+    k, v = e4m3((1, 64, 2, 64)), e4m3((1, 64, 2, 64))
+    out = flash_attn_func(q, k, v, causal=True, k_descale=make_descale("head", 1, 2),
+                          v_descale=make_descale("head", 1, 2))
+    assert torch.isfinite(out).all()
+    with pytest.raises(NotImplementedError, match="fp8"):
+        out.float().sum().backward()
+
+
+@parametrize("bad", [0.0, -1.0, float("nan")])
+def test_fp8_bad_descale_raises(bad):
+    """A factor that is not finite and > 0 would flip, erase or poison the cache's values:
+    refused by the table checks, before anything is appended."""
+    torch.manual_seed(0)
+    q = randn((2, 1, 4, 64), torch.bfloat16)
+    k_cache, v_cache = e4m3((2, 64, 2, 64)), e4m3((2, 64, 2, 64))
+    before = k_cache.clone()
+    k_descale = make_descale("batch_head", 2, 2)
+    k_descale[1, 1] = bad
+    with pytest.raises(ValueError, match="k_descale: entry 3"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k=randn((2, 1, 2, 64), torch.bfloat16),
+                                v=randn((2, 1, 2, 64), torch.bfloat16), cache_seqlens=10,
+                                k_descale=k_descale,
+                                v_descale=make_descale("batch_head", 2, 2))
+    assert_bytes_equal("k_cache", k_cache, before)
+
+
+def test_fp8_descale_on_the_host_raises():
+    q = randn((2, 1, 4, 64), torch.bfloat16)
+    cache = e4m3((2, 64, 2, 64))
+    with pytest.raises(ValueError, match="k_descale must be a CUDA tensor"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=10,
+                                k_descale=torch.ones(2, 2), v_descale=torch.ones(2, 2))
+
+
+def test_cuda_graph_decode_fp8():
+    """An fp8 decode step with an append and no descales (the ones flashcore makes for them are
+    made inside the capture), replayed on new inputs: bit-identical to an eager call."""
+    torch.manual_seed(0)
+    batch, nheads, nheads_k, d, capacity = 2, 16, 2, 128, 4096
+    k_cache, v_cache = (e4m3((batch, capacity, nheads_k, d)) for _ in range(2))
+    static = dict(q=randn((batch, 1, nheads, d), torch.bfloat16),
+                  k=randn((batch, 1, nheads_k, d), torch.bfloat16),
+                  v=randn((batch, 1, nheads_k, d), torch.bfloat16),
+                  cache_seqlens=torch.tensor([3000, 1234], dtype=torch.int32, device=DEVICE))
+    fn = partial(flash_attn_with_kvcache, k_cache=k_cache, v_cache=v_cache, causal=True,
+                 return_softmax_lse=True, **static)
+    graph, (out, lse) = capture(fn)
+    for name in ("q", "k", "v"):
+        static[name].copy_(torch.randn_like(static[name]))
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    graph.replay()
+    torch.cuda.synchronize()
+    ones = torch.ones((batch, nheads_k), device=DEVICE)
+    k_after, v_after = k_before.clone(), v_before.clone()
+    for b, n in enumerate(static["cache_seqlens"].tolist()):
+        k_after.view(torch.uint8)[b, n] = quantize(static["k"][b], ones[b]).view(torch.uint8)[0]
+        v_after.view(torch.uint8)[b, n] = quantize(static["v"][b], ones[b]).view(torch.uint8)[0]
+    assert_bytes_equal("k_cache", k_cache, k_after)
+    assert_bytes_equal("v_cache", v_cache, v_after)
+    seqlens_k = [n + 1 for n in static["cache_seqlens"].tolist()]
+    check_attention(out, lse, dequantized_ref(
+        static["q"], dequantize(k_after, ones), dequantize(v_after, ones), torch.bfloat16,
+        causal=True, seqlens_k=seqlens_k))
+    out_eager, lse_eager = fn()
+    torch.cuda.synchronize()
+    assert_bitwise_equal("out", out, out_eager)
+    assert_bitwise_equal("softmax_lse", lse, lse_eager)

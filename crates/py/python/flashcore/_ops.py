@@ -13,6 +13,10 @@ commonest call (no ALiBi, no LSE wanted) goes further (:func:`fwd_fast`): its ch
 kernel are prepared once per shape, and a call is one launch. Everything else (autograd,
 ``torch.compile``, fake tensors) goes through the registered ops.
 
+An fp8 KV cache (``torch.float8_e4m3fn`` K/V, FlashAttention 3's) goes to the kernels as its
+bytes with float32 ``k_descale``/``v_descale`` tables (:func:`kv_descales` supplies FlashAttention
+3's 1.0 for a missing one); Q and O stay float16/bfloat16, and it has no backward.
+
 The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
 one zeroed tensor per (device, stream) in eager mode, one per capture while a CUDA graph is being
 captured (it then lives in the graph's pool, and its zeroing is part of the graph).
@@ -32,7 +36,10 @@ _DTYPES = {
     torch.bfloat16: "bf16",
     torch.float32: "f32",
     torch.int32: "i32",
+    torch.float8_e4m3fn: "e4m3",
 }
+
+_E4M3 = torch.float8_e4m3fn
 
 _table_checks = True
 
@@ -89,6 +96,27 @@ def window_of(window_size) -> Tuple[int, int]:
         raise ValueError(
             f"flashcore: window_size must be a pair (left, right), got {window_size!r}"
         ) from None
+
+
+def kv_descales(k, k_descale, v_descale):
+    """The descales of a call whose K/V may be an fp8 (e4m3) cache, as FlashAttention 3 reads
+    them: for e4m3 K, a missing ``k_descale`` or ``v_descale`` is 1.0, here a table of ones
+    shaped as the other (which is then made contiguous, so that both index alike) or of one
+    element. Anything else is passed on for the Rust checks to judge (descales given with a
+    16-bit K/V are refused there)."""
+    if not isinstance(k, Tensor) or k.dtype != _E4M3:
+        return k_descale, v_descale
+    if k_descale is not None and v_descale is not None:
+        return k_descale, v_descale
+    given = k_descale if k_descale is not None else v_descale
+    if given is None:
+        ones = torch.ones(1, dtype=torch.float32, device=k.device)
+        return ones, ones
+    if not isinstance(given, Tensor):
+        return k_descale, v_descale  # the caller's type check names it
+    given = given.contiguous()
+    ones = torch.ones(given.shape, dtype=torch.float32, device=given.device)
+    return (given, ones) if k_descale is not None else (ones, given)
 
 
 def _check_only(fn, args, tensors) -> None:
@@ -194,10 +222,12 @@ def fwd_impl(
     softcap: float,
     alibi_slopes: Optional[Tensor],
     deterministic: bool,
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     # The op's outputs are always O and a fresh LSE (deterministic matters to the backward only).
     return fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
-                     alibi_slopes, want_lse=True)
+                     alibi_slopes, want_lse=True, k_descale=k_descale, v_descale=v_descale)
 
 
 fwd = torch.library.custom_op("flashcore::fwd", fwd_impl, mutates_args=(), device_types="cuda")
@@ -206,7 +236,7 @@ _lse_scratch = {}
 
 
 def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-              want_lse):
+              want_lse, k_descale=None, v_descale=None):
     """:func:`fwd_impl` for the eager fast path (:func:`eager`): when the caller does not want
     the LSE and no graph is being captured, the kernels write it into a scratch buffer kept per
     (device, stream) instead of a fresh tensor (one allocation fewer per call)."""
@@ -225,6 +255,7 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), lse_arg,
         (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
+        _opt(k_descale), _opt(v_descale),
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
@@ -297,6 +328,10 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
     if not (q.is_cuda and k.is_cuda and v.is_cuda and index == k.get_device() == v.get_device()):
         _prepared[key] = False
         return False
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        # An fp8 (e4m3) K/V, or a mismatch the general path names: never prepared.
+        _prepared[key] = False
+        return False
     try:
         options = (scale_of(softmax_scale, q.shape[-1]), bool(causal), window_of(window_size),
                    float(softcap))
@@ -312,15 +347,17 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
 
 
 @fwd.register_fake
-def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic):
+def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic,
+      k_descale=None, v_descale=None):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
         (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
+        _shape_arg(k_descale), _shape_arg(v_descale),
     )
-    _check_only(_flashcore.forward, args, (q, k, v, alibi_slopes))
+    _check_only(_flashcore.forward, args, (q, k, v, alibi_slopes, k_descale, v_descale))
     return out, lse
 
 
@@ -373,7 +410,8 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
 
 
 def _fwd_setup(ctx, inputs, output):
-    q, k, v, scale, causal, wl, wr, softcap, alibi, deterministic = inputs
+    q, k, v, scale, causal, wl, wr, softcap, alibi, deterministic = inputs[:10]
+    ctx.inputs = len(inputs)
     out, lse = output
     # softmax_lse is an output, not a differentiable one: no gradient flows through it (rather
     # than a wrong one).
@@ -384,9 +422,14 @@ def _fwd_setup(ctx, inputs, output):
 
 def _fwd_backward(ctx, dout, dlse):
     q, k, v, out, lse, alibi = ctx.saved_tensors
+    none = (None,) * (ctx.inputs - 3)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        # An fp8 (e4m3) K/V: refused when the backward runs, as the other modes without one.
+        return (refuse_backward(dout, "flash_attn_func with an fp8 (float8_e4m3fn) K/V"),
+                None, None, *none)
     scale, causal, wl, wr, softcap, deterministic = ctx.options
     dq, dk, dv = bwd(dout, q, k, v, out, lse, scale, causal, wl, wr, softcap, alibi, deterministic)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return (dq, dk, dv, *none)
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
@@ -411,6 +454,8 @@ def varlen_fwd_impl(
     window_right: int,
     softcap: float,
     alibi_slopes: Optional[Tensor],
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     total_q, h = q.shape[0], q.shape[1]
     out = _empty_out(q, v)
@@ -421,7 +466,7 @@ def varlen_fwd_impl(
         _arg(cu_seqlens_q), _opt(cu_seqlens_k), _opt(seqused_k), _opt(block_table),
         max_seqlen_q, max_seqlen_k,
         (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        check,
+        _opt(k_descale), _opt(v_descale), check,
     )
     _launch(_flashcore.varlen_forward, args, q.device)
     return out, lse
@@ -434,15 +479,17 @@ varlen_fwd = torch.library.custom_op(
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes):
+      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale=None,
+      v_descale=None):
     out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-    tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes)
+    tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, k_descale,
+              v_descale)
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
         *(_shape_arg(t) for t in tables[:4]), max_seqlen_q, max_seqlen_k,
         (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
-        False,
+        _shape_arg(k_descale), _shape_arg(v_descale), False,
     )
     _check_only(_flashcore.varlen_forward, args, (q, k, v, *tables))
     return out, lse
@@ -499,6 +546,8 @@ def kvcache_fwd_impl(
     window_right: int,
     softcap: float,
     alibi_slopes: Optional[Tensor],
+    k_descale: Optional[Tensor] = None,
+    v_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     out = _empty_out(q, v_cache)
@@ -508,7 +557,7 @@ def kvcache_fwd_impl(
         _arg(q), _arg(k_cache), _arg(v_cache), _arg(out), _arg(lse),
         _arg(cache_seqlens), _opt(block_table), _opt(k), _opt(v),
         (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        check,
+        _opt(k_descale), _opt(v_descale), check,
     )
     _launch(_flashcore.kvcache_forward, args, q.device)
     return out, lse
@@ -522,7 +571,7 @@ kvcache_fwd = torch.library.custom_op(
 
 @kvcache_fwd.register_fake
 def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, causal, window_left,
-      window_right, softcap, alibi_slopes):
+      window_right, softcap, alibi_slopes, k_descale=None, v_descale=None):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     out = torch.empty(_o_shape(q, v_cache), dtype=q.dtype, device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
@@ -530,9 +579,10 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, caus
         _shape_arg(q), _shape_arg(k_cache), _shape_arg(v_cache), _shape_arg(out),
         _shape_arg(lse), _shape_arg(cache_seqlens), _shape_arg(block_table), _shape_arg(k),
         _shape_arg(v), (softmax_scale, causal, (window_left, window_right), softcap),
-        _shape_arg(alibi_slopes), False,
+        _shape_arg(alibi_slopes), _shape_arg(k_descale), _shape_arg(v_descale), False,
     )
-    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes, k_descale,
+               v_descale)
     _check_only(_flashcore.kvcache_forward, args, tensors)
     return out, lse
 

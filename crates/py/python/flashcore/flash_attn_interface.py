@@ -4,6 +4,12 @@ The functions take FlashAttention 2's arguments with its meaning (``softmax_scal
 ``1/sqrt(head_dim)``, ``window_size=(-1, -1)`` is unbounded, ``causal`` is bottom-right aligned,
 ``softcap=0`` is off, ``alibi_slopes`` are fp32 ``(nheads,)`` or ``(batch, nheads)``).
 
+An fp8 KV cache is FlashAttention 3's: :func:`flash_attn_with_kvcache`, :func:`flash_attn_func`
+and :func:`flash_attn_varlen_func` take K/V (the cache) as ``torch.float8_e4m3fn`` with float32
+``k_descale``/``v_descale`` of shape ``(batch, nheads_k)`` (also ``(nheads_k,)`` or one element);
+the true value of a stored byte is ``float(byte) * descale[b, h_k]``, a missing descale is 1.0,
+and q (so the output) stays float16/bfloat16. No backward.
+
 Beyond FlashAttention 2: every function takes ``return_softmax_lse=True`` to return
 ``(out, softmax_lse)`` (softmax_lse is not differentiable: no gradient flows through it). What
 flashcore does not do is refused, never ignored: ``dropout_p > 0``
@@ -63,6 +69,14 @@ def _tensors(**named) -> torch.device:
 
 
 
+def _refuse_q_descale(q_descale) -> None:
+    if q_descale is not None:
+        raise NotImplementedError(
+            "flashcore: q_descale (an fp8 q) is not implemented: q stays float16/bfloat16 and "
+            "only K/V may be fp8 (float8_e4m3fn, with k_descale/v_descale)"
+        )
+
+
 def _result(out: Tensor, lse: Tensor, return_softmax_lse: bool):
     return (out, lse) if return_softmax_lse else out
 
@@ -81,6 +95,9 @@ def flash_attn_func(
     return_attn_probs=False,
     *,
     return_softmax_lse=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """q ``(batch, seqlen_q, nheads, headdim)``; k, v ``(batch, seqlen_k, nheads_k, headdim)``
     with ``nheads`` a multiple of ``nheads_k`` (GQA/MQA). Any strides with a contiguous last
@@ -88,24 +105,31 @@ def flash_attn_func(
     ``(batch, nheads, seqlen_q)`` fp32 with ``return_softmax_lse``). Differentiable for dense
     attention (causal or not, GQA); with a window, softcap or ALiBi ``backward`` raises
     ``NotImplementedError``. ``deterministic=True`` takes only backward kernels whose runs are
-    bit-identical."""
+    bit-identical. k and v may be fp8 (``torch.float8_e4m3fn``, both) with float32
+    ``k_descale``/``v_descale`` ``(batch, nheads_k)`` as FlashAttention 3 takes them (a missing
+    one is 1.0); such a call has no backward."""
     if dropout_p or return_attn_probs:
         _refuse(dropout_p, return_attn_probs)
-    if alibi_slopes is None and not return_softmax_lse:
+    # The prepared path takes 16-bit K/V only (an fp8 K/V without descales it declines itself).
+    descales = q_descale is not None or k_descale is not None or v_descale is not None
+    if alibi_slopes is None and not return_softmax_lse and not descales:
         out = _ops.fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap)
         if out is not None:
             return out
+    _refuse_q_descale(q_descale)
+    k_descale, v_descale = _ops.kv_descales(k, k_descale, v_descale)
     left, right = _window(window_size)
-    if _ops.eager(q, k, v, alibi_slopes):
+    if _ops.eager(q, k, v, alibi_slopes, k_descale, v_descale):
         out, lse = _ops.fwd_eager(
             q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
-            float(softcap), alibi_slopes, return_softmax_lse,
+            float(softcap), alibi_slopes, return_softmax_lse, k_descale, v_descale,
         )
     else:
-        _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
+        _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes, k_descale=k_descale,
+                 v_descale=v_descale)
         out, lse = _ops.fwd(
             q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
-            float(softcap), alibi_slopes, bool(deterministic),
+            float(softcap), alibi_slopes, bool(deterministic), k_descale, v_descale,
         )
     return _result(out, lse, return_softmax_lse)
 
@@ -178,16 +202,24 @@ def flash_attn_varlen_func(
     block_table=None,
     *,
     return_softmax_lse=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Packed sequences: q ``(total_q, nheads, headdim)``, k and v ``(total_k, nheads_k,
     headdim)``, ``cu_seqlens_q``/``cu_seqlens_k`` int32 ``(batch + 1,)`` cumulative lengths.
     With ``block_table`` int32 ``(batch, max_blocks)``, k and v are paged caches ``(num_blocks,
     page_block_size, nheads_k, headdim)`` and sequence b's keys are its first
     ``cu_seqlens_k[b+1] - cu_seqlens_k[b]`` cache rows. softmax_lse is ``(nheads, total_q)``.
-    No backward yet (``NotImplementedError``)."""
+    k and v (packed or paged) may be fp8 (``torch.float8_e4m3fn``) with float32
+    ``k_descale``/``v_descale`` ``(batch, nheads_k)``, as FlashAttention 3 takes them. No backward
+    yet (``NotImplementedError``)."""
     _refuse(dropout_p, return_attn_probs)
+    _refuse_q_descale(q_descale)
     _tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-             alibi_slopes=alibi_slopes, block_table=block_table)
+             alibi_slopes=alibi_slopes, block_table=block_table, k_descale=k_descale,
+             v_descale=v_descale)
+    k_descale, v_descale = _ops.kv_descales(k, k_descale, v_descale)
     left, right = _window(window_size)
     cu_k, used = cu_seqlens_k, None
     if block_table is not None:
@@ -198,12 +230,13 @@ def flash_attn_varlen_func(
             )
         # The kernels read each sequence's key count (seqused_k), not cumulative offsets.
         used, cu_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32), None
-    tensors = (q, k, v, cu_seqlens_q, cu_k, used, block_table, alibi_slopes)
+    tensors = (q, k, v, cu_seqlens_q, cu_k, used, block_table, alibi_slopes, k_descale,
+               v_descale)
     op = _ops.varlen_fwd_impl if _ops.eager(*tensors) else _ops.varlen_fwd
     out, lse = op(
         q, k, v, cu_seqlens_q, cu_k, used, block_table, int(max_seqlen_q), int(max_seqlen_k),
         _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
-        alibi_slopes,
+        alibi_slopes, k_descale, v_descale,
     )
     return _result(out, lse, return_softmax_lse)
 
@@ -285,6 +318,10 @@ def flash_attn_with_kvcache(
     alibi_slopes=None,
     num_splits=0,
     return_softmax_lse=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """q ``(batch, seqlen_q, nheads, headdim)``; a cache ``(batch, seqlen_cache, nheads_k,
     headdim)``, or with ``block_table`` int32 ``(batch, max_blocks)`` a paged one ``(num_blocks,
@@ -293,14 +330,25 @@ def flash_attn_with_kvcache(
     caches in place at ``cache_seqlens`` before attending, as FlashAttention does
     (``cache_seqlens`` itself is not advanced). ``num_splits`` is a hint FlashAttention takes
     for its split-KV heuristic; flashcore's planner picks the split itself, and the result does
-    not depend on it. Inference only: no backward."""
+    not depend on it. Inference only: no backward.
+
+    An fp8 cache, as FlashAttention 3 takes it: ``k_cache`` and ``v_cache`` both
+    ``torch.float8_e4m3fn``, with float32 ``k_descale``/``v_descale`` of shape
+    ``(batch, nheads_k)`` (also ``(nheads_k,)`` or one element; ``t.expand(batch, nheads_k)``
+    views are read without a copy), on q's device. A stored byte's value is
+    ``float(byte) * descale[b, h_k]``; a missing descale is 1.0. q, ``k``/``v`` (the rows to
+    append, quantized into the cache as ``(k / k_descale).to(float8_e4m3fn)``, saturating) and
+    the output stay float16/bfloat16. Head dims 64, 128 and 256 (the kernel that reads fp8), on
+    compute capability 8.9 or newer. ``q_descale`` (an fp8 q) is refused."""
     for name, arg in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                       ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if arg is not None:
             raise NotImplementedError(f"flashcore: {name} is not implemented in flash_attn_with_kvcache")
+    _refuse_q_descale(q_descale)
     device = _tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v,
                       cache_seqlens=cache_seqlens if isinstance(cache_seqlens, Tensor) else None,
-                      block_table=block_table, alibi_slopes=alibi_slopes)
+                      block_table=block_table, alibi_slopes=alibi_slopes, k_descale=k_descale,
+                      v_descale=v_descale)
     if (k is None) != (v is None):
         raise ValueError("flashcore: k and v (the rows to append) must be given together")
     if torch.is_grad_enabled() and any(
@@ -320,12 +368,14 @@ def flash_attn_with_kvcache(
             cache_seqlens = (k_cache.shape[1] if block_table is None
                              else block_table.shape[1] * k_cache.shape[1])
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    k_descale, v_descale = _ops.kv_descales(k_cache, k_descale, v_descale)
     left, right = _window(window_size)
-    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes)
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k, v, alibi_slopes, k_descale,
+               v_descale)
     op = _ops.kvcache_fwd_impl if _ops.eager(*tensors) else _ops.kvcache_fwd
     out, lse = op(
         q, k_cache, v_cache, cache_seqlens, block_table, k, v,
         _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
-        alibi_slopes,
+        alibi_slopes, k_descale, v_descale,
     )
     return _result(out, lse, return_softmax_lse)
