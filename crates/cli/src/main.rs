@@ -36,8 +36,9 @@ enum Command {
     Devices,
     /// O = softmax(scale·Q·Kᵀ)·V on .npy inputs (float16 or float32), written as float32 .npy;
     /// varlen, KV cache (contiguous or paged, with appended tokens), sliding windows, softcap and
-    /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache, and
-    /// candle-flash-attn's mm_prefix_ranges (docs/MODES.md).
+    /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache, fp8 (e4m3) KV
+    /// caches with descale factors as FlashAttention 3's, and candle-flash-attn's
+    /// mm_prefix_ranges (docs/MODES.md).
     Run {
         /// Generation name (see `flashcore kernels`), or "auto" for the fastest that takes the problem.
         #[arg(long, default_value = "auto")]
@@ -209,7 +210,14 @@ fn run(cmd: Command) -> Result<(), Failure> {
                     .transpose()
                     .map_err(input)
             };
+            // K and V of an fp8 cache may be its bytes (uint8 files) or its values.
+            let kv = |p: &PathBuf| match modes.kv_dtype {
+                Some(modes::KvDtype::E4m3) => npy::read_e4m3(p).map_err(input),
+                None => npy::read_f32(p).map_err(input),
+            };
             let loaded = Loaded {
+                k_descale: f32s(&modes.k_descale)?.map(modes::Arr::from),
+                v_descale: f32s(&modes.v_descale)?.map(modes::Arr::from),
                 k_new: f32s(&modes.k_new)?,
                 v_new: f32s(&modes.v_new)?,
                 cu_seqlens_q: i32s(&modes.cu_seqlens_q)?,
@@ -220,11 +228,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 mm_prefix_ranges: i32s(&modes.mm_prefix_ranges)?,
                 k_cache_out: modes.k_cache_out.is_some(),
                 v_cache_out: modes.v_cache_out.is_some(),
-                ..Loaded::new(
-                    npy::read_f32(&q).map_err(input)?,
-                    npy::read_f32(&k).map_err(input)?,
-                    npy::read_f32(&v).map_err(input)?,
-                )
+                ..Loaded::new(npy::read_f32(&q).map_err(input)?, kv(&k)?, kv(&v)?)
             };
             let problem = modes::build(&settings, &loaded)
                 .map_err(input)?

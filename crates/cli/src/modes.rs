@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Result};
-use flashcore::{AlibiSlopes, AttentionProblem, DType, HostTables, KvStorage, Layout, Modes};
+use flashcore::{
+    AlibiSlopes, AttentionProblem, DType, HostTables, KvScales, KvStorage, Layout, Modes,
+};
 use ndarray::ArrayD;
 
 /// `--layout`: a dense layout of the core, or `thd` (packed varlen Q/O `[total_q, heads, d]`).
@@ -56,6 +58,26 @@ pub fn parse_window(s: &str) -> Result<Window, String> {
     }
 }
 
+/// `--kv-dtype`: what --k/--v hold when not the problem's dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvDtype {
+    // OCP FP8 E4M3 (e4m3fn) values with f32 descale factors (`Modes::kv_fp8`). A plain comment:
+    // a documented value would switch `run --help` to its long layout.
+    E4m3,
+}
+
+/// `--kv-scales`: the descale tables' shape, named as `cargo xtask verify`'s `fp8=` key.
+pub fn parse_kv_scales(s: &str) -> Result<KvScales, String> {
+    match s.trim() {
+        "tensor" => Ok(KvScales::PerTensor),
+        "head" => Ok(KvScales::PerKvHead),
+        "batchhead" => Ok(KvScales::PerBatchKvHead),
+        other => Err(format!(
+            "unknown descale shape '{other}' (expected tensor, head or batchhead)"
+        )),
+    }
+}
+
 /// The mode flags of `flashcore run`, each FlashAttention's argument of the same name.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ModeFlags {
@@ -98,6 +120,18 @@ pub struct ModeFlags {
     /// int32 [batch, n, 2]: [start, end) key ranges per sequence; a query inside a range also sees all of it, whatever --causal and the window say (candle-flash-attn's mm_prefix_ranges).
     #[arg(long, value_name = "NPY")]
     pub mm_prefix_ranges: Option<PathBuf>,
+    /// e4m3: --k/--v are an fp8 KV cache of OCP FP8 E4M3 values, as uint8 .npy of their bytes (torch's float8_e4m3fn viewed as uint8) or float16/float32 .npy of the stored values (unscaled, each exactly an e4m3 value: nothing is quantized for you); true K/V = stored x --k-descale/--v-descale. Q and O keep --dtype; --k-new/--v-new are true values, quantized into the cache (--k-cache-out/--v-cache-out write its stored values).
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub kv_dtype: Option<KvDtype>,
+    /// Shape of --k-descale/--v-descale: tensor [1], head [heads_kv] or batchhead [batch, heads_kv] (default: the files' shape says; needs --kv-dtype e4m3).
+    #[arg(long, value_name = "SHAPE", value_parser = parse_kv_scales)]
+    pub kv_scales: Option<KvScales>,
+    /// float32 [1], [heads_kv] or [batch, heads_kv]: factors of the stored --k values, each finite and > 0 (FlashAttention 3's k_descale; needs --kv-dtype e4m3).
+    #[arg(long, value_name = "NPY")]
+    pub k_descale: Option<PathBuf>,
+    /// float32, shaped as --k-descale: factors of the stored --v values (v_descale).
+    #[arg(long, value_name = "NPY")]
+    pub v_descale: Option<PathBuf>,
 }
 
 /// Which optional inputs are present: from the flags before anything is read, or from the
@@ -112,6 +146,8 @@ pub struct Given {
     pub v_new: bool,
     pub k_cache_out: bool,
     pub v_cache_out: bool,
+    pub k_descale: bool,
+    pub v_descale: bool,
 }
 
 impl ModeFlags {
@@ -125,6 +161,8 @@ impl ModeFlags {
             v_new: self.v_new.is_some(),
             k_cache_out: self.k_cache_out.is_some(),
             v_cache_out: self.v_cache_out.is_some(),
+            k_descale: self.k_descale.is_some(),
+            v_descale: self.v_descale.is_some(),
         }
     }
 }
@@ -140,6 +178,10 @@ pub struct Settings {
     pub window_right: Option<usize>,
     /// As given: 0 turns it off, as in FlashAttention.
     pub softcap: Option<f32>,
+    /// `--kv-dtype`: None for K/V in `dtype`.
+    pub kv_dtype: Option<KvDtype>,
+    /// `--kv-scales`, if given.
+    pub kv_scales: Option<KvScales>,
 }
 
 impl Settings {
@@ -152,6 +194,8 @@ impl Settings {
             window_left: None,
             window_right: None,
             softcap: None,
+            kv_dtype: None,
+            kv_scales: None,
         }
     }
 
@@ -159,6 +203,8 @@ impl Settings {
         self.window_left = f.window_left.and_then(|w| w.0);
         self.window_right = f.window_right.and_then(|w| w.0);
         self.softcap = f.softcap;
+        self.kv_dtype = f.kv_dtype;
+        self.kv_scales = f.kv_scales;
         self
     }
 }
@@ -216,6 +262,21 @@ pub fn check_combination(s: &Settings, g: &Given) -> Result<()> {
             bail!("--scale {sc} is not finite");
         }
     }
+    let e4m3 = s.kv_dtype == Some(KvDtype::E4m3);
+    if e4m3 && !(g.k_descale && g.v_descale) {
+        bail!("--kv-dtype e4m3 needs --k-descale and --v-descale (the factors the stored values are scaled by)");
+    }
+    if !e4m3 {
+        for (given, flag) in [
+            (g.k_descale, "--k-descale"),
+            (g.v_descale, "--v-descale"),
+            (s.kv_scales.is_some(), "--kv-scales"),
+        ] {
+            if given {
+                bail!("{flag} needs --kv-dtype e4m3 (descale factors are for an fp8 KV cache)");
+            }
+        }
+    }
     Ok(())
 }
 
@@ -253,6 +314,9 @@ pub struct Loaded {
     /// Whether the updated caches are to be written (only presence matters here).
     pub k_cache_out: bool,
     pub v_cache_out: bool,
+    /// e4m3 K's and V's descale factors (`--kv-dtype e4m3`).
+    pub k_descale: Option<Arr<f32>>,
+    pub v_descale: Option<Arr<f32>>,
 }
 
 impl Loaded {
@@ -271,6 +335,8 @@ impl Loaded {
             mm_prefix_ranges: None,
             k_cache_out: false,
             v_cache_out: false,
+            k_descale: None,
+            v_descale: None,
         }
     }
 
@@ -284,6 +350,8 @@ impl Loaded {
             v_new: self.v_new.is_some(),
             k_cache_out: self.k_cache_out,
             v_cache_out: self.v_cache_out,
+            k_descale: self.k_descale.is_some(),
+            v_descale: self.v_descale.is_some(),
         }
     }
 
@@ -296,8 +364,8 @@ impl Loaded {
             block_table: self.block_table.as_ref().map(|a| a.data.as_slice()),
             alibi_slopes: self.alibi_slopes.as_ref().map(|a| a.data.as_slice()),
             mm_prefix_ranges: self.mm_prefix_ranges.as_ref().map(|a| a.data.as_slice()),
-            k_descale: None,
-            v_descale: None,
+            k_descale: self.k_descale.as_ref().map(|a| a.data.as_slice()),
+            v_descale: self.v_descale.as_ref().map(|a| a.data.as_slice()),
         }
     }
 }
@@ -530,6 +598,10 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
         });
     }
 
+    if s.kv_dtype == Some(KvDtype::E4m3) {
+        modes.kv_fp8 = Some(kv_scales(s, x, batch, hkv)?);
+    }
+
     let mut p = AttentionProblem::new(batch, hq, seq_q, dq)
         .with_kv(hkv, seq_k)
         .with_dtype(s.dtype)
@@ -546,8 +618,60 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
             "--q {q:?} / --k {k:?} do not match the problem's storage {q_shape:?} / {kv_shape:?}"
         );
     }
+    if p.modes.kv_fp8.is_some() {
+        // Before the device: the host path would refuse them there too (NotE4m3).
+        flashcore::host::e4m3_bytes("--k", &x.k.view())?;
+        flashcore::host::e4m3_bytes("--v", &x.v.view())?;
+    }
     x.host_tables().validate(&p)?;
     Ok(p)
+}
+
+/// The descale tables' shape: `--kv-scales` if given (the files must have its shape), else what
+/// the files' shape says (`[1]` is one factor for the tensor, also where `heads_kv` is 1).
+fn kv_scales(s: &Settings, x: &Loaded, batch: usize, hkv: usize) -> Result<KvScales> {
+    let (Some(kd), Some(vd)) = (&x.k_descale, &x.v_descale) else {
+        bail!("--kv-dtype e4m3 needs --k-descale and --v-descale");
+    };
+    if kd.shape != vd.shape {
+        bail!(
+            "--k-descale has shape {:?} but --v-descale has {:?}: they must match",
+            kd.shape,
+            vd.shape
+        );
+    }
+    let shape_of = |k: KvScales| match k {
+        KvScales::PerTensor => vec![1],
+        KvScales::PerKvHead => vec![hkv],
+        KvScales::PerBatchKvHead => vec![batch, hkv],
+    };
+    let expected = "[1], [heads_kv] or [batch, heads_kv]";
+    match s.kv_scales {
+        Some(k) if kd.shape == shape_of(k) => Ok(k),
+        Some(k) => bail!(
+            "--k-descale: --kv-scales {} needs float32 {:?}, got shape {:?}",
+            match k {
+                KvScales::PerTensor => "tensor",
+                KvScales::PerKvHead => "head",
+                KvScales::PerBatchKvHead => "batchhead",
+            },
+            shape_of(k),
+            kd.shape
+        ),
+        None => [
+            KvScales::PerTensor,
+            KvScales::PerKvHead,
+            KvScales::PerBatchKvHead,
+        ]
+        .into_iter()
+        .find(|&k| kd.shape == shape_of(k))
+        .ok_or_else(|| {
+            anyhow!(
+                "--k-descale: expected float32 {expected} = [1], [{hkv}] or [{batch}, {hkv}], got shape {:?}",
+                kd.shape
+            )
+        }),
+    }
 }
 
 /// The modes of a problem in a few words for the summary line ("" when dense), e.g.
@@ -589,6 +713,16 @@ pub fn summary(m: &Modes) -> String {
     }
     if let Some(n) = m.mm_prefix {
         parts.push(format!("mm_prefix {n}"));
+    }
+    if let Some(k) = m.kv_fp8 {
+        parts.push(format!(
+            "e4m3 K/V, descale {}",
+            match k {
+                KvScales::PerTensor => "per tensor",
+                KvScales::PerKvHead => "per KV head",
+                KvScales::PerBatchKvHead => "per (batch, KV head)",
+            }
+        ));
     }
     if parts.is_empty() {
         String::new()
@@ -924,6 +1058,114 @@ mod tests {
             ..Given::default()
         };
         check_combination(&thd(), &ok).unwrap();
+    }
+
+    fn e4m3(s: Settings) -> Settings {
+        Settings {
+            kv_dtype: Some(KvDtype::E4m3),
+            ..s
+        }
+    }
+
+    /// An fp8 cache: the descale files' shape picks the table shape (or must be
+    /// `--kv-scales`'), the tables reach the core, and the summary says so.
+    #[test]
+    fn an_e4m3_cache_takes_its_descale_shape_from_the_files() {
+        // Paged, batch 2, 2 KV heads; stored values 1.0, -448 and a subnormal.
+        let mut x = paged();
+        x.k.fill(1.0);
+        x.v.fill(-448.0);
+        x.v[[0, 0, 0, 0]] = -(2f32.powi(-9));
+        for (shape, data, want) in [
+            (vec![1], vec![0.5], KvScales::PerTensor),
+            (vec![2], vec![0.5, 0.25], KvScales::PerKvHead),
+            (
+                vec![2, 2],
+                vec![0.5, 0.25, 1.0, 2.0],
+                KvScales::PerBatchKvHead,
+            ),
+        ] {
+            let x = Loaded {
+                k_descale: floats(&shape, &data),
+                v_descale: floats(&shape, &data),
+                ..x.clone()
+            };
+            let p = build(&e4m3(bshd()), &x).unwrap();
+            assert_eq!(p.modes.kv_fp8, Some(want));
+            assert!(p.modes.append.is_some());
+            assert_eq!(x.host_tables().k_descale, Some(data.as_slice()));
+            assert!(summary(&p.modes).contains("e4m3 K/V, descale"));
+            // The flag agrees with the files, or says what it needs.
+            let named = |k| Settings {
+                kv_scales: Some(k),
+                ..e4m3(bshd())
+            };
+            assert_eq!(build(&named(want), &x).unwrap().modes.kv_fp8, Some(want));
+            let other = if want == KvScales::PerKvHead {
+                KvScales::PerBatchKvHead
+            } else {
+                KvScales::PerKvHead
+            };
+            assert!(err(&named(other), &x).contains("--kv-scales"));
+        }
+    }
+
+    #[test]
+    fn e4m3_inputs_that_do_not_fit_are_named() {
+        let mut x = Loaded {
+            k_descale: floats(&[2], &[0.5, 0.25]),
+            v_descale: floats(&[2], &[0.5, 0.25]),
+            ..paged()
+        };
+        let s = e4m3(bshd());
+        build(&s, &x).unwrap();
+        // Not an e4m3 value: nothing is quantized for the user.
+        x.k[[1, 3, 0, 5]] = 0.1;
+        assert!(err(&s, &x).contains("--k: element"), "{}", err(&s, &x));
+        x.k[[1, 3, 0, 5]] = f32::NAN;
+        assert!(err(&s, &x).contains("not an e4m3 value"));
+        x.k[[1, 3, 0, 5]] = 0.0;
+        let with = |k: &[usize], kd: &[f32], v: &[usize], vd: &[f32]| Loaded {
+            k_descale: floats(k, kd),
+            v_descale: floats(v, vd),
+            ..x.clone()
+        };
+        assert!(err(&s, &with(&[2], &[0.5, 0.25], &[1], &[1.0])).contains("must match"));
+        assert!(err(&s, &with(&[3], &[1.0; 3], &[3], &[1.0; 3])).contains("[1], [2] or [2, 2]"));
+        // Factors must be finite and > 0 (the core's rule).
+        let e = err(&s, &with(&[2], &[0.5, 0.0], &[2], &[0.5, 0.25]));
+        assert!(e.contains("k_descale") && e.contains("> 0"), "{e}");
+        let e = err(&s, &with(&[2], &[0.5, 1.0], &[2], &[f32::INFINITY, 0.25]));
+        assert!(e.contains("v_descale"), "{e}");
+    }
+
+    #[test]
+    fn e4m3_flags_go_together() {
+        let both = Given {
+            k_descale: true,
+            v_descale: true,
+            ..Given::default()
+        };
+        check_combination(&e4m3(bshd()), &both).unwrap();
+        let e = check_combination(&e4m3(bshd()), &Given::default()).unwrap_err();
+        assert!(e.to_string().contains("needs --k-descale and --v-descale"));
+        let only_k = Given {
+            v_descale: false,
+            ..both
+        };
+        assert!(check_combination(&e4m3(bshd()), &only_k).is_err());
+        let e = check_combination(&bshd(), &both).unwrap_err().to_string();
+        assert!(e.contains("--k-descale needs --kv-dtype e4m3"), "{e}");
+        let scales_alone = Settings {
+            kv_scales: Some(KvScales::PerKvHead),
+            ..bshd()
+        };
+        let e = check_combination(&scales_alone, &Given::default()).unwrap_err();
+        assert!(e.to_string().contains("--kv-scales needs --kv-dtype e4m3"));
+        assert_eq!(parse_kv_scales("batchhead"), Ok(KvScales::PerBatchKvHead));
+        assert!(parse_kv_scales("batch")
+            .unwrap_err()
+            .contains("tensor, head or batchhead"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Reading float16/float32 and int32 `.npy` arrays and writing float32 ones, with one-line errors.
+//! Reading float16/float32 and int32 `.npy` arrays (and e4m3 bytes as uint8) and writing float32
+//! ones, with one-line errors.
 
 use std::path::Path;
 
@@ -10,6 +11,14 @@ use npyz::{DType as NpyDType, NpyFile, TypeChar, WriterBuilder};
 pub fn read_f32(path: &Path) -> Result<ArrayD<f32>> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
     parse_f32(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// An fp8 KV cache read from disk as the values of its e4m3 elements: uint8 files are their
+/// bytes (torch's `float8_e4m3fn` viewed as uint8; the NaN bytes 0x7f and 0xff read as NaN),
+/// float16/float32 files are taken as they are (the caller checks they are e4m3 values).
+pub fn read_e4m3(path: &Path) -> Result<ArrayD<f32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    parse_e4m3(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// An int32 array read from disk (cu_seqlens, seqused_k, block tables). int64 files are taken
@@ -88,6 +97,29 @@ fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
     let is_float = |t, size| matches!((t, size), (TypeChar::Float, 2 | 4));
     let h = header(bytes, is_float, "float16 or float32")?;
     let data: Vec<f32> = match h.size {
+        4 => values(h.npy)?,
+        _ => values::<half::f16>(h.npy)?
+            .into_iter()
+            .map(f32::from)
+            .collect(),
+    };
+    shaped(h.shape, data)
+}
+
+/// The `.npy` bytes of an e4m3 array (uint8 bytes, or float16/float32 values) as f32 values: Ok
+/// or an error, never a panic, whatever the bytes.
+fn parse_e4m3(bytes: &[u8]) -> Result<ArrayD<f32>> {
+    let accepts = |t, size| matches!((t, size), (TypeChar::Float, 2 | 4) | (TypeChar::Uint, 1));
+    let h = header(
+        bytes,
+        accepts,
+        "uint8 (e4m3 bytes), or float16/float32 e4m3 values",
+    )?;
+    let data: Vec<f32> = match h.size {
+        1 => values::<u8>(h.npy)?
+            .into_iter()
+            .map(flashcore::host::e4m3_value)
+            .collect(),
         4 => values(h.npy)?,
         _ => values::<half::f16>(h.npy)?
             .into_iter()
@@ -320,6 +352,29 @@ mod tests {
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
         assert!(read_i32(&p).unwrap_err().to_string().contains("truncated"));
+    }
+
+    /// uint8 files are e4m3 bytes (1.0, 448, -2^-9, the NaN byte), float files their values;
+    /// other dtypes are refused, and the plain readers still refuse uint8.
+    #[test]
+    fn e4m3_files_read_as_bytes_or_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.npy");
+        write_any(&p, &[2, 2], &[0x38u8, 0x7e, 0x81, 0x7f]);
+        let a = read_e4m3(&p).unwrap();
+        assert_eq!(a.shape(), [2, 2]);
+        let v: Vec<f32> = a.iter().copied().collect();
+        assert_eq!(&v[..3], [1.0, 448.0, -(2f32.powi(-9))]);
+        assert!(v[3].is_nan());
+        assert!(read_f32(&p).is_err());
+        write_any(&p, &[3], &[0.5f32, -448.0, 0.1]);
+        assert_eq!(
+            read_e4m3(&p).unwrap().as_slice().unwrap(),
+            [0.5, -448.0, 0.1]
+        );
+        write_any(&p, &[2], &[1i32, 2]);
+        let e = read_e4m3(&p).unwrap_err().to_string();
+        assert!(e.contains("expected uint8 (e4m3 bytes)"), "{e}");
     }
 
     #[test]

@@ -704,6 +704,10 @@ fn run_help_documents_every_mode_flag_in_one_line() {
         ("--window-right", "window_size[1]"),
         ("--softcap", "softcap"),
         ("--layout", "thd"),
+        ("--kv-dtype", "e4m3"),
+        ("--kv-scales", "batchhead"),
+        ("--k-descale", "k_descale"),
+        ("--v-descale", "v_descale"),
     ] {
         let line = o
             .stdout
@@ -722,4 +726,173 @@ fn a_named_generation_without_the_modes_is_exit_2_before_the_device() {
     let o = f.run_varlen(&["--kernel", "vectorized"]);
     assert_input_error(&o, "vectorized does not take");
     assert!(o.stderr.contains("varlen"), "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp8 (e4m3) KV caches
+
+/// A float32 file of these values.
+fn write_floats(path: &Path, shape: &[usize], values: &[f32]) {
+    let data: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, npy_file("<f4", shape, &data)).unwrap();
+}
+
+/// The mode files plus an e4m3 paged cache of head dim 64 (the decode kernel's): `q64.npy`
+/// [2, 1, 4, 64], `pages8.npy` as e4m3 bytes (uint8 [5, 16, 2, 64], values 0.5 .. 1.75, no NaN)
+/// and `pagesf.npy` as their values (float32), descales per KV head (`descale.npy`, [2]).
+fn e4m3_files() -> Files {
+    let f = mode_files();
+    write_npy(&f.path("q64.npy"), &[2, 1, 4, 64], "<f4");
+    let shape = [5, 16, 2, 64];
+    let n: usize = shape.iter().product();
+    let bytes: Vec<u8> = (0..n).map(|i| 0x30 + (i % 15) as u8).collect();
+    std::fs::write(f.path("pages8.npy"), npy_file("|u1", &shape, &bytes)).unwrap();
+    let values: Vec<f32> = bytes
+        .iter()
+        .map(|&b| {
+            // 0x30..=0x3e: exponent 6 or 7 (bias 7), mantissa b & 7.
+            let e = ((b >> 3) & 0xf) as i32 - 7;
+            (1.0 + (b & 7) as f32 / 8.0) * 2f32.powi(e)
+        })
+        .collect();
+    write_floats(&f.path("pagesf.npy"), &shape, &values);
+    write_floats(&f.path("descale.npy"), &[2], &[0.5, 0.25]);
+    write_floats(&f.path("descale1.npy"), &[1], &[0.5]);
+    write_floats(&f.path("badscale.npy"), &[2], &[0.5, -1.0]);
+    f
+}
+
+impl Files {
+    /// `run` on an e4m3 paged cache (`pages`, as bytes or values) with `extra` flags.
+    fn run_e4m3(&self, pages: &str, extra: &[&str]) -> Outcome {
+        let (table, used) = (self.s("table.npy"), self.s("used.npy"));
+        let mut args = vec!["--block-table", &table, "--seqused-k", &used];
+        args.extend_from_slice(extra);
+        self.run(&[("q", "q64.npy"), ("k", pages), ("v", pages)], &args)
+    }
+}
+
+#[test]
+fn an_e4m3_paged_cache_reaches_the_device_as_bytes_or_values() {
+    let f = e4m3_files();
+    let d = f.s("descale.npy");
+    for (pages, scales) in [("pages8.npy", "head"), ("pagesf.npy", "head")] {
+        let o = f.run_e4m3(
+            pages,
+            &[
+                "--dtype",
+                "bf16",
+                "--kv-dtype",
+                "e4m3",
+                "--kv-scales",
+                scales,
+                "--k-descale",
+                &d,
+                "--v-descale",
+                &d,
+            ],
+        );
+        assert_reaches_the_device(&o, &[f.path("o.npy")]);
+    }
+    // The table shape from the file, with an append quantized into the cache.
+    let d1 = f.s("descale1.npy");
+    write_npy(&f.path("new64.npy"), &[2, 1, 2, 64], "<f4");
+    let new64 = f.s("new64.npy");
+    let o = f.run_e4m3(
+        "pages8.npy",
+        &[
+            "--kv-dtype",
+            "e4m3",
+            "--k-descale",
+            &d1,
+            "--v-descale",
+            &d1,
+            "--k-new",
+            &new64,
+            "--v-new",
+            &new64,
+        ],
+    );
+    assert_reaches_the_device(&o, &[f.path("o.npy")]);
+}
+
+#[test]
+fn e4m3_cache_mistakes_are_exit_2_before_the_device() {
+    let f = e4m3_files();
+    let (d, d1, bad) = (f.s("descale.npy"), f.s("descale1.npy"), f.s("badscale.npy"));
+    let e4m3 = |pages: &str, extra: &[&str]| {
+        let mut args = vec!["--kv-dtype", "e4m3"];
+        args.extend_from_slice(extra);
+        f.run_e4m3(pages, &args)
+    };
+    assert_input_error(
+        &e4m3("pages8.npy", &["--k-descale", &d]),
+        "needs --k-descale and --v-descale",
+    );
+    assert_input_error(
+        &f.run_e4m3("pages8.npy", &["--k-descale", &d, "--v-descale", &d]),
+        "--k-descale needs --kv-dtype e4m3",
+    );
+    assert_input_error(
+        &f.run_e4m3("pages8.npy", &["--kv-scales", "head"]),
+        "--kv-scales needs --kv-dtype e4m3",
+    );
+    assert_input_error(
+        &e4m3("pages8.npy", &["--kv-scales", "heads"]),
+        "tensor, head or batchhead",
+    );
+    // Values that are not e4m3 (0.1, 0.2, ...): nothing is quantized for the user.
+    write_npy(&f.path("notfp8.npy"), &[5, 16, 2, 64], "<f4");
+    assert_input_error(
+        &e4m3("notfp8.npy", &["--k-descale", &d, "--v-descale", &d]),
+        "not an e4m3 value",
+    );
+    // A NaN byte.
+    let mut bytes = vec![0x38u8; 5 * 16 * 2 * 64];
+    bytes[77] = 0x7f;
+    std::fs::write(f.path("nan8.npy"), npy_file("|u1", &[5, 16, 2, 64], &bytes)).unwrap();
+    assert_input_error(
+        &e4m3("nan8.npy", &["--k-descale", &d, "--v-descale", &d]),
+        "--k: element 77",
+    );
+    assert_input_error(
+        &e4m3("pages8.npy", &["--k-descale", &bad, "--v-descale", &d]),
+        "k_descale",
+    );
+    assert_input_error(
+        &e4m3("pages8.npy", &["--k-descale", &d1, "--v-descale", &d]),
+        "must match",
+    );
+    assert_input_error(
+        &e4m3(
+            "pages8.npy",
+            &[
+                "--kv-scales",
+                "tensor",
+                "--k-descale",
+                &d,
+                "--v-descale",
+                &d,
+            ],
+        ),
+        "--kv-scales tensor",
+    );
+    // Head dim 8: e4m3 rows are copied 16 bytes at a time.
+    let o = f.run(
+        &[("q", "q1.npy"), ("k", "pages.npy"), ("v", "pages.npy")],
+        &[
+            "--block-table",
+            &f.s("table.npy"),
+            "--seqused-k",
+            &f.s("used.npy"),
+            "--kv-dtype",
+            "e4m3",
+            "--k-descale",
+            &d,
+            "--v-descale",
+            &d,
+        ],
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("16"), "{}", o.stderr);
 }
