@@ -22,16 +22,21 @@
 //! `(batch, num_heads_q)`), cumulative `seqlens` are u32 (i32 taken too).
 //!
 //! Beyond candle-flash-attn: [`flash_attn_with_kvcache`] (FlashAttention's KV-cache entry:
-//! `seqused_k`, an optional block table, optional `k_new`/`v_new` appended in place).
+//! `seqused_k`, an optional block table, optional `k_new`/`v_new` appended in place), and
+//! [`flash_attn_with_kvcache_fp8`] on an fp8 (`F8E4M3`) cache with FlashAttention 3's
+//! `k_descale`/`v_descale`.
 //!
 //! The candle half needs the crate feature `cuda` (candle-core with its CUDA backend); without
-//! it only [`args`], the argument rules, is compiled (and unit-tested).
+//! it only [`args`], the argument rules, is compiled (and unit-tested, with the KV-cache op's
+//! own rules on candle's CPU tensors).
 
 /// The argument rules, shared with flashcore's other bindings.
 pub use flashcore::fa_args as args;
 
 pub use args::{batch_invariant, set_batch_invariant};
 
+#[cfg(any(test, feature = "cuda"))]
+mod kvcache;
 #[cfg(feature = "cuda")]
 mod ops;
 
@@ -42,13 +47,16 @@ pub use api::*;
 pub use candle;
 
 #[cfg(feature = "cuda")]
-pub use ops::{flashcore_device, FlashAttn, FlashAttnKvCache, FlashAttnVarLen};
+pub use kvcache::FlashAttnKvCache;
+#[cfg(feature = "cuda")]
+pub use ops::{flashcore_device, FlashAttn, FlashAttnVarLen};
 
 #[cfg(feature = "cuda")]
 mod api {
     use candle::{Result, Tensor};
 
-    use crate::ops::{FlashAttn, FlashAttnKvCache, FlashAttnVarLen};
+    use crate::kvcache::FlashAttnKvCache;
+    use crate::ops::{FlashAttn, FlashAttnVarLen};
 
     #[allow(clippy::too_many_arguments)]
     fn dense(
@@ -413,7 +421,8 @@ mod api {
     /// `(batch, capacity, num_heads_kv, head_size)`, or with `block_table` `(batch, max_blocks)`
     /// paged `(num_blocks, block_size, num_heads_kv, head_size)`. `seqused_k` is not advanced:
     /// the caller does that. Causal is bottom-right aligned on each sequence's key count;
-    /// windows larger than the capacity count as none.
+    /// windows larger than the capacity count as none. `F8E4M3` caches are read with
+    /// descales of 1.0 ([`flash_attn_with_kvcache_fp8`] takes them).
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attn_with_kvcache(
         q: &Tensor,
@@ -429,6 +438,52 @@ mod api {
         window_size_right: Option<usize>,
         softcap: Option<f32>,
     ) -> Result<Tensor> {
+        flash_attn_with_kvcache_fp8(
+            q,
+            k_cache,
+            v_cache,
+            k_new,
+            v_new,
+            seqused_k,
+            block_table,
+            alibi_slopes,
+            None,
+            None,
+            softmax_scale,
+            window_size_left,
+            window_size_right,
+            softcap,
+        )
+    }
+
+    /// [`flash_attn_with_kvcache`] on an fp8 cache, as FlashAttention 3 keeps one: `k_cache`
+    /// and `v_cache` both `DType::F8E4M3` (OCP e4m3fn), the true value of a stored element
+    /// being its e4m3 value times the f32 factor of its (sequence, KV head) in `k_descale` /
+    /// `v_descale`, of shape `(batch, num_heads_kv)` (FlashAttention 3's), `(num_heads_kv)` or
+    /// one element; a `(batch, num_heads_kv)` view broadcast from one of those is read without a
+    /// copy. A missing descale is 1.0. `q`, `k_new`/`v_new` (quantized into the caches as
+    /// `value / descale`, rounded to nearest and saturating at ±448) and the output stay
+    /// f16/bf16. Head dims 64, 128 and 256, compute capability 8.9 or newer (the generation-5
+    /// decode kernel reads e4m3 caches; another call is an error naming why). An fp8 `q`, one
+    /// cache fp8 and the other not, descales of another dtype, shape or device, or descales
+    /// with a 16-bit cache are candle errors before anything runs. Inference only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_with_kvcache_fp8(
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        k_new: Option<&Tensor>,
+        v_new: Option<&Tensor>,
+        seqused_k: &Tensor,
+        block_table: Option<&Tensor>,
+        alibi_slopes: Option<&Tensor>,
+        k_descale: Option<&Tensor>,
+        v_descale: Option<&Tensor>,
+        softmax_scale: f32,
+        window_size_left: Option<usize>,
+        window_size_right: Option<usize>,
+        softcap: Option<f32>,
+    ) -> Result<Tensor> {
         let op = FlashAttnKvCache {
             k_cache: k_cache.clone(),
             v_cache: v_cache.clone(),
@@ -437,6 +492,8 @@ mod api {
             seqused_k: seqused_k.clone(),
             block_table: block_table.cloned(),
             alibi_slopes: alibi_slopes.cloned(),
+            k_descale: k_descale.cloned(),
+            v_descale: v_descale.cloned(),
             softmax_scale,
             window_size_left,
             window_size_right,

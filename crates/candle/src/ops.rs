@@ -9,24 +9,19 @@ use candle::backend::{BackendDevice, BackendStorage};
 use candle::cuda_backend::cudarc::driver::{
     CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
 };
-use candle::cuda_backend::{CudaDType, CudaDevice, DeviceId};
+use candle::cuda_backend::{CudaDType, CudaDevice, CudaStorageSlice, DeviceId};
 use candle::{CpuStorage, CudaStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
 use flashcore::{
-    Attention, AttentionProblem, AttentionTensors, BackwardTensors, DeviceTables, KvAppend,
+    Attention, AttentionProblem, AttentionTensors, BackwardTensors, DeviceTables, KvAppend, KvRef,
     TensorMut, TensorRef,
 };
 use half::{bf16, f16};
 
-use crate::args::{self, ArgError, Options, View};
+use crate::args::{self, Options, View};
+use crate::kvcache::{refused, FlashAttnKvCache};
 
 fn error(e: impl std::fmt::Display) -> candle::Error {
     candle::Error::msg(format!("flashcore: {e}"))
-}
-
-/// The argument rules' refusals as candle errors (the rules live in the facade, so candle's
-/// error type cannot take a `From` for them here).
-fn refused(e: ArgError) -> candle::Error {
-    error(e)
 }
 
 /// One flashcore `Device` per candle CUDA device (candle's `DeviceId`: one context and stream),
@@ -56,6 +51,30 @@ fn half_view<'a, T: CudaDType + 'static>(
     let v = slice.slice(l.start_offset()..);
     // SAFETY: f16 and bf16 are 16-bit; flashcore reads them as raw 16-bit words tagged by dtype.
     unsafe { v.transmute::<u16>(v.len()) }.ok_or_else(|| error("16-bit view"))
+}
+
+/// An `F8E4M3` tensor (an fp8 KV cache) from `start_offset` to the end of its buffer, as the
+/// e4m3 bytes flashcore reads.
+fn e4m3_view<'a>(s: &'a CudaStorage, l: &Layout, name: &str) -> Result<CudaView<'a, u8>> {
+    let CudaStorageSlice::F8E4M3(slice) = &s.slice else {
+        candle::bail!("{name} must be f8e4m3, got {:?}", s.dtype())
+    };
+    let v = slice.slice(l.start_offset()..);
+    // SAFETY: an e4m3 element is one byte; flashcore reads them as raw bytes.
+    unsafe { v.transmute::<u8>(v.len()) }.ok_or_else(|| error("e4m3 view"))
+}
+
+/// K or V as the problem reads them: 16-bit elements of `T`, or e4m3 bytes (`Modes::kv_fp8`).
+fn kv_ref<'a, T: CudaDType + 'static>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    problem: &AttentionProblem,
+    name: &str,
+) -> Result<KvRef<'a>> {
+    Ok(match problem.modes.kv_fp8 {
+        Some(_) => KvRef::E4m3(e4m3_view(s, l, name)?),
+        None => half_ref::<T>(s, l, problem.dtype)?.into(),
+    })
 }
 
 /// A contiguous tensor (`k_new`, `v_new`) as flashcore's 16-bit view of exactly its elements.
@@ -107,6 +126,24 @@ fn table_i32<'a>(
         dt => candle::bail!("{name} must be u32 or i32, got {dt:?}"),
     };
     v.ok_or_else(|| error(format!("{name} view")))
+}
+
+/// A descale table (`k_descale`/`v_descale`, f32, whose layout the rules have read as a table of
+/// `len` entries from its first element: contiguous or expanded).
+fn descale_view<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    dev: &CudaDevice,
+    name: &str,
+    len: usize,
+) -> Result<CudaView<'a, f32>> {
+    if !s.device().same_device(dev) {
+        candle::bail!("{name} is on another device than q");
+    }
+    let o = l.start_offset();
+    s.as_cuda_slice::<f32>()?
+        .try_slice(o..o + len)
+        .ok_or_else(|| error(format!("{name}: {len} entries past its offset {o}")))
 }
 
 fn alibi_view<'a>(s: &'a CudaStorage, l: &Layout, dev: &CudaDevice) -> Result<CudaView<'a, f32>> {
@@ -211,6 +248,18 @@ fn optional_alibi<'a>(
         .transpose()
 }
 
+/// An optional descale table ([`descale_view`]).
+fn optional_descale<'a>(
+    t: &'a Option<Lent<'_>>,
+    dev: &CudaDevice,
+    name: &str,
+    len: usize,
+) -> Result<Option<CudaView<'a, f32>>> {
+    t.as_ref()
+        .map(|(s, l)| descale_view(cuda(s, name)?, l, dev, name, len))
+        .transpose()
+}
+
 /// Q, K and V as candle hands them to a `CustomOp3`: each storage with its layout.
 #[derive(Clone, Copy)]
 struct Qkv<'a> {
@@ -250,8 +299,8 @@ fn forward_into<T: CudaDType + DeviceRepr + 'static>(
     {
         let mut tensors = AttentionTensors {
             q: half_ref::<T>(q, q_l, dtype)?,
-            k: half_ref::<T>(k, k_l, dtype)?,
-            v: half_ref::<T>(v, v_l, dtype)?,
+            k: kv_ref::<T>(k, k_l, problem, "k")?,
+            v: kv_ref::<T>(v, v_l, problem, "v")?,
             o: out_view(&mut o, dtype)?,
             lse: lse.slice_mut(..),
             tables,
@@ -578,6 +627,7 @@ impl FlashAttnVarLen {
             block_table: optional_table(&table, dev, "block_table")?,
             alibi_slopes: optional_alibi(&alibi, dev)?,
             mm_prefix_ranges: optional_table(&ranges, dev, "mm_prefix_ranges")?,
+            ..Default::default()
         };
         let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
         Ok((
@@ -594,19 +644,22 @@ impl candle::CustomOp3 for FlashAttnVarLen {
 /// A writable alias of a candle tensor's device memory, never freed by us: the KV cache is
 /// written in place by the append, while candle holds the storage (under its read lock; all
 /// work is queued on candle's one stream, so candle's own readers are ordered behind it).
-struct Alias(ManuallyDrop<CudaSlice<u16>>);
+struct Alias<E>(ManuallyDrop<CudaSlice<E>>);
 
-impl Alias {
+impl<E> Alias<E> {
+    /// An alias of `v`'s memory.
+    ///
     /// # Safety
-    /// `ptr` must address `len` 16-bit elements of a live allocation that outlives the alias.
-    unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
+    /// `v` must lie in a live allocation that outlives the alias.
+    unsafe fn of(stream: &Arc<CudaStream>, v: &CudaView<'_, E>) -> Self {
+        let (ptr, _guard) = v.device_ptr(stream);
         Alias(ManuallyDrop::new(
-            stream.upgrade_device_ptr::<u16>(ptr, len),
+            stream.upgrade_device_ptr::<E>(ptr, v.len()),
         ))
     }
 }
 
-impl Drop for Alias {
+impl<E> Drop for Alias<E> {
     fn drop(&mut self) {
         // SAFETY: taken once, here; `leak` gives the memory back to its owner without freeing.
         let s = unsafe { ManuallyDrop::take(&mut self.0) };
@@ -614,68 +667,26 @@ impl Drop for Alias {
     }
 }
 
-/// `flash_attn_with_kvcache`: attention of `q` over a contiguous or paged KV cache with
-/// per-sequence lengths `seqused_k`, optionally appending `k_new`/`v_new` first.
-pub struct FlashAttnKvCache {
-    pub k_cache: Tensor,
-    pub v_cache: Tensor,
-    pub k_new: Option<Tensor>,
-    pub v_new: Option<Tensor>,
-    pub seqused_k: Tensor,
-    pub block_table: Option<Tensor>,
-    pub alibi_slopes: Option<Tensor>,
-    pub softmax_scale: f32,
-    pub window_size_left: Option<usize>,
-    pub window_size_right: Option<usize>,
-    pub softcap: Option<f32>,
-}
-
 impl FlashAttnKvCache {
     fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
-        dtype: flashcore::DType,
+        problem: &AttentionProblem,
+        descales: (Option<&Tensor>, Option<&Tensor>),
         q: &CudaStorage,
         q_l: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let dev = q.device();
-        let opts = options_of!(self, dtype);
-        let new_layouts = match (&self.k_new, &self.v_new) {
-            (Some(k), Some(v)) => Some((k.layout().clone(), v.layout().clone())),
-            (None, None) => None,
-            _ => candle::bail!("k_new and v_new must be given together"),
-        };
-        let new_views = new_layouts
-            .as_ref()
-            .map(|(k, v)| (view("k_new", k), view("v_new", v)));
-        let problem = args::kvcache_problem(
-            &view("q", q_l),
-            &view("k_cache", self.k_cache.layout()),
-            &view("v_cache", self.v_cache.layout()),
-            self.seqused_k.dims(),
-            self.block_table.as_ref().map(|t| t.dims()),
-            new_views.as_ref().map(|(k, v)| (k, v)),
-            &opts,
-        )
-        .map_err(refused)?;
-        for (name, t) in [
-            ("k_cache", Some(&self.k_cache)),
-            ("v_cache", Some(&self.v_cache)),
-            ("k_new", self.k_new.as_ref()),
-            ("v_new", self.v_new.as_ref()),
-        ] {
-            if let Some(t) = t {
-                if t.dtype() != q.dtype() {
-                    candle::bail!(
-                        "dtype mismatch: q is {:?} but {name} is {:?}",
-                        q.dtype(),
-                        t.dtype()
-                    );
-                }
-            }
-        }
+        let dtype = problem.dtype;
         let used = self.seqused_k.storage_and_layout();
         let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        let k_d = descales.0.map(|t| t.storage_and_layout());
+        let v_d = descales.1.map(|t| t.storage_and_layout());
+        // The rules read each descale as a table of this many entries from its first element.
+        let n_descale = problem
+            .modes
+            .kv_fp8
+            .map_or(0, |s| s.table_len(problem.batch, problem.heads_kv));
         let tables = DeviceTables {
             seqused_k: Some(table_i32(
                 cuda(&used.0, "seqused_k")?,
@@ -685,6 +696,8 @@ impl FlashAttnKvCache {
             )?),
             block_table: optional_table(&table, dev, "block_table")?,
             alibi_slopes: optional_alibi(&alibi, dev)?,
+            k_descale: optional_descale(&k_d, dev, "k_descale", n_descale)?,
+            v_descale: optional_descale(&v_d, dev, "v_descale", n_descale)?,
             ..Default::default()
         };
         let kc = self.k_cache.storage_and_layout();
@@ -692,22 +705,12 @@ impl FlashAttnKvCache {
         let (kc_s, vc_s) = (cuda(&kc.0, "k_cache")?, cuda(&vc.0, "v_cache")?);
         let o = match (&self.k_new, &self.v_new) {
             (Some(k_new), Some(v_new)) => {
-                let (mut o, mut lse) = alloc_out::<T>(dev, &problem, q_l.shape())?;
+                let (mut o, mut lse) = alloc_out::<T>(dev, problem, q_l.shape())?;
                 let device = flashcore_device(dev)?;
                 let stream = dev.cuda_stream();
                 let kn = k_new.storage_and_layout();
                 let vn = v_new.storage_and_layout();
                 let (kn_s, vn_s) = (cuda(&kn.0, "k_new")?, cuda(&vn.0, "v_new")?);
-                // Aliases of the caches, written by the append.
-                let alias = |s: &CudaStorage, l: &Layout| -> Result<Alias> {
-                    let v = half_view::<T>(s, l)?;
-                    let (ptr, _guard) = v.device_ptr(&stream);
-                    // SAFETY: the view lies inside the cache's allocation, which the storage
-                    // guards (`kc`, `vc`) keep alive past the alias.
-                    Ok(unsafe { Alias::new(&stream, ptr, v.len()) })
-                };
-                let mut k_alias = alias(kc_s, kc.1)?;
-                let mut v_alias = alias(vc_s, vc.1)?;
                 let q16 = half_view::<T>(q, q_l)?;
                 let kn16 = contiguous16::<T>(kn_s, kn.1, "k_new")?;
                 let vn16 = contiguous16::<T>(vn_s, vn.1, "v_new")?;
@@ -715,52 +718,86 @@ impl FlashAttnKvCache {
                 // SAFETY: as in `half_view`.
                 let mut o16 =
                     unsafe { o.transmute_mut::<u16>(n_o) }.ok_or_else(|| error("16-bit view"))?;
-                let (n_k, n_v) = (k_alias.0.len(), v_alias.0.len());
-                let mut k_cache = TensorMut {
-                    data: k_alias.0.slice_mut(..n_k),
+                let q_ref = || TensorRef {
+                    data: q16.slice(..),
                     dtype,
                 };
-                let mut v_cache = TensorMut {
-                    data: v_alias.0.slice_mut(..n_v),
-                    dtype,
+                let new = || KvAppend {
+                    k_new: TensorRef {
+                        data: kn16.slice(..),
+                        dtype,
+                    },
+                    v_new: TensorRef {
+                        data: vn16.slice(..),
+                        dtype,
+                    },
                 };
-                run(&problem, &device, |kern| {
-                    // forward_with_kvcache checks everything before its first launch, so a
-                    // generation that answers Unsupported has written nothing.
-                    let t = DeviceTables {
-                        seqused_k: reslice(&tables.seqused_k),
-                        block_table: reslice(&tables.block_table),
-                        alibi_slopes: reslice(&tables.alibi_slopes),
-                        ..Default::default()
+                let t = || DeviceTables {
+                    seqused_k: reslice(&tables.seqused_k),
+                    block_table: reslice(&tables.block_table),
+                    alibi_slopes: reslice(&tables.alibi_slopes),
+                    k_descale: reslice(&tables.k_descale),
+                    v_descale: reslice(&tables.v_descale),
+                    ..Default::default()
+                };
+                // Aliases of the caches, written by the append. forward_with_kvcache (and its
+                // e4m3 twin) checks everything before its first launch, so a generation that
+                // answers Unsupported has written nothing.
+                // SAFETY (both arms): the views lie inside the caches' allocations, which the
+                // storage guards (`kc`, `vc`) keep alive past the aliases.
+                if problem.modes.kv_fp8.is_some() {
+                    let mut k_alias =
+                        unsafe { Alias::of(&stream, &e4m3_view(kc_s, kc.1, "k_cache")?) };
+                    let mut v_alias =
+                        unsafe { Alias::of(&stream, &e4m3_view(vc_s, vc.1, "v_cache")?) };
+                    let mut k_cache = k_alias.0.slice_mut(..);
+                    let mut v_cache = v_alias.0.slice_mut(..);
+                    run(problem, &device, |kern| {
+                        flashcore::forward_with_e4m3_kvcache(
+                            kern,
+                            &device,
+                            problem,
+                            q_ref(),
+                            &mut k_cache,
+                            &mut v_cache,
+                            new(),
+                            TensorMut {
+                                data: o16.slice_mut(..),
+                                dtype,
+                            },
+                            lse.slice_mut(..),
+                            t(),
+                        )
+                    })?;
+                } else {
+                    let mut k_alias = unsafe { Alias::of(&stream, &half_view::<T>(kc_s, kc.1)?) };
+                    let mut v_alias = unsafe { Alias::of(&stream, &half_view::<T>(vc_s, vc.1)?) };
+                    let mut k_cache = TensorMut {
+                        data: k_alias.0.slice_mut(..),
+                        dtype,
                     };
-                    flashcore::forward_with_kvcache(
-                        kern,
-                        &device,
-                        &problem,
-                        TensorRef {
-                            data: q16.slice(..),
-                            dtype,
-                        },
-                        &mut k_cache,
-                        &mut v_cache,
-                        KvAppend {
-                            k_new: TensorRef {
-                                data: kn16.slice(..),
+                    let mut v_cache = TensorMut {
+                        data: v_alias.0.slice_mut(..),
+                        dtype,
+                    };
+                    run(problem, &device, |kern| {
+                        flashcore::forward_with_kvcache(
+                            kern,
+                            &device,
+                            problem,
+                            q_ref(),
+                            &mut k_cache,
+                            &mut v_cache,
+                            new(),
+                            TensorMut {
+                                data: o16.slice_mut(..),
                                 dtype,
                             },
-                            v_new: TensorRef {
-                                data: vn16.slice(..),
-                                dtype,
-                            },
-                        },
-                        TensorMut {
-                            data: o16.slice_mut(..),
-                            dtype,
-                        },
-                        lse.slice_mut(..),
-                        t,
-                    )
-                })?;
+                            lse.slice_mut(..),
+                            t(),
+                        )
+                    })?;
+                }
                 o
             }
             _ => {
@@ -769,13 +806,13 @@ impl FlashAttnKvCache {
                     k: (kc_s, kc.1),
                     v: (vc_s, vc.1),
                 };
-                let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
+                let (o, _) = forward_into::<T>(problem, dtype, qkv, tables)?;
                 o
             }
         };
         Ok((
             CudaStorage::wrap_cuda_slice(o, dev.clone()),
-            o_shape(q_l.shape(), &problem),
+            o_shape(q_l.shape(), problem),
         ))
     }
 }
@@ -790,15 +827,12 @@ impl candle::CustomOp1 for FlashAttnKvCache {
     }
 
     fn cuda_fwd(&self, q: &CudaStorage, q_l: &Layout) -> Result<(CudaStorage, Shape)> {
-        let dtype = dtype_of(
-            "flash-attn-with-kvcache",
-            q.dtype(),
-            self.k_cache.dtype(),
-            self.v_cache.dtype(),
-        )?;
-        match dtype {
-            flashcore::DType::F16 => self.fwd::<f16>(dtype, q, q_l),
-            flashcore::DType::Bf16 => self.fwd::<bf16>(dtype, q, q_l),
+        let (k_descale, v_descale) = self.descales()?;
+        let descales = (k_descale.as_ref(), v_descale.as_ref());
+        let problem = self.problem(q.dtype(), q_l, descales)?;
+        match problem.dtype {
+            flashcore::DType::F16 => self.fwd::<f16>(&problem, descales, q, q_l),
+            flashcore::DType::Bf16 => self.fwd::<bf16>(&problem, descales, q, q_l),
         }
     }
 }

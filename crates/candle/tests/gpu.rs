@@ -683,6 +683,189 @@ mod gpu {
         Ok(())
     }
 
+    // ---- fp8 (F8E4M3) KV caches with FlashAttention 3's k_descale / v_descale ----
+
+    /// Stored e4m3 values (unscaled) of a cache or pool of `shape`, on `dev`, from randn draws.
+    fn e4m3(rng: &mut StdRng, shape: &[usize], dev: &Device) -> Result<Tensor> {
+        Tensor::from_vec(randn(rng, shape, 1.0), shape, &Device::Cpu)?
+            .to_dtype(DType::F8E4M3)?
+            .to_device(dev)
+    }
+
+    /// A tensor's values as f32 on the host (exact for e4m3 and 16-bit floats).
+    fn host(t: &Tensor) -> Result<Vec<f32>> {
+        cpu32(t)?.flatten_all()?.to_vec1::<f32>()
+    }
+
+    /// An fp8 cache (contiguous or paged), with and without rows to append, for both dtypes:
+    /// the cache afterwards holds exactly the appended rows quantized as `value / descale`
+    /// rounded to nearest even (candle's CPU conversion, float8's port of CUDA's, and the
+    /// kernel's `cvt.rn.satfinite` after an IEEE division agree on every byte while no value nears
+    /// 448), every other byte unchanged, and the output matches the f32 reference on the
+    /// dequantized cache (`e4m3 value · descale[b, h_kv]`).
+    #[test]
+    fn kvcache_e4m3_against_dequantized_reference() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(8);
+        let (b, hq, hkv, d, cap, page) = (2, 8, 2, 128, 256, 64);
+        let bps = cap / page; // blocks per sequence
+        let used: Vec<u32> = vec![10, 200];
+        let seqused_k = Tensor::new(used.as_slice(), &dev)?;
+        // Sequence b's blocks in a shuffled pool with one spare block (8).
+        let table: Vec<u32> = vec![7, 0, 5, 2, 1, 6, 3, 4];
+        let block_table = Tensor::from_vec(table.clone(), (b, bps), &dev)?;
+        for dtype in DTYPES {
+            for (paged, s_new) in [(false, 0usize), (false, 3), (true, 1)] {
+                // Factors per (sequence, KV head) in [0.25, 1.75): randn rows divided by them
+                // stay far below e4m3's 448.
+                let mut factors = || -> Vec<f32> {
+                    (0..b * hkv)
+                        .map(|_| 0.25 + 1.5 * rng.gen::<f32>())
+                        .collect()
+                };
+                let (kd, vd) = (factors(), factors());
+                let k_descale = Tensor::from_vec(kd.clone(), (b, hkv), &dev)?;
+                let v_descale = Tensor::from_vec(vd.clone(), (b, hkv), &dev)?;
+                let shape = if paged {
+                    [b * bps + 1, page, hkv, d]
+                } else {
+                    [b, cap, hkv, d]
+                };
+                let k_cache = e4m3(&mut rng, &shape, &dev)?;
+                let v_cache = e4m3(&mut rng, &shape, &dev)?;
+                // The flat index of (sequence, logical row, KV head, column).
+                let at = |i: usize, row: usize, h: usize, j: usize| {
+                    let (block, off) = if paged {
+                        (table[i * bps + row / page] as usize, row % page)
+                    } else {
+                        (i, row)
+                    };
+                    ((block * shape[1] + off) * hkv + h) * d + j
+                };
+                let q = tensor(&mut rng, &[b, s_new.max(1), hq, d], 1.0, dtype, &dev)?;
+                // No empty k_new/v_new for s_new = 0 (candle allocates no zero-sized CUDA
+                // tensor): a placeholder row, not passed.
+                let rows = s_new.max(1);
+                let k_new = tensor(&mut rng, &[b, rows, hkv, d], 1.0, dtype, &dev)?;
+                let v_new = tensor(&mut rng, &[b, rows, hkv, d], 1.0, dtype, &dev)?;
+                let (kn, vn) = if s_new > 0 {
+                    (Some(&k_new), Some(&v_new))
+                } else {
+                    (None, None)
+                };
+                let (mut k_want, mut v_want) = (host(&k_cache)?, host(&v_cache)?);
+                let got = fc::flash_attn_with_kvcache_fp8(
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    kn,
+                    vn,
+                    &seqused_k,
+                    paged.then_some(&block_table),
+                    None,
+                    Some(&k_descale),
+                    Some(&v_descale),
+                    0.125,
+                    None,
+                    Some(0),
+                    None,
+                )?;
+                assert_eq!((got.dims(), got.dtype()), (q.dims(), dtype));
+                // The appended rows as the append quantizes them, on the host.
+                let quantized = |t: &Tensor, f: &[f32]| -> Result<Vec<f32>> {
+                    let f = Tensor::from_vec(f.to_vec(), (b, 1, hkv, 1), &Device::Cpu)?;
+                    host(&cpu32(t)?.broadcast_div(&f)?.to_dtype(DType::F8E4M3)?)
+                };
+                if s_new > 0 {
+                    for (want, rows_q) in [
+                        (&mut k_want, quantized(&k_new, &kd)?),
+                        (&mut v_want, quantized(&v_new, &vd)?),
+                    ] {
+                        for (i, &u) in used.iter().enumerate() {
+                            for t in 0..s_new {
+                                for h in 0..hkv {
+                                    for j in 0..d {
+                                        want[at(i, u as usize + t, h, j)] =
+                                            rows_q[((i * s_new + t) * hkv + h) * d + j];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                for (name, cache, want) in [
+                    ("k_cache", &k_cache, &k_want),
+                    ("v_cache", &v_cache, &v_want),
+                ] {
+                    let now = host(cache)?;
+                    let differ = now
+                        .iter()
+                        .zip(want.iter())
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                    assert_eq!(differ, 0, "{name} {dtype:?} paged={paged} s_new={s_new}");
+                }
+                // The reference on the dequantized cache, sequence by sequence.
+                let qc = cpu32(&q)?;
+                let mut want = Vec::new();
+                for (i, &u) in used.iter().enumerate() {
+                    let len = u as usize + s_new;
+                    let rows_of = |cache: &[f32], f: &[f32]| -> Result<Tensor> {
+                        let mut out = Vec::with_capacity(len * hkv * d);
+                        for row in 0..len {
+                            for h in 0..hkv {
+                                for j in 0..d {
+                                    out.push(cache[at(i, row, h, j)] * f[i * hkv + h]);
+                                }
+                            }
+                        }
+                        Tensor::from_vec(out, (len, hkv, d), &Device::Cpu)
+                    };
+                    want.extend(reference(
+                        &qc.get(i)?,
+                        &rows_of(&k_want, &kd)?,
+                        &rows_of(&v_want, &vd)?,
+                        &spec(0.125, None, Some(0), cap, None, None),
+                    )?);
+                }
+                compare(
+                    &format!("kvcache e4m3 {dtype:?} paged={paged} s_new={s_new}"),
+                    &got,
+                    &want,
+                    dtype,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bad mixes are candle errors before anything runs (the rules' own tests are the crate's
+    /// CPU unit tests); a descale on the host is named.
+    #[test]
+    fn kvcache_e4m3_refusals() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(9);
+        let q = tensor(&mut rng, &[1, 1, 4, 64], 1.0, DType::BF16, &dev)?;
+        let cache = e4m3(&mut rng, &[1, 64, 2, 64], &dev)?;
+        let half = tensor(&mut rng, &[1, 64, 2, 64], 1.0, DType::BF16, &dev)?;
+        let used = Tensor::new(&[5u32], &dev)?;
+        let ones = Tensor::ones((1, 2), DType::F32, &dev)?;
+        let call = |k: &Tensor, v: &Tensor, kd: Option<&Tensor>| {
+            fc::flash_attn_with_kvcache_fp8(
+                &q, k, v, None, None, &used, None, None, kd, kd, 0.125, None, None, None,
+            )
+        };
+        let msg = |r: Result<Tensor>| r.unwrap_err().to_string();
+        assert!(msg(call(&cache, &half, None)).contains("must both be e4m3"));
+        assert!(msg(call(&half, &half, Some(&ones))).contains("not e4m3"));
+        let on_host = Tensor::ones((1, 2), DType::F32, &Device::Cpu)?;
+        assert!(msg(call(&cache, &cache, Some(&on_host))).contains("k_descale"));
+        // The same call with its descales on the device runs.
+        call(&cache, &cache, Some(&ones))?;
+        call(&cache, &cache, None)?;
+        Ok(())
+    }
+
     // ---- Backward: flash_attn carries dQ, dK, dV into candle's autograd ----
 
     /// Differentiable f32 attention on `(b, s, h, d)` tensors (GQA by repeating K/V heads),
