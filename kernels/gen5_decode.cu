@@ -435,13 +435,16 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             }
 
             FragA q_frag[head_dim / 16];  // (never touched, so never allocated, at D = 256)
+            typename Kv::QScale q_scale{};
             for (int t = 0; t < n_tiles; ++t) {
                 cp_async_wait<stages - 2>();  // tile t (and Q) have landed
                 // Tile t is visible to every warp, and every warp is past tile t-1, whose slot
                 // the next load reuses.
                 __syncthreads();
-                if constexpr (q_in_registers)
-                    if (t == 0) Kv::load_q(q_frag, q_tile, lane);
+                if (t == 0) {
+                    q_scale = Kv::q_scale(q_tile, lane);
+                    if constexpr (q_in_registers) Kv::load_q(q_frag, q_scale, q_tile, lane);
+                }
                 if (t + stages - 1 < n_tiles) load_stage((t + stages - 1) % stages, kb0 + t + stages - 1);
                 cp_async_commit();
 
@@ -451,9 +454,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 const unsigned warp_rows = KvTile::bytes(warp * warp_keys);
                 float s[warp_keys / 8][4];
                 if constexpr (q_in_registers)
-                    Kv::template qk<warp_keys>(s, q_frag, smem_base + k_slot(slot) + warp_rows, lane);
+                    Kv::template qk<warp_keys>(s, q_frag, q_scale, smem_base + k_slot(slot) + warp_rows, lane);
                 else
-                    Kv::template qk_q_in_smem<warp_keys>(s, q_tile, smem_base + k_slot(slot) + warp_rows, lane);
+                    Kv::template qk_q_in_smem<warp_keys>(s, q_tile, q_scale, smem_base + k_slot(slot) + warp_rows,
+                                                         lane);
                 if (has_score_mod(p)) {
                     ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head), score_mod(p, seq, b, lane_row[1].head)};
                     if constexpr (Kv::kE4m3)
@@ -476,7 +480,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         }
 
         if constexpr (Kv::kE4m3) {
-            const float v_descale = kv_descale(p, p.v_descale, b, h_kv);
+            // (P went to f16 times 2^14: kv_operand.cuh.)
+            const float v_descale = kv_descale(p, p.v_descale, b, h_kv) * e4m3::kPDown;
 #pragma unroll
             for (int j = 0; j < out_tiles; ++j)
 #pragma unroll

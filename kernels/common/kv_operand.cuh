@@ -20,12 +20,13 @@
 // Both patterns read 8 distinct 16-byte slots per quarter warp (D = 128, 256; at D = 64 the V
 // reads conflict two ways).
 //
-// Exactness: e4m3 -> f16 is exact (cvt.rn.f16x2.e4m3x2, sm_89+). For bf16 there is no such cvt on
-// sm_90; the f16 bits of an e4m3 value (3 mantissa bits, exponent -9..8) shifted right by 3 are
-// the bf16 bits of the value times 2^-112, and a bf16 multiply by 2^56 leaves the operand at
-// value x 2^-56: every nonzero e4m3 value stays a normal bf16 with no rounding. Q (and P) are
-// multiplied by 2^56 in turn, exactly, so every product is the true one and no product of
-// ordinary magnitude becomes an f32 subnormal.
+// Precision: the products run on f16 operands whatever Q's dtype. e4m3 -> f16 is exact and one
+// instruction a pair (cvt.rn.f16x2.e4m3x2, sm_89+; there is no e4m3 -> bf16 cvt on sm_90, and
+// building bf16 bits took four more a pair, which made the kernel issue-bound). Q (f16 or bf16)
+// is taken to f16 once per work unit, each row times a power of two that puts its largest
+// magnitude in [2^14, 2^15): exact for every element within 2^28 of the row's largest (f16 has
+// 11 significant bits, bf16 8), and the logits are scaled back by the same power. P goes to f16
+// times 2^14 (undone on O), so no weight above 2^-38 is lost to f16's subnormal range.
 #pragma once
 #include "types.cuh"
 #include "mma.cuh"
@@ -42,17 +43,21 @@ struct HalfKv {
     __device__ __forceinline__ static const elem_t* row_ptr(const void* base, long long offset) {
         return static_cast<const elem_t*>(base) + offset;
     }
-    __device__ __forceinline__ static void load_q(FragA (&q)[kHeadDim / 16], unsigned q_tile, int lane) {
+    // Q's fragments are the tile's elements as they are.
+    struct QScale {};
+    __device__ __forceinline__ static QScale q_scale(unsigned, int) { return {}; }
+    __device__ __forceinline__ static void load_q(FragA (&q)[kHeadDim / 16], const QScale&, unsigned q_tile,
+                                                  int lane) {
         load_q_fragments<kHeadDim>(q, q_tile, 0, lane);
     }
     template <int kKeys>
     __device__ __forceinline__ static void qk(float (&s)[kKeys / 8][4], const FragA (&q)[kHeadDim / 16],
-                                              unsigned k_rows, int lane) {
+                                              const QScale&, unsigned k_rows, int lane) {
         warp_qk<kHeadDim, kKeys>(s, q, k_rows, lane);
     }
     template <int kKeys>
-    __device__ __forceinline__ static void qk_q_in_smem(float (&s)[kKeys / 8][4], unsigned q_tile, unsigned k_rows,
-                                                        int lane) {
+    __device__ __forceinline__ static void qk_q_in_smem(float (&s)[kKeys / 8][4], unsigned q_tile, const QScale&,
+                                                        unsigned k_rows, int lane) {
         warp_qk_q_in_smem<kHeadDim, kKeys>(s, q_tile, 0, k_rows, lane);
     }
     template <int kKeys>
@@ -87,38 +92,40 @@ __device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned select
     return r;
 }
 
-// bf16x2 of 2^56 (exponent 56 + 127), and the same factor for f32 operands (Q, P).
-#if defined(FC_DTYPE_BF16)
-constexpr unsigned kOperandUp2 = 0x5B805B80u;
-constexpr float kOperandUp = 72057594037927936.0f;  // 2^56
-#else
-constexpr float kOperandUp = 1.0f;
-#endif
+// d += a·b on f16 operands, f32 accumulation (the products of this file, whatever elem_t is).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const FragA& a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b0), "r"(b1));
+}
 
-// The four e4m3 bytes of `word` as two operand registers: bytes (0, 1) into lo, (2, 3) into hi,
-// the lower byte in the lower half. bf16 operands hold value x 2^-56 (see the top of the file).
+// The four e4m3 bytes of `word` as two f16x2 operands, exactly: bytes (0, 1) into lo, (2, 3)
+// into hi, the lower byte in the lower half.
 __device__ __forceinline__ void to_operands(unsigned word, unsigned& lo, unsigned& hi) {
     asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
         : "=r"(lo), "=r"(hi)
         : "r"(word));
-#if defined(FC_DTYPE_BF16)
-    const unsigned blo = ((lo >> 3) & 0x0fff0fffu) | (lo & 0x80008000u);
-    const unsigned bhi = ((hi >> 3) & 0x0fff0fffu) | (hi & 0x80008000u);
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(lo) : "r"(blo), "r"(kOperandUp2));
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(hi) : "r"(bhi), "r"(kOperandUp2));
-#endif
 }
 
-// A 16-bit Q register pair times the operand factor (exact: a power of two).
-__device__ __forceinline__ unsigned q_up(unsigned x) {
-#if defined(FC_DTYPE_BF16)
-    unsigned r;
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(kOperandUp2));
-    return r;
-#else
-    return x;
-#endif
+// Two floats as an f16x2 operand (lo in the lower half).
+__device__ __forceinline__ unsigned f16x2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
 }
+
+// A 32-bit pair of elem_t (Q's dtype) as two floats.
+__device__ __forceinline__ float2 elem_pair(unsigned x) {
+    const elem_t* e = reinterpret_cast<const elem_t*>(&x);
+    return make_float2(to_float(e[0]), to_float(e[1]));
+}
+
+// 2^k for k in [-126, 127], from its bits.
+__device__ __forceinline__ float exp2i(int k) { return __int_as_float((k + 127) << 23); }
+
+// P's factor on its way to f16 (and 2^-14 on O).
+constexpr float kPUp = 16384.0f;
+constexpr float kPDown = 1.0f / 16384.0f;
 
 }  // namespace e4m3
 
@@ -172,18 +179,52 @@ struct E4m3Kv {
             return at[low] + 2 * (8 * chunk_high + 4 * (w & 1) + 2 * half + (upper ? 8 * kHeadDim : 0));
         }
     };
-    __device__ __forceinline__ static FragA q_fragment(const QAddresses& q, int ks) {
+
+    // Per-row powers of two of the lane's rows g and g + 8: Q is multiplied by up[r] on its way
+    // to f16, the logits by down[r] = 1 / up[r] (see the top of the file).
+    struct QScale {
+        float up[2], down[2];
+    };
+    // The scale of each of the lane's two rows from their largest magnitude (the quad's lanes
+    // together hold every column of both rows).
+    __device__ __forceinline__ static QScale q_scale(unsigned q_tile, int lane) {
+        const QAddresses q(q_tile, lane);
+        float m[2] = {0.f, 0.f};
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 v = e4m3::elem_pair(e4m3::lds32(q.of(ks, i & 1, i >> 1)));
+                m[i & 1] = fmaxf(m[i & 1], fmaxf(fabsf(v.x), fabsf(v.y)));
+            }
+        QScale s;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+            m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+            // max in [2^(e-127), 2^(e-126)): times 2^(141 - e) it lies in [2^14, 2^15). A NaN
+            // max gives e = 255 (the row's logits are NaN whatever the scale).
+            const int e = (__float_as_int(m[r]) >> 23) & 0xff;
+            const int k = min(max(141 - e, -126), 126);
+            s.up[r] = e4m3::exp2i(k);
+            s.down[r] = e4m3::exp2i(-k);
+        }
+        return s;
+    }
+    __device__ __forceinline__ static FragA q_fragment(const QAddresses& q, const QScale& s, int ks) {
         FragA a;
-        a.r[0] = e4m3::q_up(e4m3::lds32(q.of(ks, false, 0)));
-        a.r[1] = e4m3::q_up(e4m3::lds32(q.of(ks, true, 0)));
-        a.r[2] = e4m3::q_up(e4m3::lds32(q.of(ks, false, 1)));
-        a.r[3] = e4m3::q_up(e4m3::lds32(q.of(ks, true, 1)));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // a.r[i]: row g + 8 (i & 1), columns + 2 (i >> 1)
+            const float2 v = e4m3::elem_pair(e4m3::lds32(q.of(ks, i & 1, i >> 1)));
+            a.r[i] = e4m3::f16x2(v.x * s.up[i & 1], v.y * s.up[i & 1]);
+        }
         return a;
     }
-    __device__ __forceinline__ static void load_q(FragA (&q)[kHeadDim / 16], unsigned q_tile, int lane) {
+    __device__ __forceinline__ static void load_q(FragA (&q)[kHeadDim / 16], const QScale& s, unsigned q_tile,
+                                                  int lane) {
         const QAddresses addr(q_tile, lane);
 #pragma unroll
-        for (int ks = 0; ks < kHeadDim / 16; ++ks) q[ks] = q_fragment(addr, ks);
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) q[ks] = q_fragment(addr, s, ks);
     }
 
     // s = Q·Kᵀ over the warp's 16 keys (rows 0..15 of the byte tile at k_rows), q_at(ks) giving
@@ -202,24 +243,33 @@ struct E4m3Kv {
                 const FragA q = q_at(4 * m + w);
                 unsigned b0, b1;
                 e4m3::to_operands(w0[w], b0, b1);
-                mma_m16n8k16(s[0], q, b0, b1);
+                e4m3::mma_f16(s[0], q, b0, b1);
                 e4m3::to_operands(w1[w], b0, b1);
-                mma_m16n8k16(s[1], q, b0, b1);
+                e4m3::mma_f16(s[1], q, b0, b1);
             }
         }
     }
-    template <int kKeys>
-    __device__ __forceinline__ static void qk(float (&s)[kKeys / 8][4], const FragA (&q)[kHeadDim / 16],
-                                              unsigned k_rows, int lane) {
-        static_assert(kKeys == 16, "16 keys a warp");
-        qk_keys(s, [&](int ks) { return q[ks]; }, k_rows, lane);
+    // The logits back at Q's scale (QScale::down of each row).
+    __device__ __forceinline__ static void scale_down(float (&s)[2][4], const QScale& q) {
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nb][e] *= q.down[e >> 1];
     }
     template <int kKeys>
-    __device__ __forceinline__ static void qk_q_in_smem(float (&s)[kKeys / 8][4], unsigned q_tile, unsigned k_rows,
-                                                        int lane) {
+    __device__ __forceinline__ static void qk(float (&s)[kKeys / 8][4], const FragA (&q)[kHeadDim / 16],
+                                              const QScale& scale, unsigned k_rows, int lane) {
+        static_assert(kKeys == 16, "16 keys a warp");
+        qk_keys(s, [&](int ks) { return q[ks]; }, k_rows, lane);
+        scale_down(s, scale);
+    }
+    template <int kKeys>
+    __device__ __forceinline__ static void qk_q_in_smem(float (&s)[kKeys / 8][4], unsigned q_tile,
+                                                        const QScale& scale, unsigned k_rows, int lane) {
         static_assert(kKeys == 16, "16 keys a warp");
         const QAddresses addr(q_tile, lane);
-        qk_keys(s, [&](int ks) { return q_fragment(addr, ks); }, k_rows, lane);
+        qk_keys(s, [&](int ks) { return q_fragment(addr, scale, ks); }, k_rows, lane);
+        scale_down(s, scale);
     }
 
     // The byte of V lane g holds for n8 block j is column out_col(j, g).
@@ -250,11 +300,11 @@ struct E4m3Kv {
                                               unsigned v_rows, int lane) {
         static_assert(kKeys == 16, "one k16 step a warp");
         const int g = lane / 4, t = lane % 4;
-        FragA a;
-        a.r[0] = pack2_u32(p[0][0] * e4m3::kOperandUp, p[0][1] * e4m3::kOperandUp);
-        a.r[1] = pack2_u32(p[0][2] * e4m3::kOperandUp, p[0][3] * e4m3::kOperandUp);
-        a.r[2] = pack2_u32(p[1][0] * e4m3::kOperandUp, p[1][1] * e4m3::kOperandUp);
-        a.r[3] = pack2_u32(p[1][2] * e4m3::kOperandUp, p[1][3] * e4m3::kOperandUp);
+        FragA a;  // P as f16 times 2^14: the caller takes kPDown off O
+        a.r[0] = e4m3::f16x2(p[0][0] * e4m3::kPUp, p[0][1] * e4m3::kPUp);
+        a.r[1] = e4m3::f16x2(p[0][2] * e4m3::kPUp, p[0][3] * e4m3::kPUp);
+        a.r[2] = e4m3::f16x2(p[1][0] * e4m3::kPUp, p[1][1] * e4m3::kPUp);
+        a.r[3] = e4m3::f16x2(p[1][2] * e4m3::kPUp, p[1][3] * e4m3::kPUp);
 #pragma unroll
         for (int h = 0; h < kVPieces; ++h) {
             unsigned x0[kVPieceWords], x1[kVPieceWords], x2[kVPieceWords], x3[kVPieceWords];  // rows 2t, 2t+1, 2t+8, 2t+9
@@ -274,7 +324,7 @@ struct E4m3Kv {
                 e4m3::to_operands(hi23, b1[2], b1[3]);
                 const int j0 = 4 * (kVPieceWords * h + q);  // the n8 block of byte 0 of this word
 #pragma unroll
-                for (int c = 0; c < 4; ++c) mma_m16n8k16(o[j0 + c], a, b0[c], b1[c]);
+                for (int c = 0; c < 4; ++c) e4m3::mma_f16(o[j0 + c], a, b0[c], b1[c]);
             }
         }
     }
