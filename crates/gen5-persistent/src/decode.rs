@@ -335,6 +335,19 @@ pub fn auto_splits(units: usize, key_tiles: usize, sm_count: usize) -> usize {
         .clamp(1, MAX_SPLITS)
 }
 
+/// CTAs per SM the default split count aims at ([`auto_splits`]'s `sm_count` times this): one
+/// for 16-bit caches (measured above), two for e4m3. An e4m3 tile is half the bytes and twice
+/// the work a byte (widening in registers), and one warp per scheduler cannot hide its
+/// dependent chain: on the H200 at one CTA an SM the (1,32,8,1,32768) row took 1.14 µs a tile,
+/// as long as the 16-bit cache's tile of twice the bytes (`docs/results/2026-11-29-fp8-kv-h200`).
+pub fn ctas_per_sm(kv_bytes: usize) -> usize {
+    if kv_bytes == KV_E4M3 {
+        2
+    } else {
+        1
+    }
+}
+
 /// The split count of `FLASHCORE_DECODE_SPLITS=sweep`: drawn from a hash of the problem, half
 /// the time in 1..=[`MAX_SPLITS`] (counts past the key tiles leave splits empty, which the
 /// combine must skip) and half the time in 1..=key tiles + 1 (the counts a real plan uses).
@@ -542,7 +555,11 @@ fn plan_route(
             sweep_splits(problem)
         } else {
             cfg.splits.unwrap_or_else(|| {
-                auto_splits(units, max_key_tiles(problem), device.sm_count as usize)
+                auto_splits(
+                    units,
+                    max_key_tiles(problem),
+                    device.sm_count as usize * ctas_per_sm(kv_bytes),
+                )
             })
         };
         while splits > 1 {
@@ -640,6 +657,14 @@ mod tests {
             // As many ring bytes as the 16-bit ring of 3 stages.
             assert_eq!(smem_bytes_for(128, 1, 6), smem_bytes(128, 3));
         }
+        // Two CTAs an SM: twice the splits of the 16-bit cache's plan on a long sequence.
+        let long = decode_problem(1, 32, 8, 1, 32768);
+        let splits = |p: &AttentionProblem| {
+            super::plan("t", p, &h100, &DecodeConfig::default())
+                .unwrap()
+                .num_splits
+        };
+        assert_eq!((splits(&long), splits(&e4m3(long.clone()))), (16, 33));
         // Off, the decode kernel is not asked, and nothing else reads e4m3.
         let off = DecodeConfig {
             mode: DecodeMode::Off,
