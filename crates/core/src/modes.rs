@@ -629,32 +629,14 @@ impl crate::Device {
     ) -> Result<(), crate::Error> {
         check_table_lens(problem, tables.lens())?;
         let stream = self.stream();
-        let back = |t: &Option<cudarc::driver::CudaView<'_, i32>>, what: &str| {
-            t.as_ref()
-                .map(|v| {
-                    stream
-                        .clone_dtoh(v)
-                        .map_err(|e| crate::Error::cuda(format!("copying {what} back"), e))
-                })
-                .transpose()
-        };
-        let cu_q = back(&tables.cu_seqlens_q, "cu_seqlens_q")?;
-        let cu_k = back(&tables.cu_seqlens_k, "cu_seqlens_k")?;
-        let used = back(&tables.seqused_k, "seqused_k")?;
-        let table = back(&tables.block_table, "block_table")?;
-        let ranges = back(&tables.mm_prefix_ranges, "mm_prefix_ranges")?;
-        let back_f32 = |t: &Option<cudarc::driver::CudaView<'_, f32>>, what: &str| {
-            t.as_ref()
-                .map(|v| {
-                    stream
-                        .clone_dtoh(v)
-                        .map_err(|e| crate::Error::cuda(format!("copying {what} back"), e))
-                })
-                .transpose()
-        };
-        let slopes = back_f32(&tables.alibi_slopes, "alibi_slopes")?;
-        let k_descale = back_f32(&tables.k_descale, "k_descale")?;
-        let v_descale = back_f32(&tables.v_descale, "v_descale")?;
+        let cu_q = copy_back(stream, &tables.cu_seqlens_q, "cu_seqlens_q")?;
+        let cu_k = copy_back(stream, &tables.cu_seqlens_k, "cu_seqlens_k")?;
+        let used = copy_back(stream, &tables.seqused_k, "seqused_k")?;
+        let table = copy_back(stream, &tables.block_table, "block_table")?;
+        let ranges = copy_back(stream, &tables.mm_prefix_ranges, "mm_prefix_ranges")?;
+        let slopes = copy_back(stream, &tables.alibi_slopes, "alibi_slopes")?;
+        let k_descale = copy_back(stream, &tables.k_descale, "k_descale")?;
+        let v_descale = copy_back(stream, &tables.v_descale, "v_descale")?;
         HostTables {
             cu_seqlens_q: cu_q.as_deref(),
             cu_seqlens_k: cu_k.as_deref(),
@@ -668,4 +650,22 @@ impl crate::Device {
         .validate(problem)?;
         Ok(())
     }
+}
+
+/// A device table copied back to the host for [`crate::Device::check_tables`] (an absent one
+/// stays absent); one generic copy serves the i32 and the f32 tables alike, and a failed copy
+/// names its table.
+fn copy_back<T: cudarc::driver::DeviceRepr>(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    table: &Option<cudarc::driver::CudaView<'_, T>>,
+    what: &str,
+) -> Result<Option<Vec<T>>, crate::Error> {
+    table
+        .as_ref()
+        .map(|v| {
+            stream
+                .clone_dtoh(v)
+                .map_err(|e| crate::Error::cuda(format!("copying {what} back"), e))
+        })
+        .transpose()
 }
