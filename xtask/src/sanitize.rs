@@ -587,6 +587,23 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 out.push(Case::parse(&arg).expect("the mode lines parse"));
             }
         }
+        // e4m3 KV caches (the decode kernel's FC_KV_E4M3 builds) where the kernel reads them:
+        // a paged decode step with an append quantized into the cache, speculative decoding on a
+        // contiguous cache with a softcap and split keys, and chunked prefill on packed K/V
+        // under a window, one descale shape each.
+        if caps.modes.kv_fp8 {
+            let lines: &[&str] = &[
+                "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16,append=1,fp8=head",
+                "b=2,hq=4,hkv=1,sq=4,sk=2000,causal=1,cache=contig,softcap=30,fp8=batchhead",
+                "b=3,hq=2,hkv=1,sq=65,sk=200,causal=1,wl=32,varlen=1,fp8=tensor",
+            ];
+            let take = if race { 1 } else { lines.len() };
+            for (i, line) in lines.iter().take(take).enumerate() {
+                let dtype = caps.dtypes[i % caps.dtypes.len()];
+                let arg = format!("{line},d={d},dtype={dtype},seed={}", 720 + i);
+                out.push(Case::parse(&arg).expect("the e4m3 lines parse"));
+            }
+        }
     }
     out
 }
@@ -840,6 +857,12 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
                 assert!(p.batch * p.heads_q * p.seq_q * p.seq_k <= 1 << 20);
             }
             assert!(full.iter().any(|c| c.problem.seq_k == 0));
+            // e4m3 caches exactly where the kernel reads them.
+            let e4m3 = full
+                .iter()
+                .filter(|c| c.problem.modes.kv_fp8.is_some())
+                .count();
+            assert_eq!(e4m3 > 0, k.capabilities().modes.kv_fp8, "{}", k.name());
             assert!(
                 full.iter()
                     .any(|c| c.problem.seq_q > c.problem.seq_k && c.problem.causal)
