@@ -233,6 +233,37 @@ fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
     x.map(f).unwrap_or_else(|| "—".into())
 }
 
+/// The cells both decode tables (bf16 and e4m3) start a line with, "| row | MiB |
+/// implementation | storage | µs | GB/s |", so that the two tables cannot drift apart.
+fn leading_cells(d: &DecodeInfo, l: &DecodeLine) -> String {
+    let row = d
+        .rows
+        .iter()
+        .find(|x| x.key == l.row)
+        .expect("a row of the info");
+    format!(
+        "| {} | {} | {} | {} | {} | {} |",
+        cell(&row_label(row)),
+        mib(l.kv_bytes),
+        cell(&l.implementation),
+        l.storage.text(),
+        match (&l.us, &l.missing) {
+            (Some(us), _) => fmt_us(*us),
+            (None, Some(m)) => cell(m),
+            (None, None) => "—".into(),
+        },
+        opt(l.gbps, |g| format!("{g:.0}")),
+    )
+}
+
+/// The best peer's cell: its name and time, or "—" without one.
+fn peer_cell(l: &DecodeLine) -> String {
+    l.peer
+        .as_ref()
+        .map(|(n, us)| format!("{n} {}", fmt_us(*us)))
+        .unwrap_or_else(|| "—".into())
+}
+
 fn row_label(row: &DecodeRowInfo) -> String {
     let s = &row.shape;
     format!(
@@ -267,30 +298,13 @@ pub fn render(r: &ModeReport, d: &DecodeInfo) -> String {
     out.push_str("|---|---:|---|---|---:|---:|---:|---|---|---:|---|\n");
     let all = lines(r, d);
     for l in &all {
-        let row = d
-            .rows
-            .iter()
-            .find(|x| x.key == l.row)
-            .expect("a row of the info");
         let ceiling_applies = l.storage.has_targets() && l.kv_bytes >= BIG_KV_BYTES;
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            cell(&row_label(row)),
-            mib(l.kv_bytes),
-            cell(&l.implementation),
-            l.storage.text(),
-            match (&l.us, &l.missing) {
-                (Some(us), _) => fmt_us(*us),
-                (None, Some(m)) => cell(m),
-                (None, None) => "—".into(),
-            },
-            opt(l.gbps, |g| format!("{g:.0}")),
+            "{} {} | {} | {} | {} | {} |\n",
+            leading_cells(d, l),
             opt(l.ceiling_percent, |p| format!("{p:.0} %")),
             met(l.ceiling_met, ceiling_applies),
-            l.peer
-                .as_ref()
-                .map(|(n, us)| format!("{n} {}", fmt_us(*us)))
-                .unwrap_or_else(|| "—".into()),
+            peer_cell(l),
             opt(l.vs_peer, |v| format!("{v:.2}×")),
             met(l.peer_met, l.storage.has_targets()),
         ));
@@ -364,30 +378,13 @@ fn render_e4m3(r: &ModeReport, d: &DecodeInfo) -> String {
             }
             continue;
         }
-        let row = d
-            .rows
-            .iter()
-            .find(|x| x.key == l.row)
-            .expect("a row of the info");
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            cell(&row_label(row)),
-            mib(l.kv_bytes),
-            cell(&l.implementation),
-            l.storage.text(),
-            match (&l.us, &l.missing) {
-                (Some(us), _) => fmt_us(*us),
-                (None, Some(m)) => cell(m),
-                (None, None) => "—".into(),
-            },
-            opt(l.gbps, |g| format!("{g:.0}")),
+            "{} {} | {} | {} | {} | {} | {} | {} |\n",
+            leading_cells(d, l),
             opt(e.probe_gbps, |g| format!("{g:.0}")),
             opt(e.probe_percent, |p| format!("{p:.0} %")),
             opt(l.ceiling_percent, |p| format!("{p:.0} %")),
-            l.peer
-                .as_ref()
-                .map(|(n, us)| format!("{n} {}", fmt_us(*us)))
-                .unwrap_or_else(|| "—".into()),
+            peer_cell(l),
             opt(l.vs_peer, |v| format!("{v:.2}×")),
             opt(e.bf16_us, fmt_us),
             opt(e.vs_bf16, |v| format!("{v:.2}×")),
