@@ -96,14 +96,19 @@ fn values<T: npyz::Deserialize>(npy: NpyFile<&[u8]>) -> Result<Vec<T>> {
 fn parse_f32(bytes: &[u8]) -> Result<ArrayD<f32>> {
     let is_float = |t, size| matches!((t, size), (TypeChar::Float, 2 | 4));
     let h = header(bytes, is_float, "float16 or float32")?;
-    let data: Vec<f32> = match h.size {
-        4 => values(h.npy)?,
-        _ => values::<half::f16>(h.npy)?
+    shaped(h.shape, float_values(h.size, h.npy)?)
+}
+
+/// float32 (`size` 4) or float16 data, as the header said, widened to f32: the f32 and the e4m3
+/// parsers both take float values.
+fn float_values(size: u64, npy: NpyFile<&[u8]>) -> Result<Vec<f32>> {
+    Ok(match size {
+        4 => values(npy)?,
+        _ => values::<half::f16>(npy)?
             .into_iter()
             .map(f32::from)
             .collect(),
-    };
-    shaped(h.shape, data)
+    })
 }
 
 /// The `.npy` bytes of an e4m3 array (uint8 bytes, or float16/float32 values) as f32 values: Ok
@@ -120,11 +125,7 @@ fn parse_e4m3(bytes: &[u8]) -> Result<ArrayD<f32>> {
             .into_iter()
             .map(flashcore::host::e4m3_value)
             .collect(),
-        4 => values(h.npy)?,
-        _ => values::<half::f16>(h.npy)?
-            .into_iter()
-            .map(f32::from)
-            .collect(),
+        size => float_values(size, h.npy)?,
     };
     shaped(h.shape, data)
 }
