@@ -104,14 +104,7 @@ pub fn case_strategy_kv(
         dense_case_strategy(caps, max_seq),
         mode_keys_strategy(caps.modes, max_seq),
     )
-        .prop_map(|(mut case, keys)| {
-            let p = &mut case.problem;
-            if keys.window_right.is_some() {
-                p.causal = false; // causal already fixes the right edge at 0
-            }
-            crate::mode_case::apply(p, &keys, case.data_seed);
-            case
-        });
+        .prop_map(|(case, keys)| with_mode_keys(case, &keys));
     // Only a kernel that claims e4m3 K/V draws them, so the others' sweeps stay as they were.
     let with_modes = if caps.modes.kv_fp8 {
         prop_oneof![5 => with_modes, 1 => fp8_case_strategy(caps, max_seq)].boxed()
@@ -173,16 +166,21 @@ pub fn fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<C
     )
         .prop_map(|(mut case, mut keys, d, sq, scales)| {
             keys.kv_fp8 = Some(scales);
-            let p = &mut case.problem;
-            p.head_dim = d;
-            p.seq_q = sq;
-            if keys.window_right.is_some() {
-                p.causal = false; // causal already fixes the right edge at 0
-            }
-            crate::mode_case::apply(p, &keys, case.data_seed);
-            case
+            case.problem.head_dim = d;
+            case.problem.seq_q = sq;
+            with_mode_keys(case, &keys)
         })
         .boxed()
+}
+
+/// A drawn dense case with the drawn modes applied (both strategies draw them this way).
+fn with_mode_keys(mut case: Case, keys: &ModeKeys) -> Case {
+    let p = &mut case.problem;
+    if keys.window_right.is_some() {
+        p.causal = false; // causal already fixes the right edge at 0
+    }
+    crate::mode_case::apply(p, keys, case.data_seed);
+    case
 }
 
 /// (head_dim, head_dim_v) pairs the sweep draws for kernels that take V's own head dim:
@@ -554,6 +552,15 @@ mod tests {
     use super::*;
     use proptest::strategy::ValueTree;
 
+    /// A case's problem and mode tables drawn again from its modes and seed: the tables alone
+    /// (drawing the inputs too would take minutes unoptimised).
+    fn drawn_tables(c: &Case) -> (AttentionProblem, crate::mode_case::Draw) {
+        let mut p = c.problem.clone();
+        let keys = ModeKeys::from_modes(&c.problem.modes);
+        let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
+        (p, draw)
+    }
+
     /// `--seed` reproduces a sweep: the same seed draws the same cases, another seed others.
     #[test]
     fn a_seed_draws_the_same_cases_again() {
@@ -635,19 +642,12 @@ mod tests {
             mm_prefix: true,
             ..ModeSupport::ALL
         };
-        // The tables alone (drawing the inputs too would take minutes unoptimised).
-        let tables = |c: &Case| {
-            let mut p = c.problem.clone();
-            let keys = ModeKeys::from_modes(&c.problem.modes);
-            let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
-            (p, draw)
-        };
         let mut runner = TestRunner::deterministic();
         let s = case_strategy(&caps, 600);
         let mut with_mm = 0;
         for _ in 0..300 {
             let c = s.new_tree(&mut runner).unwrap().current();
-            let (p, draw) = tables(&c);
+            let (p, draw) = drawn_tables(&c);
             p.validate().unwrap();
             draw.host_tables().validate(&p).unwrap();
             assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
@@ -661,7 +661,7 @@ mod tests {
             .collect();
         assert!(mm_edges.len() >= 7, "{} mm edge cases", mm_edges.len());
         for c in &mm_edges {
-            let (p, draw) = tables(c);
+            let (p, draw) = drawn_tables(c);
             p.validate().unwrap();
             draw.host_tables().validate(&p).unwrap();
         }
@@ -703,9 +703,7 @@ mod tests {
             ..ModeSupport::ALL
         };
         let tables = |c: &Case| {
-            let mut p = c.problem.clone();
-            let keys = ModeKeys::from_modes(&c.problem.modes);
-            let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
+            let (p, draw) = drawn_tables(c);
             p.validate()
                 .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
             draw.host_tables()
