@@ -151,7 +151,7 @@ mod gpu {
     }
 
     fn compare(what: &str, got: &Tensor, want: &[f32], dtype: DType) -> Result<()> {
-        let got = cpu32(got)?.flatten_all()?.to_vec1::<f32>()?;
+        let got = host(got)?;
         assert_eq!(got.len(), want.len(), "{what}: length");
         let (mut worst, mut at) = (0f32, 0);
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
@@ -687,9 +687,8 @@ mod gpu {
 
     /// Stored e4m3 values (unscaled) of a cache or pool of `shape`, on `dev`, from randn draws.
     fn e4m3(rng: &mut StdRng, shape: &[usize], dev: &Device) -> Result<Tensor> {
-        Tensor::from_vec(randn(rng, shape, 1.0), shape, &Device::Cpu)?
-            .to_dtype(DType::F8E4M3)?
-            .to_device(dev)
+        // Drawn and converted to e4m3 on the host, then moved to `dev`.
+        tensor(rng, shape, 1.0, DType::F8E4M3, &Device::Cpu)?.to_device(dev)
     }
 
     /// A tensor's values as f32 on the host (exact for e4m3 and 16-bit floats).
@@ -913,8 +912,7 @@ mod gpu {
     /// max |got − want| over max |want|: a plumbing check (right tensors, shapes, GQA sums); the
     /// kernels' accuracy gate is `cargo xtask verify --pass bwd` against f64 gradients.
     fn relative_error(got: &Tensor, want: &Tensor) -> Result<f32> {
-        let got = cpu32(got)?.flatten_all()?.to_vec1::<f32>()?;
-        let want = cpu32(want)?.flatten_all()?.to_vec1::<f32>()?;
+        let (got, want) = (host(got)?, host(want)?);
         assert_eq!(got.len(), want.len());
         let scale = want.iter().fold(1e-6f32, |m, w| m.max(w.abs()));
         let worst = got
