@@ -6,10 +6,10 @@
 # read probe, in one process.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask, the plain wheel
 # in .carry/py/ and the FA3 and einops wheels in .carry/:
-#   bash docs/results/2026-11-29-fp8-kv-h200/run3.sh
+#   bash docs/results/2026-11-29-fp8-kv-h200/two-ctas.sh
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
-X=.carry/xtask; R=$OUT/run3.txt; L=$OUT/logs3; mkdir -p $L
+X=.carry/xtask; R=$OUT/two-ctas.txt; L=$OUT/logs-two-ctas; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
 SECONDS=0
 python3 -m pip install -q --no-deps --target /tmp/fc-plain .carry/py/flashcore-*.whl > $L/pip.log 2>&1
@@ -26,6 +26,6 @@ echo "pytest fp8: $(tail -1 $L/pytest-fp8.log)" | tee -a $R
 grep -hE "FAIL|panicked|^ERROR" $L/verify*.log $L/pytest-fp8.log | cut -c1-300 | head -12 | tee -a $R
 timeout 300 $X bench-all --suite decode --kv-dtype e4m3 --kernels persistent-hopper --fa3-path /tmp/fa3pkg --out-dir $L/decode > $L/bench-decode.log 2>&1
 echo "bench decode rc=$? (${SECONDS}s)" | tee -a $R
-cp $L/decode/bench-decode.md $OUT/ 2>/dev/null
+cp $L/decode/bench-decode.md $OUT/bench-decode-two-ctas.md 2>/dev/null
 sed -n '/^### e4m3 KV cache/,/^### [A-Z]/p' $L/decode/bench-decode.md | grep -E "^\|" | cut -d'|' -f2,5,6,7,9,11,12,13,14 | tee -a $R
 echo "(${SECONDS}s)" | tee -a $R

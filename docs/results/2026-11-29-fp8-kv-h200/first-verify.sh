@@ -3,10 +3,10 @@
 # K/V in e4m3 on both generation-5 paths, and the default cases (16-bit caches, e4m3 drawn one
 # mode case in six) on the Hopper path, in parallel.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask:
-#   bash docs/results/2026-11-29-fp8-kv-h200/verify1.sh
+#   bash docs/results/2026-11-29-fp8-kv-h200/first-verify.sh
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
-X=.carry/xtask; R=$OUT/verify1.txt; L=$OUT/logs1; mkdir -p $L
+X=.carry/xtask; R=$OUT/first-verify.txt; L=$OUT/logs-first-verify; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
 SECONDS=0
 job() { local label=$1 t=$2; shift 2; (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) & }

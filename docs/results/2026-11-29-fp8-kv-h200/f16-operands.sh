@@ -5,10 +5,10 @@
 # flash, cuDNN, FA3), the copy and the read probe, in one process.
 # From the repo root, with a stripped release xtask of the tree in .carry/xtask and the FA3 and
 # einops wheels in .carry/:
-#   bash docs/results/2026-11-29-fp8-kv-h200/run2.sh
+#   bash docs/results/2026-11-29-fp8-kv-h200/f16-operands.sh
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
-X=.carry/xtask; R=$OUT/run2.txt; L=$OUT/logs2; mkdir -p $L
+X=.carry/xtask; R=$OUT/f16-operands.txt; L=$OUT/logs-f16-operands; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R
 SECONDS=0
 job() { local label=$1 t=$2; shift 2; (timeout $t "$@" > $L/$label.log 2>&1; echo "$label rc=$? (${SECONDS}s)" >> $L/rc.txt) & }
@@ -21,6 +21,6 @@ for f in $L/verify*.log; do echo "$(basename $f .log): $(grep -E 'passed, .* fai
 grep -hE "FAIL|panicked" $L/verify*.log | cut -c1-400 | head -10 | tee -a $R
 timeout 320 $X bench-all --suite decode --kv-dtype e4m3 --kernels persistent-hopper --fa3-path /tmp/fa3pkg --out-dir $L/decode > $L/bench-decode.log 2>&1
 echo "bench decode rc=$? (${SECONDS}s)" | tee -a $R
-cp $L/decode/bench-decode.md $OUT/ 2>/dev/null
+cp $L/decode/bench-decode.md $OUT/bench-decode-f16-operands.md 2>/dev/null
 sed -n '/^### e4m3 KV cache/,/^### [A-Z]/p' $L/decode/bench-decode.md | grep -E "^\|" | cut -d'|' -f2,5,6,7,9,11,12,13,14 | tee -a $R
 echo "(${SECONDS}s)" | tee -a $R
