@@ -454,18 +454,26 @@ fn mode_edge_cases(caps: &Capabilities, dims: &[usize]) -> Vec<Case> {
         "b=4,hq=8,hkv=1,sq=1,sk=500,causal=1,wl=32,cache=paged,bs=64,append=1,mm=3",
         "b=2,hq=4,hkv=2,sq=90,sk=150,causal=1,wl=4,softcap=30,alibi=batch,mm=3",
     ];
-    let mut cases = Vec::new();
-    for (i, line) in LINES.iter().enumerate() {
-        for (j, &d) in dims.iter().enumerate() {
+    lines_at_dims(LINES, dims, caps, 5000)
+        .filter(|case| caps.modes.missing(&case.problem.modes).is_none())
+        .collect()
+}
+
+/// Every line of an edge list at every head dim of `dims`, the dtypes taken in turn and a seed
+/// per (line, dim) from `seed0`.
+fn lines_at_dims<'a>(
+    lines: &'a [&str],
+    dims: &'a [usize],
+    caps: &'a Capabilities,
+    seed0: usize,
+) -> impl Iterator<Item = Case> + 'a {
+    lines.iter().enumerate().flat_map(move |(i, line)| {
+        dims.iter().enumerate().map(move |(j, &d)| {
             let dtype = caps.dtypes[(i + j) % caps.dtypes.len()];
-            let arg = format!("{line},d={d},dtype={dtype},seed={}", 5000 + 16 * i + j);
-            let case = Case::parse(&arg).expect("the edge list parses");
-            if caps.modes.missing(&case.problem.modes).is_none() {
-                cases.push(case);
-            }
-        }
-    }
-    cases
+            let arg = format!("{line},d={d},dtype={dtype},seed={}", seed0 + 16 * i + j);
+            Case::parse(&arg).expect("the edge list parses")
+        })
+    })
 }
 
 /// Fixed e4m3-cache cases at each of the decode kernel's head dims, every descale table shape:
@@ -491,15 +499,7 @@ pub fn fp8_edge_cases(caps: &Capabilities) -> Vec<Case> {
         "b=2,hq=4,hkv=2,sq=100,sk=300,causal=1,cache=contig,fp8=head",
         "b=2,hq=4,hkv=2,sq=1,sk=200,layout=bhsd,fp8=batchhead",
     ];
-    let mut cases = Vec::new();
-    for (i, line) in LINES.iter().enumerate() {
-        for (j, &d) in FP8_HEAD_DIMS.iter().enumerate() {
-            let dtype = caps.dtypes[(i + j) % caps.dtypes.len()];
-            let arg = format!("{line},d={d},dtype={dtype},seed={}", 8000 + 16 * i + j);
-            cases.push(Case::parse(&arg).expect("the fp8 edge list parses"));
-        }
-    }
-    cases
+    lines_at_dims(LINES, &FP8_HEAD_DIMS, caps, 8000).collect()
 }
 
 fn h_min(h: &HeadDims) -> usize {
