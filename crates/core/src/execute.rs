@@ -270,7 +270,7 @@ pub(crate) fn run_launches(
 /// Launches `launch` with the parameter block as its first argument and `extra` after it
 /// (tensor maps, or device pointers of a core kernel such as `append_kv`), each pointing at a
 /// value that outlives the call.
-fn launch_with(
+pub(crate) fn launch_with(
     device: &Device,
     stream: &CudaStream,
     dtype: DType,

@@ -10,6 +10,8 @@
 //! - [`params`]: the parameter block; [`tensor_map`]: Hopper tensor maps; [`execute`]: the
 //!   launches; [`launch`]: the entry points and their helpers, where callers find them;
 //!   [`prepared`]: a forward checked and planned once, launched many times.
+//! - [`partials`]: merging partial outputs by LSE and summing partial gradients (context
+//!   parallelism).
 //! - [`host`]: ndarray in, ndarray out.
 //! - [`toolkit`]: finding the driver, NVRTC and CUDA headers at run time.
 
@@ -24,6 +26,7 @@ pub mod launch;
 pub mod launch_plan;
 pub mod modes;
 pub mod params;
+pub mod partials;
 pub mod plan;
 pub mod prepared;
 pub mod problem;
@@ -44,6 +47,7 @@ pub use host::{
 };
 pub use launch::{forward_on, forward_with_e4m3_kvcache, forward_with_kvcache, KvAppend};
 pub use modes::{AlibiSlopes, HostTables, KvScales, KvStorage, ModeSupport, Modes};
+pub use partials::{add_partial, cast_partial, merge_partial, PartialShape};
 pub use plan::{
     Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
     Swizzle, TensorMapSpec,

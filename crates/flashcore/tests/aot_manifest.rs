@@ -105,10 +105,12 @@ fn manifest() -> String {
     let mut lines: Vec<String> = Vec::new();
     for (cc, arch) in ARCHS {
         for dtype in DType::ALL {
-            // The core's own kernels: the answer for problems without keys, and the KV-cache
-            // append (`forward_with_kvcache` with k_new/v_new).
+            // The core's own kernels: the answer for problems without keys, the KV-cache
+            // append (`forward_with_kvcache` with k_new/v_new), and the merge and sums of
+            // partial results (`partials`, for context parallelism).
             lines.push(format!("core_fill.cu {arch} {dtype}"));
             lines.push(format!("core_append_kv.cu {arch} {dtype}"));
+            lines.push(format!("core_partials.cu {arch} {dtype}"));
         }
         for dev in devices(cc) {
             for k in flashcore::kernels() {
