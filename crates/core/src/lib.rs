@@ -43,7 +43,7 @@ pub use device::{Device, DeviceInfo};
 pub use dtype::DType;
 pub use error::{Error, InvalidProblem, Unsupported};
 pub use host::{
-    forward_host, forward_host_modes, HostElement, HostInputs, HostOutput, HostOutputs,
+    forward_host, forward_host_modes, nan_bits, HostElement, HostInputs, HostOutput, HostOutputs,
 };
 pub use launch::{forward_on, forward_with_e4m3_kvcache, forward_with_kvcache, KvAppend};
 pub use modes::{AlibiSlopes, HostTables, KvScales, KvStorage, ModeSupport, Modes};
