@@ -19,6 +19,7 @@ pub mod anchors;
 pub mod backward;
 pub mod backward_gpu;
 pub mod bandwidth;
+mod cp;
 pub mod decode;
 pub mod dense;
 pub mod gpu;
@@ -211,6 +212,13 @@ pub fn run(args: Args) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if v.as_array()
+            .and_then(|a| a.first())
+            .is_some_and(|r| r.get("cp_ms").is_some())
+        {
+            let rows: Vec<cp::Measured> = serde_json::from_value(v)?;
+            return cp::write_and_print(&rows, &out_dir);
+        }
         if v.get("pass").is_some() {
             let mut report: backward::BackwardReport =
                 serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
@@ -244,6 +252,9 @@ pub fn run(args: Args) -> Result<()> {
             || !args.shapes.is_empty())
     {
         anyhow::bail!("--kv-dtype is a --suite decode option (forward, its own rows): the other suites and --shape time K/V in the problem's dtype");
+    }
+    if args.suite == suite::Suite::Cp {
+        return cp::run(&args, &out_dir);
     }
     if args.pass != backward::Pass::Fwd {
         return backward_gpu::run(&args, &out_dir);

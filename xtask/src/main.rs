@@ -74,6 +74,14 @@ enum Command {
         json: Option<PathBuf>,
         #[arg(long, default_value_t = 0)]
         device: usize,
+        /// Context parallelism over this many GPUs (one NCCL rank each): the edge list and
+        /// `--cases` random cases, forward and backward, ring and all-gather, judged on the
+        /// whole sequence and beside the single-GPU kernel.
+        #[arg(long)]
+        cp: Option<usize>,
+        /// With --cp: seconds without progress before a rank gives up (the watchdog).
+        #[arg(long, default_value_t = 60)]
+        cp_timeout: u64,
     },
     /// Compile every kernel for sm_80/86/89/90a with NVRTC and print ptxas resource reports.
     CheckKernels {
@@ -109,6 +117,18 @@ enum Command {
     Reliability(reliability::Args),
     /// Run a small sweep of every generation under compute-sanitizer (memcheck, racecheck, ...).
     Sanitize(sanitize::Args),
+    /// One rank of `reliability --only cp`'s kill check, in a process of its own (started by it;
+    /// the NCCL id comes in FLASHCORE_CP_ID).
+    #[command(hide = true)]
+    CpRank {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long)]
+        world: usize,
+        /// Abort the process (as a crash would) before this call.
+        #[arg(long)]
+        abort_after_calls: Option<usize>,
+    },
 }
 
 /// Both passes: what `verify`'s compile check without a GPU builds.
@@ -117,6 +137,18 @@ const ALL_PASSES: [verify::Pass; 2] = [verify::Pass::Fwd, verify::Pass::Bwd];
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Verify {
+            cases,
+            seed,
+            cp: Some(world),
+            cp_timeout,
+            ..
+        } => verify::cp::run(
+            world,
+            cases,
+            seed,
+            std::time::Duration::from_secs(cp_timeout),
+        ),
         Command::Verify {
             pass,
             cases,
@@ -131,6 +163,8 @@ fn main() -> ExitCode {
             kv_dtype,
             json,
             device,
+            cp: None,
+            ..
         } => match Device::open(device) {
             Err(e) => {
                 println!("verify: no GPU here ({e}); running the oracle self-check and the kernel compile check instead");
@@ -198,6 +232,11 @@ fn main() -> ExitCode {
         Command::BenchAll(args) => bench::run(*args),
         Command::Reliability(args) => reliability::main(args),
         Command::Sanitize(args) => sanitize::main(args),
+        Command::CpRank {
+            rank,
+            world,
+            abort_after_calls,
+        } => reliability::cp::rank_main(rank, world, abort_after_calls),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

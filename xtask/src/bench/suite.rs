@@ -106,6 +106,9 @@ pub enum Suite {
     /// each on a contiguous and a paged (block 64) cache, as graph replays, beside the peers and
     /// a device-to-device copy of the same bytes (the bandwidth ceiling).
     Decode,
+    /// Context parallelism over every visible GPU (ring and all-gather, forward and backward,
+    /// up to a million causal tokens) against the single-GPU kernel at equal work per GPU.
+    Cp,
 }
 
 impl Suite {
@@ -151,7 +154,7 @@ pub fn suite_bhsd(suite: Suite) -> Vec<(usize, usize, usize, usize)> {
         Suite::Ladder => LADDER.to_vec(),
         Suite::Full => LADDER.iter().chain(FULL_EXTRA.iter()).copied().collect(),
         // Not B,H,S,D lists: see `bench::modes::plan`.
-        Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode => vec![],
+        Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode | Suite::Cp => vec![],
     }
 }
 

@@ -38,6 +38,7 @@
 mod backward;
 mod badinput;
 mod batchinv;
+pub mod cp;
 mod determinism;
 mod device;
 mod grid;
@@ -76,12 +77,13 @@ const CHECKS: &[(&str, Check)] = &[
     ("soak", soak::run),
     ("streams", streams::run),
     ("backward", backward::run),
+    ("cp", cp::run),
 ];
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Comma-separated sub-checks (default: all): badinput, oob, determinism, grid, nonfinite,
-    /// modes, batchinv, oom, soak, streams, backward.
+    /// modes, batchinv, oom, soak, streams, backward, cp (2+ GPUs).
     #[arg(long, value_delimiter = ',')]
     pub only: Option<Vec<String>>,
     /// Comma-separated generation names (default: all compiled in).

@@ -8,6 +8,7 @@
 //! GPU-free self-checks `self_check.rs`'s.
 
 mod cases;
+pub mod cp;
 mod self_check;
 
 use std::time::Instant;

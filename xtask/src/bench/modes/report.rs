@@ -324,5 +324,6 @@ pub fn suite_name(s: Suite) -> &'static str {
         Suite::Paged => "paged",
         Suite::Window => "window",
         Suite::Decode => "decode",
+        Suite::Cp => "cp",
     }
 }
