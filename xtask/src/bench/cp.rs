@@ -97,6 +97,15 @@ pub struct Measured {
     /// flash-attn3-jax's ring attention on the same GPUs in the same run, or why not.
     fa3_ring_ms: Option<f64>,
     fa3_ring_note: Option<String>,
+    /// Each rank's median ms (the group's is the slowest).
+    #[serde(default)]
+    rank_ms: Vec<f64>,
+    /// The single-GPU kernel at S/√N run on every GPU at once (the host's clocks and power when
+    /// all its GPUs work, as they do in the group), slowest GPU; efficiency against it.
+    #[serde(default)]
+    busy_ms: Option<f64>,
+    #[serde(default)]
+    busy_efficiency: Option<f64>,
 }
 
 fn flops(seq: usize, causal: bool, backward: bool) -> f64 {
@@ -134,10 +143,17 @@ fn random_bits(s: &std::sync::Arc<CudaStream>, n: usize, seed: u64) -> Result<Cu
 }
 
 /// Median wall time (ms) of `reps` timed calls after one untimed (compiling) call.
-fn time_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+fn time_ms(reps: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
+    time_ms_after(reps, &|| {}, f)
+}
+
+/// [`time_ms`], each call after `before` (a barrier, so that every GPU runs at once).
+fn time_ms_after(reps: usize, before: &dyn Fn(), mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    before();
     f()?;
     let mut t: Vec<f64> = (0..reps)
         .map(|_| {
+            before();
             let s = Instant::now();
             f().map(|_| s.elapsed().as_secs_f64() * 1e3)
         })
@@ -146,7 +162,10 @@ fn time_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(t[t.len() / 2])
 }
 
-fn cp_row(row: &Row, world: usize, reps: usize) -> Result<Vec<(String, f64, String, String)>> {
+/// Per pass: (pass, the slowest rank's ms, strategy, kernels, every rank's ms).
+type CpTimes = Vec<(String, f64, String, String, Vec<f64>)>;
+
+fn cp_row(row: &Row, world: usize, reps: usize) -> Result<CpTimes> {
     let mut p = CpProblem::new(1, HEADS, row.seq / world, HEAD_DIM)
         .with_heads_kv(row.heads_kv)
         .with_dtype(DType::Bf16);
@@ -243,14 +262,18 @@ fn cp_row(row: &Row, world: usize, reps: usize) -> Result<Vec<(String, f64, Stri
         Ok(out)
     })?;
     // The group's time is its slowest rank's.
-    let mut merged: Vec<(String, f64, String, String)> = Vec::new();
+    let mut merged: CpTimes = Vec::new();
     for (rank, r) in per_rank.into_iter().enumerate() {
         let r = r.map_err(|e| anyhow::anyhow!("rank {rank}: {e}"))?;
         if merged.is_empty() {
-            merged = r;
+            merged = r
+                .into_iter()
+                .map(|(p, ms, s, k)| (p, ms, s, k, vec![ms]))
+                .collect();
         } else {
             for (m, x) in merged.iter_mut().zip(r) {
                 m.1 = m.1.max(x.1);
+                m.4.push(x.1);
             }
         }
     }
@@ -258,7 +281,7 @@ fn cp_row(row: &Row, world: usize, reps: usize) -> Result<Vec<(String, f64, Stri
 }
 
 /// The single-GPU kernels on `seq` rows: forward, then backward, median ms of each.
-fn single(dev: &Device, row: &Row, seq: usize, reps: usize) -> Result<(f64, Option<f64>)> {
+fn single(dev: &Device, row: &Row, seq: usize, reps: usize, before: &dyn Fn()) -> Result<SingleMs> {
     let p = AttentionProblem::new(1, HEADS, seq, HEAD_DIM)
         .with_kv(row.heads_kv, seq)
         .with_dtype(DType::Bf16)
@@ -272,7 +295,7 @@ fn single(dev: &Device, row: &Row, seq: usize, reps: usize) -> Result<(f64, Opti
     let v = random_bits(&s, nkv, 3)?;
     let mut o = random_bits(&s, nq, 4)?;
     let mut lse = s.alloc_zeros::<f32>(HEADS * seq)?;
-    let fwd = time_ms(reps, || {
+    let fwd = time_ms_after(reps, before, || {
         let mut t = AttentionTensors::new(
             DType::Bf16,
             q.slice(..),
@@ -293,7 +316,7 @@ fn single(dev: &Device, row: &Row, seq: usize, reps: usize) -> Result<(f64, Opti
     let mut dk = random_bits(&s, nkv, 7)?;
     let mut dv = random_bits(&s, nkv, 8)?;
     let dt = DType::Bf16;
-    let bwd = time_ms(reps, || {
+    let bwd = time_ms_after(reps, before, || {
         let mut t = BackwardTensors {
             q: TensorRef {
                 data: q.slice(..),
@@ -339,6 +362,39 @@ fn single(dev: &Device, row: &Row, seq: usize, reps: usize) -> Result<(f64, Opti
     Ok((fwd, Some(bwd)))
 }
 
+/// [`single`] on every GPU at once (one thread each, a barrier before every call): the slowest
+/// GPU's median ms.
+fn single_all_busy(world: usize, row: &Row, seq: usize, reps: usize) -> Result<SingleMs> {
+    let barrier = std::sync::Barrier::new(world);
+    let wait = || {
+        barrier.wait();
+    };
+    let per_gpu: Vec<Result<SingleMs>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..world)
+            .map(|g| {
+                let wait = &wait;
+                s.spawn(move || single(&Device::open(g)?, row, seq, reps, wait))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a GPU's thread panicked")))
+            })
+            .collect()
+    });
+    let mut out: SingleMs = (0.0, Some(0.0));
+    for r in per_gpu {
+        let (f, b) = r?;
+        out.0 = out.0.max(f);
+        out.1 = match (out.1, b) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            _ => None,
+        };
+    }
+    Ok(out)
+}
+
 pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     let world = Device::count()?;
     if world < 2 {
@@ -361,7 +417,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
     );
     let mut results = Vec::new();
     // The single-GPU reference of a problem, measured once (the strategies share it).
-    let mut singles: Vec<(SingleKey, SingleMs)> = Vec::new();
+    let mut singles: Vec<(SingleKey, (SingleMs, SingleMs))> = Vec::new();
     for row in rows {
         let reps = if row.seq > (256 << 10) { 1 } else { 2 };
         let t = Instant::now();
@@ -369,17 +425,24 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         // Equal work per GPU: S/√N rows (multiple of 128).
         let single_seq = ((row.seq as f64 / (world as f64).sqrt()) / 128.0).round() as usize * 128;
         let id = (row.heads_kv, single_seq, row.causal);
-        let (sf, sb) = match singles.iter().find(|(k, _)| *k == id) {
+        let ((sf, sb), (busy_f, busy_b)) = match singles.iter().find(|(k, _)| *k == id) {
             Some(&(_, t)) => t,
             None => {
-                let t = single(&dev, row, single_seq, reps)?;
-                singles.push((id, t));
-                t
+                let alone = single(&dev, row, single_seq, reps, &|| {})?;
+                let busy = single_all_busy(world, row, single_seq, reps)?;
+                singles.push((id, (alone, busy)));
+                (alone, busy)
             }
         };
-        for (pass, ms, strategy, kernels) in cp {
+        for (pass, ms, strategy, kernels, rank_ms) in cp {
             let bwd = pass == "bwd";
             let single_ms = if bwd { sb.unwrap_or(f64::NAN) } else { sf };
+            let busy_ms = if bwd {
+                busy_b.unwrap_or(f64::NAN)
+            } else {
+                busy_f
+            };
+            let busy_t = flops(single_seq, row.causal, bwd) / (busy_ms * 1e-3) / 1e12;
             let cp_t = flops(row.seq, row.causal, bwd) / world as f64 / (ms * 1e-3) / 1e12;
             let single_t = flops(single_seq, row.causal, bwd) / (single_ms * 1e-3) / 1e12;
             let m = Measured {
@@ -399,10 +462,24 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
                 efficiency: cp_t / single_t,
                 fa3_ring_ms: None,
                 fa3_ring_note: None,
+                rank_ms,
+                busy_ms: Some(busy_ms),
+                busy_efficiency: Some(cp_t / busy_t),
             };
             println!(
-                "  {:<28} {} {:>9.1} ms  {:>6.1} TFLOP/s/GPU  | 1 GPU S={} {:>9.1} ms {:>6.1} TFLOP/s | {:>5.1} %  ({:.0} s)",
-                m.key, m.pass, m.cp_ms, m.cp_tflops_per_gpu, m.single_seq, m.single_ms, m.single_tflops, 100.0 * m.efficiency, t.elapsed().as_secs_f64()
+                "  {:<28} {} {:>9.1} ms (ranks {:?})  {:>6.1} TFLOP/s/GPU | 1 GPU S={} {:>9.1} ms {:>6.1} TFLOP/s ({:.1} % ), all busy {:.1} ms ({:.1} %)  ({:.0} s)",
+                m.key,
+                m.pass,
+                m.cp_ms,
+                m.rank_ms.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                m.cp_tflops_per_gpu,
+                m.single_seq,
+                m.single_ms,
+                m.single_tflops,
+                100.0 * m.efficiency,
+                busy_ms,
+                100.0 * m.busy_efficiency.unwrap_or(f64::NAN),
+                t.elapsed().as_secs_f64()
             );
             results.push(m);
         }
@@ -501,8 +578,8 @@ fn fa3_ring(args: &Args, results: &mut [Measured]) {
 /// too), so a backward row compares forward + backward of both.
 pub fn render_markdown(results: &[Measured]) -> String {
     let mut md = String::from(
-        "| row | pass | GPUs | strategy | ms | TFLOP/s per GPU | 1 GPU at S/√N: rows | ms | TFLOP/s | efficiency | FA3 ring ms | × FA3 ring |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| row | pass | GPUs | strategy | ms | TFLOP/s per GPU | 1 GPU at S/√N: rows | ms | TFLOP/s | efficiency | all GPUs busy: TFLOP/s | efficiency | FA3 ring ms | × FA3 ring |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for m in results {
         let fwd = results.iter().find(|x| x.key == m.key && x.pass == "fwd");
@@ -520,8 +597,12 @@ pub fn render_markdown(results: &[Measured]) -> String {
                 "-".into(),
             ),
         };
+        let busy = match m.busy_efficiency {
+            Some(e) => format!("{:.1} | {:.1} %", m.cp_tflops_per_gpu / e, 100.0 * e),
+            None => "- | -".into(),
+        };
         md += &format!(
-            "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.1} % | {peer} | {ratio} |\n",
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.1} % | {busy} | {peer} | {ratio} |\n",
             m.key,
             m.pass,
             m.world,
@@ -559,6 +640,9 @@ mod tests {
             efficiency: 1.0,
             fa3_ring_ms: fa3,
             fa3_ring_note: note.map(Into::into),
+            rank_ms: vec![ms],
+            busy_ms: None,
+            busy_efficiency: None,
         }
     }
 
@@ -568,7 +652,7 @@ mod tests {
             row("fwd", 100.0, Some(150.0), None),
             row("bwd", 300.0, Some(450.0), None),
         ]);
-        assert!(md.contains("| 150.0 | 1.50 |"), "{md}");
+        assert!(md.contains("| - | - | 150.0 | 1.50 |"), "{md}");
         assert!(md.contains("| fwd+bwd 600.0 | 1.50 (fwd+bwd) |"), "{md}");
         let md = render_markdown(&[row("fwd", 100.0, None, Some("error: OOM"))]);
         assert!(md.contains("| error: OOM | - |"), "{md}");
