@@ -115,6 +115,51 @@ impl Parts {
     }
 }
 
+/// Packed sequences cut along their rows: `[outer, Σ local rows, inner]` in the local layout (each
+/// sequence's `parts` chunks one after the other), `[parts][outer, Σ chunk rows, inner]` split.
+/// Q, K, V and O have `outer` 1; the LSE `[heads, Σ rows]` has `outer` = heads, `inner` 1.
+#[derive(Clone, Debug)]
+pub(crate) struct PackedParts<'a> {
+    pub chunks: &'a [usize],
+    pub parts: usize,
+    pub outer: usize,
+    pub inner: usize,
+    pub elem: usize,
+}
+
+impl PackedParts<'_> {
+    /// The runs that move every part of every sequence between `local` and `split`.
+    pub(crate) fn runs(&self, local: u64, split: u64, to_split: bool) -> Vec<Runs> {
+        let row = self.inner * self.elem;
+        let total_c: usize = self.chunks.iter().sum();
+        let (local_pitch, split_pitch) = (self.parts * total_c * row, total_c * row);
+        let mut out = Vec::new();
+        let (mut off, mut cs) = (0usize, 0usize);
+        for &c in self.chunks {
+            for part in 0..self.parts {
+                let l = local + ((off + part * c) * row) as u64;
+                let sp = split + ((part * self.outer * total_c + cs) * row) as u64;
+                let (dst, dst_pitch, src, src_pitch) = if to_split {
+                    (sp, split_pitch, l, local_pitch)
+                } else {
+                    (l, local_pitch, sp, split_pitch)
+                };
+                out.push(Runs {
+                    dst,
+                    dst_pitch,
+                    src,
+                    src_pitch,
+                    width: c * row,
+                    height: self.outer,
+                });
+            }
+            off += self.parts * c;
+            cs += c;
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +204,48 @@ mod tests {
         }
         for p in 0..parts {
             apply(&mut mem, g.runs(back, split, p, false));
+        }
+        assert_eq!(mem[..n], mem[2 * n..]);
+    }
+
+    #[test]
+    fn packed_parts_round_trip_and_group_each_part() {
+        let chunks = [3usize, 1, 5];
+        let (parts, outer, inner, elem) = (2, 3, 2, 4);
+        let total_c: usize = chunks.iter().sum();
+        let n = outer * parts * total_c * inner * elem;
+        let mut mem = vec![0u8; 3 * n];
+        for (i, b) in mem[..n].iter_mut().enumerate() {
+            *b = (i % 253) as u8;
+        }
+        let g = PackedParts {
+            chunks: &chunks,
+            parts,
+            outer,
+            inner,
+            elem,
+        };
+        for r in g.runs(0, n as u64, true) {
+            apply(&mut mem, r);
+        }
+        // Part p, outer o, sequence i's row j: local row off_i + p·c_i + j of outer o.
+        let row = inner * elem;
+        let (mut off, mut cs) = (0, 0);
+        for &c in &chunks {
+            for p in 0..parts {
+                for o in 0..outer {
+                    for j in 0..c {
+                        let got = &mem[n + ((p * outer + o) * total_c + cs + j) * row..][..row];
+                        let want = &mem[(o * parts * total_c + off + p * c + j) * row..][..row];
+                        assert_eq!(got, want);
+                    }
+                }
+            }
+            off += parts * c;
+            cs += c;
+        }
+        for r in g.runs(2 * n as u64, n as u64, false) {
+            apply(&mut mem, r);
         }
         assert_eq!(mem[..n], mem[2 * n..]);
     }

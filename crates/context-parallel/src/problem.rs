@@ -1,6 +1,6 @@
 //! One rank's share of a context-parallel attention call.
 
-use flashcore::{AttentionProblem, DType};
+use flashcore::{AttentionProblem, DType, KvStorage, Modes};
 
 use crate::error::CpError;
 use crate::schedule::Sharding;
@@ -21,6 +21,12 @@ pub struct CpProblem {
     /// None means 1/sqrt(head_dim).
     pub softmax_scale: Option<f32>,
     pub sharding: Sharding,
+    /// Packed variable-length sequences (FlashAttention's varlen), forward only: this rank's
+    /// rows of each sequence, in order (every rank holds the same number of each sequence's rows,
+    /// a multiple of the sharding's parts). Q, K, V and O are then `[Σ rows, heads, head_dim]`,
+    /// the LSE `[heads_q, Σ rows]`; `batch` is the number of sequences and `seq_local` the
+    /// longest. Set with [`CpProblem::with_varlen`].
+    pub seqlens_local: Option<Vec<usize>>,
 }
 
 impl CpProblem {
@@ -36,6 +42,32 @@ impl CpProblem {
             causal: false,
             softmax_scale: None,
             sharding: Sharding::Contiguous,
+            seqlens_local: None,
+        }
+    }
+
+    /// Packed sequences of these local lengths (rows on every rank; each sequence's global
+    /// length is `world ·` its local one). Forward only.
+    pub fn with_varlen(mut self, local: Vec<usize>) -> Self {
+        self.batch = local.len();
+        self.seq_local = local.iter().copied().max().unwrap_or(0);
+        self.seqlens_local = Some(local);
+        self
+    }
+
+    /// Each sequence's rows per part (one chunk of the global sequence).
+    pub fn chunks(&self) -> Vec<usize> {
+        match &self.seqlens_local {
+            Some(l) => l.iter().map(|&n| n / self.sharding.parts()).collect(),
+            None => vec![self.chunk(); self.batch],
+        }
+    }
+
+    /// Rows of one rank's shard, all sequences.
+    pub fn local_rows(&self) -> usize {
+        match &self.seqlens_local {
+            Some(l) => l.iter().sum(),
+            None => self.batch * self.seq_local,
         }
     }
     /// Causal masking over the global sequence, on zig-zag shards (balanced).
@@ -89,25 +121,46 @@ impl CpProblem {
         .with_scale(self.scale())
     }
 
-    /// One block: a part of the queries against a part of a K/V shard.
+    /// One block: a part of the queries against a part of a K/V shard (packed sequences: a
+    /// varlen problem whose `cu_seqlens` are the chunks' prefix sums, for Q and K alike).
     pub fn block_problem(&self, causal: bool) -> AttentionProblem {
         let c = self.chunk();
-        AttentionProblem::new(self.batch, self.heads_q, c, self.head_dim)
+        let p = AttentionProblem::new(self.batch, self.heads_q, c, self.head_dim)
             .with_kv(self.heads_kv, c)
             .with_dtype(self.dtype)
             .with_causal(causal)
-            .with_scale(self.scale())
+            .with_scale(self.scale());
+        match &self.seqlens_local {
+            None => p,
+            Some(_) => {
+                let total: usize = self.chunks().iter().sum();
+                p.with_modes(Modes {
+                    packed_q: Some(total),
+                    kv: KvStorage::Packed { total_k: total },
+                    ..Modes::default()
+                })
+            }
+        }
+    }
+
+    /// The blocks' `cu_seqlens` (Q and K): prefix sums of [`CpProblem::chunks`].
+    pub fn block_cu_seqlens(&self) -> Vec<i32> {
+        let mut cu = vec![0i32];
+        for c in self.chunks() {
+            cu.push(cu.last().unwrap() + c as i32);
+        }
+        cu
     }
 
     /// Elements of a local Q (or O) and K (or V) tensor.
     pub fn q_len(&self) -> usize {
-        self.batch * self.seq_local * self.heads_q * self.head_dim
+        self.local_rows() * self.heads_q * self.head_dim
     }
     pub fn kv_len(&self) -> usize {
-        self.batch * self.seq_local * self.heads_kv * self.head_dim
+        self.local_rows() * self.heads_kv * self.head_dim
     }
     pub fn lse_len(&self) -> usize {
-        self.batch * self.heads_q * self.seq_local
+        self.heads_q * self.local_rows()
     }
 
     /// Everything that must hold before anything is allocated or sent. Every rank checks the
@@ -125,6 +178,23 @@ impl CpProblem {
                     .into(),
             );
         }
+        if let Some(l) = &self.seqlens_local {
+            let parts = self.sharding.parts();
+            if l.is_empty() || l.iter().any(|&n| n == 0 || !n.is_multiple_of(parts)) {
+                return bad(format!(
+                    "packed sequences need a positive multiple of {parts} local rows each ({} \
+                     sharding), got {l:?}",
+                    self.sharding.name()
+                ));
+            }
+            if l.iter().sum::<usize>() > i32::MAX as usize / world.max(1) {
+                return bad("packed sequences past 2^31 rows in all".into());
+            }
+            return self
+                .block_problem(self.causal)
+                .validate()
+                .map_err(|e| flashcore::Error::from(e).into());
+        }
         if self.seq_local == 0 || !self.seq_local.is_multiple_of(self.sharding.parts()) {
             return bad(format!(
                 "seq_local {} must be a positive multiple of {} ({} sharding)",
@@ -140,5 +210,45 @@ impl CpProblem {
             .validate()
             .map_err(flashcore::Error::from)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_sequences_size_and_refuse_odd_shards() {
+        let p = CpProblem::new(1, 8, 2, 64)
+            .with_heads_kv(2)
+            .causal()
+            .with_varlen(vec![6, 2, 10]);
+        assert_eq!(p.batch, 3);
+        assert_eq!(p.local_rows(), 18);
+        assert_eq!(p.chunks(), vec![3, 1, 5]);
+        assert_eq!(p.block_cu_seqlens(), vec![0, 3, 4, 9]);
+        assert_eq!(p.q_len(), 18 * 8 * 64);
+        assert_eq!(p.lse_len(), 8 * 18);
+        p.validate(4).unwrap();
+        // Zig-zag needs an even number of local rows per sequence, and none empty.
+        assert!(CpProblem::new(1, 8, 2, 64)
+            .causal()
+            .with_varlen(vec![6, 3])
+            .validate(2)
+            .is_err());
+        assert!(CpProblem::new(1, 8, 2, 64)
+            .with_varlen(vec![0])
+            .validate(2)
+            .is_err());
+        assert!(CpProblem::new(1, 8, 2, 64)
+            .with_varlen(vec![])
+            .validate(2)
+            .is_err());
+        // Causal over contiguous shards would idle the early ranks.
+        let p = CpProblem::new(1, 8, 4, 64)
+            .causal()
+            .with_sharding(Sharding::Contiguous);
+        assert!(p.validate(2).is_err());
+        assert!(p.validate(1).is_ok());
     }
 }

@@ -10,9 +10,9 @@ use cudarc::driver::{
     SyncOnDrop, ValidAsZeroBits,
 };
 use flashcore::{add_partial, cast_partial, merge_partial, PartialShape};
-use flashcore::{AttentionTensors, BackwardTensors, Device, TensorMut, TensorRef};
+use flashcore::{AttentionTensors, BackwardTensors, Device, DeviceTables, TensorMut, TensorRef};
 
-use crate::copy::{copy_runs, Parts};
+use crate::copy::{copy_runs, PackedParts, Parts};
 use crate::error::CpError;
 use crate::nccl::{Bytes, Communicator, UniqueId};
 use crate::problem::CpProblem;
@@ -83,12 +83,13 @@ struct Shapes {
 
 impl Shapes {
     fn of(p: &CpProblem) -> Self {
-        let c = p.chunk();
+        // Rows of one part, all sequences.
+        let rows: usize = p.chunks().iter().sum();
         Shapes {
             parts: p.sharding.parts(),
-            q_part: p.batch * c * p.heads_q * p.head_dim,
-            kv_part: p.batch * c * p.heads_kv * p.head_dim,
-            lse_part: p.batch * p.heads_q * c,
+            q_part: rows * p.heads_q * p.head_dim,
+            kv_part: rows * p.heads_kv * p.head_dim,
+            lse_part: p.heads_q * rows,
         }
     }
     /// A K/V shard as it travels: K's parts, then V's.
@@ -152,6 +153,8 @@ fn check_dtypes(p: &CpProblem, checks: &[(&str, flashcore::DType)]) -> Result<()
 
 /// What the forward's blocks accumulate into.
 struct ForwardState {
+    /// The blocks' `cu_seqlens` (packed sequences only).
+    cu: Option<CudaSlice<i32>>,
     q_parts: CudaSlice<u16>,
     o_blk: CudaSlice<u16>,
     lse_blk: CudaSlice<f32>,
@@ -287,7 +290,16 @@ impl ContextParallel {
             row(p.heads_kv),
             2,
         )?;
+        let cu = match p.seqlens_local {
+            Some(_) => Some(
+                self.compute
+                    .clone_htod(&p.block_cu_seqlens())
+                    .map_err(self.cuda_err("copying cu_seqlens"))?,
+            ),
+            None => None,
+        };
         let mut st = ForwardState {
+            cu,
             q_parts: self.alloc(sh.parts * sh.q_part)?,
             o_blk: self.alloc(sh.q_part)?,
             lse_blk: self.alloc(sh.lse_part)?,
@@ -383,6 +395,13 @@ impl ContextParallel {
         dv: &mut TensorMut<'_>,
     ) -> Result<CpRun, CpError> {
         p.validate(self.world())?;
+        if p.seqlens_local.is_some() {
+            return Err(CpError::Invalid(
+                "the backward takes dense shards: packed (varlen) sequences have no backward \
+                 kernel yet"
+                    .into(),
+            ));
+        }
         check_lens(&[
             ("q", q.data.len(), p.q_len()),
             ("k", k.data.len(), p.kv_len()),
@@ -563,9 +582,15 @@ impl ContextParallel {
         slot: &CudaView<'_, u16>,
         st: &mut ForwardState,
     ) -> Result<(), CpError> {
+        // Packed sequences merge as one batch of all their rows ([rows, heads, dim], LSE
+        // [heads, rows]).
+        let (batch, rows) = match &p.seqlens_local {
+            Some(_) => (1, p.chunks().iter().sum()),
+            None => (p.batch, p.chunk()),
+        };
         let shape = PartialShape {
-            batch: p.batch,
-            rows: p.chunk(),
+            batch,
+            rows,
             heads: p.heads_q,
             width: p.head_dim,
             dtype: p.dtype,
@@ -579,7 +604,12 @@ impl ContextParallel {
                 slot.slice(sh.v(b.k_part)),
                 st.o_blk.slice_mut(..),
                 st.lse_blk.slice_mut(..),
-            );
+            )
+            .with_tables(DeviceTables {
+                cu_seqlens_q: st.cu.as_ref().map(|c| c.slice(..)),
+                cu_seqlens_k: st.cu.as_ref().map(|c| c.slice(..)),
+                ..DeviceTables::default()
+            });
             let (name, ()) = flashcore::first_that_takes(flashcore::kernels(), |k| {
                 k.forward_on(&self.device, &self.compute, &prob, &mut t)
             })?;
@@ -849,7 +879,7 @@ impl ContextParallel {
     ) -> Result<(), CpError> {
         let (s, _g1) = src.device_ptr(&self.compute);
         let (d, _g2) = dst.device_ptr_mut(&self.compute);
-        self.move_parts(p, p.batch, row, elem, s, d + (at * elem) as u64, true)
+        self.move_parts(p, 1, row, elem, s, d + (at * elem) as u64, true)
     }
 
     fn unsplit(
@@ -873,7 +903,7 @@ impl ContextParallel {
     ) -> Result<(), CpError> {
         let (s, _g1) = src.device_ptr(&self.compute);
         let (d, _g2) = dst.device_ptr_mut(&self.compute);
-        self.move_parts(p, p.batch, row, elem, d, s, false)
+        self.move_parts(p, 1, row, elem, d, s, false)
     }
 
     /// The LSE `[batch, heads, seq_local]` into `[parts][batch, heads, c]`: its rows are
@@ -886,7 +916,7 @@ impl ContextParallel {
     ) -> Result<(), CpError> {
         let (s, _g1) = src.device_ptr(&self.compute);
         let (d, _g2) = dst.device_ptr_mut(&self.compute);
-        self.move_parts(p, p.batch * p.heads_q, 1, 4, s, d, true)
+        self.move_parts(p, p.heads_q, 1, 4, s, d, true)
     }
 
     fn unsplit_lse(
@@ -897,34 +927,47 @@ impl ContextParallel {
     ) -> Result<(), CpError> {
         let (s, _g1) = src.device_ptr(&self.compute);
         let (d, _g2) = dst.device_ptr_mut(&self.compute);
-        self.move_parts(p, p.batch * p.heads_q, 1, 4, d, s, false)
+        self.move_parts(p, p.heads_q, 1, 4, d, s, false)
     }
 
-    /// Every part between the local layout at `rows` and the split one at `split`.
+    /// Every part between the local layout at `rows` and the split one at `split`. `heads` is 1
+    /// for Q, K, V and O (`[batch, rows, inner]`), heads_q for the LSE (`[batch, heads, rows]`,
+    /// `inner` 1); packed sequences have no batch axis.
     #[allow(clippy::too_many_arguments)]
     fn move_parts(
         &self,
         p: &CpProblem,
-        outer: usize,
+        heads: usize,
         inner: usize,
         elem: usize,
         rows: u64,
         split: u64,
         to_split: bool,
     ) -> Result<(), CpError> {
-        let g = Parts {
-            outer,
-            parts: p.sharding.parts(),
-            c: p.chunk(),
-            inner,
-            elem,
+        let runs = match &p.seqlens_local {
+            Some(_) => PackedParts {
+                chunks: &p.chunks(),
+                parts: p.sharding.parts(),
+                outer: heads,
+                inner,
+                elem,
+            }
+            .runs(rows, split, to_split),
+            None => {
+                let g = Parts {
+                    outer: p.batch * heads,
+                    parts: p.sharding.parts(),
+                    c: p.chunk(),
+                    inner,
+                    elem,
+                };
+                (0..g.parts)
+                    .map(|part| g.runs(rows, split, part, to_split))
+                    .collect()
+            }
         };
-        for part in 0..g.parts {
-            copy_runs(
-                &self.compute,
-                self.rank(),
-                g.runs(rows, split, part, to_split),
-            )?;
+        for r in runs {
+            copy_runs(&self.compute, self.rank(), r)?;
         }
         Ok(())
     }
