@@ -127,19 +127,25 @@ fn bytes_mut<'a, T>(s: &'a mut CudaSlice<T>, stream: &'a CudaStream) -> (Bytes, 
     (Bytes { ptr, len }, g)
 }
 
-fn check_lens(checks: &[(&str, usize, usize)]) -> Result<(), CpError> {
-    for &(name, got, want) in checks {
+/// Lengths and dtypes of a call's tensors (name, elements, elements wanted, dtype) and of its
+/// f32 LSE (name, elements; it wants `p.lse_len()`).
+fn check_tensors(
+    p: &CpProblem,
+    tensors: &[(&str, usize, usize, flashcore::DType)],
+    lse: &[(&str, usize)],
+) -> Result<(), CpError> {
+    let lens = tensors
+        .iter()
+        .map(|&(n, got, want, _)| (n, got, want))
+        .chain(lse.iter().map(|&(n, got)| (n, got, p.lse_len())));
+    for (name, got, want) in lens {
         if got != want {
             return Err(CpError::Invalid(format!(
                 "{name} holds {got} elements; this rank's shard needs {want}"
             )));
         }
     }
-    Ok(())
-}
-
-fn check_dtypes(p: &CpProblem, checks: &[(&str, flashcore::DType)]) -> Result<(), CpError> {
-    for &(name, d) in checks {
+    for &(name, _, _, d) in tensors {
         if d != p.dtype {
             return Err(CpError::Invalid(format!(
                 "{name} is {}, the problem is {}",
@@ -259,37 +265,20 @@ impl ContextParallel {
         lse: &mut CudaViewMut<'_, f32>,
     ) -> Result<CpRun, CpError> {
         p.validate(self.world())?;
-        check_lens(&[
-            ("q", q.data.len(), p.q_len()),
-            ("k", k.data.len(), p.kv_len()),
-            ("v", v.data.len(), p.kv_len()),
-            ("o", o.data.len(), p.q_len()),
-            ("lse", lse.len(), p.lse_len()),
-        ])?;
-        check_dtypes(
+        check_tensors(
             p,
             &[
-                ("q", q.dtype),
-                ("k", k.dtype),
-                ("v", v.dtype),
-                ("o", o.dtype),
+                ("q", q.data.len(), p.q_len(), q.dtype),
+                ("k", k.data.len(), p.kv_len(), k.dtype),
+                ("v", v.data.len(), p.kv_len(), v.dtype),
+                ("o", o.data.len(), p.q_len(), o.dtype),
             ],
+            &[("lse", lse.len())],
         )?;
         let strategy = self.strategy_for(p);
         let (world, rank) = (self.world(), self.rank());
         let sh = Shapes::of(p);
-        let row = |heads: usize| heads * p.head_dim;
-
-        let mut own = self.alloc::<u16>(sh.shard())?;
-        self.split(p, &k.data, &mut own, 0, row(p.heads_kv), 2)?;
-        self.split(
-            p,
-            &v.data,
-            &mut own,
-            sh.parts * sh.kv_part,
-            row(p.heads_kv),
-            2,
-        )?;
+        let mut own = self.own_shard(p, &sh, k, v)?;
         let cu = match p.seqlens_local {
             Some(_) => Some(
                 self.compute
@@ -300,7 +289,7 @@ impl ContextParallel {
         };
         let mut st = ForwardState {
             cu,
-            q_parts: self.alloc(sh.parts * sh.q_part)?,
+            q_parts: self.parts_of(p, &sh, q)?,
             o_blk: self.alloc(sh.q_part)?,
             lse_blk: self.alloc(sh.lse_part)?,
             acc_o: self.alloc(sh.parts * sh.q_part)?,
@@ -308,27 +297,15 @@ impl ContextParallel {
             first: vec![true; sh.parts],
             kernels: Vec::new(),
         };
-        let mut q_parts = self.alloc::<u16>(sh.parts * sh.q_part)?;
-        self.split(p, &q.data, &mut q_parts, 0, row(p.heads_q), 2)?;
-        st.q_parts = q_parts;
 
         let mut progress = Vec::new();
         match strategy {
             Strategy::Ring | Strategy::Auto => {
                 let mut other = self.alloc::<u16>(sh.shard())?;
                 for step in 0..world {
-                    let (cur, nxt) = if step % 2 == 0 {
-                        (&mut own, &mut other)
-                    } else {
-                        (&mut other, &mut own)
-                    };
+                    let (cur, nxt) = slots(step, &mut own, &mut other);
                     if step + 1 < world {
-                        // The next slot was read by the previous step's kernels: wait for them.
-                        self.comm_waits_compute()?;
-                        let cs = self.comm_stream.clone();
-                        let (send, _g1) = bytes(cur, &cs);
-                        let (recv, _g2) = bytes_mut(nxt, &cs);
-                        self.exchange(&[send], &[recv], "a ring step (K/V)")?;
+                        self.pass_on(cur, nxt, "a ring step (K/V)")?;
                     }
                     self.forward_blocks(
                         p,
@@ -368,7 +345,7 @@ impl ContextParallel {
                 dtype: p.dtype,
             },
         )?;
-        self.unsplit(p, &o_parts, &mut o.data, row(p.heads_q), 2)?;
+        self.unsplit(p, &o_parts, &mut o.data, p.heads_q * p.head_dim, 2)?;
         self.unsplit_lse(p, &st.acc_lse, lse)?;
         let done = self.record_compute()?;
         self.wait(&[done], "writing O and the LSE")?;
@@ -402,51 +379,28 @@ impl ContextParallel {
                     .into(),
             ));
         }
-        check_lens(&[
-            ("q", q.data.len(), p.q_len()),
-            ("k", k.data.len(), p.kv_len()),
-            ("v", v.data.len(), p.kv_len()),
-            ("o", o.data.len(), p.q_len()),
-            ("d_o", d_o.data.len(), p.q_len()),
-            ("lse", lse.len(), p.lse_len()),
-            ("dq", dq.data.len(), p.q_len()),
-            ("dk", dk.data.len(), p.kv_len()),
-            ("dv", dv.data.len(), p.kv_len()),
-        ])?;
-        check_dtypes(
+        check_tensors(
             p,
             &[
-                ("q", q.dtype),
-                ("k", k.dtype),
-                ("v", v.dtype),
-                ("o", o.dtype),
-                ("d_o", d_o.dtype),
-                ("dq", dq.dtype),
-                ("dk", dk.dtype),
-                ("dv", dv.dtype),
+                ("q", q.data.len(), p.q_len(), q.dtype),
+                ("k", k.data.len(), p.kv_len(), k.dtype),
+                ("v", v.data.len(), p.kv_len(), v.dtype),
+                ("o", o.data.len(), p.q_len(), o.dtype),
+                ("d_o", d_o.data.len(), p.q_len(), d_o.dtype),
+                ("dq", dq.data.len(), p.q_len(), dq.dtype),
+                ("dk", dk.data.len(), p.kv_len(), dk.dtype),
+                ("dv", dv.data.len(), p.kv_len(), dv.dtype),
             ],
+            &[("lse", lse.len())],
         )?;
         let strategy = self.strategy_for(p);
         let (world, rank) = (self.world(), self.rank());
         let sh = Shapes::of(p);
         let row = |heads: usize| heads * p.head_dim;
-
-        let mut own = self.alloc::<u16>(sh.shard())?;
-        self.split(p, &k.data, &mut own, 0, row(p.heads_kv), 2)?;
-        self.split(
-            p,
-            &v.data,
-            &mut own,
-            sh.parts * sh.kv_part,
-            row(p.heads_kv),
-            2,
-        )?;
-        let mut q_parts = self.alloc::<u16>(sh.parts * sh.q_part)?;
-        self.split(p, &q.data, &mut q_parts, 0, row(p.heads_q), 2)?;
-        let mut o_parts = self.alloc::<u16>(sh.parts * sh.q_part)?;
-        self.split(p, &o.data, &mut o_parts, 0, row(p.heads_q), 2)?;
-        let mut do_parts = self.alloc::<u16>(sh.parts * sh.q_part)?;
-        self.split(p, &d_o.data, &mut do_parts, 0, row(p.heads_q), 2)?;
+        let mut own = self.own_shard(p, &sh, k, v)?;
+        let q_parts = self.parts_of(p, &sh, q)?;
+        let o_parts = self.parts_of(p, &sh, o)?;
+        let do_parts = self.parts_of(p, &sh, d_o)?;
         let mut lse_parts = self.alloc::<f32>(sh.parts * sh.lse_part)?;
         self.split_lse(p, lse, &mut lse_parts)?;
         let mut st = BackwardState {
@@ -472,34 +426,16 @@ impl ContextParallel {
                 let mut d_cur = self.alloc_zeros::<f32>(sh.shard())?;
                 let mut d_other = self.alloc::<f32>(sh.shard())?;
                 for step in 0..world {
-                    let (cur, nxt) = if step % 2 == 0 {
-                        (&mut own, &mut other)
-                    } else {
-                        (&mut other, &mut own)
-                    };
-                    let (dc, dn) = if step % 2 == 0 {
-                        (&mut d_cur, &mut d_other)
-                    } else {
-                        (&mut d_other, &mut d_cur)
-                    };
+                    let (cur, nxt) = slots(step, &mut own, &mut other);
+                    let (dc, dn) = slots(step, &mut d_cur, &mut d_other);
                     if step + 1 < world {
-                        self.comm_waits_compute()?;
-                        let cs = self.comm_stream.clone();
-                        let (send, _g1) = bytes(cur, &cs);
-                        let (recv, _g2) = bytes_mut(nxt, &cs);
-                        self.exchange(&[send], &[recv], "a ring step (K/V)")?;
+                        self.pass_on(cur, nxt, "a ring step (K/V)")?;
                     }
                     let kv_rank = kv_rank_at(rank, world, step);
                     self.backward_blocks(p, &sh, kv_rank, &cur.slice(..), dc, &mut st)?;
                     progress.push(self.record_compute()?);
                     // The accumulator leaves once this step's kernels have added to it.
-                    self.comm_waits_compute()?;
-                    {
-                        let cs = self.comm_stream.clone();
-                        let (send, _g1) = bytes(dc, &cs);
-                        let (recv, _g2) = bytes_mut(dn, &cs);
-                        self.exchange(&[send], &[recv], "a ring step (dK/dV)")?;
-                    }
+                    self.pass_on(dc, dn, "a ring step (dK/dV)")?;
                     self.compute_waits_comm()?;
                 }
                 self.wait(&progress, "the ring backward")?;
@@ -572,6 +508,33 @@ impl ContextParallel {
             strategy,
             kernels: st.kernels,
         })
+    }
+
+    /// This rank's K/V shard as it travels: K's parts, then V's.
+    fn own_shard(
+        &self,
+        p: &CpProblem,
+        sh: &Shapes,
+        k: &TensorRef<'_>,
+        v: &TensorRef<'_>,
+    ) -> Result<CudaSlice<u16>, CpError> {
+        let row = p.heads_kv * p.head_dim;
+        let mut own = self.alloc::<u16>(sh.shard())?;
+        self.split(p, &k.data, &mut own, 0, row, 2)?;
+        self.split(p, &v.data, &mut own, sh.parts * sh.kv_part, row, 2)?;
+        Ok(own)
+    }
+
+    /// A query-side tensor (Q, O, dO) cut into its parts.
+    fn parts_of(
+        &self,
+        p: &CpProblem,
+        sh: &Shapes,
+        t: &TensorRef<'_>,
+    ) -> Result<CudaSlice<u16>, CpError> {
+        let mut out = self.alloc::<u16>(sh.parts * sh.q_part)?;
+        self.split(p, &t.data, &mut out, 0, p.heads_q * p.head_dim, 2)?;
+        Ok(out)
     }
 
     fn forward_blocks(
@@ -774,6 +737,22 @@ impl ContextParallel {
             .map_err(self.cuda_err("recording an event"))
     }
 
+    /// Sends `cur` to the next rank and receives `nxt` from the previous one, on the
+    /// communication stream, once the compute stream's work so far (which read `nxt`, or wrote
+    /// `cur`) is done.
+    fn pass_on<T>(
+        &mut self,
+        cur: &CudaSlice<T>,
+        nxt: &mut CudaSlice<T>,
+        what: &str,
+    ) -> Result<(), CpError> {
+        self.comm_waits_compute()?;
+        let cs = self.comm_stream.clone();
+        let (send, _g1) = bytes(cur, &cs);
+        let (recv, _g2) = bytes_mut(nxt, &cs);
+        self.exchange(&[send], &[recv], what)
+    }
+
     fn exchange(&mut self, sends: &[Bytes], recvs: &[Bytes], what: &str) -> Result<(), CpError> {
         let world = self.world();
         let (to, from) = ((self.rank() + 1) % world, (self.rank() + world - 1) % world);
@@ -970,6 +949,15 @@ impl ContextParallel {
             copy_runs(&self.compute, self.rank(), r)?;
         }
         Ok(())
+    }
+}
+
+/// The ring's two slots at `step`: the one in hand and the one being received.
+fn slots<'a, T>(step: usize, a: &'a mut T, b: &'a mut T) -> (&'a mut T, &'a mut T) {
+    if step.is_multiple_of(2) {
+        (a, b)
+    } else {
+        (b, a)
     }
 }
 
