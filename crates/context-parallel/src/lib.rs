@@ -9,17 +9,19 @@
 //!   rank computes at each step.
 //! - [`run_ranks`]: one thread per GPU in this process, for tests, benches and simple programs.
 
+mod backward;
+mod context;
 mod copy;
 pub mod error;
+mod forward;
 pub mod nccl;
 mod problem;
-mod ring;
 pub mod schedule;
 mod threads;
 
+pub use context::{ContextParallel, CpOptions, CpRun, Strategy};
 pub use error::CpError;
 pub use nccl::{nccl_available, nccl_version, UniqueId};
 pub use problem::CpProblem;
-pub use ring::{ContextParallel, CpOptions, CpRun, Strategy};
 pub use schedule::Sharding;
 pub use threads::run_ranks;

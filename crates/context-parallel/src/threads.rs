@@ -2,9 +2,9 @@
 
 use flashcore::Device;
 
+use crate::context::{ContextParallel, CpOptions};
 use crate::error::CpError;
 use crate::nccl::UniqueId;
-use crate::ring::{ContextParallel, CpOptions};
 
 /// Runs `f` on `world` ranks, rank r on GPU r in a thread of its own, and returns each rank's
 /// result in rank order. The ranks share one NCCL unique id made here. A rank that fails to
