@@ -205,37 +205,17 @@ impl ContextParallel {
     ) -> Result<(), CpError> {
         for b in blocks(p.sharding, p.causal, self.rank(), kv_rank, self.world()) {
             self.backward_block(p, sh, &b, slot, st)?;
-            let dt = p.dtype;
-            add_partial(
-                &self.device,
-                &self.compute,
-                &mut st.dq_acc.slice_mut(sh.q(b.q_part)),
-                &TensorRef {
-                    data: st.dq_blk.slice(..),
-                    dtype: dt,
-                },
-                false,
-            )?;
-            add_partial(
-                &self.device,
-                &self.compute,
-                &mut d_slot.slice_mut(sh.k(b.k_part)),
-                &TensorRef {
-                    data: st.dk_blk.slice(..),
-                    dtype: dt,
-                },
-                false,
-            )?;
-            add_partial(
-                &self.device,
-                &self.compute,
-                &mut d_slot.slice_mut(sh.v(b.k_part)),
-                &TensorRef {
-                    data: st.dv_blk.slice(..),
-                    dtype: dt,
-                },
-                false,
-            )?;
+            // The block's gradients into the f32 sums: dQ here, dK and dV in the shard's.
+            let add = |acc: &mut CudaViewMut<'_, f32>, blk: &CudaSlice<u16>| {
+                let blk = TensorRef {
+                    data: blk.slice(..),
+                    dtype: p.dtype,
+                };
+                add_partial(&self.device, &self.compute, acc, &blk, false)
+            };
+            add(&mut st.dq_acc.slice_mut(sh.q(b.q_part)), &st.dq_blk)?;
+            add(&mut d_slot.slice_mut(sh.k(b.k_part)), &st.dk_blk)?;
+            add(&mut d_slot.slice_mut(sh.v(b.k_part)), &st.dv_blk)?;
         }
         Ok(())
     }
