@@ -309,6 +309,14 @@ class Bench:
         torch.cuda.empty_cache()
         return rows
 
+    def sets_needed(self, set_bytes, held_bytes, minimum=2):
+        """How many input sets to rotate: enough that one pass over them (`set_bytes` each: what
+        a call reads and writes) exceeds twice the L2, within a quarter of the free memory
+        (`held_bytes` a set), at least `minimum`; 2 with --quick. (cudnn_fp8.py uses it too.)"""
+        want = max(minimum, math.ceil(2 * self.l2_bytes / set_bytes) + 1)
+        fit = max(1, int(0.25 * self.free_bytes) // held_bytes)
+        return min(want, fit, 2 if self.quick else 1000)
+
     def _input_sets(self, b, h, hkv, s, sk, d, dtype):
         """Enough independent (q, k, v) sets that rotating through them touches more than twice
         the L2 (each call also writes an output of q's size), within a quarter of free memory.
@@ -322,10 +330,7 @@ class Bench:
         else:
             set_bytes = (2 * q_elems + 2 * kv_elems) * 2  # q, k, v read + o written
             held = (q_elems + 2 * kv_elems) * 2
-        want = max(DECODE_SETS if self.decode else 2,
-                   math.ceil(2 * self.l2_bytes / set_bytes) + 1)
-        fit = max(1, int(0.25 * self.free_bytes) // held)
-        n = min(want, fit, 2 if self.quick else 1000)
+        n = self.sets_needed(set_bytes, held, DECODE_SETS if self.decode else 2)
         gen = torch.Generator(device="cuda").manual_seed(0)
 
         def one():
