@@ -58,7 +58,11 @@ struct AttentionParams {
     const float* v_descale;    // the same shape as k_descale
     int descale_batch_stride;  // heads_kv for [batch, heads_kv], else 0
     int descale_head_stride;   // 1 for [heads_kv] and [batch, heads_kv], 0 for [1]
+
+    // ---- e4m3 Q (Modes::q_fp8): Q's factors, k_descale's shape and strides (indexed by the
+    // query head's KV head). Last, so that every field before it keeps its offset.
+    const float* q_descale;    // null unless Q is e4m3
 };
 
 // The Rust mirror asserts the same size (crates/core/src/params.rs).
-static_assert(sizeof(AttentionParams) == 312, "AttentionParams must match its Rust mirror");
+static_assert(sizeof(AttentionParams) == 320, "AttentionParams must match its Rust mirror");

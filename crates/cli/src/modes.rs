@@ -366,6 +366,7 @@ impl Loaded {
             mm_prefix_ranges: self.mm_prefix_ranges.as_ref().map(|a| a.data.as_slice()),
             k_descale: self.k_descale.as_ref().map(|a| a.data.as_slice()),
             v_descale: self.v_descale.as_ref().map(|a| a.data.as_slice()),
+            q_descale: None,
         }
     }
 }

@@ -61,13 +61,21 @@ pub enum InvalidProblem {
         got: &'static str,
         expected: &'static str,
     },
+    #[error(
+        "q: Q is given as {got} but the problem's Q is {expected} (Modes::q_fp8 says whether it \
+         is e4m3 bytes)"
+    )]
+    QDTypeMismatch {
+        got: &'static str,
+        expected: &'static str,
+    },
     #[error("{field}: {reason}")]
     Mode { field: &'static str, reason: String },
     #[error("{field}: {reason}")]
     Table { field: &'static str, reason: String },
     #[error(
         "{table}: entry {index} is {value}; a descale factor must be finite and > 0 (the true \
-         K/V value is the stored e4m3 value times it)"
+         Q/K/V value is the stored e4m3 value times it)"
     )]
     BadDescale {
         table: &'static str,
@@ -75,8 +83,8 @@ pub enum InvalidProblem {
         value: f32,
     },
     #[error(
-        "{tensor}: element {index} is {value}, not an e4m3 value; with kv_fp8 the host arrays hold \
-         the stored e4m3 values (unscaled), which are not quantized for you"
+        "{tensor}: element {index} is {value}, not an e4m3 value; with kv_fp8 (K/V) or q_fp8 (Q) \
+         the host arrays hold the stored e4m3 values (unscaled), which are not quantized for you"
     )]
     NotE4m3 {
         tensor: &'static str,

@@ -87,8 +87,8 @@ fn set_pointers<'s>(
     stream: &'s CudaStream,
 ) -> Guards<'s> {
     let mut guards = Guards::default();
-    params.q = guards.keep(t.q.data.device_ptr(stream));
     // 16-bit elements or e4m3 bytes alike: the kernel knows which from the problem's modes.
+    params.q = guards.keep(t.q.device_ptr(stream));
     params.k = guards.keep(t.k.device_ptr(stream));
     params.v = guards.keep(t.v.device_ptr(stream));
     params.o = guards.keep(t.o.data.device_ptr_mut(stream));
@@ -119,36 +119,34 @@ fn set_table_pointers<'s>(
     params.alibi_slopes = ptr_f32(&tb.alibi_slopes);
     params.k_descale = ptr_f32(&tb.k_descale);
     params.v_descale = ptr_f32(&tb.v_descale);
+    params.q_descale = ptr_f32(&tb.q_descale);
 }
 
-/// Q's, K's, V's and O's base addresses against the kernel's alignment; e4m3 K and V
-/// (`Modes::kv_fp8`) on 16 bytes whatever the kernel's element alignment, since every kernel
-/// that reads them copies 16 bytes at a time.
+/// Q's, K's, V's and O's base addresses against the kernel's alignment; e4m3 Q, K and V
+/// (`Modes::q_fp8`, `Modes::kv_fp8`) on 16 bytes whatever the kernel's element alignment, since
+/// every kernel that reads them copies 16 bytes at a time.
 pub(crate) fn check_pointer_alignment(
     kernel: &'static str,
     alignment_elems: usize,
     t: &AttentionTensors<'_>,
     stream: &cudarc::driver::CudaStream,
 ) -> Result<(), Unsupported> {
+    let input = |name: &'static str, t: &KvRef<'_>| match t {
+        KvRef::Half(h) => check_aligned(kernel, alignment_elems, || {
+            [(name, h.data.device_ptr(stream).0)]
+        }),
+        KvRef::E4m3(b) => check_aligned_bytes(
+            kernel,
+            crate::modes::KV_FP8_ALIGN_BYTES as u64,
+            [(name, b.device_ptr(stream).0)],
+        ),
+    };
+    input("q", &t.q)?;
     check_aligned(kernel, alignment_elems, || {
-        [
-            ("q", t.q.data.device_ptr(stream).0),
-            ("o", t.o.data.device_ptr(stream).0),
-        ]
+        [("o", t.o.data.device_ptr(stream).0)]
     })?;
-    for (name, kv) in [("k", &t.k), ("v", &t.v)] {
-        match kv {
-            KvRef::Half(h) => check_aligned(kernel, alignment_elems, || {
-                [(name, h.data.device_ptr(stream).0)]
-            })?,
-            KvRef::E4m3(b) => check_aligned_bytes(
-                kernel,
-                crate::modes::KV_FP8_ALIGN_BYTES as u64,
-                [(name, b.device_ptr(stream).0)],
-            )?,
-        }
-    }
-    Ok(())
+    input("k", &t.k)?;
+    input("v", &t.v)
 }
 
 /// Every (name, base address) that `ptrs` gives on a multiple of `alignment_elems` 16-bit

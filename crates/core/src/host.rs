@@ -136,7 +136,7 @@ pub fn forward_host<'a, E: HostElement>(
 ///   `[total_k, heads_kv, head_dim]` packed, or `[num_blocks, block_size, heads_kv, head_dim]` paged
 ///   (V's last dim is `head_dim_v`, [`v_o_shapes`]); with `Modes::kv_fp8`, the stored e4m3
 ///   values as numbers (unscaled: the descales go in `tables`), each exactly an e4m3 value
-///   ([`e4m3_bytes`]);
+///   ([`e4m3_bytes`]); with `Modes::q_fp8`, Q likewise (its descale `tables.q_descale`);
 /// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends;
 /// - `tables`: the per-sequence tables the modes need, validated before anything launches.
 ///
@@ -261,7 +261,7 @@ pub fn host_bits<'x, E: HostElement>(
     }
 }
 
-/// An array of e4m3 values (`Modes::kv_fp8`: the stored values, unscaled) as their bytes in
+/// An array of e4m3 values (`Modes::kv_fp8`, `Modes::q_fp8`: the stored values, unscaled) as their bytes in
 /// standard order. The host path does not quantize: an element that is NaN, or not exactly an
 /// e4m3 value once widened to f32, is `NotE4m3`, naming `tensor` and its flat index.
 pub fn e4m3_bytes<E: HostElement>(
@@ -352,10 +352,15 @@ pub fn forward_host_modes<E: HostElement>(
     inputs: HostInputs<'_, E>,
 ) -> Result<HostOutputs<E>, Error> {
     let (_, kv_shape, lse_shape) = check_host_inputs(attention.name(), problem, &inputs)?;
-    // e4m3 K/V are encoded (and refused when they are not e4m3 values) before anything uploads.
+    // e4m3 Q/K/V are encoded (and refused when they are not e4m3 values) before anything
+    // uploads.
     let kv_bytes = match problem.modes.kv_fp8 {
         Some(_) => Some((e4m3_bytes("k", &inputs.k)?, e4m3_bytes("v", &inputs.v)?)),
         None => None,
+    };
+    let q_bytes = match problem.modes.q_fp8 {
+        true => Some(e4m3_bytes("q", &inputs.q)?),
+        false => None,
     };
 
     let stream = device.stream();
@@ -374,7 +379,11 @@ pub fn forward_host_modes<E: HostElement>(
         t.map(|t| stream.clone_htod(t).map_err(|_| oom(what, t.len() * 4)))
             .transpose()
     };
-    let dq = up(&inputs.q, "q")?;
+    // Q goes up as 16-bit elements or as the e4m3 bytes encoded above.
+    let dq = match &q_bytes {
+        Some(b) => DeviceQ::E4m3(stream.clone_htod(b).map_err(|_| oom("q", b.len()))?),
+        None => DeviceQ::Half(up(&inputs.q, "q")?),
+    };
     // K and V go up as one kind: 16-bit elements, or the e4m3 bytes encoded above.
     let mut kv = match &kv_bytes {
         Some((k, v)) => {
@@ -393,6 +402,7 @@ pub fn forward_host_modes<E: HostElement>(
     let slopes = upload_slopes(stream, t.alibi_slopes)?;
     let k_descale = upload_f32(stream, t.k_descale, "k_descale")?;
     let v_descale = upload_f32(stream, t.v_descale, "v_descale")?;
+    let q_descale = upload_f32(stream, t.q_descale, "q_descale")?;
     let (v_shape, o_shape) = v_o_shapes(problem);
     let o_len: usize = o_shape.iter().product();
     let lse_len: usize = lse_shape.iter().product();
@@ -411,6 +421,7 @@ pub fn forward_host_modes<E: HostElement>(
         mm_prefix_ranges: ranges.as_ref().map(|t| t.as_view()),
         k_descale: k_descale.as_ref().map(|t| t.as_view()),
         v_descale: v_descale.as_ref().map(|t| t.as_view()),
+        q_descale: q_descale.as_ref().map(|t| t.as_view()),
     };
     fn tref(data: &cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
         TensorRef {
@@ -430,10 +441,11 @@ pub fn forward_host_modes<E: HostElement>(
                 data: d_o.as_view_mut(),
                 dtype,
             };
-            let q = tref(&dq, dtype);
+            let q = dq.view(dtype);
             let lse = d_lse.as_view_mut();
+            // The public entry points' shared body: it takes an e4m3 Q too.
             match &mut kv {
-                DeviceKv::Half(dk, dv) => crate::launch::forward_with_kvcache(
+                DeviceKv::Half(dk, dv) => crate::launch::append_and_attend(
                     attention,
                     device,
                     problem,
@@ -451,7 +463,7 @@ pub fn forward_host_modes<E: HostElement>(
                     lse,
                     tables,
                 )?,
-                DeviceKv::E4m3(dk, dv) => crate::launch::forward_with_e4m3_kvcache(
+                DeviceKv::E4m3(dk, dv) => crate::launch::append_and_attend(
                     attention,
                     device,
                     problem,
@@ -468,7 +480,7 @@ pub fn forward_host_modes<E: HostElement>(
         }
         _ => {
             let mut t = AttentionTensors {
-                q: tref(&dq, dtype),
+                q: dq.view(dtype),
                 k: kv.view(0, dtype),
                 v: kv.view(1, dtype),
                 o: TensorMut {
@@ -558,6 +570,25 @@ fn upload_f32(
             })
         })
         .transpose()
+}
+
+/// Q of the host path on the device: the problem's 16-bit elements, or e4m3 bytes.
+enum DeviceQ {
+    Half(cudarc::driver::CudaSlice<u16>),
+    E4m3(cudarc::driver::CudaSlice<u8>),
+}
+
+impl DeviceQ {
+    /// Q as the attention call reads it.
+    fn view(&self, dtype: DType) -> KvRef<'_> {
+        match self {
+            DeviceQ::Half(q) => KvRef::Half(TensorRef {
+                data: q.as_view(),
+                dtype,
+            }),
+            DeviceQ::E4m3(q) => KvRef::E4m3(q.as_view()),
+        }
+    }
 }
 
 /// K and V of the host path on the device: the problem's 16-bit elements, or e4m3 bytes.

@@ -38,7 +38,16 @@ pub fn forward_with_kvcache(
     tables: DeviceTables<'_>,
 ) -> Result<(), Error> {
     append_and_attend(
-        attention, device, problem, q, k_cache, v_cache, new, o, lse, tables,
+        attention,
+        device,
+        problem,
+        q.into(),
+        k_cache,
+        v_cache,
+        new,
+        o,
+        lse,
+        tables,
     )
 }
 
@@ -60,18 +69,27 @@ pub fn forward_with_e4m3_kvcache(
     tables: DeviceTables<'_>,
 ) -> Result<(), Error> {
     append_and_attend(
-        attention, device, problem, q, k_cache, v_cache, new, o, lse, tables,
+        attention,
+        device,
+        problem,
+        q.into(),
+        k_cache,
+        v_cache,
+        new,
+        o,
+        lse,
+        tables,
     )
 }
 
-/// Both entry points: the caches' kind must be the problem's (`AttentionTensors::check` says so
-/// otherwise).
+/// Both entry points, and the host path's (whose Q may be e4m3, `Modes::q_fp8`): the caches'
+/// kind and Q's must be the problem's (`AttentionTensors::check` says so otherwise).
 #[allow(clippy::too_many_arguments)]
-fn append_and_attend(
+pub(crate) fn append_and_attend(
     attention: &(impl Attention + ?Sized),
     device: &Device,
     problem: &AttentionProblem,
-    q: TensorRef<'_>,
+    q: KvRef<'_>,
     k_cache: &mut dyn KvCacheMut,
     v_cache: &mut dyn KvCacheMut,
     new: KvAppend<'_>,
@@ -171,7 +189,7 @@ const E4M3_APPEND_MIN_CC: (u32, u32) = (8, 9);
 /// The attention call's tensors of an append, reborrowed for its checks (the caches are then
 /// taken mutably for the append).
 fn kv_tensors<'s>(
-    q: &'s TensorRef<'_>,
+    q: &'s KvRef<'_>,
     k_cache: KvRef<'s>,
     v_cache: KvRef<'s>,
     o: &'s mut TensorMut<'_>,
@@ -182,10 +200,7 @@ fn kv_tensors<'s>(
     let table_f32 =
         |t: &'s Option<cudarc::driver::CudaView<'_, f32>>| t.as_ref().map(|v| v.slice(..));
     AttentionTensors {
-        q: TensorRef {
-            data: q.data.slice(..),
-            dtype: q.dtype,
-        },
+        q: q.view(),
         k: k_cache,
         v: v_cache,
         o: TensorMut {
@@ -202,6 +217,7 @@ fn kv_tensors<'s>(
             mm_prefix_ranges: table(&tables.mm_prefix_ranges),
             k_descale: table_f32(&tables.k_descale),
             v_descale: table_f32(&tables.v_descale),
+            q_descale: table_f32(&tables.q_descale),
         },
     }
 }

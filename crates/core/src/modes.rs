@@ -96,6 +96,11 @@ pub struct Modes {
     /// the bytes a decode step reads. Strides stay in elements, which are bytes here. `None`: K
     /// and V are in the problem's dtype.
     pub kv_fp8: Option<KvScales>,
+    /// Q too is OCP FP8 E4M3 bytes (FlashAttention 3's fp8 forward), with an f32 `q_descale`
+    /// table of `kv_fp8`'s shape (indexed by sequence and KV head, as K's), which must be set.
+    /// O stays in the problem's dtype and LSE in f32; Q's strides are in elements, which are
+    /// bytes here. Forward only.
+    pub q_fp8: bool,
 }
 
 /// Which modes a kernel implements (a column of `flashcore kernels`).
@@ -112,6 +117,8 @@ pub struct ModeSupport {
     pub mm_prefix: bool,
     /// e4m3 K/V with descale tables (`Modes::kv_fp8`).
     pub kv_fp8: bool,
+    /// e4m3 Q with its descale table (`Modes::q_fp8`, on top of `kv_fp8`).
+    pub q_fp8: bool,
 }
 
 impl ModeSupport {
@@ -124,9 +131,10 @@ impl ModeSupport {
         alibi: false,
         mm_prefix: false,
         kv_fp8: false,
+        q_fp8: false,
     };
-    /// Every mode the general kernels implement (not `kv_fp8`: only a kernel that reads e4m3
-    /// K/V claims it, on top of these).
+    /// Every mode the general kernels implement (not `kv_fp8` nor `q_fp8`: only a kernel that
+    /// reads e4m3 inputs claims them, on top of these).
     pub const ALL: ModeSupport = ModeSupport {
         varlen: true,
         seqused_k: true,
@@ -136,6 +144,7 @@ impl ModeSupport {
         alibi: true,
         mm_prefix: true,
         kv_fp8: false,
+        q_fp8: false,
     };
 
     /// The first mode `modes` asks for that this kernel lacks, as the reason for `Unsupported`.
@@ -174,6 +183,7 @@ impl ModeSupport {
                 self.kv_fp8,
                 "an e4m3 (fp8) KV cache (kv_fp8)",
             ),
+            (modes.q_fp8, self.q_fp8, "an e4m3 (fp8) Q (q_fp8)"),
         ];
         wants
             .into_iter()
@@ -181,8 +191,8 @@ impl ModeSupport {
             .map(|(_, _, what)| what)
     }
 
-    /// A short list for tables: "varlen,cache,paged,window,softcap,alibi,mm_prefix,kv_fp8" or
-    /// "-".
+    /// A short list for tables: "varlen,cache,paged,window,softcap,alibi,mm_prefix,kv_fp8,q_fp8"
+    /// or "-".
     pub fn summary(&self) -> String {
         let names = [
             (self.varlen, "varlen"),
@@ -193,6 +203,7 @@ impl ModeSupport {
             (self.alibi, "alibi"),
             (self.mm_prefix, "mm_prefix"),
             (self.kv_fp8, "kv_fp8"),
+            (self.q_fp8, "q_fp8"),
         ];
         let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         if on.is_empty() {
@@ -348,9 +359,19 @@ impl Modes {
 /// addresses must be multiples of it.
 pub const KV_FP8_ALIGN_BYTES: usize = 16;
 
-/// What e4m3 K/V (`Modes::kv_fp8`) ask of a problem whatever kernel runs it: one head dim (the
-/// descale tables and the byte loads are sized by it) and K/V strides in whole 16-byte copies.
+/// What e4m3 K/V (`Modes::kv_fp8`) and Q (`Modes::q_fp8`) ask of a problem whatever kernel
+/// runs it: one head dim (the descale tables and the byte loads are sized by it), their strides
+/// in whole 16-byte copies, and e4m3 Q only beside e4m3 K/V (its descale table takes their
+/// shape).
 pub(crate) fn validate_kv_fp8(p: &crate::AttentionProblem) -> Result<(), InvalidProblem> {
+    if p.modes.q_fp8 && p.modes.kv_fp8.is_none() {
+        return Err(InvalidProblem::Mode {
+            field: "q_fp8",
+            reason: "an e4m3 Q needs e4m3 K and V (set kv_fp8 to the descale tables' shape, \
+                     which q_descale shares)"
+                .into(),
+        });
+    }
     if p.modes.kv_fp8.is_none() {
         return Ok(());
     }
@@ -366,13 +387,21 @@ pub(crate) fn validate_kv_fp8(p: &crate::AttentionProblem) -> Result<(), Invalid
         )));
     }
     let s = p.strides();
-    for (name, st) in [("k", s.k), ("v", s.v)] {
+    let q = p.modes.q_fp8.then_some(("q", s.q));
+    for (name, st) in [("k", s.k), ("v", s.v)].into_iter().chain(q) {
         for (axis, v) in [("batch", st.batch), ("head", st.head), ("row", st.row)] {
             if !v.is_multiple_of(KV_FP8_ALIGN_BYTES) {
-                return Err(bad(format!(
+                let err = format!(
                     "{name} {axis} stride {v} bytes is not a multiple of {KV_FP8_ALIGN_BYTES} \
-                     (e4m3 K/V rows are copied {KV_FP8_ALIGN_BYTES} bytes at a time)"
-                )));
+                     (e4m3 rows are copied {KV_FP8_ALIGN_BYTES} bytes at a time)"
+                );
+                return Err(match name {
+                    "q" => InvalidProblem::Mode {
+                        field: "q_fp8",
+                        reason: err,
+                    },
+                    _ => bad(err),
+                });
             }
         }
     }
@@ -394,11 +423,13 @@ pub struct HostTables<'a> {
     /// finite and > 0.
     pub k_descale: Option<&'a [f32]>,
     pub v_descale: Option<&'a [f32]>,
+    /// e4m3 Q's factors (`Modes::q_fp8`, shaped as K's); each must be finite and > 0.
+    pub q_descale: Option<&'a [f32]>,
 }
 
 /// Tables a problem may have (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
-/// mm_prefix_ranges, k_descale, v_descale).
-pub(crate) const TABLES: usize = 8;
+/// mm_prefix_ranges, k_descale, v_descale, q_descale).
+pub(crate) const TABLES: usize = 9;
 
 /// Lengths the problem expects of each table (None: the table must be absent).
 pub(crate) fn expected_table_lens(
@@ -432,6 +463,12 @@ pub(crate) fn expected_table_lens(
         ("mm_prefix_ranges", m.mm_prefix.map(|n| b * n * 2)),
         ("k_descale", m.kv_fp8.map(|s| s.table_len(b, p.heads_kv))),
         ("v_descale", m.kv_fp8.map(|s| s.table_len(b, p.heads_kv))),
+        (
+            "q_descale",
+            m.kv_fp8
+                .filter(|_| m.q_fp8)
+                .map(|s| s.table_len(b, p.heads_kv)),
+        ),
     ]
 }
 
@@ -479,6 +516,7 @@ impl HostTables<'_> {
             self.mm_prefix_ranges.map(<[i32]>::len),
             self.k_descale.map(<[f32]>::len),
             self.v_descale.map(<[f32]>::len),
+            self.q_descale.map(<[f32]>::len),
         ]
     }
 
@@ -598,8 +636,13 @@ impl HostTables<'_> {
                 }
             }
         }
-        for (table, descale) in [("k_descale", self.k_descale), ("v_descale", self.v_descale)] {
-            // A zero or negative factor would flip or erase K/V silently; NaN or inf poisons it.
+        for (table, descale) in [
+            ("k_descale", self.k_descale),
+            ("v_descale", self.v_descale),
+            ("q_descale", self.q_descale),
+        ] {
+            // A zero or negative factor would flip or erase an input silently; NaN or inf
+            // poisons it.
             if let Some((index, &value)) = descale
                 .into_iter()
                 .flatten()
@@ -637,6 +680,7 @@ impl crate::Device {
         let slopes = copy_back(stream, &tables.alibi_slopes, "alibi_slopes")?;
         let k_descale = copy_back(stream, &tables.k_descale, "k_descale")?;
         let v_descale = copy_back(stream, &tables.v_descale, "v_descale")?;
+        let q_descale = copy_back(stream, &tables.q_descale, "q_descale")?;
         HostTables {
             cu_seqlens_q: cu_q.as_deref(),
             cu_seqlens_k: cu_k.as_deref(),
@@ -646,6 +690,7 @@ impl crate::Device {
             mm_prefix_ranges: ranges.as_deref(),
             k_descale: k_descale.as_deref(),
             v_descale: v_descale.as_deref(),
+            q_descale: q_descale.as_deref(),
         }
         .validate(problem)?;
         Ok(())

@@ -59,11 +59,13 @@ pub struct AttentionParams {
     pub v_descale: u64,
     pub descale_batch_stride: i32,
     pub descale_head_stride: i32,
+    /// e4m3 Q's descale table (`Modes::q_fp8`); last, so every other field keeps its offset.
+    pub q_descale: u64,
 }
 
-// The C side is 312 bytes: 14 pointers, 12 i64 strides, 25 4-byte fields, and 4 bytes of padding
+// The C side is 320 bytes: 15 pointers, 12 i64 strides, 25 4-byte fields, and 4 bytes of padding
 // after mm_prefix_n (k_descale starts on 8).
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 312);
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 320);
 
 impl AttentionParams {
     /// Everything but the pointers, from the problem.

@@ -18,8 +18,9 @@ pub struct TensorMut<'a> {
     pub dtype: DType,
 }
 
-/// K or V as a kernel reads them: 16-bit elements of the problem's dtype, or OCP FP8 E4M3 bytes
-/// (`Modes::kv_fp8`) whose true values are scaled by the `k_descale` / `v_descale` tables.
+/// An input tensor (Q, K or V) as a kernel reads it: 16-bit elements of the problem's dtype, or
+/// OCP FP8 E4M3 bytes (`Modes::kv_fp8` for K/V, `Modes::q_fp8` for Q) whose true values are
+/// scaled by the `k_descale` / `v_descale` / `q_descale` tables.
 pub enum KvRef<'a> {
     Half(TensorRef<'a>),
     E4m3(CudaView<'a, u8>),
@@ -109,7 +110,8 @@ pub struct KvAppend<'a> {
 
 /// Q, K, V in; O and the f32 log-sum-exp out; the per-sequence tables of the problem's modes.
 pub struct AttentionTensors<'a> {
-    pub q: TensorRef<'a>,
+    /// 16-bit of the problem's dtype, or e4m3 bytes (`Modes::q_fp8`).
+    pub q: KvRef<'a>,
     pub k: KvRef<'a>,
     pub v: KvRef<'a>,
     pub o: TensorMut<'a>,
@@ -132,6 +134,8 @@ pub struct DeviceTables<'a> {
     /// e4m3 K's and V's factors (`Modes::kv_fp8`).
     pub k_descale: Option<CudaView<'a, f32>>,
     pub v_descale: Option<CudaView<'a, f32>>,
+    /// e4m3 Q's factors (`Modes::q_fp8`, shaped as K's).
+    pub q_descale: Option<CudaView<'a, f32>>,
 }
 
 impl DeviceTables<'_> {
@@ -145,6 +149,7 @@ impl DeviceTables<'_> {
             self.mm_prefix_ranges.as_ref().map(|t| t.len()),
             self.k_descale.as_ref().map(|t| t.len()),
             self.v_descale.as_ref().map(|t| t.len()),
+            self.q_descale.as_ref().map(|t| t.len()),
         ]
     }
 }
@@ -161,7 +166,7 @@ impl<'a> AttentionTensors<'a> {
         lse: CudaViewMut<'a, f32>,
     ) -> Self {
         AttentionTensors {
-            q: TensorRef { data: q, dtype },
+            q: TensorRef { data: q, dtype }.into(),
             k: TensorRef { data: k, dtype }.into(),
             v: TensorRef { data: v, dtype }.into(),
             o: TensorMut { data: o, dtype },
@@ -181,7 +186,28 @@ impl<'a> AttentionTensors<'a> {
         lse: CudaViewMut<'a, f32>,
     ) -> Self {
         AttentionTensors {
-            q: TensorRef { data: q, dtype },
+            q: TensorRef { data: q, dtype }.into(),
+            k: KvRef::E4m3(k),
+            v: KvRef::E4m3(v),
+            o: TensorMut { data: o, dtype },
+            lse,
+            tables: DeviceTables::default(),
+        }
+    }
+
+    /// Q, K and V as e4m3 bytes (`Modes::q_fp8` and `Modes::kv_fp8`; the three descale tables go
+    /// in [`Self::with_tables`]), O of `dtype` (f16 or bf16) and the f32 LSE: FlashAttention 3's
+    /// fp8 forward.
+    pub fn with_e4m3_qkv(
+        dtype: DType,
+        q: CudaView<'a, u8>,
+        k: CudaView<'a, u8>,
+        v: CudaView<'a, u8>,
+        o: CudaViewMut<'a, u16>,
+        lse: CudaViewMut<'a, f32>,
+    ) -> Self {
+        AttentionTensors {
+            q: KvRef::E4m3(q),
             k: KvRef::E4m3(k),
             v: KvRef::E4m3(v),
             o: TensorMut { data: o, dtype },
@@ -197,10 +223,11 @@ impl<'a> AttentionTensors<'a> {
 
     /// Lengths and dtypes against the problem. Dense problems need exact lengths (a mismatch is
     /// almost always a wrong shape); strided views may sit in larger buffers. K and V must be
-    /// e4m3 exactly when the problem says so (`Modes::kv_fp8`).
+    /// e4m3 exactly when the problem says so (`Modes::kv_fp8`), and Q likewise (`Modes::q_fp8`).
     pub fn check(&self, p: &AttentionProblem) -> Result<(), InvalidProblem> {
+        check_q_dtype(p, self.q.dtype_name())?;
         check_kv_dtypes(p, [("k", self.k.dtype_name()), ("v", self.v.dtype_name())])?;
-        // e4m3 K/V passed the check above; their tag stands in for the problem's dtype.
+        // e4m3 inputs passed the checks above; their tag stands in for the problem's dtype.
         let tag = |kv: &KvRef<'_>| match kv {
             KvRef::Half(t) => t.dtype,
             KvRef::E4m3(_) => p.dtype,
@@ -208,13 +235,13 @@ impl<'a> AttentionTensors<'a> {
         check_buffers(
             p,
             [
-                self.q.data.len(),
+                self.q.len(),
                 self.k.len(),
                 self.v.len(),
                 self.o.data.len(),
                 self.lse.len(),
             ],
-            [self.q.dtype, tag(&self.k), tag(&self.v), self.o.dtype],
+            [tag(&self.q), tag(&self.k), tag(&self.v), self.o.dtype],
         )?;
         crate::modes::check_table_lens(p, self.tables.lens())
     }
@@ -245,6 +272,20 @@ pub fn check_kv_dtypes<const N: usize>(
     Ok(())
 }
 
+/// `QDTypeMismatch` unless Q's element type (a [`KvRef::dtype_name`]) is e4m3 exactly when the
+/// problem says so (`Modes::q_fp8`): a kernel would read bytes as 16-bit elements, or the
+/// reverse. On a plain name, so it is testable without a device.
+pub fn check_q_dtype(p: &AttentionProblem, got: &'static str) -> Result<(), InvalidProblem> {
+    let fp8 = p.modes.q_fp8;
+    if (got == E4M3) != fp8 {
+        return Err(InvalidProblem::QDTypeMismatch {
+            got,
+            expected: if fp8 { E4M3 } else { p.dtype.name() },
+        });
+    }
+    Ok(())
+}
+
 /// What [`AttentionTensors::check`] checks, on plain numbers (usable and testable without a
 /// device): `lens` are the elements of Q, K, V, O and LSE, `dtypes` the tags of Q, K, V and O.
 pub fn check_buffers(
@@ -254,9 +295,10 @@ pub fn check_buffers(
 ) -> Result<(), InvalidProblem> {
     // Caches and packed tensors may sit in larger buffers (a cache is allocated for its capacity,
     // a packed batch for its largest size); plain dense tensors must match exactly.
-    // e4m3 K/V change the element type only, not where the tensors' rows are.
+    // e4m3 Q/K/V change the element type only, not where the tensors' rows are.
     let storage_modes = crate::modes::Modes {
         kv_fp8: None,
+        q_fp8: false,
         ..p.modes.clone()
     };
     let exact = p.custom_strides.is_none() && storage_modes.is_dense();

@@ -135,7 +135,7 @@ fn kv_must_be_e4m3_exactly_when_the_problem_says_so() {
 
 #[test]
 fn params_carry_the_descale_strides_of_each_shape() {
-    assert_eq!(std::mem::size_of::<AttentionParams>(), 312);
+    assert_eq!(std::mem::size_of::<AttentionParams>(), 320);
     // After mm_prefix_n and its padding, as params.cuh has them.
     assert_eq!(std::mem::offset_of!(AttentionParams, k_descale), 288);
     assert_eq!(std::mem::offset_of!(AttentionParams, v_descale), 296);

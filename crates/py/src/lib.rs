@@ -413,7 +413,7 @@ fn forward_on(
         dev.check_tables(problem, &t.views())?;
     }
     let mut tensors = AttentionTensors {
-        q: q.half(dtype),
+        q: q.half(dtype).into(),
         k: k.kv(),
         v: v.kv(),
         o: TensorMut {
@@ -537,7 +537,7 @@ impl PyPreparedForward {
                 )
             };
             let mut tensors = AttentionTensors {
-                q: bq.half(dtype),
+                q: bq.half(dtype).into(),
                 k: bk.half(dtype).into(),
                 v: bv.half(dtype).into(),
                 o: TensorMut {

@@ -304,7 +304,8 @@ impl Buffers {
             q: TensorRef {
                 data: set.q.as_view(),
                 dtype,
-            },
+            }
+            .into(),
             k: set.k.view(dtype),
             v: set.v.view(dtype),
             o: TensorMut {

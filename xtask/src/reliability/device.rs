@@ -172,7 +172,8 @@ impl DevCase {
             q: TensorRef {
                 data: self.q.slice(rq),
                 dtype: p.dtype,
-            },
+            }
+            .into(),
             k: TensorRef {
                 data: self.k.slice(rk),
                 dtype: k_dtype,
