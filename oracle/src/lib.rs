@@ -5,6 +5,8 @@
 //!   P·V), per selected query row, with O and the natural-log LSE.
 //! * [`reference_low_precision`]: what a plain PyTorch fp16/bf16 program computes; its error
 //!   against the f64 reference sets the error scale a kernel is allowed.
+//!   With [`OracleProblem::p_e4m3`] (an fp8 forward) it models FlashAttention 3's fp8 program
+//!   instead: scores in f32, probabilities rounded to e4m3 ([`round_e4m3`]) before P·V.
 //! * [`judge`] / [`check`]: `max|kernel - f64| <= 2 · max|low_precision - f64| + floor`, for O
 //!   and LSE separately, with [`F16_ABS_FLOOR`] = 2^-12 and [`BF16_ABS_FLOOR`] = 2^-9, plus exact
 //!   rules for empty rows and NaN.
@@ -19,6 +21,7 @@
 //! so bugs) with what it judges.
 
 mod backward;
+mod fp8;
 mod judge;
 mod parallel;
 mod problem;
@@ -29,6 +32,7 @@ pub use backward::{
     backward_floor, check_backward, gradients_f64, gradients_low_precision, judge_backward,
     BackwardVerdict, Gradients, TensorVerdict,
 };
+pub use fp8::{e4m3_value, round_e4m3, E4M3_MAX};
 pub use judge::{check, judge, Verdict, BF16_ABS_FLOOR, F16_ABS_FLOOR, LOW_PRECISION_FACTOR};
 pub use problem::{sample_rows, OracleProblem, Precision, Rows};
 pub use reference::{

@@ -34,6 +34,11 @@ pub struct OracleProblem {
     /// of the range (below `seq_k`), whatever the causal mask and the window say; ranges with
     /// `start >= end` are empty.
     pub mm_prefix: Option<Vec<Vec<(usize, usize)>>>,
+    /// An fp8 forward (Q, K and V stored in e4m3, FlashAttention 3's fp8 path): the low-precision
+    /// reference models that program, which keeps the scores in f32 and rounds the probabilities
+    /// to e4m3 before P·V ([`reference_low_precision`](crate::reference_low_precision)). The f64
+    /// reference, the tolerance rule and the backward references ignore it.
+    pub p_e4m3: bool,
 }
 
 impl OracleProblem {
@@ -63,6 +68,7 @@ impl OracleProblem {
             softcap: None,
             alibi_slopes: None,
             mm_prefix: None,
+            p_e4m3: false,
         }
     }
 
@@ -346,6 +352,7 @@ mod tests {
             softcap: None,
             alibi_slopes: None,
             mm_prefix: None,
+            p_e4m3: false,
         }
     }
 

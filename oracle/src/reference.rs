@@ -154,6 +154,17 @@ pub fn reference_f64(
 /// * `LSE = max S + ln Σ exp(S - max S)` in f32 from the rounded S (not rounded to the dtype).
 ///
 /// Empty rows get `O = 0`, `LSE = +inf`, as in [`reference_f64`].
+///
+/// **fp8 forward** ([`OracleProblem::p_e4m3`]: Q, K and V stored in e4m3, their true values
+/// given): what FlashAttention 3's fp8 forward computes. The e4m3 products are exact in f32, so
+/// `S = acc_f32(q·k) · f32(scale)` stays in f32 (softcap and the ALiBi bias in f32, no rounding
+/// to the dtype); `P̃ = round_e4m3(exp(S - max S))`, the numerator the program rounds to e4m3
+/// before its P·V matmul (in (0, 1], so a row's largest terms keep e4m3's relative precision:
+/// rounding the normalised probabilities instead would flush every term of a long, flat row
+/// below e4m3's subnormals); `O = round(Σ_j P̃_j v_j / Σ_j exp(S_j - max S))`, with the sum of
+/// the unrounded terms in f32, as the program keeps its row sum; LSE as above. Rounding P to e4m3
+/// is the error this reference adds, and so what the tolerance grants every kernel on such a
+/// problem.
 pub fn reference_low_precision(
     p: &OracleProblem,
     precision: Precision,
@@ -166,6 +177,7 @@ pub fn reference_low_precision(
         precision,
         scale: p.scale as f32,
         softcap: p.softcap.map(|c| c as f32),
+        p_e4m3: p.p_e4m3,
     };
     run(p, q, k, v, rows, &mode, |x| precision.round(x))
 }
@@ -238,6 +250,8 @@ struct LowMode {
     precision: Precision,
     scale: f32,
     softcap: Option<f32>,
+    /// FlashAttention 3's fp8 program ([`OracleProblem::p_e4m3`]).
+    p_e4m3: bool,
 }
 
 impl Mode for LowMode {
@@ -249,7 +263,12 @@ impl Mode for LowMode {
             Some(c) => c * (s / c).tanh(),
             None => s,
         };
-        self.precision.round(s - bias as f32)
+        let s = s - bias as f32;
+        if self.p_e4m3 {
+            s // the fp8 program keeps its scores in f32
+        } else {
+            self.precision.round(s)
+        }
     }
     fn softmax(&self, s: &mut [f32]) -> f64 {
         if s.is_empty() {
@@ -261,8 +280,15 @@ impl Mode for LowMode {
             *x = (*x - m).exp();
             sum += *x;
         }
-        for x in s.iter_mut() {
-            *x = self.precision.round(*x / sum);
+        if self.p_e4m3 {
+            // The rounded numerators over the unrounded sum (see reference_low_precision).
+            for x in s.iter_mut() {
+                *x = crate::fp8::round_e4m3(*x) / sum;
+            }
+        } else {
+            for x in s.iter_mut() {
+                *x = self.precision.round(*x / sum);
+            }
         }
         (m + sum.ln()) as f64
     }

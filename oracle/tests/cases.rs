@@ -24,6 +24,7 @@ fn prob(seq_q: usize, seq_k: usize, head_dim: usize, causal: bool) -> OracleProb
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     }
 }
 
@@ -124,6 +125,7 @@ fn gqa_matches_repeated_kv() {
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 3);
     let rep: Vec<usize> = (0..6).map(|h| h / 3).collect();
@@ -171,6 +173,7 @@ fn strided_views_are_fine() {
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 5);
     let bshd = |x: &Array4<f32>| {
@@ -205,6 +208,7 @@ fn threaded_path_matches_rows() {
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 1.0, 9);
     let all = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
@@ -312,6 +316,7 @@ fn fixture() -> (OracleProblem, Array4<f32>, Array4<f32>, Array4<f32>) {
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let (q, k, v) = inputs(&p, Precision::F16, 2.0, 42);
     (p, q, k, v)
@@ -448,6 +453,7 @@ fn check_on_sampled_rows() {
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let (q, k, v) = inputs(&p, Precision::Bf16, 2.0, 8);
     let rows = sample_rows(&p, 200, 3);

@@ -110,6 +110,7 @@ fn random_case(
         softcap: None,
         alibi_slopes: None,
         mm_prefix: None,
+        p_e4m3: false,
     };
     let prec = if rng.gen() {
         Precision::F16

@@ -41,6 +41,7 @@ fn full_size_rows_all() {
             softcap: None,
             alibi_slopes: None,
             mm_prefix: None,
+            p_e4m3: false,
         };
         let (q, k, v) = inputs(&p);
         let t = Instant::now();

@@ -48,6 +48,7 @@ fn oracle(c: &mut Criterion) {
             softcap: None,
             alibi_slopes: None,
             mm_prefix: None,
+            p_e4m3: false,
         };
         let q = values([b, h, s, d], 1);
         let k = values([b, h, s, d], 2);

@@ -51,6 +51,7 @@ pub fn small_problem() -> impl Strategy<Value = OracleProblem> {
                 softcap: None,
                 alibi_slopes: None,
                 mm_prefix: None,
+                p_e4m3: false,
             },
         )
 }
