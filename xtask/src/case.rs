@@ -87,6 +87,9 @@ impl Case {
                 other => bail!("unknown case key '{other}'"),
             }
         }
+        if modes.q_fp8 && modes.kv_fp8.is_none() {
+            bail!("qfp8=1: an e4m3 Q takes its descale table's shape from fp8=tensor|head|batchhead, which is missing");
+        }
         p.heads_kv = hkv.unwrap_or(p.heads_q);
         if let Some(dv) = dv {
             p = p.with_head_dim_v(dv);

@@ -69,6 +69,11 @@ enum Command {
         /// K/V draw them one time in six.
         #[arg(long, value_enum)]
         kv_dtype: Option<mode_case::KvDtype>,
+        /// Every forward case (edge list and random) an fp8 forward: Q, K and V stored as e4m3
+        /// with descale tables of one shape (`fp8=...,qfp8=1` in the case line), O in bf16 or
+        /// f16, dense storage; a kernel that does not take them skips them.
+        #[arg(long, value_enum)]
+        dtype: Option<mode_case::InputDtype>,
         /// Write the tallies as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -161,6 +166,7 @@ fn main() -> ExitCode {
             max_seq,
             batch_invariant,
             kv_dtype,
+            dtype,
             json,
             device,
             cp: None,
@@ -207,6 +213,7 @@ fn main() -> ExitCode {
                     }),
                     batch_invariant,
                     kv_dtype,
+                    dtype,
                 };
                 verify::run(&dev, &opts).map(|_| ())
             }

@@ -7,7 +7,10 @@
 //!
 //! An fp8 case (`fp8=tensor|head|batchhead`, `Modes::kv_fp8`) stores K and V as e4m3 values
 //! (the host path takes them as numbers, `flashcore::host`) with f32 descale tables of that
-//! shape; the oracle sees the true values, stored × descale ([`seq_kv`]).
+//! shape; the oracle sees the true values, stored × descale ([`seq_kv`]). With `qfp8=1` beside
+//! it (`Modes::q_fp8`, FlashAttention 3's fp8 forward) Q is stored so too, with a `q_descale`
+//! table of K's shape ([`seq_q_values`]), and the oracle's low-precision reference is the fp8
+//! program's (`OracleProblem::p_e4m3`).
 
 use anyhow::{anyhow, bail, Result};
 use flashcore::{
@@ -40,6 +43,8 @@ pub struct ModeKeys {
     pub mm: Option<usize>,
     /// `fp8=tensor|head|batchhead`: K and V stored as e4m3 with descale tables of that shape.
     pub kv_fp8: Option<KvScales>,
+    /// `qfp8=1`: Q stored as e4m3 too, its descale table of `fp8=`'s shape (`Modes::q_fp8`).
+    pub q_fp8: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +70,7 @@ impl ModeKeys {
             alibi: m.alibi,
             mm: m.mm_prefix,
             kv_fp8: m.kv_fp8,
+            q_fp8: m.q_fp8,
         }
     }
 
@@ -117,6 +123,7 @@ impl ModeKeys {
                     })?),
                 }
             }
+            "qfp8" => self.q_fp8 = matches!(v.trim(), "1" | "true" | "yes"),
             _ => return Ok(false),
         }
         Ok(true)
@@ -157,8 +164,19 @@ impl ModeKeys {
         if let Some(scales) = self.kv_fp8 {
             s.push_str(&format!(",fp8={}", kv_scales_name(scales)));
         }
+        if self.q_fp8 {
+            s.push_str(",qfp8=1");
+        }
         s
     }
+}
+
+/// `--dtype` of `verify`: what Q, K and V are all stored as (O stays f16 or bf16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputDtype {
+    /// OCP FP8 E4M3 (e4m3fn) Q, K and V with f32 descale tables (`Modes::q_fp8` and
+    /// `Modes::kv_fp8`): FlashAttention 3's fp8 forward.
+    E4m3,
 }
 
 /// `--kv-dtype` of `verify` and `bench-all`: what K and V are stored as.
@@ -210,6 +228,9 @@ pub struct Draw {
     /// e4m3 K and V: the standard deviation of the stored values before they are rounded to
     /// e4m3 (K's, V's), drawn per case ([`draw_fp8_side`]).
     pub kv_fp8_std: Option<[f32; 2]>,
+    /// e4m3 Q's descale table (`Modes::q_fp8`, K's shape) and its stored values' spread.
+    pub q_descale: Option<Vec<f32>>,
+    pub q_fp8_std: Option<f32>,
 }
 
 /// A length in 0..=max, often one of the edges (0, 1, max) so they come up.
@@ -326,7 +347,15 @@ pub fn apply(problem: &mut AttentionProblem, keys: &ModeKeys, seed: u64) -> Draw
         draw.v_descale = Some(v_descale);
         draw.kv_fp8_std = Some([k_std, v_std]);
         m.kv_fp8 = Some(scales);
+        // After K's and V's, so that lines without `qfp8=` draw what they drew before it.
+        if keys.q_fp8 {
+            let (q_std, q_descale) = draw_fp8_side(&mut rng, n);
+            draw.q_descale = Some(q_descale);
+            draw.q_fp8_std = Some(q_std);
+        }
     }
+    // Without `fp8=` there is no table shape: the problem says so, and the core refuses it.
+    m.q_fp8 = keys.q_fp8;
     problem.modes = m;
     draw
 }
@@ -339,7 +368,7 @@ pub const FP8_LOG2_STD: std::ops::Range<f32> = -4.0..7.5;
 /// over 2^4 around the inverse of its stored spread, [`draw_fp8_side`]).
 pub const FP8_LOG2_DESCALE: std::ops::RangeInclusive<i32> = -10..=5;
 
-/// One side's (K's or V's) stored spread and descale table of `n` entries. The stored values
+/// One side's (Q's, K's or V's) stored spread and descale table of `n` entries. The stored values
 /// span the e4m3 range across cases, and the factors are spread over the entries (2^-2 ..= 2^1
 /// times a centre) around the inverse of that spread, so the true values (stored × descale)
 /// stay near unit scale, where the tolerance rule's constant floor holds (`docs/ORACLE.md`):
@@ -451,6 +480,8 @@ impl Draw {
             k_descale: None,
             v_descale: None,
             kv_fp8_std: None,
+            q_descale: None,
+            q_fp8_std: None,
         }
     }
 
@@ -464,6 +495,7 @@ impl Draw {
             mm_prefix_ranges: self.mm_prefix_ranges.as_deref(),
             k_descale: self.k_descale.as_deref(),
             v_descale: self.v_descale.as_deref(),
+            q_descale: self.q_descale.as_deref(),
         }
     }
 
@@ -481,6 +513,18 @@ impl Draw {
         };
         let (batch_stride, head_stride) = scales.strides(p.heads_kv);
         table[b * batch_stride + h * head_stride]
+    }
+
+    /// The descale factor of e4m3 Q's table for sequence `b`, query head `h_q` (its KV head's
+    /// entry, as K's table is indexed); 1 for Q in the problem's dtype.
+    pub fn q_descale(&self, p: &AttentionProblem, b: usize, h_q: usize) -> f32 {
+        let (Some(scales), true, Some(table)) =
+            (p.modes.kv_fp8, p.modes.q_fp8, self.q_descale.as_ref())
+        else {
+            return 1.0;
+        };
+        let (batch_stride, head_stride) = scales.strides(p.heads_kv);
+        table[b * batch_stride + (h_q / p.q_heads_per_kv()) * head_stride]
     }
 }
 
@@ -540,7 +584,8 @@ fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
 /// unused ones with NaN instead). With e4m3 K/V (`draw.kv_fp8_std`), K and V are the same draws
 /// times the case's spread, rounded to e4m3: the stored values, which the host path takes as
 /// numbers. The rows to append stay true values in the dtype, as a model hands them over: the
-/// append quantizes them into the cache ([`seq_kv`]).
+/// append quantizes them into the cache ([`seq_kv`]). With e4m3 Q (`draw.q_fp8_std`) Q is drawn
+/// the same way.
 pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
     let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
     let s = seed.wrapping_mul(5);
@@ -556,8 +601,12 @@ pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
             None => a,
         }
     };
+    let q = random_d(p.dtype, &q_shape, s);
     ModeInputs {
-        q: random_d(p.dtype, &q_shape, s),
+        q: match draw.q_fp8_std {
+            Some(std) => q.mapv(|x| round_e4m3(std * x)),
+            None => q,
+        },
         k: kv(&kv_shape, s + 1, k_std),
         v: kv(&kv_shape, s + 2, v_std),
         k_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 3)),
@@ -579,6 +628,19 @@ pub fn seq_rows(p: &AttentionProblem, draw: &Draw, q: &ArrayD<f32>, b: usize) ->
             to_layout(q4, p.layout).index_axis(Axis(0), b).to_owned()
         }
     }
+}
+
+/// Q's true values of sequence b as [heads_q, len_q, d]: [`seq_rows`], with e4m3 Q each head's
+/// stored values times its factor of the `q_descale` table (exact: see [`draw_fp8_side`]).
+pub fn seq_q_values(p: &AttentionProblem, draw: &Draw, q: &ArrayD<f32>, b: usize) -> Array3<f32> {
+    let mut rows = seq_rows(p, draw, q, b);
+    if p.modes.q_fp8 {
+        for (h, mut head) in rows.axis_iter_mut(Axis(0)).enumerate() {
+            let f = draw.q_descale(p, b, h);
+            head.mapv_inplace(|x| x * f);
+        }
+    }
+    rows
 }
 
 /// LSE of sequence b as [heads_q, len_q].
@@ -708,7 +770,7 @@ pub fn seq_oracle_problem(p: &AttentionProblem, draw: &Draw, b: usize) -> Oracle
 
 /// The problem's modes of the scores into the oracle's problem `op` of batch entries `batch`:
 /// windows, softcap, and the ALiBi slopes `draw` holds as `[batch, heads_q]` (a per-head table
-/// repeated over the entries).
+/// repeated over the entries); and whether it is an fp8 forward (e4m3 Q, `op.p_e4m3`).
 pub fn with_score_modes(
     op: &mut OracleProblem,
     p: &AttentionProblem,
@@ -718,6 +780,8 @@ pub fn with_score_modes(
     op.window_left = p.modes.window_left;
     op.window_right = p.modes.window_right;
     op.softcap = p.modes.softcap.map(|c| c as f64);
+    // An fp8 forward's low-precision reference is the fp8 program's (docs/ORACLE.md).
+    op.p_e4m3 = p.modes.q_fp8;
     op.alibi_slopes = draw.alibi_slopes.as_ref().map(|s| {
         batch
             .flat_map(|b| {
@@ -742,7 +806,7 @@ pub fn judge(
     let mut worst: Option<Verdict> = None;
     for b in 0..p.batch {
         let op = seq_oracle_problem(p, draw, b);
-        let q = seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
+        let q = seq_q_values(p, draw, &inp.q, b).insert_axis(Axis(0));
         let k = seq_kv(p, draw, KvSide::K, &inp.k, inp.k_new.as_ref(), b).insert_axis(Axis(0));
         let v = seq_kv(p, draw, KvSide::V, &inp.v, inp.v_new.as_ref(), b).insert_axis(Axis(0));
         let o = seq_rows(p, draw, &out.o, b).insert_axis(Axis(0));
@@ -1023,6 +1087,103 @@ mod tests {
             lo >= 2f32.powf(-2.5) && hi <= 2f32.powf(1.5),
             "true spread {true_stds:?}"
         );
+    }
+
+    /// `qfp8=1` beside `fp8=`: Q is stored as e4m3 values too, with a table of K's shape whose
+    /// factors are powers of two; the oracle's Q is each head's stored values times its KV
+    /// head's factor (computed here independently), its low-precision reference the fp8
+    /// program's; an output computed from those true values passes the judge, one that left
+    /// Q's factor out fails. A line without `fp8=` has no table shape for Q and is refused.
+    #[test]
+    fn e4m3_q_is_drawn_stored_and_judged_with_its_descale() {
+        let mut some_factor_is_not_one = false;
+        for (i, line) in [
+            "b=2,hq=4,hkv=2,sq=17,sk=40,d=64,dtype=bf16,causal=1,fp8=tensor,qfp8=1",
+            "b=3,hq=6,hkv=3,sq=5,sk=33,d=64,dtype=f16,fp8=head,qfp8=1",
+            "b=2,hq=4,hkv=1,sq=9,sk=20,d=64,dtype=bf16,fp8=batchhead,qfp8=1",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (p, draw) = drawn(line, 21 + i as u64);
+            let scales = p.modes.kv_fp8.unwrap();
+            assert!(p.modes.q_fp8);
+            let table = draw.q_descale.as_ref().expect("a q_descale table");
+            assert_eq!(table.len(), scales.table_len(p.batch, p.heads_kv));
+            for &f in table {
+                let e = f.log2();
+                assert!(
+                    e == e.round() && FP8_LOG2_DESCALE.contains(&(e as i32)),
+                    "{f}"
+                );
+            }
+            let inp = mode_inputs(&p, &draw, 21 + i as u64);
+            for a in [&inp.q, &inp.k, &inp.v] {
+                assert!(a.iter().all(|&x| round_e4m3(x) == x), "{line}");
+                assert!(a.iter().any(|&x| x != 0.0));
+            }
+            // The host path takes Q's values as they are: its bytes encode them exactly.
+            flashcore::host::e4m3_bytes("q", &inp.q.view()).unwrap();
+
+            let (bs, hs) = scales.strides(p.heads_kv);
+            let group = p.heads_q / p.heads_kv;
+            let mut o = ndarray::Array4::<f32>::zeros((p.batch, p.seq_q, p.heads_q, p.head_dim));
+            let mut lse = ndarray::Array3::<f32>::zeros((p.batch, p.heads_q, p.seq_q));
+            let mut wrong = o.clone();
+            for b in 0..p.batch {
+                let stored = seq_rows(&p, &draw, &inp.q, b);
+                let q = seq_q_values(&p, &draw, &inp.q, b);
+                for h in 0..p.heads_q {
+                    let f = table[b * bs + (h / group) * hs];
+                    some_factor_is_not_one |= f != 1.0;
+                    for (x, y) in q
+                        .index_axis(Axis(0), h)
+                        .iter()
+                        .zip(stored.index_axis(Axis(0), h))
+                    {
+                        assert_eq!(*x, y * f);
+                    }
+                }
+                let op = seq_oracle_problem(&p, &draw, b);
+                assert!(op.p_e4m3);
+                let k = seq_kv(&p, &draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
+                let v = seq_kv(&p, &draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
+                let reference = |q: Array3<f32>| {
+                    let r = flashcore_oracle::reference_f64(
+                        &op,
+                        q.insert_axis(Axis(0)).view(),
+                        k.view(),
+                        v.view(),
+                        &Rows::All,
+                    );
+                    r.to_dense(&op)
+                };
+                let (ro, rl) = reference(q);
+                let (wo, _) = reference(stored);
+                for h in 0..p.heads_q {
+                    for r in 0..p.seq_q {
+                        lse[[b, h, r]] = rl[[0, h, r]] as f32;
+                        for c in 0..p.head_dim {
+                            o[[b, r, h, c]] = ro[[0, h, r, c]] as f32;
+                            wrong[[b, r, h, c]] = wo[[0, h, r, c]] as f32;
+                        }
+                    }
+                }
+            }
+            let out = |o: ndarray::Array4<f32>| flashcore::HostOutputs {
+                o: o.into_dyn(),
+                lse: lse.clone().into_dyn(),
+                k_cache: None,
+                v_cache: None,
+            };
+            judge(&p, &draw, &inp, &out(o)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            if table.iter().any(|&f| f != 1.0) {
+                assert!(judge(&p, &draw, &inp, &out(wrong)).is_err(), "{line}");
+            }
+        }
+        assert!(some_factor_is_not_one);
+        let e = Case::parse("b=1,hq=1,sq=1,sk=1,d=64,qfp8=1").unwrap_err();
+        assert!(e.to_string().contains("fp8="), "{e}");
     }
 
     /// The oracle's K and V of an e4m3 case are the stored values times the (sequence, KV head)

@@ -3,13 +3,13 @@
 //! sweep.
 
 use flashcore::{
-    AlibiSlopes, AttentionProblem, Capabilities, HeadDims, KvScales, Layout, ModeSupport,
+    AlibiSlopes, AttentionProblem, Capabilities, DType, HeadDims, KvScales, Layout, ModeSupport,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::case::Case;
-use crate::mode_case::{CacheKind, KvDtype, ModeKeys};
+use crate::mode_case::{CacheKind, InputDtype, KvDtype, ModeKeys};
 
 /// The case generator of one kernel's sweep: ChaCha seeded by `seed` (the run's seed mixed with
 /// the kernel's name, and the pass), so a rerun with the same `--seed` draws the same cases.
@@ -173,6 +173,96 @@ pub fn fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<C
         .boxed()
 }
 
+/// [`case_strategy_kv`], or with `dtype` e4m3 (`verify --dtype e4m3`) only cases whose Q, K and V
+/// are all e4m3 ([`qkv_fp8_case_strategy`]), whatever the kernel claims: one that does not take
+/// them counts every case skipped.
+pub fn case_strategy_dtype(
+    caps: &Capabilities,
+    max_seq: usize,
+    dtype: Option<InputDtype>,
+    kv_dtype: Option<KvDtype>,
+) -> BoxedStrategy<Case> {
+    match dtype {
+        Some(InputDtype::E4m3) => qkv_fp8_case_strategy(caps, max_seq),
+        None => case_strategy_kv(caps, max_seq, kv_dtype),
+    }
+}
+
+/// Lengths an fp8 forward case draws: the sweep's (uniform, tile boundaries ±1) and, a third of
+/// the time, lengths off every tile (1, 17, 100, 255, 1000).
+fn fp8_seq_strategy(max_seq: usize) -> BoxedStrategy<usize> {
+    let odd: Vec<usize> = [1usize, 17, 100, 255, 1000]
+        .into_iter()
+        .map(|n| n.min(max_seq))
+        .collect();
+    prop_oneof![2 => seq_strategy(max_seq), 1 => prop::sample::select(odd)].boxed()
+}
+
+/// O's dtype of an fp8 forward case: bf16 three times in four, f16 otherwise.
+fn fp8_o_dtype() -> BoxedStrategy<DType> {
+    prop_oneof![3 => Just(DType::Bf16), 1 => Just(DType::F16)].boxed()
+}
+
+/// fp8 forward cases (FlashAttention 3's): Q, K and V stored as e4m3 (`qfp8=1` beside `fp8=`),
+/// the three descale tables of one shape (per tensor, per KV head or per (sequence, KV head)),
+/// O in bf16 or f16. Dense storage only for now (no varlen, cache, window, softcap, ALiBi):
+/// batch 1-4, GQA and MQA, causal or not, seq_q != seq_k, lengths off the tiles, head dims 64,
+/// 128 and 256 (a kernel that does not take one refuses it: skipped).
+pub fn qkv_fp8_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
+    let scales = prop::sample::select(vec![
+        KvScales::PerTensor,
+        KvScales::PerKvHead,
+        KvScales::PerBatchKvHead,
+    ]);
+    (
+        dense_case_strategy(caps, max_seq),
+        prop::sample::select(FP8_HEAD_DIMS.to_vec()),
+        fp8_seq_strategy(max_seq),
+        fp8_seq_strategy(max_seq),
+        fp8_o_dtype(),
+        scales,
+    )
+        .prop_map(|(mut case, d, sq, sk, dtype, scales)| {
+            let p = &mut case.problem;
+            (p.head_dim, p.seq_q, p.seq_k, p.dtype) = (d, sq, sk, dtype);
+            let keys = ModeKeys {
+                kv_fp8: Some(scales),
+                q_fp8: true,
+                ..ModeKeys::default()
+            };
+            with_mode_keys(case, &keys)
+        })
+        .boxed()
+}
+
+/// Fixed fp8 forward cases (`qfp8=1`) at head dims 64, 128 and 256, every descale table shape:
+/// one row and one key, seq_q != seq_k both ways with causal (seq_q > seq_k leaves rows no key),
+/// lengths off the 16- and 128-row tiles, GQA and MQA, a long causal square, BHSD, O in bf16 and
+/// now and then f16. Every line whatever the kernel claims (`verify --dtype e4m3` runs them all;
+/// a kernel that does not take them skips them).
+pub fn qkv_fp8_edge_cases() -> Vec<Case> {
+    const LINES: &[&str] = &[
+        "b=1,hq=1,hkv=1,sq=1,sk=1,fp8=tensor",
+        "b=2,hq=4,hkv=2,sq=257,sk=333,causal=1,fp8=head",
+        "b=2,hq=8,hkv=1,sq=100,sk=1000,fp8=batchhead",
+        "b=1,hq=4,hkv=4,sq=300,sk=100,causal=1,fp8=head",
+        "b=3,hq=6,hkv=2,sq=17,sk=255,causal=1,fp8=batchhead",
+        "b=1,hq=2,hkv=1,sq=1000,sk=1000,causal=1,fp8=tensor",
+        "b=4,hq=4,hkv=2,sq=128,sk=129,layout=bhsd,fp8=head",
+        "b=2,hq=16,hkv=2,sq=1,sk=777,causal=1,fp8=batchhead",
+    ];
+    let mut cases = Vec::new();
+    for (i, line) in LINES.iter().enumerate() {
+        for (j, d) in FP8_HEAD_DIMS.into_iter().enumerate() {
+            let n = i * FP8_HEAD_DIMS.len() + j;
+            let dtype = if n % 4 == 3 { DType::F16 } else { DType::Bf16 };
+            let arg = format!("{line},qfp8=1,d={d},dtype={dtype},seed={}", 9000 + n);
+            cases.push(Case::parse(&arg).expect("the edge list parses"));
+        }
+    }
+    cases
+}
+
 /// A drawn dense case with the drawn modes applied (both strategies draw them this way).
 fn with_mode_keys(mut case: Case, keys: &ModeKeys) -> Case {
     let p = &mut case.problem;
@@ -283,6 +373,7 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
                     alibi,
                     mm,
                     kv_fp8: None,
+                    q_fp8: false,
                 }
             },
         )
@@ -392,6 +483,9 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
                 .into_iter()
                 .filter(|c| caps.modes.missing(&c.problem.modes).is_none()),
         );
+    }
+    if caps.modes.q_fp8 {
+        cases.extend(qkv_fp8_edge_cases());
     }
     if caps.distinct_head_dim_v {
         cases.extend(distinct_v_edge_cases(caps));
@@ -559,6 +653,135 @@ mod tests {
         let keys = ModeKeys::from_modes(&c.problem.modes);
         let draw = crate::mode_case::apply(&mut p, &keys, c.data_seed);
         (p, draw)
+    }
+
+    /// `--dtype e4m3`: every case an fp8 forward (e4m3 Q, K and V with tables of one shape)
+    /// on dense storage, at head dims 64, 128 and 256, O mostly bf16 and some f16, with GQA,
+    /// MQA, causal, seq_q != seq_k and lengths off the tiles among them; each line reruns the
+    /// case, its tables pass the core's checks, and a kernel that does not claim e4m3 Q refuses
+    /// every one. The edge list likewise, with every table shape at every head dim.
+    #[test]
+    fn qkv_fp8_cases_are_dense_fp8_forwards() {
+        let mut caps = flashcore::kernels()[0].capabilities();
+        let claims = ModeSupport {
+            kv_fp8: true,
+            q_fp8: true,
+            ..ModeSupport::NONE
+        };
+        let check = |c: &Case| {
+            let (p, m) = (&c.problem, &c.problem.modes);
+            let only = flashcore::Modes {
+                kv_fp8: m.kv_fp8,
+                q_fp8: true,
+                ..flashcore::Modes::default()
+            };
+            assert!(m.kv_fp8.is_some() && m.q_fp8, "{}", c.to_arg());
+            assert_eq!(*m, only, "dense storage only: {}", c.to_arg());
+            assert!(FP8_HEAD_DIMS.contains(&p.head_dim), "{}", c.to_arg());
+            assert!(matches!(p.dtype, DType::Bf16 | DType::F16));
+            assert_eq!(Case::parse(&c.to_arg()).unwrap(), *c);
+            let (drawn, draw) = drawn_tables(c);
+            assert_eq!(drawn, *p);
+            p.validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            draw.host_tables()
+                .validate(p)
+                .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            // Q's table has K's shape.
+            assert_eq!(
+                draw.q_descale.as_ref().map(Vec::len),
+                draw.k_descale.as_ref().map(Vec::len)
+            );
+            // Claimed or refused as a whole: e4m3 K/V alone do not take it.
+            assert_eq!(claims.missing(m), None);
+            let kv_only = ModeSupport {
+                q_fp8: false,
+                ..claims
+            };
+            assert_eq!(kv_only.missing(m), Some("an e4m3 (fp8) Q (q_fp8)"));
+            assert!(ModeSupport::ALL.missing(m).is_some());
+        };
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy_dtype(&caps, 1100, Some(InputDtype::E4m3), None);
+        let mut scales = Vec::new();
+        let (mut bf16, mut causal, mut gqa, mut mqa, mut uneven, mut odd) = (0, 0, 0, 0, 0, 0);
+        let mut dims = Vec::new();
+        for _ in 0..300 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            check(&c);
+            let p = &c.problem;
+            bf16 += (p.dtype == DType::Bf16) as usize;
+            causal += p.causal as usize;
+            gqa += (1 < p.heads_kv && p.heads_kv < p.heads_q) as usize;
+            mqa += (p.heads_kv == 1 && p.heads_q > 1) as usize;
+            uneven += (p.seq_q != p.seq_k) as usize;
+            odd += [p.seq_q, p.seq_k]
+                .iter()
+                .filter(|n| [1, 17, 100, 255, 1000].contains(n))
+                .count();
+            if !scales.contains(&p.modes.kv_fp8) {
+                scales.push(p.modes.kv_fp8);
+            }
+            if !dims.contains(&p.head_dim) {
+                dims.push(p.head_dim);
+            }
+        }
+        assert!((180..=270).contains(&bf16), "{bf16} of 300 in bf16");
+        assert!((90..=210).contains(&causal), "{causal} of 300 causal");
+        assert!(gqa > 30 && mqa > 30, "GQA {gqa}, MQA {mqa}");
+        assert!(uneven > 250, "{uneven} of 300 with seq_q != seq_k");
+        assert!(odd > 100, "{odd} lengths off the tiles");
+        assert_eq!((scales.len(), dims.len()), (3, 3));
+
+        let edges = qkv_fp8_edge_cases();
+        assert_eq!(edges.len(), 8 * FP8_HEAD_DIMS.len());
+        for c in &edges {
+            check(c);
+        }
+        for k in [
+            KvScales::PerTensor,
+            KvScales::PerKvHead,
+            KvScales::PerBatchKvHead,
+        ] {
+            for d in FP8_HEAD_DIMS {
+                assert!(edges
+                    .iter()
+                    .any(|c| c.problem.modes.kv_fp8 == Some(k) && c.problem.head_dim == d));
+            }
+        }
+        assert!(edges.iter().any(|c| c.problem.dtype == DType::F16));
+        // A kernel that claims e4m3 Q has the fp8 edges in its edge list; one that does not,
+        // none of them.
+        assert!(edge_cases(&caps).iter().all(|c| !c.problem.modes.q_fp8));
+        caps.modes = ModeSupport {
+            q_fp8: true,
+            kv_fp8: true,
+            ..caps.modes
+        };
+        let n = edge_cases(&caps)
+            .iter()
+            .filter(|c| c.problem.modes.q_fp8)
+            .count();
+        assert_eq!(n, edges.len());
+    }
+
+    /// No kernel compiled in claims e4m3 Q unless it also claims e4m3 K/V (a q_fp8 problem has
+    /// both), and every kernel that does not claim it refuses each fp8 forward case with
+    /// `Unsupported` (skipped by verify, never passed).
+    #[test]
+    fn kernels_that_do_not_claim_e4m3_q_refuse_every_fp8_forward() {
+        let h100 = flashcore::DeviceInfo::synthetic_h100();
+        let edges = qkv_fp8_edge_cases();
+        for k in flashcore::kernels() {
+            let caps = k.capabilities();
+            if caps.modes.q_fp8 {
+                assert!(caps.modes.kv_fp8, "{}", k.name());
+                continue;
+            }
+            for c in &edges {
+                assert!(k.supports(&c.problem, &h100).is_err(), "{}", k.name());
+            }
+        }
     }
 
     /// `--seed` reproduces a sweep: the same seed draws the same cases, another seed others.

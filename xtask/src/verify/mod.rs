@@ -19,9 +19,11 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
 use crate::case::{run_backward_case, run_case, Case, Outcome};
-use crate::mode_case::KvDtype;
+use crate::mode_case::{InputDtype, KvDtype};
 use crate::progress::CaseProgress;
-use cases::{backward_edge_cases, case_strategy_kv, fp8_edge_cases, seeded_runner};
+use cases::{
+    backward_edge_cases, case_strategy_dtype, fp8_edge_cases, qkv_fp8_edge_cases, seeded_runner,
+};
 
 pub use cases::{case_strategy, edge_cases};
 pub use self_check::{oracle_backward_self_check, oracle_self_check};
@@ -65,8 +67,17 @@ impl Pass {
     }
 
     /// The fixed cases: the forward's edge list, and the backward's own edges after it; with
-    /// `--kv-dtype e4m3` the e4m3-cache edges alone.
-    fn edges(self, caps: &Capabilities, kv_dtype: Option<KvDtype>) -> Vec<Case> {
+    /// `--dtype e4m3` the fp8 forward's edges alone, with `--kv-dtype e4m3` the e4m3-cache edges
+    /// alone.
+    fn edges(
+        self,
+        caps: &Capabilities,
+        dtype: Option<InputDtype>,
+        kv_dtype: Option<KvDtype>,
+    ) -> Vec<Case> {
+        if dtype == Some(InputDtype::E4m3) {
+            return qkv_fp8_edge_cases();
+        }
         if kv_dtype == Some(KvDtype::E4m3) {
             return fp8_edge_cases(caps);
         }
@@ -91,7 +102,7 @@ impl Pass {
         match self {
             Pass::Fwd => {
                 let bi = opts.batch_invariant;
-                let strategy = case_strategy_kv(caps, opts.max_seq, opts.kv_dtype)
+                let strategy = case_strategy_dtype(caps, opts.max_seq, opts.dtype, opts.kv_dtype)
                     .prop_map(move |c| with_batch_invariant(c, bi))
                     .boxed();
                 (seeded_runner(seed, opts.cases), strategy)
@@ -119,6 +130,9 @@ pub struct Options {
     pub batch_invariant: bool,
     /// `--kv-dtype e4m3`: every case (edge list and random) an e4m3-cache case: forward only.
     pub kv_dtype: Option<KvDtype>,
+    /// `--dtype e4m3`: every case (edge list and random) an fp8 forward, Q, K and V in e4m3
+    /// (it takes precedence over `kv_dtype`): forward only.
+    pub dtype: Option<InputDtype>,
 }
 
 #[derive(Default, Clone, serde::Serialize)]
@@ -293,6 +307,11 @@ fn backward_subjects(opts: &Options) -> Result<Vec<Subject>> {
     if opts.kv_dtype.is_some() {
         bail!("--kv-dtype is a forward option: the backward kernels take K and V in the problem's dtype");
     }
+    if opts.dtype.is_some() {
+        bail!(
+            "--dtype e4m3 is a forward option: the backward kernels take Q, K and V in f16 or bf16"
+        );
+    }
     let kernels = crate::select::named(
         flashcore::backward_kernels(),
         |k| k.name(),
@@ -325,7 +344,9 @@ pub fn run(device: &Device, opts: &Options) -> Result<Vec<Tally>> {
             if opts.batch_invariant {
                 println!("verify: every case in the batch-invariant mode (bi=1)");
             }
-            if opts.kv_dtype == Some(KvDtype::E4m3) {
+            if opts.dtype == Some(InputDtype::E4m3) {
+                println!("verify: every case an fp8 forward, Q, K and V in e4m3 (fp8=...,qfp8=1), O in bf16 or f16: a kernel that does not take one skips it");
+            } else if opts.kv_dtype == Some(KvDtype::E4m3) {
                 println!("verify: every case with an e4m3 KV cache (fp8=...): a kernel that does not take one skips it");
             }
             subjects
@@ -396,7 +417,7 @@ fn sweep(k: &Subject, device: &Device, opts: &Options) -> Result<Tally> {
         ..Default::default()
     };
     let edges: Vec<Case> = if opts.edge {
-        pass.edges(&caps, opts.kv_dtype)
+        pass.edges(&caps, opts.dtype, opts.kv_dtype)
     } else {
         vec![]
     }
