@@ -298,7 +298,7 @@ fn forward_into<T: CudaDType + DeviceRepr + 'static>(
     let stream = dev.cuda_stream();
     {
         let mut tensors = AttentionTensors {
-            q: half_ref::<T>(q, q_l, dtype)?,
+            q: half_ref::<T>(q, q_l, dtype)?.into(),
             k: kv_ref::<T>(k, k_l, problem, "k")?,
             v: kv_ref::<T>(v, v_l, problem, "v")?,
             o: out_view(&mut o, dtype)?,
