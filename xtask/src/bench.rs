@@ -22,6 +22,7 @@ pub mod bandwidth;
 mod cp;
 pub mod decode;
 pub mod dense;
+pub mod fp8;
 pub mod gpu;
 pub mod modes;
 pub mod modes_gpu;
@@ -51,7 +52,9 @@ pub struct Args {
     /// --causal, --dtypes and --layout do not apply to them); decode: eight decode / chunked
     /// prefill / speculative rows (bf16, D=128) on contiguous and paged (block 64) caches, as
     /// graph replays, in GB/s against a device-to-device copy and the peers (non-causal unless
-    /// --causal on; --anchors DIR adds the decode anchors, ../shared/anchors if present).
+    /// --causal on; --anchors DIR adds the decode anchors, ../shared/anchors if present);
+    /// fp8: e4m3 Q/K/V at (1,16,16384,128) and (8,32,4096,128) against flashcore bf16 and
+    /// cuDNN fp8 (--cudnn-fe-path), --shape / --causal / --case narrow it.
     #[arg(long, value_enum, default_value_t = Suite::Ladder)]
     pub suite: Suite,
     /// Explicit B,H,S,D shapes instead of the suite (repeatable: --shape 1,8,512,64 --shape ...).
@@ -126,6 +129,11 @@ pub struct Args {
     /// Python for the FA3 peer process (default: --python).
     #[arg(long)]
     pub fa3_python: Option<String>,
+    /// --suite fp8: directory put first on PYTHONPATH for bench/peers/cudnn_fp8.py, where
+    /// `pip install --no-deps --target DIR nvidia_cudnn_frontend-*.whl` put the cuDNN frontend
+    /// (default: $FLASHCORE_CUDNN_FE_PATH).
+    #[arg(long)]
+    pub cudnn_fe_path: Option<PathBuf>,
     /// Directory of anchor files (peer timings from an earlier run, e.g. shared/anchors): added
     /// as "(anchor)" rows for the shapes they cover (--suite decode: a cross-check column; it
     /// looks in ../shared/anchors and shared/anchors when this is not given).
@@ -230,6 +238,11 @@ pub fn run(args: Args) -> Result<()> {
             }
             return backward_gpu::write_and_print(&report, &out_dir);
         }
+        if v.get("fp8").is_some() {
+            let report: fp8::report::Fp8Report =
+                serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
+            return fp8::write_and_print(&report, &out_dir);
+        }
         if v.get("comparisons").is_some() {
             let mut report: modes::ModeReport =
                 serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
@@ -255,6 +268,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.suite == suite::Suite::Cp {
         return cp::run(&args, &out_dir);
+    }
+    if args.suite == suite::Suite::Fp8 {
+        return fp8::run(&args, &out_dir);
     }
     if args.pass != backward::Pass::Fwd {
         return backward_gpu::run(&args, &out_dir);

@@ -345,7 +345,7 @@ fn bench_floor(
 
 /// Inputs (set 0 random normal, seeded by the shape), the oracle's references on sampled rows,
 /// and the rotated device sets.
-fn prepare(
+pub(super) fn prepare(
     device: &Device,
     shape: &Shape,
     problem: &flashcore::AttentionProblem,

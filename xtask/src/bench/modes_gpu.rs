@@ -159,7 +159,8 @@ impl ModeCheck {
             .into_iter()
             .map(|b| {
                 let op = mode_case::seq_oracle_problem(p, draw, b);
-                let q = mode_case::seq_rows(p, draw, &inp.q, b).insert_axis(Axis(0));
+                // With e4m3 Q, its true values (stored × descale), as K's and V's below.
+                let q = mode_case::seq_q_values(p, draw, &inp.q, b).insert_axis(Axis(0));
                 let k = mode_case::seq_kv(p, draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
                 let v = mode_case::seq_kv(p, draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
                 let rows = flashcore_oracle::sample_rows(&op, per, seed ^ (b as u64 + 1));

@@ -139,11 +139,7 @@ pub const FA3_PATH_ENV: &str = "FLASHCORE_FA3_PATH";
 
 impl Fa3Options {
     pub fn new(off: bool, python: Option<String>, path: Option<PathBuf>) -> Fa3Options {
-        let path = path.or_else(|| {
-            std::env::var_os(FA3_PATH_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
+        let path = path_or_env(path, FA3_PATH_ENV);
         Fa3Options { off, python, path }
     }
 
@@ -156,30 +152,49 @@ impl Fa3Options {
             // XLA's C++ logging at warning and above only.
             ("TF_CPP_MIN_LOG_LEVEL", OsString::from("1")),
         ];
-        if let Some(dir) = &self.path {
-            let mut pp = dir.as_os_str().to_os_string();
-            if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-                pp.push(":");
-                pp.push(old);
-            }
-            env.push(("PYTHONPATH", pp));
-        }
+        env.extend(python_path_first(self.path.as_deref()));
         env
     }
+}
+
+/// `explicit` (a command-line directory), else the directory the variable `var` names.
+pub fn path_or_env(explicit: Option<PathBuf>, var: &str) -> Option<PathBuf> {
+    explicit.or_else(|| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// PYTHONPATH with `dir` first (where `pip install --no-deps --target DIR` put a wheel), ahead
+/// of the caller's PYTHONPATH; nothing without a `dir`.
+pub fn python_path_first(dir: Option<&Path>) -> Option<(&'static str, OsString)> {
+    let mut pp = dir?.as_os_str().to_os_string();
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+        pp.push(":");
+        pp.push(old);
+    }
+    Some(("PYTHONPATH", pp))
 }
 
 /// `fa3_jax.py` beside the torch script, else under the current directory, else beside the
 /// xtask sources this binary was built from.
 pub fn find_fa3_script(torch_script: Option<&Path>) -> Option<PathBuf> {
+    find_peer_script("fa3_jax.py", torch_script)
+}
+
+/// The peer script `file` of bench/peers: beside the torch script, else under the current
+/// directory, else beside the xtask sources this binary was built from.
+pub fn find_peer_script(file: &str, torch_script: Option<&Path>) -> Option<PathBuf> {
     if let Some(dir) = torch_script.and_then(Path::parent) {
-        let p = dir.join("fa3_jax.py");
+        let p = dir.join(file);
         if p.is_file() {
             return Some(p);
         }
     }
-    let rel = Path::new("bench/peers/fa3_jax.py");
+    let rel = Path::new("bench/peers").join(file);
     if rel.is_file() {
-        return Some(rel.to_path_buf());
+        return Some(rel);
     }
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
     built.is_file().then_some(built)
@@ -275,67 +290,136 @@ fn run_fa3(
     let Some(script) = script else {
         return Ok(Err("bench/peers/fa3_jax.py not found".into()));
     };
-    let python = run.fa3.python.as_deref().unwrap_or(run.python);
-    let env = run.fa3.env();
     let on_path = match &run.fa3.path {
         Some(p) => format!(" (PYTHONPATH starts with {})", p.display()),
         None => format!(" (no --fa3-path / ${FA3_PATH_ENV})"),
     };
-    let probe = Command::new(python)
-        .args(["-c", "import jax, flash_attn3_jax"])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output();
-    match probe {
-        Err(e) => return Ok(Err(format!("{python} could not be started: {e}"))),
-        Ok(o) if !o.status.success() => {
-            return Ok(Err(format!(
-                "{python} -c 'import jax, flash_attn3_jax' failed{on_path}: {}",
-                last_line(&o.stderr)
-            )));
-        }
-        Ok(_) => {}
-    }
-    let tag = format!("-fa3{}", run.suffix);
-    let (mut cmd, out_path) = script_command(python, script, list, run.dir, &tag, run.quick)?;
-    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    let mut extra = Vec::new();
     if decode {
-        cmd.arg("--decode");
+        extra.push("--decode".to_string());
     }
     if let Some(l2) = l2_bytes {
-        cmd.arg("--l2-bytes").arg(l2.to_string());
+        extra.extend(["--l2-bytes".to_string(), l2.to_string()]);
     }
-    let status = run_status(cmd, python, script)?;
+    let side = SideScript {
+        python: run.fa3.python.as_deref().unwrap_or(run.python),
+        script,
+        env: run.fa3.env(),
+        probe: "import jax, flash_attn3_jax",
+        on_path,
+        missing: "jax, flash_attn3_jax or a GPU for JAX missing",
+        backend: "fa3",
+    };
+    side.run(
+        list,
+        run.dir,
+        &format!("-fa3{}", run.suffix),
+        run.quick,
+        &extra,
+    )
+}
+
+/// A peer script in a python process of its own, beside the torch one (FA3's JAX script, the
+/// fp8 suite's cuDNN script): it reads the shapes file and writes its JSON as torch_sdpa.py
+/// does, exit status 3 when its frameworks are missing.
+pub struct SideScript<'a> {
+    pub python: &'a str,
+    pub script: &'a Path,
+    /// The environment of the probe and the script (PYTHONPATH with the wheels' directory first).
+    pub env: Vec<(&'static str, OsString)>,
+    /// `python -c` code that must run before the script is started (its imports).
+    pub probe: &'a str,
+    /// Added to a failed probe's reason: where PYTHONPATH points.
+    pub on_path: String,
+    /// What exit status 3 means.
+    pub missing: &'a str,
+    /// The backend its rows are named by (for the note on a run that died part way).
+    pub backend: &'a str,
+}
+
+impl SideScript<'_> {
+    /// Runs the script on the shape objects `list` (files `shapes{tag}.json`, `peers{tag}.json`
+    /// under `dir`) with `extra` arguments, once the probe passes. `Ok(Err(reason))` for every
+    /// way it can fail to give rows; a script that died part way keeps the rows it wrote, with a
+    /// "skipped" entry that says so.
+    pub fn run(
+        &self,
+        list: &[Value],
+        dir: &Path,
+        tag: &str,
+        quick: bool,
+        extra: &[String],
+    ) -> Result<std::result::Result<Value, String>> {
+        let (python, script, env) = (self.python, self.script, &self.env);
+        let probe = Command::new(python)
+            .args(["-c", self.probe])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output();
+        match probe {
+            Err(e) => return Ok(Err(format!("{python} could not be started: {e}"))),
+            Ok(o) if !o.status.success() => {
+                return Ok(Err(format!(
+                    "{python} -c '{}' failed{}: {}",
+                    self.probe,
+                    self.on_path,
+                    last_line(&o.stderr)
+                )));
+            }
+            Ok(_) => {}
+        }
+        let (mut cmd, out_path) = script_command(python, script, list, dir, tag, quick)?;
+        cmd.envs(env.iter().map(|(k, v)| (k, v))).args(extra);
+        let status = run_status(cmd, python, script)?;
+        Ok(read_side_output(
+            status.code(),
+            &out_path,
+            script,
+            self.missing,
+            self.backend,
+        ))
+    }
+}
+
+/// A side script's JSON after it exited with `code`: 0, its rows; 3, `missing`; otherwise the
+/// rows it wrote before it failed, if any.
+fn read_side_output(
+    code: Option<i32>,
+    out_path: &Path,
+    script: &Path,
+    missing: &str,
+    backend: &str,
+) -> std::result::Result<Value, String> {
     let read = || -> std::result::Result<Value, String> {
-        let text = std::fs::read_to_string(&out_path)
+        let text = std::fs::read_to_string(out_path)
             .map_err(|e| format!("reading {}: {e}", out_path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", out_path.display()))
     };
-    match status.code() {
-        Some(0) => Ok(read()),
-        Some(3) => Ok(Err(format!(
-            "{} exited 3: jax, flash_attn3_jax or a GPU for JAX missing (its message is above)",
+    match code {
+        Some(0) => read(),
+        Some(3) => Err(format!(
+            "{} exited 3: {missing} (its message is above)",
             script.display()
-        ))),
+        )),
         other => {
             let why = format!(
                 "{} failed with exit status {other:?} (its messages are above)",
                 script.display()
             );
             // It writes its JSON after every shape: the rows before the failure are kept.
-            Ok(match read() {
-                Ok(v) => Ok(with_partial_note(v, &why)),
+            match read() {
+                Ok(v) => Ok(with_partial_note(v, backend, &why)),
                 Err(_) => Err(why),
-            })
+            }
         }
     }
 }
 
-/// The JSON of an FA3 run that died part way: its rows so far, and a "skipped" entry that says
-/// so (the shapes after the last row have no FA3 row).
-fn with_partial_note(mut v: Value, why: &str) -> Value {
+/// The JSON of a side script's run that died part way: its rows so far, and a "skipped" entry
+/// for `backend` that says so (the shapes after the last row have no row of it).
+fn with_partial_note(mut v: Value, backend: &str, why: &str) -> Value {
     let n = v.get("rows").and_then(Value::as_array).map_or(0, Vec::len);
     let note = serde_json::json!({
-        "backend": "fa3",
+        "backend": backend,
         "reason": format!("{why}; the {n} rows before it are kept, later shapes have none"),
     });
     match v.get_mut("skipped").and_then(Value::as_array_mut) {

@@ -109,6 +109,10 @@ pub enum Suite {
     /// Context parallelism over every visible GPU (ring and all-gather, forward and backward,
     /// up to a million causal tokens) against the single-GPU kernel at equal work per GPU.
     Cp,
+    /// The fp8 forward: e4m3 Q, K, V (descales per sequence and KV head, O bf16) at
+    /// (1,16,16384,128) and (8,32,4096,128), against flashcore's bf16 at the same shape and
+    /// cuDNN's fp8 SDPA in the same run (bench/peers/cudnn_fp8.py).
+    Fp8,
 }
 
 impl Suite {
@@ -154,6 +158,7 @@ pub fn suite_bhsd(suite: Suite) -> Vec<(usize, usize, usize, usize)> {
         Suite::Ladder => LADDER.to_vec(),
         Suite::Full => LADDER.iter().chain(FULL_EXTRA.iter()).copied().collect(),
         // Not B,H,S,D lists: see `bench::modes::plan`.
+        Suite::Fp8 => super::fp8::report::ROWS.to_vec(),
         Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode | Suite::Cp => vec![],
     }
 }

@@ -37,7 +37,7 @@ pub fn plan(suite: Suite, seed: u64) -> SuitePlan {
         Suite::Paged => plans::paged_plan(seed),
         Suite::Window => plans::window_plan(),
         Suite::Decode => super::decode::plan(seed, false, super::decode::HEAD_DIM, None),
-        Suite::Mission | Suite::Ladder | Suite::Full | Suite::Cp => SuitePlan {
+        Suite::Mission | Suite::Ladder | Suite::Full | Suite::Cp | Suite::Fp8 => SuitePlan {
             suite,
             cases: vec![],
             peers: vec![],

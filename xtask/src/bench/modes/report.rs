@@ -325,5 +325,6 @@ pub fn suite_name(s: Suite) -> &'static str {
         Suite::Window => "window",
         Suite::Decode => "decode",
         Suite::Cp => "cp",
+        Suite::Fp8 => "fp8",
     }
 }

@@ -368,7 +368,7 @@ fn fa3_decode_rows_merge_on_the_gqa_shapes() {
 fn a_crashed_fa3_run_keeps_its_rows_and_says_so() {
     let mut fa3: Value = serde_json::from_str(FA3_JSON).unwrap();
     fa3["complete"] = Value::Bool(false);
-    let fa3 = with_partial_note(fa3, "fa3_jax.py failed with exit status None");
+    let fa3 = with_partial_note(fa3, "fa3", "fa3_jax.py failed with exit status None");
     let v = merge_fa3(Ok(torch_json()), Ok(fa3)).unwrap();
     let (status, rows) = parse_peers(&v, &mission()).unwrap();
     assert_eq!(rows.iter().filter(|r| r.implementation == "fa3").count(), 2);
@@ -484,8 +484,8 @@ fn fa3_script_runs_under_a_stand_in_wheel_if_one_is_given() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Both peer scripts read their shapes through bench/peers/peer_shapes.py, before importing
-/// torch or jax: a malformed file is exit status 2 with the field named, on any machine.
+/// Every peer script reads its shapes through bench/peers/peer_shapes.py, before importing
+/// torch, jax or cudnn: a malformed file is exit status 2 with the field named, on any machine.
 #[test]
 fn both_peer_scripts_refuse_a_bad_shapes_file_before_their_frameworks() {
     if Command::new("python3").arg("--version").output().is_err() {
@@ -494,6 +494,7 @@ fn both_peer_scripts_refuse_a_bad_shapes_file_before_their_frameworks() {
     }
     let torch = find_script(None).expect("bench/peers/torch_sdpa.py in this checkout");
     let fa3 = find_fa3_script(Some(&torch)).unwrap();
+    let cudnn = find_peer_script("cudnn_fp8.py", Some(&torch)).unwrap();
     let dir = std::env::temp_dir().join(format!("peer-shapes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.json");
@@ -502,7 +503,7 @@ fn both_peer_scripts_refuse_a_bad_shapes_file_before_their_frameworks() {
             r#"[{"batch": 1, "heads": 6, "heads_kv": 4, "seq": 64, "head_dim": 64, "causal": true, "dtype": "f16"}]"#,
         )
         .unwrap();
-    for script in [&torch, &fa3] {
+    for script in [&torch, &fa3, &cudnn] {
         let out = Command::new("python3")
             .arg(script)
             .arg("--shapes")
