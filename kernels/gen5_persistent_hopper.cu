@@ -66,7 +66,8 @@
 // FC_HOPPER_PREFETCH (0|1, default 0: L2 prefetch of the first unit's Q and first K/V tiles before
 // griddepcontrol.wait; dense builds), FC_HOPPER_WG_KEY_SPLIT (0|1, default 0: key-split
 // warpgroups, 64-row items; dense, unsplit, overlapped, register epilogue),
-// FC_HOPPER_CLUSTER_KEY_SPLIT (0|1, default 0: with FC_HOPPER_WG_KEY_SPLIT, two CTAs an item), FC_HOPPER_DEBUG
+// FC_HOPPER_CLUSTER_KEY_SPLIT (0|1, default 0: with FC_HOPPER_WG_KEY_SPLIT, two CTAs an item),
+// FC_HOPPER_E4M3 (0|1, default 0: e4m3 Q, K and V, V transposed by gen5_hopper_vt.cu; config.cuh), FC_HOPPER_DEBUG
 // (bounded mbarrier waits that trap instead of hanging), FC_HOPPER_TRACE (clock64 stamps of three
 // CTAs' units, printed: gen5_hopper/trace.cuh).
 #include "common/params.cuh"
@@ -80,6 +81,7 @@
 #include "common/hopper/mbarrier.cuh"
 #include "common/hopper/tma.cuh"
 #include "common/hopper/wgmma.cuh"
+#include "common/hopper/wgmma_e4m3.cuh"
 #include "common/hopper/smem_io.cuh"
 #include "common/hopper/named_barrier.cuh"
 #include "common/hopper/cluster.cuh"
@@ -269,7 +271,9 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
         const unsigned long long q_desc0 = make_desc_sw128(sQ + row_wg * WG_M * ROW_BYTES, 16, 1024);
         const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
         // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box (NBOX_V of them).
-        const unsigned long long v_desc0 = make_desc_sw128(sV, KV_BOX_BYTES, 1024);
+        // e4m3: V transposed, K-major as K is (SBO = 1024, the next 8 of V's columns).
+        const unsigned long long v_desc0 =
+            E4M3 ? make_desc_sw128(sV, 16, 1024) : make_desc_sw128(sV, KV_BOX_BYTES, 1024);
 
         // Ping-pong prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this).
         if constexpr (PINGPONG) {
@@ -316,7 +320,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
             // With score modifiers (prepare_scores) the logits are in log2 units before the
             // softmax, which then runs with scale 1.
             const bool score_modified = MODES && has_score_mod(p);
-            const float softmax_scale_log2 = score_modified ? 1.f : scale_log2;
+            const float softmax_scale_log2 =
+                score_modified ? 1.f : E4M3 ? scale_log2 * qk_descale(p, w.b, w.h) : scale_log2;
             const KeyRange wg_unmasked = warpgroup_unmasked_keys(p, w.b, w.m * BM + row_wg * WG_M);
             // Modes build: the item's q tile may end before this warpgroup's rows begin. Taken
             // through a vote so the compiler sees a warp-uniform branch: the ring's stage and
@@ -347,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     if (RELEASE_Q_AFTER_QK && w.n_blocks == 0) mbar_arrive(q_empty);
                 } else if (w.n_blocks > first_kb) {
                     float s[BN / 2];
-                    unsigned pr[BN / 4];
+                    unsigned pr[P_REGS];
                     // ---- first key tile: S_0, softmax_0 (no PV yet) ----
                     qk_tile(sm, cw, q_desc, k_desc0, stage, phase, s, trace, it);
                     if (RELEASE_Q_AFTER_QK && (KEY_SPLIT ? first_kb + KEY_STEP >= w.n_blocks : w.n_blocks == 1))
@@ -440,7 +445,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const int grow = r == 0 ? grow0 : grow1;
-                        const float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                        float inv = row_inverse(l[r], r == 0 ? keys0 : keys1);
+                        if constexpr (E4M3) inv *= v_descale(p, b, h);
                         elem_t* orow = grow < seq.len_q
                                            ? reinterpret_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, h, grow)
                                            : nullptr;

@@ -154,6 +154,20 @@
 #if FC_HEAD_DIM_V != FC_HEAD_DIM && (FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE)
 #error "FC_HEAD_DIM_V != FC_HEAD_DIM takes neither the key split, split-KV nor the smem epilogue"
 #endif
+// e4m3 Q, K and V (Modes::q_fp8; O in the module's 16-bit dtype, elem_t): both products on e4m3
+// wgmma (k32, K-major operands only). V reaches the kernel transposed, [batch, heads_kv, head_dim,
+// keys] with its keys permuted in groups of 16 (gen5_hopper_vt.cu), so that P, packed from the S
+// accumulators in place, is the A fragment of P·V (consumer_math.cuh's convert_p). The dense,
+// unsplit, row-warpgroup build with the register epilogue and 128-key tiles at D = 128 (at 256 its O,
+// S and P spilled: 48 bytes).
+#ifndef FC_HOPPER_E4M3
+#define FC_HOPPER_E4M3 0
+#endif
+#if FC_HOPPER_E4M3 && (FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_SMEM_EPILOGUE || \
+                       FC_HOPPER_PREFETCH || FC_HOPPER_CONSUMER_WGS != 2 || FC_HOPPER_BLOCK_N != 128 ||             \
+                       FC_HOPPER_PADDED_HEAD || FC_HEAD_DIM_V != FC_HEAD_DIM || FC_HEAD_DIM != 128)
+#error "FC_HOPPER_E4M3=1 is the dense, unsplit two-warpgroup build with 128-key tiles at D = 128"
+#endif
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
 #define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
 #else
@@ -184,13 +198,26 @@ constexpr int BM = WG_M * ROW_WGS;      // q rows per work item (= Q TMA box row
 constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
 constexpr int STAGES = FC_HOPPER_STAGES;
 constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
-constexpr int NBOX = D / 64;            // 64-column (128-byte) TMA boxes per row of a tile
+// Input elements: bytes with FC_HOPPER_E4M3, else the module's 16-bit dtype; a 128-byte swizzled
+// box row holds BOX_COLS of them. (Enums: see DV above.)
+enum : bool { E4M3 = FC_HOPPER_E4M3 != 0 };
+enum : int { IN_BYTES = E4M3 ? 1 : 2, BOX_COLS = 128 / IN_BYTES };
+constexpr int NBOX = D / BOX_COLS;      // 128-byte TMA boxes per row of a Q or K tile
 constexpr int ROW_BYTES = 128;          // one swizzled box row
 constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
 constexpr int KV_BOX_BYTES = BN * ROW_BYTES;
 constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;
 constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;   // a K stage (a V stage when DV == D)
-enum : int { V_TILE_BYTES = NBOX_V * KV_BOX_BYTES };  // a V stage: NBOX_V boxes of BN rows
+// A V stage: NBOX_V boxes of BN rows; e4m3: one box of V's DV transposed rows of BN key bytes.
+enum : int { V_TILE_BYTES = E4M3 ? DV * BN : NBOX_V * KV_BOX_BYTES };
+enum : int {
+    // Registers of P, the P·V operand: two 16-bit or four e4m3 probabilities each.
+    P_REGS = E4M3 ? BN / 8 : BN / 4,
+    // e4m3 P is exp2(x - max + P_LOG2_SCALE), at most 256 of e4m3's 448: the row's small
+    // probabilities stay normal numbers down to 2^-14 of its largest. l carries the same factor,
+    // so O = (P V) / l is unchanged; only the LSE takes it back out.
+    P_LOG2_SCALE = E4M3 ? 8 : 0,
+};
 
 // Shared memory map (offsets from the 1024-byte aligned base).
 constexpr int OFF_Q = 0;

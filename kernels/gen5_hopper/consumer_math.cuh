@@ -14,31 +14,58 @@
 #include "../common/score_mod.cuh"
 #include "../common/online_softmax.cuh"
 #include "../common/hopper/wgmma.cuh"
+#include "../common/hopper/wgmma_e4m3.cuh"
 #include "../common/hopper/smem_io.cuh"
 
 namespace fch {
 
 // ---- consumer math ---------------------------------------------------------------------------
 
+// The GEMMs and P's packing are templates on the e4m3 switch and their arrays' sizes (always
+// E4M3 and the build's, deduced) so that a 16-bit build never instantiates the e4m3 branch:
+// outside a template, or on non-dependent arguments, `if constexpr` still checks the discarded
+// branch, whose e4m3 wgmma has no overload for the 16-bit builds' tile widths.
+
 // S[64 x BN] = Q[64 x D] * K[BN x D]^T for this warpgroup's 64 rows.
-__device__ __forceinline__ void gemm_qk(float (&s)[BN / 2], unsigned long long q_desc, unsigned long long k_desc) {
+template <bool kE4m3 = E4M3, int NS>
+__device__ __forceinline__ void gemm_qk(float (&s)[NS], unsigned long long q_desc, unsigned long long k_desc) {
+    static_assert(NS == BN / 2, "S: BN / 2 f32 a thread");
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-        // k16 step k: 32 bytes into the 128-byte swizzled row, box k/4 (columns 64*(k/4)...).
+    for (int k = 0; k < D * IN_BYTES / 32; ++k) {
+        // k16 step k (k32 for e4m3): 32 bytes into the 128-byte swizzled row, box k/4.
         const unsigned long long qa = q_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * Q_BOX_BYTES) >> 4);
         const unsigned long long kb = k_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * KV_BOX_BYTES) >> 4);
-        wgmma_ss(s, qa, kb, k > 0 ? 1 : 0);  // N = BN (overload on the accumulator size)
+        if constexpr (kE4m3)
+            wgmma_ss_e4m3(s, qa, kb, k > 0 ? 1 : 0);
+        else
+            wgmma_ss(s, qa, kb, k > 0 ? 1 : 0);  // N = BN (overload on the accumulator size)
     }
 }
 
-// O[64 x DV] += P[64 x BN] * V[BN x DV]; P as packed elem_t pairs in the A-fragment layout.
-__device__ __forceinline__ void gemm_pv(float (&o)[DV / 2], const unsigned (&pr)[BN / 4], unsigned long long v_desc) {
+// O[64 x DV] += P[64 x BN] * V[BN x DV]; P as packed elem_t pairs in the A-fragment layout (e4m3:
+// byte quadruples, V transposed, K-major: gemm_pv_e4m3).
+template <int NO, int NP>
+__device__ __forceinline__ void gemm_pv_e4m3(float (&o)[NO], const unsigned (&pr)[NP], unsigned long long v_desc) {
 #pragma unroll
-    for (int t = 0; t < BN / 16; ++t) {
+    for (int t = 0; t < BN / 32; ++t) {
         const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
-        // keys 16t..16t+15 = 16 swizzled rows = 2048 bytes further into both V boxes.
-        const unsigned long long vb = v_desc + (unsigned long long)((t * 16 * ROW_BYTES) >> 4);
-        wgmma_rs_tb(o, a, vb, 1);  // N = DV
+        // keys 32t..32t+31: 32 bytes into each transposed row of the 128-byte swizzled box.
+        wgmma_rs_e4m3(o, a, v_desc + (unsigned long long)((t * 32) >> 4), 1);  // N = DV
+    }
+}
+template <bool kE4m3 = E4M3, int NO, int NP>
+__device__ __forceinline__ void gemm_pv(float (&o)[NO], const unsigned (&pr)[NP], unsigned long long v_desc) {
+    static_assert(NO == DV / 2 && NP == P_REGS, "O: DV / 2 f32, P: P_REGS registers a thread");
+    if constexpr (kE4m3) {
+        gemm_pv_e4m3(o, pr, v_desc);
+    } else {
+#pragma unroll
+        for (int t = 0; t < BN / 16; ++t) {
+            const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
+            // keys 16t..16t+15 = 16 swizzled rows = 2048 bytes further into both V boxes.
+            const unsigned long long vb = v_desc + (unsigned long long)((t * 16 * ROW_BYTES) >> 4);
+            wgmma_rs_tb(o, a, vb, 1);  // N = DV
+        }
     }
 }
 
@@ -106,7 +133,9 @@ __device__ __forceinline__ float row_log_sum_exp(float l, const KeyRange& keys, 
 // A row's LSE in natural log from its raw max m and sum l: scale*m + ln(l) = (m*scale_log2 +
 // log2(l)) * ln(2), with the rules above.
 __device__ __forceinline__ float row_natural_lse(float l, float m, const KeyRange& keys, float scale_log2) {
-    return row_log_sum_exp(l, keys, (m * scale_log2 + __log2f(l)) * 0.69314718055994531f);
+    float log2_l = __log2f(l);
+    if constexpr (P_LOG2_SCALE != 0) log2_l -= (float)P_LOG2_SCALE;  // l carries P's factor
+    return row_log_sum_exp(l, keys, (m * scale_log2 + log2_l) * 0.69314718055994531f);
 }
 
 // Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
@@ -142,6 +171,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
         alpha[r] = (m[r] == -INFINITY) ? 0.f : (mx[r] == m[r]) ? 1.f : exp2f(m[r] * scale_log2 - shift[r]);
         m[r] = mx[r];
     }
+    if constexpr (P_LOG2_SCALE != 0) {  // (alpha above keeps the unscaled shift)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) shift[r] -= (float)P_LOG2_SCALE;
+    }
     float sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -154,6 +187,20 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
     }
     l[0] = l[0] * alpha[0] + sum[0];
     l[1] = l[1] * alpha[1] + sum[1];
+}
+
+// e4m3 (FC_HOPPER_E4M3): the true value of a stored byte of Q, K or V is its e4m3 value times its
+// table's factor for (sequence b, KV head of h) (params.cuh). Q's times K's scales the logits, so
+// it folds into the softmax's scale; V's scales O, folded into the epilogue's 1 / l.
+__device__ __forceinline__ int descale_index(const AttentionParams& p, int b, int h) {
+    return b * p.descale_batch_stride + (h / p.q_heads_per_kv) * p.descale_head_stride;
+}
+__device__ __forceinline__ float qk_descale(const AttentionParams& p, int b, int h) {
+    const int i = descale_index(p, b, h);
+    return p.q_descale[i] * p.k_descale[i];
+}
+__device__ __forceinline__ float v_descale(const AttentionParams& p, int b, int h) {
+    return p.v_descale[descale_index(p, b, h)];
 }
 
 __device__ __forceinline__ void rescale_o(float (&o)[DV / 2], const float (&alpha)[2]) {
@@ -209,10 +256,17 @@ __device__ __forceinline__ void store_row_blocks(elem_t* orow, const float (&v)[
     }
 }
 
-// The S accumulator layout is the A-fragment layout, register for register (see wgmma.cuh).
-__device__ __forceinline__ void convert_p(const float (&s)[BN / 2], unsigned (&pr)[BN / 4]) {
+// The S accumulator layout is the A-fragment layout, register for register (see wgmma.cuh); for
+// e4m3 with V's keys permuted to match (wgmma_e4m3.cuh).
+template <bool kE4m3 = E4M3, int NS, int NP>
+__device__ __forceinline__ void convert_p(const float (&s)[NS], unsigned (&pr)[NP]) {
+    static_assert(NS == BN / 2 && NP == P_REGS, "S: BN / 2 f32, P: P_REGS registers a thread");
+    if constexpr (kE4m3) {
+        pack_a_e4m3<2 * NS>(s, pr);
+    } else {
 #pragma unroll
-    for (int i = 0; i < BN / 4; ++i) pr[i] = pack2_u32(s[2 * i], s[2 * i + 1]);
+        for (int i = 0; i < BN / 4; ++i) pr[i] = pack2_u32(s[2 * i], s[2 * i + 1]);
+    }
 }
 
 }  // namespace fch

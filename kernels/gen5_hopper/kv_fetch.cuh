@@ -115,7 +115,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         if (lane == 0 && lead) {
             mbar_arrive_expect_tx(bar, kBoxes * KV_BOX_BYTES);
 #pragma unroll
-            for (int c = 0; c < kBoxes; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
+            for (int c = 0; c < kBoxes; ++c) tma_load_4d(dst + c * KV_BOX_BYTES, map, bar, c * BOX_COLS, t.row, h_kv, t.batch);
         }
     } else {
         static_assert(BN / 16 <= 32, "one page group per producer lane");
@@ -128,7 +128,7 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         if (lane < t.groups && (spread_here ? lane % KV_ISSUE_WARPS == warp : lead)) {
             const unsigned group_dst = dst + t.dst_off;
 #pragma unroll
-            for (int c = 0; c < kBoxes; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * 64, t.row, h_kv, t.batch);
+            for (int c = 0; c < kBoxes; ++c) tma_load_4d(group_dst + c * KV_BOX_BYTES, map, bar, c * BOX_COLS, t.row, h_kv, t.batch);
         }
     }
     if (zero_tail && lead) {
@@ -145,6 +145,16 @@ __device__ __forceinline__ void fetch_kv_tile(const AttentionParams& p, const Kv
         __syncwarp();
         if (lane == 0) mbar_arrive(full);
     }
+}
+
+// e4m3 build: keys [k0, k0 + BN) of V's transposed copy (gen5_hopper_vt.cu; its map views it as
+// (keys, head_dim, heads_kv, batch), padded to whole tiles of zeros) into the stage at `dst`: one
+// box of DV rows of BN key bytes, the K-major B operand of P·V. Dense only, so every tile is whole.
+__device__ __forceinline__ void fetch_vt_tile(unsigned dst, const CUtensorMap* map, unsigned full, int k0, int h_kv,
+                                              int b, int lane) {
+    if (lane != 0) return;
+    mbar_arrive_expect_tx(full, V_TILE_BYTES);
+    tma_load_4d(dst, map, full, k0, 0, h_kv, b);
 }
 
 #if FC_HOPPER_PREFETCH

@@ -67,7 +67,7 @@ __device__ __forceinline__ void qk_tile(const SmemMap& sm, int cw, unsigned long
 __device__ __forceinline__ void scores_to_p(const AttentionParams& p, int b, int h, int kb0, int kb, int grow0,
                                             int wg_row0, int col_in_block, const KeyRange& wg_unmasked,
                                             bool score_modified, float softmax_scale_log2, float (&s)[BN / 2],
-                                            unsigned (&pr)[BN / 4], float (&row_max)[2], float (&l)[2],
+                                            unsigned (&pr)[P_REGS], float (&row_max)[2], float (&l)[2],
                                             float (&alpha)[2]) {
     prepare_scores(p, s, b, h, grow0, wg_row0, (kb0 + kb) * BN, col_in_block, wg_unmasked, score_modified);
     online_softmax(s, row_max, l, alpha, softmax_scale_log2);
@@ -81,7 +81,7 @@ __device__ __forceinline__ void next_key_tile(const AttentionParams& p, int b, i
                                               unsigned long long v_desc0, const SmemMap& sm, int stage, unsigned phase,
                                               int vstage, unsigned vphase, unsigned q_empty, int grow0, int wg_row0,
                                               int col_in_block, const KeyRange& wg_unmasked, bool score_modified,
-                                              float softmax_scale_log2, float (&s)[BN / 2], unsigned (&pr)[BN / 4],
+                                              float softmax_scale_log2, float (&s)[BN / 2], unsigned (&pr)[P_REGS],
                                               float (&o)[DV / 2], float (&row_max)[2], float (&l)[2],
                                               float (&alpha)[2]) {
     const unsigned kf = sm.k_full + 8 * stage, ke = sm.k_empty + 8 * stage;
@@ -113,7 +113,7 @@ __device__ __forceinline__ void next_key_tile(const AttentionParams& p, int b, i
 // O += P V for the tile whose V is in ring slot `vstage`, alone (the overlapped loop's last PV,
 // outside the ping-pong: no issue slot), waited for, and V's slot released.
 __device__ __forceinline__ void pv_tile(const SmemMap& sm, unsigned long long v_desc0, int vstage, unsigned vphase,
-                                        unsigned (&pr)[BN / 4], float (&o)[DV / 2], UnitTrace& trace, int it) {
+                                        unsigned (&pr)[P_REGS], float (&o)[DV / 2], UnitTrace& trace, int it) {
     const unsigned vf = sm.v_full + 8 * vstage, ve = sm.v_empty + 8 * vstage;
     mbar_wait(vf, vphase, TAG_V_FULL);
     wgmma_fence();
@@ -137,7 +137,7 @@ __device__ __forceinline__ void serial_key_tile(const AttentionParams& p, int b,
                                                 float softmax_scale_log2, float (&o)[DV / 2], float (&row_max)[2],
                                                 float (&l)[2], float (&alpha)[2], UnitTrace& trace, int it) {
     float s[BN / 2];
-    unsigned pr[BN / 4];
+    unsigned pr[P_REGS];
     qk_tile(sm, 0, q_desc, k_desc0, stage, phase, s, trace, it);  // (no ping-pong without the overlap)
     if (RELEASE_Q_AFTER_QK && kb == n_blocks - 1) mbar_arrive(q_empty);
     scores_to_p(p, b, h, kb0, kb, grow0, wg_row0, col_in_block, wg_unmasked, score_modified, softmax_scale_log2, s, pr,

@@ -40,7 +40,12 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
     mbar_wait(ke, phase ^ 1, TAG_K_EMPTY);
     fetch_kv_tile(p, tile, h_kv, s.k + stage * KV_TILE_BYTES, maps.k, kf, 0, lane, nullptr);
     mbar_wait(ve, phase ^ 1, TAG_V_EMPTY);
-    fetch_kv_tile<NBOX_V>(p, tile, h_kv, s.v + stage * V_TILE_BYTES, maps.v, vf, s.v_landed, lane, &landed_phase);
+    if constexpr (E4M3) {
+        fetch_vt_tile(s.v + stage * V_TILE_BYTES, maps.v, vf, k0, h_kv, b, lane);
+    } else {
+        fetch_kv_tile<NBOX_V>(p, tile, h_kv, s.v + stage * V_TILE_BYTES, maps.v, vf, s.v_landed, lane,
+                              &landed_phase);
+    }
 }
 
 }  // namespace fch

@@ -54,7 +54,7 @@ __device__ __forceinline__ void fill_q(const AttentionParams& p, unsigned sQ, co
     const int q_batch = MODES && p.cu_seqlens_q != nullptr ? 0 : w.b;  // packed Q: one "batch"
 #pragma unroll
     for (int c = 0; c < NBOX; ++c)
-        tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, tm_q, q_full, c * 64, (int)q_row0 + w.m * BM, w.h, q_batch);
+        tma_load_4d(sQ + qs * Q_BYTES + c * Q_BOX_BYTES, tm_q, q_full, c * BOX_COLS, (int)q_row0 + w.m * BM, w.h, q_batch);
 }
 
 }  // namespace fch

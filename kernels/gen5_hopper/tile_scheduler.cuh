@@ -55,7 +55,7 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
         // (subroutine calls in every thread) sat on the path to the producer's first copy, which
         // one-item CTAs wait on (2026-11-26, 1fd8819).
         const float qpk = p.q_heads_per_kv > 0 ? (float)p.q_heads_per_kv : 1.f;
-        const float kv_bytes = fmaxf(2.f * (float)max(p.seq_k, 1) * (float)(D * sizeof(elem_t)) / qpk, 1.f);
+        const float kv_bytes = fmaxf(2.f * (float)max(p.seq_k, 1) * (float)(D * IN_BYTES) / qpk, 1.f);
         const float g = fminf(fmaxf(floorf((float)FC_HOPPER_L2_SECTION_BYTES / kv_bytes), 1.f), (float)s.bh);
 #if FC_HOPPER_HEAD_MAJOR
         // One head per section without causal masking (below), and also when every CTA gets one
@@ -69,7 +69,7 @@ __device__ __forceinline__ Schedule make_schedule(const AttentionParams& p) {
     // The modes build keeps the exact form: its paged suite, near its targets, moved with the
     // f32 one (1fd8819).
     int qpk = p.q_heads_per_kv > 0 ? p.q_heads_per_kv : 1;
-    unsigned long long kv_bytes = 2ull * (unsigned long long)(p.seq_k > 0 ? p.seq_k : 1) * D * sizeof(elem_t) / qpk;
+    unsigned long long kv_bytes = 2ull * (unsigned long long)(p.seq_k > 0 ? p.seq_k : 1) * D * IN_BYTES / qpk;
     if (kv_bytes == 0) kv_bytes = 1;
     unsigned long long g = (unsigned long long)FC_HOPPER_L2_SECTION_BYTES / kv_bytes;
     if (g < 1) g = 1;
