@@ -107,6 +107,14 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
     AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
 }
 
+/// `p` with Q, K and V in e4m3 (descales per sequence and KV head): the Hopper path's e4m3 build
+/// (`FC_HOPPER_E4M3`) and V's transpose.
+pub fn with_e4m3_qkv(mut p: AttentionProblem) -> AttentionProblem {
+    p.modes.kv_fp8 = Some(KvScales::PerBatchKvHead);
+    p.modes.q_fp8 = true;
+    p
+}
+
 /// `p` with an e4m3 KV cache (descales per KV head): the decode kernel's `FC_KV_E4M3` builds,
 /// which every such problem plans, prefill-shaped or not.
 pub fn with_e4m3_cache(mut p: AttentionProblem) -> AttentionProblem {
@@ -530,6 +538,15 @@ pub fn run(
                 })
                 .filter(|_| caps.modes.kv_fp8)
                 .map(with_e4m3_cache);
+            // e4m3 Q, K and V: the dense problems at D = 128, causal and not.
+            let e4m3_forward = PROBLEM_SIZES
+                .iter()
+                .filter(|_| caps.modes.q_fp8 && head_dims.is_none_or(|only| only.contains(&128)))
+                .flat_map(|&(b, h, s)| {
+                    [false, true].map(|causal| {
+                        with_e4m3_qkv(AttentionProblem::new(b, h, s, 128).with_causal(causal))
+                    })
+                });
             let batch_invariant = representative_head_dims(&caps.head_dims)
                 .into_iter()
                 .flat_map(batch_invariant_problems);
@@ -555,6 +572,7 @@ pub fn run(
                 .chain(mode_problems)
                 .chain(decode_problems)
                 .chain(e4m3_problems)
+                .chain(e4m3_forward)
                 .chain(batch_invariant)
                 .chain(distinct_v)
             {

@@ -22,9 +22,23 @@ pub fn tiles(n: usize, tile: usize) -> usize {
 pub struct TensorMapSpec {
     pub q_box_rows: u32,
     pub kv_box_rows: u32,
-    /// Inner box extent in elements; 64 with 128-byte swizzle (64 halves = 128 bytes).
+    /// Inner box extent in elements; 64 with 128-byte swizzle (64 halves = 128 bytes), 128 for
+    /// e4m3 bytes (`Modes::q_fp8`, whose maps view Q, K and V as bytes).
     pub box_cols: u32,
     pub swizzle: Swizzle,
+    /// V's map views a transposed copy in the workspace instead of V itself (the e4m3 forward).
+    pub transposed_v: Option<TransposedV>,
+}
+
+/// V's transposed copy that an earlier launch of the plan writes into the workspace:
+/// `[batch, heads_kv, head_dim_v, keys]` bytes from `offset_bytes`, every row `keys` long (seq_k
+/// padded with zeros to whole tiles). Its map views it as 4-D (keys, head_dim_v, heads_kv,
+/// batch); a box is `box_keys` keys by all of head_dim_v's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransposedV {
+    pub offset_bytes: u64,
+    pub keys: usize,
+    pub box_keys: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -50,7 +50,7 @@ pub use modes::{AlibiSlopes, HostTables, KvScales, KvStorage, ModeSupport, Modes
 pub use partials::{add_partial, cast_partial, merge_partial, PartialShape};
 pub use plan::{
     Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
-    Swizzle, TensorMapSpec,
+    Swizzle, TensorMapSpec, TransposedV,
 };
 pub use prepared::PreparedForward;
 pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};

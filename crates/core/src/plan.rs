@@ -14,7 +14,7 @@ use crate::modes::ModeSupport;
 use crate::problem::{AttentionProblem, Layout};
 use crate::tensors::AttentionTensors;
 
-pub use crate::launch_plan::{KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec};
+pub use crate::launch_plan::{KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec, TransposedV};
 
 /// Head dims a kernel takes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -48,22 +48,48 @@ pub fn encode_tensor_maps(
                 box_rows: kv_box_rows,
             },
         )?,
-        // V's rows are its own head dim wide (FlashAttention 3's headdim_v); the boxes the same
-        // 64 columns, fewer of them.
-        encode_tensor_map_cols(
-            p,
-            spec,
-            &MapTarget {
-                name: "v",
-                ptr: params.v,
-                strides: s.v,
-                heads: p.heads_kv,
-                storage: p.kv_storage(),
-                box_rows: kv_box_rows,
-            },
-            p.head_dim_v(),
-        )?,
+        match spec.transposed_v {
+            Some(t) => encode_transposed_v(p, params, &t)?,
+            // V's rows are its own head dim wide (FlashAttention 3's headdim_v); the boxes the
+            // same 64 columns, fewer of them.
+            None => encode_tensor_map_cols(
+                p,
+                spec,
+                &MapTarget {
+                    name: "v",
+                    ptr: params.v,
+                    strides: s.v,
+                    heads: p.heads_kv,
+                    storage: p.kv_storage(),
+                    box_rows: kv_box_rows,
+                },
+                p.head_dim_v(),
+            )?,
+        },
     ])
+}
+
+/// The map of V's transposed copy in the workspace (`TransposedV`; the e4m3 forward): bytes,
+/// viewed as (keys, head_dim_v, heads_kv, batch), a box of `box_keys` keys by every row.
+fn encode_transposed_v(
+    p: &AttentionProblem,
+    params: &AttentionParams,
+    t: &crate::launch_plan::TransposedV,
+) -> Result<sys::CUtensorMap, Error> {
+    let dv = p.head_dim_v() as u64;
+    let keys = t.keys as u64;
+    let dims: [u64; 4] = [keys, dv, p.heads_kv as u64, p.batch.max(1) as u64];
+    let strides: [u64; 3] = [keys, keys * dv, keys * dv * p.heads_kv as u64];
+    let boxes: [u32; 4] = [t.box_keys, dv as u32, 1, 1];
+    encode_raw(
+        "v (transposed copy)",
+        sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+        params.workspace + t.offset_bytes,
+        dims,
+        strides,
+        boxes,
+    )
 }
 
 /// One tensor a map views: its address, strides, heads and storage `(batch, seq)` (packed
@@ -96,9 +122,14 @@ pub fn encode_tensor_map_cols(
     t: &MapTarget,
     cols: usize,
 ) -> Result<sys::CUtensorMap, Error> {
-    let dtype = match p.dtype {
-        DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        DType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    // e4m3 Q, K and V (`Modes::q_fp8`) are bytes; strides are in elements either way.
+    let (dtype, elem_bytes) = match p.dtype {
+        _ if p.modes.q_fp8 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8, 1),
+        DType::F16 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2),
+        DType::Bf16 => (
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+        ),
     };
     let swizzle = match spec.swizzle {
         Swizzle::None => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -116,14 +147,32 @@ pub fn encode_tensor_map_cols(
         t.heads as u64,
         batch.max(1) as u64,
     ];
-    let span = (seq.max(1) * st.row).max(t.heads * st.head) as u64 * 2;
+    let span = (seq.max(1) * st.row).max(t.heads * st.head) as u64 * elem_bytes;
     let batch_stride = if batch <= 1 {
         span
     } else {
-        st.batch as u64 * 2
+        st.batch as u64 * elem_bytes
     };
-    let strides: [u64; 3] = [st.row as u64 * 2, st.head as u64 * 2, batch_stride];
+    let strides: [u64; 3] = [
+        st.row as u64 * elem_bytes,
+        st.head as u64 * elem_bytes,
+        batch_stride,
+    ];
     let boxes: [u32; 4] = [spec.box_cols, t.box_rows, 1, 1];
+    encode_raw(t.name, dtype, swizzle, t.ptr, dims, strides, boxes)
+}
+
+/// `cuTensorMapEncodeTiled` of a 4-D tensor (byte strides of dims 1..3), interleave none, L2
+/// promotion 256 B, out-of-bounds elements read as zeros.
+fn encode_raw(
+    name: &str,
+    dtype: sys::CUtensorMapDataType,
+    swizzle: sys::CUtensorMapSwizzle,
+    ptr: u64,
+    dims: [u64; 4],
+    strides: [u64; 3],
+    boxes: [u32; 4],
+) -> Result<sys::CUtensorMap, Error> {
     let elem_strides: [u32; 4] = [1, 1, 1, 1];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: all arrays have the rank's length; the driver validates the values and answers
@@ -133,7 +182,7 @@ pub fn encode_tensor_map_cols(
             map.as_mut_ptr(),
             dtype,
             4,
-            t.ptr as *mut c_void,
+            ptr as *mut c_void,
             dims.as_ptr(),
             strides.as_ptr(),
             boxes.as_ptr(),
@@ -147,8 +196,7 @@ pub fn encode_tensor_map_cols(
     if rc != sys::CUresult::CUDA_SUCCESS {
         return Err(Error::Cuda {
             context: format!(
-                "cuTensorMapEncodeTiled for {} (dims {dims:?}, byte strides {strides:?}, box {boxes:?})",
-                t.name
+                "cuTensorMapEncodeTiled for {name} (dims {dims:?}, byte strides {strides:?}, box {boxes:?})"
             ),
             message: format!("{rc:?}"),
         });

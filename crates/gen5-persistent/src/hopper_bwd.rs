@@ -278,6 +278,7 @@ pub fn plan_with_tuning(
                     kv_box_rows: KEY_ROWS as u32,
                     box_cols: 64,
                     swizzle: Swizzle::B128,
+                    transposed_v: None,
                 }),
                 programmatic_launch: false,
             },

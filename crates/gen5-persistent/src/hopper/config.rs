@@ -259,6 +259,9 @@ impl HopperConfig {
     /// consumer registers). Not with split-KV or the smem epilogue, which were only measured and
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
+        if problem.modes.q_fp8 {
+            return self.e4m3();
+        }
         // Every choice follows the build's head dim, not the padded problem's.
         let build_d = build_head_dim(problem.head_dim);
         if problem.has_distinct_head_dim_v() {
@@ -306,6 +309,24 @@ impl HopperConfig {
                 .for_any_batch(problem, sm_count);
         }
         self.for_any_batch(problem, sm_count)
+    }
+
+    /// The e4m3 build's (`FC_HOPPER_E4M3`; `kernels/gen5_hopper/config.cuh`): the row
+    /// warpgroups' unsplit path with the register epilogue and 128-key tiles, which is all that
+    /// build has; the ring depth, Q buffers, ping-pong, schedule and launch keep their overrides.
+    fn e4m3(&self) -> HopperConfig {
+        HopperConfig {
+            block_n: BLOCK_N,
+            wide_noncausal: false,
+            smem_epilogue: Some(false),
+            splits: Some(1),
+            auto_split: false,
+            consumer_wgs: Some(2),
+            wg_key_split: Some(false),
+            cluster_key_split: Some(false),
+            prefetch: Some(false),
+            ..*self
+        }
     }
 
     /// This configuration with every choice that follows the batch or the SM count pinned

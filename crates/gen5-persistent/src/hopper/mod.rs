@@ -20,6 +20,7 @@
 
 use flashcore_core::plan::{
     Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan, Swizzle, TensorMapSpec,
+    TransposedV,
 };
 use flashcore_core::problem::AttentionProblem;
 use flashcore_core::ModeSupport;
@@ -45,6 +46,22 @@ const SOURCE: &str = "gen5_persistent_hopper.cu";
 const ENTRY: &str = "attention_persistent_hopper";
 /// The timeline's printer ([`HopperConfig::trace`]), compiled in traced builds only.
 const TRACE_PRINT_ENTRY: &str = "attention_persistent_hopper_trace_print";
+/// V's transposed copy for the e4m3 build ([`PersistentHopper::plan_e4m3`]).
+const VT_SOURCE: &str = "gen5_hopper_vt.cu";
+const VT_ENTRY: &str = "transpose_v_e4m3";
+const VT_THREADS: u32 = 256;
+/// The e4m3 build's head dim (at 256 its registers spilled).
+pub const E4M3_HEAD_DIM: usize = 128;
+
+/// The problem's modes without e4m3 storage, which changes the element type only: a dense problem
+/// with e4m3 tensors runs the dense build (`FC_HOPPER_MODES` is for the modes that move rows).
+fn storage_modes(problem: &AttentionProblem) -> flashcore_core::Modes {
+    flashcore_core::Modes {
+        kv_fp8: None,
+        q_fp8: false,
+        ..problem.modes.clone()
+    }
+}
 
 /// wgmma and setmaxnreg are sm_90a-only: the arch-specific PTX does not run on later parts.
 /// (The forward and the backward both check this.)
@@ -79,8 +96,10 @@ impl Attention for PersistentHopper {
             (9, 0),
         )
         // e4m3 caches: the decode kernel in front of it reads them (decode.rs takes every one).
+        // e4m3 Q, K and V: its own e4m3 build (dense problems at D = 128, `plan_e4m3`).
         .with_modes(ModeSupport {
             kv_fp8: true,
+            q_fp8: true,
             ..ModeSupport::ALL
         })
         .with_distinct_head_dim_v()
@@ -101,6 +120,10 @@ impl Attention for PersistentHopper {
                 NAME,
                 format!("softmax_scale {scale} must be > 0"),
             ));
+        }
+        if problem.modes.q_fp8 {
+            let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+            return self.plan_e4m3(&cfg, problem, device);
         }
         crate::decode::or_persistent(NAME, problem, device, || {
             let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
@@ -176,6 +199,93 @@ impl PersistentHopper {
         Ok(plan)
     }
 
+    /// An e4m3 forward (`Modes::q_fp8`): V's transposed copy (`gen5_hopper_vt.cu`, into the
+    /// workspace), then the e4m3 build (`FC_HOPPER_E4M3`) reading it. Dense problems at head dim
+    /// 128, one head dim for Q, K and V; the rest is refused with the reason.
+    pub fn plan_e4m3(
+        &self,
+        cfg: &HopperConfig,
+        problem: &AttentionProblem,
+        device: &DeviceInfo,
+    ) -> Result<LaunchPlan, Unsupported> {
+        if !storage_modes(problem).is_dense() {
+            return Err(Unsupported::new(
+                NAME,
+                "e4m3 Q, K and V: dense problems only (no varlen, KV cache, pages, windows,                  softcap, ALiBi or mm_prefix yet)",
+            ));
+        }
+        if problem.head_dim != E4M3_HEAD_DIM || problem.has_distinct_head_dim_v() {
+            return Err(Unsupported::new(
+                NAME,
+                format!(
+                    "e4m3 Q, K and V: head_dim {E4M3_HEAD_DIM} only (one head dim for Q, K and V),                      got {} / {}",
+                    problem.head_dim,
+                    problem.head_dim_v()
+                ),
+            ));
+        }
+        let dv = problem.head_dim_v();
+        let too_large = || {
+            Unsupported::new(
+                NAME,
+                "e4m3 Q, K and V: V's transposed copy does not fit the workspace's addressing",
+            )
+        };
+        let vt =
+            vt_bytes(problem.batch, problem.heads_kv, dv, problem.seq_k).ok_or_else(too_large)?;
+        let keys = problem.seq_k.next_multiple_of(VT_KEY_PAD);
+        let (heads_kv, batch) = (
+            u32::try_from(problem.heads_kv)
+                .ok()
+                .filter(|&h| h <= 65_535),
+            u32::try_from(problem.batch).ok().filter(|&b| b <= 65_535),
+        );
+        let (Some(heads_kv), Some(batch)) = (heads_kv, batch) else {
+            return Err(Unsupported::new(
+                NAME,
+                "e4m3 Q, K and V: the transpose's grid takes at most 65535 KV heads and sequences",
+            ));
+        };
+        let tiles_x = u32::try_from(keys / VT_TILE_KEYS).map_err(|_| too_large())?;
+        let mut plan = self.plan_one(cfg, problem, device)?;
+        for launch in &mut plan.launches {
+            launch
+                .defines
+                .push(("FC_HOPPER_E4M3".to_string(), "1".to_string()));
+            if let Some(spec) = &mut launch.tensor_maps {
+                spec.box_cols = 2 * BOX_COLS as u32; // 128 bytes
+                spec.transposed_v = Some(TransposedV {
+                    offset_bytes: VT_OFFSET_BYTES as u64,
+                    keys,
+                    box_keys: BLOCK_N as u32,
+                });
+            }
+        }
+        // The copy after the schedule's counters (the plan's own words, kept zeroed).
+        let words = (VT_OFFSET_BYTES + vt).div_ceil(4);
+        plan.workspace_f32 = plan.workspace_f32.max(words);
+        plan.launches.insert(
+            0,
+            KernelLaunch {
+                tensor_maps: None,
+                programmatic_launch: false,
+                ..KernelLaunch::persistent(
+                    VT_SOURCE,
+                    VT_ENTRY,
+                    vec![
+                        ("FC_HEAD_DIM".to_string(), dv.to_string()),
+                        ("FC_VT_OFFSET".to_string(), VT_OFFSET_BYTES.to_string()),
+                    ],
+                    tiles_x,
+                    VT_THREADS,
+                    0,
+                )
+            },
+        );
+        plan.launches[0].grid = (tiles_x, heads_kv, batch);
+        Ok(plan)
+    }
+
     /// One launch (two with the trace's printer) of `cfg` resolved for `problem`.
     fn plan_one(
         &self,
@@ -189,7 +299,13 @@ impl PersistentHopper {
         // V's and O's (FC_HEAD_DIM_V where V has a head dim of its own).
         let dv = head_dim_v_build(problem.head_dim, problem.head_dim_v(), d)
             .map_err(|e| Unsupported::new(NAME, e))?;
-        let smem = cfg.smem_bytes_v(d, dv, problem.dtype.size_bytes());
+        // e4m3 Q, K and V are bytes (V's stage then holds its transposed tile, as many bytes).
+        let elem_bytes = if problem.modes.q_fp8 {
+            1
+        } else {
+            problem.dtype.size_bytes()
+        };
+        let smem = cfg.smem_bytes_v(d, dv, elem_bytes);
         let limit = device.max_shared_memory_per_block_optin as usize;
         if smem > limit {
             return Err(Unsupported::new(
@@ -198,9 +314,9 @@ impl PersistentHopper {
                     "needs {smem} bytes of shared memory per block ({} x Q {} + {} x K/V {} + barriers + \
                      {SMEM_ALIGN_SLACK} alignment slack), device allows {limit}",
                     cfg.q_stages,
-                    cfg.block_m() * d * problem.dtype.size_bytes(),
+                    cfg.block_m() * d * elem_bytes,
                     cfg.stages,
-                    cfg.block_n * (d + dv) * problem.dtype.size_bytes(),
+                    cfg.block_n * (d + dv) * elem_bytes,
                 ),
             ));
         }
@@ -209,7 +325,7 @@ impl PersistentHopper {
         // Split-KV for small problems: a work unit is (item, key range). The longest item (the
         // last q tile, also under the bottom-right causal mask) has all the key tiles.
         let max_key_tiles = problem.seq_k.div_ceil(cfg.block_n);
-        let modes = !problem.modes.is_dense();
+        let modes = !storage_modes(problem).is_dense();
         // The modes build has no split path (FC_HOPPER_MODES and FC_HOPPER_SPLIT_KV exclude
         // each other); mode problems run unsplit.
         let mut splits = if modes {
@@ -308,6 +424,7 @@ impl PersistentHopper {
                 kv_box_rows: cfg.block_n as u32,
                 box_cols: BOX_COLS as u32,
                 swizzle: Swizzle::B128,
+                transposed_v: None,
             }),
             programmatic_launch: programmatic,
             ..KernelLaunch::persistent(SOURCE, ENTRY, defines, grid_x, cfg.threads(), smem as u32)

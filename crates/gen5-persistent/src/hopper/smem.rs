@@ -150,3 +150,23 @@ pub fn key_split_exchange_bytes(head_dim: usize) -> usize {
 pub fn cluster_exchange_bytes(head_dim: usize) -> usize {
     (head_dim / 32 + 1) * 2 * WARPGROUP_THREADS * 16
 }
+
+/// e4m3 forward (`Modes::q_fp8`): V's transposed copy starts this many bytes into the workspace,
+/// past the dynamic schedule's counters (the copy's kernel, `gen5_hopper_vt.cu`, takes it as
+/// `FC_VT_OFFSET`).
+pub const VT_OFFSET_BYTES: usize = 256;
+/// Keys a transposed V row is padded to (zeros): the e4m3 build's key tile, so every V box lies
+/// inside the copy.
+pub const VT_KEY_PAD: usize = BLOCK_N;
+/// Keys per CTA of the transpose.
+pub const VT_TILE_KEYS: usize = 64;
+
+/// Bytes of V's transposed copy: `[batch, heads_kv, head_dim_v, keys padded]`. `None` on
+/// overflow.
+pub fn vt_bytes(batch: usize, heads_kv: usize, head_dim_v: usize, seq_k: usize) -> Option<usize> {
+    seq_k
+        .checked_next_multiple_of(VT_KEY_PAD)?
+        .checked_mul(head_dim_v)?
+        .checked_mul(heads_kv)?
+        .checked_mul(batch)
+}

@@ -1014,3 +1014,73 @@ fn a_distinct_v_dim_builds_its_own_v_ring() {
         );
     }
 }
+
+/// A dense e4m3 problem (Q, K and V in e4m3, O in bf16) at head dim 128.
+fn e4m3_problem(b: usize, h: usize, s: usize, causal: bool) -> AttentionProblem {
+    AttentionProblem::new(b, h, s, 128)
+        .with_dtype(flashcore_core::DType::Bf16)
+        .with_causal(causal)
+        .with_modes(flashcore_core::Modes {
+            kv_fp8: Some(flashcore_core::KvScales::PerBatchKvHead),
+            q_fp8: true,
+            ..flashcore_core::Modes::default()
+        })
+}
+
+#[test]
+fn e4m3_plans_the_transpose_then_the_e4m3_build() {
+    let dev = DeviceInfo::synthetic_h100();
+    for causal in [false, true] {
+        let p = e4m3_problem(2, 8, 1000, causal);
+        let plan = PersistentHopper.plan(&p, &dev).expect("plans");
+        assert_eq!(plan.launches.len(), 2);
+        let (vt, main) = (&plan.launches[0], &plan.launches[1]);
+        assert_eq!(vt.source, VT_SOURCE);
+        // 1000 keys padded to 1024: 16 tiles of 64, for each KV head and sequence.
+        assert_eq!(vt.grid, (16, 8, 2));
+        assert!(vt.tensor_maps.is_none() && !vt.programmatic_launch);
+        assert!(main
+            .defines
+            .contains(&("FC_HOPPER_E4M3".into(), "1".into())));
+        // Dense build: no modes, no split, no key split, no smem epilogue, no prefetch.
+        for off in [
+            "FC_HOPPER_MODES",
+            "FC_HOPPER_SPLIT_KV",
+            "FC_HOPPER_WG_KEY_SPLIT",
+            "FC_HOPPER_SMEM_EPILOGUE",
+            "FC_HOPPER_PREFETCH",
+        ] {
+            assert!(main.defines.iter().all(|(k, _)| k != off), "{off}");
+        }
+        assert!(main
+            .defines
+            .contains(&("FC_HOPPER_BLOCK_N".into(), BLOCK_N.to_string())));
+        let spec = main.tensor_maps.expect("maps");
+        assert_eq!(spec.box_cols, 128);
+        let t = spec.transposed_v.expect("V from its copy");
+        assert_eq!((t.keys, t.offset_bytes), (1024, VT_OFFSET_BYTES as u64));
+        // The copy fits the workspace behind the counters.
+        assert!(plan.workspace_f32 * 4 >= VT_OFFSET_BYTES + 2 * 8 * 128 * 1024);
+        // Q 2 x 16 KiB, K and V 16 KiB a stage each: far below the 16-bit build's.
+        assert!((main.dynamic_smem_bytes as usize) < 100 * 1024);
+    }
+}
+
+#[test]
+fn e4m3_refuses_what_its_build_lacks() {
+    let dev = DeviceInfo::synthetic_h100();
+    let d64 = AttentionProblem {
+        head_dim: 64,
+        ..e4m3_problem(1, 4, 256, false)
+    };
+    let err = PersistentHopper.plan(&d64, &dev).unwrap_err();
+    assert!(err.to_string().contains("head_dim 128 only"), "{err}");
+    let windowed = e4m3_problem(1, 4, 256, true).with_modes(flashcore_core::Modes {
+        kv_fp8: Some(flashcore_core::KvScales::PerTensor),
+        q_fp8: true,
+        window_left: Some(16),
+        ..flashcore_core::Modes::default()
+    });
+    let err = PersistentHopper.plan(&windowed, &dev).unwrap_err();
+    assert!(err.to_string().contains("dense problems only"), "{err}");
+}
