@@ -752,6 +752,10 @@ mod tests {
         assert!(edges.iter().any(|c| c.problem.dtype == DType::F16));
         // A kernel that claims e4m3 Q has the fp8 edges in its edge list; one that does not,
         // none of them.
+        caps.modes = ModeSupport {
+            q_fp8: false,
+            ..caps.modes
+        };
         assert!(edge_cases(&caps).iter().all(|c| !c.problem.modes.q_fp8));
         caps.modes = ModeSupport {
             q_fp8: true,
