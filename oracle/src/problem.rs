@@ -35,8 +35,8 @@ pub struct OracleProblem {
     /// `start >= end` are empty.
     pub mm_prefix: Option<Vec<Vec<(usize, usize)>>>,
     /// An fp8 forward (Q, K and V stored in e4m3, FlashAttention 3's fp8 path): the low-precision
-    /// reference models that program, which keeps the scores in f32 and rounds the probabilities
-    /// to e4m3 before P·V ([`reference_low_precision`](crate::reference_low_precision)). The f64
+    /// reference models that program, whose scores are an fp8 GEMM's (rounded to bf16) and which
+    /// rounds the probabilities to e4m3 before P·V ([`reference_low_precision`](crate::reference_low_precision)). The f64
     /// reference, the tolerance rule and the backward references ignore it.
     pub p_e4m3: bool,
 }

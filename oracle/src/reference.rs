@@ -156,9 +156,12 @@ pub fn reference_f64(
 /// Empty rows get `O = 0`, `LSE = +inf`, as in [`reference_f64`].
 ///
 /// **fp8 forward** ([`OracleProblem::p_e4m3`]: Q, K and V stored in e4m3, their true values
-/// given): what FlashAttention 3's fp8 forward computes. The e4m3 products are exact in f32, so
-/// `S = acc_f32(q·k) · f32(scale)` stays in f32 (softcap and the ALiBi bias in f32, no rounding
-/// to the dtype); `P̃ = round_e4m3(exp(S - max S))`, the numerator the program rounds to e4m3
+/// given): what FlashAttention 3's fp8 forward computes. Its scores come from an fp8 GEMM, and
+/// Hopper's e4m3 tensor cores do not sum in f32: a one-key row's score came out 1.1e-3 from the
+/// exact one (`docs/results/2026-11-29-fp8-forward-h200`), about bf16's rounding. So
+/// `S = round_bf16(acc_f32(q·k) · f32(scale))` (softcap and the ALiBi bias in f32 first), the
+/// scores a plain fp8 program gets from a GEMM that returns bf16 (`torch._scaled_mm`), whatever
+/// O's dtype; `P̃ = round_e4m3(exp(S - max S))`, the numerator the program rounds to e4m3
 /// before its P·V matmul (in (0, 1], so a row's largest terms keep e4m3's relative precision:
 /// rounding the normalised probabilities instead would flush every term of a long, flat row
 /// below e4m3's subnormals); `O = round(Σ_j P̃_j v_j / Σ_j exp(S_j - max S))`, with the sum of
@@ -265,7 +268,7 @@ impl Mode for LowMode {
         };
         let s = s - bias as f32;
         if self.p_e4m3 {
-            s // the fp8 program keeps its scores in f32
+            Precision::Bf16.round(s) // an fp8 GEMM's scores, as bf16 (see reference_low_precision)
         } else {
             self.precision.round(s)
         }

@@ -1,5 +1,6 @@
 //! The fp8 forward's low-precision reference (`OracleProblem::p_e4m3`): FlashAttention 3's fp8
-//! program rounds the probabilities' numerators to e4m3 before P·V, and the reference does too.
+//! program takes its scores from an fp8 GEMM (as bf16) and rounds the probabilities' numerators to
+//! e4m3 before P·V, and the reference does too.
 
 use flashcore_oracle::{
     check, reference_f64, reference_low_precision, round_e4m3, OracleProblem, Precision, Rows,
@@ -34,8 +35,11 @@ fn the_second_keys_numerator_is_rounded_to_e4m3() {
         &Rows::All,
     );
     let exact = 0.3 / 1.3;
-    assert_eq!(round_e4m3(0.3), 0.3125);
-    let want = f64::from(Precision::Bf16.round((0.3125f64 / 1.3) as f32));
+    // The fp8 program's scores are an fp8 GEMM's, in bf16: ln 0.3 rounded, whose exp is still
+    // closest to e4m3's 0.3125.
+    let e = Precision::Bf16.round(0.3f32.ln()).exp();
+    assert_eq!(round_e4m3(e), 0.3125);
+    let want = f64::from(Precision::Bf16.round(0.3125f32 / (1.0 + e)));
     assert_eq!(fp8.o_row(0)[0], want, "fp8 O");
     // The bf16 program rounds the normalised probability to bf16 instead: far closer.
     assert!(
@@ -44,8 +48,12 @@ fn the_second_keys_numerator_is_rounded_to_e4m3() {
         plain.o_row(0)[0]
     );
     assert!((fp8.o_row(0)[0] - exact).abs() > 5e-3);
-    // The LSE comes from the unrounded scores in both: ln(1 + 0.3).
-    assert!((fp8.lse(0) - 1.3f64.ln()).abs() < 1e-6, "{}", fp8.lse(0));
+    // The LSE comes from the unrounded numerators of the bf16 scores: ln(1 + e).
+    assert!(
+        (fp8.lse(0) - f64::from((1.0 + e).ln())).abs() < 1e-6,
+        "{}",
+        fp8.lse(0)
+    );
     // The f64 reference ignores the flag.
     let mut f64_plain = p.clone();
     f64_plain.p_e4m3 = false;
