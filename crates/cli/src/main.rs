@@ -37,8 +37,8 @@ enum Command {
     /// O = softmax(scale·Q·Kᵀ)·V on .npy inputs (float16 or float32), written as float32 .npy;
     /// varlen, KV cache (contiguous or paged, with appended tokens), sliding windows, softcap and
     /// ALiBi as FlashAttention's flash_attn_varlen_func / flash_attn_with_kvcache, fp8 (e4m3) KV
-    /// caches with descale factors as FlashAttention 3's, and candle-flash-attn's
-    /// mm_prefix_ranges (docs/MODES.md).
+    /// caches with descale factors as FlashAttention 3's, its fp8 forward (e4m3 Q, K and V:
+    /// --q-dtype e4m3 --kv-dtype e4m3), and candle-flash-attn's mm_prefix_ranges (docs/MODES.md).
     Run {
         /// Generation name (see `flashcore kernels`), or "auto" for the fastest that takes the problem.
         #[arg(long, default_value = "auto")]
@@ -67,7 +67,7 @@ enum Command {
         /// bshd, bhsd, or thd: packed varlen Q/O [total_tokens, heads, head_dim] (needs --cu-seqlens-q).
         #[arg(long, default_value = "bshd", value_parser = parse_layout)]
         layout: RunLayout,
-        /// Kernel dtype; inputs are rounded to it.
+        /// Kernel dtype; inputs are rounded to it (O's dtype with --q-dtype e4m3).
         #[arg(long, default_value = "f16", value_parser = parse_dtype)]
         dtype: DType,
         #[arg(long, default_value_t = 0)]
@@ -215,7 +215,13 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 Some(modes::KvDtype::E4m3) => npy::read_e4m3(p).map_err(input),
                 None => npy::read_f32(p).map_err(input),
             };
+            // Q of an fp8 forward, likewise.
+            let q_in = match modes.q_dtype {
+                Some(modes::KvDtype::E4m3) => npy::read_e4m3(&q).map_err(input)?,
+                None => npy::read_f32(&q).map_err(input)?,
+            };
             let loaded = Loaded {
+                q_descale: f32s(&modes.q_descale)?.map(modes::Arr::from),
                 k_descale: f32s(&modes.k_descale)?.map(modes::Arr::from),
                 v_descale: f32s(&modes.v_descale)?.map(modes::Arr::from),
                 k_new: f32s(&modes.k_new)?,
@@ -228,7 +234,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 mm_prefix_ranges: i32s(&modes.mm_prefix_ranges)?,
                 k_cache_out: modes.k_cache_out.is_some(),
                 v_cache_out: modes.v_cache_out.is_some(),
-                ..Loaded::new(npy::read_f32(&q).map_err(input)?, kv(&k)?, kv(&v)?)
+                ..Loaded::new(q_in, kv(&k)?, kv(&v)?)
             };
             let problem = modes::build(&settings, &loaded)
                 .map_err(input)?

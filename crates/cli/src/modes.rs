@@ -58,7 +58,7 @@ pub fn parse_window(s: &str) -> Result<Window, String> {
     }
 }
 
-/// `--kv-dtype`: what --k/--v hold when not the problem's dtype.
+/// `--kv-dtype` / `--q-dtype`: what --k/--v (or --q) hold when not the problem's dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum KvDtype {
     // OCP FP8 E4M3 (e4m3fn) values with f32 descale factors (`Modes::kv_fp8`). A plain comment:
@@ -120,7 +120,7 @@ pub struct ModeFlags {
     /// int32 [batch, n, 2]: [start, end) key ranges per sequence; a query inside a range also sees all of it, whatever --causal and the window say (candle-flash-attn's mm_prefix_ranges).
     #[arg(long, value_name = "NPY")]
     pub mm_prefix_ranges: Option<PathBuf>,
-    /// e4m3: --k/--v are an fp8 KV cache of OCP FP8 E4M3 values, as uint8 .npy of their bytes (torch's float8_e4m3fn viewed as uint8) or float16/float32 .npy of the stored values (unscaled, each exactly an e4m3 value: nothing is quantized for you); true K/V = stored x --k-descale/--v-descale. Q and O keep --dtype; --k-new/--v-new are true values, quantized into the cache (--k-cache-out/--v-cache-out write its stored values).
+    /// e4m3: --k/--v are an fp8 KV cache of OCP FP8 E4M3 values, as uint8 .npy of their bytes (torch's float8_e4m3fn viewed as uint8) or float16/float32 .npy of the stored values (unscaled, each exactly an e4m3 value: nothing is quantized for you); true K/V = stored x --k-descale/--v-descale. Q (unless --q-dtype e4m3) and O keep --dtype; --k-new/--v-new are true values, quantized into the cache (--k-cache-out/--v-cache-out write its stored values).
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub kv_dtype: Option<KvDtype>,
     /// Shape of --k-descale/--v-descale: tensor [1], head [heads_kv] or batchhead [batch, heads_kv] (default: the files' shape says; needs --kv-dtype e4m3).
@@ -132,6 +132,12 @@ pub struct ModeFlags {
     /// float32, shaped as --k-descale: factors of the stored --v values (v_descale).
     #[arg(long, value_name = "NPY")]
     pub v_descale: Option<PathBuf>,
+    /// e4m3: --q too is OCP FP8 E4M3 (FlashAttention 3's fp8 forward), read as --k/--v are under --kv-dtype e4m3; true Q = stored x --q-descale; O is --dtype (f16/bf16), LSE float32 (needs --kv-dtype e4m3 and --q-descale).
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub q_dtype: Option<KvDtype>,
+    /// float32, shaped as --k-descale: factors of the stored --q values, each finite and > 0 (q_descale; needs --q-dtype e4m3).
+    #[arg(long, value_name = "NPY")]
+    pub q_descale: Option<PathBuf>,
 }
 
 /// Which optional inputs are present: from the flags before anything is read, or from the
@@ -148,6 +154,7 @@ pub struct Given {
     pub v_cache_out: bool,
     pub k_descale: bool,
     pub v_descale: bool,
+    pub q_descale: bool,
 }
 
 impl ModeFlags {
@@ -163,6 +170,7 @@ impl ModeFlags {
             v_cache_out: self.v_cache_out.is_some(),
             k_descale: self.k_descale.is_some(),
             v_descale: self.v_descale.is_some(),
+            q_descale: self.q_descale.is_some(),
         }
     }
 }
@@ -182,6 +190,8 @@ pub struct Settings {
     pub kv_dtype: Option<KvDtype>,
     /// `--kv-scales`, if given.
     pub kv_scales: Option<KvScales>,
+    /// `--q-dtype`: None for Q in `dtype`.
+    pub q_dtype: Option<KvDtype>,
 }
 
 impl Settings {
@@ -196,6 +206,7 @@ impl Settings {
             softcap: None,
             kv_dtype: None,
             kv_scales: None,
+            q_dtype: None,
         }
     }
 
@@ -205,6 +216,7 @@ impl Settings {
         self.softcap = f.softcap;
         self.kv_dtype = f.kv_dtype;
         self.kv_scales = f.kv_scales;
+        self.q_dtype = f.q_dtype;
         self
     }
 }
@@ -277,6 +289,17 @@ pub fn check_combination(s: &Settings, g: &Given) -> Result<()> {
             }
         }
     }
+    let q_e4m3 = s.q_dtype == Some(KvDtype::E4m3);
+    if q_e4m3 && !e4m3 {
+        // The core's rule too: Q's descale table takes K's shape, so K/V must be e4m3.
+        bail!("--q-dtype e4m3 needs --kv-dtype e4m3 (the fp8 forward takes Q, K and V in e4m3)");
+    }
+    if q_e4m3 && !g.q_descale {
+        bail!("--q-dtype e4m3 needs --q-descale (the factors the stored Q values are scaled by)");
+    }
+    if !q_e4m3 && g.q_descale {
+        bail!("--q-descale needs --q-dtype e4m3 (descale factors are for an fp8 Q)");
+    }
     Ok(())
 }
 
@@ -317,6 +340,8 @@ pub struct Loaded {
     /// e4m3 K's and V's descale factors (`--kv-dtype e4m3`).
     pub k_descale: Option<Arr<f32>>,
     pub v_descale: Option<Arr<f32>>,
+    /// e4m3 Q's descale factors (`--q-dtype e4m3`).
+    pub q_descale: Option<Arr<f32>>,
 }
 
 impl Loaded {
@@ -337,6 +362,7 @@ impl Loaded {
             v_cache_out: false,
             k_descale: None,
             v_descale: None,
+            q_descale: None,
         }
     }
 
@@ -352,6 +378,7 @@ impl Loaded {
             v_cache_out: self.v_cache_out,
             k_descale: self.k_descale.is_some(),
             v_descale: self.v_descale.is_some(),
+            q_descale: self.q_descale.is_some(),
         }
     }
 
@@ -366,7 +393,7 @@ impl Loaded {
             mm_prefix_ranges: self.mm_prefix_ranges.as_ref().map(|a| a.data.as_slice()),
             k_descale: self.k_descale.as_ref().map(|a| a.data.as_slice()),
             v_descale: self.v_descale.as_ref().map(|a| a.data.as_slice()),
-            q_descale: None,
+            q_descale: self.q_descale.as_ref().map(|a| a.data.as_slice()),
         }
     }
 }
@@ -602,6 +629,18 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
     if s.kv_dtype == Some(KvDtype::E4m3) {
         modes.kv_fp8 = Some(kv_scales(s, x, batch, hkv)?);
     }
+    if s.q_dtype == Some(KvDtype::E4m3) {
+        if let (Some(qd), Some(kd)) = (&x.q_descale, &x.k_descale) {
+            if qd.shape != kd.shape {
+                bail!(
+                    "--q-descale has shape {:?} but --k-descale has {:?}: they must match",
+                    qd.shape,
+                    kd.shape
+                );
+            }
+        }
+        modes.q_fp8 = true;
+    }
 
     let mut p = AttentionProblem::new(batch, hq, seq_q, dq)
         .with_kv(hkv, seq_k)
@@ -623,6 +662,9 @@ pub fn build(s: &Settings, x: &Loaded) -> Result<AttentionProblem> {
         // Before the device: the host path would refuse them there too (NotE4m3).
         flashcore::host::e4m3_bytes("--k", &x.k.view())?;
         flashcore::host::e4m3_bytes("--v", &x.v.view())?;
+    }
+    if p.modes.q_fp8 {
+        flashcore::host::e4m3_bytes("--q", &x.q.view())?;
     }
     x.host_tables().validate(&p)?;
     Ok(p)
@@ -717,7 +759,8 @@ pub fn summary(m: &Modes) -> String {
     }
     if let Some(k) = m.kv_fp8 {
         parts.push(format!(
-            "e4m3 K/V, descale {}",
+            "e4m3 {}, descale {}",
+            if m.q_fp8 { "Q/K/V" } else { "K/V" },
             match k {
                 KvScales::PerTensor => "per tensor",
                 KvScales::PerKvHead => "per KV head",
@@ -1167,6 +1210,165 @@ mod tests {
         assert!(parse_kv_scales("batch")
             .unwrap_err()
             .contains("tensor, head or batchhead"));
+    }
+
+    /// Dense fp8 forward inputs: Q [2, 16, 4, 128], K/V [2, 16, 2, 128], every stored value an
+    /// e4m3 one, descales per KV head for all three.
+    fn fp8_forward() -> (Settings, Loaded) {
+        let mut x = dense(&[2, 16, 4, 128], &[2, 16, 2, 128]);
+        x.q.fill(1.0);
+        x.q[[1, 2, 3, 4]] = -448.0;
+        x.k.fill(0.5);
+        x.v.fill(-2f32.powi(-9));
+        let d = floats(&[2], &[0.5, 0.25]);
+        let x = Loaded {
+            k_descale: d.clone(),
+            v_descale: d,
+            q_descale: floats(&[2], &[2.0, 0.125]),
+            ..x
+        };
+        let s = Settings {
+            q_dtype: Some(KvDtype::E4m3),
+            dtype: DType::Bf16,
+            ..e4m3(bshd())
+        };
+        (s, x)
+    }
+
+    /// `--q-dtype e4m3`: the problem is the fp8 forward (q_fp8 beside kv_fp8 of the files'
+    /// shape) and Q's table reaches the core.
+    #[test]
+    fn an_e4m3_q_makes_the_fp8_forward() {
+        let (s, x) = fp8_forward();
+        let p = build(&s, &x).unwrap();
+        assert!(p.modes.q_fp8);
+        assert_eq!(p.modes.kv_fp8, Some(KvScales::PerKvHead));
+        assert_eq!(p.dtype, DType::Bf16);
+        assert_eq!(x.host_tables().q_descale, Some([2.0, 0.125].as_slice()));
+        assert_eq!(summary(&p.modes), " [e4m3 Q/K/V, descale per KV head]");
+        // One factor for the tensor: all three tables [1].
+        let one = floats(&[1], &[0.5]);
+        let x1 = Loaded {
+            k_descale: one.clone(),
+            v_descale: one.clone(),
+            q_descale: one,
+            ..x.clone()
+        };
+        let p = build(&s, &x1).unwrap();
+        assert_eq!(p.modes.kv_fp8, Some(KvScales::PerTensor));
+        assert!(p.modes.q_fp8);
+        // Without --q-dtype, Q keeps the problem's dtype.
+        let p = build(
+            &e4m3(bshd()),
+            &Loaded {
+                q_descale: None,
+                ..x
+            },
+        )
+        .unwrap();
+        assert!(!p.modes.q_fp8);
+        assert_eq!(summary(&p.modes), " [e4m3 K/V, descale per KV head]");
+    }
+
+    #[test]
+    fn e4m3_q_mistakes_are_named() {
+        let (s, x) = fp8_forward();
+        // Flags that go together.
+        let e = err(
+            &Settings {
+                kv_dtype: None,
+                ..s.clone()
+            },
+            &Loaded {
+                k_descale: None,
+                v_descale: None,
+                ..x.clone()
+            },
+        );
+        assert!(e.contains("--q-dtype e4m3 needs --kv-dtype e4m3"), "{e}");
+        let e = err(
+            &s,
+            &Loaded {
+                q_descale: None,
+                ..x.clone()
+            },
+        );
+        assert!(e.contains("--q-dtype e4m3 needs --q-descale"), "{e}");
+        let e = err(&e4m3(bshd()), &x);
+        assert!(e.contains("--q-descale needs --q-dtype e4m3"), "{e}");
+        // Q's table takes K's shape.
+        let e = err(
+            &s,
+            &Loaded {
+                q_descale: floats(&[1], &[1.0]),
+                ..x.clone()
+            },
+        );
+        assert!(
+            e.contains("--q-descale has shape [1] but --k-descale has [2]"),
+            "{e}"
+        );
+        // Factors finite and > 0: the core's rule and message.
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let e = err(
+                &s,
+                &Loaded {
+                    q_descale: floats(&[2], &[1.0, bad]),
+                    ..x.clone()
+                },
+            );
+            assert!(e.contains("q_descale"), "{bad}: {e}");
+        }
+        // Not an e4m3 value: nothing is quantized for the user.
+        let mut y = x.clone();
+        y.q[[0, 1, 0, 2]] = 0.1;
+        let e = err(&s, &y);
+        assert!(
+            e.contains("--q: element") && e.contains("not an e4m3 value"),
+            "{e}"
+        );
+        y.q[[0, 1, 0, 2]] = f32::NAN;
+        assert!(err(&s, &y).contains("--q: element"));
+    }
+
+    #[test]
+    fn e4m3_q_flags_are_checked_from_the_flags_alone() {
+        let all = Given {
+            k_descale: true,
+            v_descale: true,
+            q_descale: true,
+            ..Given::default()
+        };
+        let q8 = |s: Settings| Settings {
+            q_dtype: Some(KvDtype::E4m3),
+            ..s
+        };
+        check_combination(&q8(e4m3(bshd())), &all).unwrap();
+        let e = check_combination(
+            &q8(bshd()),
+            &Given {
+                k_descale: false,
+                v_descale: false,
+                ..all
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--q-dtype e4m3 needs --kv-dtype e4m3"), "{e}");
+        let e = check_combination(
+            &q8(e4m3(bshd())),
+            &Given {
+                q_descale: false,
+                ..all
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("needs --q-descale"), "{e}");
+        let e = check_combination(&e4m3(bshd()), &all)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--q-descale needs --q-dtype e4m3"), "{e}");
     }
 
     #[test]

@@ -708,6 +708,8 @@ fn run_help_documents_every_mode_flag_in_one_line() {
         ("--kv-scales", "batchhead"),
         ("--k-descale", "k_descale"),
         ("--v-descale", "v_descale"),
+        ("--q-dtype", "fp8 forward"),
+        ("--q-descale", "q_descale"),
     ] {
         let line = o
             .stdout
@@ -895,4 +897,128 @@ fn e4m3_cache_mistakes_are_exit_2_before_the_device() {
     );
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("16"), "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fp8 forward (e4m3 Q, K and V)
+
+/// Dense fp8 forward files at head dim 128 (the Hopper kernel's): `q8.npy` uint8 e4m3 bytes
+/// [1, 16, 4, 128], `kv8.npy` [1, 16, 2, 128] (values 0.5 .. 1.75), `qf.npy` Q's values as
+/// float32, `qbad.npy` float32 that are not e4m3 values, descales per KV head (`descale.npy`).
+fn fp8_forward_files() -> Files {
+    let f = e4m3_files();
+    let bytes = |n: usize| -> Vec<u8> { (0..n).map(|i| 0x30 + (i % 15) as u8).collect() };
+    let (qs, kvs) = ([1, 16, 4, 128], [1, 16, 2, 128]);
+    let qn: usize = qs.iter().product();
+    let kvn: usize = kvs.iter().product();
+    std::fs::write(f.path("q8.npy"), npy_file("|u1", &qs, &bytes(qn))).unwrap();
+    std::fs::write(f.path("kv8.npy"), npy_file("|u1", &kvs, &bytes(kvn))).unwrap();
+    // 0x30 + m for m < 8 is 2^-1 (1 + m/8); 0x38 + m is 2^0 (1 + m/8).
+    let values: Vec<f32> = bytes(qn)
+        .iter()
+        .map(|&b| (1.0 + (b & 7) as f32 / 8.0) * if b >= 0x38 { 1.0 } else { 0.5 })
+        .collect();
+    write_floats(&f.path("qf.npy"), &qs, &values);
+    write_npy(&f.path("qbad.npy"), &qs, "<f4");
+    f
+}
+
+impl Files {
+    /// `run` of the fp8 forward on `q` over kv8.npy, K/V descales per KV head, with `extra`.
+    fn run_fp8(&self, q: &str, extra: &[&str]) -> Outcome {
+        let d = self.s("descale.npy");
+        let mut args = vec![
+            "--dtype",
+            "bf16",
+            "--kv-dtype",
+            "e4m3",
+            "--k-descale",
+            &d,
+            "--v-descale",
+            &d,
+        ];
+        args.extend_from_slice(extra);
+        self.run(&[("q", q), ("k", "kv8.npy"), ("v", "kv8.npy")], &args)
+    }
+}
+
+#[test]
+fn an_fp8_forward_reaches_the_device_with_q_as_bytes_or_values() {
+    let f = fp8_forward_files();
+    let (d, d1) = (f.s("descale.npy"), f.s("descale1.npy"));
+    let lse = f.s("lse.npy");
+    for q in ["q8.npy", "qf.npy"] {
+        let o = f.run_fp8(
+            q,
+            &[
+                "--q-dtype",
+                "e4m3",
+                "--q-descale",
+                &d,
+                "--lse",
+                &lse,
+                "--causal",
+            ],
+        );
+        assert_reaches_the_device(&o, &[f.path("o.npy"), f.path("lse.npy")]);
+    }
+    // One factor for the tensor, all three tables.
+    let o = f.run(
+        &[("q", "q8.npy"), ("k", "kv8.npy"), ("v", "kv8.npy")],
+        &[
+            "--kv-dtype",
+            "e4m3",
+            "--q-dtype",
+            "e4m3",
+            "--k-descale",
+            &d1,
+            "--v-descale",
+            &d1,
+            "--q-descale",
+            &d1,
+        ],
+    );
+    assert_reaches_the_device(&o, &[f.path("o.npy")]);
+}
+
+#[test]
+fn fp8_forward_mistakes_are_exit_2_before_the_device() {
+    let f = fp8_forward_files();
+    let (d, d1, bad) = (f.s("descale.npy"), f.s("descale1.npy"), f.s("badscale.npy"));
+    let q8 = |q: &str, descale: &str| f.run_fp8(q, &["--q-dtype", "e4m3", "--q-descale", descale]);
+    // Q in e4m3 needs K/V in e4m3.
+    assert_input_error(
+        &f.run(
+            &[("q", "q8.npy")],
+            &["--q-dtype", "e4m3", "--q-descale", &d],
+        ),
+        "--q-dtype e4m3 needs --kv-dtype e4m3",
+    );
+    assert_input_error(
+        &f.run_fp8("q8.npy", &["--q-dtype", "e4m3"]),
+        "--q-dtype e4m3 needs --q-descale",
+    );
+    assert_input_error(
+        &f.run_fp8("q64.npy", &["--q-descale", &d]),
+        "--q-descale needs --q-dtype e4m3",
+    );
+    assert_input_error(&f.run_fp8("q8.npy", &["--q-dtype", "e5m2"]), "e5m2");
+    // Q's table takes K's shape, and its factors are finite and > 0.
+    assert_input_error(
+        &q8("q8.npy", &d1),
+        "--q-descale has shape [1] but --k-descale has [2]",
+    );
+    assert_input_error(&q8("q8.npy", &bad), "q_descale");
+    write_npy(&f.path("intscale.npy"), &[2], "<i4");
+    assert_input_error(&q8("q8.npy", &f.s("intscale.npy")), "intscale.npy");
+    // Not e4m3 values (0.1, 0.2, ...): nothing is quantized for the user; a NaN byte neither.
+    assert_input_error(&q8("qbad.npy", &d), "--q: element 1");
+    let mut bytes = vec![0x38u8; 16 * 4 * 128];
+    bytes[5] = 0xff;
+    std::fs::write(
+        f.path("qnan.npy"),
+        npy_file("|u1", &[1, 16, 4, 128], &bytes),
+    )
+    .unwrap();
+    assert_input_error(&q8("qnan.npy", &d), "--q: element 5");
 }
