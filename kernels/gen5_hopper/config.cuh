@@ -168,15 +168,6 @@
                        FC_HOPPER_PADDED_HEAD || FC_HEAD_DIM_V != FC_HEAD_DIM || FC_HEAD_DIM != 128)
 #error "FC_HOPPER_E4M3=1 is the dense, unsplit two-warpgroup build with 128-key tiles at D = 128"
 #endif
-// e4m3 build: of every four 8-column blocks of S, this many take their exponentials on the FMA
-// pipe (common/exp2_poly.cuh) instead of the XU pipe, which the softmax saturates once the GEMMs
-// run at e4m3's rate (docs/results/2026-11-29-fp8-forward-h200, profile/). 0..2.
-#ifndef FC_HOPPER_EXP2_POLY
-#define FC_HOPPER_EXP2_POLY 0
-#endif
-#if FC_HOPPER_EXP2_POLY < 0 || FC_HOPPER_EXP2_POLY > 2 || (FC_HOPPER_EXP2_POLY && !FC_HOPPER_E4M3)
-#error "FC_HOPPER_EXP2_POLY is 0, 1 or 2 blocks of four, in the e4m3 build"
-#endif
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
 #define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
 #else
@@ -226,8 +217,6 @@ enum : int {
     // probabilities stay normal numbers down to 2^-14 of its largest. l carries the same factor,
     // so O = (P V) / l is unchanged; only the LSE takes it back out.
     P_LOG2_SCALE = E4M3 ? 8 : 0,
-    // Of every four 8-column blocks of S, those whose exponentials are polynomials (FMA pipe).
-    EXP2_POLY_BLOCKS = FC_HOPPER_EXP2_POLY,
 };
 
 // Shared memory map (offsets from the 1024-byte aligned base).

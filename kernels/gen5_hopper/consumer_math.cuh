@@ -13,7 +13,6 @@
 #include "../common/seqlen.cuh"
 #include "../common/score_mod.cuh"
 #include "../common/online_softmax.cuh"
-#include "../common/exp2_poly.cuh"
 #include "../common/hopper/wgmma.cuh"
 #include "../common/hopper/wgmma_e4m3.cuh"
 #include "../common/hopper/smem_io.cuh"
@@ -179,15 +178,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
     float sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        if ((j % 4) < EXP2_POLY_BLOCKS) {  // (a constant per unrolled block; never in 16-bit builds)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[4 * j + e] = exp2_poly(fmaf(s[4 * j + e], scale_log2, -shift[e / 2]));
-        } else {
-            s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
-            s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -shift[0]));
-            s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -shift[1]));
-            s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
-        }
+        s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -shift[0]));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -shift[1]));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
         sum[0] += s[4 * j + 0] + s[4 * j + 1];
         sum[1] += s[4 * j + 2] + s[4 * j + 3];
     }

@@ -127,14 +127,7 @@ pub struct HopperConfig {
     /// plan gains a second launch, the printer; the kernel itself times as the default one
     /// (H100, 2026-11-26, commit a1fd15d).
     pub trace: bool,
-    /// e4m3 build only (`FC_HOPPER_EXP2_POLY`; env `FLASHCORE_HOPPER_EXP2_POLY=0|1|2`): of every
-    /// four 8-column blocks of S, those whose exponentials run as a polynomial on the FMA pipe
-    /// (`kernels/common/exp2_poly.cuh`). `None`: [`E4M3_EXP2_POLY`].
-    pub exp2_poly: Option<usize>,
 }
-
-/// The e4m3 build's default [`HopperConfig::exp2_poly`].
-pub const E4M3_EXP2_POLY: usize = 1;
 
 impl Default for HopperConfig {
     /// Ping-pong with two Q buffers: of six variants timed on the H100 (docs/results/
@@ -161,7 +154,6 @@ impl Default for HopperConfig {
             wg_key_split: None,
             cluster_key_split: None,
             trace: false,
-            exp2_poly: None,
         }
     }
 }
@@ -205,7 +197,6 @@ impl Overridable for HopperConfig {
             c.trace = v;
         }
         c.wg_key_split = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")?;
-        c.exp2_poly = number("FLASHCORE_HOPPER_EXP2_POLY", &[0, 1, 2])?;
         c.cluster_key_split = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")?;
         c.l2_section_bytes = env
             .number(

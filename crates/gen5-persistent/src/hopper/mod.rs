@@ -123,7 +123,7 @@ impl Attention for PersistentHopper {
         }
         if problem.modes.q_fp8 {
             let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
-            return self.plan_with(&cfg, problem, device);
+            return self.plan_e4m3(&cfg, problem, device);
         }
         crate::decode::or_persistent(NAME, problem, device, || {
             let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
@@ -148,9 +148,6 @@ impl PersistentHopper {
         problem: &AttentionProblem,
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
-        if problem.modes.q_fp8 {
-            return self.plan_e4m3(cfg, problem, device);
-        }
         let sm_count = device.sm_count as usize;
         let (rows, keys) = (key_split_max_rows(problem.heads_q), KEY_SPLIT_SEQ_KEYS);
         // The longest lengths a key-split sequence of this batch can have: each bounded where the
@@ -251,16 +248,10 @@ impl PersistentHopper {
         };
         let tiles_x = u32::try_from(keys / VT_TILE_KEYS).map_err(|_| too_large())?;
         let mut plan = self.plan_one(cfg, problem, device)?;
-        let poly = cfg.exp2_poly.unwrap_or(E4M3_EXP2_POLY);
         for launch in &mut plan.launches {
             launch
                 .defines
                 .push(("FC_HOPPER_E4M3".to_string(), "1".to_string()));
-            if poly > 0 {
-                launch
-                    .defines
-                    .push(("FC_HOPPER_EXP2_POLY".to_string(), poly.to_string()));
-            }
             if let Some(spec) = &mut launch.tensor_maps {
                 spec.box_cols = 2 * BOX_COLS as u32; // 128 bytes
                 spec.transposed_v = Some(TransposedV {

@@ -1042,9 +1042,6 @@ fn e4m3_plans_the_transpose_then_the_e4m3_build() {
         assert!(main
             .defines
             .contains(&("FC_HOPPER_E4M3".into(), "1".into())));
-        assert!(main
-            .defines
-            .contains(&("FC_HOPPER_EXP2_POLY".into(), E4M3_EXP2_POLY.to_string())));
         // Dense build: no modes, no split, no key split, no smem epilogue, no prefetch.
         for off in [
             "FC_HOPPER_MODES",
@@ -1086,29 +1083,4 @@ fn e4m3_refuses_what_its_build_lacks() {
     });
     let err = PersistentHopper.plan(&windowed, &dev).unwrap_err();
     assert!(err.to_string().contains("dense problems only"), "{err}");
-}
-
-#[test]
-fn e4m3_polynomial_exponentials_follow_their_override() {
-    let dev = DeviceInfo::synthetic_h100();
-    let p = e4m3_problem(1, 4, 512, false);
-    let off = overrides(&[("FLASHCORE_HOPPER_EXP2_POLY", "0")]).unwrap();
-    let plan = PersistentHopper.plan_with(&off, &p, &dev).unwrap();
-    assert!(plan.launches[1]
-        .defines
-        .iter()
-        .all(|(k, _)| k != "FC_HOPPER_EXP2_POLY"));
-    let two = overrides(&[("FLASHCORE_HOPPER_EXP2_POLY", "2")]).unwrap();
-    let plan = PersistentHopper.plan_e4m3(&two, &p, &dev).unwrap();
-    assert!(plan.launches[1]
-        .defines
-        .contains(&("FC_HOPPER_EXP2_POLY".into(), "2".into())));
-    assert!(overrides(&[("FLASHCORE_HOPPER_EXP2_POLY", "3")]).is_err());
-    // 16-bit problems never get it.
-    let bf16 = AttentionProblem::new(1, 4, 512, 128);
-    let plan = PersistentHopper.plan_with(&two, &bf16, &dev).unwrap();
-    assert!(plan
-        .launches
-        .iter()
-        .all(|l| l.defines.iter().all(|(k, _)| k != "FC_HOPPER_EXP2_POLY")));
 }
