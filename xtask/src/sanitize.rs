@@ -604,6 +604,19 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 out.push(Case::parse(&arg).expect("the e4m3 lines parse"));
             }
         }
+        // e4m3 Q, K and V (the Hopper e4m3 build and V's transpose): GQA under causal masking
+        // with ragged tails, and MQA with keys past one 128-key tile of the transposed copy.
+        if caps.modes.q_fp8 {
+            let lines: &[&str] = &[
+                "b=2,hq=4,hkv=2,sq=200,sk=333,causal=1,fp8=batchhead,qfp8=1",
+                "b=1,hq=3,hkv=1,sq=129,sk=700,fp8=tensor,qfp8=1",
+            ];
+            let take = if race { 1 } else { lines.len() };
+            for (i, line) in lines.iter().take(take).enumerate() {
+                let arg = format!("{line},d={d},dtype=bf16,seed={}", 740 + i);
+                out.push(Case::parse(&arg).expect("the e4m3 forward lines parse"));
+            }
+        }
     }
     out
 }
@@ -863,6 +876,8 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
                 .filter(|c| c.problem.modes.kv_fp8.is_some())
                 .count();
             assert_eq!(e4m3 > 0, k.capabilities().modes.kv_fp8, "{}", k.name());
+            let e4m3_q = full.iter().filter(|c| c.problem.modes.q_fp8).count();
+            assert_eq!(e4m3_q > 0, k.capabilities().modes.q_fp8, "{}", k.name());
             assert!(
                 full.iter()
                     .any(|c| c.problem.seq_q > c.problem.seq_k && c.problem.causal)
