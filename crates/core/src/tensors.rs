@@ -165,14 +165,8 @@ impl<'a> AttentionTensors<'a> {
         o: CudaViewMut<'a, u16>,
         lse: CudaViewMut<'a, f32>,
     ) -> Self {
-        AttentionTensors {
-            q: TensorRef { data: q, dtype }.into(),
-            k: TensorRef { data: k, dtype }.into(),
-            v: TensorRef { data: v, dtype }.into(),
-            o: TensorMut { data: o, dtype },
-            lse,
-            tables: DeviceTables::default(),
-        }
+        let half = |data| KvRef::Half(TensorRef { data, dtype });
+        Self::from_inputs(half(q), half(k), half(v), TensorMut { data: o, dtype }, lse)
     }
 
     /// Q and O of `dtype`, K and V as e4m3 bytes (`Modes::kv_fp8`; their descale tables go in
@@ -185,14 +179,14 @@ impl<'a> AttentionTensors<'a> {
         o: CudaViewMut<'a, u16>,
         lse: CudaViewMut<'a, f32>,
     ) -> Self {
-        AttentionTensors {
-            q: TensorRef { data: q, dtype }.into(),
-            k: KvRef::E4m3(k),
-            v: KvRef::E4m3(v),
-            o: TensorMut { data: o, dtype },
+        let q = KvRef::Half(TensorRef { data: q, dtype });
+        Self::from_inputs(
+            q,
+            KvRef::E4m3(k),
+            KvRef::E4m3(v),
+            TensorMut { data: o, dtype },
             lse,
-            tables: DeviceTables::default(),
-        }
+        )
     }
 
     /// Q, K and V as e4m3 bytes (`Modes::q_fp8` and `Modes::kv_fp8`; the three descale tables go
@@ -206,11 +200,23 @@ impl<'a> AttentionTensors<'a> {
         o: CudaViewMut<'a, u16>,
         lse: CudaViewMut<'a, f32>,
     ) -> Self {
+        let o = TensorMut { data: o, dtype };
+        Self::from_inputs(KvRef::E4m3(q), KvRef::E4m3(k), KvRef::E4m3(v), o, lse)
+    }
+
+    /// The inputs as the kernel reads them, O and the LSE, with no mode tables.
+    fn from_inputs(
+        q: KvRef<'a>,
+        k: KvRef<'a>,
+        v: KvRef<'a>,
+        o: TensorMut<'a>,
+        lse: CudaViewMut<'a, f32>,
+    ) -> Self {
         AttentionTensors {
-            q: KvRef::E4m3(q),
-            k: KvRef::E4m3(k),
-            v: KvRef::E4m3(v),
-            o: TensorMut { data: o, dtype },
+            q,
+            k,
+            v,
+            o,
             lse,
             tables: DeviceTables::default(),
         }

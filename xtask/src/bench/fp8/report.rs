@@ -19,9 +19,8 @@ pub const MARKDOWN: &str = "bench-fp8.md";
 /// The peer script's backend name for cuDNN's fp8 SDPA.
 pub const CUDNN_BACKEND: &str = "cudnn_fp8";
 
-/// B, H, S, D of the suite (MHA, head dim 128: the e4m3 build's): the ladder's two largest
-/// prefill shapes, one long sequence and one wide batch.
-pub const ROWS: [(usize, usize, usize, usize); 2] = [(1, 16, 16384, 128), (8, 32, 4096, 128)];
+/// B, H, S, D of the suite (the suites' shapes live in `suite.rs`).
+pub use super::super::suite::FP8_ROWS as ROWS;
 
 /// O's dtype (Q, K and V are e4m3), and the dtype of the bf16 comparison.
 pub const O_DTYPE: DType = DType::Bf16;
