@@ -33,6 +33,86 @@ pub(super) fn run(dev: &Device, kernels: &[Box<dyn Attention>], args: &Args, rep
             let p = p.with_batch_invariant(args.batch_invariant);
             repeat(dev, k.as_ref(), &p, runs, label, args, report);
         }
+        if k.capabilities().modes.q_fp8 {
+            repeat_e4m3(dev, k.as_ref(), args, report);
+        }
+    }
+}
+
+/// The e4m3 forward (Q, K and V in e4m3, descales per sequence and KV head, O in bf16): GQA under
+/// causal masking at D = 128, through the host path, `args.determinism_runs` times, every O and
+/// LSE bit the same as run 0's.
+fn repeat_e4m3(dev: &Device, k: &dyn Attention, args: &Args, report: &mut Report) {
+    let t = Instant::now();
+    let label = format!("{} (e4m3 Q/K/V)", k.name());
+    let _s = step(format!("determinism {label}"), args.step_timeout);
+    let p = AttentionProblem::new(4, 16, 2048, 128)
+        .with_kv(4, 2048)
+        .with_causal(true)
+        .with_dtype(flashcore::DType::Bf16)
+        .with_layout(flashcore::Layout::Bhsd) // (Synth::full's order)
+        .with_modes(flashcore::Modes {
+            kv_fp8: Some(flashcore::KvScales::PerBatchKvHead),
+            q_fp8: true,
+            ..flashcore::Modes::default()
+        })
+        .with_batch_invariant(args.batch_invariant);
+    if let Err(u) = k.supports(&p, dev.info()) {
+        report.add("determinism", &label, Res::Skip, u.reason, t);
+        return;
+    }
+    // Stored values: normal draws rounded to e4m3; descales powers of two, differing per
+    // (sequence, KV head) so that a table read at the wrong index would show as a difference.
+    let stored = |seed: u64, heads: usize, n: usize| {
+        let s = Synth::new(
+            args.seed.wrapping_add(seed),
+            flashcore::DType::Bf16,
+            [p.batch, heads, n, p.head_dim],
+        );
+        s.full().mapv(|x| flashcore_oracle::round_e4m3(4.0 * x))
+    };
+    let (q, kk, v) = (
+        stored(20, p.heads_q, p.seq_q),
+        stored(21, p.heads_kv, p.seq_k),
+        stored(22, p.heads_kv, p.seq_k),
+    );
+    let table: Vec<f32> = (0..p.batch * p.heads_kv)
+        .map(|i| 2f32.powi(-2 - (i % 3) as i32))
+        .collect();
+    let once = || -> std::result::Result<(Vec<u32>, Vec<u32>), String> {
+        let mut inputs = flashcore::HostInputs::new(
+            q.view().into_dyn(),
+            kk.view().into_dyn(),
+            v.view().into_dyn(),
+        );
+        inputs.tables.q_descale = Some(&table);
+        inputs.tables.k_descale = Some(&table);
+        inputs.tables.v_descale = Some(&table);
+        let out = flashcore::forward_host_modes(k, dev, &p, inputs).map_err(|e| e.to_string())?;
+        Ok((
+            out.o.iter().map(|x| x.to_bits()).collect(),
+            out.lse.iter().map(|x| x.to_bits()).collect(),
+        ))
+    };
+    let result = once().and_then(|first| {
+        let unwritten = first
+            .0
+            .iter()
+            .chain(&first.1)
+            .filter(|b| f32::from_bits(**b).is_nan())
+            .count();
+        if unwritten > 0 {
+            return Err(format!("first run has {unwritten} NaN outputs"));
+        }
+        same_every_run(&p, args.determinism_runs, &first, once, |a, b| {
+            a.0.iter().zip(&b.0).filter(|(x, y)| x != y).count()
+                + a.1.iter().zip(&b.1).filter(|(x, y)| x != y).count()
+        })
+        .map(|()| format!("{} runs bit-identical", args.determinism_runs))
+    });
+    match result {
+        Ok(msg) => report.add("determinism", &label, Res::Pass, msg, t),
+        Err(msg) => report.add("determinism", &label, Res::Fail, msg, t),
     }
 }
 
