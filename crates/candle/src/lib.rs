@@ -24,7 +24,8 @@
 //! Beyond candle-flash-attn: [`flash_attn_with_kvcache`] (FlashAttention's KV-cache entry:
 //! `seqused_k`, an optional block table, optional `k_new`/`v_new` appended in place), and
 //! [`flash_attn_with_kvcache_fp8`] on an fp8 (`F8E4M3`) cache with FlashAttention 3's
-//! `k_descale`/`v_descale`.
+//! `k_descale`/`v_descale`, and [`flash_attn_fp8`], FlashAttention 3's fp8 forward (e4m3 Q, K
+//! and V with their descales, O in bf16).
 //!
 //! The candle half needs the crate feature `cuda` (candle-core with its CUDA backend); without
 //! it only [`args`], the argument rules, is compiled (and unit-tested, with the KV-cache op's
@@ -35,6 +36,8 @@ pub use flashcore::fa_args as args;
 
 pub use args::{batch_invariant, set_batch_invariant};
 
+#[cfg(any(test, feature = "cuda"))]
+mod fp8;
 #[cfg(any(test, feature = "cuda"))]
 mod kvcache;
 #[cfg(feature = "cuda")]
@@ -47,6 +50,8 @@ pub use api::*;
 pub use candle;
 
 #[cfg(feature = "cuda")]
+pub use fp8::FlashAttnFp8;
+#[cfg(feature = "cuda")]
 pub use kvcache::FlashAttnKvCache;
 #[cfg(feature = "cuda")]
 pub use ops::{flashcore_device, FlashAttn, FlashAttnVarLen};
@@ -55,6 +60,7 @@ pub use ops::{flashcore_device, FlashAttn, FlashAttnVarLen};
 mod api {
     use candle::{Result, Tensor};
 
+    use crate::fp8::FlashAttnFp8;
     use crate::kvcache::FlashAttnKvCache;
     use crate::ops::{FlashAttn, FlashAttnVarLen};
 
@@ -500,5 +506,37 @@ mod api {
             softcap,
         };
         q.apply_op1(op)
+    }
+
+    /// FlashAttention 3's fp8 forward: [`flash_attn`] on `q`, `k`, `v` of `DType::F8E4M3` (OCP
+    /// e4m3fn) in the same `(batch, seq_len, num_heads, head_size)` layouts, the true value of an
+    /// element being its e4m3 value times the f32 factor of its (sequence, KV head) in
+    /// `q_descale` / `k_descale` / `v_descale` (a query head reads its KV head's `q_descale`
+    /// entry). The three descales are f32 on `q`'s device, of one layout: `(batch, num_heads_kv)`
+    /// (FlashAttention 3's), `(num_heads_kv)` or one element (a `(batch, num_heads_kv)` view
+    /// broadcast from one of those is read without a copy). Returns O in bf16 (FlashAttention
+    /// 3's), `(batch, seq_len_q, num_heads_q, head_size)`. Taken by the Hopper kernel (sm_90a) at
+    /// head size 128, causal or not, GQA/MQA; anything else is a candle error with the kernels'
+    /// reasons, as are 16-bit inputs and descales of another dtype, layout or device. Inference
+    /// only: `backward()` is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_fp8(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        q_descale: &Tensor,
+        k_descale: &Tensor,
+        v_descale: &Tensor,
+        softmax_scale: f32,
+        causal: bool,
+    ) -> Result<Tensor> {
+        let op = FlashAttnFp8 {
+            q_descale: q_descale.clone(),
+            k_descale: k_descale.clone(),
+            v_descale: v_descale.clone(),
+            softmax_scale,
+            causal,
+        };
+        q.apply_op3(k, v, op)
     }
 }

@@ -18,6 +18,7 @@ use flashcore::{
 use half::{bf16, f16};
 
 use crate::args::{self, Options, View};
+use crate::fp8::FlashAttnFp8;
 use crate::kvcache::{refused, FlashAttnKvCache};
 
 fn error(e: impl std::fmt::Display) -> candle::Error {
@@ -53,8 +54,8 @@ fn half_view<'a, T: CudaDType + 'static>(
     unsafe { v.transmute::<u16>(v.len()) }.ok_or_else(|| error("16-bit view"))
 }
 
-/// An `F8E4M3` tensor (an fp8 KV cache) from `start_offset` to the end of its buffer, as the
-/// e4m3 bytes flashcore reads.
+/// An `F8E4M3` tensor (an fp8 KV cache, or fp8 Q/K/V) from `start_offset` to the end of its
+/// buffer, as the e4m3 bytes flashcore reads.
 fn e4m3_view<'a>(s: &'a CudaStorage, l: &Layout, name: &str) -> Result<CudaView<'a, u8>> {
     let CudaStorageSlice::F8E4M3(slice) = &s.slice else {
         candle::bail!("{name} must be f8e4m3, got {:?}", s.dtype())
@@ -639,6 +640,88 @@ impl FlashAttnVarLen {
 
 impl candle::CustomOp3 for FlashAttnVarLen {
     qkv_op!("flashcore-flash-attn-varlen", "flash-attn-varlen");
+}
+
+impl candle::CustomOp3 for FlashAttnFp8 {
+    fn name(&self) -> &'static str {
+        "flashcore-flash-attn-fp8"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let problem = self.problem((q.dtype(), q_l), (k.dtype(), k_l), (v.dtype(), v_l))?;
+        let dev = q.device();
+        let n = problem
+            .modes
+            .kv_fp8
+            .map_or(0, |s| s.table_len(problem.batch, problem.heads_kv));
+        // The rules read each descale as a table of `n` entries from its first element.
+        let q_d = Some(self.q_descale.storage_and_layout());
+        let k_d = Some(self.k_descale.storage_and_layout());
+        let v_d = Some(self.v_descale.storage_and_layout());
+        let tables = DeviceTables {
+            q_descale: optional_descale(&q_d, dev, "q_descale", n)?,
+            k_descale: optional_descale(&k_d, dev, "k_descale", n)?,
+            v_descale: optional_descale(&v_d, dev, "v_descale", n)?,
+            ..Default::default()
+        };
+        let (mut o, mut lse) = alloc_out::<bf16>(dev, &problem, q_l.shape())?;
+        let device = flashcore_device(dev)?;
+        let stream = dev.cuda_stream();
+        {
+            let mut tensors = AttentionTensors::with_e4m3_qkv(
+                FlashAttnFp8::OUT,
+                e4m3_view(q, q_l, "q")?,
+                e4m3_view(k, k_l, "k")?,
+                e4m3_view(v, v_l, "v")?,
+                out_view(&mut o, FlashAttnFp8::OUT)?.data,
+                lse.slice_mut(..),
+            )
+            .with_tables(tables);
+            run(&problem, &device, |kern| {
+                kern.forward_on(&device, &stream, &problem, &mut tensors)
+            })?;
+        }
+        Ok((
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            o_shape(q_l.shape(), &problem),
+        ))
+    }
+
+    /// The fp8 forward has no backward (neither has FlashAttention 3's): an error, never a
+    /// gradient.
+    fn bwd(
+        &self,
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        candle::bail!(
+            "flashcore: flash_attn_fp8 is a forward only (inference): it has no backward; \
+             differentiate flash_attn on 16-bit inputs instead"
+        )
+    }
 }
 
 /// A writable alias of a candle tensor's device memory, never freed by us: the KV cache is

@@ -1,7 +1,7 @@
 //! candle-flash-attn-style tests of every function against a float32 candle reference
 //! (matmul-softmax on the CPU, from the same rounded inputs), over dtypes, causal, windows,
-//! softcap, ALiBi, strided views, varlen, paged and the KV cache. They need the `cuda` feature
-//! and a CUDA device, and skip with a message otherwise.
+//! softcap, ALiBi, strided views, varlen, paged, the KV cache (16-bit and fp8) and the fp8
+//! forward. They need the `cuda` feature and a CUDA device, and skip with a message otherwise.
 
 #[cfg(not(feature = "cuda"))]
 #[test]
@@ -862,6 +862,140 @@ mod gpu {
         // The same call with its descales on the device runs.
         call(&cache, &cache, Some(&ones))?;
         call(&cache, &cache, None)?;
+        Ok(())
+    }
+
+    // ---- fp8 (F8E4M3) forward: e4m3 Q, K and V with q/k/v descales, O in bf16 ----
+
+    /// Stored e4m3 values on the host (candle's CPU conversion of randn draws), for the
+    /// reference, and the same bytes on `dev`.
+    fn e4m3_pair(rng: &mut StdRng, shape: &[usize], dev: &Device) -> Result<(Tensor, Tensor)> {
+        let t = tensor(rng, shape, 1.0, DType::F8E4M3, &Device::Cpu)?;
+        Ok((t.to_dtype(DType::F32)?, t.to_device(dev)?))
+    }
+
+    /// `x` `(b, s, h, d)` f32 on the host times the descale of its (sequence, KV head), from
+    /// `f` `(b, hkv)` (a query head `h` reads KV head `h / (h_x / hkv)`'s factor).
+    fn dequantize(x: &Tensor, f: &[f32], hkv: usize) -> Result<Tensor> {
+        let (b, s, h, d) = x.dims4()?;
+        let f = Tensor::from_vec(f.to_vec(), (b, 1, hkv, 1, 1), &Device::Cpu)?;
+        x.reshape((b, s, hkv, h / hkv, d))?
+            .broadcast_mul(&f)?
+            .reshape((b, s, h, d))
+    }
+
+    /// `flash_attn_fp8` at (2, 300, 4 q heads, 2 KV heads, 128), causal and not, over every
+    /// descale layout, against the f32 reference on the dequantized values (each e4m3 value times
+    /// its factor; the factors powers of two, so dequantizing is exact). The bar is
+    /// max |O - ref| ≤ 0.05 · max |ref| + 0.01: Q, K and V are the reference's own values, but
+    /// the kernel rounds the probabilities P to e4m3 before P·V (3 mantissa bits: up to 2^-4
+    /// relative per weight, as FlashAttention 3's fp8 program does), its e4m3 QKᵀ does not sum
+    /// in f32 (Hopper's fp8 tensor cores), and O is bf16; `cargo xtask verify --dtype e4m3` is
+    /// the kernel's accuracy gate (a reference with P rounded alike), this is the plumbing's. O's
+    /// memory is first handed back to candle's pool holding NaN, so an element the kernel never
+    /// writes would show as non-finite (if the pool reuses it, as it usually does).
+    #[test]
+    fn flash_attn_fp8_against_dequantized_reference() -> Result<()> {
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(14);
+        let (b, s, hq, hkv, d) = (2, 300, 4, 2, 128);
+        let scale = 1.0 / (d as f32).sqrt();
+        let (q32, q) = e4m3_pair(&mut rng, &[b, s, hq, d], &dev)?;
+        let (k32, k) = e4m3_pair(&mut rng, &[b, s, hkv, d], &dev)?;
+        let (v32, v) = e4m3_pair(&mut rng, &[b, s, hkv, d], &dev)?;
+        // Factors per (sequence, KV head), and the layouts that read fewer of them: one per KV
+        // head (given as (hkv)) and one for all (given as (1)).
+        let pow2 = |e: &[i32]| -> Vec<f32> { e.iter().map(|&e| 2f32.powi(e)).collect() };
+        let per_batch_head = [
+            pow2(&[-1, 1, 0, -2]),
+            pow2(&[1, -1, 2, 0]),
+            pow2(&[0, -2, -1, 1]),
+        ];
+        let per_head = [pow2(&[1, -1]), pow2(&[-1, 0]), pow2(&[0, 1])];
+        let one = [pow2(&[1]), pow2(&[-1]), pow2(&[0])];
+        let cases = [
+            ("(b, hkv)", &per_batch_head, vec![b, hkv], false),
+            ("(b, hkv)", &per_batch_head, vec![b, hkv], true),
+            ("(hkv)", &per_head, vec![hkv], true),
+            ("(1)", &one, vec![1], false),
+            ("(1)", &one, vec![1], true),
+        ];
+        for (layout, factors, shape, causal) in cases {
+            let table = |f: &Vec<f32>| Tensor::from_vec(f.clone(), shape.as_slice(), &dev);
+            let (qd, kd, vd) = (
+                table(&factors[0])?,
+                table(&factors[1])?,
+                table(&factors[2])?,
+            );
+            // The factors as (b, hkv), for the reference.
+            let full =
+                |f: &Vec<f32>| -> Vec<f32> { (0..b * hkv).map(|i| f[i % f.len()]).collect() };
+            let poison = Tensor::full(half::bf16::NAN, (b, s, hq, d), &dev)?;
+            drop(poison);
+            let got = fc::flash_attn_fp8(&q, &k, &v, &qd, &kd, &vd, scale, causal)?;
+            assert_eq!((got.dims(), got.dtype()), (q.dims(), DType::BF16));
+            let want = reference_batched(
+                &dequantize(&q32, &full(&factors[0]), hkv)?,
+                &dequantize(&k32, &full(&factors[1]), hkv)?,
+                &dequantize(&v32, &full(&factors[2]), hkv)?,
+                &spec(scale, None, causal.then_some(0), s, None, None),
+            )?;
+            let got = host(&got)?;
+            assert_eq!(got.len(), want.len());
+            let what = format!("flash_attn_fp8 descales {layout} causal={causal}");
+            if let Some(i) = got.iter().position(|g| !g.is_finite()) {
+                panic!("{what}: O[{i}] = {} (not written, or overflowed)", got[i]);
+            }
+            let peak = want.iter().fold(0f32, |m, w| m.max(w.abs()));
+            let (worst, at) = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .enumerate()
+                .fold(
+                    (0f32, 0),
+                    |(m, at), (i, e)| if e > m { (e, i) } else { (m, at) },
+                );
+            let tol = 0.05 * peak + 1e-2;
+            eprintln!("{what}: max |O - ref| = {worst} (max |ref| {peak}, tolerance {tol})");
+            assert!(
+                worst <= tol,
+                "{what}: max |O - ref| = {worst} at {at} (got {}, want {}), tolerance {tol}",
+                got[at],
+                want[at]
+            );
+        }
+        Ok(())
+    }
+
+    /// What the fp8 forward refuses, as candle errors: 16-bit inputs, a descale on the host, a
+    /// head dim no kernel takes (the kernels' reasons, Hopper's among them), and a backward.
+    #[test]
+    fn flash_attn_fp8_refusals() -> Result<()> {
+        use candle::Var;
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(15);
+        let ones = Tensor::ones((1, 2), DType::F32, &dev)?;
+        let (_, q) = e4m3_pair(&mut rng, &[1, 64, 4, 128], &dev)?;
+        let (_, k) = e4m3_pair(&mut rng, &[1, 64, 2, 128], &dev)?;
+        let call = |q: &Tensor, k: &Tensor, qd: &Tensor| {
+            fc::flash_attn_fp8(q, k, k, qd, &ones, &ones, 0.125, true)
+        };
+        let msg = |r: Result<Tensor>| r.unwrap_err().to_string();
+        let q16 = tensor(&mut rng, &[1, 64, 4, 128], 1.0, DType::BF16, &dev)?;
+        assert!(msg(call(&q16, &k, &ones)).contains("f8e4m3"));
+        let on_host = Tensor::ones((1, 2), DType::F32, &Device::Cpu)?;
+        assert!(msg(call(&q, &k, &on_host)).contains("q_descale"));
+        let (_, q64) = e4m3_pair(&mut rng, &[1, 64, 4, 64], &dev)?;
+        let (_, k64) = e4m3_pair(&mut rng, &[1, 64, 2, 64], &dev)?;
+        let e = msg(call(&q64, &k64, &ones));
+        assert!(e.contains("head_dim 128"), "{e}");
+        // The same call at head dim 128 runs; its backward is an error, not a gradient.
+        call(&q, &k, &ones)?;
+        let qv = Var::from_tensor(&q)?;
+        let out = call(qv.as_tensor(), &k, &ones)?;
+        let e = out.to_dtype(DType::F32)?.sum_all()?.backward().unwrap_err();
+        assert!(e.to_string().contains("no backward"), "{e}");
         Ok(())
     }
 
