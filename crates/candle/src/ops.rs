@@ -388,10 +388,9 @@ impl FlashAttn {
     }
 }
 
-/// The `CustomOp3` methods every (q, k, v) op shares: its name, no CPU path, and the CUDA
-/// forward dispatched by dtype to the op's own `fwd::<T>`.
-macro_rules! qkv_op {
-    ($name:expr, $label:expr) => {
+/// The `CustomOp3` methods every (q, k, v) op shares: its name and no CPU path.
+macro_rules! named_cuda_op {
+    ($name:expr) => {
         fn name(&self) -> &'static str {
             $name
         }
@@ -407,6 +406,14 @@ macro_rules! qkv_op {
         ) -> Result<(CpuStorage, Shape)> {
             candle::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
         }
+    };
+}
+
+/// [`named_cuda_op`] and the CUDA forward of a 16-bit (q, k, v) op, dispatched by dtype to the
+/// op's own `fwd::<T>`.
+macro_rules! qkv_op {
+    ($name:expr, $label:expr) => {
+        named_cuda_op!($name);
 
         fn cuda_fwd(
             &self,
@@ -643,21 +650,7 @@ impl candle::CustomOp3 for FlashAttnVarLen {
 }
 
 impl candle::CustomOp3 for FlashAttnFp8 {
-    fn name(&self) -> &'static str {
-        "flashcore-flash-attn-fp8"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle::bail!("no cpu support for flash-attn (flashcore runs on CUDA devices)")
-    }
+    named_cuda_op!("flashcore-flash-attn-fp8");
 
     fn cuda_fwd(
         &self,
