@@ -41,7 +41,7 @@ import os
 import sys
 import warnings
 
-from peer_shapes import fail, flops, load_shapes
+from peer_shapes import flops, import_cuda_torch, load_shapes
 from torch_sdpa import Bench, calls_for, finite_or_null, reference_head, rel_error, short_error
 
 BACKEND = "cudnn_fp8"
@@ -57,13 +57,7 @@ def main():
     args = ap.parse_args()
     shapes = load_shapes(args.shapes)
 
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install raising something else
-        fail(3, f"torch is not available: {type(e).__name__}: {e}")
-    if not torch.cuda.is_available():
-        fail(3, f"CUDA is not available to torch {torch.__version__} "
-                f"(built for CUDA {torch.version.cuda})")
+    torch = import_cuda_torch()
     warnings.filterwarnings("ignore", category=UserWarning)
     # No SDPA backends: only its timing loop and input-set rule are used.
     bench = Bench(torch, quick=args.quick, wanted=[])

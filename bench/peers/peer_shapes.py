@@ -18,6 +18,18 @@ def fail(code, message):
     sys.exit(code)
 
 
+def import_cuda_torch():
+    """torch with a CUDA device, or exit 3 saying why not (the torch-based peers' common start)."""
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install raising something else
+        fail(3, f"torch is not available: {type(e).__name__}: {e}")
+    if not torch.cuda.is_available():
+        fail(3, f"CUDA is not available to torch {torch.__version__} "
+                f"(built for CUDA {torch.version.cuda})")
+    return torch
+
+
 def load_shapes(path):
     try:
         with open(path) as f:

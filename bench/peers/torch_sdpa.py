@@ -70,7 +70,7 @@ import statistics
 import sys
 import warnings
 
-from peer_shapes import fail, flops, kv_bytes, load_shapes  # shared with fa3_jax.py
+from peer_shapes import fail, flops, import_cuda_torch, kv_bytes, load_shapes  # shared with fa3_jax.py
 
 GRAPH_THRESHOLD_US = 50.0  # a call shorter than this also gets a "graph" row
 # Eager timings include the host's per-call overhead (tens of us for SDPA), so a kernel under
@@ -108,13 +108,7 @@ def main():
         fail(2, "--decode and --backward do not go together")
     shapes = load_shapes(args.shapes)
 
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install raising something else
-        fail(3, f"torch is not available: {type(e).__name__}: {e}")
-    if not torch.cuda.is_available():
-        fail(3, f"CUDA is not available to torch {torch.__version__} "
-                f"(built for CUDA {torch.version.cuda})")
+    torch = import_cuda_torch()
 
     # Expected refusals are reported in the rows (see _time_backend), not as warnings.
     warnings.filterwarnings("ignore", category=UserWarning)

@@ -17,23 +17,12 @@ fn the_second_keys_numerator_is_rounded_to_e4m3() {
     let q = Array4::from_elem((1, 1, 1, 1), 1.0f32);
     let k = Array4::from_shape_vec((1, 1, 2, 1), vec![0.0f32, 1.0]).unwrap();
     let v = k.clone();
-    let plain = reference_low_precision(
-        &p,
-        Precision::Bf16,
-        q.view(),
-        k.view(),
-        v.view(),
-        &Rows::All,
-    );
+    let low = |p: &OracleProblem| {
+        reference_low_precision(p, Precision::Bf16, q.view(), k.view(), v.view(), &Rows::All)
+    };
+    let plain = low(&p);
     p.p_e4m3 = true;
-    let fp8 = reference_low_precision(
-        &p,
-        Precision::Bf16,
-        q.view(),
-        k.view(),
-        v.view(),
-        &Rows::All,
-    );
+    let fp8 = low(&p);
     let exact = 0.3 / 1.3;
     // The fp8 program's scores are an fp8 GEMM's, in bf16: ln 0.3 rounded, whose exp is still
     // closest to e4m3's 0.3125.
@@ -83,23 +72,12 @@ fn on_random_e4m3_inputs_the_fp8_reference_is_the_looser_one() {
         let k = e4m3_tensor((2, 2, 300, 64), 16.0, &mut rng);
         let v = e4m3_tensor((2, 2, 300, 64), 16.0, &mut rng);
         let exact = reference_f64(&p, q.view(), k.view(), v.view(), &Rows::All);
-        let bf16 = reference_low_precision(
-            &p,
-            Precision::Bf16,
-            q.view(),
-            k.view(),
-            v.view(),
-            &Rows::All,
-        );
+        let low = |p: &OracleProblem| {
+            reference_low_precision(p, Precision::Bf16, q.view(), k.view(), v.view(), &Rows::All)
+        };
+        let bf16 = low(&p);
         p.p_e4m3 = true;
-        let fp8 = reference_low_precision(
-            &p,
-            Precision::Bf16,
-            q.view(),
-            k.view(),
-            v.view(),
-            &Rows::All,
-        );
+        let fp8 = low(&p);
         assert_ne!(fp8, bf16);
         let max_err = |r: &flashcore_oracle::Reference| {
             r.o()
