@@ -543,6 +543,31 @@ fn problem(
     Ok(p)
 }
 
+/// Whether the bindings carry a forward problem's backward into autograd, and why not: dense
+/// and varlen (packed) problems, causal or not, GQA/MQA, with sliding windows, softcap and ALiBi
+/// have one (the kernels that take each are the core's to say: `first_backward_that_takes`).
+/// Refused here, in the API's words: fp8 (e4m3) inputs, paged K/V and KV caches (`seqused_k`,
+/// appended rows) and `mm_prefix_ranges`, which no backward takes. A binding raises the reason
+/// as "not implemented", not as bad input.
+pub fn backward_refusal(p: &AttentionProblem) -> Result<(), ArgError> {
+    let m = &p.modes;
+    let what = if m.kv_fp8.is_some() || m.q_fp8 {
+        "fp8 (e4m3) inputs are inference only"
+    } else if matches!(m.kv, KvStorage::Paged { .. }) {
+        "a paged K/V (block_table) is inference only"
+    } else if m.seqused_k || m.append.is_some() {
+        "a KV cache (seqused_k, appended rows) is inference only"
+    } else if m.mm_prefix.is_some() {
+        "mm_prefix_ranges has no backward"
+    } else {
+        return Ok(());
+    };
+    bail(format!(
+        "{what}: the backward pass takes f16/bf16 dense or varlen (packed) attention, causal or \
+         not, with sliding windows, softcap and ALiBi"
+    ))
+}
+
 /// The output O's dims: Q's, with V's head dim last (FlashAttention 3's `headdim_v`).
 pub fn o_dims(q_dims: &[usize], head_dim_v: usize) -> Vec<usize> {
     let mut d = q_dims.to_vec();

@@ -623,3 +623,40 @@ fn e4m3_caches_keep_the_cores_rules() {
     let err = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &fp8_opts(&[1])).unwrap_err();
     assert!(err.0.contains("not a multiple of 16"), "{err}");
 }
+
+#[test]
+fn backward_is_carried_for_dense_and_varlen_with_every_score_mode() {
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let modes = opts()
+        .with_window(Some(3), Some(0))
+        .with_softcap(Some(30.0))
+        .with_alibi(&[2, 8]);
+    for o in [opts(), opts().with_window(None, Some(0)), modes] {
+        let p = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &o).unwrap();
+        assert_eq!(backward_refusal(&p), Ok(()), "{:?}", p.modes);
+    }
+    let modes = opts()
+        .with_window(Some(4), Some(2))
+        .with_softcap(Some(5.0))
+        .with_alibi(&[8]);
+    for o in [opts(), opts().with_window(None, Some(0)), modes] {
+        let p = varlen_of(&o);
+        assert_eq!(backward_refusal(&p), Ok(()), "{:?}", p.modes);
+    }
+}
+
+#[test]
+fn backward_refusals_name_what_is_inference_only() {
+    let refusal = |p: AttentionProblem| backward_refusal(&p).unwrap_err().0;
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let fp8 = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &fp8_opts(&[1])).unwrap();
+    assert!(refusal(fp8).contains("fp8 (e4m3)"));
+    let paged = paged_of(&[10, 4, 64], &[8, 16, 2, 64], &[2, 4], 64, 16, &opts()).unwrap();
+    assert!(refusal(paged).contains("paged K/V"));
+    let cache = kvcache_of(&[2, 1, 8, 64], &[2, 256, 2, 64], None, None, &opts()).unwrap();
+    assert!(refusal(cache).contains("KV cache"));
+    let ranges = varlen_of(&opts().with_mm_prefix(Some(2)));
+    let e = refusal(ranges);
+    assert!(e.contains("mm_prefix_ranges has no backward"), "{e}");
+    assert!(e.contains("sliding windows, softcap and ALiBi"), "{e}");
+}
