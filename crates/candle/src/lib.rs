@@ -37,6 +37,8 @@ pub use flashcore::fa_args as args;
 pub use args::{batch_invariant, set_batch_invariant};
 
 #[cfg(any(test, feature = "cuda"))]
+mod attn;
+#[cfg(any(test, feature = "cuda"))]
 mod fp8;
 #[cfg(any(test, feature = "cuda"))]
 mod kvcache;
@@ -50,19 +52,21 @@ pub use api::*;
 pub use candle;
 
 #[cfg(feature = "cuda")]
+pub use attn::{FlashAttn, FlashAttnVarLen};
+#[cfg(feature = "cuda")]
 pub use fp8::FlashAttnFp8;
 #[cfg(feature = "cuda")]
 pub use kvcache::FlashAttnKvCache;
 #[cfg(feature = "cuda")]
-pub use ops::{flashcore_device, FlashAttn, FlashAttnVarLen};
+pub use ops::flashcore_device;
 
 #[cfg(feature = "cuda")]
 mod api {
     use candle::{Result, Tensor};
 
+    use crate::attn::{FlashAttn, FlashAttnVarLen};
     use crate::fp8::FlashAttnFp8;
     use crate::kvcache::FlashAttnKvCache;
-    use crate::ops::{FlashAttn, FlashAttnVarLen};
 
     #[allow(clippy::too_many_arguments)]
     fn dense(

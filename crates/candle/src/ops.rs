@@ -17,7 +17,8 @@ use flashcore::{
 };
 use half::{bf16, f16};
 
-use crate::args::{self, Options, View};
+use crate::args;
+use crate::attn::{backward_problem, FlashAttn, FlashAttnVarLen};
 use crate::fp8::FlashAttnFp8;
 use crate::kvcache::{refused, FlashAttnKvCache};
 
@@ -37,10 +38,6 @@ pub fn flashcore_device(dev: &CudaDevice) -> Result<Arc<flashcore::Device>> {
     let d = Arc::new(flashcore::Device::from_stream(dev.cuda_stream()).map_err(error)?);
     map.insert(dev.id(), d.clone());
     Ok(d)
-}
-
-fn view<'a>(name: &'static str, l: &'a Layout) -> View<'a> {
-    View::new(name, l.dims(), l.stride())
 }
 
 /// Q/K/V data from `start_offset` to the end of the buffer, as flashcore's 16-bit view.
@@ -261,133 +258,6 @@ fn optional_descale<'a>(
         .transpose()
 }
 
-/// Q, K and V as candle hands them to a `CustomOp3`: each storage with its layout.
-#[derive(Clone, Copy)]
-struct Qkv<'a> {
-    q: (&'a CudaStorage, &'a Layout),
-    k: (&'a CudaStorage, &'a Layout),
-    v: (&'a CudaStorage, &'a Layout),
-}
-
-impl<'a> Qkv<'a> {
-    /// The argument rules' views of Q, K and V.
-    fn views(&self) -> [View<'a>; 3] {
-        [
-            view("q", self.q.1),
-            view("k", self.k.1),
-            view("v", self.v.1),
-        ]
-    }
-}
-
-/// The forward of Q, K, V with `tables`, on candle's stream: O
-/// (`q`'s shape, contiguous) and the LSE.
-fn forward_into<T: CudaDType + DeviceRepr + 'static>(
-    problem: &AttentionProblem,
-    dtype: flashcore::DType,
-    qkv: Qkv<'_>,
-    tables: DeviceTables<'_>,
-) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
-    let Qkv {
-        q: (q, q_l),
-        k: (k, k_l),
-        v: (v, v_l),
-    } = qkv;
-    let dev = q.device();
-    let (mut o, mut lse) = alloc_out::<T>(dev, problem, q_l.shape())?;
-    let device = flashcore_device(dev)?;
-    let stream = dev.cuda_stream();
-    {
-        let mut tensors = AttentionTensors {
-            q: half_ref::<T>(q, q_l, dtype)?.into(),
-            k: kv_ref::<T>(k, k_l, problem, "k")?,
-            v: kv_ref::<T>(v, v_l, problem, "v")?,
-            o: out_view(&mut o, dtype)?,
-            lse: lse.slice_mut(..),
-            tables,
-        };
-        run(problem, &device, |kern| {
-            kern.forward_on(&device, &stream, problem, &mut tensors)
-        })?;
-    }
-    Ok((o, lse))
-}
-
-/// The options candle-flash-attn's arguments describe: scale, window, softcap and the ALiBi
-/// slopes' shape.
-fn mode_options(
-    dtype: flashcore::DType,
-    softmax_scale: f32,
-    (left, right): (Option<usize>, Option<usize>),
-    softcap: Option<f32>,
-    alibi_slopes: Option<&Tensor>,
-) -> Options {
-    let o = Options::new(dtype, softmax_scale)
-        .with_window(left, right)
-        .with_softcap(softcap);
-    match alibi_slopes {
-        Some(a) => o.with_alibi(a.dims()),
-        None => o,
-    }
-}
-
-/// [`mode_options`] of an op's candle-flash-attn fields (`softmax_scale`, `window_size_left`,
-/// `window_size_right`, `softcap`, `alibi_slopes`), which every op has.
-macro_rules! options_of {
-    ($op:expr, $dtype:expr) => {
-        mode_options(
-            $dtype,
-            $op.softmax_scale,
-            ($op.window_size_left, $op.window_size_right),
-            $op.softcap,
-            $op.alibi_slopes.as_ref(),
-        )
-    };
-}
-
-/// candle-flash-attn's `FlashAttn`: `(b, s, h, d)` tensors.
-#[derive(Clone)]
-pub struct FlashAttn {
-    pub softmax_scale: f32,
-    pub alibi_slopes: Option<Tensor>,
-    pub window_size_left: Option<usize>,
-    pub window_size_right: Option<usize>,
-    pub softcap: Option<f32>,
-}
-
-impl FlashAttn {
-    /// The problem, O and LSE of one forward call (the op's output, and what its backward needs).
-    fn forward_with_lse<T: CudaDType + DeviceRepr + 'static>(
-        &self,
-        dtype: flashcore::DType,
-        qkv: Qkv<'_>,
-    ) -> Result<(AttentionProblem, CudaSlice<T>, CudaSlice<f32>)> {
-        let [qv, kv, vv] = qkv.views();
-        let problem =
-            args::dense_problem(&qv, &kv, &vv, &options_of!(self, dtype)).map_err(refused)?;
-        let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
-        let tables = DeviceTables {
-            alibi_slopes: optional_alibi(&alibi, qkv.q.0.device())?,
-            ..Default::default()
-        };
-        let (o, lse) = forward_into::<T>(&problem, dtype, qkv, tables)?;
-        Ok((problem, o, lse))
-    }
-
-    fn fwd<T: CudaDType + DeviceRepr + 'static>(
-        &self,
-        dtype: flashcore::DType,
-        qkv: Qkv<'_>,
-    ) -> Result<(CudaStorage, Shape)> {
-        let (q, q_l) = qkv.q;
-        let (problem, o, _) = self.forward_with_lse::<T>(dtype, qkv)?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(o, q.device().clone()),
-            o_shape(q_l.shape(), &problem),
-        ))
-    }
-}
-
 /// The `CustomOp3` methods every (q, k, v) op shares: its name and no CPU path.
 macro_rules! named_cuda_op {
     ($name:expr) => {
@@ -438,46 +308,147 @@ macro_rules! qkv_op {
     };
 }
 
-impl candle::CustomOp3 for FlashAttn {
-    qkv_op!("flashcore-flash-attn", "flash-attn");
+/// Q, K and V as candle hands them to a `CustomOp3`: each storage with its layout.
+#[derive(Clone, Copy)]
+struct Qkv<'a> {
+    q: (&'a CudaStorage, &'a Layout),
+    k: (&'a CudaStorage, &'a Layout),
+    v: (&'a CudaStorage, &'a Layout),
+}
 
-    /// dQ, dK, dV through flashcore's backward kernels (dense attention, causal or not; windows,
-    /// softcap and ALiBi have no backward yet and are refused). Q, K, V, O and dO are made
-    /// contiguous; the three gradients come back from one op as one buffer.
-    fn bwd(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        res: &Tensor,
-        grad_res: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
-        let op = FlashAttnGrads {
-            attn: self.clone(),
-            o: res.contiguous()?,
-            d_o: grad_res.contiguous()?,
+impl<'a> Qkv<'a> {
+    /// The layouts of Q, K and V, as the argument rules take them.
+    fn layouts(&self) -> [&'a Layout; 3] {
+        [self.q.1, self.k.1, self.v.1]
+    }
+}
+
+/// `tables` lent again, for a second call that reads the same tables.
+fn reborrow<'a>(t: &'a DeviceTables<'_>) -> DeviceTables<'a> {
+    DeviceTables {
+        cu_seqlens_q: reslice(&t.cu_seqlens_q),
+        cu_seqlens_k: reslice(&t.cu_seqlens_k),
+        seqused_k: reslice(&t.seqused_k),
+        block_table: reslice(&t.block_table),
+        alibi_slopes: reslice(&t.alibi_slopes),
+        mm_prefix_ranges: reslice(&t.mm_prefix_ranges),
+        k_descale: reslice(&t.k_descale),
+        v_descale: reslice(&t.v_descale),
+        q_descale: reslice(&t.q_descale),
+    }
+}
+
+/// The forward of Q, K, V with `tables`, on candle's stream: O
+/// (`q`'s shape, contiguous) and the LSE.
+fn forward_into<T: CudaDType + DeviceRepr + 'static>(
+    problem: &AttentionProblem,
+    dtype: flashcore::DType,
+    qkv: Qkv<'_>,
+    tables: DeviceTables<'_>,
+) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
+    let Qkv {
+        q: (q, q_l),
+        k: (k, k_l),
+        v: (v, v_l),
+    } = qkv;
+    let dev = q.device();
+    let (mut o, mut lse) = alloc_out::<T>(dev, problem, q_l.shape())?;
+    let device = flashcore_device(dev)?;
+    let stream = dev.cuda_stream();
+    {
+        let mut tensors = AttentionTensors {
+            q: half_ref::<T>(q, q_l, dtype)?.into(),
+            k: kv_ref::<T>(k, k_l, problem, "k")?,
+            v: kv_ref::<T>(v, v_l, problem, "v")?,
+            o: out_view(&mut o, dtype)?,
+            lse: lse.slice_mut(..),
+            tables,
         };
-        let g = q.apply_op3_no_bwd(&k, &v, &op)?;
-        let (nq, nk) = (q.elem_count(), k.elem_count());
+        run(problem, &device, |kern| {
+            kern.forward_on(&device, &stream, problem, &mut tensors)
+        })?;
+    }
+    Ok((o, lse))
+}
+
+/// A (q, k, v) op whose backward candle's autograd runs through [`Grads`]: the problem and the
+/// device tables of a call, which the forward and the backward build alike (the backward takes
+/// the forward's problem, modes included, and reads the same tables).
+trait Differentiable: Clone + Send + Sync + 'static {
+    /// The candle name of the backward op.
+    const GRADS: &'static str;
+    /// How errors name the backward.
+    const LABEL: &'static str;
+
+    /// The problem of a call on these layouts.
+    fn problem_of(
+        &self,
+        dtype: flashcore::DType,
+        layouts: [&Layout; 3],
+    ) -> Result<AttentionProblem>;
+
+    /// Calls `f` with the device tables of a call of `problem` on `dev` (borrowed from the
+    /// op's tensors for the duration of `f`).
+    fn with_tables<R>(
+        &self,
+        dev: &CudaDevice,
+        problem: &AttentionProblem,
+        f: impl FnOnce(DeviceTables<'_>) -> Result<R>,
+    ) -> Result<R>;
+
+    /// The op's output and its shape: O of a forward call.
+    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+        &self,
+        dtype: flashcore::DType,
+        qkv: Qkv<'_>,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (q, q_l) = qkv.q;
+        let problem = self.problem_of(dtype, qkv.layouts())?;
+        let (o, _) = self.with_tables(q.device(), &problem, |t| {
+            forward_into::<T>(&problem, dtype, qkv, t)
+        })?;
         Ok((
-            Some(g.narrow(0, 0, nq)?.reshape(q.shape())?),
-            Some(g.narrow(0, nq, nk)?.reshape(k.shape())?),
-            Some(g.narrow(0, nq + nk, nk)?.reshape(v.shape())?),
+            CudaStorage::wrap_cuda_slice(o, q.device().clone()),
+            o_shape(q_l.shape(), &problem),
         ))
     }
 }
 
-/// The backward of [`FlashAttn`] as an op of (Q, K, V), holding O and dO: its output is dQ, dK
-/// and dV back to back (flat). The forward's LSE is not kept by the forward op (candle-flash-attn's
-/// ops are stateless), so it is recomputed here by the same forward kernel choice.
-struct FlashAttnGrads {
-    attn: FlashAttn,
+/// The backward of a [`Differentiable`] op's call, for candle's `CustomOp3::bwd`: dQ, dK, dV of
+/// Q, K, V (each in its input's shape) from the output `res` and its gradient `grad_res`. Q, K,
+/// V, O and dO are made contiguous; the three gradients come back from one op as one buffer.
+fn grads_of<Op: Differentiable>(
+    op: &Op,
+    [q, k, v]: [&Tensor; 3],
+    res: &Tensor,
+    grad_res: &Tensor,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let grads = Grads {
+        attn: op.clone(),
+        o: res.contiguous()?,
+        d_o: grad_res.contiguous()?,
+    };
+    let g = q.apply_op3_no_bwd(&k, &v, &grads)?;
+    let (nq, nk, nv) = (q.elem_count(), k.elem_count(), v.elem_count());
+    Ok((
+        Some(g.narrow(0, 0, nq)?.reshape(q.shape())?),
+        Some(g.narrow(0, nq, nk)?.reshape(k.shape())?),
+        Some(g.narrow(0, nq + nk, nv)?.reshape(v.shape())?),
+    ))
+}
+
+/// The backward of a [`Differentiable`] op as an op of (Q, K, V), holding O and dO: its output
+/// is dQ, dK and dV back to back (flat). The forward's LSE is not kept by the forward op
+/// (candle-flash-attn's ops are stateless), so it is recomputed here by the same forward kernel
+/// choice, on the same problem and tables.
+struct Grads<Op> {
+    attn: Op,
     o: Tensor,
     d_o: Tensor,
 }
 
-impl FlashAttnGrads {
+impl<Op: Differentiable> Grads<Op> {
     fn fwd<T: CudaDType + DeviceRepr + 'static>(
         &self,
         dtype: flashcore::DType,
@@ -489,24 +460,23 @@ impl FlashAttnGrads {
             v: (v, v_l),
         } = qkv;
         let dev = q.device();
-        // The forward again, for the LSE (its O is dropped: dO·O takes the caller's O).
-        let (problem, _, lse) = self.attn.forward_with_lse::<T>(dtype, qkv)?;
-        if !problem.modes.is_dense() {
-            candle::bail!(
-                "flashcore: the backward pass takes dense attention (causal or not) only; \
-                 sliding windows, softcap and ALiBi have no backward yet"
-            );
-        }
+        let problem = backward_problem(self.attn.problem_of(dtype, qkv.layouts())?)?;
         let device = flashcore_device(dev)?;
         let stream = dev.cuda_stream();
         let (o_s, o_l) = self.o.storage_and_layout();
         let (do_s, do_l) = self.d_o.storage_and_layout();
-        let (nq, nk) = (q_l.shape().elem_count(), k_l.shape().elem_count());
+        let (nq, nk, nv) = (
+            q_l.shape().elem_count(),
+            k_l.shape().elem_count(),
+            v_l.shape().elem_count(),
+        );
         // SAFETY: the backward kernels write every element of dQ, dK and dV.
-        let mut grads = unsafe { dev.alloc::<T>(nq + 2 * nk)? };
-        {
+        let mut grads = unsafe { dev.alloc::<T>(nq + nk + nv)? };
+        self.attn.with_tables(dev, &problem, |tables| {
+            // The forward again, for the LSE (its O is dropped: dO·O takes the caller's O).
+            let (_, lse) = forward_into::<T>(&problem, dtype, qkv, reborrow(&tables))?;
             // SAFETY: as in `half_view`.
-            let mut all = unsafe { grads.transmute_mut::<u16>(nq + 2 * nk) }
+            let mut all = unsafe { grads.transmute_mut::<u16>(nq + nk + nv) }
                 .ok_or_else(|| error("16-bit view"))?;
             let (dq, mut rest) = all.split_at_mut(nq);
             let (dk, dv) = rest.split_at_mut(nk);
@@ -524,79 +494,88 @@ impl FlashAttnGrads {
                 dv: w(dv),
             };
             flashcore::first_backward_that_takes(flashcore::backward_kernels(), |kern| {
-                flashcore::backward::backward_on(kern, &device, &stream, &problem, &mut t)
+                flashcore::backward::backward_on_with_tables(
+                    kern, &device, &stream, &problem, &mut t, &tables,
+                )
             })
             .map_err(error)?;
-        }
+            Ok(())
+        })?;
         Ok((
             CudaStorage::wrap_cuda_slice(grads, dev.clone()),
-            Shape::from(nq + 2 * nk),
+            Shape::from(nq + nk + nv),
         ))
     }
 }
 
-impl candle::CustomOp3 for FlashAttnGrads {
-    qkv_op!("flashcore-flash-attn-bwd", "flash-attn backward");
+impl<Op: Differentiable> candle::CustomOp3 for Grads<Op> {
+    qkv_op!(Op::GRADS, Op::LABEL);
 }
 
-/// candle-flash-attn's `FlashAttnVarLen`: packed `(total, h, d)` tensors with cumulative
-/// sequence lengths, or (with a block table) a paged K/V cache.
-pub struct FlashAttnVarLen {
-    pub softmax_scale: f32,
-    pub max_seqlen_q: usize,
-    pub max_seqlen_k: usize,
-    pub seqlens_q: Tensor,
-    pub seqlens_k: Tensor,
-    pub block_table: Option<Tensor>,
-    pub mm_prefix_ranges: Option<Tensor>,
-    pub page_block_size: Option<usize>,
-    pub alibi_slopes: Option<Tensor>,
-    pub window_size_left: Option<usize>,
-    pub window_size_right: Option<usize>,
-    pub softcap: Option<f32>,
-}
+impl Differentiable for FlashAttn {
+    const GRADS: &'static str = "flashcore-flash-attn-bwd";
+    const LABEL: &'static str = "flash-attn backward";
 
-impl FlashAttnVarLen {
-    fn fwd<T: CudaDType + DeviceRepr + 'static>(
+    fn problem_of(
         &self,
         dtype: flashcore::DType,
-        qkv: Qkv<'_>,
-    ) -> Result<(CudaStorage, Shape)> {
-        let (q, q_l) = qkv.q;
-        let [qv, kv, vv] = qkv.views();
-        let dev = q.device();
-        let batch = args::cu_seqlens_batch(self.seqlens_q.dims(), self.seqlens_k.dims())
-            .map_err(refused)?;
-        let mm_prefix = match &self.mm_prefix_ranges {
-            Some(r) => {
-                args::mm_prefix_ranges(r.dtype().as_str(), r.dims(), batch).map_err(refused)?
-            }
-            None => None,
-        };
-        let opts = options_of!(self, dtype).with_mm_prefix(mm_prefix);
-        let problem = match &self.block_table {
-            None => args::varlen_problem(
-                &qv,
-                &kv,
-                &vv,
-                batch,
-                self.max_seqlen_q,
-                self.max_seqlen_k,
-                &opts,
-            ),
-            Some(table) => args::paged_varlen_problem(
-                &qv,
-                &kv,
-                &vv,
-                table.dims(),
-                batch,
-                self.max_seqlen_q,
-                self.max_seqlen_k,
-                self.page_block_size.unwrap_or(0),
-                &opts,
-            ),
-        }
-        .map_err(refused)?;
+        layouts: [&Layout; 3],
+    ) -> Result<AttentionProblem> {
+        self.problem(dtype, layouts)
+    }
+
+    fn with_tables<R>(
+        &self,
+        dev: &CudaDevice,
+        _: &AttentionProblem,
+        f: impl FnOnce(DeviceTables<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
+        f(DeviceTables {
+            alibi_slopes: optional_alibi(&alibi, dev)?,
+            ..Default::default()
+        })
+    }
+}
+
+impl candle::CustomOp3 for FlashAttn {
+    qkv_op!("flashcore-flash-attn", "flash-attn");
+
+    /// dQ, dK, dV through flashcore's backward kernels, with the forward's modes (causal,
+    /// sliding windows, softcap, ALiBi).
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        grads_of(self, [q, k, v], res, grad_res)
+    }
+}
+
+impl Differentiable for FlashAttnVarLen {
+    const GRADS: &'static str = "flashcore-flash-attn-varlen-bwd";
+    const LABEL: &'static str = "flash-attn-varlen backward";
+
+    fn problem_of(
+        &self,
+        dtype: flashcore::DType,
+        layouts: [&Layout; 3],
+    ) -> Result<AttentionProblem> {
+        self.problem(dtype, layouts)
+    }
+
+    /// cu_seqlens (packed), or seqused_k and the block table (paged), the ALiBi slopes and the
+    /// mm_prefix_ranges.
+    fn with_tables<R>(
+        &self,
+        dev: &CudaDevice,
+        problem: &AttentionProblem,
+        f: impl FnOnce(DeviceTables<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let batch = problem.batch;
         // Paged: flashcore reads each sequence's key count from seqused_k, which is the
         // difference of consecutive cumulative seqlens_k (computed on the device, no sync).
         let seqused = match &self.block_table {
@@ -612,10 +591,12 @@ impl FlashAttnVarLen {
         let table = self.block_table.as_ref().map(|t| t.storage_and_layout());
         let alibi = self.alibi_slopes.as_ref().map(|a| a.storage_and_layout());
         // An empty table (no ranges) is no mode: the problem then takes no table either.
-        let ranges = mm_prefix
+        let ranges = problem
+            .modes
+            .mm_prefix
             .and(self.mm_prefix_ranges.as_ref())
             .map(|t| t.storage_and_layout());
-        let tables = DeviceTables {
+        f(DeviceTables {
             cu_seqlens_q: Some(table_i32(
                 cuda(&cu_q.0, "seqlens_q")?,
                 cu_q.1,
@@ -636,17 +617,26 @@ impl FlashAttnVarLen {
             alibi_slopes: optional_alibi(&alibi, dev)?,
             mm_prefix_ranges: optional_table(&ranges, dev, "mm_prefix_ranges")?,
             ..Default::default()
-        };
-        let (o, _) = forward_into::<T>(&problem, dtype, qkv, tables)?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(o, dev.clone()),
-            o_shape(q_l.shape(), &problem),
-        ))
+        })
     }
 }
 
 impl candle::CustomOp3 for FlashAttnVarLen {
     qkv_op!("flashcore-flash-attn-varlen", "flash-attn-varlen");
+
+    /// dQ, dK, dV of the packed Q, K, V through flashcore's backward kernels, with the forward's
+    /// modes and tables (cumulative lengths, ALiBi slopes). A paged call or one with
+    /// mm_prefix_ranges has none: its `backward()` is an error saying so.
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        grads_of(self, [q, k, v], res, grad_res)
+    }
 }
 
 impl candle::CustomOp3 for FlashAttnFp8 {
@@ -808,14 +798,7 @@ impl FlashAttnKvCache {
                         dtype,
                     },
                 };
-                let t = || DeviceTables {
-                    seqused_k: reslice(&tables.seqused_k),
-                    block_table: reslice(&tables.block_table),
-                    alibi_slopes: reslice(&tables.alibi_slopes),
-                    k_descale: reslice(&tables.k_descale),
-                    v_descale: reslice(&tables.v_descale),
-                    ..Default::default()
-                };
+                let t = || reborrow(&tables);
                 // Aliases of the caches, written by the append. forward_with_kvcache (and its
                 // e4m3 twin) checks everything before its first launch, so a generation that
                 // answers Unsupported has written nothing.

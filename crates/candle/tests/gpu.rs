@@ -1003,15 +1003,11 @@ mod gpu {
 
     // ---- Backward: flash_attn carries dQ, dK, dV into candle's autograd ----
 
-    /// Differentiable f32 attention on `(b, s, h, d)` tensors (GQA by repeating K/V heads),
-    /// causal bottom-right: what the backward tests differentiate as the reference.
-    fn reference_attention(
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        scale: f32,
-        causal: bool,
-    ) -> Result<Tensor> {
+    /// Differentiable f32 attention on `(b, s, h, d)` tensors (GQA by repeating K/V heads) with
+    /// `s`'s masking and modes (docs/MODES.md; bottom-right aligned): what the backward tests
+    /// differentiate as the reference. The slopes are `(h)` or `(b, h)` flat. A row that sees no
+    /// key gives O = 0 (and so no gradient), as the kernels do.
+    fn reference_attention(q: &Tensor, k: &Tensor, v: &Tensor, s: &Spec) -> Result<Tensor> {
         let (b, sq, hq, d) = q.dims4()?;
         let (_, sk, hkv, _) = k.dims4()?;
         let rep = |t: &Tensor| -> Result<Tensor> {
@@ -1021,28 +1017,57 @@ mod gpu {
                 .reshape((b, hq, sk, d))
         };
         let qh = q.transpose(1, 2)?.contiguous()?;
-        let scores = (qh.matmul(&rep(k)?.transpose(2, 3)?.contiguous()?)? * scale as f64)?;
-        let scores = if causal {
-            let off = sk as i64 - sq as i64;
-            let mask: Vec<f32> = (0..sq * sk)
-                .map(|x| {
-                    let (i, j) = ((x / sk) as i64, (x % sk) as i64);
-                    if j > i + off {
-                        f32::NEG_INFINITY
+        let mut scores = (qh.matmul(&rep(k)?.transpose(2, 3)?.contiguous()?)? * s.scale as f64)?;
+        if let Some(c) = s.softcap {
+            scores = ((scores / c as f64)?.tanh()? * c as f64)?;
+        }
+        // The additive bias (ALiBi, and -inf where masked) and which rows see a key; a row that
+        // sees none gets a zero bias (a finite softmax) and is zeroed after P·V.
+        let off = sk as i64 - sq as i64;
+        let mut bias = vec![0f32; b * hq * sq * sk];
+        let mut visible = vec![0f32; b * hq * sq];
+        for bi in 0..b {
+            for h in 0..hq {
+                let slope = s.slopes.as_ref().map(|sl| {
+                    if sl.len() == hq {
+                        sl[h]
                     } else {
-                        0.0
+                        sl[bi * hq + h]
                     }
-                })
-                .collect();
-            let mask = Tensor::from_vec(mask, (sq, sk), q.device())?;
-            scores.broadcast_add(&mask)?
-        } else {
-            scores
-        };
-        let p = candle_nn::ops::softmax(&scores, candle::D::Minus1)?;
+                });
+                for i in 0..sq {
+                    let row = (bi * hq + h) * sq + i;
+                    let diag = i as i64 + off;
+                    for j in 0..sk as i64 {
+                        let ok = s.window_left.is_none_or(|w| j >= diag - w as i64)
+                            && s.window_right.is_none_or(|w| j <= diag + w as i64);
+                        bias[row * sk + j as usize] = match (ok, slope) {
+                            (false, _) => f32::NEG_INFINITY,
+                            (true, Some(sl)) => -sl * (diag - j).abs() as f32,
+                            (true, None) => 0.0,
+                        };
+                        if ok {
+                            visible[row] = 1.0;
+                        }
+                    }
+                    if visible[row] == 0.0 {
+                        bias[row * sk..][..sk].fill(0.0);
+                    }
+                }
+            }
+        }
+        let bias = Tensor::from_vec(bias, (b, hq, sq, sk), q.device())?;
+        let visible = Tensor::from_vec(visible, (b, hq, sq, 1), q.device())?;
+        let p = candle_nn::ops::softmax(&(scores + bias)?, candle::D::Minus1)?;
         p.matmul(&rep(v)?.contiguous()?)?
+            .broadcast_mul(&visible)?
             .transpose(1, 2)?
             .contiguous()
+    }
+
+    /// [`spec`] of plain attention, causal (bottom-right) or not.
+    fn causal_spec(scale: f32, causal: bool, seqlen_k: usize) -> Spec {
+        spec(scale, None, causal.then_some(0), seqlen_k, None, None)
     }
 
     /// max |got − want| over max |want|: a plumbing check (right tensors, shapes, GQA sums); the
@@ -1063,6 +1088,40 @@ mod gpu {
             })
             .fold(0f32, f32::max);
         Ok(worst / scale)
+    }
+
+    /// dQ, dK, dV of `ours` (flashcore's, in `dtype`) against the f32 reference's of `theirs`, by
+    /// the backward's rule: relative error (NaN counts as infinite) at most twice the forward's
+    /// tolerance.
+    fn check_grads(
+        tag: &str,
+        dtype: DType,
+        (grads, ours): (&candle::backprop::GradStore, &[&candle::Var; 3]),
+        (grads_r, theirs): (&candle::backprop::GradStore, &[&candle::Var; 3]),
+    ) -> Result<()> {
+        for (name, (o, t)) in ["dq", "dk", "dv"].into_iter().zip(ours.iter().zip(theirs)) {
+            let g = grads.get(o.as_tensor()).expect("a gradient");
+            let w = grads_r.get(t.as_tensor()).expect("a reference gradient");
+            assert_eq!(g.dims(), o.dims(), "{tag} {name} shape");
+            assert_eq!(g.dtype(), dtype, "{tag} {name} dtype");
+            let e = relative_error(g, w)?;
+            assert!(
+                e <= 2.0 * tolerance(dtype),
+                "{tag} {name}: relative error {e}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Hands `n` NaN elements of `dtype` back to candle's pool, so that gradients allocated next
+    /// (usually from the same memory) show any element the kernels leave unwritten as NaN.
+    fn poison(dev: &Device, n: usize, dtype: DType) -> Result<()> {
+        let t = match dtype {
+            DType::BF16 => Tensor::full(half::bf16::NAN, n, dev)?,
+            _ => Tensor::full(half::f16::NAN, n, dev)?,
+        };
+        drop(t);
+        Ok(())
     }
 
     #[test]
@@ -1098,41 +1157,263 @@ mod gpu {
                         qr.as_tensor(),
                         kr.as_tensor(),
                         vr.as_tensor(),
-                        scale,
-                        causal,
+                        &causal_spec(scale, causal, sk),
                     )?;
                     let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
-                    for (name, ours, theirs) in
-                        [("dq", &qv, &qr), ("dk", &kv, &kr), ("dv", &vv, &vr)]
-                    {
-                        let g = grads.get(ours.as_tensor()).expect("a gradient");
-                        let w = grads_r
-                            .get(theirs.as_tensor())
-                            .expect("a reference gradient");
-                        assert_eq!(g.dims(), ours.dims(), "{tag} {name} shape");
-                        assert_eq!(g.dtype(), dtype, "{tag} {name} dtype");
-                        let e = relative_error(g, w)?;
-                        assert!(
-                            e <= 2.0 * tolerance(dtype),
-                            "{tag} {name}: relative error {e}"
-                        );
-                    }
+                    check_grads(
+                        &tag,
+                        dtype,
+                        (&grads, &[&qv, &kv, &vv]),
+                        (&grads_r, &[&qr, &kr, &vr]),
+                    )?;
                 }
             }
         }
         Ok(())
     }
 
+    /// The backward of every mode `flash_attn*` takes (sliding windows, causal among them,
+    /// softcap, ALiBi per head and per (batch, head), and all at once) over [`SHAPES`] (GQA, MQA,
+    /// decode, seq_q < seq_k), f16 and bf16, against f32 autograd of [`reference_attention`] on
+    /// the same rounded inputs, by [`check_grads`]'s rule.
     #[test]
-    fn backward_of_a_mode_without_one_is_an_error_not_a_wrong_gradient() -> Result<()> {
+    fn flash_attn_backward_of_windows_softcap_alibi_matches_f32_autograd() -> Result<()> {
+        use candle::Var;
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(16);
+        // (window left, window right, softcap, ALiBi: none, per head, per (batch, head))
+        type Mode = (Option<usize>, Option<usize>, Option<f32>, u8);
+        let modes: [Mode; 9] = [
+            (Some(8), Some(0), None, 0),
+            (Some(5), Some(3), None, 0),
+            (None, Some(2), None, 0),
+            (Some(10), None, None, 0),
+            (None, None, Some(0.5), 0),
+            (None, Some(0), Some(0.5), 0),
+            (None, None, None, 1),
+            (None, Some(0), None, 2),
+            (Some(6), Some(1), Some(0.5), 2),
+        ];
+        for dtype in DTYPES {
+            for (b, sq, sk, hq, hkv, d) in SHAPES {
+                let scale = 1.0 / (d as f32).sqrt();
+                let q = tensor(&mut rng, &[b, sq, hq, d], 1.0, dtype, &dev)?;
+                let k = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let v = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
+                let d_o = tensor(&mut rng, &[b, sq, hq, d], 1.0, DType::F32, &dev)?;
+                for (l, r, cap, alibi) in modes {
+                    let slopes: Option<Vec<f32>> = match alibi {
+                        0 => None,
+                        1 => Some((0..hq).map(|h| 0.5f32.powi(h as i32 + 1)).collect()),
+                        _ => Some((0..b * hq).map(|i| 0.3 / (i + 1) as f32).collect()),
+                    };
+                    let slopes_t = match &slopes {
+                        Some(sl) if sl.len() == hq => Some(Tensor::from_vec(sl.clone(), hq, &dev)?),
+                        Some(sl) => Some(Tensor::from_vec(sl.clone(), (b, hq), &dev)?),
+                        None => None,
+                    };
+                    let tag = format!(
+                        "{dtype:?} {:?} window ({l:?}, {r:?}) softcap {cap:?} alibi {alibi}",
+                        (b, sq, sk, hq, hkv, d)
+                    );
+                    let (qv, kv, vv) = (
+                        Var::from_tensor(&q)?,
+                        Var::from_tensor(&k)?,
+                        Var::from_tensor(&v)?,
+                    );
+                    let (qt, kt, vt) = (qv.as_tensor(), kv.as_tensor(), vv.as_tensor());
+                    // Each entry point once, the general one for the rest.
+                    let out = match (cap, &slopes_t) {
+                        (None, None) => fc::flash_attn_windowed(qt, kt, vt, scale, l, r)?,
+                        (None, Some(a)) => {
+                            fc::flash_attn_alibi_windowed(qt, kt, vt, a, scale, l, r)?
+                        }
+                        (Some(c), a) => fc::flash_attn_alibi_windowed_softcap(
+                            qt,
+                            kt,
+                            vt,
+                            a.as_ref(),
+                            scale,
+                            l,
+                            r,
+                            c,
+                        )?,
+                    };
+                    poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
+                    let grads = (out.to_dtype(DType::F32)? * &d_o)?.sum_all()?.backward()?;
+                    let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
+                    let (qr, kr, vr) = (f32v(&q)?, f32v(&k)?, f32v(&v)?);
+                    let out_r = reference_attention(
+                        qr.as_tensor(),
+                        kr.as_tensor(),
+                        vr.as_tensor(),
+                        &spec(scale, l, r, sk, cap, slopes.clone()),
+                    )?;
+                    let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
+                    check_grads(
+                        &tag,
+                        dtype,
+                        (&grads, &[&qv, &kv, &vv]),
+                        (&grads_r, &[&qr, &kr, &vr]),
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The varlen backward (FlashAttention 2's packed layout) over five sequences of different
+    /// lengths, one with no query (its keys get zero gradients), GQA 8:2, f16 and bf16, causal and
+    /// not, with windows, softcap and ALiBi per head and per (sequence, head): against f32
+    /// autograd of [`reference_attention`] sequence by sequence on views of the same packed
+    /// tensors, by [`check_grads`]'s rule.
+    #[test]
+    fn flash_attn_varlen_backward_matches_f32_autograd() -> Result<()> {
+        use candle::Var;
+        let Some(dev) = device() else { return Ok(()) };
+        let mut rng = StdRng::seed_from_u64(17);
+        let cu_q: Vec<u32> = vec![0, 5, 17, 17, 40, 41];
+        let cu_k: Vec<u32> = vec![0, 9, 20, 33, 63, 103];
+        let (max_q, max_k, batch) = (23, 40, cu_q.len() - 1);
+        let (hq, hkv, d) = (8, 2, 64);
+        let (total_q, total_k) = (41, 103);
+        let scale = 0.125;
+        let seqlens_q = Tensor::new(cu_q.as_slice(), &dev)?;
+        let seqlens_k = Tensor::new(cu_k.as_slice(), &dev)?;
+        // (window left, window right, softcap, ALiBi: none, per head, per (sequence, head))
+        type Mode = (Option<usize>, Option<usize>, Option<f32>, u8);
+        let modes: [Mode; 7] = [
+            (None, None, None, 0),
+            (None, Some(0), None, 0),
+            (Some(4), Some(0), None, 0),
+            (Some(6), Some(2), None, 1),
+            (None, Some(0), None, 2),
+            (None, None, Some(0.7), 0),
+            (Some(6), Some(2), Some(0.7), 2),
+        ];
+        for dtype in DTYPES {
+            let q = tensor(&mut rng, &[total_q, hq, d], 1.0, dtype, &dev)?;
+            let k = tensor(&mut rng, &[total_k, hkv, d], 1.0, dtype, &dev)?;
+            let v = tensor(&mut rng, &[total_k, hkv, d], 1.0, dtype, &dev)?;
+            let d_o = tensor(&mut rng, &[total_q, hq, d], 1.0, DType::F32, &dev)?;
+            for (l, r, cap, alibi) in modes {
+                let slopes: Option<Vec<f32>> = match alibi {
+                    0 => None,
+                    1 => Some((0..hq).map(|h| 0.3f32.powi(h as i32 + 1)).collect()),
+                    _ => Some((0..batch * hq).map(|i| 0.3 / (i + 1) as f32).collect()),
+                };
+                let slopes_t = match &slopes {
+                    Some(sl) if sl.len() == hq => Some(Tensor::from_vec(sl.clone(), hq, &dev)?),
+                    Some(sl) => Some(Tensor::from_vec(sl.clone(), (batch, hq), &dev)?),
+                    None => None,
+                };
+                let tag =
+                    format!("varlen {dtype:?} window ({l:?}, {r:?}) softcap {cap:?} alibi {alibi}");
+                let (qv, kv, vv) = (
+                    Var::from_tensor(&q)?,
+                    Var::from_tensor(&k)?,
+                    Var::from_tensor(&v)?,
+                );
+                let (qt, kt, vt) = (qv.as_tensor(), kv.as_tensor(), vv.as_tensor());
+                let out = match (cap, &slopes_t) {
+                    (None, None) => fc::flash_attn_varlen_windowed(
+                        qt, kt, vt, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
+                    )?,
+                    (None, Some(a)) => fc::flash_attn_varlen_alibi_windowed(
+                        qt, kt, vt, a, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
+                    )?,
+                    (Some(c), a) => fc::flash_attn_varlen_alibi_windowed_softcap(
+                        qt,
+                        kt,
+                        vt,
+                        a.as_ref(),
+                        &seqlens_q,
+                        &seqlens_k,
+                        max_q,
+                        max_k,
+                        scale,
+                        l,
+                        r,
+                        c,
+                    )?,
+                };
+                assert_eq!(out.dims(), q.dims());
+                poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
+                let grads = (out.to_dtype(DType::F32)? * &d_o)?.sum_all()?.backward()?;
+                // The reference: each sequence's rows of the same packed f32 leaves.
+                let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
+                let (qr, kr, vr) = (f32v(&q)?, f32v(&k)?, f32v(&v)?);
+                let mut outs = Vec::new();
+                for i in 0..batch {
+                    let (q0, nq) = (cu_q[i] as usize, (cu_q[i + 1] - cu_q[i]) as usize);
+                    let (k0, nk) = (cu_k[i] as usize, (cu_k[i + 1] - cu_k[i]) as usize);
+                    if nq == 0 {
+                        continue;
+                    }
+                    let rows = |t: &Tensor, at, n| t.narrow(0, at, n)?.unsqueeze(0);
+                    let sl = slopes.as_ref().map(|sl| match alibi {
+                        1 => sl.clone(),
+                        _ => sl[i * hq..][..hq].to_vec(),
+                    });
+                    let o = reference_attention(
+                        &rows(qr.as_tensor(), q0, nq)?,
+                        &rows(kr.as_tensor(), k0, nk)?,
+                        &rows(vr.as_tensor(), k0, nk)?,
+                        &spec(scale, l, r, max_k, cap, sl),
+                    )?;
+                    outs.push(o.squeeze(0)?);
+                }
+                let out_r = Tensor::cat(&outs, 0)?;
+                let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
+                check_grads(
+                    &tag,
+                    dtype,
+                    (&grads, &[&qv, &kv, &vv]),
+                    (&grads_r, &[&qr, &kr, &vr]),
+                )?;
+                // The keys of the sequence with no query get none.
+                let dk = grads.get(kt).expect("dk").narrow(0, 20, 13)?;
+                assert!(
+                    host(&dk)?.iter().all(|x| *x == 0.0),
+                    "{tag}: dk of unread keys"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// What has no backward says so when `backward()` runs, never a gradient: a paged call.
+    #[test]
+    fn backward_of_a_paged_call_is_an_error_not_a_wrong_gradient() -> Result<()> {
         use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(12);
-        let q = Var::from_tensor(&tensor(&mut rng, &[1, 16, 2, 64], 1.0, DType::BF16, &dev)?)?;
-        let k = tensor(&mut rng, &[1, 16, 2, 64], 1.0, DType::BF16, &dev)?;
-        let out = fc::flash_attn_windowed(q.as_tensor(), &k, &k, 0.125, Some(4), Some(0))?;
+        let (hq, hkv, d, page) = (4, 2, 128, 32);
+        let q = Var::from_tensor(&tensor(&mut rng, &[20, hq, d], 1.0, DType::BF16, &dev)?)?;
+        let cache = tensor(&mut rng, &[14, page, hkv, d], 1.0, DType::BF16, &dev)?;
+        let table =
+            Tensor::new((0u32..12).collect::<Vec<_>>().as_slice(), &dev)?.reshape((3, 4))?;
+        let seqlens_q = Tensor::new(&[0u32, 3, 4, 20], &dev)?;
+        let seqlens_k = Tensor::new(&[0u32, 40, 41, 141], &dev)?;
+        let out = fc::flash_attn_varlen_paged_windowed(
+            q.as_tensor(),
+            &cache,
+            &cache,
+            &seqlens_q,
+            &seqlens_k,
+            &table,
+            None,
+            16,
+            100,
+            0.125,
+            None,
+            Some(0),
+            page,
+            None,
+        )?;
         let e = out.to_dtype(DType::F32)?.sum_all()?.backward().unwrap_err();
-        assert!(e.to_string().contains("backward"), "{e}");
+        assert!(e.to_string().contains("no backward"), "{e}");
+        assert!(e.to_string().contains("paged K/V"), "{e}");
         Ok(())
     }
 
@@ -1172,7 +1453,7 @@ mod gpu {
                 let bf = |t: &Tensor| t.to_dtype(DType::BF16);
                 fc::flash_attn(&bf(&q)?, &bf(&k)?, &bf(&v)?, scale, true)?.to_dtype(DType::F32)?
             } else {
-                reference_attention(&q, &k, &v, scale, true)?
+                reference_attention(&q, &k, &v, &causal_spec(scale, true, s))?
             };
             (o.reshape((b, s, hq * d))? - &target)?.sqr()?.mean_all()
         };
