@@ -821,13 +821,17 @@ fn kvcache_forward(
     })
 }
 
-/// The backward of [`forward`]: dQ, dK, dV (strides of q, k, v; `dout` with `out`'s) from
-/// dO, Q, K, V, O and the forward's LSE, with the forward's options. Dense attention only
-/// (causal or not, GQA): windows, softcap and ALiBi have no backward yet and are refused
-/// (`NotImplementedError`). `deterministic` takes only backward kernels whose
-/// repeated runs are bit-identical. Returns the kernel that ran.
+/// The backward of [`forward`] and [`varlen_forward`] (FlashAttention 2's `_flash_attn_backward`
+/// and `_flash_attn_varlen_backward`): dQ, dK, dV (strides of q, k, v; `dout` with `out`'s) from
+/// dO, Q, K, V, O and the forward's LSE, with the forward's options (causal, window, softcap,
+/// ALiBi slopes). Dense: q `(b, s_q, h, d)`, LSE `(b, h, s_q)`. Varlen (`cu_seqlens_q` and
+/// `cu_seqlens_k` given, with `max_seqlen_q`/`max_seqlen_k`): packed q `(total_q, h, d)`, k/v
+/// `(total_k, h_kv, d)`, LSE `(h, total_q)`. fp8 K/V have no backward (`NotImplementedError`,
+/// as is what no backward kernel takes). `deterministic` takes only backward kernels whose
+/// repeated runs are bit-identical; `check_tables` validates the cumulative lengths first (a
+/// stream synchronisation), as the forward does. Returns the kernel that ran.
 #[pyfunction]
-#[pyo3(signature = (dout, q, k, v, out, lse, dq, dk, dv, options, alibi_slopes, deterministic, workspace, device, stream))]
+#[pyo3(signature = (dout, q, k, v, out, lse, dq, dk, dv, options, alibi_slopes, deterministic, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn backward(
     py: Python<'_>,
@@ -843,11 +847,31 @@ fn backward(
     options: FaOptions,
     alibi_slopes: Option<Tensor>,
     deterministic: bool,
+    cu_seqlens_q: Option<Tensor>,
+    cu_seqlens_k: Option<Tensor>,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    check_tables: bool,
     workspace: (u64, usize),
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let (dtype, e4m3) = kv_dtype_of("flash_attn_func (backward)", &q, &k, &v)?;
+    let varlen = match (&cu_seqlens_q, &cu_seqlens_k) {
+        (Some(cu_q), Some(cu_k)) => {
+            Some(fa_args::cu_seqlens_batch(&cu_q.2, &cu_k.2).map_err(arg_error)?)
+        }
+        (None, None) => None,
+        _ => {
+            return Err(PyValueError::new_err(
+                "flashcore: the varlen backward takes cu_seqlens_q and cu_seqlens_k together",
+            ))
+        }
+    };
+    let api = match varlen {
+        Some(_) => "flash_attn_varlen_func (backward)",
+        None => "flash_attn_func (backward)",
+    };
+    let (dtype, e4m3) = kv_dtype_of(api, &q, &k, &v)?;
     if e4m3 {
         return Err(PyNotImplementedError::new_err(
             "flashcore: an e4m3 (fp8) K/V has no backward; the backward pass takes f16/bf16 \
@@ -855,22 +879,23 @@ fn backward(
         ));
     }
     let tables = Tables {
+        cu_seqlens_q,
+        cu_seqlens_k,
         alibi_slopes,
         ..Default::default()
     }
     .checked()?;
     let opts = options.rules(dtype, false, &tables)?;
-    let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
-        .map_err(arg_error)?;
-    if !problem.modes.is_dense() {
-        return Err(PyNotImplementedError::new_err(format!(
-            "flashcore: the backward pass takes dense attention (causal or not, GQA) only; \
-             this call has {}, which has no backward yet",
-            flashcore::ModeSupport::NONE
-                .missing(&problem.modes)
-                .unwrap_or("a mode")
-        )));
+    let (qv, kv, vv) = (q.view("q"), k.view("k"), v.view("v"));
+    let problem = match varlen {
+        Some(batch) => {
+            fa_args::varlen_problem(&qv, &kv, &vv, batch, max_seqlen_q, max_seqlen_k, &opts)
+        }
+        None => fa_args::dense_problem(&qv, &kv, &vv, &opts),
     }
+    .map_err(arg_error)?;
+    fa_args::backward_refusal(&problem)
+        .map_err(|e| PyNotImplementedError::new_err(format!("flashcore: {e}")))?;
     check_outputs(&problem, &q, &out, &lse)?;
     for (grad, like, gname, lname) in [
         (&dout, &out, "dout", "out"),
@@ -891,6 +916,10 @@ fn backward(
         let [bdo, bq, bk, bv, bo] = [&dout, &q, &k, &v, &out].map(|t| borrow::<u16>(&stream, t));
         let [mut bdq, mut bdk, mut bdv] = [&dq, &dk, &dv].map(|t| borrow::<u16>(&stream, t));
         let bl = borrow::<f32>(&stream, &lse);
+        let bt = BorrowedTables::new(&stream, &tables);
+        if check_tables {
+            dev.check_tables(&problem, &bt.views())?;
+        }
         let mut t = flashcore::BackwardTensors {
             q: bq.half(dtype),
             k: bk.half(dtype),
@@ -914,8 +943,11 @@ fn backward(
         let kernels = flashcore::backward_kernels()
             .into_iter()
             .filter(|k| !deterministic || k.deterministic());
+        let views = bt.views();
         flashcore::first_backward_that_takes(kernels, |kern| {
-            flashcore::backward::backward_on(kern, dev, &stream, &problem, &mut t)
+            flashcore::backward::backward_on_with_tables(
+                kern, dev, &stream, &problem, &mut t, &views,
+            )
         })
         .map(|(name, ())| name)
     })

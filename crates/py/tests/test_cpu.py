@@ -273,12 +273,38 @@ def test_opcheck_forward():
     torch.library.opcheck(_ops.fwd, (q, k, k, 0.125, True, -1, -1, 0.0, None, False))
 
 
+def test_opcheck_backward():
+    q, k = meta(2, 64, 8, 64), meta(2, 96, 2, 64)
+    lse = meta(2, 8, 64, dtype=torch.float32)
+    torch.library.opcheck(
+        _ops.bwd, (q, q, k, k, q, lse, 0.125, True, 16, 0, 30.0, meta(2, 8, dtype=torch.float32),
+                   False),
+    )
+
+
+def test_opcheck_varlen_backward():
+    cu = i32(3)
+    q, k = meta(40, 4, 64), meta(50, 2, 64)
+    lse = meta(4, 40, dtype=torch.float32)
+    for alibi, deterministic in [(None, False), (meta(4, dtype=torch.float32), True),
+                                 (meta(2, 4, dtype=torch.float32), False)]:
+        torch.library.opcheck(
+            _ops.varlen_bwd,
+            (q, q, k, k, q, lse, cu, cu, 20, 30, 0.125, True, 8, 0, 5.0, alibi, deterministic),
+        )
+
+
 def test_opcheck_varlen_and_kvcache():
     cu = i32(3)
     torch.library.opcheck(
         _ops.varlen_fwd,
         (meta(40, 4, 64), meta(50, 2, 64), meta(50, 2, 64), cu, cu, None, None, 20, 30, 0.125,
          True, -1, -1, 0.0, None),
+    )
+    torch.library.opcheck(
+        _ops.varlen_fwd,
+        (meta(40, 4, 64), meta(50, 2, 64), meta(50, 2, 64), cu, cu, None, None, 20, 30, 0.125,
+         False, 4, 4, 30.0, meta(4, dtype=torch.float32), None, None, True),
     )
     cache = meta(2, 128, 2, 64)
     torch.library.opcheck(
@@ -310,35 +336,135 @@ def test_compile_traces_bad_shapes_as_errors():
         compiled(meta(1, 16, 6, 64), meta(1, 16, 4, 64))
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [dict(window_size=(4, 0)), dict(softcap=30.0), dict(alibi_slopes=meta(2, dtype=torch.float32))],
-)
-def test_backward_refusal_rule(mode):
-    """The backward's refusal of modes it lacks, as the Rust checks give it (on the GPU it is
-    raised when ``backward`` runs: test_gpu.py)."""
-    q = meta(1, 16, 2, 64)
-    lse = meta(1, 2, 16, dtype=torch.float32)
+MODES = [
+    dict(window_size=(4, 0)),
+    dict(window_size=(3, 5)),
+    dict(causal=True, window_size=(8, -1)),
+    dict(softcap=30.0),
+    dict(alibi_slopes=meta(2, dtype=torch.float32)),
+    dict(causal=True, window_size=(4, 2), softcap=5.0,
+         alibi_slopes=meta(1, 2, dtype=torch.float32)),
+]
+_MODE_IDS = ["window", "window_two_sided", "causal_window", "softcap", "alibi", "all"]
+
+
+def _backward_rule(q, k, lse, cu=None, max_seqlen=(0, 0), **mode):
+    """``_flashcore.backward``'s checks (device None: nothing launches) on these shapes: dq, dk,
+    dv and dout shaped as q, k, k and q."""
     arg = _ops._shape_arg
     window = mode.get("window_size", (-1, -1))
-    with pytest.raises(NotImplementedError, match="no backward yet"):
+    options = (0.125, mode.get("causal", False), window, mode.get("softcap", 0.0))
+    return flashcore._flashcore.backward(
+        *(arg(t) for t in (q, q, k, k, q, lse, q, k, k)), options,
+        arg(mode.get("alibi_slopes")), False, arg(cu), arg(cu), *max_seqlen, False, (0, 0),
+        None, 0,
+    )
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_MODE_IDS)
+def test_backward_takes_the_modes(mode):
+    """The backward's Rust checks take every mode the forward takes (windows, causal, softcap,
+    ALiBi per head and per (batch, head)), dense and varlen."""
+    q, k = meta(1, 16, 2, 64), meta(1, 24, 2, 64)
+    assert _backward_rule(q, k, meta(1, 2, 16, dtype=torch.float32), **mode) == ("", 0)
+    q, k = meta(40, 2, 64), meta(50, 2, 64)
+    lse = meta(2, 40, dtype=torch.float32)
+    assert _backward_rule(q, k, lse, cu=i32(2), max_seqlen=(40, 50), **mode) == ("", 0)
+
+
+def test_varlen_backward_rule_refusals():
+    q, k, lse = meta(40, 4, 64), meta(50, 2, 64), meta(4, 40, dtype=torch.float32)
+    arg = _ops._shape_arg
+    with pytest.raises(ValueError, match="cu_seqlens_q and cu_seqlens_k together"):
         flashcore._flashcore.backward(
-            *(arg(t) for t in (q, q, q, q, q, lse, q, q, q)),
-            (0.125, False, window, mode.get("softcap", 0.0)), arg(mode.get("alibi_slopes")), False, (0, 0), None, 0,
+            *(arg(t) for t in (q, q, k, k, q, lse, q, k, k)), (0.125, True, (-1, -1), 0.0),
+            None, False, arg(i32(3)), None, 20, 30, False, (0, 0), None, 0,
+        )
+    with pytest.raises(ValueError, match="same number of elements"):
+        flashcore._flashcore.backward(
+            *(arg(t) for t in (q, q, k, k, q, lse, q, k, k)), (0.125, True, (-1, -1), 0.0),
+            None, False, arg(i32(3)), arg(i32(4)), 20, 30, False, (0, 0), None, 0,
+        )
+    with pytest.raises(ValueError, match="cu_seqlens_q must be torch.int32"):
+        _backward_rule(q, k, lse, cu=meta(3, dtype=torch.int64), max_seqlen=(20, 30))
+    with pytest.raises(ValueError, match="must divide number of heads"):
+        _backward_rule(meta(40, 3, 64), k, lse, cu=i32(3), max_seqlen=(20, 30))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        _backward_rule(q, k, lse, cu=i32(3), max_seqlen=(20, 30),
+                       alibi_slopes=meta(3, 4, dtype=torch.float32))
+    # dq must be laid out as q (the op allocates it so).
+    with pytest.raises(ValueError, match="dq must have q's dtype, shape and strides"):
+        flashcore._flashcore.backward(
+            *(arg(t) for t in (q, q, k, k, q, lse, k, k, k)), (0.125, True, (-1, -1), 0.0),
+            None, False, arg(i32(3)), arg(i32(3)), 20, 30, False, (0, 0), None, 0,
         )
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [dict(window_size=(4, 0)), dict(softcap=30.0), dict(alibi_slopes=meta(2, dtype=torch.float32))],
-)
-def test_compile_traces_modes_without_backward(mode):
-    """A forward whose mode has no backward still compiles when its inputs require grad: the
-    refusal waits for ``backward`` to run."""
+@pytest.mark.parametrize("mode", MODES, ids=_MODE_IDS)
+def test_compile_traces_the_backward_of_modes(mode):
+    """A forward with a mode compiles with its backward (fullgraph), which gives q's gradient."""
     q = meta(1, 16, 2, 64).requires_grad_(True)
     compiled = torch.compile(lambda q: flash_attn_func(q, q, q, **mode), fullgraph=True,
                              backend="aot_eager")
-    assert compiled(q).shape == q.shape
+    out = compiled(q)
+    assert out.shape == q.shape
+    out.sum().backward()
+    assert q.grad.shape == q.shape
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_MODE_IDS)
+def test_backward_of_mode_shapes(mode):
+    q = meta(1, 16, 2, 64).requires_grad_(True)
+    k = meta(1, 24, 1, 64).requires_grad_(True)
+    v = meta(1, 24, 1, 64).requires_grad_(True)
+    flash_attn_func(q, k, v, **mode).sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_MODE_IDS)
+def test_varlen_backward_shapes(mode):
+    """The varlen forward's autograd goes through flashcore::varlen_bwd (its fake on meta
+    tensors), packed forms included."""
+    cu = i32(2)
+    q = meta(40, 2, 64).requires_grad_(True)
+    k = meta(50, 1, 64).requires_grad_(True)
+    v = meta(50, 1, 64).requires_grad_(True)
+    out, lse = flash_attn_varlen_func(q, k, v, cu, cu, 40, 50, **mode, return_softmax_lse=True)
+    assert not lse.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    qkv = meta(40, 3, 2, 64).requires_grad_(True)
+    flash_attn_varlen_qkvpacked_func(qkv, cu, 40, **mode).sum().backward()
+    assert qkv.grad.shape == qkv.shape
+    kv = meta(50, 2, 1, 64).requires_grad_(True)
+    flash_attn_varlen_kvpacked_func(q, kv, cu, cu, 40, 50, **mode).sum().backward()
+    assert kv.grad.shape == kv.shape
+
+
+def test_compile_fullgraph_traces_the_varlen_backward():
+    def attend(q, k, v, cu_q, cu_k):
+        return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 30, causal=True,
+                                      window_size=(8, 0), deterministic=True) * 2
+
+    q = meta(40, 4, 64).requires_grad_(True)
+    k = meta(50, 2, 64).requires_grad_(True)
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, k, i32(3), i32(3))
+    assert out.shape == q.shape and out.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+def test_compile_traces_a_paged_varlen_forward_with_grad():
+    """A paged forward whose q requires grad still compiles: its backward refuses when it runs
+    (test_gpu.py)."""
+    q = meta(16, 2, 64).requires_grad_(True)
+    cache = meta(8, 16, 2, 64)
+    compiled = torch.compile(
+        lambda q, c, cu, t: flash_attn_varlen_func(q, c, c, cu, cu, 8, 32, block_table=t),
+        fullgraph=True, backend="aot_eager",
+    )
+    assert compiled(q, cache, i32(3), i32(2, 4)).shape == q.shape
 
 
 def test_lse_not_differentiable():
@@ -556,7 +682,7 @@ def test_fp8_backward_refusal_rule():
     with pytest.raises(NotImplementedError, match="fp8"):
         flashcore._flashcore.backward(
             *(arg(t) for t in (q, q, kv, kv, q, lse, q, kv, kv)),
-            (0.125, False, (-1, -1), 0.0), None, False, (0, 0), None, 0,
+            (0.125, False, (-1, -1), 0.0), None, False, None, None, 0, 0, False, (0, 0), None, 0,
         )
 
 

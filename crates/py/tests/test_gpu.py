@@ -498,13 +498,17 @@ def test_flash_attn_kvpacked(seqlen_q, seqlen_k, nheads, nheads_k, d, dtype, cau
 # ---- gradients ----
 
 
-def check_grads(names, ref_fn, inputs, out, dout):
+def check_grads(names, ref_fn, inputs, out, dout, skip_unsupported=True):
     """flashcore's gradients of ``inputs`` for ``dout`` (a skip, with the reason, when no backward
-    kernel takes the call) against the references' by the rule; ``ref_fn(*inputs, upcast=...)``
-    gives the reference's output."""
+    kernel takes the call and ``skip_unsupported``; a failure otherwise) against the references'
+    by the rule; ``ref_fn(*inputs, upcast=...)`` gives the reference's output. Each gradient is
+    NaN-poisoned before the kernels run (FLASHCORE_POISON_OUTPUTS), so an element no kernel
+    writes fails the rule's finiteness check."""
     try:
         grads = torch.autograd.grad(out, inputs, dout)
     except NotImplementedError as e:
+        if not skip_unsupported:
+            raise
         pytest.skip(f"no backward kernel takes this call: {e}")
     _, grads_ref = ref_with_grads(ref_fn, inputs, dout, upcast=True)
     _, grads_lp = ref_with_grads(ref_fn, inputs, dout, upcast=False)
@@ -591,34 +595,107 @@ def test_flash_attn_deterministic_backward(d, dtype, causal):
         assert_close(name, g, g_ref, g_lp)
 
 
-@parametrize("mode", ["window", "softcap", "alibi", "varlen", "varlen_qkvpacked", "paged",
-                      "kvcache"])
+GRAD_SHAPES = [(1, 239, 6, 6), (113, 203, 6, 2), (512, 256, 6, 1)]
+
+
+@parametrize("alibi", ALIBI)
+@parametrize("softcap", SOFTCAPS)
+@parametrize("window_size", WINDOWS)
+@parametrize("causal", [False, True])
+@parametrize("seqlen_q,seqlen_k,nheads,nheads_k", GRAD_SHAPES)
+@parametrize("d", [64, 128])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_grad_modes(seqlen_q, seqlen_k, nheads, nheads_k, d, dtype, causal,
+                               window_size, softcap, alibi):
+    """The backward with every mode the forward takes (windows, causal, softcap, ALiBi per head
+    and per (batch, head)), MHA/GQA/MQA, decode and seqlen_q > seqlen_k (causal rows that see no
+    key): dq, dk, dv against the float32 reference's autograd by the rule. A backward kernel
+    takes each of these calls, so a refusal fails the test."""
+    torch.manual_seed(0)
+    batch = 2
+    q = randn((batch, seqlen_q, nheads, d), dtype, q_scale(softcap), requires_grad=True)
+    k = randn((batch, seqlen_k, nheads_k, d), dtype, requires_grad=True)
+    v = randn((batch, seqlen_k, nheads_k, d), dtype, requires_grad=True)
+    modes = dict(causal=causal, window_size=window_size, softcap=softcap,
+                 alibi_slopes=make_alibi(alibi, batch, nheads))
+    out, lse = flash_attn_func(q, k, v, **modes, return_softmax_lse=True)
+    check_attention(out, lse, partial(attention_ref, q, k, v, **modes))
+    ref_out = lambda *t, upcast: attention_ref(*t, **modes, upcast=upcast)[0]  # noqa: E731
+    check_grads(("dq", "dk", "dv"), ref_out, (q, k, v), out, randn(out.shape, dtype),
+                skip_unsupported=False)
+
+
+@parametrize("modes", list(MODE_SETS))
+@parametrize("causal", [False, True])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_qkvpacked_grad_modes(dtype, causal, modes):
+    """The modes' backward through a packed qkv leaf (its views' strides)."""
+    torch.manual_seed(0)
+    batch, seqlen, nheads, d = 2, 197, 6, 64
+    m = MODE_SETS[modes]
+    qkv = randn((batch, seqlen, 3, nheads, d), dtype)
+    qkv[:, :, 0] *= q_scale(m["softcap"])
+    qkv.requires_grad_()
+    kw = dict(causal=causal, window_size=m["window_size"], softcap=m["softcap"],
+              alibi_slopes=make_alibi(m["alibi"], batch, nheads))
+    out = flash_attn_qkvpacked_func(qkv, **kw)
+    ref_fn = lambda x, upcast: attention_ref(*x.unbind(2), **kw, upcast=upcast)[0]  # noqa: E731
+    check_grads(("dqkv",), ref_fn, (qkv,), out, randn(out.shape, dtype), skip_unsupported=False)
+
+
+@parametrize("varlen", [False, True])
+@parametrize("dtype", DTYPES)
+def test_deterministic_backward_modes(dtype, varlen):
+    """deterministic=True with a window, softcap and ALiBi, dense and varlen: five backward
+    calls give bit-identical dq, dk, dv, and they pass the rule."""
+    torch.manual_seed(0)
+    nheads, nheads_k, d = 6, 2, 64
+    if varlen:
+        lens_q, lens_k = [113, 0, 57, 200], [203, 64, 0, 150]
+        cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+        q = randn((sum(lens_q), nheads, d), dtype, q_scale(30.0), requires_grad=True)
+        k = randn((sum(lens_k), nheads_k, d), dtype, requires_grad=True)
+        v = randn((sum(lens_k), nheads_k, d), dtype, requires_grad=True)
+        modes = dict(causal=True, window_size=(64, 16), softcap=30.0,
+                     alibi_slopes=make_alibi("batch_head", len(lens_q), nheads))
+        out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), **modes,
+                                     deterministic=True)
+        ref = lambda q, k, v, upcast: varlen_ref(  # noqa: E731
+            q, lens_q, torch.split(k, lens_k), torch.split(v, lens_k), **modes, upcast=upcast)[0]
+    else:
+        q = randn((2, 384, nheads, d), dtype, q_scale(30.0), requires_grad=True)
+        k = randn((2, 512, nheads_k, d), dtype, requires_grad=True)
+        v = randn((2, 512, nheads_k, d), dtype, requires_grad=True)
+        modes = dict(causal=True, window_size=(64, 16), softcap=30.0,
+                     alibi_slopes=make_alibi("batch_head", 2, nheads))
+        out = flash_attn_func(q, k, v, **modes, deterministic=True)
+        ref = lambda *t, upcast: attention_ref(*t, **modes, upcast=upcast)[0]  # noqa: E731
+    dout = randn(out.shape, dtype)
+    first = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    for _ in range(4):
+        again = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        for name, a, b in zip(("dq", "dk", "dv"), again, first):
+            assert_bitwise_equal(name, a, b)
+    _, grads_ref = ref_with_grads(ref, (q, k, v), dout, upcast=True)
+    _, grads_lp = ref_with_grads(ref, (q, k, v), dout, upcast=False)
+    for name, g, g_ref, g_lp in zip(("dq", "dk", "dv"), first, grads_ref, grads_lp):
+        assert_close(name, g, g_ref, g_lp)
+
+
+@parametrize("mode", ["paged", "kvcache"])
 def test_backward_not_implemented(mode):
-    """Modes that no backward kernel takes raise NotImplementedError from .backward() (docs/
-    PYTHON.md: a window, softcap, ALiBi, varlen); flash_attn_with_kvcache refuses inputs that
-    require grad at the call."""
+    """What has no backward (docs/PYTHON.md): a paged K/V raises NotImplementedError from
+    .backward(); flash_attn_with_kvcache refuses inputs that require grad at the call."""
     torch.manual_seed(0)
     dtype, batch, seqlen, nheads, d = torch.bfloat16, 2, 128, 4, 64
     q = randn((batch, seqlen, nheads, d), dtype, requires_grad=True)
     k = randn((batch, seqlen, nheads, d), dtype, requires_grad=True)
     v = randn((batch, seqlen, nheads, d), dtype, requires_grad=True)
     cu = cu_seqlens([seqlen] * batch)
-    packed = [t.flatten(0, 1) for t in (q, k, v)]
-    if mode == "window":
-        out = flash_attn_func(q, k, v, window_size=(32, 0))
-    elif mode == "softcap":
-        out = flash_attn_func(q, k, v, softcap=30.0)
-    elif mode == "alibi":
-        out = flash_attn_func(q, k, v, alibi_slopes=make_alibi("head", batch, nheads))
-    elif mode == "varlen":
-        out = flash_attn_varlen_func(*packed, cu, cu, seqlen, seqlen)
-    elif mode == "varlen_qkvpacked":
-        qkv = randn((batch * seqlen, 3, nheads, d), dtype, requires_grad=True)
-        out = flash_attn_varlen_qkvpacked_func(qkv, cu, seqlen)
-    elif mode == "paged":
+    if mode == "paged":
         k_pool, v_pool, table = paged(k.detach(), v.detach(), 64)
         k_pool.requires_grad_()
-        out = flash_attn_varlen_func(packed[0], k_pool, v_pool, cu, cu, seqlen, seqlen,
+        out = flash_attn_varlen_func(q.flatten(0, 1), k_pool, v_pool, cu, cu, seqlen, seqlen,
                                      block_table=table)
     else:
         # Inference only: refused at the call when an input requires grad.
@@ -627,7 +704,7 @@ def test_backward_not_implemented(mode):
                                     cache_seqlens=seqlen // 2)
         return
     assert torch.isfinite(out).all()
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="paged K/V"):
         out.float().sum().backward()
 
 
@@ -747,6 +824,86 @@ def test_flash_attn_varlen_head_dims(max_seqlen_q, max_seqlen_k, nheads, nheads_
 def test_flash_attn_varlen_packed(api, dtype, causal, modes):
     nheads_k = 6 if api == "qkvpacked" else 2
     check_varlen(dtype, 128, 217, 300, 6, nheads_k, causal, **MODE_SETS[modes], api=api)
+
+
+def check_varlen_grad(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
+                      window_size, softcap, alibi, api="separate"):
+    """flash_attn_varlen_func's backward (or a packed form's) over five sequences of different
+    lengths, one with no query and one whose queries see no key: out and softmax_lse, then every
+    gradient (NaN-poisoned first) against the per-sequence float32 reference's autograd, by the
+    rule. A refusal fails the test."""
+    torch.manual_seed(0)
+    batch = 5
+    lens_q = random_lengths(batch, max_seqlen_q, zero_at=1)
+    lens_k = lens_q if api == "qkvpacked" else random_lengths(batch, max_seqlen_k, zero_at=2)
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    total_q, total_k = sum(lens_q), sum(lens_k)
+    modes = dict(causal=causal, window_size=window_size, softcap=softcap,
+                 alibi_slopes=make_alibi(alibi, batch, nheads))
+
+    def ref_of(q, k, v, upcast):
+        ks, vs = torch.split(k, lens_k), torch.split(v, lens_k)
+        return varlen_ref(q, lens_q, ks, vs, **modes, upcast=upcast)
+
+    if api == "qkvpacked":
+        qkv = randn((total_q, 3, nheads, d), dtype)
+        qkv[:, 0] *= q_scale(softcap)
+        qkv.requires_grad_()
+        out, lse = flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q), **modes,
+                                                    return_softmax_lse=True)
+        leaves, names = (qkv,), ("dqkv",)
+        ref_fn = lambda x, upcast: ref_of(*x.unbind(1), upcast)[0]  # noqa: E731
+        check_attention(out, lse, partial(ref_of, *qkv.unbind(1)))
+    elif api == "kvpacked":
+        q = randn((total_q, nheads, d), dtype, q_scale(softcap), requires_grad=True)
+        kv = randn((total_k, 2, nheads_k, d), dtype, requires_grad=True)
+        out, lse = flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, max(lens_q), max(lens_k),
+                                                   **modes, return_softmax_lse=True)
+        leaves, names = (q, kv), ("dq", "dkv")
+        ref_fn = lambda q, kv, upcast: ref_of(q, *kv.unbind(1), upcast)[0]  # noqa: E731
+        check_attention(out, lse, partial(ref_of, q, *kv.unbind(1)))
+    else:
+        q = randn((total_q, nheads, d), dtype, q_scale(softcap), requires_grad=True)
+        k = randn((total_k, nheads_k, d), dtype, requires_grad=True)
+        v = randn((total_k, nheads_k, d), dtype, requires_grad=True)
+        out, lse = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), **modes,
+                                          return_softmax_lse=True)
+        leaves, names = (q, k, v), ("dq", "dk", "dv")
+        ref_fn = lambda q, k, v, upcast: ref_of(q, k, v, upcast)[0]  # noqa: E731
+        check_attention(out, lse, partial(ref_of, q, k, v))
+    assert lse.shape == (nheads, total_q)
+    check_grads(names, ref_fn, leaves, out, randn(out.shape, dtype), skip_unsupported=False)
+
+
+VARLEN_GRAD_MODES = {
+    "plain": NO_MODES,
+    "window": dict(window_size=(64, 16), softcap=0.0, alibi=None),
+    "softcap": dict(window_size=(-1, -1), softcap=30.0, alibi=None),
+    "alibi_head": dict(window_size=(-1, -1), softcap=0.0, alibi="head"),
+    "alibi_batch_head": dict(window_size=(-1, -1), softcap=0.0, alibi="batch_head"),
+    "all_modes": ALL_MODES,
+}
+
+
+@parametrize("modes", list(VARLEN_GRAD_MODES))
+@parametrize("causal", [False, True])
+@parametrize("nheads,nheads_k", GQA)
+@parametrize("max_seqlen_q,max_seqlen_k", [(113, 203), (512, 256)])
+@parametrize("d", [64, 128])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_varlen_grad(max_seqlen_q, max_seqlen_k, nheads, nheads_k, d, dtype, causal,
+                                modes):
+    check_varlen_grad(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
+                      **VARLEN_GRAD_MODES[modes])
+
+
+@parametrize("modes", list(MODE_SETS))
+@parametrize("causal", [False, True])
+@parametrize("api", ["qkvpacked", "kvpacked"])
+@parametrize("dtype", DTYPES)
+def test_flash_attn_varlen_packed_grad(api, dtype, causal, modes):
+    nheads_k = 6 if api == "qkvpacked" else 2
+    check_varlen_grad(dtype, 128, 217, 300, 6, nheads_k, causal, **MODE_SETS[modes], api=api)
 
 
 def check_paged_varlen(dtype, d, page_block_size, nheads, nheads_k, causal, window_size, softcap,

@@ -3,9 +3,10 @@
 Each op reads its tensors through their data pointers, dtypes, shapes and strides (no copies),
 allocates its outputs with PyTorch's caching allocator, and queues the kernels on PyTorch's
 current stream of the tensors' device. Each has a fake (meta) implementation, so
-``torch.compile`` traces through it without a graph break, and the forward carries flashcore's
-backward into autograd where a backward kernel takes the mode (dense attention, causal or not,
-GQA); other modes raise ``NotImplementedError`` from ``backward``.
+``torch.compile`` traces through it without a graph break, and the dense and varlen (packed)
+forwards carry flashcore's backward into autograd (``flashcore::bwd``, ``flashcore::varlen_bwd``:
+causal or not, GQA, sliding windows, softcap, ALiBi); what has none (fp8 K/V, paged K/V, a V head
+dim of its own, what no backward kernel takes) raises ``NotImplementedError`` from ``backward``.
 
 Eager calls that record no gradient run the CUDA implementation directly (:func:`eager`):
 PyTorch's dispatcher costs more than a small attention call on its own. ``flash_attn_func``'s
@@ -384,7 +385,7 @@ def bwd(
         _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
         _arg(dq), _arg(dk), _arg(dv),
         (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        deterministic,
+        deterministic, None, None, 0, 0, False,
     )
     _launch(_flashcore.backward, args, q.device)
     return dq, dk, dv
@@ -398,15 +399,20 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
     args = (
         *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
         (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
-        deterministic,
+        deterministic, None, None, 0, 0, False,
     )
-    try:
-        _check_only(_flashcore.backward, args, (dout, q, k, v, out, lse, alibi_slopes))
-    except NotImplementedError:
-        # A mode with no backward is refused when the backward runs, not when it is traced:
-        # torch.compile traces the backward of every call whose inputs require grad.
-        pass
+    _check_backward_shapes(args, (dout, q, k, v, out, lse, alibi_slopes))
     return grads
+
+
+def _check_backward_shapes(args, tensors) -> None:
+    """The backward's checks on fake tensors' shapes; what no backward takes is refused when the
+    backward runs, not when it is traced (torch.compile traces the backward of every call whose
+    inputs require grad)."""
+    try:
+        _check_only(_flashcore.backward, args, tensors)
+    except NotImplementedError:
+        pass
 
 
 def _fwd_setup(ctx, inputs, output):
@@ -456,7 +462,9 @@ def varlen_fwd_impl(
     alibi_slopes: Optional[Tensor],
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
+    deterministic: bool = False,
 ) -> Tuple[Tensor, Tensor]:
+    # deterministic matters to the backward only.
     total_q, h = q.shape[0], q.shape[1]
     out = _empty_out(q, v)
     lse = _alloc((h, total_q), torch.float32, q.device)
@@ -480,7 +488,7 @@ varlen_fwd = torch.library.custom_op(
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale=None,
-      v_descale=None):
+      v_descale=None, deterministic=False):
     out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, k_descale,
@@ -498,8 +506,8 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
 @torch.library.custom_op("flashcore::refuse_backward", mutates_args=(), device_types="cuda")
 def refuse_backward(q: Tensor, what: str) -> Tensor:
     raise NotImplementedError(
-        f"flashcore: {what} has no backward yet; the backward pass takes dense attention "
-        "(flash_attn_func and its packed forms, causal or not, GQA) only"
+        f"flashcore: {what} has no backward; the backward pass takes float16/bfloat16 dense or "
+        "varlen (packed) attention, causal or not, GQA, with sliding windows, softcap and ALiBi"
     )
 
 
@@ -508,25 +516,86 @@ def _(q, what):
     return torch.empty_like(q)
 
 
-def _refused_backward(what: str):
-    """The backward of an op that has none: it raises NotImplementedError when it runs (not
-    when torch.compile traces it), through :func:`refuse_backward` on the output's gradient
-    (which has q's shape)."""
+@torch.library.custom_op("flashcore::varlen_bwd", mutates_args=(), device_types="cuda")
+def varlen_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention 2's ``_flash_attn_varlen_backward``: dQ ``(total_q, h, d)``, dK, dV
+    ``(total_k, h_k, d)`` of packed sequences, from the forward's LSE ``(h, total_q)``."""
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    dq, dk, dv = (_alloc(t.shape, t.dtype, t.device) for t in (q, k, v))
+    check = _table_checks and not _capturing()
+    args = (
+        _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
+        _arg(dq), _arg(dk), _arg(dv),
+        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
+        deterministic, _arg(cu_seqlens_q), _arg(cu_seqlens_k), max_seqlen_q, max_seqlen_k, check,
+    )
+    _launch(_flashcore.backward, args, q.device)
+    return dq, dk, dv
 
-    def backward(ctx, *grads):
-        return (refuse_backward(grads[0], what),) + (None,) * (ctx.inputs - 1)
 
-    return backward
+@varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic):
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    args = (
+        *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
+        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
+        deterministic, _shape_arg(cu_seqlens_q), _shape_arg(cu_seqlens_k), max_seqlen_q,
+        max_seqlen_k, False,
+    )
+    _check_backward_shapes(
+        args, (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    )
+    return grads
 
 
-def _count_inputs(ctx, inputs, output):
+def _varlen_setup(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, used, table, max_q, max_k, scale, causal, wl, wr, softcap,
+     alibi, k_descale, v_descale, deterministic) = inputs
     ctx.inputs = len(inputs)
-    ctx.mark_non_differentiable(output[1])
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    # A paged K/V (block_table, read through seqused_k) or an fp8 one has no backward.
+    ctx.refused = (
+        "flash_attn_varlen_func with a paged K/V (block_table)" if table is not None
+        else "flash_attn_varlen_func with an fp8 (float8_e4m3fn) K/V"
+        if k.dtype != q.dtype or v.dtype != q.dtype else None
+    )
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi)
+    ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
 
 
-varlen_fwd.register_autograd(
-    _refused_backward("flash_attn_varlen_func"), setup_context=_count_inputs
-)
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k, alibi = ctx.saved_tensors
+    none = (None,) * (ctx.inputs - 3)
+    if ctx.refused is not None:
+        return (refuse_backward(dout, ctx.refused), None, None, *none)
+    max_q, max_k, scale, causal, wl, wr, softcap, deterministic = ctx.options
+    dq, dk, dv = varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, causal,
+                            wl, wr, softcap, alibi, deterministic)
+    return (dq, dk, dv, *none)
+
+
+varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup)
 
 
 # ---- KV cache (contiguous or paged), with an optional in-place append ----

@@ -10,6 +10,10 @@ and :func:`flash_attn_varlen_func` take K/V (the cache) as ``torch.float8_e4m3fn
 the true value of a stored byte is ``float(byte) * descale[b, h_k]``, a missing descale is 1.0,
 and q (so the output) stays float16/bfloat16. No backward.
 
+The dense and varlen functions (and their packed forms) are differentiable, with every mode
+they take (causal, window, softcap, ALiBi); fp8 and paged K/V and the KV cache are inference
+only.
+
 Beyond FlashAttention 2: every function takes ``return_softmax_lse=True`` to return
 ``(out, softmax_lse)`` (softmax_lse is not differentiable: no gradient flows through it). What
 flashcore does not do is refused, never ignored: ``dropout_p > 0``
@@ -102,12 +106,12 @@ def flash_attn_func(
     """q ``(batch, seqlen_q, nheads, headdim)``; k, v ``(batch, seqlen_k, nheads_k, headdim)``
     with ``nheads`` a multiple of ``nheads_k`` (GQA/MQA). Any strides with a contiguous last
     dim. Returns out ``(batch, seqlen_q, nheads, headdim)`` (and softmax_lse
-    ``(batch, nheads, seqlen_q)`` fp32 with ``return_softmax_lse``). Differentiable for dense
-    attention (causal or not, GQA); with a window, softcap or ALiBi ``backward`` raises
-    ``NotImplementedError``. ``deterministic=True`` takes only backward kernels whose runs are
-    bit-identical. k and v may be fp8 (``torch.float8_e4m3fn``, both) with float32
-    ``k_descale``/``v_descale`` ``(batch, nheads_k)`` as FlashAttention 3 takes them (a missing
-    one is 1.0); such a call has no backward."""
+    ``(batch, nheads, seqlen_q)`` fp32 with ``return_softmax_lse``). Differentiable (causal or
+    not, GQA, with a window, softcap and ALiBi); ``deterministic=True`` takes only backward
+    kernels whose runs are bit-identical. k and v may be fp8 (``torch.float8_e4m3fn``, both) with
+    float32 ``k_descale``/``v_descale`` ``(batch, nheads_k)`` as FlashAttention 3 takes them (a
+    missing one is 1.0); such a call has no backward (``NotImplementedError`` from
+    ``backward``)."""
     if dropout_p or return_attn_probs:
         _refuse(dropout_p, return_attn_probs)
     # The prepared path takes 16-bit K/V only (an fp8 K/V without descales it declines itself).
@@ -212,8 +216,10 @@ def flash_attn_varlen_func(
     page_block_size, nheads_k, headdim)`` and sequence b's keys are its first
     ``cu_seqlens_k[b+1] - cu_seqlens_k[b]`` cache rows. softmax_lse is ``(nheads, total_q)``.
     k and v (packed or paged) may be fp8 (``torch.float8_e4m3fn``) with float32
-    ``k_descale``/``v_descale`` ``(batch, nheads_k)``, as FlashAttention 3 takes them. No backward
-    yet (``NotImplementedError``)."""
+    ``k_descale``/``v_descale`` ``(batch, nheads_k)``, as FlashAttention 3 takes them.
+    Differentiable when packed (FlashAttention 2's varlen backward, with the window, softcap and
+    ALiBi; ``deterministic=True`` as in :func:`flash_attn_func`); a paged or fp8 K/V has no
+    backward (``NotImplementedError`` from ``backward``)."""
     _refuse(dropout_p, return_attn_probs)
     _refuse_q_descale(q_descale)
     _tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -236,7 +242,7 @@ def flash_attn_varlen_func(
     out, lse = op(
         q, k, v, cu_seqlens_q, cu_k, used, block_table, int(max_seqlen_q), int(max_seqlen_k),
         _scale(softmax_scale, q.shape[-1]), bool(causal), left, right, float(softcap),
-        alibi_slopes, k_descale, v_descale,
+        alibi_slopes, k_descale, v_descale, bool(deterministic),
     )
     return _result(out, lse, return_softmax_lse)
 
