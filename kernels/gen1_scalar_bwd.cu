@@ -19,6 +19,8 @@
 // see a key and the keys a row sees (both one range), and p and ds come from the forward's
 // logit (softcap, ALiBi), ds times softcap's 1 − tanh². The three parts below are the only
 // difference; a dense build keeps the causal rule.
+// Varlen (FC_BWD_VARLEN builds): each sequence's own lengths and first storage rows
+// (backward_scores.cuh); a key or row past its sequence's end has nothing to write.
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
 #include "common/masking.cuh"
@@ -33,12 +35,12 @@
 
 #if FC_BWD_MODES
 // The query rows that see `key`, and the keys `row` sees: the window's (and causal) ranges.
-__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int key) {
-    return query_range(p, bwd_seq(p), key);
+__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int b, int key) {
+    return query_range(p, bwd_seq(p, b), key);
 }
 __device__ __forceinline__ int rows_end(const AttentionParams&, const QueryRange& rows) { return rows.end; }
-__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int row) {
-    return key_range(p, bwd_seq(p), row);
+__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int b, int row) {
+    return key_range(p, bwd_seq(p, b), row);
 }
 
 // p_ij and ds_ij of a pair the ranges above hold, from the raw dot products and the row's
@@ -47,7 +49,7 @@ __device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int row)
 // the accumulators spilled 4 bytes on sm_80.
 __device__ __forceinline__ void prob_and_ds(const AttentionParams& p, int b, int h, int row, int key, float dot,
                                             float dp, float lse, float d_i, float& pr, float& ds) {
-    const ScoreMod mod = score_mod(p, bwd_seq(p), b, opaque(h));
+    const ScoreMod mod = score_mod(p, bwd_seq(p, b), b, opaque(h));
     const BwdScore s = bwd_score(mod, dot, dp, lse * FC_LOG2E, d_i, row, key, true);
     pr = s.p;
     ds = s.ds;
@@ -55,12 +57,12 @@ __device__ __forceinline__ void prob_and_ds(const AttentionParams& p, int b, int
 #else
 // Bottom-right causal: the rows from key - (seq_k - seq_q) on see it, a row the keys before
 // causal_key_end. (The rows' end read as p.seq_q where it is used, as it always was.)
-__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int key) {
+__device__ __forceinline__ QueryRange rows_seeing(const AttentionParams& p, int, int key) {
     long long first = p.causal ? (long long)key - ((long long)p.seq_k - p.seq_q) : 0;
     return {first < 0 ? 0 : (first > p.seq_q ? p.seq_q : (int)first), p.seq_q};
 }
 __device__ __forceinline__ int rows_end(const AttentionParams& p, const QueryRange&) { return p.seq_q; }
-__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int row) {
+__device__ __forceinline__ KeyRange keys_seen(const AttentionParams& p, int, int row) {
     return {0, causal_key_end(p, row)};  // empty for a row that sees no key
 }
 
@@ -76,16 +78,14 @@ extern "C" __global__ void __launch_bounds__(SCALAR_BWD_THREADS)
 bwd_scalar_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const elem_t* o = static_cast<const elem_t*>(p.o);
     const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
-    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+    const long long rows = bwd_flat_rows(p);
     for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;
          r += (long long)gridDim.x * blockDim.x) {
-        const int row = (int)(r % p.seq_q);
-        const int head = (int)((r / p.seq_q) % p.heads_q);
-        const int batch = (int)(r / ((long long)p.seq_q * p.heads_q));
+        const auto [batch, head, row] = bwd_flat_row(p, r);
         const long long ob = o_offset(p, batch, head, row), db = do_offset(g, batch, head, row);
         float acc = 0.0f;
         for (int c = 0; c < p.head_dim; ++c) acc += to_float(d_o[db + c]) * to_float(o[ob + c]);
-        p.workspace[lse_offset(p, batch, head, row)] = acc;
+        p.workspace[FC_BWD_VARLEN ? r : lse_offset(p, batch, head, row)] = acc;  // (varlen: r is the LSE index)
     }
 }
 
@@ -110,14 +110,16 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         const int key = (int)(key_id % p.seq_k);
         const int kv_head = (int)((key_id / p.seq_k) % p.heads_kv);
         const int batch = (int)(key_id / ((long long)p.seq_k * p.heads_kv));
-        const long long kb = k_offset(p, batch, kv_head, key), vb = v_offset(p, batch, kv_head, key);
+        if (FC_BWD_VARLEN && key >= bwd_len_k(p, batch)) continue;  // past its sequence's keys (varlen): nothing to write
+        const int key_row = bwd_k_row(p, batch, key);
+        const long long kb = k_offset(p, batch, kv_head, key_row), vb = v_offset(p, batch, kv_head, key_row);
         for (int c = tid; c < p.head_dim; c += SCALAR_BWD_THREADS) {
             k_row[c] = to_float(k[kb + c]);
             v_row[c] = to_float(v[vb + c]);
         }
         __syncthreads();
 
-        const QueryRange rows = rows_seeing(p, key);
+        const QueryRange rows = rows_seeing(p, batch, key);
 
         float dk_acc[SCALAR_BWD_COLS], dv_acc[SCALAR_BWD_COLS];
 #pragma unroll
@@ -128,13 +130,14 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                 const int row = chunk + tid;
                 float pr = 0.0f, ds = 0.0f;
                 if (row < rows_end(p, rows)) {
-                    const long long qb = q_offset(p, batch, h, row), db = do_offset(g, batch, h, row);
+                    const long long qb = q_offset(p, batch, h, bwd_q_row(p, batch, row));
+                    const long long db = do_offset(g, batch, h, bwd_q_row(p, batch, row));
                     float dot = 0.0f, dp = 0.0f;
                     for (int c = 0; c < p.head_dim; ++c) {
                         dot += to_float(q[qb + c]) * k_row[c];
                         dp += to_float(d_o[db + c]) * v_row[c];
                     }
-                    const long long r = lse_offset(p, batch, h, row);
+                    const long long r = bwd_lse_offset(p, batch, h, row);
                     prob_and_ds(p, batch, h, row, key, dot, dp, p.lse[r], dvec[r], pr, ds);
                 }
                 ps[tid] = pr;
@@ -147,8 +150,8 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     if (c < p.head_dim) {
                         float a = dv_acc[m], b = dk_acc[m];
                         for (int t = 0; t < n; ++t) {
-                            a += ps[t] * to_float(d_o[do_offset(g, batch, h, chunk + t) + c]);
-                            b += dss[t] * to_float(q[q_offset(p, batch, h, chunk + t) + c]);
+                            a += ps[t] * to_float(d_o[do_offset(g, batch, h, bwd_q_row(p, batch, chunk + t)) + c]);
+                            b += dss[t] * to_float(q[q_offset(p, batch, h, bwd_q_row(p, batch, chunk + t)) + c]);
                         }
                         dv_acc[m] = a;
                         dk_acc[m] = b;
@@ -157,7 +160,7 @@ bwd_scalar_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                 __syncthreads();  // ps and dss are rewritten by the next chunk
             }
         }
-        const long long gk = dk_offset(g, batch, kv_head, key), gv = dv_offset(g, batch, kv_head, key);
+        const long long gk = dk_offset(g, batch, kv_head, key_row), gv = dv_offset(g, batch, kv_head, key_row);
 #pragma unroll
         for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
             const int c = tid + m * SCALAR_BWD_THREADS;
@@ -189,15 +192,17 @@ bwd_scalar_dq(const __grid_constant__ AttentionParams p, const __grid_constant__
         const int head = (int)((row_id / p.seq_q) % p.heads_q);
         const int batch = (int)(row_id / ((long long)p.seq_q * p.heads_q));
         const int kv_head = head / p.q_heads_per_kv;
-        const long long qb = q_offset(p, batch, head, row), db = do_offset(g, batch, head, row);
+        if (FC_BWD_VARLEN && row >= bwd_len_q(p, batch)) continue;  // past its sequence's queries (varlen): nothing to write
+        const int row_stored = bwd_q_row(p, batch, row);
+        const long long qb = q_offset(p, batch, head, row_stored), db = do_offset(g, batch, head, row_stored);
         for (int c = tid; c < p.head_dim; c += SCALAR_BWD_THREADS) {
             q_row[c] = to_float(q[qb + c]);
             do_row[c] = to_float(d_o[db + c]);
         }
         __syncthreads();
-        const long long r = lse_offset(p, batch, head, row);
+        const long long r = bwd_lse_offset(p, batch, head, row);
         const float lse = p.lse[r], d_i = p.workspace[r];
-        const KeyRange keys = keys_seen(p, row);
+        const KeyRange keys = keys_seen(p, batch, row);
 
         float acc[SCALAR_BWD_COLS];
 #pragma unroll
@@ -206,7 +211,8 @@ bwd_scalar_dq(const __grid_constant__ AttentionParams p, const __grid_constant__
             const int key = chunk + tid;
             float ds = 0.0f;
             if (key < keys.hi) {
-                const long long kb = k_offset(p, batch, kv_head, key), vb = v_offset(p, batch, kv_head, key);
+                const long long kb = k_offset(p, batch, kv_head, bwd_k_row(p, batch, key));
+                const long long vb = v_offset(p, batch, kv_head, bwd_k_row(p, batch, key));
                 float dot = 0.0f, dp = 0.0f;
                 for (int c = 0; c < p.head_dim; ++c) {
                     dot += q_row[c] * to_float(k[kb + c]);
@@ -223,13 +229,14 @@ bwd_scalar_dq(const __grid_constant__ AttentionParams p, const __grid_constant__
                 const int c = tid + m * SCALAR_BWD_THREADS;
                 if (c < p.head_dim) {
                     float a = acc[m];
-                    for (int t = 0; t < n; ++t) a += dss[t] * to_float(k[k_offset(p, batch, kv_head, chunk + t) + c]);
+                    for (int t = 0; t < n; ++t)
+                        a += dss[t] * to_float(k[k_offset(p, batch, kv_head, bwd_k_row(p, batch, chunk + t)) + c]);
                     acc[m] = a;
                 }
             }
             __syncthreads();  // dss is rewritten by the next chunk
         }
-        const long long gq = dq_offset(g, batch, head, row);
+        const long long gq = dq_offset(g, batch, head, row_stored);
 #pragma unroll
         for (int m = 0; m < SCALAR_BWD_COLS; ++m) {
             const int c = tid + m * SCALAR_BWD_THREADS;

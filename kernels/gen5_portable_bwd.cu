@@ -38,6 +38,9 @@
 // walked_keys); each step takes both its products first, then P and dS together from the
 // forward's logit (softcap's 1 − tanh² needs the raw score where dS is formed), the element mask
 // on the tile pairs a window's edge or a tail crosses.
+//
+// FC_BWD_VARLEN (0|1, a modes build): packed sequences with cu_seqlens (common/backward_scores.cuh):
+// each item's sequence has its own lengths and first storage rows, and a tile past its end exits.
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -114,14 +117,6 @@ __device__ __forceinline__ int dq_k(int buf) { return 2 * dq_q_bytes + buf * 2 *
 __device__ __forceinline__ int dq_v(int buf) { return dq_k(buf) + dq_kv_bytes; }
 constexpr int dq_smem_bytes = 2 * dq_q_bytes + 4 * dq_kv_bytes;
 
-// (batch, head, row) of flat query row r, the index of lse_offset and the workspace's D vector.
-struct QueryRow {
-    int batch, head, row;
-};
-__device__ __forceinline__ QueryRow query_row(const AttentionParams& p, long long r) {
-    return {(int)(r / ((long long)p.seq_q * p.heads_q)), (int)((r / p.seq_q) % p.heads_q), (int)(r % p.seq_q)};
-}
-
 // Stores a warp's 16 x head_dim f32 accumulator rows (rows row0 + group, + 8) times `scale` into
 // a row-major gradient tensor; rows at or past `valid_rows`, and a padded build's columns past
 // `cols` (p.head_dim), are not written. Each quad writes 16 contiguous bytes per n8 tile.
@@ -162,18 +157,18 @@ bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_co
     const elem_t* d_o = static_cast<const elem_t*>(g.d_o);
     const int lane = threadIdx.x % 32;
     const int sub_row = lane / Dot::lanes, chunk = lane % Dot::lanes;
-    const long long rows = (long long)p.batch * p.heads_q * p.seq_q;
+    const long long rows = bwd_flat_rows(p);
     const long long stride = (long long)gridDim.x * num_warps * Dot::rows_per_warp;
     for (long long r0 = ((long long)blockIdx.x * num_warps + threadIdx.x / 32) * Dot::rows_per_warp; r0 < rows;
          r0 += stride) {
         const long long r = r0 + sub_row;
         float acc = 0.f;
         if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
-            const auto [batch, head, row] = query_row(p, r);
+            const auto [batch, head, row] = bwd_flat_row(p, r);
             acc = Dot::partial(o + o_offset(p, batch, head, row), d_o + do_offset(g, batch, head, row), chunk);
         }
         acc = Dot::reduce(acc);
-        if (chunk == 0 && r < rows) p.workspace[r] = acc;  // r is lse_offset(p, batch, head, row)
+        if (chunk == 0 && r < rows) p.workspace[r] = acc;  // r is the row's LSE index
     }
 #if defined(FC_BWD_ATOMIC_DQ)
     float4* dq_acc = reinterpret_cast<float4*>(PortableDqAccumulator::base(p));
@@ -204,8 +199,9 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         const int b = (int)((item % heads) / p.heads_kv);
         const int h_kv = (int)(item % p.heads_kv);
         const int k0 = key_tile * dkdv_key_rows;
-        const int key_rows = min(dkdv_key_rows, p.seq_k - k0);
-        const TileRange walk = walked_query_tiles(p, k0, dkdv_key_rows, dkdv_query_rows, query_tiles);
+        const int key_rows = min(dkdv_key_rows, bwd_len_k(p, b) - k0);
+        if (FC_BWD_VARLEN && key_rows <= 0) continue;  // past its sequence's keys: nothing to write
+        const TileRange walk = walked_query_tiles(p, b, k0, dkdv_key_rows, dkdv_query_rows, query_tiles);
         const int first_qt = walk.first;
         const int steps_per_head = walk.end - first_qt;  // 0 when no query sees these keys
         const int steps = steps_per_head * p.q_heads_per_kv;
@@ -215,12 +211,12 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         auto step_q0 = [&](int s) { return (first_qt + s % steps_per_head) * dkdv_query_rows; };
         auto load_step = [&](int s, int buf) {
             const int h = step_head(s), q0 = step_q0(s);
-            const int rows = min(dkdv_query_rows, p.seq_q - q0);
+            const int rows = min(dkdv_query_rows, bwd_len_q(p, b) - q0);
             load_tile_async<dkdv_query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dkdv_q(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride,
-                rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + dkdv_q(buf), static_cast<const elem_t*>(p.q) + q_offset(p, b, h, bwd_q_row(p, b, q0)),
+                p.q_row_stride, rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_tile_async<dkdv_query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dkdv_do(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0),
+                smem_base + dkdv_do(buf), static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, bwd_q_row(p, b, q0)),
                 g.do_row_stride, rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             // Row statistics by plain stores (visible after the barrier that ends the step before
             // this buffer is read). Rows past the end get LSE = +inf, so their P is exactly 0.
@@ -228,7 +224,7 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
             float* dvec = reinterpret_cast<float*>(smem + dkdv_dvec(buf));
             for (int r = tid; r < dkdv_query_rows; r += num_threads) {
                 const bool valid = r < rows;
-                const long long at = lse_offset(p, b, h, q0 + (valid ? r : 0));
+                const long long at = bwd_lse_offset(p, b, h, q0 + (valid ? r : 0));
                 lse[r] = valid ? p.lse[at] * FC_LOG2E : INFINITY;
                 dvec[r] = valid ? p.workspace[at] : 0.f;
             }
@@ -241,11 +237,11 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
         if (steps > 0) {
             // The previous item ended on a barrier after its last shared-memory read.
             load_tile_async<dkdv_key_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dkdv_k, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, k0), p.k_row_stride,
-                key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + dkdv_k, static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, bwd_k_row(p, b, k0)),
+                p.k_row_stride, key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_tile_async<dkdv_key_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dkdv_v, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, k0), p.v_row_stride,
-                key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + dkdv_v, static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, bwd_k_row(p, b, k0)),
+                p.v_row_stride, key_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_step(0, 0);
             cp_async_commit();
             cp_async_wait<0>();
@@ -271,9 +267,9 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
                 float dst[query_tiles8][4];
                 warp_qk_q_in_smem<head_dim, dkdv_query_rows>(dst, smem_base + dkdv_v, warp_key0,
                                                              smem_base + dkdv_do(buf), lane);
-                bwd_tile_scores<true>(p, score_mod(p, bwd_seq(p), b, step_head(s)), as_tiles(pt), as_tiles(dst),
+                bwd_tile_scores<true>(p, b, score_mod(p, bwd_seq(p, b), b, step_head(s)), as_tiles(pt), as_tiles(dst),
                                       k0 + warp_key0, q0,
-                                      key_tile_needs_mask(p, k0, dkdv_key_rows, q0, dkdv_query_rows),
+                                      key_tile_needs_mask(p, b, k0, dkdv_key_rows, q0, dkdv_query_rows),
                                       [&](int q) { return make_float2(lse[q], dvec[q]); }, lane);
 #else
                 // Causal: the tile pair needs the element mask when its last key lies past what
@@ -309,10 +305,10 @@ bwd_portable_dk_dv(const __grid_constant__ AttentionParams p, const __grid_const
             }
         }
 
-        store_warp_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, warp_key0,
-                        key_rows, p.head_dim, p.softmax_scale, lane);
-        store_warp_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, warp_key0,
-                        key_rows, p.head_dim, 1.f, lane);
+        store_warp_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, bwd_k_row(p, b, k0)), g.dk_row_stride, dk,
+                        warp_key0, key_rows, p.head_dim, p.softmax_scale, lane);
+        store_warp_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, bwd_k_row(p, b, k0)), g.dv_row_stride, dv,
+                        warp_key0, key_rows, p.head_dim, 1.f, lane);
     }
 }
 #endif
@@ -335,8 +331,9 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
         const int h = (int)(item % p.heads_q);
         const int h_kv = h / p.q_heads_per_kv;
         const int q0 = q_tile * dq_query_rows;
-        const int q_rows = min(dq_query_rows, p.seq_q - q0);
-        const KeyWalk walk = walked_keys(p, q0, q_rows, dq_key_rows);
+        const int q_rows = min(dq_query_rows, bwd_len_q(p, b) - q0);
+        if (FC_BWD_VARLEN && q_rows <= 0) continue;  // past its sequence's queries: nothing to write
+        const KeyWalk walk = walked_keys(p, b, q0, q_rows, dq_key_rows);
         const int key_tiles = ceil_div(walk.key_end, dq_key_rows) - walk.first_tile;
 
         // This lane's two rows: LSE (log2 domain; +inf past the end, so P = 0) and D.
@@ -344,16 +341,16 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = q0 + warp_row0 + group + 8 * r;
-            const bool valid = row < p.seq_q;
-            const long long at = lse_offset(p, b, h, valid ? row : 0);
+            const bool valid = row < bwd_len_q(p, b);
+            const long long at = bwd_lse_offset(p, b, h, valid ? row : 0);
             lse[r] = valid ? p.lse[at] * FC_LOG2E : INFINITY;
             dvec[r] = valid ? p.workspace[at] : 0.f;
         }
 
-        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
-        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
+        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, bwd_k_row(p, b, 0));
+        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, bwd_k_row(p, b, 0));
         auto load_kv = [&](int n, int buf) {
-            const int kk0 = (walk.first_tile + n) * dq_key_rows, rows = min(dq_key_rows, p.seq_k - kk0);
+            const int kk0 = (walk.first_tile + n) * dq_key_rows, rows = min(dq_key_rows, bwd_len_k(p, b) - kk0);
             load_tile_async<dq_key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + dq_k(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
                 head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
@@ -366,11 +363,11 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
         zero_accumulator(dq);
         if (key_tiles > 0) {
             load_tile_async<dq_query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dq_q, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, q_rows,
-                tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + dq_q, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, bwd_q_row(p, b, q0)),
+                p.q_row_stride, q_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_tile_async<dq_query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + dq_do, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
-                q_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + dq_do, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, bwd_q_row(p, b, q0)),
+                g.do_row_stride, q_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_kv(0, 0);
             cp_async_commit();
             cp_async_wait<0>();
@@ -390,8 +387,8 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
                 warp_qk_q_in_smem<head_dim, dq_key_rows>(ds, smem_base + dq_do, warp_row0, smem_base + dq_v(buf),
                                                          lane);
                 bwd_tile_scores<false>(
-                    p, score_mod(p, bwd_seq(p), b, h), as_tiles(s), as_tiles(ds), q0 + warp_row0, kk0,
-                    query_tile_needs_mask(p, q0 + warp_row0, warp_rows, kk0, dq_key_rows),
+                    p, b, score_mod(p, bwd_seq(p, b), b, h), as_tiles(s), as_tiles(ds), q0 + warp_row0, kk0,
+                    query_tile_needs_mask(p, b, q0 + warp_row0, warp_rows, kk0, dq_key_rows),
                     [&](int r) { return make_float2(lse[(r >> 3) & 1], dvec[(r >> 3) & 1]); }, lane);
 #else
                 // Key tails and the causal diagonal take the element mask.
@@ -426,7 +423,7 @@ bwd_portable_dq(const __grid_constant__ AttentionParams p, const __grid_constant
                 __syncthreads();
             }
         }
-        store_warp_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq, warp_row0,
-                        q_rows, p.head_dim, p.softmax_scale, lane);
+        store_warp_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, bwd_q_row(p, b, q0)), g.dq_row_stride, dq,
+                        warp_row0, q_rows, p.head_dim, p.softmax_scale, lane);
     }
 }

@@ -44,6 +44,7 @@
 // gen5_portable_bwd.cu: a key tile walks the query tiles that see it (KeyItem's first and end), a
 // query tile the key tiles it sees; each step's two products come first, then P and dS together
 // (bwd_tile_scores), so dS can take softcap's 1 − tanh² of the raw score.
+// FC_BWD_VARLEN (a modes build): packed sequences with cu_seqlens, as in gen5_portable_bwd.cu.
 //
 // Tails: rows past a sequence's end are zero-filled by cp.async; queries past seq_q get
 // LSE = +inf (P = 0 exactly); keys past seq_k take the element mask in the dQ pass and in the
@@ -121,13 +122,14 @@ constexpr int step_slot_bytes = 2 * 16;
 constexpr int step_slot_bytes = 0;
 #endif
 
-// The (LSE·log2e, D) pair of a query row; rows past seq_q get LSE = +inf, so P = 0 exactly.
+// The (LSE·log2e, D) pair of a query row; rows past their sequence's end get LSE = +inf, so
+// P = 0 exactly.
 struct RowStats {
     float lse, dvec;
 };
 __device__ __forceinline__ RowStats row_stats(const AttentionParams& p, int b, int h, int row) {
-    if (row >= p.seq_q) return {INFINITY, 0.f};
-    const long long at = lse_offset(p, b, h, row);
+    if (row >= bwd_len_q(p, b)) return {INFINITY, 0.f};
+    const long long at = bwd_lse_offset(p, b, h, row);
     return {p.lse[at] * FC_LOG2E, p.workspace[at]};
 }
 
@@ -337,8 +339,9 @@ __device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long 
     it.h_kv = (int)(item % p.heads_kv);
     it.k0 = (int)(item / heads) * key_rows;
 #endif
-    it.valid_keys = min(key_rows, p.seq_k - it.k0);
-    const TileRange walk = walked_query_tiles(p, it.k0, key_rows, query_rows, q_tiles);
+    // (Varlen: none past its sequence's keys; then no query sees them and nothing is stored.)
+    it.valid_keys = min(key_rows, bwd_len_k(p, it.b) - it.k0);
+    const TileRange walk = walked_query_tiles(p, it.b, it.k0, key_rows, query_rows, q_tiles);
     it.first_q_tile = walk.first;
     it.steps = (walk.end - walk.first) * p.q_heads_per_kv;
     return it;
@@ -350,7 +353,7 @@ __device__ __forceinline__ KeyItem key_item(const AttentionParams& p, long long 
 __device__ __forceinline__ int walk_end([[maybe_unused]] const AttentionParams& p,
                                         [[maybe_unused]] const KeyItem& it, int q_tiles) {
 #if FC_BWD_MODES
-    return walked_query_tiles(p, opaque(it.k0), key_rows, query_rows, q_tiles).end;
+    return walked_query_tiles(p, it.b, opaque(it.k0), key_rows, query_rows, q_tiles).end;
 #else
     return q_tiles;
 #endif
@@ -368,11 +371,12 @@ __device__ __forceinline__ void load_head_tile(const AttentionParams& p, unsigne
 // The item's K and V tiles (cp.async, not committed).
 __device__ __forceinline__ void load_key_tile(const AttentionParams& p, unsigned smem_base, const KeyItem& it,
                                               int tid) {
+    const int row = bwd_k_row(p, it.b, it.k0);
     load_head_tile<key_rows, num_threads>(p, smem_base + k_at,
-                                          static_cast<const elem_t*>(p.k) + k_offset(p, it.b, it.h_kv, it.k0),
+                                          static_cast<const elem_t*>(p.k) + k_offset(p, it.b, it.h_kv, row),
                                           p.k_row_stride, it.valid_keys, tid);
     load_head_tile<key_rows, num_threads>(p, smem_base + v_at,
-                                          static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, it.k0),
+                                          static_cast<const elem_t*>(p.v) + v_offset(p, it.b, it.h_kv, row),
                                           p.v_row_stride, it.valid_keys, tid);
 }
 
@@ -398,21 +402,22 @@ __device__ __forceinline__ void load_query_step(const AttentionParams& p, const 
                                                 int b, StepCursor at, int buf, int tid) {
     const unsigned smem_base = shared_address(smem);
     const int q0 = at.q_tile * query_rows;
-    const int rows = min(query_rows, p.seq_q - q0);
+    const int rows = min(query_rows, bwd_len_q(p, b) - q0);
+    const int row0 = bwd_q_row(p, b, q0);
     if constexpr (query_rows * RowTile::kChunksPerRow % num_threads == 0) {
         load_head_tile<query_rows, num_threads>(p, smem_base + q_at(buf),
-                                                static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0),
+                                                static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, row0),
                                                 p.q_row_stride, rows, tid);
         load_head_tile<query_rows, num_threads>(p, smem_base + do_at(buf),
-                                                static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0),
+                                                static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, row0),
                                                 g.do_row_stride, rows, tid);
     } else {
         // A tile's chunks do not split evenly over the block (32-query steps at head_dim 160 and
         // 224): each half of the block (whole warps) loads one of the two tiles.
         constexpr int half = num_threads / 2;
         const bool second = tid >= half;
-        const elem_t* src = second ? static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, q0)
-                                   : static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, q0);
+        const elem_t* src = second ? static_cast<const elem_t*>(g.d_o) + do_offset(g, b, at.head, row0)
+                                   : static_cast<const elem_t*>(p.q) + q_offset(p, b, at.head, row0);
         load_head_tile<query_rows, half>(p, smem_base + (second ? do_at(buf) : q_at(buf)), src,
                                          second ? g.do_row_stride : p.q_row_stride, rows, second ? tid - half : tid);
     }
@@ -533,8 +538,9 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 #if FC_BWD_MODES
             // (The head and k0 opaque: the slope's load and the mask's bounds are computed here,
             // not hoisted beside the products; these builds run at 255 registers.)
-            bwd_tile_scores<true>(p, score_mod(p, bwd_seq(p), b, opaque(head)), pt, dpt, k0 + s_key0, q0 + s_query0,
-                                  key_tile_needs_mask(p, opaque(k0), key_rows, q0, query_rows),
+            bwd_tile_scores<true>(p, b, score_mod(p, bwd_seq(p, b), b, opaque(head)), pt, dpt,
+                                  k0 + s_key0, q0 + s_query0,
+                                  key_tile_needs_mask(p, b, opaque(k0), key_rows, q0, query_rows),
                                   [&](int q) { return make_float2(stats[q].lse, stats[q].dvec); }, lane);
             store_warp_tile<query_rows>(smem + pt_at, pt, s_key0, s_query0, lane);
             store_warp_tile<query_rows>(smem + dst_at, dpt, s_key0, s_query0, lane);
@@ -577,10 +583,11 @@ bwd_portable_dk_dv_wide(const __grid_constant__ AttentionParams p, const __grid_
 #endif
         });
 
-        store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, k0), g.dk_row_stride, dk, g_key0,
-                            g_col0, it.valid_keys, p.head_dim, p.softmax_scale, lane);
-        store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, k0), g.dv_row_stride, dv, g_key0,
-                            g_col0, it.valid_keys, p.head_dim, 1.f, lane);
+        const int key_row0 = bwd_k_row(p, b, k0);
+        store_gradient_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, b, h_kv, key_row0), g.dk_row_stride, dk,
+                            g_key0, g_col0, it.valid_keys, p.head_dim, p.softmax_scale, lane);
+        store_gradient_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, b, h_kv, key_row0), g.dv_row_stride, dv,
+                            g_key0, g_col0, it.valid_keys, p.head_dim, 1.f, lane);
     }
 }
 #else
@@ -699,14 +706,15 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
         const int h = (int)(item % p.heads_q);
         const int h_kv = h / p.q_heads_per_kv;
         const int q0 = q_tile * query_rows;
-        const int valid_rows = min(query_rows, p.seq_q - q0);
-        const KeyWalk walk = walked_keys(p, q0, valid_rows, key_rows);
+        const int valid_rows = min(query_rows, bwd_len_q(p, b) - q0);
+        if (FC_BWD_VARLEN && valid_rows <= 0) continue;  // past its sequence's queries: nothing to write
+        const KeyWalk walk = walked_keys(p, b, q0, valid_rows, key_rows);
         const int key_tiles = (walk.key_end > 0 ? ceil_div(walk.key_end, key_rows) : 0) - walk.first_tile;
 
-        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, 0);
-        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, 0);
+        const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, b, h_kv, bwd_k_row(p, b, 0));
+        const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, b, h_kv, bwd_k_row(p, b, 0));
         auto load_kv = [&](int n, int buf) {
-            const int kk0 = (walk.first_tile + n) * key_rows, rows = min(key_rows, p.seq_k - kk0);
+            const int kk0 = (walk.first_tile + n) * key_rows, rows = min(key_rows, bwd_len_k(p, b) - kk0);
             load_tile_async<key_rows, head_dim, num_threads, PADDED_HEAD>(
                 smem_base + k_at(buf), k_ptr + (long long)kk0 * p.k_row_stride, p.k_row_stride, rows, tid,
                 head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
@@ -720,11 +728,11 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
         if (key_tiles > 0) {
             // The previous item ended on a barrier after its last shared-memory read.
             load_tile_async<query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + q_at, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, q0), p.q_row_stride, valid_rows,
-                tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + q_at, static_cast<const elem_t*>(p.q) + q_offset(p, b, h, bwd_q_row(p, b, q0)),
+                p.q_row_stride, valid_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_tile_async<query_rows, head_dim, num_threads, PADDED_HEAD>(
-                smem_base + do_at, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, q0), g.do_row_stride,
-                valid_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
+                smem_base + do_at, static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, bwd_q_row(p, b, q0)),
+                g.do_row_stride, valid_rows, tid, head_chunks<PADDED_HEAD, head_dim>(p.head_dim));
             load_kv(0, 0);
             cp_async_commit();
             stats[lane] = row_stats(p, b, h, q0 + warp_row0 + lane);
@@ -748,8 +756,8 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
                     warp_gemm_abt<head_dim, row_tiles, key_tiles8>(dp, smem_base + do_at, warp_row0,
                                                                    smem_base + v_at(buf), c * key_chunk, lane);
                     const int kc0 = kk0 + c * key_chunk;
-                    bwd_tile_scores<false>(p, score_mod(p, bwd_seq(p), b, h), s, dp, q0 + warp_row0, kc0,
-                                           query_tile_needs_mask(p, q0 + warp_row0, warp_rows, kc0, key_chunk),
+                    bwd_tile_scores<false>(p, b, score_mod(p, bwd_seq(p, b), b, h), s, dp, q0 + warp_row0, kc0,
+                                           query_tile_needs_mask(p, b, q0 + warp_row0, warp_rows, kc0, key_chunk),
                                            [&](int r) { return make_float2(stats[r].lse, stats[r].dvec); }, lane);
                     warp_gemm_rb<head_dim, row_tiles, key_tiles8>(dq_acc, dp, smem_base + k_at(buf), c * key_chunk,
                                                                   lane);
@@ -800,8 +808,8 @@ bwd_portable_dq_wide(const __grid_constant__ AttentionParams p, const __grid_con
                 __syncthreads();
             }
         }
-        store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, q0), g.dq_row_stride, dq_acc, warp_row0,
-                            0, valid_rows, p.head_dim, p.softmax_scale, lane);
+        store_gradient_rows(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, bwd_q_row(p, b, q0)), g.dq_row_stride,
+                            dq_acc, warp_row0, 0, valid_rows, p.head_dim, p.softmax_scale, lane);
     }
 }
 #endif
@@ -816,13 +824,14 @@ bwd_portable_dq_convert(const __grid_constant__ AttentionParams p, const __grid_
          i += (long long)gridDim.x * blockDim.x) {
         const DqAcc::Spot at = DqAcc::locate(p, i);
         const float4 v = acc[i];
-        elem_t* dq = static_cast<elem_t*>(g.dq) +
-                     dq_offset(g, (int)(at.bh / p.heads_q), (int)(at.bh % p.heads_q), at.row) + at.col;
+        const int b = (int)(at.bh / p.heads_q);
+        elem_t* dq = static_cast<elem_t*>(g.dq) + dq_offset(g, b, (int)(at.bh % p.heads_q), bwd_q_row(p, b, at.row)) +
+                     at.col;
         // (A padded build's columns past p.head_dim hold exact zeros and are not stored.)
         if (!chunk_in_head<PADDED_HEAD>(p.head_dim, at.col / 8)) continue;
-        if (at.row < p.seq_q)
+        if (at.row < bwd_len_q(p, b))
             *reinterpret_cast<elem2_t*>(dq) = pack2(v.x * p.softmax_scale, v.y * p.softmax_scale);
-        if (at.row + 8 < p.seq_q)
+        if (at.row + 8 < bwd_len_q(p, b))
             *reinterpret_cast<elem2_t*>(dq + 8 * g.dq_row_stride) =
                 pack2(v.z * p.softmax_scale, v.w * p.softmax_scale);
     }

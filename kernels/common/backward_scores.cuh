@@ -4,12 +4,18 @@
 // own (seqlen.cuh's key_range, score_mod.cuh's modifier); this header adds the key side's view
 // (which query rows see a key) that the backward's dK/dV passes walk by.
 //
-// FC_BWD_MODES (0|1): 1 only in builds for problems with a window, softcap or ALiBi (the plans'
-// define). A dense build (causal or not) keeps masking.cuh's causal rule and its own code, so it
-// includes this header for nothing. The backward takes dense storage only: a sequence is the
-// whole problem (bwd_seq), and there are no mm_prefix ranges.
+// FC_BWD_MODES (0|1): 1 only in builds for problems with a window, softcap, ALiBi or varlen (the
+// plans' define). A dense build (causal or not) keeps masking.cuh's causal rule and its own code,
+// so it includes this header for nothing. There are no mm_prefix ranges in a backward.
+//
+// FC_BWD_VARLEN (0|1, only with FC_BWD_MODES): packed Q/O/dO/dQ and K/V/dK/dV with cu_seqlens_q/k
+// (FlashAttention 2's varlen layout; LSE and D are [heads_q, total_q]). Sequence b is then
+// seqlen.cuh's seq_info: its own lengths and first storage rows. Items still count tiles of the
+// longest sequence (seq_q, seq_k are the maxima); a tile past its sequence's end does nothing.
+// Otherwise a sequence is the whole problem, its storage rows from 0.
 #pragma once
 #include "params.cuh"
+#include "tensor_index.cuh"
 #include "masking.cuh"
 #include "seqlen.cuh"
 #include "score_mod.cuh"
@@ -18,9 +24,84 @@
 #ifndef FC_BWD_MODES
 #define FC_BWD_MODES 0
 #endif
+#ifndef FC_BWD_VARLEN
+#define FC_BWD_VARLEN 0
+#endif
+#if FC_BWD_VARLEN && !FC_BWD_MODES
+#error "FC_BWD_VARLEN builds are modes builds (FC_BWD_MODES=1): the core adds both"
+#endif
 
-// The problem as key_range's one sequence.
-__device__ __forceinline__ SeqInfo bwd_seq(const AttentionParams& p) { return seq_of_lengths(0, p.seq_q, p.seq_k); }
+// Sequence b's lengths and first storage rows (key_range's sequence), and each on its own: a
+// build without varlen reads the problem's lengths where it used them before and adds no rows.
+__device__ __forceinline__ SeqInfo bwd_seq(const AttentionParams& p, [[maybe_unused]] int b) {
+#if FC_BWD_VARLEN
+    return seq_info(p, b);
+#else
+    return seq_of_lengths(0, p.seq_q, p.seq_k);
+#endif
+}
+__device__ __forceinline__ int bwd_len_q(const AttentionParams& p, [[maybe_unused]] int b) {
+#if FC_BWD_VARLEN
+    return p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+#else
+    return p.seq_q;
+#endif
+}
+__device__ __forceinline__ int bwd_len_k(const AttentionParams& p, [[maybe_unused]] int b) {
+#if FC_BWD_VARLEN
+    return p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+#else
+    return p.seq_k;
+#endif
+}
+// The storage row of row `row` of sequence b's Q (and O, dO, dQ), and of its K (V, dK, dV).
+// (Storage rows are int, as cu_seqlens are.)
+__device__ __forceinline__ int bwd_q_row([[maybe_unused]] const AttentionParams& p, [[maybe_unused]] int b, int row) {
+#if FC_BWD_VARLEN
+    return p.cu_seqlens_q[b] + row;
+#else
+    return row;
+#endif
+}
+__device__ __forceinline__ int bwd_k_row([[maybe_unused]] const AttentionParams& p, [[maybe_unused]] int b, int row) {
+#if FC_BWD_VARLEN
+    return p.cu_seqlens_k[b] + row;
+#else
+    return row;
+#endif
+}
+
+// Where row `row` of sequence b, head h keeps its LSE and D (the workspace's D vector has LSE's
+// layout): [heads_q, total_q] for varlen, else lse_offset's [batch, heads_q, seq_q].
+__device__ __forceinline__ long long bwd_lse_offset(const AttentionParams& p, int b, int h, int row) {
+#if FC_BWD_VARLEN
+    return (long long)h * p.total_q + bwd_q_row(p, b, row);
+#else
+    return lse_offset(p, b, h, row);
+#endif
+}
+
+// Flat rows of the D = rowsum(dO ∘ O) pass, one per (head, query) of the LSE's layout: batch ·
+// heads_q · seq_q, or heads_q · total_q for varlen. (batch, head, storage row) of flat row r: its
+// O/dO offsets; r itself is its LSE/D index.
+__device__ __forceinline__ long long bwd_flat_rows(const AttentionParams& p) {
+#if FC_BWD_VARLEN
+    return (long long)p.heads_q * p.total_q;
+#else
+    return (long long)p.batch * p.heads_q * p.seq_q;
+#endif
+}
+struct FlatRow {
+    int batch, head, row;
+};
+__device__ __forceinline__ FlatRow bwd_flat_row(const AttentionParams& p, long long r) {
+#if FC_BWD_VARLEN
+    // Packed rows have no batch axis (its stride is 0): row is the storage row.
+    return {0, (int)(r / p.total_q), (int)(r % p.total_q)};
+#else
+    return {(int)(r / ((long long)p.seq_q * p.heads_q)), (int)((r / p.seq_q) % p.heads_q), (int)(r % p.seq_q)};
+#endif
+}
 
 // Query rows [first, end) that see `key` (empty when end <= first). A row sees the keys
 // [lo(i), hi(i)) of key_range, whose ends never decrease with the row, so the rows that see a key
@@ -95,10 +176,10 @@ __device__ __forceinline__ BwdScore bwd_score(const ScoreMod& m, float dot, floa
 struct TileRange {
     int first, end;
 };
-__device__ __forceinline__ TileRange walked_query_tiles(const AttentionParams& p, int k0, int keys, int tile,
-                                                        int q_tiles) {
+__device__ __forceinline__ TileRange walked_query_tiles(const AttentionParams& p, [[maybe_unused]] int b, int k0,
+                                                        int keys, int tile, int q_tiles) {
 #if FC_BWD_MODES
-    const QueryRows r = visited_query_rows(p, bwd_seq(p), k0, keys);
+    const QueryRows r = visited_query_rows(p, bwd_seq(p, b), k0, keys);
     return {r.first / tile, r.end > r.first ? ceil_div(r.end, tile) : r.first / tile};
 #else
     return {first_query_seeing(p, k0) / tile, q_tiles};
@@ -111,9 +192,10 @@ __device__ __forceinline__ TileRange walked_query_tiles(const AttentionParams& p
 struct KeyWalk {
     int first_tile, key_end;
 };
-__device__ __forceinline__ KeyWalk walked_keys(const AttentionParams& p, int q0, int rows, int tile) {
+__device__ __forceinline__ KeyWalk walked_keys(const AttentionParams& p, [[maybe_unused]] int b, int q0, int rows,
+                                               int tile) {
 #if FC_BWD_MODES
-    const KeyTiles t = visited_key_tiles(p, bwd_seq(p), q0, rows, tile);
+    const KeyTiles t = visited_key_tiles(p, bwd_seq(p, b), q0, rows, tile);
     return {t.first, t.end * tile};
 #else
     return {0, causal_key_end_for_tile(p, q0, q0 + rows)};
@@ -123,13 +205,15 @@ __device__ __forceinline__ KeyWalk walked_keys(const AttentionParams& p, int q0,
 // Modes: whether the pairs of key tile [k0, k0 + keys) and query rows [q0, q0 + rows) need the
 // element mask (a key-side pass), or those of query rows [q0, q0 + rows) and key tile [k0, k0 +
 // keys) (a query-side pass). Recomputed per tile pair from the parameters rather than kept.
-__device__ __forceinline__ bool key_tile_needs_mask(const AttentionParams& p, int k0, int keys, int q0, int rows) {
-    const SeqInfo s = bwd_seq(p);
+__device__ __forceinline__ bool key_tile_needs_mask(const AttentionParams& p, int b, int k0, int keys, int q0,
+                                                    int rows) {
+    const SeqInfo s = bwd_seq(p, b);
     return query_rows_need_mask(visited_query_rows(p, s, k0, keys), s, q0, rows);
 }
-__device__ __forceinline__ bool query_tile_needs_mask(const AttentionParams& p, int q0, int rows, int k0, int keys) {
-    const int valid = min(rows, p.seq_q - q0);
-    return valid <= 0 || tile_needs_mask(visited_key_tiles(p, bwd_seq(p), q0, valid, keys), k0, keys);
+__device__ __forceinline__ bool query_tile_needs_mask(const AttentionParams& p, int b, int q0, int rows, int k0,
+                                                      int keys) {
+    const int valid = min(rows, bwd_len_q(p, b) - q0);
+    return valid <= 0 || tile_needs_mask(visited_key_tiles(p, bwd_seq(p, b), q0, valid, keys), k0, keys);
 }
 
 // Whether query row `row` sees `key` (both inside a tile past the sequence's start): key_range's
@@ -137,10 +221,10 @@ __device__ __forceinline__ bool query_tile_needs_mask(const AttentionParams& p, 
 // bounds on both sides: −right <= d <= window_left, and 0 <= key < len_k. Per pair, from the
 // parameters alone, so a masked tile keeps no per-row ranges in registers. (Each parenthesis is
 // within a tile of the lengths, so the sum stays in range for lengths below 2^30.)
-__device__ __forceinline__ bool pair_visible(const AttentionParams& p, int row, int key) {
-    const int d = (row - p.seq_q) + (p.seq_k - key);
+__device__ __forceinline__ bool pair_visible(const AttentionParams& p, int b, int row, int key) {
+    const int d = (row - bwd_len_q(p, b)) + (bwd_len_k(p, b) - key);
     const int right = p.causal ? 0 : p.window_right;
-    return key < p.seq_k && (right < 0 || d >= -right) && (p.window_left < 0 || d <= p.window_left);
+    return key < bwd_len_k(p, b) && (right < 0 || d >= -right) && (p.window_left < 0 || d <= p.window_left);
 }
 
 // A modes build's scores of one tile pair: over a warp's m16n8 accumulator tiles (element e of
@@ -148,9 +232,11 @@ __device__ __forceinline__ bool pair_visible(const AttentionParams& p, int row, 
 // q·k) becomes P and dPᵀ or dP becomes dS, in place (bwd_score). Keys lie on the MMA's rows in the
 // dK/dV passes (kKeysOnRows) and queries in the dQ passes; row0 and col0 are the problem's index
 // (key or query) of MMA row and column 0. stats(i) is (LSE·log2e, D) of the query at MMA index i
-// (its row or column). With `masked` false every pair is visible; else pair_visible decides.
+// (its row or column). With `masked` false every pair is visible; else pair_visible decides, in
+// sequence b.
 template <bool kKeysOnRows, int kMT, int kNT, class Stats>
-__device__ __forceinline__ void bwd_tile_scores(const AttentionParams& p, const ScoreMod& mod, float (&s)[kMT][kNT][4],
+__device__ __forceinline__ void bwd_tile_scores(const AttentionParams& p, int b, const ScoreMod& mod,
+                                                float (&s)[kMT][kNT][4],
                                                 float (&dp)[kMT][kNT][4], int row0, int col0, bool masked,
                                                 Stats&& stats, int lane) {
     const int group = lane / 4, tig = lane % 4;
@@ -164,7 +250,7 @@ __device__ __forceinline__ void bwd_tile_scores(const AttentionParams& p, const 
                 const float2 st = stats(kKeysOnRows ? col : r);
                 const int query = kKeysOnRows ? col0 + col : row0 + r;
                 const int key = kKeysOnRows ? row0 + r : col0 + col;
-                const bool visible = !masked || pair_visible(p, query, key);
+                const bool visible = !masked || pair_visible(p, b, query, key);
                 const BwdScore x = bwd_score(mod, s[mt][j][e], dp[mt][j][e], st.x, st.y, query, key, visible);
                 s[mt][j][e] = x.p;
                 dp[mt][j][e] = x.ds;

@@ -11,16 +11,18 @@
 //! problem's layout). **Workspace.** A plan's preprocessing (`D = rowsum(dO ∘ O)`) and any f32
 //! dQ accumulator live in the plan's workspace under the contract on [`LaunchPlan`]: not
 //! cleared per call, only its first `workspace_counters` words are zero at the start and must
-//! be left zero. **Modes.** Dense storage only (no varlen, cache or `mm_prefix_ranges`); sliding
-//! windows (causal included), softcap and ALiBi are taken where a kernel's capabilities say so,
-//! with the ALiBi slopes passed as the forward's table ([`backward_on_with_tables`]).
+//! be left zero. **Modes.** Dense or varlen storage (packed Q and K/V with `cu_seqlens_q`/`_k`,
+//! FlashAttention 2's layout: LSE `[heads_q, total_q]`, dQ packed like Q, dK and dV like K and
+//! V), no cache and no `mm_prefix_ranges`; varlen, sliding windows (causal included), softcap
+//! and ALiBi are taken where a kernel's capabilities say so, with the forward's tables
+//! ([`backward_on_with_tables`]).
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
-use ndarray::{Array4, ArrayView3, ArrayView4};
+use ndarray::{Array4, ArrayD, ArrayView3, ArrayView4, ArrayViewD};
 
 use crate::device::{Device, DeviceInfo};
 use crate::dtype::DType;
@@ -28,7 +30,7 @@ use crate::error::{Error, InvalidProblem, Unsupported};
 use crate::execute::Guards;
 use crate::host::{download, nan_bits, HostElement};
 use crate::launch_plan::{LaunchPlan, TensorMapSpec};
-use crate::modes::{HostTables, ModeSupport, Modes};
+use crate::modes::{HostTables, KvStorage, ModeSupport, Modes};
 use crate::params::AttentionParams;
 use crate::plan::Capabilities;
 use crate::problem::AttentionProblem;
@@ -161,8 +163,8 @@ pub fn check_backward_buffers(
     check_dtypes(names, dtypes, p.dtype)
 }
 
-/// The modes a backward kernel may claim: those of the scores (sliding windows, softcap,
-/// ALiBi), on dense storage.
+/// The modes of the scores a backward kernel may claim (sliding windows, softcap, ALiBi), on
+/// dense storage.
 pub const SCORE_MODES: ModeSupport = ModeSupport {
     window: true,
     softcap: true,
@@ -170,61 +172,90 @@ pub const SCORE_MODES: ModeSupport = ModeSupport {
     ..ModeSupport::NONE
 };
 
-/// The defines a backward build takes for the problem's modes: `FC_BWD_MODES=1` when it has a
-/// window, softcap or ALiBi (`kernels/common/backward_scores.cuh`), none for a dense problem,
-/// whose builds stay as they were.
-pub fn backward_mode_defines(p: &AttentionProblem) -> Vec<(String, String)> {
-    if p.modes.is_dense() {
-        vec![]
-    } else {
-        vec![("FC_BWD_MODES".into(), "1".into())]
-    }
+/// Every mode a backward kernel may claim: [`SCORE_MODES`] and varlen (packed Q and K/V).
+pub const BACKWARD_MODES: ModeSupport = ModeSupport {
+    varlen: true,
+    ..SCORE_MODES
+};
+
+/// Whether the problem is varlen: packed Q with packed K/V, the one varlen form a backward
+/// takes.
+pub fn is_varlen(p: &AttentionProblem) -> bool {
+    p.modes.packed_q.is_some() && matches!(p.modes.kv, KvStorage::Packed { .. })
 }
 
-/// The modes a backward pass takes at all: those of dense storage (windows, softcap, ALiBi).
-/// The first other mode the problem asks for, as the reason it is refused.
+/// The defines a backward build takes for the problem's modes: `FC_BWD_MODES=1` when it has a
+/// window, softcap, ALiBi or varlen, and `FC_BWD_VARLEN=1` too for varlen
+/// (`kernels/common/backward_scores.cuh`); none for a dense problem, whose builds stay as they
+/// were.
+pub fn backward_mode_defines(p: &AttentionProblem) -> Vec<(String, String)> {
+    let mut defines = vec![];
+    if !p.modes.is_dense() {
+        defines.push(("FC_BWD_MODES".into(), "1".into()));
+    }
+    if is_varlen(p) {
+        defines.push(("FC_BWD_VARLEN".into(), "1".into()));
+    }
+    defines
+}
+
+/// The modes a backward pass takes at all: those of the scores on dense storage or on varlen
+/// storage with both Q and K/V packed. The first other mode the problem asks for, as the reason
+/// it is refused.
 fn storage_mode(m: &Modes) -> Option<&'static str> {
-    let dense_storage = Modes {
+    let kv_packed = matches!(m.kv, KvStorage::Packed { .. });
+    if m.packed_q.is_some() != kv_packed {
+        return Some(if kv_packed {
+            "packed K/V without packed Q (varlen takes cu_seqlens_q and cu_seqlens_k together)"
+        } else {
+            "packed Q without packed K/V (varlen takes cu_seqlens_q and cu_seqlens_k together)"
+        });
+    }
+    let taken = Modes {
+        packed_q: m.packed_q,
+        kv: if kv_packed { m.kv } else { KvStorage::Dense },
         window_left: m.window_left,
         window_right: m.window_right,
         softcap: m.softcap,
         alibi: m.alibi,
         ..Modes::default()
     };
-    if *m == dense_storage {
+    if *m == taken {
         return None;
     }
-    SCORE_MODES.missing(m)
+    BACKWARD_MODES.missing(m)
 }
 
-/// The problem checks of a backward call beyond `AttentionProblem::validate`: dense storage
-/// only (windows, softcap and ALiBi are modes of the scores, which a kernel's capabilities may
-/// take; varlen, caches and `mm_prefix_ranges` are not), and dQ (Q's strides), dK and dV (K's
-/// and V's) must not alias their own elements, as O must not (blocks would race to write them).
+/// The problem checks of a backward call beyond `AttentionProblem::validate`: dense or varlen
+/// storage only (windows, softcap and ALiBi are modes of the scores, which a kernel's
+/// capabilities may take, as is varlen; caches, appends, `mm_prefix_ranges` and e4m3 inputs are
+/// not), and dQ (Q's strides), dK and dV (K's and V's) must not alias their own elements, as O
+/// must not (blocks would race to write them).
 pub fn validate_backward(p: &AttentionProblem) -> Result<(), InvalidProblem> {
     p.validate()?;
     if let Some(mode) = storage_mode(&p.modes) {
         return Err(InvalidProblem::Mode {
             field: "modes",
             reason: format!(
-                "the backward pass takes dense storage only (windows, softcap and ALiBi, not \
-                 {mode})"
+                "the backward pass takes dense or varlen storage with windows, softcap and \
+                 ALiBi, not {mode}"
             ),
         });
     }
     let s = p.strides();
+    let ((q_batch, q_rows), (kv_batch, kv_rows)) = (p.q_storage(), p.kv_storage());
     // dV is V's width (a kernel with one head dim refuses a distinct one in its capabilities).
-    for (st, heads, seq, width) in [
-        (s.q, p.heads_q, p.seq_q, p.head_dim),
-        (s.k, p.heads_kv, p.seq_k, p.head_dim),
-        (s.v, p.heads_kv, p.seq_k, p.head_dim_v()),
+    for (st, batch, heads, rows, width) in [
+        (s.q, q_batch, p.heads_q, q_rows, p.head_dim),
+        (s.k, kv_batch, p.heads_kv, kv_rows, p.head_dim),
+        (s.v, kv_batch, p.heads_kv, kv_rows, p.head_dim_v()),
     ] {
         // A gradient with no elements (seq_k = 0: no keys) has nothing to alias; its strides
         // are 0 along the empty extent's neighbours (H100, commit bbeeaea: verify's sk=0 cases).
-        if p.batch == 0 || heads == 0 || seq == 0 {
+        if batch == 0 || heads == 0 || rows == 0 {
             continue;
         }
-        st.check_distinct(p.batch, heads, seq, width)?;
+        st.check_distinct(batch, heads, rows, width)?;
     }
     Ok(())
 }
@@ -235,8 +266,8 @@ pub trait AttentionBackward: Send + Sync {
     /// Short stable name (the generation's name, e.g. "scalar").
     fn name(&self) -> &'static str;
 
-    /// What the backward kernel takes (its `modes` at most windows, softcap and ALiBi: the
-    /// backward takes dense storage only).
+    /// What the backward kernel takes (its `modes` at most [`BACKWARD_MODES`]: windows,
+    /// softcap, ALiBi and varlen).
     fn capabilities(&self) -> Capabilities;
 
     /// Whether repeated calls on the same inputs give bit-identical gradients (no atomics, or
@@ -275,7 +306,7 @@ pub trait AttentionBackward: Send + Sync {
 }
 
 /// Validates, plans and launches a backward call on `stream` (of the device's context), for a
-/// problem with no tables (dense, or with windows or softcap; ALiBi needs its slopes:
+/// problem with no tables (dense, or with windows or softcap; ALiBi and varlen need theirs:
 /// [`backward_on_with_tables`]).
 pub fn backward_on(
     kernel: &(impl AttentionBackward + ?Sized),
@@ -287,9 +318,10 @@ pub fn backward_on(
     backward_on_with_tables(kernel, device, stream, problem, t, &DeviceTables::default())
 }
 
-/// [`backward_on`] with the problem's tables: the backward reads `alibi_slopes` (the forward's
-/// table, `[heads_q]` or `[batch, heads_q]`), and takes no other (its problems have dense
-/// storage), so every other table must be absent.
+/// [`backward_on`] with the problem's tables, the forward's: `alibi_slopes` (`[heads_q]` or
+/// `[batch, heads_q]`) and, for varlen, `cu_seqlens_q` and `cu_seqlens_k`. A backward takes no
+/// other table, so every other must be absent. Their contents are trusted, as the forward's are
+/// (`Device::check_tables` checks them).
 pub fn backward_on_with_tables(
     kernel: &(impl AttentionBackward + ?Sized),
     device: &Device,
@@ -331,9 +363,7 @@ pub fn backward_on_with_tables(
     bwd.dq = guards.keep(t.dq.data.device_ptr_mut(stream));
     bwd.dk = guards.keep(t.dk.data.device_ptr_mut(stream));
     bwd.dv = guards.keep(t.dv.data.device_ptr_mut(stream));
-    if let Some(slopes) = &tables.alibi_slopes {
-        params.alibi_slopes = guards.keep(slopes.device_ptr(stream));
-    }
+    crate::execute::set_table_pointers(&mut params, tables, stream, &mut guards);
     let result = device.with_workspace(stream, plan.workspace_f32, plan.workspace_counters, |ws| {
         params.workspace = ws;
         for launch in &plan.launches {
@@ -395,21 +425,43 @@ pub struct HostGradients<E = f32> {
     pub dv: Array4<E>,
 }
 
+/// dQ, dK, dV of [`backward_host_modes`] in storage shapes: Q's and K's (`[total, heads, d]`
+/// for varlen).
+#[derive(Clone, Debug)]
+pub struct HostGradientsD<E = f32> {
+    pub dq: ArrayD<E>,
+    pub dk: ArrayD<E>,
+    pub dv: ArrayD<E>,
+}
+
+/// The inputs of [`backward_host_modes`], in storage shapes (`crate::host::storage_shapes`): Q,
+/// O and dO like Q, K and V like K, `lse` as the forward returned it (`[batch, heads_q, seq_q]`,
+/// or `[heads_q, total_q]` for varlen), and the forward's tables (ALiBi slopes, cu_seqlens).
+pub struct BackwardHostInputs<'a, E = f32> {
+    pub q: ArrayViewD<'a, E>,
+    pub k: ArrayViewD<'a, E>,
+    pub v: ArrayViewD<'a, E>,
+    pub o: ArrayViewD<'a, E>,
+    pub d_o: ArrayViewD<'a, E>,
+    pub lse: ArrayViewD<'a, f32>,
+    pub tables: HostTables<'a>,
+}
+
 /// The backward on host arrays laid out as the problem's (dense) `layout` says: Q, O, dO like
 /// Q, K and V like K, `lse` `[batch, heads_q, seq_q]` as the forward returned it. Outputs are
 /// poisoned with NaN before the launch (an element never written comes back NaN). Waits for
 /// the result. A problem with ALiBi needs its slopes: [`backward_host_with_tables`].
 #[allow(clippy::too_many_arguments)]
-pub fn backward_host<E: HostElement>(
+pub fn backward_host<'a, E: HostElement>(
     kernel: &(impl AttentionBackward + ?Sized),
     device: &Device,
     problem: &AttentionProblem,
-    q: ArrayView4<'_, E>,
-    k: ArrayView4<'_, E>,
-    v: ArrayView4<'_, E>,
-    o: ArrayView4<'_, E>,
-    d_o: ArrayView4<'_, E>,
-    lse: ArrayView3<'_, f32>,
+    q: ArrayView4<'a, E>,
+    k: ArrayView4<'a, E>,
+    v: ArrayView4<'a, E>,
+    o: ArrayView4<'a, E>,
+    d_o: ArrayView4<'a, E>,
+    lse: ArrayView3<'a, f32>,
 ) -> Result<HostGradients<E>, Error> {
     backward_host_with_tables(
         kernel,
@@ -426,22 +478,61 @@ pub fn backward_host<E: HostElement>(
 }
 
 /// [`backward_host`] with the problem's host tables (`alibi_slopes` only, as the forward took
-/// them), validated before anything is copied.
+/// them), validated before anything is copied. Dense storage: varlen takes
+/// [`backward_host_modes`].
 #[allow(clippy::too_many_arguments)]
-pub fn backward_host_with_tables<E: HostElement>(
+pub fn backward_host_with_tables<'a, E: HostElement>(
     kernel: &(impl AttentionBackward + ?Sized),
     device: &Device,
     problem: &AttentionProblem,
-    q: ArrayView4<'_, E>,
-    k: ArrayView4<'_, E>,
-    v: ArrayView4<'_, E>,
-    o: ArrayView4<'_, E>,
-    d_o: ArrayView4<'_, E>,
-    lse: ArrayView3<'_, f32>,
-    tables: &HostTables<'_>,
+    q: ArrayView4<'a, E>,
+    k: ArrayView4<'a, E>,
+    v: ArrayView4<'a, E>,
+    o: ArrayView4<'a, E>,
+    d_o: ArrayView4<'a, E>,
+    lse: ArrayView3<'a, f32>,
+    tables: &HostTables<'a>,
 ) -> Result<HostGradients<E>, Error> {
+    let g = backward_host_modes(
+        kernel,
+        device,
+        problem,
+        BackwardHostInputs {
+            q: q.into_dyn(),
+            k: k.into_dyn(),
+            v: v.into_dyn(),
+            o: o.into_dyn(),
+            d_o: d_o.into_dyn(),
+            lse: lse.into_dyn(),
+            tables: *tables,
+        },
+    )?;
+    let four = |a: ArrayD<E>, what: &'static str| {
+        a.into_dimensionality::<ndarray::Ix4>()
+            .map_err(|_| InvalidProblem::Mode {
+                field: what,
+                reason: "a varlen problem's gradients are 3-D: use backward_host_modes".into(),
+            })
+    };
+    Ok(HostGradients {
+        dq: four(g.dq, "dq")?,
+        dk: four(g.dk, "dk")?,
+        dv: four(g.dv, "dv")?,
+    })
+}
+
+/// The backward on host arrays in storage shapes, dense or varlen ([`BackwardHostInputs`]): the
+/// gradients come back in Q's and K's storage shapes. Validates the problem, the shapes and the
+/// tables before anything is copied; outputs are poisoned with NaN before the launch (an element
+/// never written comes back NaN). Waits for the result.
+pub fn backward_host_modes<E: HostElement>(
+    kernel: &(impl AttentionBackward + ?Sized),
+    device: &Device,
+    problem: &AttentionProblem,
+    inputs: BackwardHostInputs<'_, E>,
+) -> Result<HostGradientsD<E>, Error> {
     validate_backward(problem)?;
-    tables.validate(problem)?;
+    inputs.tables.validate(problem)?;
     if problem.custom_strides.is_some() {
         return Err(Unsupported::new(
             kernel.name(),
@@ -459,15 +550,15 @@ pub fn backward_host_with_tables<E: HostElement>(
         .into());
     }
     let p = problem;
-    let q_shape = p.layout.shape(p.batch, p.heads_q, p.seq_q, p.head_dim);
-    let kv_shape = p.layout.shape(p.batch, p.heads_kv, p.seq_k, p.head_dim);
+    let (q_shape, kv_shape, lse_shape) = crate::host::storage_shapes(p);
+    let (v_shape, o_shape) = crate::host::v_o_shapes(p);
     for (tensor, got, expected) in [
-        ("q", q.shape(), &q_shape[..]),
-        ("k", k.shape(), &kv_shape[..]),
-        ("v", v.shape(), &kv_shape[..]),
-        ("o", o.shape(), &q_shape[..]),
-        ("d_o", d_o.shape(), &q_shape[..]),
-        ("lse", lse.shape(), &[p.batch, p.heads_q, p.seq_q][..]),
+        ("q", inputs.q.shape(), &q_shape[..]),
+        ("k", inputs.k.shape(), &kv_shape[..]),
+        ("v", inputs.v.shape(), &v_shape[..]),
+        ("o", inputs.o.shape(), &o_shape[..]),
+        ("d_o", inputs.d_o.shape(), &o_shape[..]),
+        ("lse", inputs.lse.shape(), &lse_shape[..]),
     ] {
         if got != expected {
             return Err(InvalidProblem::ShapeMismatch {
@@ -483,19 +574,25 @@ pub fn backward_host_with_tables<E: HostElement>(
         what: what.to_string(),
         bytes,
     };
-    let up = |a: ArrayView4<E>, what: &str| {
-        let bits = crate::host::host_bits(&a.into_dyn(), dtype);
+    let up = |a: &ArrayViewD<E>, what: &str| {
+        let bits = crate::host::host_bits(a, dtype);
         stream
             .clone_htod(&*bits)
             .map_err(|_| oom(what, bits.len() * 2))
     };
-    let dq_ = up(q, "q")?;
-    let dk_ = up(k, "k")?;
-    let dv_ = up(v, "v")?;
-    let do_ = up(o, "o")?;
-    let ddo = up(d_o, "d_o")?;
-    let slopes = crate::host::upload_slopes(stream, tables.alibi_slopes)?;
-    let lse_host: Vec<f32> = lse.iter().copied().collect();
+    let up_i32 = |t: Option<&[i32]>, what: &str| {
+        t.map(|t| stream.clone_htod(t).map_err(|_| oom(what, t.len() * 4)))
+            .transpose()
+    };
+    let dq_ = up(&inputs.q, "q")?;
+    let dk_ = up(&inputs.k, "k")?;
+    let dv_ = up(&inputs.v, "v")?;
+    let do_ = up(&inputs.o, "o")?;
+    let ddo = up(&inputs.d_o, "d_o")?;
+    let slopes = crate::host::upload_slopes(stream, inputs.tables.alibi_slopes)?;
+    let cu_q = up_i32(inputs.tables.cu_seqlens_q, "cu_seqlens_q")?;
+    let cu_k = up_i32(inputs.tables.cu_seqlens_k, "cu_seqlens_k")?;
+    let lse_host: Vec<f32> = inputs.lse.iter().copied().collect();
     let dlse = stream
         .clone_htod(&lse_host)
         .map_err(|_| oom("lse", lse_host.len() * 4))?;
@@ -504,11 +601,9 @@ pub fn backward_host_with_tables<E: HostElement>(
             .clone_htod(&vec![nan_bits(dtype); n])
             .map_err(|_| oom(what, n * 2))
     };
-    let n_q: usize = q_shape.iter().product();
-    let n_kv: usize = kv_shape.iter().product();
-    let mut g_q = poisoned(n_q, "dq")?;
-    let mut g_k = poisoned(n_kv, "dk")?;
-    let mut g_v = poisoned(n_kv, "dv")?;
+    let mut g_q = poisoned(q_shape.iter().product(), "dq")?;
+    let mut g_k = poisoned(kv_shape.iter().product(), "dk")?;
+    let mut g_v = poisoned(v_shape.iter().product(), "dv")?;
     fn r(d: &cudarc::driver::CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
         TensorRef {
             data: d.as_view(),
@@ -533,19 +628,21 @@ pub fn backward_host_with_tables<E: HostElement>(
         };
         let device_tables = DeviceTables {
             alibi_slopes: slopes.as_ref().map(|s| s.as_view()),
+            cu_seqlens_q: cu_q.as_ref().map(|s| s.as_view()),
+            cu_seqlens_k: cu_k.as_ref().map(|s| s.as_view()),
             ..DeviceTables::default()
         };
         backward_on_with_tables(kernel, device, stream, problem, &mut t, &device_tables)?;
     }
     device.synchronize()?;
-    let down = |d: &cudarc::driver::CudaSlice<u16>, shape: [usize; 4], what: &str| {
+    let down = |d: &cudarc::driver::CudaSlice<u16>, shape: &[usize], what: &str| {
         let vals = download::<E>(stream, d, dtype, what)?;
-        Ok::<_, Error>(Array4::from_shape_vec(shape, vals).expect("length matches"))
+        Ok::<_, Error>(ArrayD::from_shape_vec(shape, vals).expect("length matches"))
     };
-    Ok(HostGradients {
-        dq: down(&g_q, q_shape, "dQ")?,
-        dk: down(&g_k, kv_shape, "dK")?,
-        dv: down(&g_v, kv_shape, "dV")?,
+    Ok(HostGradientsD {
+        dq: down(&g_q, &q_shape, "dQ")?,
+        dk: down(&g_k, &kv_shape, "dK")?,
+        dv: down(&g_v, &v_shape, "dV")?,
     })
 }
 
@@ -599,13 +696,37 @@ mod tests {
             ..Modes::default()
         };
         validate_backward(&AttentionProblem::new(1, 2, 8, 16).with_modes(scores.clone())).unwrap();
+        // Varlen is Q and K/V packed together, with or without the scores' modes.
+        let varlen = Modes {
+            packed_q: Some(8),
+            kv: KvStorage::Packed { total_k: 8 },
+            ..scores.clone()
+        };
+        let p = AttentionProblem::new(2, 2, 8, 16).with_modes(varlen.clone());
+        validate_backward(&p).unwrap();
+        assert!(is_varlen(&p));
+        assert_eq!(
+            backward_mode_defines(&p),
+            [
+                ("FC_BWD_MODES".into(), "1".into()),
+                ("FC_BWD_VARLEN".into(), "1".into())
+            ]
+        );
+        assert!(backward_mode_defines(&AttentionProblem::new(1, 2, 8, 16)).is_empty());
         for (modes, named) in [
             (
                 Modes {
                     packed_q: Some(8),
                     ..scores.clone()
                 },
-                "varlen queries",
+                "packed Q without packed K/V",
+            ),
+            (
+                Modes {
+                    mm_prefix: Some(1),
+                    ..varlen
+                },
+                "mm_prefix_ranges",
             ),
             (
                 Modes {
@@ -619,7 +740,7 @@ mod tests {
                     kv: KvStorage::Packed { total_k: 8 },
                     ..Modes::default()
                 },
-                "varlen keys",
+                "packed K/V without packed Q",
             ),
             (
                 Modes {

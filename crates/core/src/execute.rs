@@ -99,7 +99,7 @@ fn set_pointers<'s>(
 
 /// The tables' device addresses into the parameter block (0 for a table the problem lacks), their
 /// guards into `guards`.
-fn set_table_pointers<'s>(
+pub(crate) fn set_table_pointers<'s>(
     params: &mut AttentionParams,
     tb: &'s DeviceTables<'_>,
     stream: &'s CudaStream,

@@ -36,8 +36,9 @@ pub mod toolkit;
 mod toolkit_paths;
 
 pub use backward::{
-    backward_host, backward_host_with_tables, backward_on, backward_on_with_tables,
-    AttentionBackward, BackwardParams, BackwardTensors, HostGradients,
+    backward_host, backward_host_modes, backward_host_with_tables, backward_on,
+    backward_on_with_tables, AttentionBackward, BackwardHostInputs, BackwardParams,
+    BackwardTensors, HostGradients, HostGradientsD,
 };
 pub use device::{Device, DeviceInfo};
 pub use dtype::DType;

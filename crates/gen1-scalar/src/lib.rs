@@ -63,7 +63,7 @@ impl AttentionBackward for Scalar {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            modes: flashcore_core::backward::SCORE_MODES,
+            modes: flashcore_core::backward::BACKWARD_MODES,
             head_dims: HeadDims::Range {
                 min: 1,
                 max: BWD_MAX_HEAD_DIM,

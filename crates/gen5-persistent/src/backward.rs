@@ -558,7 +558,7 @@ fn capabilities() -> Capabilities {
         },
         (8, 0),
     )
-    .with_modes(flashcore_core::backward::SCORE_MODES)
+    .with_modes(flashcore_core::backward::BACKWARD_MODES)
 }
 
 impl AttentionBackward for PersistentPortable {
