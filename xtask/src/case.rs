@@ -398,6 +398,9 @@ pub fn run_backward_case(
     if let Err(e) = flashcore::backward::validate_backward(p) {
         return BwdOutcome::Skipped(e.to_string());
     }
+    if flashcore::backward::is_varlen(p) {
+        return run_varlen_backward_case(kernel, device, case);
+    }
     let bi = match backward_inputs(kernel.name(), device, case) {
         Ok(b) => b,
         Err(why) => return why.into(),
@@ -438,6 +441,46 @@ pub fn run_backward_case(
         BwdOutcome::Pass(verdict)
     } else {
         BwdOutcome::Fail(verdict.message.clone(), Some(verdict))
+    }
+}
+
+/// A varlen backward case: packed storage-order inputs, the forward's packed O and LSE, one host
+/// backward call, each sequence's gradients judged alone (`mode_case::judge_backward`).
+fn run_varlen_backward_case(
+    kernel: &dyn AttentionBackward,
+    device: &Device,
+    case: &Case,
+) -> BwdOutcome {
+    let (p, draw, inp) = case.with_mode_inputs();
+    let Some(forward) = forward_for_backward(kernel.name(), &p, device.info()) else {
+        return BwdOutcome::Fail("no forward kernel to produce O and LSE".into(), None);
+    };
+    let out =
+        match flashcore::forward_host_modes(forward.as_ref(), device, &p, inp.host_inputs(&draw)) {
+            Ok(o) => o,
+            Err(Error::Unsupported(u)) => {
+                return NoInputs::Unsupported(format!("forward: {}", u.reason)).into()
+            }
+            Err(e) => return NoInputs::Failed(format!("forward error: {e}")).into(),
+        };
+    let d_o = crate::mode_case::grad_output_storage(&p, case.data_seed);
+    let inputs = flashcore::BackwardHostInputs {
+        q: inp.q.view(),
+        k: inp.k.view(),
+        v: inp.v.view(),
+        o: out.o.view(),
+        d_o: d_o.view(),
+        lse: out.lse.view(),
+        tables: draw.host_tables(),
+    };
+    let grads = match flashcore::backward_host_modes(kernel, device, &p, inputs) {
+        Ok(g) => g,
+        Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(u.reason),
+        Err(e) => return BwdOutcome::Fail(format!("error: {e}"), None),
+    };
+    match crate::mode_case::judge_backward(&p, &draw, &inp, &d_o, &grads) {
+        Ok(v) => BwdOutcome::Pass(v),
+        Err(failure) => BwdOutcome::Fail(failure.0, failure.1),
     }
 }
 

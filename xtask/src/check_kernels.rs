@@ -77,6 +77,17 @@ pub fn backward_mode_problem(dense: &AttentionProblem) -> AttentionProblem {
     })
 }
 
+/// [`backward_mode_problem`] on varlen storage (packed Q and K/V, every sequence full): the
+/// `FC_BWD_VARLEN` builds.
+pub fn backward_varlen_problem(dense: &AttentionProblem) -> AttentionProblem {
+    let mut p = backward_mode_problem(dense);
+    p.modes.packed_q = Some(dense.batch * dense.seq_q);
+    p.modes.kv = KvStorage::Packed {
+        total_k: dense.batch * dense.seq_k,
+    };
+    p
+}
+
 /// Chunked prefill on a contiguous cache, non-causal, with every mode a strided cache takes
 /// (`seqused_k`, a window, softcap, ALiBi): the Hopper path's modes build with 176-key tiles at
 /// D = 128, which the paged, causal every-mode problems do not reach. Batch as in
@@ -594,8 +605,9 @@ pub fn run(
         }
     }
     enter_variant(None, VARIANT_ENV);
-    // Backward kernels: the plans of dense problems, and with every mode of the scores a kernel
-    // takes (windows, softcap, ALiBi: the FC_BWD_MODES builds).
+    // Backward kernels: the plans of dense problems, with every mode of the scores a kernel
+    // takes (windows, softcap, ALiBi: the FC_BWD_MODES builds), and those on varlen storage (the
+    // FC_BWD_VARLEN builds).
     let backward_passes =
         std::iter::once(None).chain(BACKWARD_VARIANT_ENV.iter().copied().map(Some));
     let backward_selected = || {
@@ -617,7 +629,11 @@ pub fn run(
                     let dense = AttentionProblem::new(b, h, s, d)
                         .with_dtype(dtype)
                         .with_causal(causal);
-                    for problem in [backward_mode_problem(&dense), dense] {
+                    for problem in [
+                        backward_varlen_problem(&dense),
+                        backward_mode_problem(&dense),
+                        dense,
+                    ] {
                         if kernel.supports_backward(&problem, &dev).is_err() {
                             continue;
                         }

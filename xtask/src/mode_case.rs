@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Result};
 use flashcore::{
     AlibiSlopes, AttentionProblem, DType, HostInputs, HostTables, KvScales, KvStorage, Modes,
 };
-use flashcore_oracle::{OracleProblem, Rows, Verdict};
+use flashcore_oracle::{BackwardVerdict, OracleProblem, Rows, Verdict};
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView3, Axis, IxDyn};
 use rand::{Rng, SeedableRng};
 
@@ -580,6 +580,17 @@ fn random_d(dtype: DType, shape: &[usize], seed: u64) -> ArrayD<f32> {
         .expect("same length")
 }
 
+/// dO of a varlen backward case: fresh random values in O's storage shape (packed
+/// `[total_q, heads_q, dv]`), from a seed of its own.
+pub fn grad_output_storage(p: &AttentionProblem, seed: u64) -> ArrayD<f32> {
+    let (_, o_shape) = flashcore::host::v_o_shapes(p);
+    random_d(
+        p.dtype,
+        &o_shape,
+        seed.wrapping_mul(3).wrapping_add(0x0bad_5eed),
+    )
+}
+
 /// Fresh random storage: every slot, used or not, holds a random value (reliability fills the
 /// unused ones with NaN instead). With e4m3 K/V (`draw.kv_fp8_std`), K and V are the same draws
 /// times the case's spread, rounded to e4m3: the stored values, which the host path takes as
@@ -867,6 +878,49 @@ pub fn judge(
         }
     }
     worst.ok_or_else(|| "no sequence to judge".into())
+}
+
+/// Judges every sequence of a varlen backward case alone: its packed rows of Q, K, V, dO and of
+/// the kernel's dQ, dK, dV, against the oracle's gradients of that sequence
+/// (`flashcore_oracle::check_backward`: every element, so an unwritten one (NaN) fails). The
+/// verdict with the largest ratio stands for the case; the first failure is returned with its
+/// sequence.
+pub fn judge_backward(
+    p: &AttentionProblem,
+    draw: &Draw,
+    inp: &ModeInputs,
+    d_o: &ArrayD<f32>,
+    g: &flashcore::HostGradientsD<f32>,
+) -> std::result::Result<BackwardVerdict, Box<(String, Option<BackwardVerdict>)>> {
+    let mut worst: Option<BackwardVerdict> = None;
+    for b in 0..p.batch {
+        let op = seq_oracle_problem(p, draw, b);
+        let q_like = |a: &ArrayD<f32>| seq_rows(p, draw, a, b).insert_axis(Axis(0));
+        let k_like = |a: &ArrayD<f32>| seq_kv(p, draw, KvSide::K, a, None, b).insert_axis(Axis(0));
+        let v = seq_kv(p, draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
+        let dv = seq_kv(p, draw, KvSide::V, &g.dv, None, b).insert_axis(Axis(0));
+        let verdict = flashcore_oracle::check_backward(
+            &op,
+            precision(p.dtype),
+            q_like(&inp.q).view(),
+            k_like(&inp.k).view(),
+            v.view(),
+            q_like(d_o).view(),
+            q_like(&g.dq).view(),
+            k_like(&g.dk).view(),
+            dv.view(),
+        );
+        if !verdict.pass {
+            return Err(Box::new((
+                format!("sequence {b}: {}", verdict.message),
+                Some(verdict),
+            )));
+        }
+        if worst.as_ref().is_none_or(|w| verdict.ratio > w.ratio) {
+            worst = Some(verdict);
+        }
+    }
+    worst.ok_or_else(|| Box::new(("no sequence to judge".into(), None)))
 }
 
 #[cfg(test)]

@@ -644,7 +644,9 @@ fn sweep_dims(caps: &Capabilities, race: bool, head_dims: Option<&[usize]>) -> V
 /// seq_k (rows with no key) and below it, a single row and key, no keys, both dtypes and
 /// layouts. Racecheck gets the first five shapes at one head dim. A kernel that takes the modes
 /// of the scores also gets them: a causal left window with softcap and ALiBi per (batch, head)
-/// over rows with no key, and (not for racecheck) a window on both sides with ALiBi per head.
+/// over rows with no key, and (not for racecheck) a window on both sides with ALiBi per head;
+/// one that takes varlen, a varlen batch with a causal window and softcap, and (not for
+/// racecheck) a plain one.
 pub fn backward_sweep_cases(
     caps: &Capabilities,
     tool: &str,
@@ -662,9 +664,13 @@ pub fn backward_sweep_cases(
         (1, 2, 2, 17, 200, false, 1, Layout::Bshd),
         (2, 4, kv(4, 2), 257, 193, c, 1, Layout::Bshd),
     ];
+    // Varlen lines too where the kernel takes it (racecheck: the first): lengths drawn from the
+    // seed up to the shape's, empty sequences among them.
     let modes = [
         (shapes[1], "wl=20,softcap=30,alibi=batch"),
+        (shapes[6], "varlen=1,wl=70,softcap=5"),
         (shapes[5], "wl=40,wr=8,alibi=head"),
+        (shapes[4], "varlen=1"),
     ];
     if race {
         shapes.truncate(5);
@@ -681,7 +687,7 @@ pub fn backward_sweep_cases(
             };
             out.push(sweep_case(shape, d, dtype, layout, 800 + i as u64));
         }
-        for (i, (shape, keys)) in modes.iter().take(if race { 1 } else { 2 }).enumerate() {
+        for (i, (shape, keys)) in modes.iter().take(if race { 2 } else { 4 }).enumerate() {
             let case = sweep_case(
                 shape,
                 d,
@@ -928,6 +934,13 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
                     && p.modes.softcap.is_some()));
                 assert!(race.iter().any(|c| !c.problem.modes.is_dense()));
             }
+            let varlen = |v: &Vec<Case>| {
+                v.iter()
+                    .filter(|c| flashcore::backward::is_varlen(&c.problem))
+                    .count()
+            };
+            assert_eq!(varlen(&full) > 0, caps.modes.varlen, "{}", k.name());
+            assert_eq!(varlen(&race) > 0, caps.modes.varlen, "{}", k.name());
         }
     }
 

@@ -7,7 +7,8 @@
 //!   identical to the dense run, and the padding of the gradient buffers keeps its sentinel; at
 //!   head dims 64, 128 and 200 (a padded build's), or `--head-dims`.
 //! - `determinism`: a GQA causal problem with several key tiles at each head dim (128, 64, or
-//!   `--head-dims`), `--backward-runs` times (1000), bit-identical dQ, dK, dV every time.
+//!   `--head-dims`), `--backward-runs` times (1000), bit-identical dQ, dK, dV every time; and a
+//!   varlen batch with a window, softcap and ALiBi where the kernel takes them.
 //! - `grid`: batch·heads past 65535, a sequence past 65535 rows, and Q-side and K-side tensors
 //!   past 2^31 elements: every gradient element finite (written), and where the groups are
 //!   small, GQA groups of chosen batches judged by the oracle.
@@ -90,6 +91,11 @@ pub(super) fn run(dev: &Device, _forward: &[Box<dyn Attention>], args: &Args, re
         let wanted = super::wanted_dims(args, determinism::DETERMINISM_DIMS);
         for p in determinism::determinism_problems(&k.capabilities(), wanted) {
             determinism::determinism(&cx, &p, report);
+        }
+        if let Some(case) =
+            determinism::varlen_case(&k.capabilities(), wanted, args.seed.wrapping_add(43))
+        {
+            determinism::determinism_varlen(&cx, &case, report);
         }
         for case in grid::grid_cases(&k.capabilities(), args.no_huge) {
             grid::grid(&cx, &case, report);

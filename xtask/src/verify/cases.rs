@@ -612,7 +612,9 @@ fn h_min(h: &HeadDims) -> usize {
 /// Then the modes of the scores with GQA, for kernels that take them: windows that leave rows
 /// no key (seq_q > seq_k) and keys no row sees (a left window, seq_k > seq_q), windows across
 /// the tile edges, both sides at once, softcap with the key tiles' tails, ALiBi per head and per
-/// (batch, head), and all three together (the lines of a mode a kernel lacks are left out).
+/// (batch, head), and all three together; varlen batches (lengths drawn from the seed, 0 and the
+/// maxima among them) alone, causal with a window, with softcap and ALiBi, and at head dim 256
+/// (the lines of a mode a kernel lacks are left out).
 pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
     [
         "b=2,hq=4,hkv=2,sq=100,sk=37,d=64,causal=1,scale=-0.3,seed=9001",
@@ -633,6 +635,10 @@ pub(super) fn backward_edge_cases(caps: &Capabilities) -> Vec<Case> {
         "b=3,hq=4,hkv=2,sq=100,sk=100,d=64,causal=1,alibi=batch,dtype=bf16,seed=9016",
         "b=2,hq=8,hkv=2,sq=129,sk=257,d=256,causal=1,wl=100,softcap=50.5,alibi=batch,seed=9017",
         "b=1,hq=6,hkv=3,sq=90,sk=45,d=72,wl=8,wr=30,softcap=1,alibi=head,dtype=bf16,seed=9018",
+        "b=3,hq=4,hkv=2,sq=130,sk=200,d=64,varlen=1,seed=9019",
+        "b=4,hq=2,sq=65,sk=65,d=128,causal=1,varlen=1,wl=16,dtype=bf16,seed=9020",
+        "b=2,hq=6,hkv=3,sq=100,sk=40,d=96,varlen=1,softcap=30,alibi=batch,seed=9021",
+        "b=5,hq=2,hkv=1,sq=257,sk=129,d=256,causal=1,varlen=1,dtype=bf16,seed=9022",
     ]
     .iter()
     .map(|a| Case::parse(a).expect("the backward edge list parses"))
@@ -1137,11 +1143,12 @@ mod tests {
         let caps = flashcore::backward_kernel("scalar")
             .expect("the scalar backward is compiled in")
             .capabilities();
-        assert_eq!(caps.modes, flashcore::backward::SCORE_MODES);
+        assert_eq!(caps.modes, flashcore::backward::BACKWARD_MODES);
         let mut runner = TestRunner::deterministic();
         let s = case_strategy(&caps, 300);
         let (mut with_modes, mut windows, mut causal_windows, mut softcap, mut alibi) =
             (0, 0, 0, 0, [0; 2]);
+        let mut varlen = 0;
         let mut gqa_modes = 0;
         for _ in 0..300 {
             let c = s.new_tree(&mut runner).unwrap().current();
@@ -1151,6 +1158,7 @@ mod tests {
             assert_eq!(caps.modes.missing(m), None);
             assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
             with_modes += !m.is_dense() as usize;
+            varlen += flashcore::backward::is_varlen(p) as usize;
             windows += (m.window_left.is_some() || m.window_right.is_some()) as usize;
             causal_windows += (p.causal && m.window_left.is_some()) as usize;
             softcap += m.softcap.is_some() as usize;
@@ -1161,7 +1169,8 @@ mod tests {
             }
             gqa_modes += (!m.is_dense() && p.heads_kv < p.heads_q) as usize;
         }
-        assert!((100..=200).contains(&with_modes), "{with_modes} of 300");
+        assert!((100..=250).contains(&with_modes), "{with_modes} of 300");
+        assert!((50..=150).contains(&varlen), "{varlen} of 300");
         assert!(
             windows > 50 && causal_windows > 10,
             "{windows} {causal_windows}"
@@ -1172,7 +1181,14 @@ mod tests {
         );
         assert!(gqa_modes > 30, "{gqa_modes}");
         let edges = backward_edge_cases(&caps);
-        assert_eq!(edges.len(), 18);
+        assert_eq!(edges.len(), 22);
+        assert_eq!(
+            edges
+                .iter()
+                .filter(|c| flashcore::backward::is_varlen(&c.problem))
+                .count(),
+            4
+        );
         assert!(edges.iter().any(|c| c.problem.softmax_scale == Some(0.0)));
         // The oracle's problem of a mode edge has its modes, the slopes as drawn.
         let c = &edges[16];

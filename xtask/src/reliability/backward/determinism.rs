@@ -1,11 +1,13 @@
 //! `determinism`: a GQA causal problem with several key tiles at each head dim, and at the first
 //! one the same with a left window, softcap and ALiBi where the kernel takes them, run
-//! `--backward-runs` times, gives bit-identical dQ, dK, dV every time.
+//! `--backward-runs` times, gives bit-identical dQ, dK, dV every time. Where the kernel takes
+//! varlen, so does a varlen batch with those modes (`determinism varlen`), through the host path.
 
-use flashcore::{AlibiSlopes, AttentionProblem, Capabilities, Error, Modes};
+use flashcore::{AlibiSlopes, AttentionProblem, BackwardHostInputs, Capabilities, Error, Modes};
 
 use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
 use super::KernelCheck;
+use crate::case::Case;
 use crate::reliability::determinism::same_every_run;
 use crate::reliability::host::count_nan_bits;
 use crate::reliability::{dims_in, Report, Res};
@@ -109,6 +111,98 @@ pub(super) fn determinism(cx: &KernelCheck, p: &AttentionProblem, report: &mut R
     }
 }
 
+/// The varlen batch of `determinism varlen`, for a kernel that takes varlen with the modes of
+/// the scores: five packed sequences of up to 700 rows and keys (lengths drawn from the seed),
+/// GQA 8:2, causal with a left window of 300, softcap and ALiBi per (sequence, head), at the
+/// first of `wanted`'s head dims the kernel takes.
+pub(super) fn varlen_case(caps: &Capabilities, wanted: &[usize], seed: u64) -> Option<Case> {
+    let d = *dims_in(&caps.head_dims, wanted).first()?;
+    let line = format!(
+        "b=5,hq=8,hkv=2,sq=700,sk=700,d={d},causal=1,varlen=1,wl=300,softcap=30,alibi=batch,\
+         seed={seed}"
+    );
+    let case = Case::parse(&line).expect("the varlen determinism line parses");
+    caps.modes
+        .missing(&case.problem.modes)
+        .is_none()
+        .then_some(case)
+}
+
+/// `determinism varlen`: [`varlen_case`]'s backward `--backward-runs` times through
+/// `backward_host_modes` (outputs NaN-poisoned before each run), every run's dQ, dK, dV bits the
+/// first run's, and none of its elements NaN.
+pub(super) fn determinism_varlen(cx: &KernelCheck, case: &Case, report: &mut Report) {
+    let KernelCheck {
+        dev,
+        kernel: k,
+        args,
+    } = *cx;
+    let line = cx.start("determinism varlen (window, softcap, ALiBi)");
+    if !k.deterministic() {
+        let why = "not deterministic by design (dQ accumulated with f32 atomics); its \
+                   deterministic schedule is checked under its own name";
+        line.add(report, Res::Skip, why.to_string());
+        return;
+    }
+    let (p, draw, inp) = case.with_mode_inputs();
+    if let Err(u) = k.supports_backward(&p, dev.info()) {
+        line.add(report, Res::Skip, u.reason);
+        return;
+    }
+    let runs = args.backward_runs.max(1);
+    let result = (|| -> std::result::Result<Option<String>, String> {
+        let Some(fwd) = crate::case::forward_for_backward(k.name(), &p, dev.info()) else {
+            return Ok(None);
+        };
+        let e = |e: Error| e.to_string();
+        let out = flashcore::forward_host_modes(fwd.as_ref(), dev, &p, inp.host_inputs(&draw))
+            .map_err(e)?;
+        let d_o = crate::mode_case::grad_output_storage(&p, case.data_seed);
+        let run = || -> std::result::Result<[Vec<u32>; 3], String> {
+            let inputs = BackwardHostInputs {
+                q: inp.q.view(),
+                k: inp.k.view(),
+                v: inp.v.view(),
+                o: out.o.view(),
+                d_o: d_o.view(),
+                lse: out.lse.view(),
+                tables: draw.host_tables(),
+            };
+            let g = flashcore::backward_host_modes(k, dev, &p, inputs).map_err(e)?;
+            let bits = |a: &ndarray::ArrayD<f32>| a.iter().map(|x| x.to_bits()).collect();
+            Ok([bits(&g.dq), bits(&g.dk), bits(&g.dv)])
+        };
+        let first = run()?;
+        let unwritten: usize = first
+            .iter()
+            .map(|g| g.iter().filter(|&&b| f32::from_bits(b).is_nan()).count())
+            .sum();
+        if unwritten > 0 {
+            return Err(format!(
+                "first run left {unwritten} gradient elements NaN (unwritten)"
+            ));
+        }
+        same_every_run(&p, runs, &first, run, |g, first| {
+            (0..3)
+                .map(|i| g[i].iter().zip(&first[i]).filter(|(a, b)| a != b).count())
+                .sum()
+        })?;
+        Ok(Some(format!(
+            "{runs} runs bit-identical (dQ {} + dK {} + dV {} elements, NaN-poisoned before each) on {p}, lengths q {:?} k {:?}",
+            first[0].len(),
+            first[1].len(),
+            first[2].len(),
+            draw.len_q,
+            draw.len_k
+        )))
+    })();
+    match result {
+        Ok(Some(m)) => line.add(report, Res::Pass, m),
+        Ok(None) => line.add(report, Res::Skip, "no forward takes the problem".into()),
+        Err(m) => line.add(report, Res::Fail, m),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +230,20 @@ mod tests {
                 );
                 assert_eq!(p.causal, caps.causal);
                 assert_eq!(p.heads_q > p.heads_kv, caps.gqa);
+            }
+        }
+    }
+
+    #[test]
+    fn the_varlen_case_is_a_valid_varlen_backward_for_the_kernels_that_take_varlen() {
+        for (name, caps) in crate::reliability::backward::backward_caps() {
+            let case = varlen_case(&caps, DETERMINISM_DIMS, 7);
+            assert_eq!(case.is_some(), caps.modes.varlen, "{name}");
+            if let Some(c) = case {
+                let (p, draw, _) = c.with_mode_inputs();
+                flashcore::backward::validate_backward(&p).unwrap();
+                assert!(flashcore::backward::is_varlen(&p), "{name}");
+                assert_eq!(draw.len_q.len(), 5);
             }
         }
     }
