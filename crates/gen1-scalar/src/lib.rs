@@ -85,14 +85,21 @@ impl AttentionBackward for Scalar {
         let rows = problem.batch * problem.heads_q * problem.seq_q;
         let keys = problem.batch * problem.heads_kv * problem.seq_k;
         const SRC: &str = "gen1_scalar_bwd.cu";
-        // Windows, softcap and ALiBi: the modes build of the dK/dV and dQ kernels.
+        // Windows, softcap and ALiBi: the modes build of the dK/dV and dQ kernels. Varlen: of
+        // the D pass too (its rows are packed).
         let modes = |l: KernelLaunch| {
             l.with_defines(flashcore_core::backward::backward_mode_defines(problem))
                 .into_owned()
         };
+        let dot = KernelLaunch::per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS);
+        let dot = if flashcore_core::backward::is_varlen(problem) {
+            modes(dot)
+        } else {
+            dot
+        };
         Ok(LaunchPlan {
             launches: vec![
-                KernelLaunch::per_thread(SRC, "bwd_scalar_dot_do_o", rows, BWD_THREADS),
+                dot,
                 modes(KernelLaunch::per_item(
                     SRC,
                     "bwd_scalar_dk_dv",
@@ -171,6 +178,20 @@ mod tests {
             Scalar.supports_backward(&p, &h100).unwrap();
             assert_eq!(modes(&p), [false, true, true]);
         }
+        // Varlen: every launch reads packed rows, the D pass among them.
+        let varlen = dense.clone().with_modes(Modes {
+            packed_q: Some(150),
+            kv: flashcore_core::KvStorage::Packed { total_k: 150 },
+            ..Modes::default()
+        });
+        Scalar.supports_backward(&varlen, &h100).unwrap();
+        assert_eq!(modes(&varlen), [true; 3]);
+        let plan = Scalar.plan_backward(&varlen, &h100).unwrap();
+        let varlen_define = ("FC_BWD_VARLEN".to_string(), "1".to_string());
+        assert!(plan
+            .launches
+            .iter()
+            .all(|l| l.defines.contains(&varlen_define)));
         let paged = dense.with_modes(Modes {
             seqused_k: true,
             ..Modes::default()

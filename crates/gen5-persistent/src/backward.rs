@@ -745,6 +745,15 @@ mod tests {
                 assert_eq!(m.entries(), dn.entries(), "{name} {d}");
                 assert!(m.launches.iter().all(|l| has(l, "FC_BWD_MODES")));
                 assert!(dn.launches.iter().all(|l| !has(l, "FC_BWD_MODES")));
+                // Varlen: the modes plan with the varlen build of every launch (the D pass
+                // reads packed rows too); the modes plan on dense storage has none.
+                let mut varlen = p.clone();
+                varlen.modes.packed_q = Some(900);
+                varlen.modes.kv = flashcore_core::KvStorage::Packed { total_k: 1300 };
+                let v = plan(&varlen);
+                assert_eq!(v.entries(), m.entries(), "{name} {d}");
+                assert!(v.launches.iter().all(|l| has(l, "FC_BWD_VARLEN")));
+                assert!(m.launches.iter().all(|l| !has(l, "FC_BWD_VARLEN")));
                 if d <= 64 {
                     // The dK/dV pass in 8 warps, two-phase; the dQ pass's kernel unchanged.
                     assert_eq!(m.launches[1].block.0, 256, "{name} {d}");
