@@ -1,15 +1,21 @@
 """The varlen backward's time against a dense backward of equal real FLOPs, through flashcore's
 Python package (CUDA events, median of 20 calls after 3 warm-ups, the backward alone:
-torch.autograd.grad on a kept graph).
+torch.autograd.grad on a kept graph), H = 16, D = 128, bf16.
 
 Rows:
 - equal lengths: B sequences of S rows packed, against the dense [B, S, H, D] problem (the same
   bytes, the same FLOPs);
-- mixed lengths: sequences of varied lengths, against one dense sequence whose causal (or full)
-  FLOPs are the same sum (S_dense = round(sqrt(sum L^2))).
-Each row runs with deterministic=False (the fastest backward that takes the problem: the Hopper
-backward takes dense problems, not varlen ones) and deterministic=True (the portable
-deterministic backward for both), so the ratio of the second is the varlen cost on one kernel.
+- mixed lengths: sequences of varied lengths, against one dense sequence of the same FLOPs
+  (S_dense = round(sqrt(sum L^2))).
+Columns, each a backward kernel on one kind of problem:
+- varlen: the varlen build of the portable deterministic backward (the only kinds of backward
+  that take varlen at D = 128: the Hopper one does not, the atomic one refuses modes at 72-128);
+- dense modes: the same kernel's modes build on the dense problem (a window wider than every
+  sequence: nothing masked, the modes' code paths run), the varlen build's nearest dense twin;
+- dense: the same kernel's dense build (deterministic=True);
+- dense fastest: the fastest backward on the dense problem (deterministic=False: the Hopper one).
+`python3 varlen_vs_dense.py --warm K` runs configuration K once (K < 8), to compile its kernels in
+a process of its own before the timed run.
 """
 
 import math
@@ -22,6 +28,7 @@ from flashcore.flash_attn_interface import flash_attn_func, flash_attn_varlen_fu
 H, D = 16, 128
 dev = torch.device("cuda")
 dt = torch.bfloat16
+WIDE = 1 << 30  # a window wider than any sequence
 
 
 def median_ms(fn, reps=20, warm=3):
@@ -44,43 +51,66 @@ def bwd_flops(lens, causal):
     return sum(2.5 * 4 * L * L * H * D * (0.5 if causal else 1.0) for L in lens)
 
 
-def time_dense(b, s, causal, det):
-    q, k, v = (torch.randn(b, s, H, D, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
-    o = flash_attn_func(q, k, v, causal=causal, deterministic=det)
+def grad_fn(o, leaves):
     do = torch.randn_like(o)
-    return median_ms(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+    return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
 
 
-def time_varlen(lens, causal, det):
+def dense(b, s, causal, det, modes):
+    q, k, v = (torch.randn(b, s, H, D, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
+    window = (WIDE, 0 if causal else WIDE) if modes else (-1, -1)
+    o = flash_attn_func(q, k, v, causal=causal, window_size=window, deterministic=det)
+    return grad_fn(o, (q, k, v))
+
+
+def varlen(lens, causal):
     total = sum(lens)
     q, k, v = (torch.randn(total, H, D, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device=dev, dtype=torch.int32)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=dev, dtype=torch.int32)
     m = max(lens)
-    o = flash_attn_varlen_func(q, k, v, cu, cu, m, m, causal=causal, deterministic=det)
-    do = torch.randn_like(o)
-    return median_ms(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+    o = flash_attn_varlen_func(q, k, v, cu, cu, m, m, causal=causal, deterministic=True)
+    return grad_fn(o, (q, k, v))
 
 
 rows = [
-    ("equal 8x2048", [2048] * 8, (8, 2048)),
-    ("equal 4x4096", [4096] * 4, (4, 4096)),
-    ("mixed 8 seqs", [4096, 512, 2048, 1024, 3072, 256, 1536, 2560], None),
-    ("mixed 16 seqs", [1000, 3000, 17, 2048, 555, 4096, 1, 700, 1300, 2222, 64, 900, 3500, 128, 1800, 2600], None),
+    ("equal 8x2048", [2048] * 8),
+    ("mixed 8 seqs", [4096, 512, 2048, 1024, 3072, 256, 1536, 2560]),
 ]
+
+
+def dense_shape(lens):
+    if len(set(lens)) == 1:
+        return len(lens), lens[0]
+    return 1, round(math.sqrt(sum(L * L for L in lens)))
+
+
+# The kernels' builds: (kind, causal); each compiled by one --warm process.
+CONFIGS = [(kind, c) for kind in ("varlen", "modes", "dense", "fastest") for c in (False, True)]
+
+
+def make(kind, lens, causal):
+    b, s = dense_shape(lens)
+    if kind == "varlen":
+        return varlen(lens, causal)
+    return dense(b, s, causal, det=kind != "fastest", modes=kind == "modes")
+
+
+if len(sys.argv) == 3 and sys.argv[1] == "--warm":
+    kind, causal = CONFIGS[int(sys.argv[2])]
+    make(kind, [256, 128], causal)()
+    torch.cuda.synchronize()
+    sys.exit(0)
+
 print(f"H={H} D={D} {dt}, {torch.cuda.get_device_name()}, torch {torch.__version__}")
-print("| row | causal | deterministic | varlen ms | dense ms (shape) | varlen TFLOP/s | dense TFLOP/s | varlen / dense time per FLOP |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
-for name, lens, dense in rows:
+print("| row | causal | dense shape | varlen ms | dense modes ms | dense ms | dense fastest ms | varlen TFLOP/s | varlen / dense modes | varlen / dense | varlen / dense fastest |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for name, lens in rows:
     for causal in (False, True):
-        for det in (False, True):
-            vf = bwd_flops(lens, causal)
-            if dense is None:
-                s = round(math.sqrt(sum(L * L for L in lens)))
-                dense = (1, s)
-            df = bwd_flops([dense[1]] * dense[0], causal)
-            tv = time_varlen(lens, causal, det)
-            td = time_dense(dense[0], dense[1], causal, det)
-            ratio = (tv / vf) / (td / df)
-            print(f"| {name} | {int(causal)} | {int(det)} | {tv:.3f} | {td:.3f} ({dense[0]}x{dense[1]}) | "
-                  f"{vf / tv / 1e9:.1f} | {df / td / 1e9:.1f} | {ratio:.3f} |")
-            sys.stdout.flush()
+        b, s = dense_shape(lens)
+        vf, df = bwd_flops(lens, causal), bwd_flops([s] * b, causal)
+        t = {kind: median_ms(make(kind, lens, causal)) for kind in ("varlen", "modes", "dense", "fastest")}
+        per_flop = {k: (v / (vf if k == "varlen" else df)) for k, v in t.items()}
+        r = lambda k: per_flop["varlen"] / per_flop[k]
+        print(f"| {name} | {int(causal)} | {b}x{s} | {t['varlen']:.3f} | {t['modes']:.3f} | {t['dense']:.3f} | "
+              f"{t['fastest']:.3f} | {vf / t['varlen'] / 1e9:.1f} | {r('modes'):.3f} | {r('dense'):.3f} | {r('fastest'):.3f} |")
+        sys.stdout.flush()
