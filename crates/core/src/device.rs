@@ -231,6 +231,18 @@ struct Workspace<B> {
     buf: Option<B>,
     /// How many leading words are known to be zero when the next launch on the stream starts.
     zero_prefix: usize,
+    /// The caller's buffer the last lent call on this stream ran on, with its own known-zero
+    /// prefix ([`Device::with_lent_workspace`]): a plan without counters (a backward's D vector)
+    /// writes scratch where the next plan with counters (a forward's tile counters) needs zeros.
+    lent: Option<LentZero>,
+}
+
+/// A lent buffer (`ptr`, `words`) and how many of its leading words are known to be zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LentZero {
+    ptr: u64,
+    words: usize,
+    zero_prefix: usize,
 }
 
 impl<B> Default for Workspace<B> {
@@ -238,7 +250,29 @@ impl<B> Default for Workspace<B> {
         Workspace {
             buf: None,
             zero_prefix: 0,
+            lent: None,
         }
+    }
+}
+
+impl<B> Workspace<B> {
+    /// Whether a plan with `counters` counter words on the lent buffer (`ptr`, `words`) must
+    /// zero them first: unless this stream's last lent call ran on the same buffer and left at
+    /// least that many words zero. A buffer seen for the first time is assumed to hold anything.
+    fn lent_needs_zeroing(&self, ptr: u64, words: usize, counters: usize) -> bool {
+        counters > 0
+            && !self
+                .lent
+                .is_some_and(|l| l.ptr == ptr && l.words == words && l.zero_prefix >= counters)
+    }
+
+    /// After a plan with `counters` counter words ran on the lent buffer (`ok`) or failed.
+    fn after_lent_plan(&mut self, ptr: u64, words: usize, counters: usize, ok: bool) {
+        self.lent = Some(LentZero {
+            ptr,
+            words,
+            zero_prefix: if ok { counters } else { 0 },
+        });
     }
 }
 
@@ -458,11 +492,15 @@ impl Device {
 
     /// This device with the caller's memory as the workspace of every call made through the
     /// view, for callers whose memory must come from their own allocator (a framework's caching
-    /// allocator, a CUDA graph's private pool: nothing is then allocated or zeroed here). The
-    /// contract is the one of [`crate::LaunchPlan`]: the first `workspace_counters` words are
-    /// zero when a call starts, and the kernels leave them zero when it succeeds (after a failed
-    /// call, zero them again). A call whose plan needs more than `words` launches nothing and
-    /// returns [`Error::WorkspaceTooSmall`] with the size it needs.
+    /// allocator, a CUDA graph's private pool: nothing is then allocated here). The contract is
+    /// the one of [`crate::LaunchPlan`]: a plan's first `workspace_counters` words must be zero
+    /// when it starts. The view zeroes them itself (a memset queued on the call's stream)
+    /// unless the last lent call on that stream ran on the same buffer and left at least that
+    /// many words zero: a plan with counters leaves them zero, but one without (a backward's D
+    /// vector, a decode's partials) writes scratch over the words the next forward counts with.
+    /// So a loop of one plan costs no memset, and a forward after a backward one. A call whose
+    /// plan needs more than `words` launches nothing and returns [`Error::WorkspaceTooSmall`]
+    /// with the size it needs.
     ///
     /// # Safety
     /// `ptr` must address `words` f32 words of device memory of this context that stay valid
@@ -736,14 +774,33 @@ impl Device {
             return f(0);
         }
         let counters = counters.min(len);
-        if let Some(lent) = self.lent_workspace {
-            self.check_lent_workspace(len, counters)?;
-            return f(lent.ptr);
-        }
         self.ctx
             .bind_to_thread()
             .map_err(|e| Error::cuda("binding the context", e))?;
         let entry = self.workspaces.for_stream(StreamKey::of(stream));
+        if let Some(lent) = self.lent_workspace {
+            self.check_lent_workspace(len, counters)?;
+            let mut ws = entry.lock().unwrap();
+            if ws.lent_needs_zeroing(lent.ptr, lent.words, counters) {
+                // Until the memset is queued nothing is known zero.
+                ws.after_lent_plan(lent.ptr, lent.words, 0, false);
+                // SAFETY: the caller lent `words` >= `len` >= `counters` f32 words at `ptr` on
+                // this device for the call (`with_lent_workspace`); the memset is queued on
+                // `stream`, before the plan's launches.
+                unsafe {
+                    cudarc::driver::result::memset_d8_async(
+                        lent.ptr,
+                        0,
+                        counters * 4,
+                        stream.cu_stream(),
+                    )
+                }
+                .map_err(|e| Error::cuda("zeroing the lent workspace's counters", e))?;
+            }
+            let r = f(lent.ptr);
+            ws.after_lent_plan(lent.ptr, lent.words, counters, r.is_ok());
+            return r;
+        }
         let mut ws = entry.lock().unwrap();
         let r = {
             let buf = ws.prepare(
@@ -859,6 +916,7 @@ mod tests {
         let mut ws = Workspace::<Fake> {
             buf: None,
             zero_prefix: 1000,
+            lent: None,
         };
         // Plan A (256 counter words) runs twice: no memset either time.
         assert!(!ws.needs_zeroing(256));
@@ -929,6 +987,30 @@ mod tests {
         assert_eq!(prepare(&mut ws, 600, 256, &mut log), Ok(600));
         assert_eq!(log, ["alloc 2", "alloc 600", "memset"]);
         assert_eq!(ws.zero_prefix, 600);
+    }
+
+    #[test]
+    fn a_lent_buffer_is_zeroed_before_counters_unless_its_last_plan_left_them_zero() {
+        let mut ws = Workspace::<()>::default();
+        let (ptr, words) = (0x1000, 4096);
+        // First sight of a buffer: its counters are zeroed; a plan without counters never.
+        assert!(ws.lent_needs_zeroing(ptr, words, 256));
+        assert!(!ws.lent_needs_zeroing(ptr, words, 0));
+        // A forward with 256 counters leaves them zero: the same plan again needs no memset,
+        // nor does one with fewer, but one with more does.
+        ws.after_lent_plan(ptr, words, 256, true);
+        assert!(!ws.lent_needs_zeroing(ptr, words, 256));
+        assert!(!ws.lent_needs_zeroing(ptr, words, 16));
+        assert!(ws.lent_needs_zeroing(ptr, words, 257));
+        // A backward (no counters) writes its D vector from word 0: the next forward zeroes.
+        ws.after_lent_plan(ptr, words, 0, true);
+        assert!(ws.lent_needs_zeroing(ptr, words, 256));
+        // Another buffer, or this one grown, is unknown; a failed plan leaves nothing known.
+        ws.after_lent_plan(ptr, words, 256, true);
+        assert!(ws.lent_needs_zeroing(0x2000, words, 256));
+        assert!(ws.lent_needs_zeroing(ptr, 2 * words, 256));
+        ws.after_lent_plan(ptr, words, 256, false);
+        assert!(ws.lent_needs_zeroing(ptr, words, 1));
     }
 
     #[test]

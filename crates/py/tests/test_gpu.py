@@ -682,6 +682,26 @@ def test_deterministic_backward_modes(dtype, varlen):
         assert_close(name, g, g_ref, g_lp)
 
 
+@parametrize("causal", [False, True])
+@parametrize("dtype", DTYPES)
+def test_forward_after_backward_on_one_stream(dtype, causal):
+    """A training step's next forward: a backward writes scratch (its D vector) into the
+    stream's workspace where a forward's tile counters and a decode's split counters go, and the
+    forward after it must still give its first output, bit for bit. Shapes big enough for the
+    persistent forward's dynamic scheduler and a split-KV decode."""
+    torch.manual_seed(0)
+    q, k, v = (randn((4, 2048, 16, 128), dtype, requires_grad=True) for _ in range(3))
+    first = flash_attn_func(q, k, v, causal=causal)
+    q1, k1, v1 = (t.detach()[:1].contiguous() for t in (q, k, v))
+    decode_first = flash_attn_with_kvcache(q1[:, :1], k1, v1, causal=True)
+    for deterministic in (False, True):
+        out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+        out.backward(randn(out.shape, dtype))
+        assert_bitwise_equal("out after a backward", flash_attn_func(q, k, v, causal=causal), first)
+        assert_bitwise_equal("decode after a backward",
+                             flash_attn_with_kvcache(q1[:, :1], k1, v1, causal=True), decode_first)
+
+
 @parametrize("mode", ["paged", "kvcache"])
 def test_backward_not_implemented(mode):
     """What has no backward (docs/PYTHON.md): a paged K/V raises NotImplementedError from

@@ -18,9 +18,11 @@ An fp8 KV cache (``torch.float8_e4m3fn`` K/V, FlashAttention 3's) goes to the ke
 bytes with float32 ``k_descale``/``v_descale`` tables (:func:`kv_descales` supplies FlashAttention
 3's 1.0 for a missing one); Q and O stay float16/bfloat16, and it has no backward.
 
-The workspace some plans need (split-KV partials, scheduler counters) is PyTorch memory too:
-one zeroed tensor per (device, stream) in eager mode, one per capture while a CUDA graph is being
-captured (it then lives in the graph's pool, and its zeroing is part of the graph).
+The workspace some plans need (split-KV partials, scheduler counters, the backward's D vector)
+is PyTorch memory too: one zeroed tensor per (device, stream) in eager mode, one per capture
+while a CUDA graph is being captured (it then lives in the graph's pool, and its zeroing is part
+of the graph). The core zeroes a plan's counters again when the call before it on the stream
+may have written scratch there (`Device::with_lent_workspace`): a forward after a backward.
 """
 
 import math
@@ -172,7 +174,8 @@ def _launch(fn, args, device: torch.device) -> str:
     """Calls ``fn(*args, workspace, device, stream)``, lending it a zeroed workspace and growing
     it when the plan asks for more (nothing runs then); returns the generation that ran.
 
-    Eager calls share one workspace per (device, stream); the kernels leave its counters zero.
+    Eager calls share one workspace per (device, stream); the core zeroes a plan's counters when
+    the call before it may have left scratch there.
     While a CUDA graph is being captured, each capture gets its own, allocated (and zeroed, a
     memset the graph replays) at its first call and shared by the capture's later calls, so the
     memory belongs to that graph's pool."""
