@@ -385,6 +385,18 @@ fn plan_with(
         Unsupported::new(name, format!("head_dim {} is past 256", problem.head_dim))
     })?;
     let padded = d != problem.head_dim;
+    let varlen = flashcore_core::backward::is_varlen(problem);
+    if atomic_dq && varlen && d <= NARROW_DKDV_MAX_HEAD_DIM {
+        return Err(Unsupported::new(
+            name,
+            format!(
+                "varlen at head_dim {} (a {d} build): its varlen build of the 32-row tiles passes \
+                 the registers (the sequence's offsets beside the modes' state spilled 12-128 \
+                 bytes); persistent-portable (deterministic) takes it",
+                problem.head_dim
+            ),
+        ));
+    }
     if atomic_dq && !problem.modes.is_dense() && (96..=128).contains(&d) {
         // Its two-phase dK/dV build at these dims runs at 255 registers with the dQ reductions'
         // state, and the window's, softcap's and ALiBi's beside it spilled 4-40 bytes on sm_80 and
@@ -402,6 +414,11 @@ fn plan_with(
     // scalar atomics, commit acfed8e).
     let tiling = if atomic_dq {
         Tiling::Wide
+    } else if varlen && d <= NARROW_DKDV_MAX_HEAD_DIM {
+        // The 32-row tiles' varlen builds spill at 64 and 128 (the sequence's offsets, loaded
+        // values where the dense builds read parameters, beside 255 registers); the 16-row
+        // kernels hold them.
+        Tiling::Narrow
     } else {
         Tiling::choose(d, device, overrides.tiles.clone()).map_err(|e| Unsupported::new(name, e))?
     };
@@ -747,13 +764,34 @@ mod tests {
                 assert!(dn.launches.iter().all(|l| !has(l, "FC_BWD_MODES")));
                 // Varlen: the modes plan with the varlen build of every launch (the D pass
                 // reads packed rows too); the modes plan on dense storage has none.
+                // (At 128 and below on the 16-row kernels, and refused by the atomic schedule.)
                 let mut varlen = p.clone();
                 varlen.modes.packed_q = Some(900);
                 varlen.modes.kv = flashcore_core::KvStorage::Packed { total_k: 1300 };
-                let v = plan(&varlen);
-                assert_eq!(v.entries(), m.entries(), "{name} {d}");
-                assert!(v.launches.iter().all(|l| has(l, "FC_BWD_VARLEN")));
                 assert!(m.launches.iter().all(|l| !has(l, "FC_BWD_VARLEN")));
+                if d <= NARROW_DKDV_MAX_HEAD_DIM {
+                    if atomic {
+                        let e = PortableAtomicBackward
+                            .plan_backward(&varlen, &h100)
+                            .unwrap_err();
+                        assert!(e.reason.contains("varlen"), "{e}");
+                    } else {
+                        let v = plan(&varlen);
+                        assert_eq!(
+                            v.entries(),
+                            [
+                                "bwd_portable_dot_do_o",
+                                "bwd_portable_dk_dv",
+                                "bwd_portable_dq"
+                            ]
+                        );
+                        assert!(v.launches.iter().all(|l| has(l, "FC_BWD_VARLEN")));
+                    }
+                } else {
+                    let v = plan(&varlen);
+                    assert_eq!(v.entries(), m.entries(), "{name} {d}");
+                    assert!(v.launches.iter().all(|l| has(l, "FC_BWD_VARLEN")));
+                }
                 if d <= 64 {
                     // The dK/dV pass in 8 warps, two-phase; the dQ pass's kernel unchanged.
                     assert_eq!(m.launches[1].block.0, 256, "{name} {d}");
