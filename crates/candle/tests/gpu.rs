@@ -1113,6 +1113,55 @@ mod gpu {
         Ok(())
     }
 
+    /// The backward tests' one step: `flash` (flashcore's forward) on leaves of `q`, `k`, `v`
+    /// and `reference` (f32, built on [`reference_attention`]) on f32 leaves of the same rounded
+    /// values, each backed through `sum(out · d_o)`, then dQ, dK, dV compared by
+    /// [`check_grads`]'s rule. Returns flashcore's dQ, dK, dV.
+    fn check_backward_against_reference(
+        tag: &str,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        d_o: &Tensor,
+        flash: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        reference: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<[Tensor; 3]> {
+        use candle::Var;
+        let (qv, kv, vv) = (
+            Var::from_tensor(q)?,
+            Var::from_tensor(k)?,
+            Var::from_tensor(v)?,
+        );
+        let out = flash(qv.as_tensor(), kv.as_tensor(), vv.as_tensor())?;
+        let grads = (out.to_dtype(DType::F32)? * d_o)?.sum_all()?.backward()?;
+        let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
+        let (qr, kr, vr) = (f32v(q)?, f32v(k)?, f32v(v)?);
+        let out_r = reference(qr.as_tensor(), kr.as_tensor(), vr.as_tensor())?;
+        let grads_r = (out_r * d_o)?.sum_all()?.backward()?;
+        check_grads(
+            tag,
+            q.dtype(),
+            (&grads, &[&qv, &kv, &vv]),
+            (&grads_r, &[&qr, &kr, &vr]),
+        )?;
+        let grad = |x: &Var| grads.get(x.as_tensor()).expect("a gradient").clone();
+        Ok([grad(&qv), grad(&kv), grad(&vv)])
+    }
+
+    /// The dense backward tests' problem: random Q `(b, sq, hq, d)`, K and V `(b, sk, hkv, d)` in
+    /// `dtype` and an f32 dO shaped as Q, drawn in that order from `rng`.
+    fn dense_problem(
+        rng: &mut StdRng,
+        (b, sq, sk, hq, hkv, d): (usize, usize, usize, usize, usize, usize),
+        dtype: DType,
+        dev: &Device,
+    ) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+        Ok((
+            tensor(rng, &[b, sq, hq, d], 1.0, dtype, dev)?,
+            tensor(rng, &[b, sk, hkv, d], 1.0, dtype, dev)?,
+            tensor(rng, &[b, sk, hkv, d], 1.0, dtype, dev)?,
+            tensor(rng, &[b, sq, hq, d], 1.0, DType::F32, dev)?,
+        ))
+    }
+
     /// Hands `n` NaN elements of `dtype` back to candle's pool, so that gradients allocated next
     /// (usually from the same memory) show any element the kernels leave unwritten as NaN.
     fn poison(dev: &Device, n: usize, dtype: DType) -> Result<()> {
@@ -1126,45 +1175,20 @@ mod gpu {
 
     #[test]
     fn flash_attn_backward_matches_f32_autograd() -> Result<()> {
-        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(11);
         for dtype in DTYPES {
             for (b, sq, sk, hq, hkv, d) in SHAPES {
                 let scale = 1.0 / (d as f32).sqrt();
-                let q = tensor(&mut rng, &[b, sq, hq, d], 1.0, dtype, &dev)?;
-                let k = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
-                let v = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
-                let d_o = tensor(&mut rng, &[b, sq, hq, d], 1.0, DType::F32, &dev)?;
+                let (q, k, v, d_o) = dense_problem(&mut rng, (b, sq, sk, hq, hkv, d), dtype, &dev)?;
                 for causal in [false, true] {
                     let tag = format!("{dtype:?} {:?} causal={causal}", (b, sq, sk, hq, hkv, d));
-                    let (qv, kv, vv) = (
-                        Var::from_tensor(&q)?,
-                        Var::from_tensor(&k)?,
-                        Var::from_tensor(&v)?,
-                    );
-                    let out = fc::flash_attn(
-                        qv.as_tensor(),
-                        kv.as_tensor(),
-                        vv.as_tensor(),
-                        scale,
-                        causal,
-                    )?;
-                    let grads = (out.to_dtype(DType::F32)? * &d_o)?.sum_all()?.backward()?;
-                    let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
-                    let (qr, kr, vr) = (f32v(&q)?, f32v(&k)?, f32v(&v)?);
-                    let out_r = reference_attention(
-                        qr.as_tensor(),
-                        kr.as_tensor(),
-                        vr.as_tensor(),
-                        &causal_spec(scale, causal, sk),
-                    )?;
-                    let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
-                    check_grads(
+                    check_backward_against_reference(
                         &tag,
-                        dtype,
-                        (&grads, &[&qv, &kv, &vv]),
-                        (&grads_r, &[&qr, &kr, &vr]),
+                        (&q, &k, &v),
+                        &d_o,
+                        |q, k, v| fc::flash_attn(q, k, v, scale, causal),
+                        |q, k, v| reference_attention(q, k, v, &causal_spec(scale, causal, sk)),
                     )?;
                 }
             }
@@ -1178,7 +1202,6 @@ mod gpu {
     /// the same rounded inputs, by [`check_grads`]'s rule.
     #[test]
     fn flash_attn_backward_of_windows_softcap_alibi_matches_f32_autograd() -> Result<()> {
-        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(16);
         // (window left, window right, softcap, ALiBi: none, per head, per (batch, head))
@@ -1197,10 +1220,7 @@ mod gpu {
         for dtype in DTYPES {
             for (b, sq, sk, hq, hkv, d) in SHAPES {
                 let scale = 1.0 / (d as f32).sqrt();
-                let q = tensor(&mut rng, &[b, sq, hq, d], 1.0, dtype, &dev)?;
-                let k = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
-                let v = tensor(&mut rng, &[b, sk, hkv, d], 1.0, dtype, &dev)?;
-                let d_o = tensor(&mut rng, &[b, sq, hq, d], 1.0, DType::F32, &dev)?;
+                let (q, k, v, d_o) = dense_problem(&mut rng, (b, sq, sk, hq, hkv, d), dtype, &dev)?;
                 for (l, r, cap, alibi) in modes {
                     let slopes: Option<Vec<f32>> = match alibi {
                         0 => None,
@@ -1216,45 +1236,40 @@ mod gpu {
                         "{dtype:?} {:?} window ({l:?}, {r:?}) softcap {cap:?} alibi {alibi}",
                         (b, sq, sk, hq, hkv, d)
                     );
-                    let (qv, kv, vv) = (
-                        Var::from_tensor(&q)?,
-                        Var::from_tensor(&k)?,
-                        Var::from_tensor(&v)?,
-                    );
-                    let (qt, kt, vt) = (qv.as_tensor(), kv.as_tensor(), vv.as_tensor());
-                    // Each entry point once, the general one for the rest.
-                    let out = match (cap, &slopes_t) {
-                        (None, None) => fc::flash_attn_windowed(qt, kt, vt, scale, l, r)?,
-                        (None, Some(a)) => {
-                            fc::flash_attn_alibi_windowed(qt, kt, vt, a, scale, l, r)?
-                        }
-                        (Some(c), a) => fc::flash_attn_alibi_windowed_softcap(
-                            qt,
-                            kt,
-                            vt,
-                            a.as_ref(),
-                            scale,
-                            l,
-                            r,
-                            c,
-                        )?,
+                    let flash = |qt: &Tensor, kt: &Tensor, vt: &Tensor| -> Result<Tensor> {
+                        // Each entry point once, the general one for the rest.
+                        let out = match (cap, &slopes_t) {
+                            (None, None) => fc::flash_attn_windowed(qt, kt, vt, scale, l, r)?,
+                            (None, Some(a)) => {
+                                fc::flash_attn_alibi_windowed(qt, kt, vt, a, scale, l, r)?
+                            }
+                            (Some(c), a) => fc::flash_attn_alibi_windowed_softcap(
+                                qt,
+                                kt,
+                                vt,
+                                a.as_ref(),
+                                scale,
+                                l,
+                                r,
+                                c,
+                            )?,
+                        };
+                        poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
+                        Ok(out)
                     };
-                    poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
-                    let grads = (out.to_dtype(DType::F32)? * &d_o)?.sum_all()?.backward()?;
-                    let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
-                    let (qr, kr, vr) = (f32v(&q)?, f32v(&k)?, f32v(&v)?);
-                    let out_r = reference_attention(
-                        qr.as_tensor(),
-                        kr.as_tensor(),
-                        vr.as_tensor(),
-                        &spec(scale, l, r, sk, cap, slopes.clone()),
-                    )?;
-                    let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
-                    check_grads(
+                    check_backward_against_reference(
                         &tag,
-                        dtype,
-                        (&grads, &[&qv, &kv, &vv]),
-                        (&grads_r, &[&qr, &kr, &vr]),
+                        (&q, &k, &v),
+                        &d_o,
+                        flash,
+                        |q, k, v| {
+                            reference_attention(
+                                q,
+                                k,
+                                v,
+                                &spec(scale, l, r, sk, cap, slopes.clone()),
+                            )
+                        },
                     )?;
                 }
             }
@@ -1269,7 +1284,6 @@ mod gpu {
     /// tensors, by [`check_grads`]'s rule.
     #[test]
     fn flash_attn_varlen_backward_matches_f32_autograd() -> Result<()> {
-        use candle::Var;
         let Some(dev) = device() else { return Ok(()) };
         let mut rng = StdRng::seed_from_u64(17);
         let cu_q: Vec<u32> = vec![0, 5, 17, 17, 40, 41];
@@ -1309,70 +1323,61 @@ mod gpu {
                 };
                 let tag =
                     format!("varlen {dtype:?} window ({l:?}, {r:?}) softcap {cap:?} alibi {alibi}");
-                let (qv, kv, vv) = (
-                    Var::from_tensor(&q)?,
-                    Var::from_tensor(&k)?,
-                    Var::from_tensor(&v)?,
-                );
-                let (qt, kt, vt) = (qv.as_tensor(), kv.as_tensor(), vv.as_tensor());
-                let out = match (cap, &slopes_t) {
-                    (None, None) => fc::flash_attn_varlen_windowed(
-                        qt, kt, vt, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
-                    )?,
-                    (None, Some(a)) => fc::flash_attn_varlen_alibi_windowed(
-                        qt, kt, vt, a, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
-                    )?,
-                    (Some(c), a) => fc::flash_attn_varlen_alibi_windowed_softcap(
-                        qt,
-                        kt,
-                        vt,
-                        a.as_ref(),
-                        &seqlens_q,
-                        &seqlens_k,
-                        max_q,
-                        max_k,
-                        scale,
-                        l,
-                        r,
-                        c,
-                    )?,
+                let flash = |qt: &Tensor, kt: &Tensor, vt: &Tensor| -> Result<Tensor> {
+                    let out = match (cap, &slopes_t) {
+                        (None, None) => fc::flash_attn_varlen_windowed(
+                            qt, kt, vt, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
+                        )?,
+                        (None, Some(a)) => fc::flash_attn_varlen_alibi_windowed(
+                            qt, kt, vt, a, &seqlens_q, &seqlens_k, max_q, max_k, scale, l, r,
+                        )?,
+                        (Some(c), a) => fc::flash_attn_varlen_alibi_windowed_softcap(
+                            qt,
+                            kt,
+                            vt,
+                            a.as_ref(),
+                            &seqlens_q,
+                            &seqlens_k,
+                            max_q,
+                            max_k,
+                            scale,
+                            l,
+                            r,
+                            c,
+                        )?,
+                    };
+                    assert_eq!(out.dims(), q.dims());
+                    poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
+                    Ok(out)
                 };
-                assert_eq!(out.dims(), q.dims());
-                poison(&dev, q.elem_count() + 2 * k.elem_count(), dtype)?;
-                let grads = (out.to_dtype(DType::F32)? * &d_o)?.sum_all()?.backward()?;
                 // The reference: each sequence's rows of the same packed f32 leaves.
-                let f32v = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F32)?);
-                let (qr, kr, vr) = (f32v(&q)?, f32v(&k)?, f32v(&v)?);
-                let mut outs = Vec::new();
-                for i in 0..batch {
-                    let (q0, nq) = (cu_q[i] as usize, (cu_q[i + 1] - cu_q[i]) as usize);
-                    let (k0, nk) = (cu_k[i] as usize, (cu_k[i + 1] - cu_k[i]) as usize);
-                    if nq == 0 {
-                        continue;
+                let reference = |qr: &Tensor, kr: &Tensor, vr: &Tensor| -> Result<Tensor> {
+                    let mut outs = Vec::new();
+                    for i in 0..batch {
+                        let (q0, nq) = (cu_q[i] as usize, (cu_q[i + 1] - cu_q[i]) as usize);
+                        let (k0, nk) = (cu_k[i] as usize, (cu_k[i + 1] - cu_k[i]) as usize);
+                        if nq == 0 {
+                            continue;
+                        }
+                        let rows = |t: &Tensor, at, n| t.narrow(0, at, n)?.unsqueeze(0);
+                        let sl = slopes.as_ref().map(|sl| match alibi {
+                            1 => sl.clone(),
+                            _ => sl[i * hq..][..hq].to_vec(),
+                        });
+                        let o = reference_attention(
+                            &rows(qr, q0, nq)?,
+                            &rows(kr, k0, nk)?,
+                            &rows(vr, k0, nk)?,
+                            &spec(scale, l, r, max_k, cap, sl),
+                        )?;
+                        outs.push(o.squeeze(0)?);
                     }
-                    let rows = |t: &Tensor, at, n| t.narrow(0, at, n)?.unsqueeze(0);
-                    let sl = slopes.as_ref().map(|sl| match alibi {
-                        1 => sl.clone(),
-                        _ => sl[i * hq..][..hq].to_vec(),
-                    });
-                    let o = reference_attention(
-                        &rows(qr.as_tensor(), q0, nq)?,
-                        &rows(kr.as_tensor(), k0, nk)?,
-                        &rows(vr.as_tensor(), k0, nk)?,
-                        &spec(scale, l, r, max_k, cap, sl),
-                    )?;
-                    outs.push(o.squeeze(0)?);
-                }
-                let out_r = Tensor::cat(&outs, 0)?;
-                let grads_r = (out_r * &d_o)?.sum_all()?.backward()?;
-                check_grads(
-                    &tag,
-                    dtype,
-                    (&grads, &[&qv, &kv, &vv]),
-                    (&grads_r, &[&qr, &kr, &vr]),
-                )?;
+                    Tensor::cat(&outs, 0)
+                };
+                let [_, dk, _] =
+                    check_backward_against_reference(&tag, (&q, &k, &v), &d_o, flash, reference)?;
                 // The keys of the sequence with no query get none.
-                let dk = grads.get(kt).expect("dk").narrow(0, 20, 13)?;
+                let dk = dk.narrow(0, 20, 13)?;
                 assert!(
                     host(&dk)?.iter().all(|x| *x == 0.0),
                     "{tag}: dk of unread keys"

@@ -98,6 +98,15 @@ def parametrize(names, values):
     return pytest.mark.parametrize(names, values, ids=ids)
 
 
+def every_mode(test):
+    """The full mode grid over a test's ``causal``, ``window_size``, ``softcap`` and ``alibi``:
+    the four ``parametrize`` marks, stacked above the test's own ones in one place."""
+    for mark in (parametrize("causal", [False, True]), parametrize("window_size", WINDOWS),
+                 parametrize("softcap", SOFTCAPS), parametrize("alibi", ALIBI)):
+        test = mark(test)
+    return test
+
+
 @pytest.fixture(autouse=True)
 def _defaults():
     """IEEE float32 matmuls for the reference (no TF32) and flashcore's defaults (table checks
@@ -345,10 +354,7 @@ def check_flash_attn_func(batch, seqlen_q, seqlen_k, nheads, nheads_k, d, dtype,
     check_attention(out, lse, partial(attention_ref, q, k, v, **modes))
 
 
-@parametrize("alibi", ALIBI)
-@parametrize("softcap", SOFTCAPS)
-@parametrize("window_size", WINDOWS)
-@parametrize("causal", [False, True])
+@every_mode
 @parametrize("seqlen_q,seqlen_k,nheads,nheads_k", MODE_SHAPES)
 @parametrize("d", [64, 128])
 @parametrize("dtype", DTYPES)
@@ -598,10 +604,7 @@ def test_flash_attn_deterministic_backward(d, dtype, causal):
 GRAD_SHAPES = [(1, 239, 6, 6), (113, 203, 6, 2), (512, 256, 6, 1)]
 
 
-@parametrize("alibi", ALIBI)
-@parametrize("softcap", SOFTCAPS)
-@parametrize("window_size", WINDOWS)
-@parametrize("causal", [False, True])
+@every_mode
 @parametrize("seqlen_q,seqlen_k,nheads,nheads_k", GRAD_SHAPES)
 @parametrize("d", [64, 128])
 @parametrize("dtype", DTYPES)
@@ -775,8 +778,11 @@ def test_flash_attn_head_dim_v_backward_refused():
 # ---- varlen ----
 
 
-def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal, window_size,
-                 softcap, alibi, api="separate", dv=None):
+def varlen_problem(max_seqlen_q, max_seqlen_k, nheads, api, causal, window_size, softcap,
+                   alibi):
+    """The varlen checks' five sequences (seeded): lens_q, lens_k, cu_q, cu_k, total_q, total_k
+    and the modes' keyword arguments. Sequence 1 has no query, sequence 2's queries see no key
+    (qkvpacked: the same lengths for both)."""
     torch.manual_seed(0)
     batch = 5
     lens_q = random_lengths(batch, max_seqlen_q, zero_at=1)  # a sequence with no query
@@ -785,9 +791,15 @@ def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
     else:
         lens_k = random_lengths(batch, max_seqlen_k, zero_at=2)  # queries that see no key
     cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
-    total_q, total_k = sum(lens_q), sum(lens_k)
     modes = dict(causal=causal, window_size=window_size, softcap=softcap,
                  alibi_slopes=make_alibi(alibi, batch, nheads))
+    return lens_q, lens_k, cu_q, cu_k, sum(lens_q), sum(lens_k), modes
+
+
+def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal, window_size,
+                 softcap, alibi, api="separate", dv=None):
+    lens_q, lens_k, cu_q, cu_k, total_q, total_k, modes = varlen_problem(
+        max_seqlen_q, max_seqlen_k, nheads, api, causal, window_size, softcap, alibi)
     if api == "qkvpacked":
         qkv = randn((total_q, 3, nheads, d), dtype)
         qkv[:, 0] *= q_scale(softcap)
@@ -814,10 +826,7 @@ def check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
 VARLEN_SHAPES = [(113, 203, 6, 2), (512, 256, 6, 1)]
 
 
-@parametrize("alibi", ALIBI)
-@parametrize("softcap", SOFTCAPS)
-@parametrize("window_size", WINDOWS)
-@parametrize("causal", [False, True])
+@every_mode
 @parametrize("max_seqlen_q,max_seqlen_k,nheads,nheads_k", VARLEN_SHAPES)
 @parametrize("d", [64, 128])
 @parametrize("dtype", DTYPES)
@@ -837,13 +846,22 @@ def test_flash_attn_varlen_head_dims(max_seqlen_q, max_seqlen_k, nheads, nheads_
     check_varlen(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal, **NO_MODES)
 
 
-@parametrize("modes", list(MODE_SETS))
-@parametrize("causal", [False, True])
-@parametrize("api", ["qkvpacked", "kvpacked"])
-@parametrize("dtype", DTYPES)
-def test_flash_attn_varlen_packed(api, dtype, causal, modes):
-    nheads_k = 6 if api == "qkvpacked" else 2
-    check_varlen(dtype, 128, 217, 300, 6, nheads_k, causal, **MODE_SETS[modes], api=api)
+def packed_varlen_test(check):
+    """A test of ``check`` (:func:`check_varlen` or :func:`check_varlen_grad`) through the packed
+    forms: qkvpacked (MHA) and kvpacked (GQA 6:2) at d 128, causal or not, plain or every mode."""
+
+    @parametrize("modes", list(MODE_SETS))
+    @parametrize("causal", [False, True])
+    @parametrize("api", ["qkvpacked", "kvpacked"])
+    @parametrize("dtype", DTYPES)
+    def test(api, dtype, causal, modes):
+        nheads_k = 6 if api == "qkvpacked" else 2
+        check(dtype, 128, 217, 300, 6, nheads_k, causal, **MODE_SETS[modes], api=api)
+
+    return test
+
+
+test_flash_attn_varlen_packed = packed_varlen_test(check_varlen)
 
 
 def check_varlen_grad(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, causal,
@@ -852,14 +870,8 @@ def check_varlen_grad(dtype, d, max_seqlen_q, max_seqlen_k, nheads, nheads_k, ca
     lengths, one with no query and one whose queries see no key: out and softmax_lse, then every
     gradient (NaN-poisoned first) against the per-sequence float32 reference's autograd, by the
     rule. A refusal fails the test."""
-    torch.manual_seed(0)
-    batch = 5
-    lens_q = random_lengths(batch, max_seqlen_q, zero_at=1)
-    lens_k = lens_q if api == "qkvpacked" else random_lengths(batch, max_seqlen_k, zero_at=2)
-    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
-    total_q, total_k = sum(lens_q), sum(lens_k)
-    modes = dict(causal=causal, window_size=window_size, softcap=softcap,
-                 alibi_slopes=make_alibi(alibi, batch, nheads))
+    lens_q, lens_k, cu_q, cu_k, total_q, total_k, modes = varlen_problem(
+        max_seqlen_q, max_seqlen_k, nheads, api, causal, window_size, softcap, alibi)
 
     def ref_of(q, k, v, upcast):
         ks, vs = torch.split(k, lens_k), torch.split(v, lens_k)
@@ -917,13 +929,7 @@ def test_flash_attn_varlen_grad(max_seqlen_q, max_seqlen_k, nheads, nheads_k, d,
                       **VARLEN_GRAD_MODES[modes])
 
 
-@parametrize("modes", list(MODE_SETS))
-@parametrize("causal", [False, True])
-@parametrize("api", ["qkvpacked", "kvpacked"])
-@parametrize("dtype", DTYPES)
-def test_flash_attn_varlen_packed_grad(api, dtype, causal, modes):
-    nheads_k = 6 if api == "qkvpacked" else 2
-    check_varlen_grad(dtype, 128, 217, 300, 6, nheads_k, causal, **MODE_SETS[modes], api=api)
+test_flash_attn_varlen_packed_grad = packed_varlen_test(check_varlen_grad)
 
 
 def check_paged_varlen(dtype, d, page_block_size, nheads, nheads_k, causal, window_size, softcap,

@@ -381,41 +381,59 @@ def bwd(
     alibi_slopes: Optional[Tensor],
     deterministic: bool,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    # The kernels write dQ, dK, dV with the strides of Q, K, V and read dO with O's (dense).
-    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
-    dq, dk, dv = (_alloc(t.shape, t.dtype, t.device) for t in (q, k, v))
-    args = (
-        _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
-        _arg(dq), _arg(dk), _arg(dv),
-        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        deterministic, None, None, 0, 0, False,
-    )
-    _launch(_flashcore.backward, args, q.device)
-    return dq, dk, dv
+    return _bwd_launch(dout, q, k, v, out, lse,
+                       (softmax_scale, causal, (window_left, window_right), softcap),
+                       alibi_slopes, deterministic)
 
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
       alibi_slopes, deterministic):
+    return _bwd_fake(dout, q, k, v, out, lse,
+                     (softmax_scale, causal, (window_left, window_right), softcap),
+                     alibi_slopes, deterministic)
+
+
+def _bwd_launch(dout, q, k, v, out, lse, mode, alibi_slopes, deterministic, varlen=None):
+    """The dense and varlen backward ops' body: ``_flashcore.backward`` into fresh dQ, dK, dV.
+    ``mode`` is (scale, causal, (window left, right), softcap); ``varlen`` is None (dense) or
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+    # The kernels write dQ, dK, dV with the strides of Q, K, V and read dO with O's (dense).
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    dq, dk, dv = (_alloc(t.shape, t.dtype, t.device) for t in (q, k, v))
+    if varlen is None:
+        packed = (None, None, 0, 0, False)
+    else:
+        cu_q, cu_k, max_q, max_k = varlen
+        packed = (_arg(cu_q), _arg(cu_k), max_q, max_k, _table_checks and not _capturing())
+    args = (
+        _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
+        _arg(dq), _arg(dk), _arg(dv), mode, _opt(alibi_slopes), deterministic, *packed,
+    )
+    _launch(_flashcore.backward, args, q.device)
+    return dq, dk, dv
+
+
+def _bwd_fake(dout, q, k, v, out, lse, mode, alibi_slopes, deterministic, varlen=None):
+    """:func:`_bwd_launch` on fake tensors: the gradients' shapes, after the backward's checks.
+    What no backward takes is refused when the backward runs, not when it is traced
+    (torch.compile traces the backward of every call whose inputs require grad)."""
     q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
     grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if varlen is None:
+        tables, packed = (), (None, None, 0, 0, False)
+    else:
+        cu_q, cu_k, max_q, max_k = varlen
+        tables, packed = (cu_q, cu_k), (_shape_arg(cu_q), _shape_arg(cu_k), max_q, max_k, False)
     args = (
         *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
-        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
-        deterministic, None, None, 0, 0, False,
+        mode, _shape_arg(alibi_slopes), deterministic, *packed,
     )
-    _check_backward_shapes(args, (dout, q, k, v, out, lse, alibi_slopes))
-    return grads
-
-
-def _check_backward_shapes(args, tensors) -> None:
-    """The backward's checks on fake tensors' shapes; what no backward takes is refused when the
-    backward runs, not when it is traced (torch.compile traces the backward of every call whose
-    inputs require grad)."""
     try:
-        _check_only(_flashcore.backward, args, tensors)
+        _check_only(_flashcore.backward, args, (dout, q, k, v, out, lse, *tables, alibi_slopes))
     except NotImplementedError:
         pass
+    return grads
 
 
 def _fwd_setup(ctx, inputs, output):
@@ -541,34 +559,19 @@ def varlen_bwd(
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """FlashAttention 2's ``_flash_attn_varlen_backward``: dQ ``(total_q, h, d)``, dK, dV
     ``(total_k, h_k, d)`` of packed sequences, from the forward's LSE ``(h, total_q)``."""
-    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
-    dq, dk, dv = (_alloc(t.shape, t.dtype, t.device) for t in (q, k, v))
-    check = _table_checks and not _capturing()
-    args = (
-        _arg(dout), _arg(q), _arg(k), _arg(v), _arg(out), _arg(lse),
-        _arg(dq), _arg(dk), _arg(dv),
-        (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        deterministic, _arg(cu_seqlens_q), _arg(cu_seqlens_k), max_seqlen_q, max_seqlen_k, check,
-    )
-    _launch(_flashcore.backward, args, q.device)
-    return dq, dk, dv
+    return _bwd_launch(dout, q, k, v, out, lse,
+                       (softmax_scale, causal, (window_left, window_right), softcap),
+                       alibi_slopes, deterministic,
+                       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
 @varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic):
-    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
-    grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    args = (
-        *(_shape_arg(t) for t in (dout, q, k, v, out, lse, *grads)),
-        (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
-        deterministic, _shape_arg(cu_seqlens_q), _shape_arg(cu_seqlens_k), max_seqlen_q,
-        max_seqlen_k, False,
-    )
-    _check_backward_shapes(
-        args, (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
-    )
-    return grads
+    return _bwd_fake(dout, q, k, v, out, lse,
+                     (softmax_scale, causal, (window_left, window_right), softcap),
+                     alibi_slopes, deterministic,
+                     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
 def _varlen_setup(ctx, inputs, output):
