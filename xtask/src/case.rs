@@ -444,6 +444,64 @@ pub fn run_backward_case(
     }
 }
 
+/// What a varlen backward call of a case reads: its problem, drawn tables and packed inputs, the
+/// forward's packed O and LSE, and dO (`mode_case::grad_output_storage`).
+pub struct VarlenBackwardInputs {
+    pub problem: AttentionProblem,
+    pub draw: Draw,
+    pub inputs: ModeInputs,
+    pub forward: flashcore::HostOutputs,
+    pub d_o: ndarray::ArrayD<f32>,
+}
+
+impl VarlenBackwardInputs {
+    /// The case's inputs and the forward of the generation `forward_for_backward` picks for the
+    /// backward kernel `backward_name`.
+    pub fn new(
+        backward_name: &str,
+        device: &Device,
+        case: &Case,
+    ) -> std::result::Result<Self, NoInputs> {
+        let (problem, draw, inputs) = case.with_mode_inputs();
+        let Some(fwd) = forward_for_backward(backward_name, &problem, device.info()) else {
+            return Err(NoInputs::Failed(
+                "no forward kernel to produce O and LSE".into(),
+            ));
+        };
+        let forward = flashcore::forward_host_modes(
+            fwd.as_ref(),
+            device,
+            &problem,
+            inputs.host_inputs(&draw),
+        )
+        .map_err(|e| match e {
+            Error::Unsupported(u) => NoInputs::Unsupported(format!("forward: {}", u.reason)),
+            e => NoInputs::Failed(format!("forward error: {e}")),
+        })?;
+        let d_o = crate::mode_case::grad_output_storage(&problem, case.data_seed);
+        Ok(VarlenBackwardInputs {
+            problem,
+            draw,
+            inputs,
+            forward,
+            d_o,
+        })
+    }
+
+    /// The host backward's inputs, borrowed.
+    pub fn host(&self) -> flashcore::BackwardHostInputs<'_> {
+        flashcore::BackwardHostInputs {
+            q: self.inputs.q.view(),
+            k: self.inputs.k.view(),
+            v: self.inputs.v.view(),
+            o: self.forward.o.view(),
+            d_o: self.d_o.view(),
+            lse: self.forward.lse.view(),
+            tables: self.draw.host_tables(),
+        }
+    }
+}
+
 /// A varlen backward case: packed storage-order inputs, the forward's packed O and LSE, one host
 /// backward call, each sequence's gradients judged alone (`mode_case::judge_backward`).
 fn run_varlen_backward_case(
@@ -451,34 +509,16 @@ fn run_varlen_backward_case(
     device: &Device,
     case: &Case,
 ) -> BwdOutcome {
-    let (p, draw, inp) = case.with_mode_inputs();
-    let Some(forward) = forward_for_backward(kernel.name(), &p, device.info()) else {
-        return BwdOutcome::Fail("no forward kernel to produce O and LSE".into(), None);
+    let vi = match VarlenBackwardInputs::new(kernel.name(), device, case) {
+        Ok(vi) => vi,
+        Err(why) => return why.into(),
     };
-    let out =
-        match flashcore::forward_host_modes(forward.as_ref(), device, &p, inp.host_inputs(&draw)) {
-            Ok(o) => o,
-            Err(Error::Unsupported(u)) => {
-                return NoInputs::Unsupported(format!("forward: {}", u.reason)).into()
-            }
-            Err(e) => return NoInputs::Failed(format!("forward error: {e}")).into(),
-        };
-    let d_o = crate::mode_case::grad_output_storage(&p, case.data_seed);
-    let inputs = flashcore::BackwardHostInputs {
-        q: inp.q.view(),
-        k: inp.k.view(),
-        v: inp.v.view(),
-        o: out.o.view(),
-        d_o: d_o.view(),
-        lse: out.lse.view(),
-        tables: draw.host_tables(),
-    };
-    let grads = match flashcore::backward_host_modes(kernel, device, &p, inputs) {
+    let grads = match flashcore::backward_host_modes(kernel, device, &vi.problem, vi.host()) {
         Ok(g) => g,
         Err(Error::Unsupported(u)) => return BwdOutcome::Skipped(u.reason),
         Err(e) => return BwdOutcome::Fail(format!("error: {e}"), None),
     };
-    match crate::mode_case::judge_backward(&p, &draw, &inp, &d_o, &grads) {
+    match crate::mode_case::judge_backward(&vi.problem, &vi.draw, &vi.inputs, &vi.d_o, &grads) {
         Ok(v) => BwdOutcome::Pass(v),
         Err(failure) => BwdOutcome::Fail(failure.0, failure.1),
     }

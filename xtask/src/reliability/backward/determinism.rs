@@ -3,11 +3,11 @@
 //! `--backward-runs` times, gives bit-identical dQ, dK, dV every time. Where the kernel takes
 //! varlen, so does a varlen batch with those modes (`determinism varlen`), through the host path.
 
-use flashcore::{AlibiSlopes, AttentionProblem, BackwardHostInputs, Capabilities, Error, Modes};
+use flashcore::{AlibiSlopes, AttentionProblem, Capabilities, Error, Modes};
 
 use super::buffers::{inputs_for, BwdBuffers, HostBits, Places};
 use super::KernelCheck;
-use crate::case::Case;
+use crate::case::{Case, NoInputs, VarlenBackwardInputs};
 use crate::reliability::determinism::same_every_run;
 use crate::reliability::host::count_nan_bits;
 use crate::reliability::{dims_in, Report, Res};
@@ -144,31 +144,21 @@ pub(super) fn determinism_varlen(cx: &KernelCheck, case: &Case, report: &mut Rep
         line.add(report, Res::Skip, why.to_string());
         return;
     }
-    let (p, draw, inp) = case.with_mode_inputs();
-    if let Err(u) = k.supports_backward(&p, dev.info()) {
+    if let Err(u) = k.supports_backward(&case.problem, dev.info()) {
         line.add(report, Res::Skip, u.reason);
         return;
     }
     let runs = args.backward_runs.max(1);
     let result = (|| -> std::result::Result<Option<String>, String> {
-        let Some(fwd) = crate::case::forward_for_backward(k.name(), &p, dev.info()) else {
-            return Ok(None);
+        let vi = match VarlenBackwardInputs::new(k.name(), dev, case) {
+            Ok(vi) => vi,
+            Err(NoInputs::Unsupported(_)) => return Ok(None),
+            Err(NoInputs::Failed(m)) => return Err(m),
         };
-        let e = |e: Error| e.to_string();
-        let out = flashcore::forward_host_modes(fwd.as_ref(), dev, &p, inp.host_inputs(&draw))
-            .map_err(e)?;
-        let d_o = crate::mode_case::grad_output_storage(&p, case.data_seed);
+        let p = &vi.problem;
         let run = || -> std::result::Result<[Vec<u32>; 3], String> {
-            let inputs = BackwardHostInputs {
-                q: inp.q.view(),
-                k: inp.k.view(),
-                v: inp.v.view(),
-                o: out.o.view(),
-                d_o: d_o.view(),
-                lse: out.lse.view(),
-                tables: draw.host_tables(),
-            };
-            let g = flashcore::backward_host_modes(k, dev, &p, inputs).map_err(e)?;
+            let g =
+                flashcore::backward_host_modes(k, dev, p, vi.host()).map_err(|e| e.to_string())?;
             let bits = |a: &ndarray::ArrayD<f32>| a.iter().map(|x| x.to_bits()).collect();
             Ok([bits(&g.dq), bits(&g.dk), bits(&g.dv)])
         };
@@ -182,7 +172,7 @@ pub(super) fn determinism_varlen(cx: &KernelCheck, case: &Case, report: &mut Rep
                 "first run left {unwritten} gradient elements NaN (unwritten)"
             ));
         }
-        same_every_run(&p, runs, &first, run, |g, first| {
+        same_every_run(p, runs, &first, run, |g, first| {
             (0..3)
                 .map(|i| g[i].iter().zip(&first[i]).filter(|(a, b)| a != b).count())
                 .sum()
@@ -192,8 +182,8 @@ pub(super) fn determinism_varlen(cx: &KernelCheck, case: &Case, report: &mut Rep
             first[0].len(),
             first[1].len(),
             first[2].len(),
-            draw.len_q,
-            draw.len_k
+            vi.draw.len_q,
+            vi.draw.len_k
         )))
     })();
     match result {
