@@ -3,7 +3,7 @@
 # the Python GPU test of forwards after backwards, then varlen_vs_dense.py (each configuration's
 # kernels compiled first by processes of their own, then the timed run, alone on the GPU).
 # From the repo root, with .carry/py/flashcore-*.whl built from the tree:
-#   bash docs/results/2026-11-30-varlen-bwd-h200/run4.sh
+#   bash docs/results/2026-11-30-varlen-bwd-h200/after-counter-fix.sh
 # Outputs in $OUT/varlen-bwd4: summary.txt, varlen-vs-dense.md.
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1

@@ -3,8 +3,8 @@
 # the GPU: each configuration's kernels compiled first by processes of their own (the plain
 # wheel compiles with NVRTC at run time; the first timing call took the compile in its 200 s
 # limit), then the timed run.
-# From the repo root, with .carry/py/flashcore-*.whl as for run.sh:
-#   bash docs/results/2026-11-30-varlen-bwd-h200/run3.sh
+# From the repo root, with .carry/py/flashcore-*.whl as for before-scalar-fix.sh:
+#   bash docs/results/2026-11-30-varlen-bwd-h200/before-counter-fix.sh
 # Outputs in $OUT/varlen-bwd3: varlen-vs-dense.md, summary.txt.
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1

@@ -11,7 +11,7 @@
 # From the repo root, with .carry/xtask (stripped release xtask of the tree), .carry/cb/gpu.gz
 # (flashcore-candle's `gpu` test binary, --features cuda, stripped) and .carry/py/flashcore-*.whl
 # (`maturin build --release` of crates/py):
-#   bash docs/results/2026-11-30-varlen-bwd-h200/run.sh
+#   bash docs/results/2026-11-30-varlen-bwd-h200/before-scalar-fix.sh
 # Outputs in $OUT/varlen-bwd: summary.txt, logs.tar.xz.
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1

@@ -4,8 +4,8 @@
 #   GPU, through the Python package);
 # - verify --pass bwd of the scalar backward (the seed that failed before the fix) and of both
 #   portable schedules on new seeds; sanitize --pass bwd of the scalar backward.
-# From the repo root, with .carry/xtask and .carry/py/flashcore-*.whl as for run.sh:
-#   bash docs/results/2026-11-30-varlen-bwd-h200/run2.sh
+# From the repo root, with .carry/xtask and .carry/py/flashcore-*.whl as for before-scalar-fix.sh:
+#   bash docs/results/2026-11-30-varlen-bwd-h200/after-scalar-fix.sh
 # Outputs in $OUT/varlen-bwd2: summary.txt, varlen-vs-dense.md, logs.tar.xz.
 set -u
 export FLASHCORE_CACHE_DIR=/tmp/fc PYTHONUNBUFFERED=1
