@@ -44,6 +44,8 @@ mod fp8;
 mod kvcache;
 #[cfg(feature = "cuda")]
 mod ops;
+#[cfg(test)]
+mod test_tensors;
 
 #[cfg(feature = "cuda")]
 pub use api::*;

@@ -1,23 +1,16 @@
 //! `flash_attn_fp8`'s argument rules on candle's CPU tensors (dtypes, shapes, strides: no GPU
 //! and no `cuda` feature needed).
 
-use candle::{DType, Device, Result, Tensor};
+use candle::{DType, Result, Tensor};
 use flashcore::KvScales;
 
 use super::FlashAttnFp8;
+use crate::test_tensors::{descale_layouts, f32s, zeros};
 
 const B: usize = 2;
 const HQ: usize = 4;
 const HK: usize = 2;
 const D: usize = 128;
-
-fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-    Tensor::zeros(shape, dtype, &Device::Cpu).unwrap()
-}
-
-fn f32s(shape: &[usize]) -> Tensor {
-    Tensor::ones(shape, DType::F32, &Device::Cpu).unwrap()
-}
 
 /// A causal call with descales per (sequence, KV head).
 fn call() -> FlashAttnFp8 {
@@ -68,14 +61,7 @@ fn e4m3_qkv_is_the_fp8_forward_with_bf16_out() {
 
 #[test]
 fn every_descale_layout_of_one_kind() {
-    let expanded = |shape: &[usize]| f32s(shape).broadcast_as((B, HK)).unwrap();
-    for (descale, scales) in [
-        (f32s(&[B, HK]), KvScales::PerBatchKvHead),
-        (f32s(&[HK]), KvScales::PerKvHead),
-        (f32s(&[1]), KvScales::PerTensor),
-        (expanded(&[1]), KvScales::PerTensor),
-        (expanded(&[HK]), KvScales::PerKvHead),
-    ] {
+    for (descale, scales) in descale_layouts(B, HK) {
         let op = FlashAttnFp8 {
             q_descale: descale.clone(),
             k_descale: descale.clone(),

@@ -1,17 +1,14 @@
 //! `flash_attn_with_kvcache`'s argument rules on candle's CPU tensors (dtypes, shapes, strides:
 //! no GPU and no `cuda` feature needed), the fp8 cache's above all.
 
-use candle::{DType, Device, Result, Tensor};
+use candle::{DType, Result, Tensor};
 use flashcore::KvScales;
 
 use super::FlashAttnKvCache;
+use crate::test_tensors::{descale_layouts, f32s, zeros};
 
 const B: usize = 2;
 const HK: usize = 2;
-
-fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-    Tensor::zeros(shape, dtype, &Device::Cpu).unwrap()
-}
 
 /// A decode call: q bf16 `(2, 1, 8, 64)`, caches `(2, 256, 2, 64)` of `cache`, seqused_k u32.
 fn call(cache: DType) -> FlashAttnKvCache {
@@ -46,10 +43,6 @@ fn refusal(op: &FlashAttnKvCache, q: &Tensor) -> String {
     problem(op, q).unwrap_err().to_string()
 }
 
-fn f32s(shape: &[usize]) -> Tensor {
-    Tensor::ones(shape, DType::F32, &Device::Cpu).unwrap()
-}
-
 #[test]
 fn sixteen_bit_caches_are_unchanged() {
     let p = problem(&call(DType::BF16), &q()).unwrap();
@@ -59,14 +52,7 @@ fn sixteen_bit_caches_are_unchanged() {
 
 #[test]
 fn f8e4m3_caches_take_every_descale_layout() {
-    let expanded = |shape: &[usize]| f32s(shape).broadcast_as((B, HK)).unwrap();
-    for (descale, scales) in [
-        (f32s(&[B, HK]), KvScales::PerBatchKvHead),
-        (f32s(&[HK]), KvScales::PerKvHead),
-        (f32s(&[1]), KvScales::PerTensor),
-        (expanded(&[1]), KvScales::PerTensor),
-        (expanded(&[HK]), KvScales::PerKvHead),
-    ] {
+    for (descale, scales) in descale_layouts(B, HK) {
         let mut op = call(DType::F8E4M3);
         op.k_descale = Some(descale.clone());
         op.v_descale = Some(descale);
