@@ -11,8 +11,9 @@
 //!
 //! Both take every head dim that is a multiple of 8 up to 256: builds at the multiples of 32
 //! ([`HEAD_DIMS`]), the others padded up to the next (`FC_BWD_PADDED_HEAD`,
-//! [`build_head_dim`]); and sliding windows, softcap and ALiBi on dense storage, in the same
-//! tiles' `FC_BWD_MODES` builds.
+//! [`build_head_dim`]); and sliding windows, softcap and ALiBi, on dense storage or varlen, in
+//! the same tiles' `FC_BWD_MODES` (and `FC_BWD_VARLEN`) builds; varlen at build head dims <= 128
+//! on the 16-row kernels, and not in the atomic schedule there.
 //!
 //! Design and measurements: `docs/generations/gen5-portable-bwd.md`.
 

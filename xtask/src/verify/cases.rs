@@ -1134,9 +1134,9 @@ mod tests {
     }
 
     /// A backward kernel that claims the modes of the scores draws them (windows, causal too,
-    /// softcap, ALiBi both ways, with GQA) in half its cases, on dense storage the core's
-    /// backward validation takes, and gets them on its edge list; one that claims none draws
-    /// dense problems only.
+    /// softcap, ALiBi both ways, varlen, with GQA) in half its cases, on dense or varlen storage
+    /// the core's backward validation takes, and gets them on its edge list; one that claims
+    /// none draws dense problems only.
     #[test]
     fn backward_cases_draw_the_modes_a_kernel_claims_and_stay_in_bounds() {
         // The scalar backward takes every head dim, so the whole edge list applies to it.

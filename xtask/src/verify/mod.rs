@@ -2,7 +2,7 @@
 //! in, plus a fixed list of edge cases, judged by the oracle's one tolerance rule.
 //!
 //! One driver runs both passes: the forward generations (`--pass fwd`) and the backward kernels
-//! (`--pass bwd`: dense storage, with the modes of the scores a kernel takes), each kernel a
+//! (`--pass bwd`: dense or varlen storage, with the modes a kernel takes), each kernel a
 //! [`Subject`]; what differs between the
 //! passes (names, cases, rerun lines) is [`Pass`]'s. The cases are `cases.rs`'s, the oracle's
 //! GPU-free self-checks `self_check.rs`'s.
