@@ -212,8 +212,13 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         fence_regs(s);
                         fence_regs(dp);
                     }
-                    probabilities(p, s, stats, q_col);
-                    if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                    if constexpr (MODES) {
+                        scores_and_grads(p, u.b, u.h_kv * group + gi, s, dp, stats, key0 + key_in_wg, q0, q_col,
+                                         needs_mask(p, key0, q0));
+                    } else {
+                        probabilities(p, s, stats, q_col);
+                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                    }
                     if constexpr (OVERLAP_DV_WITH_DP) {
                         pack_fragment(s, p_frag);
                         wgmma_fence();
@@ -224,7 +229,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         wgmma_wait<0>();
                     }
                     if constexpr (split) fence_regs(dp);
-                    score_grads(dp, s, stats, q_col);
+                    if constexpr (!MODES) score_grads(dp, s, stats, q_col);
                     if constexpr (!OVERLAP_DV_WITH_DP) pack_fragment(s, p_frag);
                     pack_fragment(dp, ds_frag);
                     if constexpr (!OVERLAP_DV_WITH_DP) {

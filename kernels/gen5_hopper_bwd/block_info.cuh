@@ -4,6 +4,7 @@
 #include "config.cuh"
 #include "../common/params.cuh"
 #include "../common/masking.cuh"
+#include "../common/backward_scores.cuh"
 
 namespace fhb {
 
@@ -42,7 +43,12 @@ __device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long 
     u.k0 = kb * KEY_ROWS;
     u.q_blocks = query_blocks(p);
     u.first_q_block = 0;
-    if (p.causal) {
+    if constexpr (MODES) {
+        // The query blocks holding a row that sees one of the unit's keys (windows bound both ends).
+        const TileRange walk = walked_query_tiles(p, 0, u.k0, KEY_ROWS, QUERY_ROWS, u.q_blocks);
+        u.first_q_block = walk.first;
+        u.q_blocks = walk.end;
+    } else if (p.causal) {
         // The first query that sees key k0 (never past seq_q - 1, since k0 < seq_k).
         const int first = max(u.k0 - causal_offset(p), 0);
         u.first_q_block = min(first / QUERY_ROWS, u.q_blocks);
@@ -51,9 +57,20 @@ __device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long 
 }
 
 // Whether some pair of this warpgroup's keys [key0, key0 + WG_KEYS) and the step's queries
-// [q0, q0 + QUERY_ROWS) is masked (past seq_k, or above the causal diagonal). Warp-uniform.
+// [q0, q0 + QUERY_ROWS) is masked (past seq_k, above the causal diagonal, or outside the window).
+// Warp-uniform. (Rows past seq_q need no mask: their LSE is +inf, so P = 0.)
 __device__ __forceinline__ bool needs_mask(const AttentionParams& p, int key0, int q0) {
     if (key0 + WG_KEYS > p.seq_k) return true;
+    if constexpr (MODES) {
+        // backward_scores.cuh's pair_visible bounds d = row + (seq_k - seq_q) - key by the window:
+        // -right <= d <= window_left. Over the step's pairs d spans [base - (WG_KEYS - 1), base +
+        // QUERY_ROWS - 1]. (Each parenthesis of base is within a tile of the lengths.) 32-bit
+        // compares here: backward_scores.cuh's 64-bit key_tile_needs_mask spilled the consumers.
+        const int base = (q0 - p.seq_q) + (p.seq_k - key0);
+        const int right = p.causal ? 0 : p.window_right;
+        return (right >= 0 && base - (WG_KEYS - 1) < -right) ||
+               (p.window_left >= 0 && base + (QUERY_ROWS - 1) > p.window_left);
+    }
     return p.causal && key0 + WG_KEYS - 1 > q0 + causal_offset(p);
 }
 

@@ -28,6 +28,16 @@
 #ifndef FC_BWD_QUERY_ROWS
 #define FC_BWD_QUERY_ROWS 64
 #endif
+// 1: the problem has a sliding window, softcap or ALiBi (the core's backward_mode_defines; there is
+// no varlen here, which the plan refuses). The scores take common/backward_scores.cuh's rules, and
+// a step computes P and dS in one pass once Sᵀ and dPᵀ are both done: softcap's dS needs the tanh
+// of the same score as P, and keeping 1 − tanh² in registers between two passes spills.
+#ifndef FC_BWD_MODES
+#define FC_BWD_MODES 0
+#endif
+#if defined(FC_BWD_VARLEN) && FC_BWD_VARLEN
+#error "gen5_hopper_bwd takes no varlen problems (the plan refuses them)"
+#endif
 // Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
 #ifndef FC_BWD_SECTION_UNITS
 #define FC_BWD_SECTION_UNITS 132
@@ -37,6 +47,7 @@ namespace fhb {
 
 constexpr int D = FC_HEAD_DIM;
 enum : bool { PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0 };  // (an enum: see config.cuh of the forward)
+enum : bool { MODES = FC_BWD_MODES != 0 };
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
 constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)
@@ -84,8 +95,9 @@ constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgr
 //   80 queries (D = 128): nothing: Sᵀ and dPᵀ are waited for together, 1-2 % faster than computing
 //   Pᵀ under dPᵀ. Issuing dV early would keep Sᵀ, dPᵀ and Pᵀ live at once: with 40 or 64
 //   registers each, that spills.
-constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64;
-constexpr bool OVERLAP_P_WITH_DP = QUERY_ROWS == 128;
+//   Modes builds: nothing (P and dS in one pass, see FC_BWD_MODES).
+constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64 && !MODES;
+constexpr bool OVERLAP_P_WITH_DP = QUERY_ROWS == 128 && !MODES;
 // The step's LSE·log2(e) and D = rowsum(dO ∘ O), QUERY_ROWS floats each, per stage.
 constexpr int STATS_BYTES = 2 * QUERY_ROWS * 4;
 

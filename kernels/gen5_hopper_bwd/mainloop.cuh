@@ -121,6 +121,32 @@ __device__ __forceinline__ void score_grads(float (&dp)[ACC_REGS], const float (
     }
 }
 
+// Modes builds: Pᵀ and dSᵀ in one pass over the Sᵀ and dPᵀ accumulators, in place, by
+// common/backward_scores.cuh's rules (the logit with softcap and ALiBi, dS through softcap's
+// 1 − tanh², pair_visible where `masked`) for query head h of sequence b. This thread's keys are `key` + {0, 8}, its queries
+// q0 + q_col + 8 j + {0, 1}; `stats` as for probabilities.
+__device__ __forceinline__ void scores_and_grads(const AttentionParams& p, int b, int h, float (&s)[ACC_REGS],
+                                                 float (&dp)[ACC_REGS], unsigned stats, int key, int q0, int q_col,
+                                                 bool masked) {
+    // Built per step, not kept across the steps: the parameters are constant-bank operands, and
+    // the slope one cached load; a ScoreMod held in registers across the step loop spilled.
+    const ScoreMod mod = score_mod(p, bwd_seq(p, b), b, h);
+#pragma unroll
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
+        const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
+        const float2 dvec = ld_shared_f2(stats + 4 * QUERY_ROWS + 4 * (q_col + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int query = q0 + q_col + 8 * j + (e & 1), k = key + 8 * (e >> 1);
+            const bool visible = !masked || pair_visible(p, 0, query, k);
+            const BwdScore x = bwd_score(mod, s[4 * j + e], dp[4 * j + e], (e & 1) ? lse.y : lse.x,
+                                         (e & 1) ? dvec.y : dvec.x, query, k, visible);
+            s[4 * j + e] = x.p;
+            dp[4 * j + e] = x.ds;
+        }
+    }
+}
+
 // f32 accumulator pairs to packed elem_t pairs: the accumulator layout is the A-fragment layout,
 // register for register (common/hopper/wgmma.cuh).
 __device__ __forceinline__ void pack_fragment(const float (&acc)[ACC_REGS], unsigned (&frag)[FRAG_REGS]) {

@@ -815,11 +815,10 @@ mod tests {
             assert!(e.reason.contains("persistent-portable"), "{e}");
             PersistentPortable.plan_backward(&p, &h100).unwrap();
         }
-        // Storage modes stay refused (the core's validation), and the Hopper backward says so.
+        // The Hopper backward takes them too (its modes build, hopper_bwd.rs).
         let hopper = crate::PersistentHopper;
         let p = AttentionProblem::new(2, 8, 500, 128).with_modes(modes);
-        let e = hopper.supports_backward(&p, &h100).unwrap_err();
-        assert!(e.reason.contains("not implemented"), "{e}");
+        hopper.supports_backward(&p, &h100).unwrap();
     }
 
     #[test]

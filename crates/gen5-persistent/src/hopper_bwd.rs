@@ -6,11 +6,11 @@
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
-use flashcore_core::backward::AttentionBackward;
+use flashcore_core::backward::{backward_mode_defines, is_varlen, AttentionBackward, SCORE_MODES};
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
-    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, ModeSupport,
-    Swizzle, TensorMapSpec, Unsupported,
+    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, Swizzle,
+    TensorMapSpec, Unsupported,
 };
 
 use crate::env::{Env, Overridable};
@@ -33,16 +33,25 @@ pub const KEY_ROWS: usize = 128;
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
 ///   (H100, 2026-11-26, commit 921f288).
-pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
+/// - With a window, softcap or ALiBi (a modes build): 64 at either head dim. Those builds compute P
+///   and dS in one pass, and at 80 or 128 rows that spilled the consumers (ptxas, 2026-11-30).
+pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool) -> usize {
     match (head_dim, causal) {
+        _ if modes => 64,
         (64, _) => 128,
         (_, false) => 80,
         (_, true) => 64,
     }
 }
 
+/// Whether the units differ in length: under causal masking or a window a key block sees only
+/// some query blocks (block_info.cuh's decode_unit).
+fn banded(problem: &AttentionProblem) -> bool {
+    problem.causal || problem.modes.window_left.is_some() || problem.modes.window_right.is_some()
+}
+
 /// Work units per L2 section by default: half a wave (half the SM count) without causal masking,
-/// one and a half waves under it.
+/// one and a half waves under it (and under a window, whose units differ in length as well).
 /// - Causal: sections of 1.5 waves ran the (4,16,2048,64) and (4,16,2048,128) rows 6-7 % faster
 ///   and (8,32,4096,128) 1.5 % faster, (1,16,16384,128) the same (its sections hold the same heads
 ///   either way); H100, 2026-11-26, commit 090c856: 66, 132, 198, 264 and 396 units, two passes.
@@ -50,7 +59,7 @@ pub fn default_query_rows(head_dim: usize, causal: bool) -> usize {
 ///   (H100, 2026-11-26, commit 090c856: two runs, two passes each).
 pub fn default_section_units(problem: &AttentionProblem, device: &DeviceInfo) -> usize {
     let wave = device.sm_count.max(1) as usize;
-    if problem.causal {
+    if banded(problem) {
         wave * 3 / 2
     } else {
         wave.div_ceil(2)
@@ -108,10 +117,10 @@ pub fn workspace_f32(
 
 /// CTAs of the main launch (it strides over its units). Without causal masking the units are of
 /// equal length: one CTA per SM, so a CTA loads its next unit's K and V while it stores the last
-/// unit's dK and dV. Under causal masking one CTA per unit, so the hardware balances the
-/// unequal units as they finish.
+/// unit's dK and dV. Under causal masking or a window one CTA per unit, so the hardware balances
+/// the unequal units as they finish.
 fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
-    if p.causal {
+    if banded(p) {
         linear_grid(units)
     } else {
         linear_grid(units.min(device.sm_count.max(1) as usize))
@@ -159,7 +168,7 @@ fn capabilities() -> Capabilities {
         },
         (9, 0),
     )
-    .with_modes(ModeSupport::NONE)
+    .with_modes(SCORE_MODES)
 }
 
 impl AttentionBackward for PersistentHopper {
@@ -196,11 +205,15 @@ pub fn plan_with_tuning(
     let name = AttentionBackward::name(&PersistentHopper);
     capabilities().require_head_dim(name, problem.head_dim)?;
     crate::hopper::require_sm90a(name, device)?;
+    if is_varlen(problem) {
+        // (The capabilities say so too; the kernel's TMA maps and dQ accumulator are per batch.)
+        return Err(Unsupported::new(name, "varlen (the portable backward takes it)"));
+    }
     // The build's head dim: the problem's padded up to whole 64-column boxes.
     let d = crate::hopper::build_head_dim(problem.head_dim);
     let query_rows = tuning
         .query_rows
-        .unwrap_or(default_query_rows(d, problem.causal));
+        .unwrap_or(default_query_rows(d, problem.causal, !problem.modes.is_dense()));
     let built_for = match query_rows {
         128 => Some(64),
         80 => Some(128),
@@ -239,6 +252,8 @@ pub fn plan_with_tuning(
     if d != problem.head_dim {
         defines.push(("FC_HOPPER_PADDED_HEAD".to_string(), "1".to_string()));
     }
+    // FC_BWD_MODES for a window, softcap or ALiBi (config.cuh); a dense build stays as it was.
+    defines.extend(backward_mode_defines(problem));
     if Env::process()
         .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
         .unwrap_or(false)
@@ -397,6 +412,59 @@ mod tests {
     }
 
     #[test]
+    fn score_modes_take_the_modes_build_with_64_row_steps_and_varlen_is_refused() {
+        use flashcore_core::{AlibiSlopes, Modes};
+        let h100 = DeviceInfo::synthetic_h100();
+        let define = |plan: &LaunchPlan, key: &str| {
+            plan.launches[1]
+                .defines
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        let dense = AttentionProblem::new(2, 8, 1000, 128);
+        let plan = PersistentHopper.plan_backward(&dense, &h100).unwrap();
+        assert_eq!(define(&plan, "FC_BWD_MODES"), None);
+        assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("80"));
+        let window = Modes {
+            window_left: Some(256),
+            window_right: Some(0),
+            ..Modes::default()
+        };
+        let softcap = Modes {
+            softcap: Some(30.0),
+            ..Modes::default()
+        };
+        let alibi = Modes {
+            alibi: Some(AlibiSlopes::PerHead),
+            ..Modes::default()
+        };
+        for (modes, d) in [(window.clone(), 128), (softcap, 64), (alibi, 96)] {
+            let p = AttentionProblem::new(2, 8, 1000, d).with_modes(modes.clone());
+            let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
+            for launch in &plan.launches {
+                assert!(
+                    launch.defines.contains(&("FC_BWD_MODES".into(), "1".into())),
+                    "{modes:?}: {:?}",
+                    launch.defines
+                );
+            }
+            assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("64"));
+        }
+        // A window makes the units unequal: one CTA per unit, as under causal masking.
+        let windowed = dense.clone().with_modes(window);
+        let plan = PersistentHopper.plan_backward(&windowed, &h100).unwrap();
+        assert_eq!(plan.launches[1].grid.0 as usize, 2 * 8 * 1000usize.div_ceil(128));
+        let varlen = dense.with_modes(Modes {
+            packed_q: Some(1000),
+            kv: flashcore_core::KvStorage::Packed { total_k: 1000 },
+            ..Modes::default()
+        });
+        let e = PersistentHopper.plan_backward(&varlen, &h100).unwrap_err();
+        assert!(e.to_string().contains("varlen"), "{e}");
+    }
+
+    #[test]
     fn other_devices_and_head_dims_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
         let e = PersistentHopper
@@ -481,7 +549,7 @@ mod tests {
             };
             let d = crate::hopper::build_head_dim(d);
             let heads_q = batch * heads_kv * group;
-            let query_rows = default_query_rows(d, causal);
+            let query_rows = default_query_rows(d, causal, false);
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
             let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
             let main = if causal { units } else { units.min(132) };
