@@ -24,7 +24,13 @@
 //
 // Rows past a sequence's end are zero-filled by TMA; their probabilities are forced to 0 through
 // LSE = +inf (query tails) or the mask (key tails), so neither a tail nor NaN padding past it
-// reaches a gradient.
+// reaches a gradient. With varlen (FC_BWD_VARLEN) a box past a sequence's end holds the next
+// sequence's rows, and the mask zeroes those pairs' P and dS (config.cuh).
+//
+// Windows, softcap, ALiBi and varlen build with FC_BWD_MODES (config.cuh): the scores take
+// common/backward_scores.cuh's rules, P and dS come in one pass (mainloop.cuh's
+// scores_and_grads), and a key block walks only the query blocks its window reaches
+// (block_info.cuh's query_walk).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -67,10 +73,13 @@ bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_const
         if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
             const long long bh = r / row_span;
             const int row = (int)(r % row_span);
-            if (row < p.seq_q) {
+            if (row < p.seq_q) {  // (seq_q: the longest sequence's)
                 const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
-                acc = Dot::partial(static_cast<const elem_t*>(p.o) + o_offset(p, b, h, row),
-                                   static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, row), chunk);
+                if (row < bwd_len_q(p, b)) {
+                    const int at = bwd_q_row(p, b, row);
+                    acc = Dot::partial(static_cast<const elem_t*>(p.o) + o_offset(p, b, h, at),
+                                       static_cast<const elem_t*>(g.d_o) + do_offset(g, b, h, at), chunk);
+                }
             }
         }
         acc = Dot::reduce(acc);  // (every lane: r0 is the warp's)
@@ -125,19 +134,30 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
             unsigned unit_parity = 0;
             for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u) {
                 const Unit u = decode_unit(p, t);
+                const int len_q = bwd_len_q(p, u.b);
                 // K and V of the previous unit released by both consumers.
                 mbar_wait(bar_kv_empty, unit_parity ^ 1u, TAG_KV_EMPTY);
-                if (lane == 0) load_key_block(maps, u, sK, sV, bar_kv_full);
+                if (lane == 0) {
+                    park_unit_lengths(p, u.b, base);
+                    // A unit no query block sees (past its sequence's keys, or outside every
+                    // window) stores zero dK and dV without its K and V: the barrier completes
+                    // without bytes. Its rows may not exist (an empty varlen K/V).
+                    if (u.first_q_block < u.q_blocks) {
+                        load_key_block(p, maps, u, sK, sV, bar_kv_full);
+                    } else {
+                        mbar_arrive(bar_kv_full);
+                    }
+                }
                 for (int gi = 0; gi < group; ++gi) {
                     const int h = u.h_kv * group + gi;
                     for (int m = u.first_q_block; m < u.q_blocks; ++m) {
                         const unsigned full = bar_q_full + 8 * stage;
                         mbar_wait(bar_q_empty + 8 * stage, phase ^ 1u, TAG_Q_EMPTY);
                         if (lane == 0) {
-                            load_query_block(maps, u.b, h, m, base + OFF_Q + stage * Q_TILE_BYTES,
+                            load_query_block(p, maps, u.b, h, m, base + OFF_Q + stage * Q_TILE_BYTES,
                                              base + OFF_DO + stage * Q_TILE_BYTES, full);
                         }
-                        stage_stats(p, u.b, h, m, base + OFF_STATS + stage * STATS_BYTES, lane);
+                        stage_stats(p, u.b, h, m, len_q, base + OFF_STATS + stage * STATS_BYTES, lane);
                         mbar_arrive(full);
                         if (++stage == STAGES) {
                             stage = 0;
@@ -213,11 +233,11 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         fence_regs(dp);
                     }
                     if constexpr (MODES) {
-                        scores_and_grads(p, u.b, u.h_kv * group + gi, s, dp, stats, key0 + key_in_wg, q0, q_col,
-                                         needs_mask(p, key0, q0));
+                        scores_and_grads(p, base, u.b, u.h_kv * group + gi, s, dp, stats, key0 + key_in_wg, q0,
+                                         q_col, needs_mask(p, unit_lengths(p, base), key0, q0));
                     } else {
                         probabilities(p, s, stats, q_col);
-                        if (needs_mask(p, key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                        if (needs_mask(p, unit_lengths(p, base), key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
                     }
                     if constexpr (OVERLAP_DV_WITH_DP) {
                         pack_fragment(s, p_frag);
@@ -292,15 +312,17 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
             // K and V may be overwritten (every wgmma on them is done): the producer loads the
             // next unit's while the rows below are stored.
             trace.mark(unit_index, MARK_STEPS_DONE);
+            const int len_k = unit_lengths(p, base).len_k;  // (before the producer may rewrite it)
             mbar_arrive(bar_kv_empty);
 
             // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys, through its dQ staging ----
             const unsigned wg_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
             if (lane == 0) wait_dq_staging_read();
-            store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, 0), g.dv_row_stride, dv, key0,
-                           p.seq_k, p.head_dim, 1.f, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
-            store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, 0), g.dk_row_stride, dk, key0,
-                           p.seq_k, p.head_dim, p.softmax_scale, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+            const int k_row0 = bwd_k_row(p, u.b, 0);
+            store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, k_row0), g.dv_row_stride, dv, key0,
+                           len_k, p.head_dim, 1.f, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
+            store_key_rows(static_cast<elem_t*>(g.dk) + dk_offset(g, u.b, u.h_kv, k_row0), g.dk_row_stride, dk, key0,
+                           len_k, p.head_dim, p.softmax_scale, wg_staging, BAR_EPILOGUE + cw, warp, lane, tid);
             trace.mark(unit_index, MARK_STORED);
         }
         if (lane == 0) wait_dq_reduces();
@@ -344,15 +366,17 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         __syncthreads();
         constexpr int CHUNKS = D / 8;  // 16-byte pieces of a dQ row
         const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+        const int len_q = bwd_len_q(p, b);
         for (int i = threadIdx.x; i < DQ_SLICE_QUERIES * CHUNKS; i += CONVERT_THREADS) {
             const int r = i / CHUNKS, c = i % CHUNKS, row = block * DQ_SLICE_QUERIES + r;
-            if (row < p.seq_q && chunk_in_head<PADDED_HEAD>(p.head_dim, c)) {
+            if (row < len_q && chunk_in_head<PADDED_HEAD>(p.head_dim, c)) {
                 const float4 lo = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c]);
                 const float4 hi = *reinterpret_cast<const float4*>(&tile[r * TILE_ROW + 8 * c + 4]);
                 const float sc = p.softmax_scale;
                 const uint4 out = {pack2_u32(lo.x * sc, lo.y * sc), pack2_u32(lo.z * sc, lo.w * sc),
                                    pack2_u32(hi.x * sc, hi.y * sc), pack2_u32(hi.z * sc, hi.w * sc)};
-                *reinterpret_cast<uint4*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, row) + 8 * c) = out;
+                *reinterpret_cast<uint4*>(static_cast<elem_t*>(g.dq) + dq_offset(g, b, h, bwd_q_row(p, b, row)) +
+                                          8 * c) = out;
             }
         }
         __syncthreads();

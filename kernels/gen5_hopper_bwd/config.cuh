@@ -28,15 +28,20 @@
 #ifndef FC_BWD_QUERY_ROWS
 #define FC_BWD_QUERY_ROWS 64
 #endif
-// 1: the problem has a sliding window, softcap or ALiBi (the core's backward_mode_defines; there is
-// no varlen here, which the plan refuses). The scores take common/backward_scores.cuh's rules, and
-// a step computes P and dS in one pass once Sᵀ and dPᵀ are both done: softcap's dS needs the tanh
-// of the same score as P, and keeping 1 − tanh² in registers between two passes spills.
+// 1: the problem has a sliding window, softcap, ALiBi or varlen (the core's backward_mode_defines).
+// The scores take common/backward_scores.cuh's rules, and a step computes P and dS in one pass once
+// Sᵀ and dPᵀ are both done: softcap's dS needs the tanh of the same score as P, and keeping
+// 1 − tanh² in registers between two passes spills.
 #ifndef FC_BWD_MODES
 #define FC_BWD_MODES 0
 #endif
-#if defined(FC_BWD_VARLEN) && FC_BWD_VARLEN
-#error "gen5_hopper_bwd takes no varlen problems (the plan refuses them)"
+// 1 (with FC_BWD_MODES): packed Q, K, V, O, dO and gradients with cu_seqlens_q/k (FlashAttention
+// 2's varlen layout). Units and query blocks count the longest sequence's tiles; each unit takes its
+// sequence's lengths and first storage rows (seqlen.cuh's SeqInfo), and TMA boxes start at them. A
+// box past a sequence's end holds the next sequence's rows (or TMA's zeros past the last): the mask
+// makes their P and dS 0, so they add nothing (block_info.cuh's needs_mask).
+#ifndef FC_BWD_VARLEN
+#define FC_BWD_VARLEN 0
 #endif
 // Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
 #ifndef FC_BWD_SECTION_UNITS
@@ -47,7 +52,7 @@ namespace fhb {
 
 constexpr int D = FC_HEAD_DIM;
 enum : bool { PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0 };  // (an enum: see config.cuh of the forward)
-enum : bool { MODES = FC_BWD_MODES != 0 };
+enum : bool { MODES = FC_BWD_MODES != 0, VARLEN = FC_BWD_VARLEN != 0 };
 constexpr int KEY_ROWS = 128;     // keys per CTA work unit (K/V TMA box rows)
 constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M side)
 constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)
@@ -112,6 +117,9 @@ constexpr int OFF_STATS = OFF_DQ + 2 * DQ_SLICE_BYTES;
 constexpr int OFF_BAR = OFF_STATS + STAGES * STATS_BYTES;
 // kv_full, kv_empty, q_full[STAGES], q_empty[STAGES]
 constexpr int NUM_BARS = 2 + 2 * STAGES;
+// Varlen: the unit's sequence lengths (len_q, len_k), two ints in the barriers' 128-byte block.
+constexpr int OFF_SEQ = OFF_BAR + NUM_BARS * 8;
+static_assert(NUM_BARS * 8 + 8 <= ((NUM_BARS * 8 + 127) / 128) * 128, "the lengths must fit the barriers' block");
 constexpr int SMEM_USED = OFF_BAR + ((NUM_BARS * 8 + 127) / 128) * 128;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 // What the host requests as dynamic shared memory (crates/gen5-persistent/src/hopper_bwd.rs

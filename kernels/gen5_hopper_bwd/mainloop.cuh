@@ -121,16 +121,45 @@ __device__ __forceinline__ void score_grads(float (&dp)[ACC_REGS], const float (
     }
 }
 
+// Zeroes Pᵀ and dSᵀ of the pairs the mask hides: per key row, the query rows that see it
+// (backward_scores.cuh's query_range: the window, and rows past len_q, which with varlen hold the
+// next sequence's), then one pair of compares per element, as apply_mask. Whatever a hidden pair's
+// inputs were (the next sequence's rows, a key past the end), it adds nothing.
+__device__ __forceinline__ void mask_scores_and_grads(const AttentionParams& p, unsigned smem_base,
+                                                      float (&s)[ACC_REGS], float (&dp)[ACC_REGS], int key, int q0,
+                                                      int q_col) {
+    const SeqLengths len = unit_lengths(p, smem_base);  // (read here: held across the products, it spilled)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const QueryRange rows = query_range(p, seq_of_lengths(0, len.len_q, len.len_k), key + 8 * r);
+        // Relative to the step's first query, clamped to [-1, QUERY_ROWS] (rows is within a length).
+        const int lo = max(min(rows.first - q0, QUERY_ROWS), -1), hi = max(min(rows.end - q0, QUERY_ROWS), -1);
+#pragma unroll
+        for (int j = 0; j < QUERY_ROWS / 8; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int col = q_col + 8 * j + c;
+                const bool visible = col >= lo && col < hi;
+                s[4 * j + 2 * r + c] = visible ? s[4 * j + 2 * r + c] : 0.f;
+                dp[4 * j + 2 * r + c] = visible ? dp[4 * j + 2 * r + c] : 0.f;
+            }
+        }
+    }
+}
+
 // Modes builds: Pᵀ and dSᵀ in one pass over the Sᵀ and dPᵀ accumulators, in place, by
-// common/backward_scores.cuh's rules (the logit with softcap and ALiBi, dS through softcap's
-// 1 − tanh², pair_visible where `masked`) for query head h of sequence b. This thread's keys are `key` + {0, 8}, its queries
-// q0 + q_col + 8 j + {0, 1}; `stats` as for probabilities.
-__device__ __forceinline__ void scores_and_grads(const AttentionParams& p, int b, int h, float (&s)[ACC_REGS],
-                                                 float (&dp)[ACC_REGS], unsigned stats, int key, int q0, int q_col,
-                                                 bool masked) {
+// common/backward_scores.cuh's rules (bwd_score's: the logit with softcap and ALiBi, dS through
+// softcap's 1 − tanh²) for query head h of sequence b, the modifiers compiled in (kSoftcap, kAlibi;
+// see scores_and_grads). This thread's keys are `key` + {0, 8}, its queries q0 + q_col + 8 j +
+// {0, 1}; `stats` as for probabilities. The mask is mask_scores_and_grads's pass.
+template <bool kSoftcap, bool kAlibi>
+__device__ __forceinline__ void scores_and_grads_as(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                    float (&s)[ACC_REGS], float (&dp)[ACC_REGS], unsigned stats,
+                                                    int key, int q0, int q_col) {
     // Built per step, not kept across the steps: the parameters are constant-bank operands, and
     // the slope one cached load; a ScoreMod held in registers across the step loop spilled.
-    const ScoreMod mod = score_mod(p, bwd_seq(p, b), b, h);
+    const SeqLengths len = unit_lengths(p, smem_base);
+    const ScoreMod mod = score_mod(p, seq_of_lengths(b, len.len_q, len.len_k), b, h);
 #pragma unroll
     for (int j = 0; j < QUERY_ROWS / 8; ++j) {
         const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
@@ -138,13 +167,31 @@ __device__ __forceinline__ void scores_and_grads(const AttentionParams& p, int b
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int query = q0 + q_col + 8 * j + (e & 1), k = key + 8 * (e >> 1);
-            const bool visible = !masked || pair_visible(p, 0, query, k);
-            const BwdScore x = bwd_score(mod, s[4 * j + e], dp[4 * j + e], (e & 1) ? lse.y : lse.x,
-                                         (e & 1) ? dvec.y : dvec.x, query, k, visible);
-            s[4 * j + e] = x.p;
-            dp[4 * j + e] = x.ds;
+            float dtanh;
+            const float logit = logit_log2_dtanh_as<kSoftcap, kAlibi>(mod, s[4 * j + e], query, k, dtanh);
+            const float pr = exp2f(logit - ((e & 1) ? lse.y : lse.x));
+            const float ds = pr * (dp[4 * j + e] - ((e & 1) ? dvec.y : dvec.x));
+            s[4 * j + e] = pr;
+            dp[4 * j + e] = kSoftcap ? ds * dtanh : ds;
         }
     }
+}
+
+// scores_and_grads_as in the form the step needs: the element math without the mode's terms for a
+// problem that lacks them, then the mask as its own pass on steps that have masked pairs (as the
+// dense build's apply_mask). Warp-uniform branches once a step, instead of tests per element.
+__device__ __forceinline__ void scores_and_grads(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                 float (&s)[ACC_REGS], float (&dp)[ACC_REGS], unsigned stats,
+                                                 int key, int q0, int q_col, bool masked) {
+    const bool softcap = p.softcap_pre != 0.f, alibi = p.alibi_slopes != nullptr;
+    if (softcap) {
+        if (alibi) scores_and_grads_as<true, true>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
+        else scores_and_grads_as<true, false>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
+    } else {
+        if (alibi) scores_and_grads_as<false, true>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
+        else scores_and_grads_as<false, false>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
+    }
+    if (masked) mask_scores_and_grads(p, smem_base, s, dp, key, q0, q_col);
 }
 
 // f32 accumulator pairs to packed elem_t pairs: the accumulator layout is the A-fragment layout,

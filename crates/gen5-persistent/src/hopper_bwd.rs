@@ -2,11 +2,13 @@
 //! warp-specialized; sm_90a): D = rowsum(dO ∘ O) with the dQ accumulator zeroed, then one CTA
 //! per 128-key block computing dK and dV in registers and bulk-reducing dQ slices into an f32
 //! workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
-//! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false).
+//! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false). Windows,
+//! softcap, ALiBi and varlen take a modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`) with 64-row
+//! steps.
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
-use flashcore_core::backward::{backward_mode_defines, is_varlen, AttentionBackward, SCORE_MODES};
+use flashcore_core::backward::{backward_mode_defines, AttentionBackward, BACKWARD_MODES};
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
     AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, Swizzle,
@@ -33,7 +35,7 @@ pub const KEY_ROWS: usize = 128;
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
 ///   (H100, 2026-11-26, commit 921f288).
-/// - With a window, softcap or ALiBi (a modes build): 64 at either head dim. Those builds compute P
+/// - With a window, softcap, ALiBi or varlen (a modes build): 64 at either head dim. Those builds compute P
 ///   and dS in one pass, and at 80 or 128 rows that spilled the consumers (ptxas, 2026-11-30).
 pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool) -> usize {
     match (head_dim, causal) {
@@ -168,7 +170,7 @@ fn capabilities() -> Capabilities {
         },
         (9, 0),
     )
-    .with_modes(SCORE_MODES)
+    .with_modes(BACKWARD_MODES)
 }
 
 impl AttentionBackward for PersistentHopper {
@@ -205,15 +207,13 @@ pub fn plan_with_tuning(
     let name = AttentionBackward::name(&PersistentHopper);
     capabilities().require_head_dim(name, problem.head_dim)?;
     crate::hopper::require_sm90a(name, device)?;
-    if is_varlen(problem) {
-        // (The capabilities say so too; the kernel's TMA maps and dQ accumulator are per batch.)
-        return Err(Unsupported::new(name, "varlen (the portable backward takes it)"));
-    }
     // The build's head dim: the problem's padded up to whole 64-column boxes.
     let d = crate::hopper::build_head_dim(problem.head_dim);
-    let query_rows = tuning
-        .query_rows
-        .unwrap_or(default_query_rows(d, problem.causal, !problem.modes.is_dense()));
+    let query_rows = tuning.query_rows.unwrap_or(default_query_rows(
+        d,
+        problem.causal,
+        !problem.modes.is_dense(),
+    ));
     let built_for = match query_rows {
         128 => Some(64),
         80 => Some(128),
@@ -252,7 +252,8 @@ pub fn plan_with_tuning(
     if d != problem.head_dim {
         defines.push(("FC_HOPPER_PADDED_HEAD".to_string(), "1".to_string()));
     }
-    // FC_BWD_MODES for a window, softcap or ALiBi (config.cuh); a dense build stays as it was.
+    // FC_BWD_MODES for a window, softcap, ALiBi or varlen, and FC_BWD_VARLEN for varlen
+    // (config.cuh); a dense build stays as it was.
     defines.extend(backward_mode_defines(problem));
     if Env::process()
         .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
@@ -412,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn score_modes_take_the_modes_build_with_64_row_steps_and_varlen_is_refused() {
+    fn modes_take_the_modes_build_with_64_row_steps() {
         use flashcore_core::{AlibiSlopes, Modes};
         let h100 = DeviceInfo::synthetic_h100();
         let define = |plan: &LaunchPlan, key: &str| {
@@ -444,7 +445,9 @@ mod tests {
             let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
             for launch in &plan.launches {
                 assert!(
-                    launch.defines.contains(&("FC_BWD_MODES".into(), "1".into())),
+                    launch
+                        .defines
+                        .contains(&("FC_BWD_MODES".into(), "1".into())),
                     "{modes:?}: {:?}",
                     launch.defines
                 );
@@ -454,14 +457,18 @@ mod tests {
         // A window makes the units unequal: one CTA per unit, as under causal masking.
         let windowed = dense.clone().with_modes(window);
         let plan = PersistentHopper.plan_backward(&windowed, &h100).unwrap();
-        assert_eq!(plan.launches[1].grid.0 as usize, 2 * 8 * 1000usize.div_ceil(128));
+        assert_eq!(
+            plan.launches[1].grid.0 as usize,
+            2 * 8 * 1000usize.div_ceil(128)
+        );
         let varlen = dense.with_modes(Modes {
             packed_q: Some(1000),
             kv: flashcore_core::KvStorage::Packed { total_k: 1000 },
             ..Modes::default()
         });
-        let e = PersistentHopper.plan_backward(&varlen, &h100).unwrap_err();
-        assert!(e.to_string().contains("varlen"), "{e}");
+        let plan = PersistentHopper.plan_backward(&varlen, &h100).unwrap();
+        assert_eq!(define(&plan, "FC_BWD_VARLEN").as_deref(), Some("1"));
+        assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("64"));
     }
 
     #[test]

@@ -1133,30 +1133,6 @@ mod tests {
         }
     }
 
-    /// The Hopper backward claims the score modes on dense storage: its cases draw windows,
-    /// softcap and ALiBi, never varlen.
-    #[test]
-    fn the_hopper_backward_draws_the_score_modes_without_varlen() {
-        let Some(hopper) = flashcore::backward_kernel("persistent-hopper") else {
-            return; // not compiled in
-        };
-        let caps = hopper.capabilities();
-        assert_eq!(caps.modes, flashcore::backward::SCORE_MODES);
-        let mut runner = TestRunner::deterministic();
-        let s = case_strategy(&caps, 300);
-        let (mut windows, mut softcap, mut alibi) = (0, 0, 0);
-        for _ in 0..300 {
-            let c = s.new_tree(&mut runner).unwrap().current();
-            let m = &c.problem.modes;
-            assert!(!flashcore::backward::is_varlen(&c.problem), "{}", c.to_arg());
-            assert_eq!(caps.modes.missing(m), None);
-            windows += (m.window_left.is_some() || m.window_right.is_some()) as usize;
-            softcap += m.softcap.is_some() as usize;
-            alibi += m.alibi.is_some() as usize;
-        }
-        assert!(windows > 50 && softcap > 20 && alibi > 20, "{windows} {softcap} {alibi}");
-    }
-
     /// A backward kernel that claims the modes of the scores draws them (windows, causal too,
     /// softcap, ALiBi both ways, varlen, with GQA) in half its cases, on dense or varlen storage
     /// the core's backward validation takes, and gets them on its edge list; one that claims
