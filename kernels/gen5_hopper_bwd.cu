@@ -237,7 +237,8 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                                          q_col, needs_mask(p, unit_lengths(p, base), key0, q0));
                     } else {
                         probabilities(p, s, stats, q_col);
-                        if (needs_mask(p, unit_lengths(p, base), key0, q0)) apply_mask(p, s, key0 + key_in_wg, q0, q_col);
+                        if (needs_mask(p, unit_lengths(p, base), key0, q0))
+                            apply_mask(p, s, key0 + key_in_wg, q0, q_col);
                     }
                     if constexpr (OVERLAP_DV_WITH_DP) {
                         pack_fragment(s, p_frag);

@@ -49,8 +49,9 @@ __device__ __forceinline__ float logit_log2(const ScoreMod& m, float dot, int ro
 }
 
 // logit_log2_dtanh (below) with the modifiers known at compile time (kSoftcap: m.softcap_pre != 0,
-// kAlibi: m.slope_log2 may be nonzero): for kernels that pick the form once per tile, since the
-// per-element tests of the runtime form cost the Hopper backward a third of its time.
+// kAlibi: m.slope_log2 may be nonzero): for kernels that pick the form once per tile. With the
+// runtime form's per-element tests (and a per-element mask) the Hopper backward's modes build ran
+// 1.5-2.6x its dense build (docs/results/2026-11-30-hopper-bwd-modes-h200/check-varlen-first).
 template <bool kSoftcap, bool kAlibi>
 __device__ __forceinline__ float logit_log2_dtanh_as(const ScoreMod& m, float dot, int row, int key, float& dtanh) {
     float s;

@@ -35,8 +35,9 @@ pub const KEY_ROWS: usize = 128;
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
 ///   (H100, 2026-11-26, commit 921f288).
-/// - With a window, softcap, ALiBi or varlen (a modes build): 64 at either head dim. Those builds compute P
-///   and dS in one pass, and at 80 or 128 rows that spilled the consumers (ptxas, 2026-11-30).
+/// - With a window, softcap, ALiBi or varlen (a modes build): 64 at either head dim. Those builds
+///   compute P and dS in one pass, and at 80 or 128 rows that spilled the consumers (ptxas,
+///   2026-11-30).
 pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool) -> usize {
     match (head_dim, causal) {
         _ if modes => 64,
