@@ -7,25 +7,28 @@
 //!   whole model; the worst relative L2 error `‖g_fc − g_ref‖ / ‖g_ref‖` over all parameters and
 //!   steps must be at most [`GRAD_TOLERANCE`] (the optimizer steps on flashcore's gradients);
 //! - **training**: `--steps` AdamW steps in all (the checked ones included) on flashcore's
-//!   attention; the loss must fall: the mean of the last [`LOSS_LAST`] steps at least
-//!   [`LOSS_DROP`] nats below the mean of the first [`LOSS_FIRST`];
+//!   attention; the loss must fall below what any predictor blind to the earlier tokens can
+//!   reach: the mean of the last [`LOSS_LAST`] steps under ln 26 − [`LOSS_MARGIN`] nats (see
+//!   [`loss_bound`]), which takes the attention learning to copy;
 //! - **speed**: `--time-steps` steps (forward, backward, optimizer) with each attention after
 //!   [`WARMUP_STEPS`] warm-up steps, the device synchronized before each reading of the clock:
 //!   steps/s, tokens/s and their ratio.
 //!
 //! Model: byte-level vocabulary (256), d_model 256, 4 pre-norm layers (RMSNorm) of 4 heads of
 //! head dim 64 (MHA) with RoPE (positions restart at 0 in each packed sequence), a 4× GELU MLP,
-//! untied output head: about 3.3 M parameters, f32 weights in a `VarMap`. Q, K and V are cast to
-//! bf16 for flashcore's kernel and its output back to f32 (`to_dtype` is differentiable, so the
-//! gradients flow through the casts). The reference attention is candle's own ops in f32, one
-//! packed sequence at a time (matmul, the causal sliding-window mask, softmax, matmul).
+//! output head tied to the embedding: 3.2 M parameters, f32 weights in a `VarMap`. Q, K and V are
+//! cast to bf16 for flashcore's kernel and its output back to f32 (`to_dtype` is differentiable,
+//! so the gradients flow through the casts). The reference attention is candle's own ops in f32,
+//! one packed sequence at a time (matmul, the causal sliding-window mask, softmax, matmul).
 //!
-//! Data: synthetic, from a seeded RNG. Each sequence repeats a random pattern of 4–16 random
-//! bytes to a random length in 32–512; sequences are packed into batches of about
-//! `--tokens-per-batch` tokens (cumulative lengths as a u32 tensor, as FlashAttention's varlen
-//! takes them); next-token prediction over every position but each sequence's last. Once a
-//! pattern has been seen it can be copied (a pattern of at most 16 bytes always fits in the
-//! window), so the loss falls from about ln 256 ≈ 5.5 towards the share of first occurrences.
+//! Data: synthetic, from a seeded RNG. Each sequence repeats a random pattern of 4–16 letters
+//! (bytes `a`–`z`, uniform) to a random length in 32–512; sequences are packed into batches of
+//! about `--tokens-per-batch` tokens (cumulative lengths as a u32 tensor, as FlashAttention's
+//! varlen takes them); next-token prediction over every position but each sequence's last. The
+//! loss starts at about ln 256 ≈ 5.5, falls within a few dozen steps to ln 26 ≈ 3.26 (which
+//! letters occur: all a predictor blind to the context can know), and below that only as the
+//! attention learns to copy the pattern seen earlier in the same sequence (at most 16 bytes back,
+//! always inside the window), towards the share of first occurrences.
 //!
 //! Exits with an error (non-zero status) when the gradients disagree beyond the tolerance or the
 //! loss does not fall; ends with a Markdown summary table.
@@ -57,6 +60,8 @@ const ROPE_THETA: f32 = 10_000.0;
 /// Lengths of the packed sequences and of the patterns they repeat (inclusive ranges).
 const SEQ_LEN: (usize, usize) = (32, 512);
 const PATTERN_LEN: (usize, usize) = (4, 16);
+/// The bytes the patterns are drawn from (uniformly).
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
 
 /// Steps whose gradients are checked against candle's attention.
 const CHECK_STEPS: usize = 3;
@@ -70,21 +75,33 @@ const CHECK_STEPS: usize = 3;
 /// roughly √6 × 2.3e-3 ≈ 6e-3 at the attention; four layers of backward carry it into every
 /// weight gradient, where sums over ~4000 tokens average part of it out and the chain through the
 /// layers can amplify part of it. 2e-2 is about 3× that estimate: it passes bf16 rounding noise
-/// (a CPU emulation of these roundings on this model gave a worst error of a few 1e-3) and fails
-/// anything structural — a wrong mask, window or sequence boundary, a missing or misplaced
-/// dQ/dK/dV row, or a missing gradient, which give errors of order 1.
+/// (a CPU emulation of these roundings on this model gave worst errors of 2e-3 to 5e-3, the H200
+/// 3.4e-3) and fails anything structural — a wrong mask, window or sequence boundary, a missing
+/// or misplaced dQ/dK/dV row, or a missing gradient, which give errors of order 1.
 const GRAD_TOLERANCE: f32 = 2e-2;
 
-/// The loss-falls rule: mean of the last `LOSS_LAST` steps < mean of the first `LOSS_FIRST` −
-/// `LOSS_DROP`. The first steps sit at ln 256 ≈ 5.5 or above (random bytes); copying the
-/// repeats would bring the loss towards the share of unpredictable first occurrences (≈ 0.2 nats
-/// on average), but this model learns the copy slowly: on the H200 the mean fell 5.53 → 4.76 in
-/// 300 steps and the loss reached 3.6 at 2000 (`docs/results/2026-11-30-hopper-bwd-modes-h200`,
-/// where a first rule, halving, failed). Half a nat is the fall, well outside the ±0.3 the loss
-/// moves from batch to batch. Judged when `--steps` ≥ `LOSS_FIRST + LOSS_LAST`.
+/// The loss-falls rule: the mean of the last `LOSS_LAST` steps below [`loss_bound`], ln 26 −
+/// `LOSS_MARGIN` ≈ 3.01 nats (the mean of the first `LOSS_FIRST`, about 5.1–5.6, is reported
+/// beside it). The pattern letters are uniform over 26, so a model that does not look at the
+/// earlier tokens of its sequence cannot beat ln 26 ≈ 3.26 however well it trains: the
+/// embedding, MLP and head learn that much in a few dozen steps, and only the attention, forward
+/// and backward, takes the loss below it. The margin is 3× the spread of a 20-step mean on a
+/// plateau (single batches move by about ±0.3, their means by about ±0.07). On uniform random
+/// bytes (this example's first data) the copy was learned too slowly to judge in 300 steps (on
+/// the H200: 5.53 → 4.72, and 3.5 at 2000; `docs/results/2026-11-30-hopper-bwd-modes-h200`);
+/// with 26 letters, two CPU runs of this model (f32 attention with the kernel's bf16 roundings
+/// emulated; seeds 42 and 7) sat near ln 26 until step 100–150, then fell: the last 20 steps'
+/// means were 1.81 and 1.81, the first 5 steps' 5.09 and 5.15. Judged when `--steps` ≥
+/// `LOSS_FIRST + LOSS_LAST`.
 const LOSS_FIRST: usize = 5;
 const LOSS_LAST: usize = 20;
-const LOSS_DROP: f32 = 0.5;
+const LOSS_MARGIN: f32 = 0.25;
+
+/// The bound of the loss-falls rule: the entropy of the pattern letters, ln 26, less
+/// `LOSS_MARGIN`.
+fn loss_bound() -> f32 {
+    (ALPHABET.len() as f32).ln() - LOSS_MARGIN
+}
 
 /// Steps of linear learning-rate warm-up at the start of training.
 const LR_WARMUP: usize = 20;
@@ -97,7 +114,7 @@ const PRINT_EVERY: usize = 25;
 
 const USAGE: &str =
     "usage: train_packed [--steps N (300)] [--time-steps N (50)] [--window N (128)] \
-                     [--seed N (42)] [--tokens-per-batch N (4096)] [--lr X (2e-3)]";
+                     [--seed N (42)] [--tokens-per-batch N (4096)] [--lr X (1e-3)]";
 
 #[derive(Clone, Debug)]
 struct Config {
@@ -127,7 +144,7 @@ impl Config {
             window: 128,
             seed: 42,
             tokens_per_batch: 4096,
-            lr: 2e-3,
+            lr: 1e-3,
         };
         let mut args = std::env::args().skip(1);
         while let Some(k) = args.next() {
@@ -201,7 +218,7 @@ impl Batch {
                 .min(budget - tokens.len());
             let period = rng.gen_range(PATTERN_LEN.0..=PATTERN_LEN.1);
             let pattern: Vec<u32> = (0..period)
-                .map(|_| rng.gen_range(0..VOCAB as u32))
+                .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as u32)
                 .collect();
             spans.push((tokens.len(), len));
             tokens.extend((0..len).map(|i| pattern[i % period]));
@@ -629,7 +646,7 @@ fn run(cfg: &Config) -> Result<()> {
         params.len()
     );
     println!(
-        "data: packed batches of ~{} tokens (sequences of {}-{} repeating {}-{} random bytes); \
+        "data: packed batches of ~{} tokens (sequences of {}-{} repeating {}-{} letters a-z); \
          causal sliding window {} (query i sees keys i-{}..=i); AdamW lr {}; seed {}",
         cfg.tokens_per_batch,
         SEQ_LEN.0,
@@ -690,7 +707,7 @@ fn run(cfg: &Config) -> Result<()> {
     let judged = losses.len() >= LOSS_FIRST + LOSS_LAST;
     let first = mean(&losses[..LOSS_FIRST.min(losses.len())]);
     let last = mean(&losses[losses.len().saturating_sub(LOSS_LAST)..]);
-    let loss_ok = !judged || last < first - LOSS_DROP;
+    let loss_ok = !judged || last < loss_bound();
 
     // Speed: the same steps with each attention on the same batches.
     let mut timing_rng = StdRng::seed_from_u64(cfg.seed ^ 0x7469_6d65);
@@ -734,7 +751,9 @@ fn run(cfg: &Config) -> Result<()> {
     );
     println!(
         "| loss, mean of first {LOSS_FIRST} → last {LOSS_LAST} steps | {first:.4} → {last:.4} \
-         | last < first − {LOSS_DROP} | {} |",
+         | last < ln {} − {LOSS_MARGIN} = {:.4} | {} |",
+        ALPHABET.len(),
+        loss_bound(),
         if judged {
             verdict(loss_ok)
         } else {
@@ -766,8 +785,10 @@ fn run(cfg: &Config) -> Result<()> {
     }
     if !loss_ok {
         failures.push(format!(
-            "the loss did not fall: mean of the last {LOSS_LAST} steps {last:.4} ≥ the mean of the \
-             first {LOSS_FIRST} ({first:.4}) − {LOSS_DROP}"
+            "the loss did not fall below the context-free bound: mean of the last {LOSS_LAST} \
+             steps {last:.4} ≥ ln {} − {LOSS_MARGIN} = {:.4} (first {LOSS_FIRST}: {first:.4})",
+            ALPHABET.len(),
+            loss_bound()
         ));
     }
     if failures.is_empty() {
