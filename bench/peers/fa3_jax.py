@@ -3,7 +3,7 @@
 `cargo xtask bench-all`, in its own process (JAX and torch do not share a runtime).
 
     python3 bench/peers/fa3_jax.py --shapes shapes.json --out peers-fa3.json [--quick]
-        [--decode] [--l2-bytes N] [--backends ...]
+        [--decode | --backward] [--l2-bytes N] [--backends ...]
 
 Input: the same shapes file as torch_sdpa.py: a JSON list of {"batch", "heads", "seq",
 "head_dim", "causal", "dtype": "f16"|"bf16"} (or {"shapes": [...]}), each optionally with
@@ -14,10 +14,11 @@ mask, which is flashcore's: unlike SDPA, causal rows with seq_k != seq are timed
 
 Output: the schema of torch_sdpa.py, backend "fa3":
     {"device", "jax", "jaxlib", "flash_attn3_jax", "runtime": "jax", "l2_bytes", "quick",
-     "decode", "method": str, "skipped": [], "complete": bool (the file is rewritten after
-     every shape; false: the run died part way), "rows": [{<shape fields>, "backend": "fa3",
-     "method": "eager"|"graph", "us", "tflops", "rel", "calls", "repeats", "sets",
-     "num_splits", "note", ["gbps"]} | {<shape fields>, "backend": "fa3", "error": str}]}
+     "decode", "backward", "method": str, "skipped": [], "complete": bool (the file is
+     rewritten after every shape; false: the run died part way), "rows": [{<shape fields>,
+     "backend": "fa3", "method": "eager"|"graph", "us", "tflops", "rel", "calls", "repeats",
+     "sets", "num_splits", "note", ["gbps"]} | {<shape fields>, "backend": "fa3", "error": str}]}
+    (--backward rows: see below.)
 
 Timing (wall clock; JAX has no CUDA events or torch graphs):
   - "graph" row: ONE jitted executable runs the attention `calls` times: a lax.fori_loop whose
@@ -49,8 +50,27 @@ Timing (wall clock; JAX has no CUDA events or torch graphs):
 executions, the median per call as the "graph" row (plus the eager row); rows carry "gbps"
 (K and V bytes read / time).
 
-Exit status: 0 on success (even if some rows are errors), 2 for bad arguments or a malformed
-shapes file, 3 when jax, flash_attn3_jax or a GPU is missing (one line on stderr says which).
+--backward (`cargo xtask bench-all --pass bwd | fwdbwd`): FA3's backward, the method of the
+backward anchor files (shared/anchors/h200-peers.txt: "jax.grad of flash_mha, wall clock, bwd =
+fwd+bwd minus fwd"; h100-backward-peers.txt: "jax.grad of sum(O*dO), wall clock around jitted
+calls after block_until_ready, minus the forward the same way") with this script's sampling.
+Each input set is (q, k, v, dO), dO random normal of q's shape. Two jitted functions:
+    fwd     = flash_mha(q, k, v)                                         (the forward alone)
+    fwd+bwd = jax.grad(lambda q, k, v: sum(flash_mha(q, k, v) * dO), argnums=(0, 1, 2))
+(the loss's value is dead, so XLA keeps FA3's forward, whose O and LSE the backward needs, and
+FA3's backward with dO as O's cotangent). Samples of each alternate (a drift of clocks hits both
+alike), each one the eager method above: wall clock around back-to-back calls lasting >= 20 ms
+after block_until_ready, sets rotated past 2x L2 (a set counts Q, K, V, O, dO, dQ, dK, dV);
+"fwd_us" and "fwdbwd_us" are the medians of `repeats` samples and "bwd_us" = fwdbwd_us - fwd_us.
+One "eager" row per shape, as torch_sdpa.py --backward writes: "fwd_us", "fwdbwd_us", "bwd_us",
+"tflops" on 2.5x the forward FLOPs (of bwd_us), "fwdbwd_tflops" on 3.5x, "rel" of the output
+and "grad_rel" {"dq", "dk", "dv"} of batch 0, head 0 against float32 gradients of sum(O * dO)
+(null under GQA), "calls" (fwd+bwd calls per sample), "calls_fwd", "repeats", "sets",
+"num_splits" (1: flash_mha's) and "note". No graph rows, no num_splits search.
+
+Exit status: 0 on success (even if some rows are errors), 2 for bad arguments (--decode with
+--backward) or a malformed shapes file, 3 when jax, flash_attn3_jax or a GPU is missing (one
+line on stderr says which).
 """
 
 import argparse
@@ -70,6 +90,14 @@ DEFAULT_L2 = 50 * 1024 * 1024  # H100; JAX does not expose the L2 size
 MAX_CALLS_PER_EXEC = 20_000
 SPLIT_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 BACKEND = "fa3"
+FORWARD_METHOD = ("graph = one jitted lax.fori_loop of many FA3 calls on rotated input sets "
+                  "(each call's q loop-carried, one element updated from the previous output), "
+                  "wall clock / calls, median; eager = back-to-back jitted calls from Python, "
+                  "wall clock / calls, median; graph reported only where faster")
+BACKWARD_METHOD = ("fwd = jitted flash_mha, fwd+bwd = jitted jax.grad of sum(flash_mha(q, k, v) "
+                   "* dO) w.r.t. q, k, v; alternating samples of each, wall clock around "
+                   "back-to-back calls after block_until_ready / calls, medians; bwd = fwd+bwd "
+                   "- fwd")
 
 
 def calls_for(us_per_call, target_ms):
@@ -101,6 +129,9 @@ def main():
     ap.add_argument("--decode", action="store_true",
                     help=f">= {DECODE_SETS} sets, {DECODE_CALLS} calls per execution, "
                          f"{DECODE_REPEATS} executions")
+    ap.add_argument("--backward", action="store_true",
+                    help="time fwd and jax.grad of sum(O * dO) (fwd + bwd), both jitted; "
+                         "bwd = the difference of the medians")
     ap.add_argument("--l2-bytes", type=int, default=DEFAULT_L2,
                     help="L2 size for the input rotation (default 50 MiB, the H100's)")
     ap.add_argument("--backends", default=None,
@@ -110,6 +141,8 @@ def main():
         wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
         if BACKEND not in wanted:
             fail(2, f"--backends {args.backends}: this script only times '{BACKEND}'")
+    if args.decode and args.backward:
+        fail(2, "--decode and --backward do not go together")
     shapes = load_shapes(args.shapes)
 
     # Before jax is imported: JAX must not grab most of the GPU (another process, flashcore's
@@ -135,7 +168,7 @@ def main():
         fail(3, f"jax {jax.__version__} sees no GPU")
 
     bench = Bench(jax, flash_attn3_jax, gpus[0], quick=args.quick, decode=args.decode,
-                  l2_bytes=args.l2_bytes)
+                  l2_bytes=args.l2_bytes, backward=args.backward)
     try:
         import jaxlib
         jaxlib_version = jaxlib.__version__
@@ -151,10 +184,8 @@ def main():
         "l2_bytes": bench.l2_bytes,
         "quick": args.quick,
         "decode": args.decode,
-        "method": ("graph = one jitted lax.fori_loop of many FA3 calls on rotated input sets "
-                   "(each call's q loop-carried, one element updated from the previous output), "
-                   "wall clock / calls, median; eager = back-to-back jitted calls from Python, "
-                   "wall clock / calls, median; graph reported only where faster"),
+        "backward": args.backward,
+        "method": BACKWARD_METHOD if args.backward else FORWARD_METHOD,
         "skipped": [],
         "complete": False,
         "rows": [],
@@ -163,8 +194,14 @@ def main():
         shape_rows = bench.run_shape(shape)
         result["rows"].extend(shape_rows)
         for r in shape_rows:
-            what = r.get("error") or (f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
-                                      f" splits {r.get('num_splits')}")
+            if "error" in r:
+                what = r["error"]
+            elif args.backward:
+                what = (f"fwd {r['fwd_us']:.1f} us, fwd+bwd {r['fwdbwd_us']:.1f} us, "
+                        f"bwd {r['bwd_us']:.1f} us rel {r['rel']} grad_rel {r['grad_rel']}")
+            else:
+                what = (f"{r['us']:.1f} us {r['tflops']:.1f} TFLOPS rel {r['rel']}"
+                        f" splits {r.get('num_splits')}")
             if "gbps" in r:
                 what += f" {r['gbps']:.0f} GB/s"
             print(f"[fa3-jax] {shape} {r['backend']}/{r.get('method', '-')}: {what}",
@@ -187,7 +224,7 @@ def write_json(path, result):
 
 
 class Bench:
-    def __init__(self, jax, fa3, device, quick, decode, l2_bytes):
+    def __init__(self, jax, fa3, device, quick, decode, l2_bytes, backward=False):
         self.jax = jax
         self.jnp = jax.numpy
         self.fa3 = fa3
@@ -195,6 +232,7 @@ class Bench:
         self.quick = quick
         self.decode = decode
         self.l2_bytes = l2_bytes
+        self.backward = backward
         self.target_ms = 2.0 if quick else 20.0
         self.repeats = 5 if quick else 15
         self.sm_count = int(getattr(device, "core_count", 0) or 132)
@@ -259,11 +297,18 @@ class Bench:
             return [dict(shape, backend=BACKEND, error=f"allocating inputs: {short_error(e)}")]
         try:
             try:
-                ref = reference_head(jax, sets[0], causal)
+                if self.backward:
+                    # dK, dV of K/V head 0 sum over its query heads: head 0 alone is the whole
+                    # gradient only without GQA.
+                    ref = reference_head_grads(jax, sets[0], causal, hkv == h)
+                else:
+                    ref = reference_head(jax, sets[0], causal)
             except Exception as e:
                 print(f"[fa3-jax] {shape}: no float32 reference ({short_error(e)}); rel = null",
                       file=sys.stderr)
                 ref = None
+            if self.backward:
+                return self.time_backward(shape, sets, ref)
             return self.time_shape(shape, sets, ref)
         except Exception as e:
             return [dict(shape, backend=BACKEND, error=short_error(e))]
@@ -277,10 +322,13 @@ class Bench:
     def input_sets(self, b, h, hkv, s, sk, d, dtype):
         """Independent (q, k, v) sets, B,S,H,D, enough that rotating through them touches more
         than twice the L2 (each call also writes an output of q's size), within a quarter of
-        free memory."""
+        free memory. --backward: (q, k, v, dO) sets; a call also writes O and dQ, dK, dV."""
         jax = self.jax
         q_elems, kv_elems = b * h * s * d, b * hkv * sk * d
-        set_bytes = (2 * q_elems + 2 * kv_elems) * 2
+        if self.backward:
+            set_bytes = (4 * q_elems + 4 * kv_elems) * 2
+        else:
+            set_bytes = (2 * q_elems + 2 * kv_elems) * 2
         want = max(DECODE_SETS if self.decode else 2,
                    math.ceil(2 * self.l2_bytes / set_bytes) + 1)
         fit = max(1, int(0.25 * self.free_bytes()) // set_bytes)
@@ -288,10 +336,13 @@ class Bench:
         key = jax.random.PRNGKey(0)
         sets = []
         for _ in range(n):
-            key, kq, kk, kv = jax.random.split(key, 4)
-            sets.append((jax.random.normal(kq, (b, s, h, d), dtype),
-                         jax.random.normal(kk, (b, sk, hkv, d), dtype),
-                         jax.random.normal(kv, (b, sk, hkv, d), dtype)))
+            key, kq, kk, kv, ko = jax.random.split(key, 5)
+            one = (jax.random.normal(kq, (b, s, h, d), dtype),
+                   jax.random.normal(kk, (b, sk, hkv, d), dtype),
+                   jax.random.normal(kv, (b, sk, hkv, d), dtype))
+            if self.backward:
+                one += (jax.random.normal(ko, (b, s, h, d), dtype),)
+            sets.append(one)
         jax.block_until_ready(sets)
         return sets
 
@@ -383,20 +434,66 @@ class Bench:
                 r["gbps"] = kv_bytes(shape) / r["us"] / 1e3
         return rows
 
+    def time_backward(self, shape, sets, ref):
+        """--backward: the first calls checked (O and dQ, dK, dV against `ref`, gradients
+        finite), then alternating samples of the jitted forward and the jitted jax.grad of
+        sum(O * dO); one "eager" row with fwd_us, fwdbwd_us and bwd_us = their difference."""
+        jax, jnp = self.jax, self.jnp
+        causal = shape["causal"]
+        fwd_fn, grad_fn = backward_fns(jax, self.fa3, causal)
+        fwd = jax.jit(fwd_fn)
+        fwd_grad = jax.jit(grad_fn)
+        q, k, v, d_o = sets[0]
+        out = fwd(q, k, v, d_o)
+        grads = fwd_grad(q, k, v, d_o)
+        jax.block_until_ready((out, grads))
+        ref_out, ref_grads = ref if ref is not None else (None, None)
+        rel = rel_error(jax, out, ref_out)
+        grad_rel = None
+        if ref_grads is not None:
+            grad_rel = {n: rel_error(jax, g, r)
+                        for n, g, r in zip(("dq", "dk", "dv"), grads, ref_grads)}
+        finite = all(bool(jnp.isfinite(g).all()) for g in grads)
+        del out, grads
+        if not finite:
+            return [dict(shape, backend=BACKEND, rel=rel, grad_rel=grad_rel,
+                         error="non-finite gradients on the first call")]
+
+        calls_f = calls_for(self.time_eager(fwd, sets, calls=3, repeats=1), self.target_ms)
+        calls_fb = calls_for(self.time_eager(fwd_grad, sets, calls=3, repeats=1),
+                             self.target_ms)
+        fwd_samples, fb_samples = [], []
+        for _ in range(self.repeats):  # alternating: a drift of clocks hits both alike
+            fwd_samples.append(self.time_eager(fwd, sets, calls_f, 1))
+            fb_samples.append(self.time_eager(fwd_grad, sets, calls_fb, 1))
+        fwd_us = statistics.median(fwd_samples)
+        fb_us = statistics.median(fb_samples)
+        bwd_us = fb_us - fwd_us
+        f = flops(shape)
+        note = "JAX wall clock around jitted calls (no CUDA events)"
+        return [dict(shape, backend=BACKEND, method="eager", fwd_us=fwd_us, fwdbwd_us=fb_us,
+                     bwd_us=bwd_us,
+                     tflops=2.5 * f / bwd_us / 1e6 if bwd_us > 0 else None,
+                     fwdbwd_tflops=3.5 * f / fb_us / 1e6, rel=rel, grad_rel=grad_rel,
+                     calls=calls_fb, calls_fwd=calls_f, repeats=self.repeats, sets=len(sets),
+                     num_splits=1, note=note)]
+
     # ---- timing ------------------------------------------------------------------------------
 
     def time_eager(self, one, sets, calls, repeats):
         """Median over `repeats` samples of wall clock around `calls` back-to-back calls of a
-        jitted single call (inputs rotated), after block_until_ready, per call in us."""
+        jitted single call (inputs rotated), after block_until_ready, per call in us. `one`
+        may return an array or a tuple of them (the gradients)."""
+        jax = self.jax
         out = one(*sets[0])
-        out.block_until_ready()
+        jax.block_until_ready(out)
         samples, i = [], 0
         for _ in range(repeats):
             t0 = time.perf_counter()
             for _ in range(calls):
                 out = one(*sets[i % len(sets)])
                 i += 1
-            out.block_until_ready()
+            jax.block_until_ready(out)
             samples.append((time.perf_counter() - t0) * 1e6 / calls)
         return statistics.median(samples)
 
@@ -490,6 +587,66 @@ def reference_head(jax, qkv, causal):
 
     parts = [rows(q[r0:r0 + chunk], k, v, r0) for r0 in range(0, s, chunk)]
     return jnp.concatenate(parts, axis=0)
+
+
+def backward_fns(jax, fa3, causal):
+    """(fwd, fwd_grad) of (q, k, v, dO), to be jitted: the forward alone (dO unused), and the
+    gradients (dQ, dK, dV) of sum(flash_mha(q, k, v) * dO), which run FA3's forward and its
+    backward with dO as O's cotangent (the loss value itself is dead code under jax.grad)."""
+    jnp = jax.numpy
+
+    def fwd(q, k, v, d_o):
+        return fa3.flash_mha(q, k, v, is_causal=causal)
+
+    def loss(q, k, v, d_o):
+        return jnp.sum(fa3.flash_mha(q, k, v, is_causal=causal) * d_o)
+
+    return fwd, jax.grad(loss, argnums=(0, 1, 2))
+
+
+def reference_head_grads(jax, sets0, causal, with_grads):
+    """(O, (dQ, dK, dV)) of batch 0, head 0 in float32 (HIGHEST precision matmuls) for the loss
+    sum(O * dO), in row chunks as reference_head: per chunk P = softmax(q k^T / sqrt(d) + mask),
+    O = P v, dV += P^T dO, dS = P * (dO v^T - rowsum(dO * O)), dQ = dS k / sqrt(d),
+    dK += dS^T q / sqrt(d). The causal mask is bottom-right aligned. Gradients are None when
+    not `with_grads` (GQA)."""
+    jnp = jax.numpy
+    q, k, v, d_o = (t[0, :, 0, :].astype(jnp.float32) for t in sets0)
+    s, d = q.shape
+    sk = k.shape[0]
+    scale = 1.0 / math.sqrt(d)
+    chunk = max(1, (128 << 20) // (8 * sk))
+    hi = jax.lax.Precision.HIGHEST
+
+    @jax.jit
+    def rows(qc, gc, k, v, r0):
+        scores = jnp.matmul(qc, k.T, precision=hi) * scale
+        if causal:
+            r = r0 + jnp.arange(qc.shape[0])[:, None]
+            c = jnp.arange(sk)[None, :]
+            scores = jnp.where(c > r + (sk - s), -jnp.inf, scores)
+        p = jax.nn.softmax(scores, axis=-1)
+        o = jnp.matmul(p, v, precision=hi)
+        dv = jnp.matmul(p.T, gc, precision=hi)
+        ds = p * (jnp.matmul(gc, v.T, precision=hi) - jnp.sum(gc * o, axis=-1, keepdims=True))
+        # A fully masked row would be NaN; bottom-right causal rows with seq_k >= seq have keys.
+        dq = jnp.matmul(ds, k, precision=hi) * scale
+        dk = jnp.matmul(ds.T, qc, precision=hi) * scale
+        return o, dq, dk, dv
+
+    outs, dqs = [], []
+    dk = jnp.zeros_like(k)
+    dv = jnp.zeros_like(v)
+    for r0 in range(0, s, chunk):
+        o, dq_c, dk_c, dv_c = rows(q[r0:r0 + chunk], d_o[r0:r0 + chunk], k, v, r0)
+        outs.append(o)
+        dqs.append(dq_c)
+        dk = dk + dk_c
+        dv = dv + dv_c
+    out = jnp.concatenate(outs, axis=0)
+    if not with_grads:
+        return out, None
+    return out, (jnp.concatenate(dqs, axis=0), dk, dv)
 
 
 def rel_error(jax, out, ref):

@@ -244,10 +244,9 @@ class Bench:
             # so it would not be measured the same way as everything else here: reported, not
             # timed.
             reasons.append("flash_attn3_jax imports, but a JAX kernel is not timed by this "
-                           "torch-based script (different runtime: " +
-                           ("its backward comes from the anchors, h100-backward-peers.txt)"
-                            if self.backward else
-                            "bench/peers/fa3_jax.py times it in its own process)"))
+                           "torch-based script (different runtime: bench/peers/fa3_jax.py" +
+                           (" --backward" if self.backward else "") +
+                           " times it in its own process)")
         except Exception as e:
             reasons.append(f"flash_attn3_jax: {type(e).__name__}: {e}")
         self.skipped.append({"backend": "fa3", "reason": "; ".join(reasons)})

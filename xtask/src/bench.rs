@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = CausalSel::Both)]
     pub causal: CausalSel,
     /// What is timed: fwd, the forward; bwd, the backward alone (dQ, dK, dV; TFLOP/s on 2.5x
-    /// the forward's FLOPs; peers as fwd + autograd.grad minus fwd; FA3 from the anchors);
+    /// the forward's FLOPs; peers as fwd + autograd.grad minus fwd, FA3 as jax.grad minus fwd);
     /// fwdbwd, forward then backward (3.5x). bwd and fwdbwd write bench-<pass>.json and .md,
     /// and --kernels names backward kernels there.
     #[arg(long, value_enum, default_value_t = backward::Pass::Fwd)]

@@ -1,7 +1,8 @@
 //! `bench-all --pass bwd | fwdbwd` as plain data: the pass and its FLOP count, the report it
-//! writes, the peers' backward rows (`torch_sdpa.py --backward`), the backward anchors (FA3's
-//! backward is not timed in the run: it comes from `h100-backward-peers.txt`), the ratios and
-//! the markdown. Nothing here touches a GPU; `backward_gpu` does the timing.
+//! writes, the peers' backward rows (`torch_sdpa.py --backward`, and FA3's from `fa3_jax.py
+//! --backward` merged in), the backward anchors (a labelled fallback for the peers and shapes the
+//! run has no time of), the ratios and the markdown. Nothing here touches a GPU; `backward_gpu`
+//! does the timing.
 
 use std::path::Path;
 
@@ -149,9 +150,19 @@ pub fn load_backward_anchors(dir: &Path) -> Result<(Vec<BackwardAnchor>, AnchorN
     Ok((anchors, AnchorNote { note, method }))
 }
 
+/// Whether a live peer row named `live` times the backend an anchor names `anchored`: the same
+/// name, or FA3 by either of its names (the anchors' "fa3-jax"; the live script's rows are
+/// "fa3", or "fa3-jax" beside a torch "fa3" of flash_attn_interface).
+pub fn same_peer(live: &str, anchored: &str) -> bool {
+    live == anchored || (anchored == FA3_ANCHOR && live == "fa3")
+}
+
+/// The backend name of FA3 (flash-attn3-jax) in the backward anchor files.
+pub const FA3_ANCHOR: &str = "fa3-jax";
+
 /// "(anchor)" rows for the shapes in `wanted`: every anchored backend that has no timed row of
-/// the same name in `live` at that shape (FA3 always: its backward is not timed in the run;
-/// the SDPA backends only where the run has no number of its own, e.g. `--no-peers`).
+/// it in `live` at that shape ([`same_peer`]): a fallback where this run has no number of its
+/// own (`--no-peers`, `--no-fa3`, a peer script that failed or refused the shape).
 pub fn anchor_rows(
     anchors: &[BackwardAnchor],
     wanted: &[Shape],
@@ -164,7 +175,7 @@ pub fn anchor_rows(
             let timed_live = live.iter().any(|r| {
                 r.shape == *shape
                     && r.source == Source::Peer
-                    && r.implementation == a.backend
+                    && same_peer(&r.implementation, &a.backend)
                     && r.timing().is_some()
             });
             let name = format!("{} (anchor)", a.backend);
@@ -198,8 +209,9 @@ pub fn anchor_rows(
     rows
 }
 
-/// The rows of `torch_sdpa.py --backward` for the shapes in `wanted`, timed as `pass` says
-/// (bwd: fwd + grad minus fwd; fwdbwd: fwd + grad), and what the script says about itself.
+/// The rows of `torch_sdpa.py --backward` (with `fa3_jax.py --backward`'s merged in, same
+/// fields) for the shapes in `wanted`, timed as `pass` says (bwd: fwd + grad minus fwd;
+/// fwdbwd: fwd + grad), and what the scripts say about themselves.
 pub fn parse_backward_peers(
     v: &Value,
     wanted: &[Shape],
@@ -230,12 +242,15 @@ pub fn parse_backward_peers(
                     t.repeats = num("repeats").unwrap_or(0.0) as usize;
                     t.sets = num("sets").unwrap_or(0.0) as usize;
                     t.check = peer_check(r);
+                    let mut notes = Vec::new();
                     if pass == Pass::Bwd {
                         if let (Some(f), Some(fb)) = (fwd, fwdbwd) {
-                            t.note =
-                                Some(format!("fwd+grad {} − fwd {} µs", fmt_us(fb), fmt_us(f)));
+                            notes.push(format!("fwd+grad {} − fwd {} µs", fmt_us(fb), fmt_us(f)));
                         }
                     }
+                    // The script's own remark on how it timed the row (FA3's: wall clock).
+                    notes.extend(r.get("note").and_then(Value::as_str).map(String::from));
+                    t.note = (!notes.is_empty()).then(|| notes.join("; "));
                     Outcome::Timed(t)
                 }
                 None => Outcome::Error {
@@ -494,7 +509,8 @@ pub fn render_header(report: &BackwardReport) -> String {
         Pass::Fwdbwd => format!(
             "pass: forward then backward, one training step's attention; TFLOP/s count {}× the \
              forward's 4·B·H·S²·D (halved for causal). flashcore: the forward ({}) then each \
-             backward kernel; peers: fwd + torch.autograd.grad(out, (q, k, v), dO).\n\n",
+             backward kernel; peers: fwd + torch.autograd.grad(out, (q, k, v), dO), FA3 (JAX): \
+             jax.grad of sum(O·dO), jitted, wall clock.\n\n",
             Pass::Fwdbwd.flops_factor(),
             report.forward
         ),
@@ -502,7 +518,8 @@ pub fn render_header(report: &BackwardReport) -> String {
             "pass: backward alone (dQ, dK, dV from Q, K, V, O, dO and the forward's LSE); \
              TFLOP/s count {}× the forward's 4·B·H·S²·D (halved for causal), FlashAttention's \
              convention. flashcore: O and LSE from the forward ({}) before timing; peers: \
-             (fwd + torch.autograd.grad(out, (q, k, v), dO)) − fwd, the medians of each.\n\n",
+             (fwd + torch.autograd.grad(out, (q, k, v), dO)) − fwd, the medians of each; FA3 \
+             (JAX): (jax.grad of sum(O·dO)) − flash_mha, both jitted, wall clock.\n\n",
             Pass::Bwd.flops_factor(),
             report.forward
         ),
@@ -555,6 +572,7 @@ pub fn render_markdown(report: &BackwardReport) -> String {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use crate::bench::peers::merge_fa3;
     use crate::bench::report::{fixture_run, Method};
 
     const ANCHORS: &str = "\
@@ -709,6 +727,131 @@ B=4 H=16 S=2048 D=64 causal=0 fa3-jax   fwd     234.5 us bwd     606.4 us  bwd  
         assert!(e.to_string().contains("--backward"), "{e}");
     }
 
+    /// What `fa3_jax.py --backward` writes: one eager row per shape with fwd, fwd+bwd and bwd
+    /// times, or an error row.
+    const FA3_BWD: &str = r#"{"device": "NVIDIA H100 80GB HBM3", "jax": "0.11.2", "jaxlib": "0.11.2",
+        "flash_attn3_jax": "0.2.3", "runtime": "jax", "l2_bytes": 52428800, "quick": false,
+        "decode": false, "backward": true, "method": "...", "skipped": [], "complete": true,
+        "rows": [
+          {"batch": 4, "heads": 16, "heads_kv": 16, "seq": 2048, "seq_k": 2048, "head_dim": 64,
+           "causal": false, "dtype": "f16", "backend": "fa3", "method": "eager",
+           "fwd_us": 235.0, "fwdbwd_us": 835.0, "bwd_us": 600.0, "tflops": 286.3,
+           "fwdbwd_tflops": 288.0, "rel": 0.000251,
+           "grad_rel": {"dq": 0.0019, "dk": 0.0024, "dv": 0.0011},
+           "calls": 24, "calls_fwd": 86, "repeats": 15, "sets": 2, "num_splits": 1,
+           "note": "JAX wall clock around jitted calls (no CUDA events)"},
+          {"batch": 4, "heads": 16, "heads_kv": 16, "seq": 2048, "seq_k": 2048, "head_dim": 64,
+           "causal": true, "dtype": "f16", "backend": "fa3",
+           "error": "XlaRuntimeError: INTERNAL: boom"},
+          {"batch": 1, "heads": 8, "heads_kv": 8, "seq": 512, "seq_k": 512, "head_dim": 64,
+           "causal": false, "dtype": "f16", "backend": "fa3", "method": "eager",
+           "fwd_us": 20.0, "fwdbwd_us": 70.0, "bwd_us": 50.0}
+        ]}"#;
+
+    /// The torch script's and FA3's backward JSON, merged as a run merges them.
+    fn merged_peers() -> Value {
+        let torch: Value = serde_json::from_str(PEERS).unwrap();
+        let fa3: Value = serde_json::from_str(FA3_BWD).unwrap();
+        merge_fa3(Ok(torch), Ok(fa3)).unwrap()
+    }
+
+    #[test]
+    fn fa3_backward_rows_parse_beside_the_torch_ones() {
+        let v = merged_peers();
+        let shapes = [shape(false), shape(true)];
+        let (status, rows) = parse_backward_peers(&v, &shapes, Pass::Bwd).unwrap();
+        let PeerStatus::Ran { torch, skipped, .. } = status else {
+            panic!("{status:?}")
+        };
+        assert_eq!(
+            torch,
+            "2.11.0+cu130; JAX 0.11.2, flash_attn3_jax 0.2.3 (fa3)"
+        );
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let fa3: Vec<&Row> = rows.iter().filter(|r| r.implementation == "fa3").collect();
+        assert_eq!(fa3.len(), 2, "the 1,8,512,64 row is not wanted");
+        assert!(fa3.iter().all(|r| r.source == Source::Peer));
+        let t = fa3[0].timing().unwrap();
+        assert_eq!(fa3[0].shape, shape(false));
+        assert_eq!((t.us, t.calls, t.repeats, t.sets), (600.0, 24, 15, 2));
+        assert_eq!(t.method, Method::Eager);
+        assert!((t.tflops - Pass::Bwd.flops(&shape(false)) / 600.0 / 1e6).abs() < 1e-9);
+        assert_eq!(t.check.as_deref(), Some("rel 2.5e-4, grads rel ≤ 2.4e-3"));
+        assert_eq!(
+            t.note.as_deref(),
+            Some("fwd+grad 835.0 − fwd 235.0 µs; JAX wall clock around jitted calls (no CUDA events)")
+        );
+        assert!(matches!(&fa3[1].outcome, Outcome::Error { message } if message.contains("boom")));
+        // fwdbwd takes the fwd+bwd time.
+        let (_, rows) = parse_backward_peers(&v, &shapes, Pass::Fwdbwd).unwrap();
+        let t = rows
+            .iter()
+            .find(|r| r.implementation == "fa3")
+            .and_then(Row::timing)
+            .unwrap();
+        assert_eq!(t.us, 835.0);
+        assert!((t.tflops - Pass::Fwdbwd.flops(&shape(false)) / 835.0 / 1e6).abs() < 1e-9);
+        assert_eq!(
+            t.note.as_deref(),
+            Some("JAX wall clock around jitted calls (no CUDA events)")
+        );
+    }
+
+    #[test]
+    fn fa3_anchors_fill_in_only_where_fa3_gave_no_time() {
+        let a = parse_backward_anchor_file("h100-backward-peers.txt", ANCHORS);
+        let shapes = [shape(false), shape(true)];
+        let (_, live) = parse_backward_peers(&merged_peers(), &shapes, Pass::Bwd).unwrap();
+        let rows = anchor_rows(&a, &shapes, Pass::Bwd, &live);
+        let names: Vec<(&str, bool)> = rows
+            .iter()
+            .map(|r| (r.implementation.as_str(), r.shape.causal))
+            .collect();
+        // Non-causal: FA3 and both SDPA backends timed live, no anchor; causal: FA3's process
+        // failed at that shape, its anchor stands in.
+        assert_eq!(names, [("fa3-jax (anchor)", true)]);
+        assert_eq!(rows[0].timing().unwrap().us, 389.9);
+        // Beside a torch "fa3" (flash_attn_interface) the JAX rows are "fa3-jax": same rule.
+        assert!(same_peer("fa3-jax", FA3_ANCHOR) && same_peer("fa3", FA3_ANCHOR));
+        assert!(!same_peer("fa3", "sdpa_flash") && same_peer("sdpa_flash", "sdpa_flash"));
+    }
+
+    #[test]
+    fn a_failed_or_forward_fa3_run_is_a_note_and_the_anchors_stand_in() {
+        let torch: Value = serde_json::from_str(PEERS).unwrap();
+        let shapes = [shape(false), shape(true)];
+        let a = parse_backward_anchor_file("h100-backward-peers.txt", ANCHORS);
+        // fa3_jax.py without --backward (forward rows): not mixed in as backward times.
+        let mut fwd: Value = serde_json::from_str(FA3_BWD).unwrap();
+        fwd["backward"] = Value::Bool(false);
+        for (fa3, why) in [
+            (Ok(fwd), "forward rows"),
+            (Err("import jax failed: No module".into()), "No module"),
+        ] {
+            let v = merge_fa3(Ok(torch.clone()), fa3).unwrap();
+            let (status, live) = parse_backward_peers(&v, &shapes, Pass::Bwd).unwrap();
+            let PeerStatus::Ran { skipped, .. } = status else {
+                panic!("{status:?}")
+            };
+            let fa3 = skipped.iter().find(|s| s.backend == "fa3").unwrap();
+            assert!(fa3.reason.contains(why), "{}", fa3.reason);
+            assert!(live.iter().all(|r| r.implementation != "fa3"));
+            assert_eq!(live.len(), 3, "the torch rows stay");
+            let anchors = anchor_rows(&a, &shapes, Pass::Bwd, &live);
+            let fa3_anchors = anchors
+                .iter()
+                .filter(|r| r.implementation == "fa3-jax (anchor)")
+                .count();
+            assert_eq!(fa3_anchors, 2);
+        }
+        // Torch missing, FA3 alone: still a backward JSON.
+        let fa3: Value = serde_json::from_str(FA3_BWD).unwrap();
+        let v = merge_fa3(Err("no torch".into()), Ok(fa3)).unwrap();
+        let (_, live) = parse_backward_peers(&v, &shapes, Pass::Bwd).unwrap();
+        assert_eq!(live.len(), 2);
+        assert_eq!(live[0].timing().unwrap().us, 600.0);
+    }
+
     #[test]
     fn gradients_must_be_written_finite_and_not_all_zero() {
         let d = DType::F16;
@@ -742,9 +885,10 @@ B=4 H=16 S=2048 D=64 causal=0 fa3-jax   fwd     234.5 us bwd     606.4 us  bwd  
         assert!(predicted_skip(1e13, None, 239.0, 240.0).is_none());
     }
 
-    /// A backward report with flashcore rows of every kind, same-run peers and FA3 anchors.
+    /// A backward report with flashcore rows of every kind, same-run peers (FA3 timed at one
+    /// shape, an error at the other) and FA3's anchor where this run has no time of it.
     pub fn fixture() -> BackwardReport {
-        let v: Value = serde_json::from_str(PEERS).unwrap();
+        let v = merged_peers();
         let shapes = [shape(false), shape(true)];
         let (peers, mut rows) = parse_backward_peers(&v, &shapes, Pass::Bwd).unwrap();
         let timed = |s: Shape, name: &str, us: f64, check: &str, note: &str| {

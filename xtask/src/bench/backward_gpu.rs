@@ -1,6 +1,8 @@
 //! The GPU side of `bench-all --pass bwd | fwdbwd`: every compiled-in backward kernel (or those
 //! named by `--kernels`) on the dense shapes, timed with the forward bench's event loop
-//! (`gpu::time_calls`), then the peers' backward (`torch_sdpa.py --backward`) and the anchors.
+//! (`gpu::time_calls`), then the peers' backward (`torch_sdpa.py --backward`, and FA3's through
+//! flash-attn3-jax, `fa3_jax.py --backward`, in a process of its own) and the anchors for what
+//! the peers did not time.
 //!
 //! Per shape: Q, K, V and dO are random normal; O and LSE come from a forward kernel (the fastest
 //! compiled-in one that takes the problem, or `--fwd-kernel`) run on every input set, and that
@@ -280,11 +282,9 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         eprintln!("peers: running the peer script with --backward (progress below)");
         let script = peers::find_script(args.peer_script.as_deref());
         let list: Vec<serde_json::Value> = shapes.iter().map(|s| s.peer_json()).collect();
-        // FA3's backward comes from the anchors: fa3_jax.py times the forward only.
-        let no_fa3 = peers::Fa3Options {
-            off: true,
-            ..Default::default()
-        };
+        // FA3 (flash-attn3-jax) gets `--backward` too; a failure of its process becomes a
+        // "skipped" note beside the torch rows, and its anchors fill in (step 3).
+        let fa3 = args.fa3_options();
         let suffix = format!("-{}", pass.name());
         let run = peers::PeerRun {
             python: &args.python,
@@ -293,7 +293,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
             suffix: &suffix,
             quick: args.quick,
             extra: &["--backward"],
-            fa3: &no_fa3,
+            fa3: &fa3,
         };
         Some(run.run(&list))
     } else {
@@ -309,7 +309,7 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
         }
     }
 
-    // 3. Anchors: FA3's backward, and the SDPA backends this run has no number for.
+    // 3. Anchors: a labelled fallback for the peers (FA3, SDPA) this run has no time of.
     add_anchors(&mut report, &shapes, args.anchors.as_deref());
     write_and_print(&report, out_dir)
 }

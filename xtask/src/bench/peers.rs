@@ -210,7 +210,8 @@ pub struct PeerRun<'a> {
     /// Files are `shapes{suffix}.json`, `peers{suffix}.json` and `peers-fa3{suffix}.json`.
     pub suffix: &'a str,
     pub quick: bool,
-    /// More arguments for the torch script; `--decode` among them is passed on to FA3's.
+    /// More arguments for the torch script; `--decode` and `--backward` among them are passed
+    /// on to FA3's.
     pub extra: &'a [&'a str],
     pub fa3: &'a Fa3Options,
 }
@@ -240,9 +241,13 @@ impl PeerRun<'_> {
             .ok()
             .and_then(|v| v.get("l2_bytes"))
             .and_then(Value::as_u64);
-        let decode = self.extra.contains(&"--decode");
+        let modes: Vec<&str> = FA3_MODES
+            .iter()
+            .copied()
+            .filter(|m| self.extra.contains(m))
+            .collect();
         let script = find_fa3_script(self.script);
-        let fa3 = match run_fa3(self, script.as_deref(), list, decode, l2) {
+        let fa3 = match run_fa3(self, script.as_deref(), list, &modes, l2) {
             Ok(r) => r,
             Err(e) => Err(format!("{e:#}")),
         };
@@ -277,14 +282,17 @@ fn last_line(stderr: &[u8]) -> String {
         .to_string()
 }
 
-/// Runs `fa3_jax.py` when `import jax, flash_attn3_jax` works with the run's environment.
-/// `Ok(Err(reason))` for every way it can fail to give rows (it must not take the torch rows
-/// down with it).
+/// The torch script's arguments that `fa3_jax.py` takes too (the same method, its own process).
+pub const FA3_MODES: [&str; 2] = ["--decode", "--backward"];
+
+/// Runs `fa3_jax.py` when `import jax, flash_attn3_jax` works with the run's environment, with
+/// `modes` (of [`FA3_MODES`]). `Ok(Err(reason))` for every way it can fail to give rows (it must
+/// not take the torch rows down with it).
 fn run_fa3(
     run: &PeerRun,
     script: Option<&Path>,
     list: &[Value],
-    decode: bool,
+    modes: &[&str],
     l2_bytes: Option<u64>,
 ) -> Result<std::result::Result<Value, String>> {
     let Some(script) = script else {
@@ -294,10 +302,7 @@ fn run_fa3(
         Some(p) => format!(" (PYTHONPATH starts with {})", p.display()),
         None => format!(" (no --fa3-path / ${FA3_PATH_ENV})"),
     };
-    let mut extra = Vec::new();
-    if decode {
-        extra.push("--decode".to_string());
-    }
+    let mut extra: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
     if let Some(l2) = l2_bytes {
         extra.extend(["--l2-bytes".to_string(), l2.to_string()]);
     }
@@ -433,11 +438,21 @@ fn with_partial_note(mut v: Value, backend: &str, why: &str) -> Value {
 /// "fa3-jax" if the torch script timed an "fa3" of its own, flash_attn_interface), the torch
 /// script's "fa3" skip entry (which only says that flash_attn3_jax imports) replaced, and the
 /// versions put where the header shows them. Either side may have failed (`Err(reason)`): the
-/// reason becomes a "skipped" entry of the other; `Err` only when both did.
+/// reason becomes a "skipped" entry of the other; `Err` only when both did. FA3 rows of the
+/// other pass (forward rows in a `--backward` run, or the reverse) count as its failure.
 pub fn merge_fa3(
     torch: std::result::Result<Value, String>,
     fa3: std::result::Result<Value, String>,
 ) -> std::result::Result<Value, String> {
+    let backward = |v: &Value| v.get("backward").and_then(Value::as_bool) == Some(true);
+    let fa3 = match (&torch, fa3) {
+        (Ok(t), Ok(f)) if backward(t) != backward(&f) => Err(format!(
+            "its JSON has {} rows, this run wants {} ones (an fa3_jax.py without --backward?)",
+            if backward(&f) { "backward" } else { "forward" },
+            if backward(t) { "backward" } else { "forward" },
+        )),
+        (_, fa3) => fa3,
+    };
     let fa3_label = |f: &Value| {
         let s = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
         format!(
@@ -529,6 +544,7 @@ pub fn merge_fa3(
                 "l2_bytes": f.get("l2_bytes").cloned().unwrap_or(Value::Null),
                 "quick": f.get("quick").cloned().unwrap_or(Value::Null),
                 "decode": f.get("decode").cloned().unwrap_or(Value::Null),
+                "backward": f.get("backward").cloned().unwrap_or(Value::Bool(false)),
                 "skipped": skipped,
                 "rows": f.get("rows").cloned().unwrap_or(Value::Array(vec![])),
                 "fa3": header_of(&f),

@@ -430,7 +430,7 @@ fn an_fa3_python_without_jax_is_a_reason_not_an_error() {
         fa3: &fa3,
     };
     let script = find_fa3_script(None);
-    let r = run_fa3(&run, script.as_deref(), &list, false, None).unwrap();
+    let r = run_fa3(&run, script.as_deref(), &list, &[], None).unwrap();
     assert!(r.unwrap_err().contains("could not be started"));
     // Both missing: one reason for the table.
     let both = run.run(&list).unwrap_err();
@@ -473,7 +473,7 @@ fn fa3_script_runs_under_a_stand_in_wheel_if_one_is_given() {
         extra: &[],
         fa3: &fa3,
     };
-    let v = run_fa3(&run, find_fa3_script(None).as_deref(), &list, false, None)
+    let v = run_fa3(&run, find_fa3_script(None).as_deref(), &list, &[], None)
         .unwrap()
         .unwrap();
     let v = merge_fa3(Err("no torch here".into()), Ok(v)).unwrap();
@@ -481,6 +481,96 @@ fn fa3_script_runs_under_a_stand_in_wheel_if_one_is_given() {
     assert_eq!(rows[0].implementation, "fa3");
     let t = rows[0].timing().unwrap();
     assert!(t.us > 0.0 && t.check.is_some(), "{t:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `fa3_jax.py --backward` under the stand-in wheel (as above): one backward row per shape that
+/// the backward report reads, fwd+bwd minus fwd. Skipped without `FLASHCORE_FA3_TEST_PATH`.
+#[test]
+fn fa3_backward_runs_under_a_stand_in_wheel_if_one_is_given() {
+    let Some(pp) = std::env::var_os("FLASHCORE_FA3_TEST_PATH") else {
+        return;
+    };
+    use crate::bench::backward::{parse_backward_peers, Pass};
+    let shapes: Vec<Shape> = [true, false]
+        .into_iter()
+        .map(|causal| Shape {
+            batch: 1,
+            heads: 2,
+            seq: 128,
+            head_dim: 64,
+            causal,
+            dtype: if causal { DType::Bf16 } else { DType::F16 },
+        })
+        .collect();
+    let list: Vec<Value> = shapes.iter().map(|s| s.peer_json()).collect();
+    let dir = std::env::temp_dir().join(format!("fa3-stand-in-bwd-{}", std::process::id()));
+    let fa3 = Fa3Options {
+        off: false,
+        python: None,
+        path: Some(PathBuf::from(pp)),
+    };
+    let run = PeerRun {
+        python: "python3",
+        script: None,
+        dir: &dir,
+        suffix: "-bwd",
+        quick: true,
+        extra: &["--backward"],
+        fa3: &fa3,
+    };
+    // The whole run: no torch script here, FA3's process gets --backward from `extra`.
+    let v = run.run(&list).unwrap();
+    assert_eq!(v["backward"], Value::Bool(true));
+    assert_eq!(v["skipped"][0]["backend"], "torch");
+    let (_, rows) = parse_backward_peers(&v, &shapes, Pass::Bwd).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r.implementation, "fa3");
+        let t = r.timing().unwrap_or_else(|| panic!("{r:?}"));
+        assert!(t.us > 0.0, "{t:?}");
+        let check = t.check.as_deref().unwrap();
+        assert!(check.contains("grads rel"), "{check}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `fa3_jax.py`'s arguments are checked before jax is imported: `--backward` is listed, and
+/// with `--decode` it is refused (exit status 2), on any machine.
+#[test]
+fn the_fa3_script_takes_backward_and_refuses_it_with_decode() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3 here");
+        return;
+    }
+    let fa3 = find_fa3_script(None).unwrap();
+    let help = Command::new("python3")
+        .arg(&fa3)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--backward"));
+    let dir = std::env::temp_dir().join(format!("fa3-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shapes = dir.join("shapes.json");
+    std::fs::write(
+        &shapes,
+        serde_json::to_string(&[mission()[0].peer_json()]).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new("python3")
+        .arg(&fa3)
+        .arg("--shapes")
+        .arg(&shapes)
+        .arg("--out")
+        .arg(dir.join("out.json"))
+        .args(["--backward", "--decode"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("do not go together"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
