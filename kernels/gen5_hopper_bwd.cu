@@ -28,9 +28,10 @@
 // sequence's rows, and the mask zeroes those pairs' P and dS (config.cuh).
 //
 // Windows, softcap, ALiBi and varlen build with FC_BWD_MODES (config.cuh): the scores take
-// common/backward_scores.cuh's rules, P and dS come in one pass (mainloop.cuh's
-// scores_and_grads), and a key block walks only the query blocks its window reaches
-// (block_info.cuh's query_walk).
+// common/backward_scores.cuh's rules, and a key block walks only the query blocks its window
+// reaches (block_info.cuh's query_walk). With 64 queries a step P and dS come in one pass
+// (mainloop.cuh's scores_and_grads); with 128 (D = 64 without softcap) the step keeps the dense
+// flow, its probabilities and mask taking the modes (mode_probabilities, mask_hidden).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/tensor_index.cuh"
@@ -170,6 +171,12 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
     } else {
         // ===================================== consumers ====================================
         warpgroup_reg_alloc<CONSUMER_REGS>();
+        // The 128-query modes build has no softcap term (config.cuh's ONE_PASS): the plan never
+        // launches it for a problem with softcap, and a launch that did would trap rather than
+        // return wrong gradients.
+        if constexpr (MODES && !ONE_PASS) {
+            if (p.softcap_pre != 0.f) __trap();
+        }
         const int cw = warpgroup - 1;  // keys [64 cw, 64 cw + 64) of the unit
         const int tid = threadIdx.x & 127;
         const int warp = tid >> 5, lane = tid & 31;
@@ -232,9 +239,12 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         fence_regs(s);
                         fence_regs(dp);
                     }
-                    if constexpr (MODES) {
+                    if constexpr (ONE_PASS) {
                         scores_and_grads(p, base, u.b, u.h_kv * group + gi, s, dp, stats, key0 + key_in_wg, q0,
                                          q_col, needs_mask(p, unit_lengths(p, base), key0, q0));
+                    } else if constexpr (MODES) {
+                        // (masked with dSᵀ below: neither is used before dPᵀ is done)
+                        mode_probabilities(p, base, u.b, u.h_kv * group + gi, s, stats, key0 + key_in_wg, q0, q_col);
                     } else {
                         probabilities(p, s, stats, q_col);
                         if (needs_mask(p, unit_lengths(p, base), key0, q0))
@@ -250,7 +260,12 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         wgmma_wait<0>();
                     }
                     if constexpr (split) fence_regs(dp);
-                    if constexpr (!MODES) score_grads(dp, s, stats, q_col);
+                    if constexpr (!ONE_PASS) score_grads(dp, s, stats, q_col);
+                    // Pᵀ and dSᵀ of hidden pairs: 0 even where a score or dPᵀ is not finite (NaN padding).
+                    if constexpr (MODES && !ONE_PASS) {
+                        if (needs_mask(p, unit_lengths(p, base), key0, q0))
+                            mask_hidden(p, base, key0 + key_in_wg, q0, q_col, s, dp);
+                    }
                     if constexpr (!OVERLAP_DV_WITH_DP) pack_fragment(s, p_frag);
                     pack_fragment(dp, ds_frag);
                     if constexpr (!OVERLAP_DV_WITH_DP) {

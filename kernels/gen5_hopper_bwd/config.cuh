@@ -29,9 +29,7 @@
 #define FC_BWD_QUERY_ROWS 64
 #endif
 // 1: the problem has a sliding window, softcap, ALiBi or varlen (the core's backward_mode_defines).
-// The scores take common/backward_scores.cuh's rules, and a step computes P and dS in one pass once
-// Sᵀ and dPᵀ are both done: softcap's dS needs the tanh of the same score as P, and keeping
-// 1 − tanh² in registers between two passes spills.
+// The scores take common/backward_scores.cuh's rules.
 #ifndef FC_BWD_MODES
 #define FC_BWD_MODES 0
 #endif
@@ -58,6 +56,13 @@ constexpr int WG_KEYS = 64;       // keys per consumer warpgroup (the wgmma M si
 constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box rows, the wgmma N side)
 static_assert(QUERY_ROWS == 64 || (QUERY_ROWS == 128 && D == 64) || (QUERY_ROWS == 80 && D == 128),
               "FC_BWD_QUERY_ROWS: 64, 128 at D = 64, or 80 at D = 128");
+// A modes build's step: with 64 queries, P and dS in one pass once Sᵀ and dPᵀ are both done
+// (softcap's dS needs the tanh of the same score as P, and keeping 1 − tanh² in registers between
+// two passes spills; with a window, ALiBi or varlen the dense flow ran slower at D = 128:
+// docs/results/2026-11-30-hopper-bwd-dense-flow-h200). With 128 queries (D = 64, no softcap: the
+// plan's choice) the dense flow, P under dPᵀ, with ALiBi in the probabilities and the window and
+// varlen in the mask; one pass spills there.
+enum : bool { ONE_PASS = MODES && QUERY_ROWS != 128 };
 constexpr int ACC_REGS = QUERY_ROWS / 2;      // Sᵀ or dPᵀ accumulator registers per thread
 constexpr int FRAG_REGS = QUERY_ROWS / 4;     // Pᵀ or dSᵀ as packed A fragments
 constexpr int STAGES = FC_BWD_STAGES;  // Q/dO ring depth
@@ -100,9 +105,10 @@ constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgr
 //   80 queries (D = 128): nothing: Sᵀ and dPᵀ are waited for together, 1-2 % faster than computing
 //   Pᵀ under dPᵀ. Issuing dV early would keep Sᵀ, dPᵀ and Pᵀ live at once: with 40 or 64
 //   registers each, that spills.
-//   Modes builds: nothing (P and dS in one pass, see FC_BWD_MODES).
-constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64 && !MODES;
-constexpr bool OVERLAP_P_WITH_DP = QUERY_ROWS == 128 && !MODES;
+//   Modes builds of 64 or 80 queries: nothing (P and dS in one pass, see ONE_PASS).
+constexpr bool OVERLAP_DV_WITH_DP = QUERY_ROWS == 64 && !ONE_PASS;
+constexpr bool OVERLAP_P_WITH_DP = QUERY_ROWS == 128 && !ONE_PASS;
+static_assert(!(MODES && !ONE_PASS && OVERLAP_DV_WITH_DP), "a modes build masks Pᵀ after dPᵀ: dV must not take it before");
 // The step's LSE·log2(e) and D = rowsum(dO ∘ O), QUERY_ROWS floats each, per stage.
 constexpr int STATS_BYTES = 2 * QUERY_ROWS * 4;
 

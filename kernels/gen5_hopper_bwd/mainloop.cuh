@@ -121,13 +121,14 @@ __device__ __forceinline__ void score_grads(float (&dp)[ACC_REGS], const float (
     }
 }
 
-// Zeroes Pᵀ and dSᵀ of the pairs the mask hides: per key row, the query rows that see it
-// (backward_scores.cuh's query_range: the window, and rows past len_q, which with varlen hold the
-// next sequence's), then one pair of compares per element, as apply_mask. Whatever a hidden pair's
-// inputs were (the next sequence's rows, a key past the end), it adds nothing.
-__device__ __forceinline__ void mask_scores_and_grads(const AttentionParams& p, unsigned smem_base,
-                                                      float (&s)[ACC_REGS], float (&dp)[ACC_REGS], int key, int q0,
-                                                      int q_col) {
+// Zeroes, in each of `acc` (Pᵀ, dSᵀ or both), the pairs the mask hides: per key row, the query rows
+// that see it (backward_scores.cuh's query_range: the window, and rows past len_q, which with varlen
+// hold the next sequence's), then one pair of compares per element, as apply_mask. Whatever a hidden
+// pair's inputs were (the next sequence's rows, a key past the end, NaN padding), it adds nothing:
+// dSᵀ needs the mask as well as Pᵀ, since 0 · NaN is NaN.
+template <typename... Acc>
+__device__ __forceinline__ void mask_hidden(const AttentionParams& p, unsigned smem_base, int key, int q0, int q_col,
+                                            Acc&... acc) {
     const SeqLengths len = unit_lengths(p, smem_base);  // (read here: held across the products, it spilled)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -140,18 +141,17 @@ __device__ __forceinline__ void mask_scores_and_grads(const AttentionParams& p, 
             for (int c = 0; c < 2; ++c) {
                 const int col = q_col + 8 * j + c;
                 const bool visible = col >= lo && col < hi;
-                s[4 * j + 2 * r + c] = visible ? s[4 * j + 2 * r + c] : 0.f;
-                dp[4 * j + 2 * r + c] = visible ? dp[4 * j + 2 * r + c] : 0.f;
+                ((acc[4 * j + 2 * r + c] = visible ? acc[4 * j + 2 * r + c] : 0.f), ...);
             }
         }
     }
 }
 
-// Modes builds: Pᵀ and dSᵀ in one pass over the Sᵀ and dPᵀ accumulators, in place, by
-// common/backward_scores.cuh's rules (bwd_score's: the logit with softcap and ALiBi, dS through
-// softcap's 1 − tanh²) for query head h of sequence b, the modifiers compiled in (kSoftcap, kAlibi;
-// see scores_and_grads). This thread's keys are `key` + {0, 8}, its queries q0 + q_col + 8 j +
-// {0, 1}; `stats` as for probabilities. The mask is mask_scores_and_grads's pass.
+// Modes builds of 64 or 80 queries (ONE_PASS): Pᵀ and dSᵀ in one pass over the Sᵀ and dPᵀ
+// accumulators, in place, by common/backward_scores.cuh's rules (bwd_score's: the logit with
+// softcap and ALiBi, dS through softcap's 1 − tanh²) for query head h of sequence b, the modifiers
+// compiled in (kSoftcap, kAlibi; see scores_and_grads). This thread's keys are `key` + {0, 8}, its
+// queries q0 + q_col + 8 j + {0, 1}; `stats` as for probabilities. The mask is mask_hidden's pass.
 template <bool kSoftcap, bool kAlibi>
 __device__ __forceinline__ void scores_and_grads_as(const AttentionParams& p, unsigned smem_base, int b, int h,
                                                     float (&s)[ACC_REGS], float (&dp)[ACC_REGS], unsigned stats,
@@ -191,7 +191,35 @@ __device__ __forceinline__ void scores_and_grads(const AttentionParams& p, unsig
         if (alibi) scores_and_grads_as<false, true>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
         else scores_and_grads_as<false, false>(p, smem_base, b, h, s, dp, stats, key, q0, q_col);
     }
-    if (masked) mask_scores_and_grads(p, smem_base, s, dp, key, q0, q_col);
+    if (masked) mask_hidden(p, smem_base, key, q0, q_col, s, dp);
+}
+
+// Modes builds of 128 queries (no softcap; !ONE_PASS): Pᵀ in place on the Sᵀ accumulator, the
+// logit with ALiBi's term (kAlibi) as probabilities has it without; unmasked (mask_hidden follows
+// on masked steps, on Pᵀ and dSᵀ together).
+template <bool kAlibi>
+__device__ __forceinline__ void mode_probabilities_as(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                      float (&s)[ACC_REGS], unsigned stats, int key, int q0,
+                                                      int q_col) {
+    const SeqLengths len = unit_lengths(p, smem_base);
+    const ScoreMod mod = score_mod(p, seq_of_lengths(b, len.len_q, len.len_k), b, h);
+#pragma unroll
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
+        const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int query = q0 + q_col + 8 * j + (e & 1), k = key + 8 * (e >> 1);
+            float dtanh;  // (1 without softcap)
+            const float logit = logit_log2_dtanh_as<false, kAlibi>(mod, s[4 * j + e], query, k, dtanh);
+            s[4 * j + e] = exp2f(logit - ((e & 1) ? lse.y : lse.x));
+        }
+    }
+}
+
+__device__ __forceinline__ void mode_probabilities(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                   float (&s)[ACC_REGS], unsigned stats, int key, int q0, int q_col) {
+    if (p.alibi_slopes != nullptr) mode_probabilities_as<true>(p, smem_base, b, h, s, stats, key, q0, q_col);
+    else mode_probabilities_as<false>(p, smem_base, b, h, s, stats, key, q0, q_col);
 }
 
 // f32 accumulator pairs to packed elem_t pairs: the accumulator layout is the A-fragment layout,

@@ -77,13 +77,21 @@ pub fn backward_mode_problem(dense: &AttentionProblem) -> AttentionProblem {
     })
 }
 
-/// [`backward_mode_problem`] on varlen storage (packed Q and K/V, every sequence full): the
-/// `FC_BWD_VARLEN` builds.
-pub fn backward_varlen_problem(dense: &AttentionProblem) -> AttentionProblem {
+/// [`backward_mode_problem`] without softcap: the Hopper backward's modes builds of 128-row steps
+/// at D = 64, which keep the dense step flow.
+pub fn backward_uncapped_problem(dense: &AttentionProblem) -> AttentionProblem {
     let mut p = backward_mode_problem(dense);
-    p.modes.packed_q = Some(dense.batch * dense.seq_q);
+    p.modes.softcap = None;
+    p
+}
+
+/// `problem` on varlen storage (packed Q and K/V, every sequence full): the `FC_BWD_VARLEN`
+/// builds.
+pub fn on_varlen_storage(problem: AttentionProblem) -> AttentionProblem {
+    let mut p = problem;
+    p.modes.packed_q = Some(p.batch * p.seq_q);
     p.modes.kv = KvStorage::Packed {
-        total_k: dense.batch * dense.seq_k,
+        total_k: p.batch * p.seq_k,
     };
     p
 }
@@ -630,8 +638,10 @@ pub fn run(
                         .with_dtype(dtype)
                         .with_causal(causal);
                     for problem in [
-                        backward_varlen_problem(&dense),
+                        on_varlen_storage(backward_mode_problem(&dense)),
                         backward_mode_problem(&dense),
+                        on_varlen_storage(backward_uncapped_problem(&dense)),
+                        backward_uncapped_problem(&dense),
                         dense,
                     ] {
                         if kernel.supports_backward(&problem, &dev).is_err() {

@@ -96,8 +96,10 @@ pub const HEADER_DEFINES: &[HeaderDefines] = &[
         switches: &[
             &[("FC_BWD_QUERY_ROWS", "80"), ("FC_BWD_TRACE", "1")],
             &[("FC_HEAD_DIM", "64"), ("FC_BWD_QUERY_ROWS", "128")],
+            &[("FC_BWD_MODES", "1"), ("FC_BWD_VARLEN", "1")],
+            &[("FC_HEAD_DIM", "64"), ("FC_BWD_QUERY_ROWS", "128"), ("FC_BWD_MODES", "1")],
         ],
-        why: "config.cuh: the backward's tile shapes and shared-memory map follow the head dim",
+        why: "config.cuh: the backward's tile shapes and shared-memory map follow the head dim, its modes builds take their own step",
     },
 ];
 

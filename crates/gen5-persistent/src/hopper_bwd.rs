@@ -3,8 +3,8 @@
 //! per 128-key block computing dK and dV in registers and bulk-reducing dQ slices into an f32
 //! workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
 //! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false). Windows,
-//! softcap, ALiBi and varlen take a modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`) with 64-row
-//! steps.
+//! softcap, ALiBi and varlen take a modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`): 64-row steps
+//! computing P and dS in one pass, or at D = 64 without softcap the dense flow's 128-row steps.
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
@@ -35,13 +35,16 @@ pub const KEY_ROWS: usize = 128;
 /// - D = 128 under causal masking: 64. The steps that straddle the diagonal are partly masked
 ///   and 80-row steps waste more there: 4 % slower at (4,16,2048,128), level at (8,32,4096,128)
 ///   (H100, 2026-11-26, commit 921f288).
-/// - With a window, softcap, ALiBi or varlen (a modes build): 64 at either head dim. Those builds
-///   compute P and dS in one pass, and at 80 or 128 rows that spilled the consumers (ptxas,
-///   2026-11-30).
-pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool) -> usize {
+/// - With a window, softcap, ALiBi or varlen (a modes build): 64, whose steps compute P and dS in
+///   one pass (80 or 128 rows spilled that form: ptxas, 2026-11-30); but 128 at D = 64 without
+///   softcap, whose steps keep the dense flow (config.cuh's ONE_PASS): 1.1-1.25x faster on the
+///   H200 (`docs/results/2026-11-30-hopper-bwd-dense-flow-h200`). At D = 128 that flow at 64 rows
+///   ran slower than one pass, at 80 it spills.
+pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool, softcap: bool) -> usize {
     match (head_dim, causal) {
-        _ if modes => 64,
+        _ if softcap => 64,
         (64, _) => 128,
+        _ if modes => 64,
         (_, false) => 80,
         (_, true) => 64,
     }
@@ -210,10 +213,12 @@ pub fn plan_with_tuning(
     crate::hopper::require_sm90a(name, device)?;
     // The build's head dim: the problem's padded up to whole 64-column boxes.
     let d = crate::hopper::build_head_dim(problem.head_dim);
+    let softcap = problem.modes.softcap.is_some();
     let query_rows = tuning.query_rows.unwrap_or(default_query_rows(
         d,
         problem.causal,
         !problem.modes.is_dense(),
+        softcap,
     ));
     let built_for = match query_rows {
         128 => Some(64),
@@ -226,6 +231,13 @@ pub fn plan_with_tuning(
             format!(
                 "FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim {head_dim} only"
             ),
+        ));
+    }
+    if softcap && query_rows == 128 {
+        // The 128-row modes build keeps the dense step flow, which has no softcap term.
+        return Err(Unsupported::new(
+            name,
+            "FLASHCORE_HOPPER_BWD_QUERY_ROWS=128 with softcap (softcap takes 64-row steps)",
         ));
     }
     let smem = smem_bytes(d, tuning.stages, query_rows);
@@ -414,7 +426,7 @@ mod tests {
     }
 
     #[test]
-    fn modes_take_the_modes_build_with_64_row_steps() {
+    fn modes_take_the_modes_build_and_its_step_size() {
         use flashcore_core::{AlibiSlopes, Modes};
         let h100 = DeviceInfo::synthetic_h100();
         let define = |plan: &LaunchPlan, key: &str| {
@@ -441,7 +453,15 @@ mod tests {
             alibi: Some(AlibiSlopes::PerHead),
             ..Modes::default()
         };
-        for (modes, d) in [(window.clone(), 128), (softcap, 64), (alibi, 96)] {
+        // (modes, head dim, query rows a step)
+        for (modes, d, rows) in [
+            (window.clone(), 128, 64),
+            (window.clone(), 64, 128),
+            (softcap.clone(), 64, 64),
+            (softcap.clone(), 128, 64),
+            (alibi.clone(), 96, 64),
+            (alibi, 64, 128),
+        ] {
             let p = AttentionProblem::new(2, 8, 1000, d).with_modes(modes.clone());
             let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
             for launch in &plan.launches {
@@ -453,8 +473,21 @@ mod tests {
                     launch.defines
                 );
             }
-            assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("64"));
+            assert_eq!(
+                define(&plan, "FC_BWD_QUERY_ROWS"),
+                Some(rows.to_string()),
+                "{modes:?} d {d}"
+            );
         }
+        // Softcap has no 128-row build: an override asking for one is refused with the reason.
+        let capped = AttentionProblem::new(2, 8, 1000, 64).with_modes(softcap);
+        let tuning = BackwardTuning {
+            stages: 2,
+            section_units: None,
+            query_rows: Some(128),
+        };
+        let e = plan_with_tuning(&capped, &h100, tuning).unwrap_err();
+        assert!(e.to_string().contains("softcap takes 64-row steps"), "{e}");
         // A window makes the units unequal: one CTA per unit, as under causal masking.
         let windowed = dense.clone().with_modes(window);
         let plan = PersistentHopper.plan_backward(&windowed, &h100).unwrap();
@@ -557,7 +590,7 @@ mod tests {
             };
             let d = crate::hopper::build_head_dim(d);
             let heads_q = batch * heads_kv * group;
-            let query_rows = default_query_rows(d, causal, false);
+            let query_rows = default_query_rows(d, causal, false, false);
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
             let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
             let main = if causal { units } else { units.min(132) };
