@@ -271,15 +271,24 @@ pub fn grad_output(case: &Case) -> Array4<f32> {
     )
 }
 
-/// The forward that feeds a backward kernel O and LSE: the generation of the same name if it
-/// takes the problem, else the fastest one that does, else the scalar one (the backward is
-/// judged, not the forward).
+/// Names the forward generation that feeds every backward kernel O and LSE, where it takes the
+/// problem (triage: whether a backward's error comes with the forward's O and LSE).
+pub const BWD_FORWARD_ENV: &str = "FLASHCORE_BWD_FORWARD";
+
+/// The forward that feeds a backward kernel O and LSE: the generation [`BWD_FORWARD_ENV`] names,
+/// else the generation of the same name if it takes the problem, else the fastest one that does,
+/// else the scalar one (the backward is judged, not the forward).
 pub fn forward_for_backward(
     backward_name: &str,
     problem: &AttentionProblem,
     device: &flashcore::DeviceInfo,
 ) -> Option<Box<dyn Attention>> {
-    flashcore::kernel(backward_name)
+    let named = std::env::var(BWD_FORWARD_ENV).ok();
+    named
+        .as_deref()
+        .and_then(flashcore::kernel)
+        .filter(|k| k.supports(problem, device).is_ok())
+        .or_else(|| flashcore::kernel(backward_name))
         .filter(|k| k.supports(problem, device).is_ok())
         .or_else(|| flashcore::best_for(problem, device))
         .or_else(|| flashcore::kernel("scalar"))
