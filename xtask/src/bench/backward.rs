@@ -230,6 +230,19 @@ pub fn parse_backward_peers(
         let num = |k: &str| r.get(k).and_then(Value::as_f64);
         let outcome = if let Some(e) = r.get("error").and_then(Value::as_str) {
             Outcome::Error { message: e.into() }
+        } else if let Some(worst) =
+            worst_grad_rel(r).filter(|&g| g.is_nan() || g > PEER_GRAD_REL_LIMIT)
+        {
+            // A backward whose gradients are wrong is no peer to beat, however fast.
+            Outcome::Error {
+                message: format!(
+                    "gradients wrong: rel {worst:.1e} against float32 math on head (0, 0) \
+                     (limit {PEER_GRAD_REL_LIMIT:.0e}); its time is not counted (fwd+grad {} − \
+                     fwd {} µs)",
+                    num("fwdbwd_us").map_or("?".into(), fmt_us),
+                    num("fwd_us").map_or("?".into(), fmt_us),
+                ),
+            }
         } else {
             let (fwd, fwdbwd) = (num("fwd_us"), num("fwdbwd_us"));
             let us = match pass {
@@ -271,15 +284,24 @@ pub fn parse_backward_peers(
     Ok((peer_status(v), rows))
 }
 
+/// The largest relative gradient error a peer's row may report (its dQ, dK and dV on head (0, 0)
+/// against float32 math: f16/bf16 backwards give a few 1e-4) and still be timed as a peer.
+pub const PEER_GRAD_REL_LIMIT: f64 = 1e-2;
+
+/// The worst of a peer row's `grad_rel` errors (NaN if any is not a number), if it has them.
+fn worst_grad_rel(r: &Value) -> Option<f64> {
+    let m = r.get("grad_rel").and_then(Value::as_object)?;
+    Some(m.values().fold(f64::NEG_INFINITY, |w, x| match x.as_f64() {
+        Some(x) if !w.is_nan() => w.max(x),
+        _ => f64::NAN,
+    }))
+}
+
 /// "rel 2.7e-4, grads rel ≤ 3.1e-3": the forward's and the worst gradient's error on head
 /// (0, 0) against float64 math.
 fn peer_check(r: &Value) -> Option<String> {
     let rel = r.get("rel").and_then(Value::as_f64);
-    let grad = r.get("grad_rel").and_then(Value::as_object).map(|m| {
-        m.values()
-            .filter_map(Value::as_f64)
-            .fold(f64::NEG_INFINITY, f64::max)
-    });
+    let grad = worst_grad_rel(r);
     let mut parts = Vec::new();
     if let Some(x) = rel {
         parts.push(format!("rel {x:.1e}"));
@@ -725,6 +747,33 @@ B=4 H=16 S=2048 D=64 causal=0 fa3-jax   fwd     234.5 us bwd     606.4 us  bwd  
         fwd["backward"] = Value::Bool(false);
         let e = parse_backward_peers(&fwd, &[shape(false)], Pass::Bwd).unwrap_err();
         assert!(e.to_string().contains("--backward"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_with_wrong_gradients_is_an_error_row_not_a_time() {
+        // FA3 through flash-attn3-jax 0.2.3, non-causal, on the H200 (2026-11-30): its
+        // gradients were off by a relative 3.6e3 while its forward was right.
+        let mut v: Value = serde_json::from_str(PEERS).unwrap();
+        v["rows"][1]["grad_rel"] = serde_json::json!({"dq": 3622.7, "dk": 3681.5, "dv": 3575.6});
+        v["rows"][0]["grad_rel"] = serde_json::json!({"dq": 1e-3, "dk": null, "dv": 1e-3});
+        let (_, rows) = parse_backward_peers(&v, &[shape(false)], Pass::Bwd).unwrap();
+        let message = |i: usize| match &rows[i].outcome {
+            Outcome::Error { message } => message.clone(),
+            o => panic!("row {i} timed: {o:?}"),
+        };
+        let m = message(1);
+        assert!(m.contains("gradients wrong: rel 3.7e3"), "{m}");
+        assert!(m.contains("fwd+grad 610.0 − fwd 160.0 µs"), "{m}");
+        // A gradient error that is not a number cannot vouch for the row either.
+        assert!(
+            message(0).contains("gradients wrong: rel NaN"),
+            "{}",
+            message(0)
+        );
+        // A row without grad_rel (an older script) is still timed.
+        v["rows"][1].as_object_mut().unwrap().remove("grad_rel");
+        let (_, rows) = parse_backward_peers(&v, &[shape(false)], Pass::Bwd).unwrap();
+        assert_eq!(rows[1].timing().map(|t| t.us), Some(450.0));
     }
 
     /// What `fa3_jax.py --backward` writes: one eager row per shape with fwd, fwd+bwd and bwd
