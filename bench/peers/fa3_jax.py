@@ -562,6 +562,19 @@ def count_copies(compiled):
     return n
 
 
+def masked_scores(jax, qc, k, r0, s, scale, causal):
+    """q k^T * scale in float32 (HIGHEST precision) for the query rows r0.. of a chunk of a
+    sequence of s rows, -inf above the bottom-right aligned causal diagonal when `causal`."""
+    jnp = jax.numpy
+    sk = k.shape[0]
+    scores = jnp.matmul(qc, k.T, precision=jax.lax.Precision.HIGHEST) * scale
+    if causal:
+        r = r0 + jnp.arange(qc.shape[0])[:, None]
+        c = jnp.arange(sk)[None, :]
+        scores = jnp.where(c > r + (sk - s), -jnp.inf, scores)
+    return scores
+
+
 def reference_head(jax, qkv, causal):
     """softmax(q k^T / sqrt(d) + mask) v for batch 0, head 0 (K/V head 0 under GQA too) in
     float32 with HIGHEST precision matmuls, rows in chunks of <= ~128 MB of scores. The causal
@@ -578,11 +591,7 @@ def reference_head(jax, qkv, causal):
 
     @jax.jit
     def rows(qc, k, v, r0):
-        scores = jnp.matmul(qc, k.T, precision=hi) * scale
-        if causal:
-            r = r0 + jnp.arange(qc.shape[0])[:, None]
-            c = jnp.arange(sk)[None, :]
-            scores = jnp.where(c > r + (sk - s), -jnp.inf, scores)
+        scores = masked_scores(jax, qc, k, r0, s, scale, causal)
         return jnp.matmul(jax.nn.softmax(scores, axis=-1), v, precision=hi)
 
     parts = [rows(q[r0:r0 + chunk], k, v, r0) for r0 in range(0, s, chunk)]
@@ -620,12 +629,7 @@ def reference_head_grads(jax, sets0, causal, with_grads):
 
     @jax.jit
     def rows(qc, gc, k, v, r0):
-        scores = jnp.matmul(qc, k.T, precision=hi) * scale
-        if causal:
-            r = r0 + jnp.arange(qc.shape[0])[:, None]
-            c = jnp.arange(sk)[None, :]
-            scores = jnp.where(c > r + (sk - s), -jnp.inf, scores)
-        p = jax.nn.softmax(scores, axis=-1)
+        p = jax.nn.softmax(masked_scores(jax, qc, k, r0, s, scale, causal), axis=-1)
         o = jnp.matmul(p, v, precision=hi)
         dv = jnp.matmul(p.T, gc, precision=hi)
         ds = p * (jnp.matmul(gc, v.T, precision=hi) - jnp.sum(gc * o, axis=-1, keepdims=True))
