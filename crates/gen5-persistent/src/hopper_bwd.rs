@@ -37,9 +37,10 @@ pub const KEY_ROWS: usize = 128;
 ///   (H100, 2026-11-26, commit 921f288).
 /// - With a window, softcap, ALiBi or varlen (a modes build): 64, whose steps compute P and dS in
 ///   one pass (80 or 128 rows spilled that form: ptxas, 2026-11-30); but 128 at D = 64 without
-///   softcap, whose steps keep the dense flow (config.cuh's ONE_PASS): 1.1-1.25x faster on the
-///   H200 (`docs/results/2026-11-30-hopper-bwd-dense-flow-h200`). At D = 128 that flow at 64 rows
-///   ran slower than one pass, at 80 it spills.
+///   softcap, whose steps keep the dense flow (config.cuh's ONE_PASS): windows then took 1.11-1.46x
+///   a dense backward's time per pair on the H200, where the 64-row one pass took 1.31-1.54x
+///   (`docs/results/2026-11-30-hopper-bwd-dense-flow-h200`). At D = 128 that flow at 64 rows ran
+///   slower than one pass, at 80 it spills.
 pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool, softcap: bool) -> usize {
     match (head_dim, causal) {
         _ if softcap => 64,

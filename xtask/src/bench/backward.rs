@@ -236,9 +236,9 @@ pub fn parse_backward_peers(
             // A backward whose gradients are wrong is no peer to beat, however fast.
             Outcome::Error {
                 message: format!(
-                    "gradients wrong: rel {worst:.1e} against float32 math on head (0, 0) \
-                     (limit {PEER_GRAD_REL_LIMIT:.0e}); its time is not counted (fwd+grad {} − \
-                     fwd {} µs)",
+                    "gradients wrong: rel {worst:.1e} on head (0, 0) against the script's \
+                     reference (limit {PEER_GRAD_REL_LIMIT:.0e}); its time is not counted \
+                     (fwd+grad {} − fwd {} µs)",
                     num("fwdbwd_us").map_or("?".into(), fmt_us),
                     num("fwd_us").map_or("?".into(), fmt_us),
                 ),
