@@ -8,13 +8,15 @@
 // sequence is query row r / G of query head h_kv * G + r % G (G = heads_q / heads_kv); a tile is
 // 16 packed rows, so K/V of a group are read once for all its heads. The unit's key tiles (the
 // visited range of seqlen.cuh, cut into num_splits balanced pieces) stream through a
-// FC_DECODE_STAGES-deep cp.async ring of 64-key K and V tiles; warp w owns keys [16 w, 16 w + 16)
-// of every tile and keeps its own online-softmax state and 16 x D accumulator:
+// FC_DECODE_STAGES-deep cp.async ring of 64-key K and V tiles (32-key at D = 512); up to D = 256
+// warp w owns keys [16 w, 16 w + 16) of every tile and keeps its own online-softmax state and
+// 16 x D accumulator (at D = 512 every warp takes all 32 keys and a quarter of the columns, see
+// column_warps):
 //
 //   prologue: Q (16 packed rows, gathered per row) + the first STAGES-1 K/V tiles
 //   per tile t: wait tile t; barrier; issue tile t+STAGES-1 into the slot tile t-1 used;
 //               S = Q·K_wᵀ (16 x 16), score modifier, masks, online softmax, O_w += P·V_w
-//   epilogue:   the four warps' (max, sum, O) merged through shared memory; one split: O and
+//   epilogue:   the warps' (max, sum, O) merged through shared memory; one split: O and
 //               LSE written; several: the split's normalised O (f32) and log2-LSE go to the
 //               workspace and attention_decode_combine merges them, splits in order.
 //
@@ -26,9 +28,16 @@
 // D bytes, operands widened in registers) and adds the descales: the key one scales the logits,
 // the value one the unit's O before the warps' merge.
 //
-// Dynamic shared memory (bytes), T = 64 * D * 2 (one 64-key tile; 64 * D for e4m3):
+// Padded head dims (FC_DECODE_PADDED, common/padded_head.cuh): one build at D = 64, 128 or 256
+// serves every head dim (a multiple of 8) that rounds up to it, and V's own head dim
+// (FC_HEAD_DIM_V) up to it: Q, K and V tiles hold D columns of which only the problem's are
+// loaded (the rest zero-filled: they add nothing to either product), and only V's columns of O
+// are stored. 16-bit caches only; an e4m3 cache is read at the build dims exactly.
+//
+// Dynamic shared memory (bytes), T = R * D * 2 (one tile of R = kv_tile_rows keys; R * D for e4m3):
 //   [0, STAGES * 2T)            K/V ring: stage i = K at 2T i, V at 2T i + T
-//                               (reused by the epilogue for the warps' f32 accumulators: 4 * 16 * D * 4 <= 2T * STAGES)
+//                               (reused by the epilogue for the key slices' f32 accumulators:
+//                               key_slices * 16 * D * 4 <= 2T * STAGES)
 //   [STAGES * 2T, + 16 * D * 2) the packed Q tile
 //   [.., + 4 * 16 * 2 * 4)      each warp's per-row (max, sum)
 // Keep in sync with crates/gen5-persistent/src/decode.rs (smem_bytes).
@@ -44,9 +53,10 @@
 #include "common/work_item.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/kv_operand.cuh"
+#include "common/padded_head.cuh"
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=<64|128|256>"
+#error "compile with -DFC_HEAD_DIM=<64|128|256|512>"
 #endif
 #ifndef FC_DECODE_STAGES
 #define FC_DECODE_STAGES 3
@@ -72,24 +82,49 @@
 #ifndef FC_KV_E4M3
 #define FC_KV_E4M3 0
 #endif
+// The problem's head dims are narrower than the build's (see the top of the file).
+#ifndef FC_DECODE_PADDED
+#define FC_DECODE_PADDED 0
+#endif
+// V's and O's head dim where it differs from Q's and K's (a padded build); 0: p.head_dim.
+#ifndef FC_HEAD_DIM_V
+#define FC_HEAD_DIM_V 0
+#endif
+#if FC_DECODE_PADDED && FC_KV_E4M3
+#error "an e4m3 cache is decoded at the build's head dim only"
+#endif
+#if FC_HEAD_DIM_V != 0 && !FC_DECODE_PADDED
+#error "V's own head dim is taken by padded builds (FC_DECODE_PADDED)"
+#endif
 
 namespace decode {
 
 constexpr int head_dim = FC_HEAD_DIM;
-static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256,
-              "the decode kernel is built for head_dim 64, 128 and 256");
+static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512,
+              "the decode kernel is built for head_dim 64, 128, 256 and 512");
 // At D = 256 a warp's 16 x D accumulator is 128 registers a lane, and Q's fragments (64 more) do
 // not fit beside it: QK^T reads Q from its shared tile one 16-wide slice at a time.
 enum : bool { q_in_registers = head_dim <= 128 };
+enum : bool { padded = FC_DECODE_PADDED };
+// V's (and O's) columns in memory: the problem's head dim unless V has its own.
+__device__ __forceinline__ int v_dim(const AttentionParams& p) { return FC_HEAD_DIM_V > 0 ? FC_HEAD_DIM_V : p.head_dim; }
 constexpr int stages = FC_DECODE_STAGES;
 static_assert(stages >= 2, "a ring needs two slots");
 
 constexpr int q_tile_rows = 16;  // packed rows: one mma M extent
-constexpr int kv_tile_rows = 64;
 constexpr int num_warps = 4;
 constexpr int num_threads = 32 * num_warps;
-constexpr int warp_keys = kv_tile_rows / num_warps;  // 16 keys of every tile per warp
-constexpr int out_tiles = head_dim / 8;
+// A warp's share of a tile. Up to D = 256 the warps split its keys (16 each), each with its own
+// online-softmax state and a 16 x D accumulator, merged at the end. At D = 512 that accumulator
+// would be 256 registers a lane, so every warp takes all the tile's keys (the same softmax state
+// in each, at the cost of computing S four times over) and a quarter of O's columns; the tile
+// is 32 keys there, so that a ring of three fits the shared memory (64 KiB a stage).
+constexpr int column_warps = head_dim > 256 ? num_warps : 1;  // warps sharing one key slice
+constexpr int key_slices = num_warps / column_warps;
+constexpr int kv_tile_rows = head_dim > 256 ? 32 : 64;  // decode.rs kv_tile_rows
+constexpr int warp_keys = kv_tile_rows / key_slices;
+constexpr int warp_cols = head_dim / column_warps;
+constexpr int out_tiles = warp_cols / 8;
 
 using Tile = SwizzledTile<head_dim>;
 // How K/V tiles are stored and read (16-bit or e4m3 rows): their tiles are KvTile rows of words.
@@ -100,7 +135,7 @@ constexpr int ring_bytes = stages * 2 * kv_tile_bytes;
 constexpr int q_offset = ring_bytes;
 constexpr int stats_offset = q_offset + Tile::bytes(q_tile_rows);
 constexpr int smem_bytes = stats_offset + num_warps * q_tile_rows * 2 * 4;
-static_assert(num_warps * q_tile_rows * head_dim * 4 <= ring_bytes, "the merge reuses the ring");
+static_assert(key_slices * q_tile_rows * head_dim * 4 <= ring_bytes, "the merge reuses the ring");
 
 __device__ __forceinline__ unsigned k_slot(int slot) { return slot * 2 * kv_tile_bytes; }
 __device__ __forceinline__ unsigned v_slot(int slot) { return slot * 2 * kv_tile_bytes + kv_tile_bytes; }
@@ -281,8 +316,9 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
     int first, last;
     split_tiles(every_key, split, splits, first, last);
     const int n = min(last - first, stages - 1);
-    static_assert(num_threads == 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
-    const bool is_k = tid < kv_tile_rows;  // threads 0-63 take a K row, 64-127 the same V row
+    static_assert(num_threads >= 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
+    if (tid >= 2 * kv_tile_rows) return;
+    const bool is_k = tid < kv_tile_rows;  // threads [0, rows) take a K row, [rows, 2 rows) the same V row
     const void* base = is_k ? p.k : p.v;
     const long long batch_stride = is_k ? p.k_batch_stride : p.v_batch_stride;
     const long long head_stride = is_k ? p.k_head_stride : p.v_head_stride;
@@ -301,8 +337,10 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
             offset = (long long)unit.b * batch_stride + (long long)j * row_stride + (long long)unit.h_kv * head_stride;
         }
         const char* row = reinterpret_cast<const char*>(Kv::row_ptr(base, offset));
+        // A padded row ends at its own head dim (the last row of a tensor ends there too).
+        const int row_bytes = padded ? 2 * (is_k ? p.head_dim : v_dim(p)) : Kv::kRowBytes;
 #pragma unroll
-        for (int line = 0; line < Kv::kRowBytes; line += 128)
+        for (int line = 0; line < row_bytes; line += 128)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
     }
 #else
@@ -329,6 +367,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     const int tig = lane % 4;
     const int splits = p.num_splits;
     const int group_size = p.q_heads_per_kv;
+    // This warp's keys of every tile, and its first column of O (its bytes into a V row).
+    const int key_slice = warp / column_warps;
+    const int warp_col0 = (warp % column_warps) * warp_cols;
+    const unsigned warp_col_bytes = (unsigned)warp_col0 * 2;
 
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     // Programmatic dependent launch (sm_90): this grid waits for the kernel before it ahead of
@@ -380,21 +422,27 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         auto load_kv = [&](unsigned dst, const void* base, long long first, long long row_stride, bool is_k, int k0) {
             const int valid = min(kv_tile_rows, seq.len_k - k0);
             const long long word_stride = row_stride / Kv::kElemsPerWord;
+            // A padded build's 16-byte chunks of the tensor's rows (the rest zero-filled).
+            const int chunks = head_chunks<padded, head_dim>(is_k ? p.head_dim : v_dim(p));
             auto row_offset = [&](int j) {
                 return is_k ? k_row_offset(p, seq, b, h_kv, j) : v_row_offset(p, seq, b, h_kv, j);
             };
             if (paged && p.block_size % kv_tile_rows != 0)
-                load_tile_groups_async<kv_tile_rows, Kv::kTileCols, num_threads>(
-                    dst, [&](int g) { return Kv::row_ptr(base, row_offset(k0 + 16 * g)); }, word_stride, valid, tid);
+                load_tile_groups_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
+                    dst, [&](int g) { return Kv::row_ptr(base, row_offset(k0 + 16 * g)); }, word_stride, valid, tid,
+                    chunks);
             else if (paged)
-                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads>(dst, Kv::row_ptr(base, row_offset(k0)),
-                                                                          word_stride, valid, tid);
+                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
+                    dst, Kv::row_ptr(base, row_offset(k0)), word_stride, valid, tid, chunks);
             else
-                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads>(
-                    dst, Kv::row_ptr(base, first + (long long)k0 * row_stride), word_stride, valid, tid);
+                load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
+                    dst, Kv::row_ptr(base, first + (long long)k0 * row_stride), word_stride, valid, tid, chunks);
         };
-        // copy_groups' geometry is the 16-bit tile's: e4m3 pages take load_tile_groups_async.
-        const bool small_pages = !Kv::kE4m3 && paged && p.block_size % kv_tile_rows != 0;
+        // copy_groups' geometry is the 16-bit tile's whole rows: e4m3 pages and padded rows take
+        // load_tile_groups_async.
+        // (At D = 512 a pass covers 2 rows, which copy_groups' swizzle arithmetic does not take.)
+        const bool small_pages =
+            !Kv::kE4m3 && !padded && head_dim <= 256 && paged && p.block_size % kv_tile_rows != 0;
         auto load_stage = [&](int slot, int tile) {
             const int k0 = tile * kv_tile_rows;
             if (small_pages && seq.len_k - k0 >= kv_tile_rows) {
@@ -420,10 +468,12 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             constexpr int q_chunks = q_tile_rows * Tile::kChunksPerRow;
             for (int i = tid; i < q_chunks; i += num_threads) {
                 const int r = i / Tile::kChunksPerRow, chunk = i % Tile::kChunksPerRow;
-                const bool valid = r < rows;
-                const PackedRow pr = packed_row(p, h_kv, r0 + (valid ? r : 0));
-                const elem_t* src =
-                    static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, pr.head, pr.q_row) + chunk * 8;
+                const bool in_head = chunk_in_head<padded>(p.head_dim, chunk);
+                const bool valid = r < rows && in_head;
+                const PackedRow pr = packed_row(p, h_kv, r0 + (r < rows ? r : 0));
+                // (A padded chunk's unread source is its row's first chunk.)
+                const elem_t* src = static_cast<const elem_t*>(p.q) + seq_q_offset(p, seq, b, pr.head, pr.q_row) +
+                                    (in_head ? chunk * 8 : 0);
                 cp_async_16_zfill(q_tile + Tile::offset(r, chunk) * 2, src, valid);
             }
             load_stage(0, kb0);
@@ -450,8 +500,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 
                 const int slot = t % stages;
                 const int tile_k0 = (kb0 + t) * kv_tile_rows;
-                const int k0 = tile_k0 + warp * warp_keys;  // this warp's first key
-                const unsigned warp_rows = KvTile::bytes(warp * warp_keys);
+                const int k0 = tile_k0 + key_slice * warp_keys;  // this warp's first key
+                const unsigned warp_rows = KvTile::bytes(key_slice * warp_keys);
                 float s[warp_keys / 8][4];
                 if constexpr (q_in_registers)
                     Kv::template qk<warp_keys>(s, q_frag, q_scale, smem_base + k_slot(slot) + warp_rows, lane);
@@ -473,7 +523,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     mask_scores_range(s, 2 * tig, lo, hi);
                 }
                 online_softmax_update(s, o, st);
-                Kv::template pv<warp_keys>(o, s, smem_base + v_slot(slot) + warp_rows, lane);
+                Kv::template pv<warp_keys, warp_cols>(o, s, smem_base + v_slot(slot) + warp_rows + warp_col_bytes,
+                                                      lane);
             }
             cp_async_wait<0>();
             __syncthreads();  // every warp is done with the ring: the merge may overwrite it
@@ -487,16 +538,17 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) o[j][e] *= v_descale;
         }
-        // Merge the four warps' key slices: each row's (max, sum) and unnormalised O.
+        // Merge the warps' key slices: each row's (max, sum) and unnormalised O (the warps of
+        // one slice hold the same max and sum, and their own columns).
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = group + 8 * r;
             const float l = quad_sum(st.row_sum[r]);
-            if (tig == 0) {
-                stats[(warp * q_tile_rows + row) * 2] = st.row_max[r];
-                stats[(warp * q_tile_rows + row) * 2 + 1] = l;
+            if (tig == 0 && warp_col0 == 0) {
+                stats[(key_slice * q_tile_rows + row) * 2] = st.row_max[r];
+                stats[(key_slice * q_tile_rows + row) * 2 + 1] = l;
             }
-            float* merged_row = &merged[(warp * q_tile_rows + row) * head_dim];
+            float* merged_row = &merged[(key_slice * q_tile_rows + row) * head_dim + warp_col0];
 #pragma unroll
             for (int j = 0; j < out_tiles; ++j) {
                 if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
@@ -515,10 +567,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             if (row >= rows) continue;
             float m = -FC_INF;
 #pragma unroll
-            for (int w = 0; w < num_warps; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
+            for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
             float l = 0.f, o0 = 0.f, o1 = 0.f;
 #pragma unroll
-            for (int w = 0; w < num_warps; ++w) {
+            for (int w = 0; w < key_slices; ++w) {
                 const float mw = stats[(w * q_tile_rows + row) * 2];
                 const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
                 // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
@@ -536,7 +588,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 const bool sees_keys = keys.hi > keys.lo;
                 const float scale = final_scale(l, sees_keys);
                 elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
-                *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
+                // (A padded build's columns past V's are zeros, stored nowhere; its partials keep
+                // them, so the combine reads only written words.)
+                if (!padded || col < v_dim(p))
+                    *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
                 if (col == 0 && p.lse != nullptr)
                     p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
             } else {
@@ -575,21 +630,32 @@ template <>
 struct FloatVec<8> {
     using type = Float8;
 };
+struct alignas(64) Float16 {
+    Float8 lo, hi;
+};
+template <>
+struct FloatVec<16> {
+    using type = Float16;
+};
 
 // Splits the combine merges with all their loads in flight at once (registers: few_splits x
-// D / 32 floats a lane); the long single-sequence row takes 16.
-constexpr int few_splits = 16;
+// D / 32 floats a lane); the long single-sequence row takes 16. At D = 512 that would be 256
+// registers: 4.
+constexpr int few_splits = head_dim > 256 ? 4 : 16;
 
 // One merged row out: O (this lane's columns) and, from lane 0, the LSE. sum = 0 means no split
 // saw a visible key: the defined empty row, or NaN where keys were visible (all logits -inf).
+// A padded build stores only the lane's columns below V's head dim (`first_col`: the lane's
+// first; V's head dim is even, so a pair is stored whole or not at all).
 template <int N>
 __device__ __forceinline__ void write_combined_row(const AttentionParams& p, const SeqInfo& seq, int b,
                                                    const PackedRow& pr, elem_t* o_row, const float (&acc)[N],
-                                                   float sum, float lse2, bool sees_keys, int lane) {
+                                                   float sum, float lse2, bool sees_keys, int lane, int first_col) {
     const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
 #pragma unroll
     for (int c = 0; c < N; c += 2)
-        *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
+        if (!padded || first_col + c < v_dim(p))
+            *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
     if (lane == 0 && p.lse != nullptr)
         p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] =
             sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
@@ -605,7 +671,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     const long long lse_base = partial_lse_base(p, units);
-    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64), 4 (D = 128) or 8 (D = 256) adjacent columns
+    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64), 4 (D = 128), 8 (D = 256) or 16 (D = 512) adjacent columns
     using Cols = typename FloatVec<cols>::type;
     for (long long row_id = (long long)blockIdx.x * 4 + warp; row_id < units * q_tile_rows;
          row_id += (long long)gridDim.x * 4) {
@@ -657,7 +723,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
                     }
                 }
             }
-            write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane);
+            write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane, cols * lane);
             continue;
         }
 
@@ -696,6 +762,6 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
             }
         }
         __syncwarp();  // the weights are read before the next row overwrites them
-        write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane);
+        write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane, cols * lane);
     }
 }

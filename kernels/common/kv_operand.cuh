@@ -60,10 +60,11 @@ struct HalfKv {
                                                         unsigned k_rows, int lane) {
         warp_qk_q_in_smem<kHeadDim, kKeys>(s, q_tile, 0, k_rows, lane);
     }
-    template <int kKeys>
-    __device__ __forceinline__ static void pv(float (&o)[kHeadDim / 8][4], const float (&p)[kKeys / 8][4],
+    // o += P·V over kCols columns of V from v_rows (a warp's column slice: whole swizzle periods).
+    template <int kKeys, int kCols = kHeadDim>
+    __device__ __forceinline__ static void pv(float (&o)[kCols / 8][4], const float (&p)[kKeys / 8][4],
                                               unsigned v_rows, int lane) {
-        warp_pv<kHeadDim, kKeys>(o, p, v_rows, lane);
+        warp_pv<kHeadDim, kKeys, kCols>(o, p, v_rows, lane);
     }
     // The output column of accumulator block j, column n of the n8 block.
     __device__ __forceinline__ static int out_col(int j, int n) { return 8 * j + n; }
@@ -295,10 +296,10 @@ struct E4m3Kv {
     }
 
     // o += P·V for the warp's 16 keys (kKeys = 16: one k16 step), V the byte tile at v_rows.
-    template <int kKeys>
+    template <int kKeys, int kCols = kHeadDim>
     __device__ __forceinline__ static void pv(float (&o)[kHeadDim / 8][4], const float (&p)[kKeys / 8][4],
                                               unsigned v_rows, int lane) {
-        static_assert(kKeys == 16, "one k16 step a warp");
+        static_assert(kKeys == 16 && kCols == kHeadDim, "one k16 step a warp, every column");
         const int g = lane / 4, t = lane % 4;
         FragA a;  // P as f16 times 2^14: the caller takes kPDown off O
         a.r[0] = e4m3::f16x2(p[0][0] * e4m3::kPUp, p[0][1] * e4m3::kPUp);

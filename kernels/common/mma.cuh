@@ -173,15 +173,18 @@ __device__ __forceinline__ void warp_qk_q_in_smem(float (&s)[kKeys / 8][4], unsi
 
 // o += P·V for the warp's 16 rows: P is the f32 softmax numerator in the S accumulator layout
 // (converted to elem_t here, and only here), V the [kKeys][kHeadDim] tile read with ldmatrix.trans.
-template <int kHeadDim, int kKeys>
-__device__ __forceinline__ void warp_pv(float (&o)[kHeadDim / 8][4], const float (&p)[kKeys / 8][4], unsigned v_tile,
+// kCols < kHeadDim: the first kCols columns from `v_tile`, which may start a whole number of
+// swizzle periods (64 columns) into the tile's rows (a warp's column slice).
+template <int kHeadDim, int kKeys, int kCols = kHeadDim>
+__device__ __forceinline__ void warp_pv(float (&o)[kCols / 8][4], const float (&p)[kKeys / 8][4], unsigned v_tile,
                                         int lane) {
+    static_assert(kCols == kHeadDim || kCols % 64 == 0, "a column slice is whole swizzle periods");
     const SliceAddresses<kHeadDim> v_addr(lane_row_v(lane), lane_chunk_v(lane));
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
         const FragA a = p_fragment(p, ks);
 #pragma unroll
-        for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+        for (int dp = 0; dp < kCols / 16; ++dp) {
             unsigned b[4];
             ldmatrix_x4_trans(b, v_tile + v_addr.at(dp, 16 * ks));
             mma_m16n16k16(o[2 * dp], o[2 * dp + 1], a, b);

@@ -42,12 +42,58 @@ pub const SPLIT_ENTRY: &str = "attention_decode_split";
 pub const COMBINE_ENTRY: &str = "attention_decode_combine";
 /// Head dims the kernel is built for (`FC_HEAD_DIM`). At 256, Q is read from shared memory for
 /// each tile (its fragments do not fit beside the 128-register accumulator) and one CTA fits an
-/// SM.
-pub const HEAD_DIMS: &[usize] = &[64, 128, 256];
+/// SM. At 512 every warp takes all of a 32-key tile's keys and a quarter of O's columns
+/// ([`kv_tile_rows`]). Every other head dim that is a multiple of 8, and V's own head dim, run
+/// padded in the next build up ([`build_dim`]).
+pub const HEAD_DIMS: &[usize] = &[64, 128, 256, 512];
+/// The widest head dim either persistent kernel is built for. Both paths claim the decode
+/// kernel's widest build (their capabilities), and past this take only what it plans.
+pub const PERSISTENT_MAX_HEAD_DIM: usize = 256;
+/// The widest head dim the paths with the decode kernel in front take (its widest build).
+pub const MAX_HEAD_DIM: usize = 512;
+/// Builds that read an e4m3 cache (`kv_operand.cuh`'s byte tiles).
+pub const E4M3_HEAD_DIMS: &[usize] = &[64, 128, 256];
+
+/// The build (`FC_HEAD_DIM`) that serves `problem`: the smallest of [`HEAD_DIMS`] that holds
+/// both its head dim and V's, padded (`FC_DECODE_PADDED`: the columns past the problem's are
+/// zero-filled on load and never stored, as FlashAttention-2 pads) where either is narrower.
+/// An e4m3 cache only at a build's own head dim (its byte tiles permute O's columns, which the
+/// padded store does not follow). `None`: no build takes it.
+pub fn build_dim(problem: &AttentionProblem) -> Option<usize> {
+    let (d, dv) = (problem.head_dim, problem.head_dim_v());
+    if problem.modes.kv_fp8.is_some() {
+        return (E4M3_HEAD_DIMS.contains(&d) && dv == d).then_some(d);
+    }
+    if d == 0 || !d.is_multiple_of(8) || !dv.is_multiple_of(8) {
+        return None;
+    }
+    HEAD_DIMS.iter().copied().find(|&b| b >= d.max(dv))
+}
+
+/// Whether `problem` runs in a padded build of `build` columns.
+fn padded(problem: &AttentionProblem, build: usize) -> bool {
+    problem.head_dim != build || problem.head_dim_v() != build
+}
 /// Packed query rows per CTA (`q_tile_rows`: one m16 MMA tile).
 pub const Q_TILE_ROWS: usize = 16;
-/// Keys per K/V tile of the ring (`kv_tile_rows`), 16 per warp.
+/// Keys per K/V tile of the ring (`kv_tile_rows`) up to D = 256, 16 per warp.
 pub const KV_TILE_ROWS: usize = 64;
+
+/// Keys per K/V tile of the `build`'s ring: [`KV_TILE_ROWS`], and 32 at D = 512, where a 64-key
+/// stage would be 128 KiB and two would not fit.
+pub fn kv_tile_rows(build: usize) -> usize {
+    if build > 256 {
+        32
+    } else {
+        KV_TILE_ROWS
+    }
+}
+
+/// The key tile of `problem`'s build (64 where no build takes it: the bounds below are then
+/// unused).
+fn problem_tile_rows(problem: &AttentionProblem) -> usize {
+    build_dim(problem).map_or(KV_TILE_ROWS, kv_tile_rows)
+}
 pub const WARPS: u32 = 4;
 /// Rows the combine kernel merges per block (one per warp).
 pub const COMBINE_ROWS_PER_BLOCK: usize = 4;
@@ -168,7 +214,8 @@ impl Overridable for DecodeConfig {
 }
 
 /// Ring depth (`FC_DECODE_STAGES`): 3 slots of 64-key K and V at D = 128 (96 KiB, two CTAs per
-/// SM on an H100) and 256 (192 KiB, one), 4 at D = 64 (64 KiB, three); fewer where the device's
+/// SM on an H100) and 256 (192 KiB, one), 3 of 32-key tiles at 512 (192 KiB, one), 4 at D = 64
+/// (64 KiB, three); fewer where the device's
 /// shared memory is smaller (sm_86/89: 99 KiB per block), down to the 2 a ring needs.
 pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
     stages_for(head_dim, KV_HALF, device)
@@ -208,7 +255,7 @@ pub fn smem_bytes(head_dim: usize, stages: usize) -> usize {
 /// Dynamic shared memory: the K/V ring (elements of `kv_bytes`), the packed Q tile, each warp's
 /// per-row (max, sum).
 pub fn smem_bytes_for(head_dim: usize, kv_bytes: usize, stages: usize) -> usize {
-    stages * 2 * KV_TILE_ROWS * head_dim * kv_bytes
+    stages * 2 * kv_tile_rows(head_dim) * head_dim * kv_bytes
         + Q_TILE_ROWS * head_dim * 2
         + 4 * Q_TILE_ROWS * 2 * 4
 }
@@ -222,11 +269,12 @@ pub fn min_blocks(head_dim: usize) -> usize {
     }
 }
 
-/// Whether the kernel is built for `head_dim` and its shortest ring fits `device`'s shared
+/// Whether a build takes `problem` ([`build_dim`]) and its shortest ring fits `device`'s shared
 /// memory (at D = 256 not on sm_86/89's 99 KiB): otherwise the persistent path takes the problem.
-pub fn runs_on(head_dim: usize, device: &DeviceInfo) -> bool {
-    HEAD_DIMS.contains(&head_dim)
-        && smem_bytes(head_dim, 2) <= device.max_shared_memory_per_block_optin as usize
+pub fn runs_on(problem: &AttentionProblem, device: &DeviceInfo) -> bool {
+    build_dim(problem).is_some_and(|b| {
+        smem_bytes_for(b, kv_bytes(problem), 2) <= device.max_shared_memory_per_block_optin as usize
+    })
 }
 
 /// Packed q tiles per (sequence, KV head): `seq_q · G` packed rows, 16 per tile.
@@ -254,14 +302,15 @@ pub fn max_key_tiles(problem: &AttentionProblem) -> usize {
     if let Some(w) = problem.modes.key_window_left() {
         keys = keys.min(w.saturating_add(problem.seq_q).saturating_add(1));
     }
-    keys.div_ceil(KV_TILE_ROWS)
+    keys.div_ceil(problem_tile_rows(problem))
 }
 
 /// An upper bound on the key tiles any unit visits: [`max_key_tiles`], plus the one tile a
 /// window's range can straddle when it does not start on a tile boundary. Batch-invariant plans
 /// size their split count by it, so it must never be short.
 pub fn visited_tiles_bound(problem: &AttentionProblem) -> usize {
-    let all = (problem.seq_k + problem.modes.append.unwrap_or(0)).div_ceil(KV_TILE_ROWS);
+    let all =
+        (problem.seq_k + problem.modes.append.unwrap_or(0)).div_ceil(problem_tile_rows(problem));
     let window_left = problem.modes.key_window_left().is_some();
     all.min(max_key_tiles(problem) + usize::from(window_left))
 }
@@ -311,8 +360,7 @@ pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bo
     problem.batch_invariant
         && cfg.mode == DecodeMode::Auto
         && problem.modes.packed_q.is_some()
-        && HEAD_DIMS.contains(&problem.head_dim)
-        && !problem.has_distinct_head_dim_v()
+        && build_dim(problem).is_some()
         && problem.q_heads_per_kv() <= Q_TILE_ROWS
         && !takes(problem, cfg)
 }
@@ -384,7 +432,7 @@ pub(crate) fn or_persistent(
     persistent: impl FnOnce() -> Result<LaunchPlan, Unsupported>,
 ) -> Result<LaunchPlan, Unsupported> {
     let cfg = DecodeConfig::from_env().map_err(|e| Unsupported::new(name, e))?;
-    let runs_here = runs_on(problem.head_dim, device);
+    let runs_here = runs_on(problem, device);
     if runs_here && takes(problem, &cfg) {
         return plan(name, problem, device, &cfg);
     }
@@ -397,6 +445,17 @@ pub(crate) fn or_persistent(
             ),
         ));
     }
+    let widest = problem.head_dim.max(problem.head_dim_v());
+    if widest > PERSISTENT_MAX_HEAD_DIM {
+        return Err(Unsupported::new(
+            name,
+            format!(
+                "head dim {widest}: the persistent kernel is built up to \
+                 {PERSISTENT_MAX_HEAD_DIM}; past it only decode-shaped problems run here (queries \
+                 per KV head within one {Q_TILE_ROWS}-row tile, 16-bit caches), on the decode kernel"
+            ),
+        ));
+    }
     let persistent = persistent()?;
     if runs_here && routes_per_sequence(problem, &cfg) {
         return routed_plan(name, persistent, problem, device, &cfg);
@@ -404,11 +463,11 @@ pub(crate) fn or_persistent(
     Ok(persistent)
 }
 
-/// Whether this plan takes the problem: a supported head dim, and (unless forced) queries per
-/// KV head that fit one packed tile, or an e4m3 cache (only this kernel reads one).
+/// Whether this plan takes the problem: a build for its head dims ([`build_dim`]), and (unless
+/// forced) queries per KV head that fit one packed tile, or an e4m3 cache (only this kernel
+/// reads one).
 pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
-    HEAD_DIMS.contains(&problem.head_dim)
-        && !problem.has_distinct_head_dim_v()
+    build_dim(problem).is_some()
         && match cfg.mode {
             DecodeMode::Off => false,
             DecodeMode::Force => true,
@@ -475,23 +534,24 @@ fn plan_route(
     cfg: &DecodeConfig,
     route: Route,
 ) -> Result<LaunchPlan, Unsupported> {
-    let d = problem.head_dim;
-    if !HEAD_DIMS.contains(&d) {
+    let Some(d) = build_dim(problem) else {
+        let (qk, v) = (problem.head_dim, problem.head_dim_v());
         return Err(Unsupported::new(
             kernel,
-            format!("the decode kernel is built for head_dim 64, 128 and 256, not {d}"),
+            if problem.modes.kv_fp8.is_some() {
+                format!(
+                    "an e4m3 cache is decoded at head dims {HEAD_DIMS:?} with one head dim for \
+                     Q, K and V, not ({qk}, {v})"
+                )
+            } else {
+                format!(
+                    "the decode kernel takes head dims that are multiples of 8 up to {}, not \
+                     ({qk}, {v})",
+                    HEAD_DIMS[HEAD_DIMS.len() - 1]
+                )
+            },
         ));
-    }
-    if problem.has_distinct_head_dim_v() {
-        // Its split partials and combine are one head dim wide; the persistent kernel takes these.
-        return Err(Unsupported::new(
-            kernel,
-            format!(
-                "the decode kernel takes one head dim for Q, K and V (head_dim_v {} differs from {d})",
-                problem.head_dim_v()
-            ),
-        ));
-    }
+    };
     let kv_bytes = kv_bytes(problem);
     if kv_bytes == KV_E4M3 && device.compute_capability < (8, 9) {
         // cvt.rn.f16x2.e4m3x2, which widens the cache's bytes, exists from sm_89 on.
@@ -528,6 +588,15 @@ fn plan_route(
     ];
     if kv_bytes == KV_E4M3 {
         defines.push(("FC_KV_E4M3".to_string(), "1".to_string()));
+    }
+    if padded(problem, d) {
+        defines.push(("FC_DECODE_PADDED".to_string(), "1".to_string()));
+        if problem.has_distinct_head_dim_v() {
+            defines.push((
+                "FC_HEAD_DIM_V".to_string(),
+                problem.head_dim_v().to_string(),
+            ));
+        }
     }
     let mut workspace = 0;
     let splits = if problem.batch_invariant {
@@ -718,9 +787,11 @@ mod tests {
         let sm86 = DeviceInfo::synthetic_sm86();
         assert_eq!(smem_bytes(256, 3), 196608 + 8192 + 512);
         assert_eq!((stages(256, &h100), min_blocks(256)), (3, 1));
-        assert!(runs_on(256, &h100) && !runs_on(256, &sm86));
-        assert!(!runs_on(192, &h100));
         let p = AttentionProblem::new(8, 32, 1, 256).with_kv(8, 8192);
+        assert!(runs_on(&p, &h100) && !runs_on(&p, &sm86));
+        // 192 runs in the 256 build, so not on sm_86 either.
+        let p192 = AttentionProblem::new(8, 32, 1, 192).with_kv(8, 8192);
+        assert!(runs_on(&p192, &h100) && !runs_on(&p192, &sm86));
         let plan = crate::PersistentHopper.plan(&p, &h100).unwrap();
         assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
         assert!(plan.launches[0]
@@ -729,6 +800,114 @@ mod tests {
         // Where the ring does not fit, the persistent kernel takes the decode row.
         let plan = crate::PersistentPortable.plan(&p, &sm86).unwrap();
         assert_ne!(plan.launches[0].entry, SPLIT_ENTRY);
+    }
+
+    /// Every multiple of 8 up to 256 and V's own head dim run padded in the next build up
+    /// (FlashAttention-2's rounding); an e4m3 cache only at a build's own head dim.
+    #[test]
+    fn padded_head_dims_take_the_next_build() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let cfg = DecodeConfig::default();
+        let define = |plan: &LaunchPlan, k: &str| {
+            plan.launches[0]
+                .defines
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        for (d, dv, build) in [
+            (8, 8, 64),
+            (32, 32, 64),
+            (64, 64, 64),
+            (72, 72, 128),
+            (96, 96, 128),
+            (128, 128, 128),
+            (160, 160, 256),
+            (192, 192, 256),
+            (224, 224, 256),
+            (256, 256, 256),
+            (264, 264, 512),
+            (512, 512, 512),
+            (512, 128, 512),
+            (192, 128, 256),
+            (128, 64, 128),
+            (64, 128, 128),
+            (96, 64, 128),
+        ] {
+            let p = AttentionProblem::new(2, 32, 1, d)
+                .with_kv(8, 4096)
+                .with_head_dim_v(dv);
+            assert_eq!(build_dim(&p), Some(build), "({d}, {dv})");
+            assert!(takes(&p, &cfg) && runs_on(&p, &h100), "({d}, {dv})");
+            let plan = super::plan("t", &p, &h100, &cfg).unwrap();
+            assert_eq!(define(&plan, "FC_HEAD_DIM"), Some(build.to_string()));
+            let pad = d != build || dv != build;
+            assert_eq!(
+                define(&plan, "FC_DECODE_PADDED").is_some(),
+                pad,
+                "({d}, {dv})"
+            );
+            assert_eq!(
+                define(&plan, "FC_HEAD_DIM_V"),
+                (dv != d).then(|| dv.to_string()),
+                "({d}, {dv})"
+            );
+            // Smem and the partials are the build's: its tiles, its rows.
+            assert_eq!(
+                plan.launches[0].dynamic_smem_bytes as usize,
+                smem_bytes(build, stages(build, &h100))
+            );
+            if plan.num_splits > 1 {
+                assert_eq!(
+                    plan.workspace_f32,
+                    workspace_f32(2 * 8, plan.num_splits as usize, build).unwrap()
+                );
+            }
+            // Both paths route the decode row here.
+            for kernel in [
+                &crate::PersistentHopper as &dyn flashcore_core::Attention,
+                &crate::PersistentPortable,
+            ] {
+                let plan = kernel.plan(&p, &h100);
+                let plan = plan.unwrap_or_else(|e| panic!("({d}, {dv}) {}: {e}", kernel.name()));
+                assert_eq!(plan.launches[0].entry, SPLIT_ENTRY, "({d}, {dv})");
+            }
+        }
+        // Past 256, a problem that is not decode-shaped is refused by both paths, by name.
+        let prefill = AttentionProblem::new(1, 8, 512, 512).with_kv(8, 512);
+        for kernel in [
+            &crate::PersistentHopper as &dyn flashcore_core::Attention,
+            &crate::PersistentPortable,
+        ] {
+            let e = kernel.plan(&prefill, &h100).unwrap_err();
+            assert!(e.to_string().contains("decode-shaped"), "{e}");
+        }
+        // Past the widest build, or not a multiple of 8: no build.
+        for (d, dv) in [(520, 520), (512, 520), (100, 100), (128, 68)] {
+            let p = AttentionProblem::new(1, 8, 1, d)
+                .with_kv(8, 128)
+                .with_head_dim_v(dv);
+            assert_eq!(build_dim(&p), None, "({d}, {dv})");
+            assert!(!takes(&p, &cfg));
+            let e = super::plan("t", &p, &h100, &cfg).unwrap_err();
+            assert!(e.to_string().contains("multiples of 8 up to 512"), "{e}");
+        }
+        // e4m3 caches: the build dims exactly, one head dim.
+        let e4m3 = |d: usize, dv: usize| {
+            AttentionProblem::new(1, 8, 1, d)
+                .with_kv(8, 128)
+                .with_head_dim_v(dv)
+                .with_modes(Modes {
+                    kv_fp8: Some(flashcore_core::KvScales::PerTensor),
+                    ..Modes::default()
+                })
+        };
+        assert_eq!(build_dim(&e4m3(128, 128)), Some(128));
+        for (d, dv) in [(96, 96), (192, 192), (192, 128), (512, 512)] {
+            assert_eq!(build_dim(&e4m3(d, dv)), None);
+            let e = super::plan("t", &e4m3(d, dv), &h100, &cfg).unwrap_err();
+            assert!(e.to_string().contains("e4m3 cache"), "{e}");
+        }
     }
 
     #[test]
@@ -801,8 +980,8 @@ mod tests {
         assert!(!takes(&decode_problem(4, 32, 8, 128, 8192), &cfg));
         // MHA: 16 queries.
         assert!(takes(&decode_problem(8, 32, 32, 16, 8192), &cfg));
-        // Head dims off the list never.
-        let p = AttentionProblem::new(1, 1, 1, 96);
+        // Head dims no build holds never.
+        let p = AttentionProblem::new(1, 1, 1, 520);
         assert!(!takes(&p, &cfg));
         let forced = DecodeConfig {
             mode: DecodeMode::Force,

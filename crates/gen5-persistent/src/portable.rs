@@ -614,10 +614,11 @@ impl Attention for PersistentPortable {
     fn capabilities(&self) -> Capabilities {
         // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80. Every inference mode (the
         // FC_PORTABLE_MODES build). V may have its own head dim (FC_HEAD_DIM_V).
+        // Past 256 (to 512) only decode-shaped problems, on the decode kernel (decode.rs).
         Capabilities::all_features(
             HeadDims::Range {
                 min: 8,
-                max: 256,
+                max: crate::decode::MAX_HEAD_DIM,
                 multiple_of: 8,
             },
             (8, 0),

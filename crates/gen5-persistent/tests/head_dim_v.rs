@@ -83,14 +83,27 @@ fn persistent_takes_the_hopper_path_with_a_128_wide_v() {
 }
 
 #[test]
-fn decode_shaped_problems_take_the_persistent_kernel() {
+fn decode_shaped_problems_take_the_padded_decode_kernel() {
     let h100 = DeviceInfo::synthetic_h100();
-    // One query per sequence against a 4096-key cache: the decode kernel's shape at 128, but its
-    // partials are one head dim wide.
+    // One query per sequence against a 4096-key cache: the decode kernel's 256 build, Q and K
+    // padded from 192, V and O from 128.
     let p = AttentionProblem::new(4, 16, 1, 192)
         .with_kv(16, 4096)
         .with_head_dim_v(128);
-    let plan = PersistentPortable.plan(&p, &h100).unwrap();
+    for plan in [
+        PersistentPortable.plan(&p, &h100).unwrap(),
+        PersistentHopper.plan(&p, &h100).unwrap(),
+    ] {
+        assert_eq!(plan.launches[0].entry, "attention_decode_split");
+        assert_eq!(define(&plan, "FC_HEAD_DIM"), Some("256"));
+        assert_eq!(define(&plan, "FC_HEAD_DIM_V"), Some("128"));
+        assert_eq!(define(&plan, "FC_DECODE_PADDED"), Some("1"));
+    }
+    // Past one packed tile of queries the persistent kernel takes it.
+    let chunk = AttentionProblem::new(4, 16, 64, 192)
+        .with_kv(16, 4096)
+        .with_head_dim_v(128);
+    let plan = PersistentPortable.plan(&chunk, &h100).unwrap();
     assert_eq!(plan.launches.len(), 1);
     assert_eq!(plan.launches[0].entry, "attention_persistent_portable");
     // A paged cache too (no append: the core's append kernel takes one head dim).
@@ -104,6 +117,9 @@ fn decode_shaped_problems_take_the_persistent_kernel() {
         ..Modes::default()
     });
     let plan = PersistentPortable.plan(&paged, &h100).unwrap();
+    assert_eq!(plan.launches[0].entry, "attention_decode_split");
+    let paged_chunk = chunk.clone().with_modes(paged.modes.clone());
+    let plan = PersistentPortable.plan(&paged_chunk, &h100).unwrap();
     assert_eq!(define(&plan, "FC_PORTABLE_MODES"), Some("1"));
     let append = paged.clone().with_modes(Modes {
         append: Some(1),

@@ -87,10 +87,11 @@ impl Attention for PersistentHopper {
         // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
         // Every multiple of 8 up to 256, in builds of 64, 128, 192 and 256 columns (smem.rs).
         // V may have its own head dim (FC_HEAD_DIM_V: whole boxes, at most the build's).
+        // Past 256 (to 512) only decode-shaped problems, on the decode kernel (decode.rs).
         Capabilities::all_features(
             HeadDims::Range {
                 min: 8,
-                max: 256,
+                max: crate::decode::MAX_HEAD_DIM,
                 multiple_of: 8,
             },
             (9, 0),
