@@ -598,12 +598,11 @@ pub fn grad_output_storage(p: &AttentionProblem, seed: u64) -> ArrayD<f32> {
 /// append quantizes them into the cache ([`seq_kv`]). With e4m3 Q (`draw.q_fp8_std`) Q is drawn
 /// the same way.
 pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
-    let (q_shape, kv_shape, _) = flashcore::host::storage_shapes(p);
+    // V (a cache's pages included) and v_new are V's width (`head_dim_v`), K and k_new Q's.
+    let (q_shape, k_shape, _) = flashcore::host::storage_shapes(p);
+    let (v_shape, _) = flashcore::host::v_o_shapes(p);
     let s = seed.wrapping_mul(5);
-    let new_shape = p
-        .modes
-        .append
-        .map(|n| vec![p.batch, n, p.heads_kv, p.head_dim]);
+    let new_shape = |d: usize| p.modes.append.map(|n| vec![p.batch, n, p.heads_kv, d]);
     let [k_std, v_std] = draw.kv_fp8_std.unwrap_or([1.0; 2]);
     let kv = |shape: &[usize], seed: u64, std: f32| {
         let a = random_d(p.dtype, shape, seed);
@@ -618,10 +617,10 @@ pub fn mode_inputs(p: &AttentionProblem, draw: &Draw, seed: u64) -> ModeInputs {
             Some(std) => q.mapv(|x| round_e4m3(std * x)),
             None => q,
         },
-        k: kv(&kv_shape, s + 1, k_std),
-        v: kv(&kv_shape, s + 2, v_std),
-        k_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 3)),
-        v_new: new_shape.as_ref().map(|sh| random_d(p.dtype, sh, s + 4)),
+        k: kv(&k_shape, s + 1, k_std),
+        v: kv(&v_shape, s + 2, v_std),
+        k_new: new_shape(p.head_dim).map(|sh| random_d(p.dtype, &sh, s + 3)),
+        v_new: new_shape(p.head_dim_v()).map(|sh| random_d(p.dtype, &sh, s + 4)),
     }
 }
 
@@ -957,6 +956,89 @@ mod tests {
         p.validate().unwrap();
         draw.host_tables().validate(&p).unwrap();
         (p, draw)
+    }
+
+    /// A mode case at a V head dim of its own (`dv=`) draws V (a paged cache's pages too) and
+    /// v_new at V's width and K and k_new at Q's, shapes the host path takes; the oracle's
+    /// answer, written into O at V's width, passes the judge, and one off by a little fails.
+    #[test]
+    fn mode_cases_at_a_distinct_v_dim_draw_v_v_new_and_o_at_its_width() {
+        for (i, line) in [
+            "b=3,hq=4,hkv=2,sq=1,sk=100,d=64,dv=32,dtype=bf16,causal=1,cache=paged,bs=16,append=2",
+            "b=3,hq=4,hkv=2,sq=20,sk=50,d=64,dv=32,dtype=f16,varlen=1,wl=5,softcap=30,alibi=batch",
+            "b=3,hq=4,hkv=1,sq=9,sk=60,d=64,dv=32,causal=1,varlen=1,cache=paged,bs=32,mm=2",
+            "b=2,hq=4,hkv=1,sq=9,sk=60,d=64,dv=32,dtype=bf16,causal=1,cache=contig,append=3,mm=2",
+            "b=2,hq=2,sq=7,sk=40,d=64,dv=32,layout=bhsd,wl=4,wr=2,alibi=head",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let seed = 40 + i as u64;
+            let (p, draw) = drawn(line, seed);
+            let (d, dv) = (p.head_dim, p.head_dim_v());
+            assert_eq!((d, dv), (64, 32), "{line}");
+            let inp = mode_inputs(&p, &draw, seed);
+            let last = |a: &ArrayD<f32>| *a.shape().last().unwrap();
+            assert_eq!((last(&inp.q), last(&inp.k), last(&inp.v)), (d, d, dv));
+            if p.modes.append.is_some() {
+                let (k_new, v_new) = (inp.k_new.as_ref().unwrap(), inp.v_new.as_ref().unwrap());
+                assert_eq!((last(k_new), last(v_new)), (d, dv), "{line}");
+            }
+            flashcore::host::check_host_inputs("t", &p, &inp.host_inputs(&draw))
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+
+            let (_, o_shape) = flashcore::host::v_o_shapes(&p);
+            let (_, _, lse_shape) = flashcore::host::storage_shapes(&p);
+            let mut o = ArrayD::<f32>::from_elem(IxDyn(&o_shape), f32::NAN);
+            let mut lse = ArrayD::<f32>::from_elem(IxDyn(&lse_shape), f32::NAN);
+            for b in 0..p.batch {
+                let op = seq_oracle_problem(&p, &draw, b);
+                let q = seq_q_values(&p, &draw, &inp.q, b).insert_axis(Axis(0));
+                let k = seq_kv(&p, &draw, KvSide::K, &inp.k, inp.k_new.as_ref(), b);
+                let v = seq_kv(&p, &draw, KvSide::V, &inp.v, inp.v_new.as_ref(), b);
+                assert_eq!(v.dim(), (p.heads_kv, draw.len_k[b], dv));
+                let r = flashcore_oracle::reference_f64(
+                    &op,
+                    q.view(),
+                    k.insert_axis(Axis(0)).view(),
+                    v.insert_axis(Axis(0)).view(),
+                    &Rows::All,
+                );
+                let (ro, rl) = r.to_dense(&op);
+                // [heads_q, len_q, dv] and [heads_q, len_q] into storage order.
+                let (ro, rl) = (
+                    ro.index_axis(Axis(0), 0).mapv(|x| x as f32),
+                    rl.index_axis(Axis(0), 0).mapv(|x| x as f32),
+                );
+                match &draw.cu_seqlens_q {
+                    Some(cu) => {
+                        let rows = cu[b] as usize..cu[b + 1] as usize;
+                        o.slice_mut(s![rows.clone(), .., ..])
+                            .assign(&ro.view().permuted_axes([1, 0, 2]));
+                        lse.slice_mut(s![.., rows]).assign(&rl);
+                    }
+                    None => {
+                        let mut o4 = o.view_mut().into_dimensionality::<ndarray::Ix4>().unwrap();
+                        let mut ob = o4.index_axis_mut(Axis(0), b);
+                        match p.layout {
+                            flashcore::Layout::Bshd => {
+                                ob.assign(&ro.view().permuted_axes([1, 0, 2]))
+                            }
+                            flashcore::Layout::Bhsd => ob.assign(&ro),
+                        }
+                        lse.index_axis_mut(Axis(0), b).assign(&rl);
+                    }
+                }
+            }
+            let out = |o: ArrayD<f32>| flashcore::HostOutputs {
+                o,
+                lse: lse.clone(),
+                k_cache: None,
+                v_cache: None,
+            };
+            judge(&p, &draw, &inp, &out(o.clone())).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(judge(&p, &draw, &inp, &out(o.mapv(|x| x + 0.05))).is_err());
+        }
     }
 
     #[test]

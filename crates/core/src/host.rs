@@ -137,7 +137,8 @@ pub fn forward_host<'a, E: HostElement>(
 ///   (V's last dim is `head_dim_v`, [`v_o_shapes`]); with `Modes::kv_fp8`, the stored e4m3
 ///   values as numbers (unscaled: the descales go in `tables`), each exactly an e4m3 value
 ///   ([`e4m3_bytes`]); with `Modes::q_fp8`, Q likewise (its descale `tables.q_descale`);
-/// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends;
+/// - `k_new`, `v_new`: `[batch, seqlen_new, heads_kv, head_dim]` when the problem appends (v_new's
+///   last dim `head_dim_v`);
 /// - `tables`: the per-sequence tables the modes need, validated before anything launches.
 ///
 /// Elements are `f32` or the problem's 16-bit type ([`HostElement`]), all of one type.
@@ -314,12 +315,18 @@ pub fn check_host_inputs<E: HostElement>(
     check_shape_d("q", &inputs.q, &q_shape)?;
     check_shape_d("k", &inputs.k, &kv_shape)?;
     check_shape_d("v", &inputs.v, &v_o_shapes(problem).0)?;
-    let new_shape = problem
-        .modes
-        .append
-        .map(|n| vec![problem.batch, n, problem.heads_kv, problem.head_dim]);
-    for (name, a) in [("k_new", &inputs.k_new), ("v_new", &inputs.v_new)] {
-        match (&new_shape, a) {
+    // v_new's rows are V's width, as V's are.
+    let new_shape = |d: usize| {
+        problem
+            .modes
+            .append
+            .map(|n| vec![problem.batch, n, problem.heads_kv, d])
+    };
+    for (name, a, d) in [
+        ("k_new", &inputs.k_new, problem.head_dim),
+        ("v_new", &inputs.v_new, problem.head_dim_v()),
+    ] {
+        match (&new_shape(d), a) {
             (Some(shape), Some(a)) => check_shape_d(name, a, shape)?,
             (None, None) => {}
             (Some(_), None) => {

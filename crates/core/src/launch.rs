@@ -104,8 +104,14 @@ pub(crate) fn append_and_attend(
         }
         .into());
     };
-    let needed = problem.batch * seqlen_new * problem.heads_kv * problem.head_dim;
-    for (tensor, t) in [("k_new", &new.k_new), ("v_new", &new.v_new)] {
+    // v_new's rows are V's width (FlashAttention 3's `headdim_v`), as `fa_args` takes them: a
+    // distinct V dim then reaches the capability check's refusal, not a length mismatch.
+    let rows = problem.batch * seqlen_new * problem.heads_kv;
+    for (tensor, t, d) in [
+        ("k_new", &new.k_new, problem.head_dim),
+        ("v_new", &new.v_new, problem.head_dim_v()),
+    ] {
+        let needed = rows * d;
         if t.data.len() != needed {
             return Err(InvalidProblem::LengthMismatch {
                 tensor,

@@ -159,7 +159,12 @@ impl Capabilities {
                 // The core's append kernel copies rows of one head dim into both caches.
                 return Err(Unsupported::new(
                     kernel,
-                    "appending to a KV cache with head_dim_v != head_dim is not implemented",
+                    format!(
+                        "appending to a KV cache with head_dim_v {} != head_dim {} is not \
+                         implemented",
+                        problem.head_dim_v(),
+                        problem.head_dim
+                    ),
                 ));
             }
         }

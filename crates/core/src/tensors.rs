@@ -102,7 +102,8 @@ impl KvCacheMut for CudaViewMut<'_, u8> {
     }
 }
 
-/// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense.
+/// The rows `flash_attn_with_kvcache` appends: `[batch, seqlen_new, heads_kv, head_dim]`, dense
+/// (v_new's last dim `head_dim_v`).
 pub struct KvAppend<'a> {
     pub k_new: TensorRef<'a>,
     pub v_new: TensorRef<'a>,

@@ -200,3 +200,68 @@ fn backward_validation_takes_v_at_its_width() {
         flashcore_core::backward::validate_backward(&deepseek(layout)).unwrap();
     }
 }
+
+/// The host path takes v_new at V's width (as `fa_args` does, FlashAttention 3's `headdim_v`), so
+/// an append at a distinct V dim reaches the capability check's refusal instead of a shape error
+/// that asks for V's rows at Q's width; one at Q's width is the shape error, naming v_new.
+#[test]
+fn the_host_path_takes_v_new_at_the_v_dim() {
+    use flashcore_core::host::{check_host_inputs, storage_shapes, v_o_shapes, HostInputs};
+    use flashcore_core::{Error, HostTables};
+    use ndarray::{ArrayD, IxDyn};
+    let p = AttentionProblem::new(2, 4, 1, 192)
+        .with_kv(2, 64)
+        .with_head_dim_v(128)
+        .with_modes(Modes {
+            seqused_k: true,
+            append: Some(3),
+            ..Modes::default()
+        });
+    let zeros = |shape: &[usize]| ArrayD::<f32>::zeros(IxDyn(shape));
+    let (q_shape, k_shape, _) = storage_shapes(&p);
+    let (v_shape, _) = v_o_shapes(&p);
+    let (q, k, v) = (zeros(&q_shape), zeros(&k_shape), zeros(&v_shape));
+    let (k_new, v_new, v_new_at_d) = (
+        zeros(&[2, 3, 2, 192]),
+        zeros(&[2, 3, 2, 128]),
+        zeros(&[2, 3, 2, 192]),
+    );
+    let used = [10, 20];
+    let tables = HostTables {
+        seqused_k: Some(&used),
+        ..HostTables::default()
+    };
+    fn with_v_new<'a>(
+        [q, k, v, k_new]: [&'a ArrayD<f32>; 4],
+        v_new: &'a ArrayD<f32>,
+        tables: HostTables<'a>,
+    ) -> HostInputs<'a> {
+        HostInputs::new(q.view(), k.view(), v.view())
+            .with_append(Some(k_new.view()), Some(v_new.view()))
+            .with_tables(tables)
+    }
+    let inputs = |v_new| with_v_new([&q, &k, &v, &k_new], v_new, tables);
+    check_host_inputs("k", &p, &inputs(&v_new)).unwrap();
+    match check_host_inputs("k", &p, &inputs(&v_new_at_d)).unwrap_err() {
+        Error::Invalid(InvalidProblem::ShapeMismatch {
+            tensor: "v_new",
+            expected,
+            ..
+        }) => assert_eq!(expected, vec![2, 3, 2, 128]),
+        e => panic!("{e}"),
+    }
+    let caps = Capabilities::all_features(
+        HeadDims::Range {
+            min: 8,
+            max: 256,
+            multiple_of: 8,
+        },
+        (8, 0),
+    )
+    .with_distinct_head_dim_v();
+    let e = caps.check("k", &p, &h100()).unwrap_err();
+    assert!(
+        e.reason.contains("appending") && e.reason.contains("head_dim_v 128"),
+        "{e}"
+    );
+}

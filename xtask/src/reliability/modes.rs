@@ -191,7 +191,9 @@ fn to_contiguous(p: &AttentionProblem, draw: &Draw, paged: &ArrayD<f32>) -> Arra
         unreachable!("paged")
     };
     let table = draw.block_table.as_ref().expect("paged");
-    let mut out = ArrayD::<f32>::zeros(IxDyn(&[p.batch, p.seq_k, p.heads_kv, p.head_dim]));
+    // The pages' own row width: K's head dim, or V's where it has one of its own.
+    let width = paged.shape()[3];
+    let mut out = ArrayD::<f32>::zeros(IxDyn(&[p.batch, p.seq_k, p.heads_kv, width]));
     for b in 0..p.batch {
         for j in 0..p.seq_k {
             let blk = table[b * max_blocks_per_seq + j / block_size] as usize;

@@ -65,7 +65,9 @@ fn head_dim_strategy(h: &HeadDims) -> BoxedStrategy<usize> {
 /// Random problems within what `caps` claims: batch 1-4, heads_q 1-16 with heads_kv dividing
 /// it, seq_q and seq_k 1..=max_seq independently, both dtypes, causal, both layouts; for a kernel
 /// that takes inference modes, half the cases also draw those (`mode_keys_strategy`), and of
-/// those, for a kernel that takes e4m3 K/V, one in six stores them so (`fp8_case_strategy`).
+/// those, for a kernel that takes e4m3 K/V, one in six stores them so (`fp8_case_strategy`). For
+/// a kernel that takes V's own head dim, a fifth of the dense cases and of the (16-bit) mode
+/// cases draw one (`DISTINCT_V_DIMS`).
 pub fn case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
     case_strategy_kv(caps, max_seq, None)
 }
@@ -88,11 +90,7 @@ pub fn case_strategy_kv(
             dense_case_strategy(caps, max_seq),
             distinct_v_dims_strategy(),
         )
-            .prop_map(|(mut case, (d, dv))| {
-                case.problem.head_dim = d;
-                case.problem = case.problem.with_head_dim_v(dv);
-                case
-            });
+            .prop_map(|(case, dims)| with_v_dims(case, dims));
         prop_oneof![4 => dense, 1 => distinct].boxed()
     } else {
         dense
@@ -100,18 +98,37 @@ pub fn case_strategy_kv(
     if caps.modes == ModeSupport::NONE {
         return dense;
     }
-    let with_modes = (
-        dense_case_strategy(caps, max_seq),
-        mode_keys_strategy(caps.modes, max_seq),
-    )
+    let keys = || mode_keys_strategy(caps.modes, max_seq);
+    let with_modes = (dense_case_strategy(caps, max_seq), keys())
         .prop_map(|(case, keys)| with_mode_keys(case, &keys));
+    // A fifth of the mode cases with V's own head dim too: paged and contiguous caches, varlen,
+    // windows, softcap, ALiBi and mm_prefix_ranges at V's width (appends among them, which the
+    // core's append refuses: skipped). Never e4m3 caches, which take one head dim.
+    let with_modes = if caps.distinct_head_dim_v {
+        let distinct = (
+            dense_case_strategy(caps, max_seq),
+            keys(),
+            distinct_v_dims_strategy(),
+        )
+            .prop_map(|(case, keys, dims)| with_mode_keys(with_v_dims(case, dims), &keys));
+        prop_oneof![4 => with_modes, 1 => distinct].boxed()
+    } else {
+        with_modes.boxed()
+    };
     // Only a kernel that claims e4m3 K/V draws them, so the others' sweeps stay as they were.
     let with_modes = if caps.modes.kv_fp8 {
         prop_oneof![5 => with_modes, 1 => fp8_case_strategy(caps, max_seq)].boxed()
     } else {
-        with_modes.boxed()
+        with_modes
     };
     prop_oneof![1 => dense, 1 => with_modes].boxed()
+}
+
+/// A drawn case at a (head_dim, head_dim_v) pair of [`DISTINCT_V_DIMS`].
+fn with_v_dims(mut case: Case, (d, dv): (usize, usize)) -> Case {
+    case.problem.head_dim = d;
+    case.problem = case.problem.with_head_dim_v(dv);
+    case
 }
 
 /// Head dims of the decode kernel, which takes every e4m3-cache problem on the generation-5
@@ -494,7 +511,11 @@ pub fn edge_cases(caps: &Capabilities) -> Vec<Case> {
 }
 
 /// (192, 128) on the edge shapes that matter for V's own width: single rows and keys, causal
-/// both ways, tile boundaries, no keys at all, GQA and MQA, both dtypes and layouts.
+/// both ways, tile boundaries, no keys at all, GQA and MQA, both dtypes and layouts; then with
+/// the modes (lines a kernel lacks a mode of are left out): decode over a paged cache (pages
+/// smaller than a tile, and one a tile wide) and a contiguous one, varlen queries and keys,
+/// varlen over a paged cache, a window with softcap, ALiBi with seq_q > seq_k, and
+/// `mm_prefix_ranges` beside a window.
 fn distinct_v_edge_cases(caps: &Capabilities) -> Vec<Case> {
     const LINES: &[&str] = &[
         "b=1,hq=2,sq=1,sk=1",
@@ -516,6 +537,25 @@ fn distinct_v_edge_cases(caps: &Capabilities) -> Vec<Case> {
             7000 + i
         );
         cases.push(Case::parse(&arg).expect("the edge list parses"));
+    }
+    const MODE_LINES: &[&str] = &[
+        "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16",
+        "b=2,hq=16,hkv=2,sq=1,sk=1000,cache=paged,bs=128",
+        "b=4,hq=4,hkv=4,sq=1,sk=777,cache=contig",
+        "b=2,hq=4,hkv=1,sq=7,sk=300,causal=1,cache=contig",
+        "b=4,hq=4,hkv=2,sq=130,sk=200,causal=1,varlen=1",
+        "b=3,hq=4,hkv=1,sq=65,sk=200,varlen=1,cache=paged,bs=48",
+        "b=2,hq=4,sq=129,sk=257,wl=64,wr=0,softcap=30",
+        "b=2,hq=4,hkv=2,sq=300,sk=100,causal=1,wl=1,alibi=batch",
+        "b=2,hq=4,hkv=2,sq=90,sk=150,causal=1,wl=4,mm=2",
+    ];
+    for (i, line) in MODE_LINES.iter().enumerate() {
+        let dtype = caps.dtypes[i % caps.dtypes.len()];
+        let arg = format!("{line},d=192,dv=128,dtype={dtype},seed={}", 7100 + i);
+        let case = Case::parse(&arg).expect("the edge list parses");
+        if caps.modes.missing(&case.problem.modes).is_none() {
+            cases.push(case);
+        }
     }
     cases
 }
@@ -1072,8 +1112,10 @@ mod tests {
     }
 
     /// A kernel that takes V's own head dim gets (192, 128) and the other pairs in its sweep
-    /// (dense cases only) and edge list, each a problem the portable plan takes; one that does
-    /// not never draws them.
+    /// (a fifth of its dense cases and of its 16-bit mode cases) and edge list, each a problem
+    /// the portable plan takes, except an append, which is refused naming both dims (skipped);
+    /// the mode cases have paged and contiguous caches, varlen, windows, softcap, ALiBi and
+    /// `mm_prefix_ranges` among them, with tables the core accepts, and never e4m3 caches.
     #[test]
     fn distinct_v_dims_come_up_where_claimed() {
         let portable = flashcore::kernels()
@@ -1081,39 +1123,118 @@ mod tests {
             .find(|k| k.name() == "persistent-portable")
             .unwrap();
         let caps = portable.capabilities();
-        assert!(caps.distinct_head_dim_v);
+        assert!(caps.distinct_head_dim_v && caps.modes.kv_fp8);
         let h100 = flashcore::DeviceInfo::synthetic_h100();
         let mut runner = TestRunner::deterministic();
         let s = case_strategy(&caps, 600);
-        let mut distinct = 0;
-        for _ in 0..300 {
+        let (mut dense, mut dense_distinct) = (0, 0);
+        let (mut modes, mut modes_distinct) = (0, 0);
+        // Paged, contiguous cache, append, varlen, window, softcap, ALiBi, mm_prefix_ranges.
+        let mut seen = [0usize; 8];
+        for _ in 0..1200 {
             let c = s.new_tree(&mut runner).unwrap().current();
-            let p = &c.problem;
+            let (p, m) = (&c.problem, &c.problem.modes);
             p.validate().unwrap();
             assert_eq!(Case::parse(&c.to_arg()).unwrap(), c);
-            if p.has_distinct_head_dim_v() {
-                distinct += 1;
-                assert!(p.modes.is_dense());
-                assert!(DISTINCT_V_DIMS.contains(&(p.head_dim, p.head_dim_v())));
-                portable.supports(p, &h100).unwrap();
+            if m.kv_fp8.is_some() {
+                assert!(!p.has_distinct_head_dim_v(), "{}", c.to_arg());
+                continue;
+            }
+            let distinct = p.has_distinct_head_dim_v();
+            if m.is_dense() {
+                dense += 1;
+                dense_distinct += distinct as usize;
+            } else {
+                modes += 1;
+                modes_distinct += distinct as usize;
+            }
+            if !distinct {
+                continue;
+            }
+            assert!(DISTINCT_V_DIMS.contains(&(p.head_dim, p.head_dim_v())));
+            let (drawn, draw) = drawn_tables(&c);
+            assert_eq!(drawn, *p);
+            draw.host_tables()
+                .validate(p)
+                .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            let got = portable.supports(p, &h100);
+            if m.append.is_some() {
+                let u = got.expect_err(&c.to_arg());
+                assert!(
+                    u.reason.contains("appending")
+                        && u.reason.contains(&format!("head_dim_v {}", p.head_dim_v())),
+                    "{}",
+                    u.reason
+                );
+            } else {
+                got.unwrap_or_else(|u| panic!("{}: {}", c.to_arg(), u.reason));
+            }
+            let modes_drawn = [
+                matches!(m.kv, flashcore::KvStorage::Paged { .. }),
+                m.seqused_k && matches!(m.kv, flashcore::KvStorage::Dense),
+                m.append.is_some(),
+                m.packed_q.is_some(),
+                m.window_left.is_some() || m.window_right.is_some(),
+                m.softcap.is_some(),
+                m.alibi.is_some(),
+                m.mm_prefix.is_some(),
+            ];
+            for (n, on) in seen.iter_mut().zip(modes_drawn) {
+                *n += on as usize;
             }
         }
+        let fifth = |n: usize, of: usize| 10 * n >= of && 10 * n <= 3 * of;
         assert!(
-            (20..=100).contains(&distinct),
-            "{distinct} of 300 draw a V dim"
+            fifth(dense_distinct, dense),
+            "{dense_distinct} of {dense} dense cases draw a V dim"
         );
+        assert!(
+            fifth(modes_distinct, modes),
+            "{modes_distinct} of {modes} mode cases draw a V dim"
+        );
+        assert!(seen.iter().all(|&n| n >= 3), "{seen:?}");
+
         let edges: Vec<Case> = edge_cases(&caps)
             .into_iter()
             .filter(|c| c.problem.has_distinct_head_dim_v())
             .collect();
-        assert!(edges.len() >= 9, "{} edge cases", edges.len());
+        assert!(edges.len() >= 18, "{} edge cases", edges.len());
         for c in &edges {
             assert_eq!((c.problem.head_dim, c.problem.head_dim_v()), (192, 128));
             assert!(c.to_arg().contains(",dv=128"));
+            let (p, draw) = drawn_tables(c);
+            draw.host_tables().validate(&p).unwrap();
             portable.supports(&c.problem, &h100).unwrap();
         }
-        // The Hopper path takes every pair too (the V ring and P·V at the V dim): its sweep and
-        // edge list draw them, each a problem it plans.
+        let has = |f: &dyn Fn(&AttentionProblem) -> bool| edges.iter().any(|c| f(&c.problem));
+        assert!(has(
+            &|p| p.seq_q == 1 && matches!(p.modes.kv, flashcore::KvStorage::Paged { .. })
+        ));
+        assert!(has(&|p| p.modes.packed_q.is_some()
+            && matches!(p.modes.kv, flashcore::KvStorage::Packed { .. })));
+        assert!(has(
+            &|p| p.modes.window_left.is_some() && p.modes.softcap.is_some()
+        ));
+        assert!(has(&|p| p.modes.mm_prefix.is_some()));
+        // A kernel without a mode has no line of it.
+        let no_paged = Capabilities {
+            modes: ModeSupport {
+                paged: false,
+                ..caps.modes
+            },
+            ..caps.clone()
+        };
+        let fewer = edge_cases(&no_paged)
+            .into_iter()
+            .filter(|c| c.problem.has_distinct_head_dim_v())
+            .collect::<Vec<_>>();
+        assert_eq!(fewer.len(), edges.len() - 3);
+        assert!(fewer
+            .iter()
+            .all(|c| !matches!(c.problem.modes.kv, flashcore::KvStorage::Paged { .. })));
+
+        // The Hopper path takes every pair too (the V ring and P·V at the V dim), dense and with
+        // the modes: its sweep and edge list draw them, each a problem it plans.
         let hopper = flashcore::kernels()
             .into_iter()
             .find(|k| k.name() == "persistent-hopper")
@@ -1127,12 +1248,82 @@ mod tests {
             .into_iter()
             .filter(|c| c.problem.has_distinct_head_dim_v())
             .collect();
-        assert!(hopper_edges.len() >= 9);
+        assert_eq!(hopper_edges.len(), edges.len());
         for c in &hopper_edges {
-            hopper.supports(&c.problem, &h100).unwrap();
+            hopper
+                .supports(&c.problem, &h100)
+                .unwrap_or_else(|u| panic!("{}: {}", c.to_arg(), u.reason));
         }
     }
 
+    /// Every generation-5 path that claims V's own head dim plans the mode cases its sweep draws
+    /// at a V dim, except appends, which it refuses naming them (the core's append kernel copies
+    /// rows of one head dim); a generation that does not claim it refuses every one.
+    #[test]
+    fn mode_cases_at_a_v_dim_are_planned_or_refused_by_name() {
+        let h100 = flashcore::DeviceInfo::synthetic_h100();
+        let portable = flashcore::kernels()
+            .into_iter()
+            .find(|k| k.name() == "persistent-portable")
+            .unwrap();
+        let s = case_strategy(&portable.capabilities(), 600);
+        let mut runner = TestRunner::deterministic();
+        let cases: Vec<Case> = (0..2000)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .filter(|c| c.problem.has_distinct_head_dim_v() && !c.problem.modes.is_dense())
+            .take(60)
+            .collect();
+        assert_eq!(cases.len(), 60);
+        for k in flashcore::kernels() {
+            let caps = k.capabilities();
+            let mut planned = 0;
+            for c in &cases {
+                let got = k.supports(&c.problem, &h100);
+                if !caps.distinct_head_dim_v {
+                    let u = got.expect_err(&format!("{} takes {}", k.name(), c.to_arg()));
+                    assert!(!u.reason.is_empty());
+                } else if c.problem.modes.append.is_some() {
+                    let u = got.expect_err(&format!("{} takes {}", k.name(), c.to_arg()));
+                    assert!(u.reason.contains("appending"), "{}", u.reason);
+                } else if caps.modes.missing(&c.problem.modes).is_none() {
+                    got.unwrap_or_else(|u| panic!("{}: {}: {}", k.name(), c.to_arg(), u.reason));
+                    planned += 1;
+                }
+            }
+            if caps.distinct_head_dim_v {
+                assert!(planned > 30, "{}: {planned} of 60 planned", k.name());
+            }
+        }
+    }
+
+    /// A kernel that does not claim V's own head dim never draws one, dense or with the modes;
+    /// nor do e4m3 caches (`--kv-dtype e4m3`), whatever the kernel claims.
+    #[test]
+    fn distinct_v_dims_stay_out_where_not_claimed_and_of_e4m3_caches() {
+        let mut caps = flashcore::kernels()
+            .into_iter()
+            .find(|k| k.name() == "persistent-portable")
+            .unwrap()
+            .capabilities();
+        let mut runner = TestRunner::deterministic();
+        let s = case_strategy_kv(&caps, 600, Some(KvDtype::E4m3));
+        for _ in 0..200 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(!c.problem.has_distinct_head_dim_v(), "{}", c.to_arg());
+        }
+        caps.distinct_head_dim_v = false;
+        let s = case_strategy(&caps, 600);
+        let mut modes = 0;
+        for _ in 0..400 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(!c.problem.has_distinct_head_dim_v(), "{}", c.to_arg());
+            modes += !c.problem.modes.is_dense() as usize;
+        }
+        assert!(modes > 100, "{modes} of 400 with modes");
+        assert!(edge_cases(&caps)
+            .iter()
+            .all(|c| !c.problem.has_distinct_head_dim_v()));
+    }
     /// A backward kernel that claims the modes of the scores draws them (windows, causal too,
     /// softcap, ALiBi both ways, varlen, with GQA) in half its cases, on dense or varlen storage
     /// the core's backward validation takes, and gets them on its edge list; one that claims
