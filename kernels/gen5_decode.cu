@@ -317,7 +317,8 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
     split_tiles(every_key, split, splits, first, last);
     const int n = min(last - first, stages - 1);
     static_assert(num_threads >= 2 * kv_tile_rows, "a thread per K row and one per V row of a tile");
-    if (tid >= 2 * kv_tile_rows) return;
+    if constexpr (num_threads > 2 * kv_tile_rows)  // D = 512's 32-key tiles: threads to spare
+        if (tid >= 2 * kv_tile_rows) return;
     const bool is_k = tid < kv_tile_rows;  // threads [0, rows) take a K row, [rows, 2 rows) the same V row
     const void* base = is_k ? p.k : p.v;
     const long long batch_stride = is_k ? p.k_batch_stride : p.v_batch_stride;

@@ -255,11 +255,12 @@ pub fn synthetic_device(cc: (u32, u32), smem_optin: u32) -> DeviceInfo {
 /// Head dims worth compiling for: every listed one, or a few of a range: FlashAttention-2's
 /// instances (a kernel may compile one each and pad the others up, as the portable generation-5
 /// path does; 80 stands for the padded ones, 8 for the smallest), which a kernel that takes the
-/// head dim at run time builds alike.
+/// head dim at run time builds alike, and 512 (the decode kernel's widest build; 264 for the
+/// dims padded into it).
 pub fn representative_head_dims(h: &HeadDims) -> Vec<usize> {
     match h {
         HeadDims::List(l) => l.to_vec(),
-        HeadDims::Range { .. } => [8usize, 32, 64, 80, 96, 128, 160, 192, 224, 256]
+        HeadDims::Range { .. } => [8usize, 32, 64, 80, 96, 128, 160, 192, 224, 256, 264, 512]
             .into_iter()
             .filter(|d| h.contains(*d))
             .collect(),
