@@ -79,7 +79,8 @@ fn head_dims_off_the_list_are_unsupported_with_a_reason() {
         (&Vectorized, &[4, 12, 257, 264]),
         (&Fused32, &[8, 16, 48, 80, 160, 257]),
         (&Tile64, &[8, 16, 48, 80, 160, 257]),
-        (&PersistentPortable, &[4, 12, 260, 512]),
+        // (512 is taken for decode-shaped problems, as this one is: the decode kernel's build.)
+        (&PersistentPortable, &[4, 12, 260, 520]),
     ];
     for (kernel, dims) in cases {
         for &d in dims {
