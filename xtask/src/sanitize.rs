@@ -618,6 +618,26 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
             }
         }
     }
+    // V's own head dim (192 / 128, DeepSeek's) where the kernel takes it: dense prefill with
+    // GQA and ragged tails, a paged decode step (the padded decode kernel), and packed
+    // sequences under a window with softcap (the modes build at V's width).
+    let wants_192 = head_dims.is_none_or(|only| only.contains(&192));
+    if caps.distinct_head_dim_v && caps.head_dims.contains(192) && wants_192 {
+        let lines: &[&str] = &[
+            "b=2,hq=4,hkv=2,sq=130,sk=257,causal=1",
+            "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16",
+            "b=3,hq=2,hkv=1,sq=65,sk=200,wl=32,softcap=30,varlen=1",
+        ];
+        let take = if race { 1 } else { lines.len() };
+        for (i, line) in lines.iter().take(take).enumerate() {
+            let dtype = caps.dtypes[i % caps.dtypes.len()];
+            let arg = format!("{line},d=192,dv=128,dtype={dtype},seed={}", 760 + i);
+            let case = Case::parse(&arg).expect("the V-dim lines parse");
+            if caps.modes.missing(&case.problem.modes).is_none() {
+                out.push(case);
+            }
+        }
+    }
     out
 }
 
@@ -884,6 +904,22 @@ sanitize-sweep: 4 passed, 0 failed, 0 skipped
             assert_eq!(e4m3 > 0, k.capabilities().modes.kv_fp8, "{}", k.name());
             let e4m3_q = full.iter().filter(|c| c.problem.modes.q_fp8).count();
             assert_eq!(e4m3_q > 0, k.capabilities().modes.q_fp8, "{}", k.name());
+            // V's own head dim exactly where the kernel takes it, and planned there.
+            let distinct_v: Vec<_> = full
+                .iter()
+                .filter(|c| c.problem.has_distinct_head_dim_v())
+                .collect();
+            assert_eq!(
+                !distinct_v.is_empty(),
+                k.capabilities().distinct_head_dim_v,
+                "{}",
+                k.name()
+            );
+            for c in &distinct_v {
+                let h100 = flashcore::DeviceInfo::synthetic_h100();
+                k.plan(&c.problem, &h100)
+                    .unwrap_or_else(|e| panic!("{} {}: {e}", k.name(), c.to_arg()));
+            }
             assert!(
                 full.iter()
                     .any(|c| c.problem.seq_q > c.problem.seq_k && c.problem.causal)
