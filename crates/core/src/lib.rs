@@ -50,8 +50,8 @@ pub use launch::{forward_on, forward_with_e4m3_kvcache, forward_with_kvcache, Kv
 pub use modes::{AlibiSlopes, HostTables, KvScales, KvStorage, ModeSupport, Modes};
 pub use partials::{add_partial, cast_partial, merge_partial, PartialShape};
 pub use plan::{
-    Attention, BlockSharedMemory, Capabilities, HeadDims, KernelLaunch, LaunchPlan, QTileKernel,
-    Swizzle, TensorMapSpec, TransposedV,
+    Attention, BlockSharedMemory, Capabilities, DecodeOnly, HeadDims, KernelLaunch, LaunchPlan,
+    QTileKernel, Swizzle, TensorMapSpec, TransposedV,
 };
 pub use prepared::PreparedForward;
 pub use problem::{AttentionProblem, Layout, ProblemStrides, TensorStrides};

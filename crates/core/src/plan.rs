@@ -81,6 +81,27 @@ pub struct Capabilities {
     /// Whether V and O may have a head dim of their own (`AttentionProblem::head_dim_v`, e.g.
     /// 192 for Q·K and 128 for V). Kernels without it take one head dim for all tensors.
     pub distinct_head_dim_v: bool,
+    /// Head dims past which the kernel takes only decode-shaped problems (a decode kernel in
+    /// front of it holds wider builds than its prefill kernel). `None`: every claimed head dim
+    /// for every shape.
+    pub decode_only: Option<DecodeOnly>,
+}
+
+/// Past `head_dim` (Q's or V's), a problem is taken only when the queries of one KV head fit
+/// `packed_rows` rows: `seq_q · heads_q / heads_kv <= packed_rows` (`seq_q` the longest
+/// sequence's under varlen). The plan refuses the rest, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeOnly {
+    pub head_dim: usize,
+    pub packed_rows: usize,
+}
+
+impl DecodeOnly {
+    /// Whether `problem` is outside what the kernel takes for this reason alone.
+    pub fn excludes(&self, problem: &AttentionProblem) -> bool {
+        problem.head_dim.max(problem.head_dim_v()) > self.head_dim
+            && problem.seq_q.saturating_mul(problem.q_heads_per_kv()) > self.packed_rows
+    }
 }
 
 impl Capabilities {
@@ -98,7 +119,17 @@ impl Capabilities {
             alignment_elems: 8,
             modes: ModeSupport::NONE,
             distinct_head_dim_v: false,
+            decode_only: None,
         }
+    }
+
+    /// Head dims past `head_dim` only for decode-shaped problems ([`DecodeOnly`]).
+    pub fn with_decode_only(mut self, head_dim: usize, packed_rows: usize) -> Self {
+        self.decode_only = Some(DecodeOnly {
+            head_dim,
+            packed_rows,
+        });
+        self
     }
 
     pub fn with_modes(mut self, modes: ModeSupport) -> Self {
@@ -167,6 +198,19 @@ impl Capabilities {
                     ),
                 ));
             }
+        }
+        if let Some(only) = self.decode_only.filter(|o| o.excludes(problem)) {
+            return Err(Unsupported::new(
+                kernel,
+                format!(
+                    "head dim {}: past {} only decode-shaped problems are taken (seq_q · heads_q \
+                     / heads_kv <= {}, here {})",
+                    problem.head_dim.max(problem.head_dim_v()),
+                    only.head_dim,
+                    only.packed_rows,
+                    problem.seq_q.saturating_mul(problem.q_heads_per_kv())
+                ),
+            ));
         }
         if problem.causal && !self.causal {
             return Err(Unsupported::new(kernel, "causal masking is not supported"));

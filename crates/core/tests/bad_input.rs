@@ -131,6 +131,7 @@ fn unsupported_dtype_causal_gqa_layout_and_arch_each_say_why() {
         alignment_elems: 8,
         modes: flashcore_core::ModeSupport::NONE,
         distinct_head_dim_v: false,
+        decode_only: None,
     };
     let base = AttentionProblem::new(1, 4, 8, 64);
     caps.check("k", &base, &h100()).unwrap();

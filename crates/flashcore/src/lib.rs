@@ -118,11 +118,18 @@ pub fn render_capabilities(kernels: &[Box<dyn Attention>]) -> String {
         let c = k.capabilities();
         let dtypes: Vec<&str> = c.dtypes.iter().map(|d| d.name()).collect();
         let layouts: Vec<&str> = c.layouts.iter().map(|l| l.name()).collect();
+        let head_dims = match c.decode_only {
+            Some(only) => format!(
+                "{} (past {}: decode-shaped only)",
+                c.head_dims, only.head_dim
+            ),
+            None => c.head_dims.to_string(),
+        };
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {}.{} | {} elems |\n",
             k.name(),
             dtypes.join(","),
-            c.head_dims,
+            head_dims,
             if c.causal { "yes" } else { "no" },
             if c.gqa { "yes" } else { "no" },
             layouts.join(","),

@@ -50,6 +50,7 @@ flashcore_core::attention_generation! {
         alignment_elems: 1,
         modes: ModeSupport::ALL,
         distinct_head_dim_v: false,
+        decode_only: None,
     },
 }
 

@@ -629,6 +629,10 @@ impl Attention for PersistentPortable {
             ..ModeSupport::ALL
         })
         .with_distinct_head_dim_v()
+        .with_decode_only(
+            crate::decode::PERSISTENT_MAX_HEAD_DIM,
+            crate::decode::Q_TILE_ROWS,
+        )
     }
 
     fn plan(

@@ -399,6 +399,7 @@ fn mode_keys_strategy(m: ModeSupport, max_seq: usize) -> BoxedStrategy<ModeKeys>
 
 pub(super) fn dense_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedStrategy<Case> {
     let gqa = caps.gqa;
+    let decode_only = caps.decode_only;
     let heads = (1usize..=16).prop_flat_map(move |hq| {
         let divisors: Vec<usize> = (1..=hq).filter(|d| hq % d == 0).collect();
         let kv = if gqa {
@@ -425,13 +426,22 @@ pub(super) fn dense_case_strategy(caps: &Capabilities, max_seq: usize) -> BoxedS
         any::<u64>(),
     )
         .prop_map(
-            |(batch, (hq, hkv), sq, sk, d, dtype, causal, layout, seed)| Case {
-                problem: AttentionProblem::new(batch, hq, sq, d)
-                    .with_kv(hkv, sk)
-                    .with_dtype(dtype)
-                    .with_causal(causal)
-                    .with_layout(layout),
-                data_seed: seed,
+            move |(batch, (hq, hkv), sq, sk, d, dtype, causal, layout, seed)| {
+                // Past a decode-only bound, as many queries as the kernel takes there.
+                let sq = match decode_only {
+                    Some(only) if d > only.head_dim => {
+                        sq.min((only.packed_rows / (hq / hkv)).max(1))
+                    }
+                    _ => sq,
+                };
+                Case {
+                    problem: AttentionProblem::new(batch, hq, sq, d)
+                        .with_kv(hkv, sk)
+                        .with_dtype(dtype)
+                        .with_causal(causal)
+                        .with_layout(layout),
+                    data_seed: seed,
+                }
             },
         )
         .boxed()
@@ -706,6 +716,36 @@ mod tests {
     /// MQA, causal, seq_q != seq_k and lengths off the tiles among them; each line reruns the
     /// case, its tables pass the core's checks, and a kernel that does not claim e4m3 Q refuses
     /// every one. The edge list likewise, with every table shape at every head dim.
+    /// The generation-5 paths take head dims past 256 for decode-shaped problems only
+    /// (`Capabilities::decode_only`): the sweep draws those dims with as many queries as fit,
+    /// so none of its cases is refused for that reason, and the wide dims are still drawn.
+    #[test]
+    fn decode_only_head_dims_are_drawn_decode_shaped() {
+        let hopper = flashcore::kernels()
+            .into_iter()
+            .find(|k| k.name() == "persistent-hopper")
+            .expect("the Hopper path is compiled in");
+        let caps = hopper.capabilities();
+        let only = caps
+            .decode_only
+            .expect("the Hopper path is decode-only past 256");
+        let s = case_strategy(&caps, 600);
+        let mut runner = TestRunner::deterministic();
+        let mut wide = 0;
+        for _ in 0..400 {
+            let c = s.new_tree(&mut runner).unwrap().current();
+            assert!(!only.excludes(&c.problem), "{}", c.to_arg());
+            if c.problem.head_dim > only.head_dim {
+                wide += 1;
+                let h100 = flashcore::DeviceInfo::synthetic_h100();
+                hopper
+                    .plan(&c.problem, &h100)
+                    .unwrap_or_else(|e| panic!("{}: {e}", c.to_arg()));
+            }
+        }
+        assert!(wide > 20, "{wide} cases past {}", only.head_dim);
+    }
+
     #[test]
     fn qkv_fp8_cases_are_dense_fp8_forwards() {
         let mut caps = flashcore::kernels()[0].capabilities();
