@@ -580,12 +580,13 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 "b=3,hq=4,hkv=2,sq=65,sk=200,causal=1,wl=16,varlen=1,cache=paged,bs=16,mm=2",
                 "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,wl=32,cache=paged,bs=16,append=1,mm=2",
             ];
-            let take = if race { 5 } else { lines.len() };
-            for (i, line) in lines.iter().take(take).enumerate() {
-                let dtype = caps.dtypes[i % caps.dtypes.len()];
-                let arg = format!("{line},d={d},dtype={dtype},seed={}", 700 + i);
-                out.push(Case::parse(&arg).expect("the mode lines parse"));
-            }
+            out.extend(line_cases(lines, if race { 5 } else { lines.len() }, |i| {
+                format!(
+                    "d={d},dtype={},seed={}",
+                    caps.dtypes[i % caps.dtypes.len()],
+                    700 + i
+                )
+            }));
         }
         // e4m3 KV caches (the decode kernel's FC_KV_E4M3 builds) where the kernel reads them:
         // a paged decode step with an append quantized into the cache, speculative decoding on a
@@ -597,12 +598,13 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 "b=2,hq=4,hkv=1,sq=4,sk=2000,causal=1,cache=contig,softcap=30,fp8=batchhead",
                 "b=3,hq=2,hkv=1,sq=65,sk=200,causal=1,wl=32,varlen=1,fp8=tensor",
             ];
-            let take = if race { 1 } else { lines.len() };
-            for (i, line) in lines.iter().take(take).enumerate() {
-                let dtype = caps.dtypes[i % caps.dtypes.len()];
-                let arg = format!("{line},d={d},dtype={dtype},seed={}", 720 + i);
-                out.push(Case::parse(&arg).expect("the e4m3 lines parse"));
-            }
+            out.extend(line_cases(lines, if race { 1 } else { lines.len() }, |i| {
+                format!(
+                    "d={d},dtype={},seed={}",
+                    caps.dtypes[i % caps.dtypes.len()],
+                    720 + i
+                )
+            }));
         }
         // e4m3 Q, K and V (the Hopper e4m3 build and V's transpose): GQA under causal masking
         // with ragged tails, and MQA with keys past one 128-key tile of the transposed copy.
@@ -611,11 +613,9 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
                 "b=2,hq=4,hkv=2,sq=200,sk=333,causal=1,fp8=batchhead,qfp8=1",
                 "b=1,hq=3,hkv=1,sq=129,sk=700,fp8=tensor,qfp8=1",
             ];
-            let take = if race { 1 } else { lines.len() };
-            for (i, line) in lines.iter().take(take).enumerate() {
-                let arg = format!("{line},d={d},dtype=bf16,seed={}", 740 + i);
-                out.push(Case::parse(&arg).expect("the e4m3 forward lines parse"));
-            }
+            out.extend(line_cases(lines, if race { 1 } else { lines.len() }, |i| {
+                format!("d={d},dtype=bf16,seed={}", 740 + i)
+            }));
         }
     }
     // V's own head dim (192 / 128, DeepSeek's) where the kernel takes it: dense prefill with
@@ -628,17 +628,29 @@ pub fn sweep_cases(k: &dyn Attention, tool: &str, head_dims: Option<&[usize]>) -
             "b=3,hq=8,hkv=2,sq=1,sk=300,causal=1,cache=paged,bs=16",
             "b=3,hq=2,hkv=1,sq=65,sk=200,wl=32,softcap=30,varlen=1",
         ];
-        let take = if race { 1 } else { lines.len() };
-        for (i, line) in lines.iter().take(take).enumerate() {
-            let dtype = caps.dtypes[i % caps.dtypes.len()];
-            let arg = format!("{line},d=192,dv=128,dtype={dtype},seed={}", 760 + i);
-            let case = Case::parse(&arg).expect("the V-dim lines parse");
-            if caps.modes.missing(&case.problem.modes).is_none() {
-                out.push(case);
-            }
-        }
+        let cases = line_cases(lines, if race { 1 } else { lines.len() }, |i| {
+            format!(
+                "d=192,dv=128,dtype={},seed={}",
+                caps.dtypes[i % caps.dtypes.len()],
+                760 + i
+            )
+        });
+        out.extend(cases.filter(|c| caps.modes.missing(&c.problem.modes).is_none()));
     }
     out
+}
+
+/// The first `take` of a sweep's fixed case lines, each completed by `rest(i)` (head dim,
+/// dtype, seed).
+fn line_cases<'a>(
+    lines: &'a [&str],
+    take: usize,
+    rest: impl Fn(usize) -> String + 'a,
+) -> impl Iterator<Item = Case> + 'a {
+    lines.iter().take(take).enumerate().map(move |(i, line)| {
+        Case::parse(&format!("{line},{}", rest(i)))
+            .unwrap_or_else(|e| panic!("sanitize line {line}: {e}"))
+    })
 }
 
 /// Head dims of a sweep: those asked for (`--head-dims`), else 64 and 128, where taken; else the
