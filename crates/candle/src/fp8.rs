@@ -32,10 +32,11 @@ fn descale(name: &'static str, t: &Tensor) -> Result<Descale> {
 
 impl FlashAttnFp8 {
     /// O's dtype: bf16, as FlashAttention 3's fp8 forward writes it.
-    pub(crate) const OUT: flashcore::DType = flashcore::DType::Bf16;
+    pub(crate) const OUT: flashcore::DType = args::FP8_OUT;
 
     /// The problem of this call on Q, K and V of these dtypes and layouts: all three e4m3, the
-    /// descales f32 and read as one [`flashcore::KvScales`] (Q's table is indexed as K's).
+    /// descales f32 and read as one [`flashcore::KvScales`] (Q's table is indexed as K's,
+    /// [`Options::with_q_fp8`]).
     pub(crate) fn problem(
         &self,
         q: (DType, &Layout),
@@ -58,24 +59,15 @@ impl FlashAttnFp8 {
             Some(descale("v_descale", &self.v_descale)?),
         )
         .map_err(refused)?;
+        // Q's table laid out as K's, and the core's own rules for e4m3 Q (its strides in whole
+        // 16-byte copies, beside e4m3 K/V): the facade's rules, the Python binding's too.
         let opts = Options::new(Self::OUT, self.softmax_scale)
             .with_window(None, self.causal.then_some(0))
-            .with_kv_fp8(kv);
-        let mut p = args::dense_problem(&view("q", q.1), &view("k", k.1), &view("v", v.1), &opts)
+            .with_kv_fp8(kv)
+            .with_q_fp8(true, Some(q_d))
             .map_err(refused)?;
-        let q_scales = q_d.scales(p.batch, p.heads_kv).map_err(refused)?;
-        if Some(q_scales) != p.modes.kv_fp8 {
-            candle::bail!(
-                "flashcore: q_descale is read as {q_scales:?} but k_descale/v_descale as {:?}: \
-                 the three descales must be laid out alike (Q's table is indexed as K's)",
-                p.modes.kv_fp8.unwrap_or(q_scales)
-            );
-        }
-        p.modes.q_fp8 = true;
-        // The core's own rules for e4m3 Q (its strides in whole 16-byte copies, beside e4m3 K/V).
-        p.validate()
-            .map_err(|e| candle::Error::msg(format!("flashcore: {e}")))?;
-        Ok(p)
+        args::dense_problem(&view("q", q.1), &view("k", k.1), &view("v", v.1), &opts)
+            .map_err(refused)
     }
 }
 

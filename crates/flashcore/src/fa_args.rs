@@ -123,8 +123,9 @@ pub fn is_e4m3(name: &str) -> bool {
 
 /// The element types of a call whose K/V may be an e4m3 (fp8) cache: Q's dtype (f16 or bf16,
 /// [`dtype_of`]'s rule) and whether K and V are e4m3 bytes (`Modes::kv_fp8`, FlashAttention 3's
-/// fp8 KV cache). K and V are both Q's dtype or both e4m3; Q (and so O) is never fp8, and no
-/// other 8-bit format (e5m2, e4m3fnuz) is taken.
+/// fp8 KV cache). K and V are both Q's dtype or both e4m3; Q (and so O) is never fp8 here (an
+/// e4m3 Q is the dense fp8 forward's, [`qkv_dtype_of`]), and no other 8-bit format (e5m2,
+/// e4m3fnuz) is taken.
 pub fn kv_dtype_of(name: &str, q: &str, k: &str, v: &str) -> Result<(DType, bool), ArgError> {
     if is_e4m3(q) {
         return bail(format!(
@@ -151,6 +152,32 @@ pub fn kv_dtype_of(name: &str, q: &str, k: &str, v: &str) -> Result<(DType, bool
              dtype ({q})"
         )),
     }
+}
+
+/// O's dtype in FlashAttention 3's fp8 forward (Q, K and V all e4m3): bf16, as FlashAttention 3
+/// writes it.
+pub const FP8_OUT: DType = DType::Bf16;
+
+/// The element types of a dense call whose Q may be e4m3 too (FlashAttention 3's fp8 forward,
+/// `Modes::q_fp8`): with an e4m3 Q, K and V must both be e4m3 and the problem's dtype (O's) is
+/// [`FP8_OUT`]; with a 16-bit Q, [`kv_dtype_of`]'s rules. Returns (the problem's dtype, whether
+/// K and V are e4m3, whether Q is).
+pub fn qkv_dtype_of(
+    name: &str,
+    q: &str,
+    k: &str,
+    v: &str,
+) -> Result<(DType, bool, bool), ArgError> {
+    if !is_e4m3(q) {
+        return kv_dtype_of(name, q, k, v).map(|(dtype, kv_e4m3)| (dtype, kv_e4m3, false));
+    }
+    if is_e4m3(k) && is_e4m3(v) {
+        return Ok((FP8_OUT, true, true));
+    }
+    bail(format!(
+        "{name}: q is {q} (FlashAttention 3's fp8 forward), so k and v must be e4m3 too; k is \
+         {k}, v is {v}"
+    ))
 }
 
 /// A `k_descale` / `v_descale` tensor of an e4m3 KV cache as the rules see it: f32, of
@@ -278,11 +305,6 @@ fn kv_scales(
     heads_kv: usize,
 ) -> Result<KvScales, ArgError> {
     let (ks, vs) = (k.scales(batch, heads_kv)?, v.scales(batch, heads_kv)?);
-    let read_as = |s: KvScales| match s {
-        KvScales::PerTensor => "one factor",
-        KvScales::PerKvHead => "one factor per KV head",
-        KvScales::PerBatchKvHead => "one factor per (sequence, KV head)",
-    };
     if ks != vs {
         return bail(format!(
             "k_descale ({}) and v_descale ({}) must be laid out alike: both (batch, nheads_k), \
@@ -292,6 +314,15 @@ fn kv_scales(
         ));
     }
     Ok(ks)
+}
+
+/// How the kernels read a descale table of this shape, in words.
+fn read_as(s: KvScales) -> &'static str {
+    match s {
+        KvScales::PerTensor => "one factor",
+        KvScales::PerKvHead => "one factor per KV head",
+        KvScales::PerBatchKvHead => "one factor per (sequence, KV head)",
+    }
 }
 
 /// Causal masking and the sliding window as candle-flash-attn (FlashAttention 2) defines them.
@@ -406,6 +437,8 @@ pub struct Options {
     pub mm_prefix: Option<usize>,
     /// K/V are e4m3 bytes with these descale tables ([`kv_descales`]).
     pub kv_fp8: Option<(Descale, Descale)>,
+    /// Q is e4m3 bytes too, with this descale table ([`Options::with_q_fp8`]).
+    pub q_fp8: Option<Descale>,
 }
 
 impl Options {
@@ -421,6 +454,7 @@ impl Options {
             alibi_rank: 0,
             mm_prefix: None,
             kv_fp8: None,
+            q_fp8: None,
         }
     }
 
@@ -458,6 +492,32 @@ impl Options {
         self
     }
 
+    /// Q as e4m3 bytes too when `q_e4m3` (FlashAttention 3's fp8 forward, `Modes::q_fp8`, as
+    /// [`qkv_dtype_of`] says), read through `q_descale`, which is given exactly then (the
+    /// bindings pass a table of ones for a missing one, FlashAttention 3's 1.0, as for K/V). The
+    /// problem then checks it against the problem's shape and K's table: all three descales are
+    /// laid out alike (the kernels index Q's table as K's, a query head reading its KV head's
+    /// factor), and the core's rules hold (Q's strides in whole 16-byte copies). Which kernels
+    /// take such a problem (head dims, modes, architectures) is theirs to say when it is planned.
+    pub fn with_q_fp8(
+        mut self,
+        q_e4m3: bool,
+        q_descale: Option<Descale>,
+    ) -> Result<Self, ArgError> {
+        self.q_fp8 = match (q_e4m3, q_descale) {
+            (false, None) => None,
+            (false, Some(_)) => {
+                return bail(
+                    "q_descale is given, but q is not e4m3: it scales an fp8 (e4m3) q only \
+                     (FlashAttention 3's fp8 forward takes q, k and v all e4m3)",
+                )
+            }
+            (true, None) => return bail("an e4m3 (fp8) q needs q_descale; none was given"),
+            (true, Some(d)) => Some(d),
+        };
+        Ok(self)
+    }
+
     fn modes(
         &self,
         batch: usize,
@@ -485,6 +545,30 @@ impl Options {
             Some(d) => Some(alibi(&d[..self.alibi_rank], batch, heads_q)?),
             None => None,
         };
+        // Q's table first: when only it was given, K's and V's are ones shaped as it.
+        let q_fp8 = self.q_fp8.map(|d| d.scales(batch, heads_kv)).transpose()?;
+        let kv_fp8 = self
+            .kv_fp8
+            .map(|d| kv_scales(d, batch, heads_kv))
+            .transpose()?;
+        match (q_fp8, kv_fp8) {
+            (Some(_), None) => {
+                return bail(
+                    "an e4m3 (fp8) q needs e4m3 k and v (FlashAttention 3's fp8 forward), with \
+                     k_descale and v_descale",
+                )
+            }
+            (Some(qs), Some(kv)) if qs != kv => {
+                return bail(format!(
+                    "q_descale ({}) and k_descale/v_descale ({}) must be laid out alike: all \
+                     three (batch, nheads_k), all (nheads_k,) or all one element, with the same \
+                     strides (Q's table is indexed as K's)",
+                    read_as(qs),
+                    read_as(kv)
+                ))
+            }
+            _ => {}
+        }
         Ok((
             m.causal,
             Modes {
@@ -493,10 +577,8 @@ impl Options {
                 softcap: softcap(self.softcap)?,
                 alibi,
                 mm_prefix: self.mm_prefix,
-                kv_fp8: self
-                    .kv_fp8
-                    .map(|d| kv_scales(d, batch, heads_kv))
-                    .transpose()?,
+                kv_fp8,
+                q_fp8: q_fp8.is_some(),
                 ..Modes::default()
             },
         ))

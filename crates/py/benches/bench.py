@@ -143,8 +143,9 @@ def rust_direct(sets, causal):
     def call(qq, kk, vv):
         a = prebuilt[i[0] % len(prebuilt)]
         i[0] += 1
-        _flashcore.forward(*a, (1.0 / math.sqrt(d), causal, (-1, -1), 0.0), None,
-                           (ws.data_ptr(), ws.numel()), index, _ops._stream(index))
+        # alibi_slopes, k_descale, v_descale, q_descale: none; check_tables: off.
+        _flashcore.forward(*a, (1.0 / math.sqrt(d), causal, (-1, -1), 0.0), None, None, None,
+                           None, False, (ws.data_ptr(), ws.numel()), index, _ops._stream(index))
         return out
 
     return call

@@ -199,6 +199,7 @@ struct Tables {
     alibi_slopes: Option<Tensor>,
     k_descale: Option<Tensor>,
     v_descale: Option<Tensor>,
+    q_descale: Option<Tensor>,
 }
 
 impl Tables {
@@ -206,6 +207,7 @@ impl Tables {
         for (name, t) in [
             ("k_descale", &self.k_descale),
             ("v_descale", &self.v_descale),
+            ("q_descale", &self.q_descale),
         ] {
             match t {
                 Some(t) if t.1 != "f32" => {
@@ -243,6 +245,7 @@ struct BorrowedTables {
     alibi_slopes: Option<Borrowed<f32>>,
     k_descale: Option<Borrowed<f32>>,
     v_descale: Option<Borrowed<f32>>,
+    q_descale: Option<Borrowed<f32>>,
 }
 
 impl BorrowedTables {
@@ -257,6 +260,7 @@ impl BorrowedTables {
             alibi_slopes: f(&t.alibi_slopes),
             k_descale: f(&t.k_descale),
             v_descale: f(&t.v_descale),
+            q_descale: f(&t.q_descale),
         }
     }
 
@@ -269,6 +273,7 @@ impl BorrowedTables {
             alibi_slopes: self.alibi_slopes.as_ref().map(Borrowed::view),
             k_descale: self.k_descale.as_ref().map(Borrowed::view),
             v_descale: self.v_descale.as_ref().map(Borrowed::view),
+            q_descale: self.q_descale.as_ref().map(Borrowed::view),
             ..DeviceTables::default()
         }
     }
@@ -299,19 +304,22 @@ impl FaOptions {
         if let Some(a) = &tables.alibi_slopes {
             o = o.with_alibi(&a.2);
         }
-        let descale = |name, t: &Option<Tensor>| {
-            t.as_ref()
-                .map(|t| Descale::new(name, &t.1, &t.2, &t.3))
-                .transpose()
-        };
         let descales = fa_args::kv_descales(
             e4m3,
-            descale("k_descale", &tables.k_descale).map_err(arg_error)?,
-            descale("v_descale", &tables.v_descale).map_err(arg_error)?,
+            descale("k_descale", &tables.k_descale)?,
+            descale("v_descale", &tables.v_descale)?,
         )
         .map_err(arg_error)?;
         Ok(o.with_kv_fp8(descales))
     }
+}
+
+/// A descale table as the rules see it (its dtype, shape and strides), when given.
+fn descale(name: &'static str, t: &Option<Tensor>) -> PyResult<Option<Descale>> {
+    t.as_ref()
+        .map(|t| Descale::new(name, &t.1, &t.2, &t.3))
+        .transpose()
+        .map_err(arg_error)
 }
 
 /// Runs `call` on the device `ordinal` (`None`: the arguments were checked, nothing runs) on
@@ -341,18 +349,32 @@ fn kv_dtype_of(api: &str, q: &Tensor, k: &Tensor, v: &Tensor) -> PyResult<(DType
     fa_args::kv_dtype_of(api, &q.1, &k.1, &v.1).map_err(arg_error)
 }
 
-/// K or V borrowed for one call: 16-bit elements of Q's dtype, or e4m3 bytes.
+/// An e4m3 Q where FlashAttention 3's fp8 forward is not implemented (it is `flash_attn_func`'s:
+/// dense problems): `NotImplementedError`, before the dtype rules would call it bad input.
+fn refuse_e4m3_q(api: &str, q: &Tensor) -> PyResult<()> {
+    if fa_args::is_e4m3(&q.1) {
+        return Err(PyNotImplementedError::new_err(format!(
+            "flashcore: {api} with an fp8 (float8_e4m3fn) q is not implemented: the fp8 \
+             forward (q, k and v e4m3, with q_descale) is flash_attn_func's; here q stays \
+             float16/bfloat16 and only K/V may be fp8 (with k_descale/v_descale)"
+        )));
+    }
+    Ok(())
+}
+
+/// Q, K or V borrowed for one call: 16-bit elements of the problem's dtype, or e4m3 bytes.
 enum BorrowedKv {
     Half(Borrowed<u16>, DType),
     E4m3(Borrowed<u8>),
 }
 
 impl BorrowedKv {
-    /// `t` as the problem reads it (e4m3 exactly when `Modes::kv_fp8` says so).
-    fn new(stream: &Arc<CudaStream>, problem: &AttentionProblem, t: &Tensor) -> Self {
-        match problem.modes.kv_fp8 {
-            Some(_) => BorrowedKv::E4m3(borrow::<u8>(stream, t)),
-            None => BorrowedKv::Half(borrow::<u16>(stream, t), problem.dtype),
+    /// `t` as the problem reads it: e4m3 bytes when `e4m3` (`Modes::kv_fp8` for K and V,
+    /// `Modes::q_fp8` for Q), else 16-bit elements of the problem's dtype.
+    fn new(stream: &Arc<CudaStream>, problem: &AttentionProblem, t: &Tensor, e4m3: bool) -> Self {
+        match e4m3 {
+            true => BorrowedKv::E4m3(borrow::<u8>(stream, t)),
+            false => BorrowedKv::Half(borrow::<u16>(stream, t), problem.dtype),
         }
     }
 
@@ -364,8 +386,8 @@ impl BorrowedKv {
     }
 }
 
-/// O must be dense with Q's shape but V's head dim last (the rules' `o_dims`), of Q's dtype;
-/// LSE f32 and dense.
+/// O must be dense with Q's shape but V's head dim last (the rules' `o_dims`), of the
+/// problem's dtype (Q's, or bf16 for an e4m3 Q: `fa_args::FP8_OUT`); LSE f32 and dense.
 fn check_outputs(
     problem: &AttentionProblem,
     q: &Tensor,
@@ -373,11 +395,12 @@ fn check_outputs(
     lse: &Tensor,
 ) -> PyResult<()> {
     let o_dims = fa_args::o_dims(&q.2, problem.head_dim_v());
-    if out.1 != q.1 || out.2 != o_dims || !out.contiguous() {
+    let dtype = problem.dtype.name();
+    if out.1 != dtype || out.2 != o_dims || !out.contiguous() {
         return Err(PyValueError::new_err(format!(
             "flashcore: out must be contiguous with shape {o_dims:?} (q's, with v's head dim) \
-             and q's dtype {}",
-            torch_name(&q.1)
+             and dtype {} (q's, or torch.bfloat16 for an fp8 q)",
+            torch_name(dtype)
         )));
     }
     lse.table("softmax_lse", "f32")
@@ -404,8 +427,9 @@ fn forward_on(
 ) -> Result<&'static str, Error> {
     let stream = dev.stream().clone();
     let dtype = problem.dtype;
-    let q = borrow::<u16>(&stream, qkv[0]);
-    let [k, v] = [qkv[1], qkv[2]].map(|t| BorrowedKv::new(&stream, problem, t));
+    let q = BorrowedKv::new(&stream, problem, qkv[0], problem.modes.q_fp8);
+    let kv_e4m3 = problem.modes.kv_fp8.is_some();
+    let [k, v] = [qkv[1], qkv[2]].map(|t| BorrowedKv::new(&stream, problem, t, kv_e4m3));
     let mut o = borrow::<u16>(&stream, out);
     let mut l = borrow::<f32>(&stream, lse);
     let t = BorrowedTables::new(&stream, tables);
@@ -413,7 +437,7 @@ fn forward_on(
         dev.check_tables(problem, &t.views())?;
     }
     let mut tensors = AttentionTensors {
-        q: q.half(dtype).into(),
+        q: q.kv(),
         k: k.kv(),
         v: v.kv(),
         o: TensorMut {
@@ -428,10 +452,13 @@ fn forward_on(
 
 /// `flash_attn_func`'s forward: q `(b, s_q, h, d)`, k and v `(b, s_k, h_kv, d)`, any strides with
 /// a contiguous head dim; `out` dense with q's shape, `lse` f32 `(b, h, s_q)`. k and v may be
-/// e4m3 (fp8) with their f32 `k_descale`/`v_descale` (FlashAttention 3's). Returns the
-/// generation that ran.
+/// e4m3 (fp8) with their f32 `k_descale`/`v_descale` (FlashAttention 3's fp8 KV cache), and q
+/// too with its `q_descale` (FlashAttention 3's fp8 forward: q, k and v e4m3, `out` bf16); the
+/// Python side passes ones for a missing descale. `check_tables` copies the descales back and
+/// validates them first (each finite and > 0; a stream synchronisation). Returns the generation
+/// that ran.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, options, alibi_slopes, k_descale, v_descale, workspace, device, stream))]
+#[pyo3(signature = (q, k, v, out, lse, options, alibi_slopes, k_descale, v_descale, q_descale, check_tables, workspace, device, stream))]
 #[allow(clippy::too_many_arguments)]
 fn forward(
     py: Python<'_>,
@@ -444,24 +471,41 @@ fn forward(
     alibi_slopes: Option<Tensor>,
     k_descale: Option<Tensor>,
     v_descale: Option<Tensor>,
+    q_descale: Option<Tensor>,
+    check_tables: bool,
     workspace: (u64, usize),
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
-    let (dtype, e4m3) = kv_dtype_of("flash_attn_func", &q, &k, &v)?;
+    let (dtype, e4m3, q_e4m3) =
+        fa_args::qkv_dtype_of("flash_attn_func", &q.1, &k.1, &v.1).map_err(arg_error)?;
     let tables = Tables {
         alibi_slopes,
         k_descale,
         v_descale,
+        q_descale,
         ..Default::default()
     }
     .checked()?;
-    let opts = options.rules(dtype, e4m3, &tables)?;
+    // Q's descale first: when only it was given, K's and V's are ones shaped as it.
+    let q_descale = descale("q_descale", &tables.q_descale)?;
+    let opts = options
+        .rules(dtype, e4m3, &tables)?
+        .with_q_fp8(q_e4m3, q_descale)
+        .map_err(arg_error)?;
     let problem = fa_args::dense_problem(&q.view("q"), &k.view("k"), &v.view("v"), &opts)
         .map_err(arg_error)?;
     check_outputs(&problem, &q, &out, &lse)?;
     launch(py, device, stream, workspace, |dev| {
-        forward_on(dev, &problem, [&q, &k, &v], &out, &lse, &tables, false)
+        forward_on(
+            dev,
+            &problem,
+            [&q, &k, &v],
+            &out,
+            &lse,
+            &tables,
+            check_tables,
+        )
     })
 }
 
@@ -619,6 +663,7 @@ fn varlen_forward(
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
+    refuse_e4m3_q("flash_attn_varlen_func", &q)?;
     let (dtype, e4m3) = kv_dtype_of("flash_attn_varlen_func", &q, &k, &v)?;
     let paged = block_table.is_some();
     let lens_k = match (&cu_seqlens_k, &seqused_k) {
@@ -639,6 +684,7 @@ fn varlen_forward(
         alibi_slopes,
         k_descale,
         v_descale,
+        q_descale: None,
     }
     .checked()?;
     let opts = options.rules(dtype, e4m3, &tables)?;
@@ -700,6 +746,7 @@ fn kvcache_forward(
     device: Option<usize>,
     stream: usize,
 ) -> PyResult<(&'static str, usize)> {
+    refuse_e4m3_q("flash_attn_with_kvcache", &q)?;
     let (dtype, e4m3) = kv_dtype_of("flash_attn_with_kvcache", &q, &k_cache, &v_cache)?;
     let new = match (&k_new, &v_new) {
         (Some(k), Some(v)) => {
@@ -871,6 +918,12 @@ fn backward(
         Some(_) => "flash_attn_varlen_func (backward)",
         None => "flash_attn_func (backward)",
     };
+    if fa_args::is_e4m3(&q.1) {
+        return Err(PyNotImplementedError::new_err(
+            "flashcore: fp8 (e4m3) q, k and v have no backward (the fp8 forward is inference \
+             only); the backward pass takes f16/bf16 q, k and v",
+        ));
+    }
     let (dtype, e4m3) = kv_dtype_of(api, &q, &k, &v)?;
     if e4m3 {
         return Err(PyNotImplementedError::new_err(

@@ -570,7 +570,7 @@ def _kvcache_call(q=None, k_cache=None, v_cache=None, **kw):
 @pytest.mark.parametrize(
     "case,error,match",
     [
-        ("q_e4m3", ValueError, "q must be f16/bf16"),
+        ("q_e4m3", NotImplementedError, r"fp8 \(float8_e4m3fn\) q is not implemented"),
         ("e5m2_cache", ValueError, "float8_e5m2"),
         ("k_only_fp8", ValueError, "must both be e4m3"),
         ("v_only_fp8", ValueError, "must both be e4m3"),
@@ -651,8 +651,9 @@ def test_fp8_dense_and_varlen_shapes():
     assert out.shape == (30, 8, 64)
     with pytest.raises(ValueError, match="must both be e4m3"):
         flash_attn_func(q, kv, meta(2, 32, 2, 64, dtype=BF16))
-    with pytest.raises(NotImplementedError, match="q_descale"):
-        flash_attn_func(q, kv, kv, q_descale=f32(2, 8))
+    # q_descale scales an fp8 q only (the fp8 forward below).
+    with pytest.raises(ValueError, match="q_descale is given, but q is not e4m3"):
+        flash_attn_func(q, kv, kv, q_descale=f32(2, 2))
 
 
 def test_fp8_skips_the_prepared_path(monkeypatch):
@@ -720,3 +721,229 @@ def test_fp8_opcheck_kvcache():
         (meta(2, 1, 4, 64, dtype=BF16), cache, cache, i32(2), None, meta(2, 1, 2, 64, dtype=BF16),
          meta(2, 1, 2, 64, dtype=BF16), 0.125, True, -1, -1, 0.0, None, f32(2, 2), f32(2, 2)),
     )
+
+
+# ---- the fp8 forward (FlashAttention 3's: float8_e4m3fn q, k and v with q/k/v descales) ----
+
+
+def _fp8(q=None, k=None, v=None, **kw):
+    """flash_attn_func on e4m3 q ``(2, 16, 8, 128)`` and k = v ``(2, 32, 2, 128)`` (meta)."""
+    q = e4m3(2, 16, 8, 128) if q is None else q
+    k = e4m3(2, 32, 2, 128) if k is None else k
+    v = k if v is None else v
+    return flash_attn_func(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)])
+@pytest.mark.parametrize("kind", list(DESCALES))
+def test_fp8_forward_shapes(kind, heads, causal):
+    """Every descale layout (all three alike), MHA/GQA/MQA: O is bfloat16 (FlashAttention 3's),
+    the LSE float32. The descales' shapes follow nheads_k."""
+    h, h_kv = heads
+    layouts = {
+        "batch_head": lambda: f32(2, h_kv),
+        "head": lambda: f32(h_kv),
+        "expanded_head": lambda: f32(h_kv).expand(2, h_kv),
+        "expanded_one": lambda: f32(1).expand(2, h_kv),
+    }
+    make = layouts.get(kind, DESCALES[kind])
+    q, kv = e4m3(2, 16, h, 128), e4m3(2, 32, h_kv, 128)
+    out, lse = flash_attn_func(q, kv, kv, causal=causal, q_descale=make(), k_descale=make(),
+                               v_descale=make(), return_softmax_lse=True)
+    assert out.shape == q.shape and out.dtype == BF16 and out.is_contiguous()
+    assert lse.shape == (2, h, 16) and lse.dtype == F32
+    assert flash_attn_func(q, kv, kv, causal=causal).dtype == BF16  # descales default to 1.0
+
+
+@pytest.mark.parametrize("given", [(), ("q",), ("k",), ("v",), ("q", "v"), ("k", "v"),
+                                   ("q", "k", "v"), ("q_expanded",)])
+def test_fp8_forward_missing_descales_are_one(given):
+    """FlashAttention 3 reads a missing descale as 1.0: flashcore passes a table of ones in its
+    place, shaped as a given one (the given ones then made contiguous, so that all three index
+    alike), or of one element when none is given."""
+    q, kv = e4m3(2, 16, 8, 128), e4m3(2, 32, 2, 128)
+    d = f32(1).expand(2, 2) if given == ("q_expanded",) else f32(2, 2)
+    names = {"q": "q_descale", "k": "k_descale", "v": "v_descale", "q_expanded": "q_descale"}
+    kw = {names[g]: d for g in given}
+    assert _fp8(q, kv, **kw).shape == q.shape
+    tables = _ops.qkv_descales(q, kv, kw.get("q_descale"), kw.get("k_descale"),
+                               kw.get("v_descale"))
+    assert all(t.dtype == F32 for t in tables)
+    if not given:
+        assert all(t.shape == (1,) for t in tables)
+    elif len(given) == 3:
+        assert all(t is d for t in tables)  # all given: passed on as they are
+    else:
+        assert all(t.shape == (2, 2) and t.is_contiguous() for t in tables)
+    # A 16-bit q gets no q_descale (the Rust rules refuse one given with it), K/V theirs.
+    q16 = meta(2, 16, 8, 128, dtype=BF16)
+    assert _ops.qkv_descales(q16, kv, None, None, None)[0] is None
+    assert _ops.qkv_descales(q16, meta(2, 32, 2, 128, dtype=BF16), None, None, None) == (
+        None, None, None)
+
+
+@pytest.mark.parametrize(
+    "case,error,match",
+    [
+        ("k_bf16", ValueError, "k and v must be e4m3 too; k is bf16, v is e4m3"),
+        ("v_bf16", ValueError, "k and v must be e4m3 too; k is e4m3, v is bf16"),
+        ("kv_bf16", ValueError, "k and v must be e4m3 too"),
+        ("q_bf16_with_q_descale", ValueError, "q_descale is given, but q is not e4m3"),
+        ("all_bf16_with_q_descale", ValueError, "q_descale is given, but q is not e4m3"),
+        ("q_e5m2", ValueError, "float8_e5m2"),
+        ("q_descale_f16", ValueError, "q_descale must be torch.float32"),
+        ("q_descale_f64", ValueError, "q_descale must be torch.float32"),
+        ("q_descale_shape", ValueError, r"q_descale must have shape \(2, 2\)"),
+        ("q_descale_rank3", ValueError, "q_descale must have shape"),
+        ("q_descale_cpu", ValueError, "q_descale must be a CUDA tensor"),
+        ("q_descale_not_tensor", TypeError, "q_descale must be a torch.Tensor"),
+        ("q_descale_transposed", ValueError, "not a table the kernels can read"),
+        ("q_descale_unlike_k", ValueError, "q_descale .* laid out alike"),
+        ("k_descale_unlike_v", ValueError, "laid out alike"),
+        ("q_stride_not_16_bytes", ValueError, "q head stride 40 bytes is not a multiple of 16"),
+        ("head_dim_v", ValueError, "one head dim"),
+        ("heads_must_divide", ValueError, "must divide"),
+        ("head_dim_mismatch", ValueError, "shape mismatch"),
+        ("dropout", NotImplementedError, "dropout"),
+        ("varlen_q_e4m3", NotImplementedError,
+         r"flash_attn_varlen_func with an fp8 \(float8_e4m3fn\) q is not implemented"),
+        ("varlen_q_descale", NotImplementedError,
+         "q_descale .* not implemented in flash_attn_varlen"),
+        ("kvcache_q_e4m3", NotImplementedError,
+         r"flash_attn_with_kvcache with an fp8 \(float8_e4m3fn\) q is not implemented"),
+        ("kvcache_q_descale", NotImplementedError,
+         "q_descale .* not implemented in flash_attn_with_kvcache"),
+    ],
+)
+def test_fp8_forward_refusals(case, error, match):
+    """Every bad mix is refused before anything launches: bad input as ValueError/TypeError,
+    what is not implemented as NotImplementedError. (Zero, negative or non-finite factors are
+    values on the GPU, and the modes and head dims no kernel takes are the kernels' to refuse
+    when planned: test_gpu.py.)"""
+    q, kv = e4m3(2, 16, 8, 128), e4m3(2, 32, 2, 128)
+    kv16 = meta(2, 32, 2, 128, dtype=BF16)
+    q16 = meta(2, 16, 8, 128, dtype=BF16)
+    cu = i32(3)
+    calls = {
+        "k_bf16": lambda: _fp8(k=kv16, v=kv),
+        "v_bf16": lambda: _fp8(k=kv, v=kv16),
+        "kv_bf16": lambda: _fp8(k=kv16, v=kv16),
+        "q_bf16_with_q_descale": lambda: _fp8(q=q16, q_descale=f32(2, 2)),
+        "all_bf16_with_q_descale": lambda: _fp8(q=q16, k=kv16, v=kv16, q_descale=f32(2, 2)),
+        "q_e5m2": lambda: _fp8(q=meta(2, 16, 8, 128, dtype=torch.float8_e5m2)),
+        "q_descale_f16": lambda: _fp8(q_descale=meta(2, 2)),
+        "q_descale_f64": lambda: _fp8(q_descale=meta(2, 2, dtype=torch.float64),
+                                      k_descale=f32(2, 2), v_descale=f32(2, 2)),
+        "q_descale_shape": lambda: _fp8(q_descale=f32(3, 2), k_descale=f32(3, 2),
+                                        v_descale=f32(3, 2)),
+        "q_descale_rank3": lambda: _fp8(q_descale=f32(2, 2, 1)),
+        "q_descale_cpu": lambda: _fp8(q_descale=torch.ones(2, 2), k_descale=f32(2, 2),
+                                      v_descale=f32(2, 2)),
+        "q_descale_not_tensor": lambda: _fp8(q_descale=1.0, k_descale=f32(2, 2),
+                                             v_descale=f32(2, 2)),
+        "q_descale_transposed": lambda: _fp8(q_descale=f32(2, 2).t(), k_descale=f32(2, 2).t(),
+                                             v_descale=f32(2, 2).t()),
+        "q_descale_unlike_k": lambda: _fp8(q_descale=f32(2), k_descale=f32(2, 2),
+                                           v_descale=f32(2, 2)),
+        "k_descale_unlike_v": lambda: _fp8(q_descale=f32(2, 2), k_descale=f32(2, 2),
+                                           v_descale=f32(1)),
+        # Heads of q 40 bytes apart (e4m3 rows are copied 16 bytes at a time).
+        "q_stride_not_16_bytes": lambda: _fp8(
+            q=torch.empty(2, 16, 2, 40, dtype=E4M3, device="meta")[..., :16],
+            k=e4m3(2, 32, 1, 16)),
+        "head_dim_v": lambda: _fp8(v=e4m3(2, 32, 2, 64)),
+        "heads_must_divide": lambda: _fp8(k=e4m3(2, 32, 3, 128)),
+        "head_dim_mismatch": lambda: _fp8(k=e4m3(2, 32, 2, 64)),
+        "dropout": lambda: _fp8(dropout_p=0.1),
+        "varlen_q_e4m3": lambda: flash_attn_varlen_func(e4m3(30, 8, 128), e4m3(50, 2, 128),
+                                                        e4m3(50, 2, 128), cu, cu, 20, 30),
+        "varlen_q_descale": lambda: flash_attn_varlen_func(
+            meta(30, 8, 128, dtype=BF16), e4m3(50, 2, 128), e4m3(50, 2, 128), cu, cu, 20, 30,
+            q_descale=f32(2, 2)),
+        "kvcache_q_e4m3": lambda: _kvcache_call(q=e4m3(2, 1, 8, 128)),
+        "kvcache_q_descale": lambda: _kvcache_call(q_descale=f32(2, 2)),
+    }
+    with pytest.raises(error, match=match):
+        calls[case]()
+
+
+def test_fp8_forward_skips_the_prepared_path(monkeypatch):
+    """The prepared path keys 16-bit Q/K/V only: an fp8 call without descales reaches it only
+    for it to decline (and to remember so, on a CUDA device), one with descales never does."""
+    seen = []
+    real = _ops.fwd_fast
+
+    def spy(q, k, v, *args):
+        seen.append(q.dtype)
+        return real(q, k, v, *args)
+
+    monkeypatch.setattr(_ops, "fwd_fast", spy)
+    q, kv = e4m3(1, 16, 2, 128), e4m3(1, 16, 2, 128)
+    _fp8(q, kv, q_descale=f32(1))
+    assert seen == []
+    assert _fp8(q, kv).dtype == BF16
+    assert seen == [E4M3]
+
+
+def test_fp8_forward_backward_refusal_rule():
+    """The backward of an fp8 q is refused by the Rust checks as NotImplementedError (not as the
+    bad input an e4m3 q is to the 16-bit dtype rules)."""
+    q, kv = e4m3(1, 16, 2, 128), e4m3(1, 16, 2, 128)
+    lse, o = f32(1, 2, 16), meta(1, 16, 2, 128, dtype=BF16)
+    arg = _ops._shape_arg
+    with pytest.raises(NotImplementedError, match=r"fp8 \(e4m3\) q, k and v have no backward"):
+        flashcore._flashcore.backward(
+            *(arg(t) for t in (o, q, kv, kv, o, lse, q, kv, kv)),
+            (0.125, False, (-1, -1), 0.0), None, False, None, None, 0, 0, False, (0, 0), None, 0,
+        )
+
+
+def test_fp8_forward_autograd_refuses_its_backward(monkeypatch):
+    """An fp8 q that requires grad runs the forward; its backward goes to the refusal (which
+    raises NotImplementedError when it runs on the GPU: test_gpu.py; on meta tensors its fake
+    would not, so it is spied on here)."""
+    refused = []
+
+    def spy(dout, what):
+        refused.append(what)
+        raise NotImplementedError(what)
+
+    monkeypatch.setattr(_ops, "refuse_backward", spy)
+    q = e4m3(1, 16, 2, 128).requires_grad_(True)
+    kv = e4m3(1, 16, 2, 128)
+    out = flash_attn_func(q, kv, kv, causal=True, q_descale=f32(1), k_descale=f32(1),
+                          v_descale=f32(1))
+    assert out.requires_grad and out.dtype == BF16
+    with pytest.raises(NotImplementedError, match="q, k and v"):
+        out.float().sum().backward()
+    assert refused == ["flash_attn_func with fp8 (float8_e4m3fn) q, k and v"]
+
+
+def test_fp8_forward_compile_fullgraph_traces():
+    """Traced without a graph break (the ones of missing descales included), with q requiring
+    grad too: its backward refuses when it runs."""
+    def attend(q, k, v, q_descale, k_descale):
+        return flash_attn_func(q, k, v, causal=True, q_descale=q_descale, k_descale=k_descale)
+
+    q, kv = e4m3(2, 16, 8, 128), e4m3(2, 32, 2, 128)
+    for d in (f32(2, 2), None):
+        compiled = torch.compile(attend, fullgraph=True, backend="eager")
+        out = compiled(q, kv, kv, d, d)
+        assert out.shape == q.shape and out.dtype == BF16
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    qg = e4m3(2, 16, 8, 128).requires_grad_(True)
+    assert compiled(qg, kv, kv, f32(2), f32(2)).dtype == BF16
+
+
+def test_fp8_forward_compile_traces_bad_descales_as_errors():
+    compiled = torch.compile(
+        lambda q, k, d: flash_attn_func(q, k, k, q_descale=d), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="q_descale must have shape"):
+        compiled(e4m3(2, 16, 8, 128), e4m3(2, 32, 2, 128), f32(3, 2))
+
+
+def test_fp8_opcheck_forward():
+    q, kv = e4m3(2, 64, 8, 128), e4m3(2, 96, 2, 128)
+    d = f32(2, 2)
+    torch.library.opcheck(_ops.fwd, (q, kv, kv, 0.125, True, -1, -1, 0.0, None, False, d, d, d))

@@ -1699,3 +1699,227 @@ def test_cuda_graph_decode_fp8():
     torch.cuda.synchronize()
     assert_bitwise_equal("out", out, out_eager)
     assert_bitwise_equal("softmax_lse", lse, lse_eager)
+
+
+# ---- the fp8 forward (FlashAttention 3's: float8_e4m3fn q, k and v with q/k/v descales) ----
+
+# The kernel that takes it is the Hopper one (sm_90a, head dim 128); elsewhere every call is
+# NotImplementedError (test_fp8_forward_needs_hopper).
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+requires_hopper = pytest.mark.skipif(
+    not HOPPER, reason="the fp8 forward (e4m3 q, k and v) is taken by the Hopper kernel: sm_90a"
+)
+# The three descales of one layout, as FlashAttention 3 takes them: (batch, nheads_k); (nheads_k,);
+# one element; a (batch, nheads_k) view expanded from one factor per KV head (strides (0, 1));
+# none (1.0).
+FP8_FWD_DESCALES = ["batch_head", "head", "tensor", "expanded", "none"]
+FP8_FWD_SHAPES = [(113, 203), (300, 300), (512, 256)]  # the last: causal rows that see no key
+
+
+def pow2_descale(kind, batch, nheads_k):
+    """Factors 0.5, 1 or 2: powers of two, so that dequantizing is exact in float32, and small
+    enough that the scores (std up to 4) stay in a range where the fp8 program's own rounding is
+    what the bar below measures."""
+    if kind == "none":
+        return None
+    shape = {"batch_head": (batch, nheads_k), "head": (nheads_k,),
+             "expanded": (nheads_k,)}.get(kind, (1,))
+    d = torch.exp2(torch.randint(-1, 2, shape, device=DEVICE).float())
+    return d.expand(batch, nheads_k) if kind == "expanded" else d
+
+
+def fp8_forward_ref(q, k, v, q_descale, k_descale, v_descale, causal, softmax_scale=None):
+    """The float32 reference on the dequantized values: each e4m3 value times the factor of its
+    (sequence, KV head), a query head reading its KV head's ``q_descale`` entry (the (batch,
+    nheads_k) table repeated over each group of nheads / nheads_k query heads)."""
+    batch, nheads, nheads_k = q.shape[0], q.shape[2], k.shape[2]
+    q_table, k_table, v_table = (descale_table(d, batch, nheads_k)
+                                 for d in (q_descale, k_descale, v_descale))
+    q_true = dequantize(q, q_table.repeat_interleave(nheads // nheads_k, dim=1))
+    with torch.no_grad():
+        return attention_ref(q_true, dequantize(k, k_table), dequantize(v, v_table),
+                             causal=causal, softmax_scale=softmax_scale)
+
+
+def assert_fp8_close(out, lse, ref_out, ref_lse):
+    """The bar of flashcore-candle's fp8 GPU test (crates/candle/tests/gpu.rs,
+    ``flash_attn_fp8_against_dequantized_reference``), not the oracle's fp8 rule (docs/ORACLE.md):
+    max|O - ref| <= 0.05 · max|ref| + 0.01. The oracle's rule needs a low-precision reference of
+    the fp8 program itself (scores as an fp8 GEMM returning bf16 gives them, the numerators of
+    P rounded to e4m3), which is ``cargo xtask verify --dtype e4m3``'s, the kernel's accuracy
+    gate; this test checks the binding's plumbing (dtypes, descale layouts and which factor
+    scales which head, GQA, O's dtype and the LSE), as the candle test does for flashcore-candle:
+    Q, K and V are the reference's own values, but the kernel rounds P to e4m3 before P·V (3
+    mantissa bits), its e4m3 Q·Kᵀ is not summed in float32 (Hopper's fp8 tensor cores) and O is
+    bfloat16. A factor applied to the wrong head or sequence moves O by far more. The LSE (which
+    the candle op does not return) carries the scores' error, about bf16's rounding of them
+    (2^-8 relative, docs/ORACLE.md): max|LSE - ref| <= 0.01 · max|ref| + 0.02 over the rows
+    that see a key; the others must be +inf, with O = 0. ``lse`` None: O only."""
+    assert out.dtype == torch.bfloat16 and out.shape == ref_out.shape
+    out = out.float()
+    assert bool(torch.isfinite(out).all()), "O has non-finite elements (unwritten?)"
+    peak = ref_out.abs().max().item()
+    err = (out - ref_out).abs().max().item()
+    assert err <= 0.05 * peak + 0.01, f"max |O - ref| = {err:.4g} (max |ref| {peak:.4g})"
+    empty = torch.isinf(ref_lse)
+    if empty.any():
+        rows = empty.transpose(1, 2)  # (batch, seqlen_q, nheads), as O's rows
+        assert bool((out[rows] == 0).all()), "rows that see no key must give O = 0"
+    if lse is None:
+        return
+    assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape
+    assert bool((lse[empty] == ref_lse[empty]).all()), "rows that see no key must give LSE +inf"
+    seen = ~empty
+    assert bool(torch.isfinite(lse[seen]).all()), "LSE has non-finite elements (unwritten?)"
+    if seen.any():
+        peak = ref_lse[seen].abs().max().item()
+        err = (lse[seen] - ref_lse[seen]).abs().max().item()
+        assert err <= 0.01 * peak + 0.02, f"max |LSE - ref| = {err:.4g} (max |ref| {peak:.4g})"
+
+
+def check_fp8_forward(batch, seqlen_q, seqlen_k, nheads, nheads_k, causal, descale,
+                      softmax_scale=None, want_lse=True):
+    """One fp8 forward (head dim 128, e4m3 values from randn, descales of layout ``descale``)
+    against :func:`fp8_forward_ref` by :func:`assert_fp8_close`."""
+    torch.manual_seed(0)
+    d = 128
+    q = e4m3((batch, seqlen_q, nheads, d))
+    k, v = e4m3((batch, seqlen_k, nheads_k, d)), e4m3((batch, seqlen_k, nheads_k, d))
+    q_descale, k_descale, v_descale = (pow2_descale(descale, batch, nheads_k) for _ in range(3))
+    got = flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                          q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                          return_softmax_lse=want_lse)
+    out, lse = got if want_lse else (got, None)
+    assert isinstance(out, torch.Tensor)
+    ref_out, ref_lse = fp8_forward_ref(q, k, v, q_descale, k_descale, v_descale, causal,
+                                       softmax_scale)
+    assert_fp8_close(out, lse, ref_out, ref_lse)
+
+
+@requires_hopper
+@parametrize("causal", [False, True])
+@parametrize("nheads,nheads_k", GQA)
+@parametrize("seqlen_q,seqlen_k", FP8_FWD_SHAPES)
+def test_fp8_forward(seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """The fp8 forward against the float32 attention of the dequantized values, MHA/GQA/MQA,
+    causal or not, descales per (sequence, KV head) as FlashAttention 3 takes them."""
+    check_fp8_forward(2, seqlen_q, seqlen_k, nheads, nheads_k, causal, "batch_head")
+
+
+@requires_hopper
+@parametrize("causal", [False, True])
+@parametrize("descale", FP8_FWD_DESCALES)
+def test_fp8_forward_descales(descale, causal):
+    """Every descale layout the core reads (and none: 1.0), at GQA."""
+    check_fp8_forward(2, 113, 203, 6, 2, causal, descale)
+
+
+@requires_hopper
+@parametrize("want_lse", [False, True])
+def test_fp8_forward_softmax_scale(want_lse):
+    """An explicit softmax_scale; without return_softmax_lse only O comes back (bfloat16)."""
+    check_fp8_forward(1, 64, 96, 4, 2, True, "head", softmax_scale=0.05, want_lse=want_lse)
+
+
+@requires_hopper
+def test_fp8_forward_missing_descales_are_one():
+    """A missing descale is 1.0 (FlashAttention 3's): only q_descale given equals all three
+    given with ones beside it, bit for bit."""
+    torch.manual_seed(0)
+    q = e4m3((2, 113, 6, 128))
+    k, v = e4m3((2, 203, 2, 128)), e4m3((2, 203, 2, 128))
+    q_descale = pow2_descale("batch_head", 2, 2)
+    ones = torch.ones((2, 2), device=DEVICE)
+    out = flash_attn_func(q, k, v, causal=True, q_descale=q_descale)
+    full = flash_attn_func(q, k, v, causal=True, q_descale=q_descale, k_descale=ones,
+                           v_descale=ones)
+    assert_bitwise_equal("out", out, full)
+
+
+@requires_hopper
+@parametrize("table", ["q_descale", "k_descale", "v_descale"])
+@parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_fp8_forward_bad_descale_raises(bad, table):
+    """A factor that is not finite and > 0 would flip, erase or poison an input: refused by the
+    table checks (on by default) before anything launches."""
+    torch.manual_seed(0)
+    q = e4m3((2, 64, 4, 128))
+    k, v = e4m3((2, 64, 2, 128)), e4m3((2, 64, 2, 128))
+    descales = {name: pow2_descale("batch_head", 2, 2) for name in
+                ("q_descale", "k_descale", "v_descale")}
+    descales[table][1, 1] = bad
+    with pytest.raises(ValueError, match=f"{table}: entry 3 is"):
+        flash_attn_func(q, k, v, causal=True, **descales)
+
+
+def test_fp8_forward_descale_on_the_host_raises():
+    q = e4m3((1, 64, 4, 128))
+    kv = e4m3((1, 64, 2, 128))
+    with pytest.raises(ValueError, match="q_descale must be a CUDA tensor"):
+        flash_attn_func(q, kv, kv, q_descale=torch.ones(1, 2))
+
+
+@requires_hopper
+@pytest.mark.parametrize(
+    "mode,reason",
+    [
+        (dict(d=64), "head_dim 128 only"),
+        (dict(d=256), "head_dim 128 only"),
+        (dict(window_size=(32, 0)), "dense problems only"),
+        (dict(softcap=30.0), "dense problems only"),
+        (dict(alibi="head"), "dense problems only"),
+    ],
+    ids=["d64", "d256", "window", "softcap", "alibi"],
+)
+def test_fp8_forward_not_implemented(mode, reason):
+    """What no kernel takes with an fp8 q is NotImplementedError with the kernels' reasons, the
+    Hopper kernel's among them, never a launch."""
+    torch.manual_seed(0)
+    d = mode.get("d", 128)
+    q = e4m3((1, 64, 4, d))
+    kv = e4m3((1, 64, 2, d))
+    kw = {k: v for k, v in mode.items() if k != "d"}
+    if "alibi" in kw:
+        kw["alibi_slopes"] = make_alibi(kw.pop("alibi"), 1, 4)
+    with pytest.raises(NotImplementedError, match=reason):
+        flash_attn_func(q, kv, kv, **kw)
+
+
+@pytest.mark.skipif(HOPPER, reason="on sm_90a the Hopper kernel takes it (test_fp8_forward)")
+def test_fp8_forward_needs_hopper():
+    """Off Hopper no kernel takes an fp8 q: NotImplementedError with the kernels' reasons."""
+    q = e4m3((1, 64, 4, 128))
+    kv = e4m3((1, 64, 2, 128))
+    with pytest.raises(NotImplementedError, match="fp8"):
+        flash_attn_func(q, kv, kv, causal=True)
+
+
+@requires_hopper
+def test_fp8_forward_backward_refused():
+    """The fp8 forward has no backward: refused (NotImplementedError) when backward runs."""
+    torch.manual_seed(0)
+    q = e4m3((1, 64, 4, 128)).requires_grad_(True)
+    kv = e4m3((1, 64, 2, 128))
+    out = flash_attn_func(q, kv, kv, causal=True)
+    assert out.requires_grad and torch.isfinite(out).all()
+    with pytest.raises(NotImplementedError, match=r"fp8 \(float8_e4m3fn\) q, k and v"):
+        out.float().sum().backward()
+
+
+@requires_hopper
+def test_fp8_forward_declined_by_the_prepared_path():
+    """flash_attn_func's prepared path keys 16-bit Q/K/V only: an fp8 call without descales
+    goes to the general path every call, and is right each time."""
+    from flashcore import _ops
+
+    _ops.forget_prepared()
+    torch.manual_seed(0)
+    q = e4m3((1, 64, 4, 128))
+    k, v = e4m3((1, 96, 2, 128)), e4m3((1, 96, 2, 128))
+    assert _ops.fwd_fast(q, k, v, None, True, (-1, -1), 0.0) is None
+    assert not any(_ops._prepared.values())
+    ref_out, ref_lse = fp8_forward_ref(q, k, v, None, None, None, True)
+    for _ in range(2):
+        assert_fp8_close(*flash_attn_func(q, k, v, causal=True, return_softmax_lse=True),
+                         ref_out, ref_lse)
+    assert not any(_ops._prepared.values())

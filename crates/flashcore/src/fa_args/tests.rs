@@ -660,3 +660,138 @@ fn backward_refusals_name_what_is_inference_only() {
     assert!(e.contains("mm_prefix_ranges has no backward"), "{e}");
     assert!(e.contains("sliding windows, softcap and ALiBi"), "{e}");
 }
+
+// ---- e4m3 (fp8) Q, K and V: FlashAttention 3's fp8 forward (q_descale) ----
+
+#[test]
+fn qkv_dtypes_take_an_e4m3_q_with_e4m3_k_and_v_only() {
+    assert_eq!(FP8_OUT, DType::Bf16);
+    for e4m3 in ["e4m3", "f8e4m3"] {
+        assert_eq!(
+            qkv_dtype_of("f", e4m3, e4m3, e4m3),
+            Ok((FP8_OUT, true, true))
+        );
+        for (k, v) in [
+            (e4m3, "bf16"),
+            ("bf16", e4m3),
+            ("bf16", "bf16"),
+            ("f16", "f16"),
+        ] {
+            let err = qkv_dtype_of("f", e4m3, k, v).unwrap_err();
+            assert!(err.0.contains("k and v must be e4m3 too"), "{err}");
+            assert!(err.0.contains(&format!("k is {k}, v is {v}")), "{err}");
+        }
+    }
+    // A 16-bit q: kv_dtype_of's rules, unchanged.
+    assert_eq!(
+        qkv_dtype_of("f", "f16", "e4m3", "e4m3"),
+        Ok((DType::F16, true, false))
+    );
+    assert_eq!(
+        qkv_dtype_of("f", "bf16", "bf16", "bf16"),
+        Ok((DType::Bf16, false, false))
+    );
+    let err = qkv_dtype_of("f", "bf16", "e4m3", "bf16").unwrap_err();
+    assert!(err.0.contains("must both be e4m3"), "{err}");
+}
+
+/// The dense problem of e4m3 q `(2, 30, 4, 128)` and k = v `(2, 40, 2, 128)` (dense), with
+/// k_descale = v_descale of `kv_dims` and `q_descale` as given.
+fn fp8_forward(
+    kv_dims: &[usize],
+    q_descale: Option<Descale>,
+) -> Result<AttentionProblem, ArgError> {
+    let (qd, kd) = ([2, 30, 4, 128], [2, 40, 2, 128]);
+    let pair = kv_descales(
+        true,
+        Some(descale("k_descale", kv_dims)),
+        Some(descale("v_descale", kv_dims)),
+    )?;
+    let o = Options::new(FP8_OUT, 0.125)
+        .with_window(None, Some(0))
+        .with_kv_fp8(pair)
+        .with_q_fp8(true, q_descale)?;
+    dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &o)
+}
+
+#[test]
+fn an_e4m3_q_takes_a_q_descale_laid_out_as_k_descale() {
+    for (dims, scales) in [
+        (&[2, 2][..], KvScales::PerBatchKvHead),
+        (&[2], KvScales::PerKvHead),
+        (&[1], KvScales::PerTensor),
+    ] {
+        let p = fp8_forward(dims, Some(descale("q_descale", dims))).unwrap();
+        assert!(p.modes.q_fp8 && p.causal, "{dims:?}");
+        assert_eq!(
+            (p.modes.kv_fp8, p.dtype, p.heads_kv),
+            (Some(scales), DType::Bf16, 2)
+        );
+    }
+    // A (batch, nheads_k) view expanded from one factor per KV head reads as (nheads_k,).
+    let expanded = Descale::new("q_descale", "f32", &[2, 2], &[0, 1]).unwrap();
+    assert!(fp8_forward(&[2], Some(expanded)).unwrap().modes.q_fp8);
+    // Another layout than K's and V's, a shape the problem does not have (named before K's,
+    // which the bindings shape as Q's when only Q's is given), strides no kernel indexes.
+    let err = fp8_forward(&[2, 2], Some(descale("q_descale", &[2]))).unwrap_err();
+    assert!(
+        err.0.contains("q_descale (one factor per KV head)") && err.0.contains("laid out alike"),
+        "{err}"
+    );
+    let err = fp8_forward(&[3, 2], Some(descale("q_descale", &[3, 2]))).unwrap_err();
+    assert!(err.0.contains("q_descale must have shape (2, 2)"), "{err}");
+    let transposed = Descale::new("q_descale", "f32", &[2, 2], &[1, 2]).unwrap();
+    let err = fp8_forward(&[2, 2], Some(transposed)).unwrap_err();
+    assert!(err.0.contains("q_descale with strides"), "{err}");
+    // The bindings always pass one (ones for a missing one, FlashAttention 3's 1.0).
+    let err = fp8_forward(&[1], None).unwrap_err();
+    assert!(err.0.contains("needs q_descale"), "{err}");
+}
+
+#[test]
+fn q_descale_goes_with_an_e4m3_q_beside_e4m3_k_and_v_only() {
+    let d = descale("q_descale", &[1]);
+    assert_eq!(opts().with_q_fp8(false, None), Ok(opts()));
+    let err = opts().with_q_fp8(false, Some(d)).unwrap_err();
+    assert!(err.0.contains("q is not e4m3"), "{err}");
+    // An e4m3 Q over 16-bit K/V (qkv_dtype_of refuses it first; the rule holds on its own).
+    let (qd, kd) = ([2, 7, 8, 64], [2, 9, 2, 64]);
+    let o = opts().with_q_fp8(true, Some(d)).unwrap();
+    let err = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &o).unwrap_err();
+    assert!(err.0.contains("needs e4m3 k and v"), "{err}");
+    // The fp8 KV cache's problem is not the fp8 forward's.
+    let p = dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &fp8_opts(&[1])).unwrap();
+    assert!(!p.modes.q_fp8 && p.modes.kv_fp8.is_some());
+}
+
+#[test]
+fn an_e4m3_q_keeps_the_cores_rules() {
+    // Q's rows are copied 16 bytes at a time too: a row stride of 40 bytes is refused (K and V
+    // dense at head dim 16 are fine).
+    let (qd, qs, kd) = ([1, 4, 2, 16], [160, 40, 16, 1], [1, 4, 1, 16]);
+    let pair = kv_descales(
+        true,
+        Some(descale("k_descale", &[1])),
+        Some(descale("v_descale", &[1])),
+    )
+    .unwrap();
+    let o = Options::new(FP8_OUT, 0.25)
+        .with_kv_fp8(pair)
+        .with_q_fp8(true, Some(descale("q_descale", &[1])))
+        .unwrap();
+    let err = dense_of((&qd, &qs), (&kd, &dense(&kd)), &o).unwrap_err();
+    assert!(
+        err.0
+            .contains("q row stride 40 bytes is not a multiple of 16"),
+        "{err}"
+    );
+    assert!(
+        dense_of((&qd, &dense(&qd)), (&kd, &dense(&kd)), &o)
+            .unwrap()
+            .modes
+            .q_fp8
+    );
+    // Its backward is refused as the fp8 KV cache's.
+    let p = fp8_forward(&[1], Some(descale("q_descale", &[1]))).unwrap();
+    assert!(backward_refusal(&p).unwrap_err().0.contains("fp8 (e4m3)"));
+}

@@ -5,8 +5,9 @@ allocates its outputs with PyTorch's caching allocator, and queues the kernels o
 current stream of the tensors' device. Each has a fake (meta) implementation, so
 ``torch.compile`` traces through it without a graph break, and the dense and varlen (packed)
 forwards carry flashcore's backward into autograd (``flashcore::bwd``, ``flashcore::varlen_bwd``:
-causal or not, GQA, sliding windows, softcap, ALiBi); what has none (fp8 K/V, paged K/V, a V head
-dim of its own, what no backward kernel takes) raises ``NotImplementedError`` from ``backward``.
+causal or not, GQA, sliding windows, softcap, ALiBi); what has none (fp8 inputs, paged K/V, a V
+head dim of its own, what no backward kernel takes) raises ``NotImplementedError`` from
+``backward``.
 
 Eager calls that record no gradient run the CUDA implementation directly (:func:`eager`):
 PyTorch's dispatcher costs more than a small attention call on its own. ``flash_attn_func``'s
@@ -16,7 +17,11 @@ kernel are prepared once per shape, and a call is one launch. Everything else (a
 
 An fp8 KV cache (``torch.float8_e4m3fn`` K/V, FlashAttention 3's) goes to the kernels as its
 bytes with float32 ``k_descale``/``v_descale`` tables (:func:`kv_descales` supplies FlashAttention
-3's 1.0 for a missing one); Q and O stay float16/bfloat16, and it has no backward.
+3's 1.0 for a missing one); Q and O stay float16/bfloat16, and it has no backward. The dense
+forward also takes FlashAttention 3's fp8 forward, Q, K and V all e4m3 with ``q_descale`` too
+(:func:`qkv_descales`); O is then bfloat16, and it has no backward either. A dense call with
+descales checks their values as the varlen and KV-cache calls check their tables
+(:func:`set_table_checks`).
 
 The workspace some plans need (split-KV partials, scheduler counters, the backward's D vector)
 is PyTorch memory too: one zeroed tensor per (device, stream) in eager mode, one per capture
@@ -49,10 +54,12 @@ _table_checks = True
 
 def set_table_checks(on: bool) -> None:
     """Whether varlen and KV-cache calls validate their tables (cu_seqlens, cache_seqlens,
-    block_table) before launching. On by default: the kernels trust the tables, so a bad entry
-    would otherwise be a wild read. The check copies the tables to the host, a stream
-    synchronisation, so a serving loop that builds its own tables may turn it off. It is skipped
-    while a CUDA graph is being captured (where no synchronisation can be made)."""
+    block_table, the fp8 descales) before launching, and dense calls their fp8 descales (each
+    finite and > 0). On by default: the kernels trust the tables, so a bad entry would otherwise
+    be a wild read (or, for a descale, a silently wrong answer). The check copies the tables to
+    the host, a stream synchronisation, so a serving loop that builds its own tables may turn it
+    off. It is skipped while a CUDA graph is being captured (where no synchronisation can be
+    made)."""
     global _table_checks
     _table_checks = bool(on)
 
@@ -120,6 +127,27 @@ def kv_descales(k, k_descale, v_descale):
     given = given.contiguous()
     ones = torch.ones(given.shape, dtype=torch.float32, device=given.device)
     return (given, ones) if k_descale is not None else (ones, given)
+
+
+def qkv_descales(q, k, q_descale, k_descale, v_descale):
+    """The descales of a dense call, as FlashAttention 3 reads them. For an e4m3 q (its fp8
+    forward), a missing one of the three is 1.0: a table of ones shaped as a given one (the
+    given ones are then made contiguous, so that all three index alike), or of one element when
+    none is given. For a 16-bit q, ``q_descale`` is passed on as given (the Rust rules refuse it)
+    and K/V's are :func:`kv_descales`'s."""
+    if not isinstance(q, Tensor) or q.dtype != _E4M3:
+        return (q_descale, *kv_descales(k, k_descale, v_descale))
+    given = (q_descale, k_descale, v_descale)
+    present = [d for d in given if d is not None]
+    if len(present) == 3:
+        return given
+    if not present:
+        ones = torch.ones(1, dtype=torch.float32, device=q.device)
+        return ones, ones, ones
+    if not all(isinstance(d, Tensor) for d in present):
+        return given  # the caller's type check names it
+    ones = torch.ones(present[0].shape, dtype=torch.float32, device=present[0].device)
+    return tuple(ones if d is None else d.contiguous() for d in given)
 
 
 def _check_only(fn, args, tensors) -> None:
@@ -208,8 +236,13 @@ def _o_shape(q: Tensor, v: Tensor):
     return (*q.shape[:-1], v.shape[-1])
 
 
+def _o_dtype(q: Tensor) -> torch.dtype:
+    """O's dtype: q's, or bfloat16 for an fp8 q (FlashAttention 3's fp8 forward)."""
+    return torch.bfloat16 if q.dtype == _E4M3 else q.dtype
+
+
 def _empty_out(q: Tensor, v: Tensor) -> Tensor:
-    return _alloc(_o_shape(q, v), q.dtype, q.device)
+    return _alloc(_o_shape(q, v), _o_dtype(q), q.device)
 
 
 # ---- dense forward / backward ----
@@ -228,10 +261,12 @@ def fwd_impl(
     deterministic: bool,
     k_descale: Optional[Tensor] = None,
     v_descale: Optional[Tensor] = None,
+    q_descale: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     # The op's outputs are always O and a fresh LSE (deterministic matters to the backward only).
     return fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
-                     alibi_slopes, want_lse=True, k_descale=k_descale, v_descale=v_descale)
+                     alibi_slopes, want_lse=True, k_descale=k_descale, v_descale=v_descale,
+                     q_descale=q_descale)
 
 
 fwd = torch.library.custom_op("flashcore::fwd", fwd_impl, mutates_args=(), device_types="cuda")
@@ -240,10 +275,11 @@ _lse_scratch = {}
 
 
 def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-              want_lse, k_descale=None, v_descale=None):
+              want_lse, k_descale=None, v_descale=None, q_descale=None):
     """:func:`fwd_impl` for the eager fast path (:func:`eager`): when the caller does not want
     the LSE and no graph is being captured, the kernels write it into a scratch buffer kept per
-    (device, stream) instead of a fresh tensor (one allocation fewer per call)."""
+    (device, stream) instead of a fresh tensor (one allocation fewer per call). fp8 descales are
+    checked first (:func:`set_table_checks`; not while a graph is being captured)."""
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     out = _empty_out(q, v)
     n = b * h * s_q
@@ -256,10 +292,12 @@ def fwd_eager(q, k, v, softmax_scale, causal, window_left, window_right, softcap
         key = (index, _stream(index))
         scratch = _grown(_lse_scratch, key, n, torch.float32, q.device, zeroed=False)
         lse_arg = (scratch.data_ptr(), "f32", (b, h, s_q), (h * s_q, s_q, 1))
+    descales = k_descale is not None or v_descale is not None or q_descale is not None
     args = (
         _arg(q), _arg(k), _arg(v), _arg(out), lse_arg,
         (softmax_scale, causal, (window_left, window_right), softcap), _opt(alibi_slopes),
-        _opt(k_descale), _opt(v_descale),
+        _opt(k_descale), _opt(v_descale), _opt(q_descale),
+        descales and _table_checks and not _capturing(),
     )
     _launch(_flashcore.forward, args, q.device)
     return out, lse
@@ -332,8 +370,8 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
     if not (q.is_cuda and k.is_cuda and v.is_cuda and index == k.get_device() == v.get_device()):
         _prepared[key] = False
         return False
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        # An fp8 (e4m3) K/V, or a mismatch the general path names: never prepared.
+    if q.dtype == _E4M3 or k.dtype != q.dtype or v.dtype != q.dtype:
+        # An fp8 (e4m3) Q or K/V, or a mismatch the general path names: never prepared.
         _prepared[key] = False
         return False
     try:
@@ -352,16 +390,17 @@ def _prepare(key, q, k, v, softmax_scale, causal, window_size, softcap):
 
 @fwd.register_fake
 def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, deterministic,
-      k_descale=None, v_descale=None):
+      k_descale=None, v_descale=None, q_descale=None):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v), dtype=_o_dtype(q), device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k), _shape_arg(v), _shape_arg(out), _shape_arg(lse),
         (softmax_scale, causal, (window_left, window_right), softcap), _shape_arg(alibi_slopes),
-        _shape_arg(k_descale), _shape_arg(v_descale),
+        _shape_arg(k_descale), _shape_arg(v_descale), _shape_arg(q_descale), False,
     )
-    _check_only(_flashcore.forward, args, (q, k, v, alibi_slopes, k_descale, v_descale))
+    _check_only(_flashcore.forward, args,
+                (q, k, v, alibi_slopes, k_descale, v_descale, q_descale))
     return out, lse
 
 
@@ -450,6 +489,10 @@ def _fwd_setup(ctx, inputs, output):
 def _fwd_backward(ctx, dout, dlse):
     q, k, v, out, lse, alibi = ctx.saved_tensors
     none = (None,) * (ctx.inputs - 3)
+    if q.dtype == _E4M3:
+        # FlashAttention 3's fp8 forward: inference only, as the fp8 K/V below.
+        return (refuse_backward(dout, "flash_attn_func with fp8 (float8_e4m3fn) q, k and v"),
+                None, None, *none)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         # An fp8 (e4m3) K/V: refused when the backward runs, as the other modes without one.
         return (refuse_backward(dout, "flash_attn_func with an fp8 (float8_e4m3fn) K/V"),
@@ -510,7 +553,7 @@ varlen_fwd = torch.library.custom_op(
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale=None,
       v_descale=None, deterministic=False):
-    out = torch.empty(_o_shape(q, v), dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v), dtype=_o_dtype(q), device=q.device)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     tables = (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, k_descale,
               v_descale)
@@ -648,7 +691,7 @@ kvcache_fwd = torch.library.custom_op(
 def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, softmax_scale, causal, window_left,
       window_right, softcap, alibi_slopes, k_descale=None, v_descale=None):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-    out = torch.empty(_o_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    out = torch.empty(_o_shape(q, v_cache), dtype=_o_dtype(q), device=q.device)
     lse = q.new_empty((b, h, s_q), dtype=torch.float32)
     args = (
         _shape_arg(q), _shape_arg(k_cache), _shape_arg(v_cache), _shape_arg(out),

@@ -10,8 +10,16 @@ and :func:`flash_attn_varlen_func` take K/V (the cache) as ``torch.float8_e4m3fn
 the true value of a stored byte is ``float(byte) * descale[b, h_k]``, a missing descale is 1.0,
 and q (so the output) stays float16/bfloat16. No backward.
 
+FlashAttention 3's fp8 forward is :func:`flash_attn_func`'s: q, k and v all
+``torch.float8_e4m3fn`` with float32 ``q_descale``/``k_descale``/``v_descale`` of one layout
+(``(batch, nheads_k)``, ``(nheads_k,)`` or one element; query head h reads its KV head's
+``q_descale`` entry), a missing one 1.0; the output is bfloat16. Which problems a kernel takes
+(today the Hopper kernel, sm_90a: head dim 128, causal or not, GQA/MQA, no window, softcap or
+ALiBi) is the kernels' to say: the rest raises ``NotImplementedError`` with their reasons. No
+backward; the varlen and KV-cache functions refuse an fp8 q (``NotImplementedError``).
+
 The dense and varlen functions (and their packed forms) are differentiable, with every mode
-they take (causal, window, softcap, ALiBi); fp8 and paged K/V and the KV cache are inference
+they take (causal, window, softcap, ALiBi); fp8 inputs, paged K/V and the KV cache are inference
 only.
 
 Beyond FlashAttention 2: every function takes ``return_softmax_lse=True`` to return
@@ -73,11 +81,13 @@ def _tensors(**named) -> torch.device:
 
 
 
-def _refuse_q_descale(q_descale) -> None:
+def _refuse_q_descale(api: str, q_descale) -> None:
+    """The varlen and KV-cache functions take no fp8 q (the Rust side refuses an e4m3 q too)."""
     if q_descale is not None:
         raise NotImplementedError(
-            "flashcore: q_descale (an fp8 q) is not implemented: q stays float16/bfloat16 and "
-            "only K/V may be fp8 (float8_e4m3fn, with k_descale/v_descale)"
+            f"flashcore: q_descale (an fp8 q) is not implemented in {api}: the fp8 forward (q, k "
+            "and v float8_e4m3fn) is flash_attn_func's; here q stays float16/bfloat16 and only "
+            "K/V may be fp8 (float8_e4m3fn, with k_descale/v_descale)"
         )
 
 
@@ -111,29 +121,36 @@ def flash_attn_func(
     kernels whose runs are bit-identical. k and v may be fp8 (``torch.float8_e4m3fn``, both) with
     float32 ``k_descale``/``v_descale`` ``(batch, nheads_k)`` as FlashAttention 3 takes them (a
     missing one is 1.0); such a call has no backward (``NotImplementedError`` from
-    ``backward``)."""
+    ``backward``).
+
+    FlashAttention 3's fp8 forward: q, k and v all ``torch.float8_e4m3fn`` with float32
+    ``q_descale``/``k_descale``/``v_descale`` of one layout, ``(batch, nheads_k)`` (also
+    ``(nheads_k,)`` or one element; a missing one is 1.0), on q's device, each factor finite and
+    > 0; the true value of an element is ``float(e4m3) * descale[b, h_k]`` (a query head reads
+    its KV head's ``q_descale``). The output is bfloat16. Taken where a kernel takes it (the
+    Hopper kernel, sm_90a: head dim 128, causal or not, GQA/MQA; a window, softcap or ALiBi is
+    ``NotImplementedError``); inference only (``NotImplementedError`` from ``backward``)."""
     if dropout_p or return_attn_probs:
         _refuse(dropout_p, return_attn_probs)
-    # The prepared path takes 16-bit K/V only (an fp8 K/V without descales it declines itself).
+    # The prepared path takes 16-bit Q/K/V only (an fp8 one without descales it declines itself).
     descales = q_descale is not None or k_descale is not None or v_descale is not None
     if alibi_slopes is None and not return_softmax_lse and not descales:
         out = _ops.fwd_fast(q, k, v, softmax_scale, causal, window_size, softcap)
         if out is not None:
             return out
-    _refuse_q_descale(q_descale)
-    k_descale, v_descale = _ops.kv_descales(k, k_descale, v_descale)
+    q_descale, k_descale, v_descale = _ops.qkv_descales(q, k, q_descale, k_descale, v_descale)
     left, right = _window(window_size)
-    if _ops.eager(q, k, v, alibi_slopes, k_descale, v_descale):
+    if _ops.eager(q, k, v, alibi_slopes, k_descale, v_descale, q_descale):
         out, lse = _ops.fwd_eager(
             q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
-            float(softcap), alibi_slopes, return_softmax_lse, k_descale, v_descale,
+            float(softcap), alibi_slopes, return_softmax_lse, k_descale, v_descale, q_descale,
         )
     else:
         _tensors(q=q, k=k, v=v, alibi_slopes=alibi_slopes, k_descale=k_descale,
-                 v_descale=v_descale)
+                 v_descale=v_descale, q_descale=q_descale)
         out, lse = _ops.fwd(
             q, k, v, _scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
-            float(softcap), alibi_slopes, bool(deterministic), k_descale, v_descale,
+            float(softcap), alibi_slopes, bool(deterministic), k_descale, v_descale, q_descale,
         )
     return _result(out, lse, return_softmax_lse)
 
@@ -216,12 +233,13 @@ def flash_attn_varlen_func(
     page_block_size, nheads_k, headdim)`` and sequence b's keys are its first
     ``cu_seqlens_k[b+1] - cu_seqlens_k[b]`` cache rows. softmax_lse is ``(nheads, total_q)``.
     k and v (packed or paged) may be fp8 (``torch.float8_e4m3fn``) with float32
-    ``k_descale``/``v_descale`` ``(batch, nheads_k)``, as FlashAttention 3 takes them.
-    Differentiable when packed (FlashAttention 2's varlen backward, with the window, softcap and
-    ALiBi; ``deterministic=True`` as in :func:`flash_attn_func`); a paged or fp8 K/V has no
-    backward (``NotImplementedError`` from ``backward``)."""
+    ``k_descale``/``v_descale`` ``(batch, nheads_k)``, as FlashAttention 3 takes them; q stays
+    float16/bfloat16 (an fp8 q or ``q_descale`` is ``NotImplementedError``: the fp8 forward is
+    :func:`flash_attn_func`'s). Differentiable when packed (FlashAttention 2's varlen backward,
+    with the window, softcap and ALiBi; ``deterministic=True`` as in :func:`flash_attn_func`); a
+    paged or fp8 K/V has no backward (``NotImplementedError`` from ``backward``)."""
     _refuse(dropout_p, return_attn_probs)
-    _refuse_q_descale(q_descale)
+    _refuse_q_descale("flash_attn_varlen_func", q_descale)
     _tensors(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
              alibi_slopes=alibi_slopes, block_table=block_table, k_descale=k_descale,
              v_descale=v_descale)
@@ -345,12 +363,13 @@ def flash_attn_with_kvcache(
     ``float(byte) * descale[b, h_k]``; a missing descale is 1.0. q, ``k``/``v`` (the rows to
     append, quantized into the cache as ``(k / k_descale).to(float8_e4m3fn)``, saturating) and
     the output stay float16/bfloat16. Head dims 64, 128 and 256 (the kernel that reads fp8), on
-    compute capability 8.9 or newer. ``q_descale`` (an fp8 q) is refused."""
+    compute capability 8.9 or newer. An fp8 q or ``q_descale`` is refused
+    (``NotImplementedError``: the fp8 forward is :func:`flash_attn_func`'s)."""
     for name, arg in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                       ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if arg is not None:
             raise NotImplementedError(f"flashcore: {name} is not implemented in flash_attn_with_kvcache")
-    _refuse_q_descale(q_descale)
+    _refuse_q_descale("flash_attn_with_kvcache", q_descale)
     device = _tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v,
                       cache_seqlens=cache_seqlens if isinstance(cache_seqlens, Tensor) else None,
                       block_table=block_table, alibi_slopes=alibi_slopes, k_descale=k_descale,
