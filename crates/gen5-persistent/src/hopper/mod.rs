@@ -216,14 +216,16 @@ impl PersistentHopper {
         if !storage_modes(problem).is_dense() {
             return Err(Unsupported::new(
                 NAME,
-                "e4m3 Q, K and V: dense problems only (no varlen, KV cache, pages, windows,                  softcap, ALiBi or mm_prefix yet)",
+                "e4m3 Q, K and V: dense problems only (no varlen, KV cache, pages, windows, \
+                 softcap, ALiBi or mm_prefix yet)",
             ));
         }
         if problem.head_dim != E4M3_HEAD_DIM || problem.has_distinct_head_dim_v() {
             return Err(Unsupported::new(
                 NAME,
                 format!(
-                    "e4m3 Q, K and V: head_dim {E4M3_HEAD_DIM} only (one head dim for Q, K and V),                      got {} / {}",
+                    "e4m3 Q, K and V: head_dim {E4M3_HEAD_DIM} only (one head dim for Q, K and \
+                     V), got {} / {}",
                     problem.head_dim,
                     problem.head_dim_v()
                 ),
