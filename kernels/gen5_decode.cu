@@ -28,8 +28,8 @@
 // D bytes, operands widened in registers) and adds the descales: the key one scales the logits,
 // the value one the unit's O before the warps' merge.
 //
-// Padded head dims (FC_DECODE_PADDED, common/padded_head.cuh): one build at D = 64, 128 or 256
-// serves every head dim (a multiple of 8) that rounds up to it, and V's own head dim
+// Padded head dims (FC_DECODE_PADDED, common/padded_head.cuh): one build at D = 64, 128, 256 or
+// 512 serves every head dim (a multiple of 8) that rounds up to it, and V's own head dim
 // (FC_HEAD_DIM_V) up to it: Q, K and V tiles hold D columns of which only the problem's are
 // loaded (the rest zero-filled: they add nothing to either product), and only V's columns of O
 // are stored. 16-bit caches only; an e4m3 cache is read at the build dims exactly.
