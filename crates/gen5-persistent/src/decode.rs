@@ -440,7 +440,7 @@ pub(crate) fn or_persistent(
         return Err(Unsupported::new(
             name,
             format!(
-                "an e4m3 KV cache is read by the decode kernel only (head dims {HEAD_DIMS:?}, \
+                "an e4m3 KV cache is read by the decode kernel only (head dims {E4M3_HEAD_DIMS:?}, \
                  one head dim for Q, K and V, FLASHCORE_DECODE not off)"
             ),
         ));
