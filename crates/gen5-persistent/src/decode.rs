@@ -354,12 +354,20 @@ pub fn max_chunks_within(bound: usize, base: usize) -> usize {
     .unwrap_or(1)
 }
 
+/// Head dims of the routed plans ([`routes_per_sequence`]): the decode builds that take a
+/// head dim unpadded and have a persistent kernel beside them. Padded and wider dims keep the
+/// persistent kernel alone for such batches: the portable kernel's routed build at 224 spills
+/// (4 bytes, check-kernels), and no routed plan at those dims has run on a GPU.
+pub const ROUTED_HEAD_DIMS: &[usize] = &[64, 128, 256];
+
 /// Whether a batch-invariant problem takes the routed plan: varlen queries whose longest does
-/// not fit one decode tile (shorter sequences may), on a head dim the decode kernel is built for.
+/// not fit one decode tile (shorter sequences may), at one of [`ROUTED_HEAD_DIMS`].
 pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
     problem.batch_invariant
         && cfg.mode == DecodeMode::Auto
         && problem.modes.packed_q.is_some()
+        && ROUTED_HEAD_DIMS.contains(&problem.head_dim)
+        && !problem.has_distinct_head_dim_v()
         && build_dim(problem).is_some()
         && problem.q_heads_per_kv() <= Q_TILE_ROWS
         && !takes(problem, cfg)
@@ -872,6 +880,26 @@ mod tests {
                 let plan = plan.unwrap_or_else(|e| panic!("({d}, {dv}) {}: {e}", kernel.name()));
                 assert_eq!(plan.launches[0].entry, SPLIT_ENTRY, "({d}, {dv})");
             }
+        }
+        // A batch-invariant varlen batch whose longest query does not fit a decode tile is
+        // routed per sequence only at the unpadded builds up to 256.
+        let bi = DecodeConfig::default();
+        for (d, routed) in [
+            (64, true),
+            (128, true),
+            (256, true),
+            (96, false),
+            (224, false),
+        ] {
+            let p = AttentionProblem::new(3, 8, 100, d)
+                .with_kv(2, 300)
+                .with_modes(Modes {
+                    packed_q: Some(103),
+                    ..Modes::default()
+                });
+            let mut p = p;
+            p.batch_invariant = true;
+            assert_eq!(routes_per_sequence(&p, &bi), routed, "D={d}");
         }
         // Past 256, a problem that is not decode-shaped is refused by both paths, by name.
         let prefill = AttentionProblem::new(1, 8, 512, 512).with_kv(8, 512);
