@@ -455,12 +455,15 @@ pub(crate) fn or_persistent(
     }
     let widest = problem.head_dim.max(problem.head_dim_v());
     if widest > PERSISTENT_MAX_HEAD_DIM {
+        // Problems that are not decode-shaped were refused by the capabilities' check
+        // (`decode_only`); this one is decode-shaped but the decode kernel does not take it here.
         return Err(Unsupported::new(
             name,
             format!(
                 "head dim {widest}: the persistent kernel is built up to \
-                 {PERSISTENT_MAX_HEAD_DIM}; past it only decode-shaped problems run here (queries \
-                 per KV head within one {Q_TILE_ROWS}-row tile, 16-bit caches), on the decode kernel"
+                 {PERSISTENT_MAX_HEAD_DIM}, and past it the decode kernel does not take this \
+                 problem on this device (16-bit caches only, its ring within the shared memory, \
+                 FLASHCORE_DECODE not off)"
             ),
         ));
     }
@@ -910,6 +913,13 @@ mod tests {
             let e = kernel.plan(&prefill, &h100).unwrap_err();
             assert!(e.to_string().contains("decode-shaped"), "{e}");
         }
+        // Decode-shaped at 512 where the 512 ring does not fit (sm_86's 99 KiB): refused by name.
+        let sm86 = DeviceInfo::synthetic_sm86();
+        let wide_decode = AttentionProblem::new(1, 8, 1, 512).with_kv(8, 512);
+        let e = crate::PersistentPortable
+            .plan(&wide_decode, &sm86)
+            .unwrap_err();
+        assert!(e.to_string().contains("decode kernel does not take"), "{e}");
         // Past the widest build, or not a multiple of 8: no build.
         for (d, dv) in [(520, 520), (512, 520), (100, 100), (128, 68)] {
             let p = AttentionProblem::new(1, 8, 1, d)
