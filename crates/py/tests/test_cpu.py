@@ -797,6 +797,7 @@ def test_fp8_forward_missing_descales_are_one(given):
         ("q_descale_shape", ValueError, r"q_descale must have shape \(2, 2\)"),
         ("q_descale_rank3", ValueError, "q_descale must have shape"),
         ("q_descale_cpu", ValueError, "q_descale must be a CUDA tensor"),
+        ("q_descale_cpu_alone", ValueError, "q_descale must be a CUDA tensor"),
         ("q_descale_not_tensor", TypeError, "q_descale must be a torch.Tensor"),
         ("q_descale_transposed", ValueError, "not a table the kernels can read"),
         ("q_descale_unlike_k", ValueError, "q_descale .* laid out alike"),
@@ -840,6 +841,9 @@ def test_fp8_forward_refusals(case, error, match):
         "q_descale_rank3": lambda: _fp8(q_descale=f32(2, 2, 1)),
         "q_descale_cpu": lambda: _fp8(q_descale=torch.ones(2, 2), k_descale=f32(2, 2),
                                       v_descale=f32(2, 2)),
+        # The ones made for the missing k/v descales live on q's device, so the host table is
+        # the one named.
+        "q_descale_cpu_alone": lambda: _fp8(q_descale=torch.ones(2, 2)),
         "q_descale_not_tensor": lambda: _fp8(q_descale=1.0, k_descale=f32(2, 2),
                                              v_descale=f32(2, 2)),
         "q_descale_transposed": lambda: _fp8(q_descale=f32(2, 2).t(), k_descale=f32(2, 2).t(),

@@ -146,7 +146,9 @@ def qkv_descales(q, k, q_descale, k_descale, v_descale):
         return ones, ones, ones
     if not all(isinstance(d, Tensor) for d in present):
         return given  # the caller's type check names it
-    ones = torch.ones(present[0].shape, dtype=torch.float32, device=present[0].device)
+    # On q's device, where the kernel reads them: a given table on another device is then the
+    # one the device check names.
+    ones = torch.ones(present[0].shape, dtype=torch.float32, device=q.device)
     return tuple(ones if d is None else d.contiguous() for d in given)
 
 
