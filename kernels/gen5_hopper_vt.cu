@@ -1,7 +1,7 @@
 // Generation 5 (Hopper), e4m3 forward: V's transposed copy, the launch before the attention kernel
 // (FC_HOPPER_E4M3, config.cuh). fp8 wgmma takes K-major operands only, so P·V needs V with the keys
 // contiguous: Vt[b][h_kv][c][key], bytes, in the plan's workspace at FC_VT_OFFSET, each row padded
-// to a whole number of key tiles (FC_VT_KEY_PAD) with zeros (the kernel's V boxes never leave the copy, and a
+// to a whole number of 128-key tiles with zeros (the kernel's V boxes never leave the copy, and a
 // key past seq_k contributes 0 · 0). Within every 16 keys the order is the one the kernel's P
 // fragment has (common/hopper/wgmma_e4m3.cuh): position 4q + i holds key i < 2 ? 2q + i : 6 + 2q + i.
 // FlashAttention 3 transposes V in shared memory inside its mainloop instead; here one pass over V
@@ -9,15 +9,11 @@
 //
 // Grid (keys padded / 64, heads_kv, batch), 256 threads: a 64-key × head_dim tile through shared
 // memory, read in V's rows (16 bytes a thread) and written in Vt's (16 keys a thread).
-// Defines: FC_HEAD_DIM (V's head dim, a multiple of 16 up to 256), FC_VT_OFFSET (bytes),
-// FC_VT_KEY_PAD (the attention kernel's key tile, a multiple of 64; default 128).
+// Defines: FC_HEAD_DIM (V's head dim, a multiple of 16 up to 256), FC_VT_OFFSET (bytes).
 #include "common/params.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM"
-#endif
-#ifndef FC_VT_KEY_PAD
-#define FC_VT_KEY_PAD 128
 #endif
 #ifndef FC_VT_OFFSET
 #error "compile with -DFC_VT_OFFSET (the copy's byte offset in the workspace)"
@@ -28,7 +24,7 @@ enum : int {
     D = FC_HEAD_DIM,
     TILE_KEYS = 64,
     THREADS = 256,
-    KEY_PAD = FC_VT_KEY_PAD,  // the attention kernel's key tile: Vt rows are whole tiles
+    KEY_PAD = 128,  // the attention kernel's key tile: Vt rows are whole tiles
     ROW_CHUNKS = D / 16,
 };
 static_assert(D % 16 == 0 && D <= 256, "V's head dim: a multiple of 16 up to 256");

@@ -272,9 +272,8 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
         const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
         // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box (NBOX_V of them).
         // e4m3: V transposed, K-major as K is (SBO = 1024, the next 8 of V's columns).
-        const unsigned long long v_desc0 = !E4M3                ? make_desc_sw128(sV, KV_BOX_BYTES, 1024)
-                                           : VT_BOX_KEYS == 128 ? make_desc_sw128(sV, 16, 1024)
-                                                                : make_desc_sw64(sV, 16, 512);
+        const unsigned long long v_desc0 =
+            E4M3 ? make_desc_sw128(sV, 16, 1024) : make_desc_sw128(sV, KV_BOX_BYTES, 1024);
 
         // Ping-pong prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this).
         if constexpr (PINGPONG) {
@@ -363,36 +362,6 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                     int vstage = stage;
                     unsigned vphase = phase;
                     advance_ring(stage, phase);
-                    if constexpr ((E4M3_SCHED & 2) != 0) {
-                        // The deferred rescale (mainloop.cuh, lazy_key_tile): P in two register
-                        // sets taken in turn; (vstage, vphase) is tile t-1's V slot, v2stage t-2's.
-                        unsigned pr2[P_REGS];
-                        bool in2 = false;  // P_{t-1} is in pr2
-                        bool has_v2 = false;
-                        int v2stage = 0;
-                        for (int kb = first_kb + KEY_STEP; kb < w.n_blocks; kb += KEY_STEP) {
-                            if (!in2)
-                                lazy_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, cw, q_desc, k_desc0, v_desc0, sm,
-                                              stage, phase, vstage, vphase, has_v2, v2stage, q_empty, grow0,
-                                              w.m * BM + row_wg * WG_M, col_in_block, wg_unmasked, score_modified,
-                                              softmax_scale_log2, s, pr, pr2, o, m, l, alpha);
-                            else
-                                lazy_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, cw, q_desc, k_desc0, v_desc0, sm,
-                                              stage, phase, vstage, vphase, has_v2, v2stage, q_empty, grow0,
-                                              w.m * BM + row_wg * WG_M, col_in_block, wg_unmasked, score_modified,
-                                              softmax_scale_log2, s, pr2, pr, o, m, l, alpha);
-                            in2 = !in2;
-                            has_v2 = true;
-                            v2stage = vstage;
-                            vstage = stage;
-                            vphase = phase;
-                            advance_ring(stage, phase);
-                        }
-                        if (in2)
-                            lazy_last_pv(sm, v_desc0, vstage, vphase, has_v2, v2stage, pr2, o, alpha, trace, it);
-                        else
-                            lazy_last_pv(sm, v_desc0, vstage, vphase, has_v2, v2stage, pr, o, alpha, trace, it);
-                    } else {
                     for (int kb = first_kb + KEY_STEP; kb < w.n_blocks; kb += KEY_STEP) {
                         next_key_tile(p, w.b, w.h, w.kb0, w.n_blocks, kb, cw, q_desc, k_desc0, v_desc0, sm, stage,
                                       phase, vstage, vphase, q_empty, grow0, w.m * BM + row_wg * WG_M, col_in_block,
@@ -402,7 +371,6 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
                         advance_ring(stage, phase);
                     }
                     pv_tile(sm, v_desc0, vstage, vphase, pr, o, trace, it);
-                    }
                 } else if (RELEASE_Q_AFTER_QK) {
                     mbar_arrive(q_empty);  // no key tile (of its own): Q was loaded but is not needed
                 }

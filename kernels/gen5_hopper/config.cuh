@@ -164,15 +164,9 @@
 #define FC_HOPPER_E4M3 0
 #endif
 #if FC_HOPPER_E4M3 && (FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_SMEM_EPILOGUE || \
-                       FC_HOPPER_PREFETCH || FC_HOPPER_CONSUMER_WGS != 2 ||                                        \
+                       FC_HOPPER_PREFETCH || FC_HOPPER_CONSUMER_WGS != 2 || FC_HOPPER_BLOCK_N != 128 ||             \
                        FC_HOPPER_PADDED_HEAD || FC_HEAD_DIM_V != FC_HEAD_DIM || FC_HEAD_DIM != 128)
-#error "FC_HOPPER_E4M3=1 is the dense, unsplit two-warpgroup build at D = 128"
-#endif
-#if FC_HOPPER_E4M3 && FC_HOPPER_BLOCK_N % 64 != 0
-#error "FC_HOPPER_E4M3=1 takes key tiles of whole 64-key V boxes"
-#endif
-#ifndef FC_HOPPER_E4M3_SCHED
-#define FC_HOPPER_E4M3_SCHED 0
+#error "FC_HOPPER_E4M3=1 is the dense, unsplit two-warpgroup build with 128-key tiles at D = 128"
 #endif
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
 #define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
@@ -207,7 +201,6 @@ constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
 // Input elements: bytes with FC_HOPPER_E4M3, else the module's 16-bit dtype; a 128-byte swizzled
 // box row holds BOX_COLS of them. (Enums: see DV above.)
 enum : bool { E4M3 = FC_HOPPER_E4M3 != 0 };
-enum : int { E4M3_SCHED = E4M3 ? FC_HOPPER_E4M3_SCHED : 0 };
 enum : int { IN_BYTES = E4M3 ? 1 : 2, BOX_COLS = 128 / IN_BYTES };
 constexpr int NBOX = D / BOX_COLS;      // 128-byte TMA boxes per row of a Q or K tile
 constexpr int ROW_BYTES = 128;          // one swizzled box row
@@ -217,9 +210,6 @@ constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;
 constexpr int KV_TILE_BYTES = NBOX * KV_BOX_BYTES;   // a K stage (a V stage when DV == D)
 // A V stage: NBOX_V boxes of BN rows; e4m3: one box of V's DV transposed rows of BN key bytes.
 enum : int { V_TILE_BYTES = E4M3 ? DV * BN : NBOX_V * KV_BOX_BYTES };
-// e4m3: keys per box of V's transposed copy, a box's row: 128 bytes (128B swizzle) where the key
-// tile is whole 128s, else 64 (64B swizzle).
-enum : int { VT_BOX_KEYS = BN % 128 == 0 ? 128 : 64 };
 enum : int {
     // Registers of P, the P·V operand: two 16-bit or four e4m3 probabilities each.
     P_REGS = E4M3 ? BN / 8 : BN / 4,
@@ -304,7 +294,7 @@ constexpr int PRODUCER_REGS = CONSUMER_WGS == 3 ? 32 : CONSUMER_REGS >= 240 ? 24
 // BAR_PAIR: both consumer warpgroups, for the key-split exchange.
 enum : unsigned { BAR_SCHED = 1, BAR_WG = 1 + CONSUMER_WGS, BAR_PAIR = 1 + 2 * CONSUMER_WGS };
 
-static_assert(BN == 64 || BN == 80 || BN == 112 || BN == 128 || BN == 176 || (E4M3 && (BN == 192 || BN == 256)),
+static_assert(BN == 64 || BN == 80 || BN == 112 || BN == 128 || BN == 176,
               "FC_HOPPER_BLOCK_N must be 64, 80, 112, 128 or 176");
 static_assert(STAGES >= 2 && STAGES <= 8, "FC_HOPPER_STAGES in 2..8");
 static_assert(Q_STAGES == 1 || Q_STAGES == 2, "FC_HOPPER_Q_STAGES must be 1 or 2");

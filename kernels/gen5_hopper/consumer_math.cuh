@@ -49,10 +49,8 @@ __device__ __forceinline__ void gemm_pv_e4m3(float (&o)[NO], const unsigned (&pr
 #pragma unroll
     for (int t = 0; t < BN / 32; ++t) {
         const unsigned a[4] = {pr[4 * t + 0], pr[4 * t + 1], pr[4 * t + 2], pr[4 * t + 3]};
-        // keys 32t..32t+31: 32 bytes into each transposed row of their VT_BOX_KEYS-key box.
-        constexpr int STEPS = VT_BOX_KEYS / 32;
-        wgmma_rs_e4m3(o, a, v_desc + (unsigned long long)(((t % STEPS) * 32 + (t / STEPS) * DV * VT_BOX_KEYS) >> 4),
-                      1);  // N = DV
+        // keys 32t..32t+31: 32 bytes into each transposed row of the 128-byte swizzled box.
+        wgmma_rs_e4m3(o, a, v_desc + (unsigned long long)((t * 32) >> 4), 1);  // N = DV
     }
 }
 template <bool kE4m3 = E4M3, int NO, int NP>
@@ -140,12 +138,6 @@ __device__ __forceinline__ float row_natural_lse(float l, float m, const KeyRang
     return row_log_sum_exp(l, keys, (m * scale_log2 + log2_l) * 0.69314718055994531f);
 }
 
-__device__ __forceinline__ float max_ftz(float a, float b) {
-    float r;
-    asm("max.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-
 // Online softmax step on raw scores s (in place: s becomes p = exp2(s*scale_log2 - m*scale_log2)).
 // Updates the running max m[2] (raw units) and the per-thread partial row sums l[2]; returns the
 // factors alpha[2] the old O rows must be multiplied by (exactly 1 where the max did not move).
@@ -161,29 +153,10 @@ __device__ __forceinline__ float max_ftz(float a, float b) {
 __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                                float scale_log2) {
     float mx[2] = {m[0], m[1]};
-    if constexpr ((E4M3_SCHED & 1) != 0) {
-        // A tree (depth log2(BN / 4) + 1 a row instead of BN / 4), in asm: the compiler folds
-        // fmaxf trees back into one chain.
-        float t[2][BN / 8];
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) t[r][j] = max_ftz(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]);
-#pragma unroll
-        for (int w = BN / 16; w >= 1; w >>= 1)
-#pragma unroll
-            for (int j = 0; j < BN / 16; ++j)
-                if (j < w)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) t[r][j] = max_ftz(t[r][j], t[r][j + w]);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) mx[r] = max_ftz(mx[r], t[r][0]);
-    } else {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
@@ -203,20 +176,6 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
         for (int r = 0; r < 2; ++r) shift[r] -= (float)P_LOG2_SCALE;
     }
     float sum[2] = {0.f, 0.f};
-    if constexpr ((E4M3_SCHED & 1) != 0) {
-        float t[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
-            s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -shift[0]));
-            s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -shift[1]));
-            s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
-            t[0][j % 4] += s[4 * j + 0] + s[4 * j + 1];
-            t[1][j % 4] += s[4 * j + 2] + s[4 * j + 3];
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) sum[r] = (t[r][0] + t[r][1]) + (t[r][2] + t[r][3]);
-    } else {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         s[4 * j + 0] = exp2f(fmaf(s[4 * j + 0], scale_log2, -shift[0]));
@@ -225,7 +184,6 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m)[2]
         s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -shift[1]));
         sum[0] += s[4 * j + 0] + s[4 * j + 1];
         sum[1] += s[4 * j + 2] + s[4 * j + 3];
-    }
     }
     l[0] = l[0] * alpha[0] + sum[0];
     l[1] = l[1] * alpha[1] + sum[1];

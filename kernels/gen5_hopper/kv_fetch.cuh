@@ -154,9 +154,7 @@ __device__ __forceinline__ void fetch_vt_tile(unsigned dst, const CUtensorMap* m
                                               int b, int lane) {
     if (lane != 0) return;
     mbar_arrive_expect_tx(full, V_TILE_BYTES);
-#pragma unroll
-    for (int c = 0; c < BN / VT_BOX_KEYS; ++c)
-        tma_load_4d(dst + c * DV * VT_BOX_KEYS, map, full, k0 + VT_BOX_KEYS * c, 0, h_kv, b);
+    tma_load_4d(dst, map, full, k0, 0, h_kv, b);
 }
 
 #if FC_HOPPER_PREFETCH

@@ -126,57 +126,6 @@ __device__ __forceinline__ void pv_tile(const SmemMap& sm, unsigned long long v_
     trace.mark(it, MARK_LOOP_DONE);
 }
 
-// The e4m3 build's tile step with O's rescale deferred (FC_HOPPER_E4M3_SCHED & 2): tile t issues
-// S_t, then waits for PV_{t-2} (long done), rescales O by alpha_{t-1} and issues PV_{t-1} from `pa`;
-// S_t's softmax then runs under PV_{t-1} with no wgmma wait inside it, and P_t goes to `pb`. V's
-// slot of tile t-2 (`v2stage`, when `has_v2`) is released here.
-__device__ __forceinline__ void lazy_key_tile(const AttentionParams& p, int b, int h, int kb0, int n_blocks, int kb,
-                                              int cw, unsigned long long q_desc, unsigned long long k_desc0,
-                                              unsigned long long v_desc0, const SmemMap& sm, int stage,
-                                              unsigned phase, int vstage, unsigned vphase, bool has_v2, int v2stage,
-                                              unsigned q_empty, int grow0, int wg_row0, int col_in_block,
-                                              const KeyRange& wg_unmasked, bool score_modified,
-                                              float softmax_scale_log2, float (&s)[BN / 2], unsigned (&pa)[P_REGS],
-                                              unsigned (&pb)[P_REGS], float (&o)[DV / 2], float (&row_max)[2],
-                                              float (&l)[2], float (&alpha)[2]) {
-    const unsigned kf = sm.k_full + 8 * stage, ke = sm.k_empty + 8 * stage;
-    const unsigned vf = sm.v_full + 8 * vstage;
-    mbar_wait(kf, phase, TAG_K_FULL);
-    pp_sync(cw);
-    wgmma_fence();
-    gemm_qk(s, q_desc, slot_desc(k_desc0, stage));
-    wgmma_commit();
-    wgmma_wait<1>();  // PV_{t-2} done: O and pb are ours
-    fence_regs(o);
-    fence_regs(pb);
-    if (has_v2) mbar_arrive(sm.v_empty + 8 * v2stage);
-    rescale_o(o, alpha);
-    mbar_wait(vf, vphase, TAG_V_FULL);
-    wgmma_fence();
-    gemm_pv(o, pa, v_slot_desc(v_desc0, vstage));
-    wgmma_commit();
-    pp_arrive(cw);
-    wgmma_wait<1>();  // S_t done; PV_{t-1} may still run
-    fence_regs(s);
-    mbar_arrive(ke);
-    if (RELEASE_Q_AFTER_QK && kb == n_blocks - 1) mbar_arrive(q_empty);
-    prepare_scores(p, s, b, h, grow0, wg_row0, (kb0 + kb) * BN, col_in_block, wg_unmasked, score_modified);
-    online_softmax(s, row_max, l, alpha, softmax_scale_log2);
-    convert_p(s, pb);
-}
-
-// The deferred loop's end: PV_{n-2} waited for (its V released when `has_v2`), O rescaled by
-// alpha_{n-1}, then PV_{n-1} from `pa` alone, waited for, and its V released.
-__device__ __forceinline__ void lazy_last_pv(const SmemMap& sm, unsigned long long v_desc0, int vstage, unsigned vphase,
-                                             bool has_v2, int v2stage, unsigned (&pa)[P_REGS], float (&o)[DV / 2],
-                                             const float (&alpha)[2], UnitTrace& trace, int it) {
-    wgmma_wait<0>();
-    fence_regs(o);
-    if (has_v2) mbar_arrive(sm.v_empty + 8 * v2stage);
-    rescale_o(o, alpha);
-    pv_tile(sm, v_desc0, vstage, vphase, pa, o, trace, it);
-}
-
 // The serial loop's step (FC_HOPPER_OVERLAP=0, which no plan builds), for the tile kb in ring slot
 // `stage`: S_kb, its softmax, O rescaled, then PV_kb, each waited for. (Its timeline marks, which
 // name the overlapped loop's first and last GEMMs, stamp each tile's here.)

@@ -81,24 +81,10 @@ fn encode_transposed_v(
     let dims: [u64; 4] = [keys, dv, p.heads_kv as u64, p.batch.max(1) as u64];
     let strides: [u64; 3] = [keys, keys * dv, keys * dv * p.heads_kv as u64];
     let boxes: [u32; 4] = [t.box_keys, dv as u32, 1, 1];
-    // A box row of 128 bytes takes the 128-byte swizzle, one of 64 the 64-byte swizzle: the
-    // kernel's V descriptor (`VT_BOX_KEYS` in gen5_hopper/config.cuh) reads either.
-    let swizzle = match t.box_keys {
-        128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-        64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
-        other => {
-            return Err(Error::Cuda {
-                context: "tensor map of v (transposed copy)".into(),
-                message: format!(
-                    "the plan asked for boxes of {other} keys; the e4m3 kernel reads 64 or 128"
-                ),
-            })
-        }
-    };
     encode_raw(
         "v (transposed copy)",
         sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        swizzle,
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
         params.workspace + t.offset_bytes,
         dims,
         strides,

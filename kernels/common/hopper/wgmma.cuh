@@ -71,17 +71,6 @@ __device__ __forceinline__ unsigned long long make_desc_sw128(unsigned smem_addr
     return d;
 }
 
-// The same with the 64-byte swizzle (rows of 64 bytes, 8-row atoms of 512).
-__device__ __forceinline__ unsigned long long make_desc_sw64(unsigned smem_addr, unsigned lbo_bytes,
-                                                             unsigned sbo_bytes) {
-    unsigned long long d = 0;
-    d |= (unsigned long long)((smem_addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo_bytes >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo_bytes >> 4) & 0x3FFF) << 32;
-    d |= 2ull << 62;
-    return d;
-}
-
 // ---- mma_async wrappers (generated) ----------------------------------------------------------
 // Overloaded on the accumulator size: wgmma_ss float[88] -> N = 176, float[64] -> N = 128,
 // float[56] -> N = 112, float[40] -> N = 80, float[32] -> N = 64; wgmma_rs_tb float[128] -> N = 256,

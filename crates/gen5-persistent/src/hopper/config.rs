@@ -9,7 +9,7 @@ use super::heuristics::{
 };
 use super::smem::{
     barrier_area_bytes, build_head_dim, cluster_exchange_bytes, key_split_exchange_bytes,
-    smem_bytes_with_tiles_v, BLOCK_N, E4M3_BLOCK_N, E4M3_BLOCK_NS, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
+    smem_bytes_with_tiles_v, BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
 };
 use crate::env::{Env, Overridable};
 
@@ -127,9 +127,6 @@ pub struct HopperConfig {
     /// plan gains a second launch, the printer; the kernel itself times as the default one
     /// (H100, 2026-11-26, commit a1fd15d).
     pub trace: bool,
-    /// Keys per K/V tile of the e4m3 build ([`E4M3_BLOCK_N`]; env
-    /// `FLASHCORE_HOPPER_E4M3_BLOCK_N`, one of [`E4M3_BLOCK_NS`]).
-    pub e4m3_block_n: usize,
 }
 
 impl Default for HopperConfig {
@@ -157,7 +154,6 @@ impl Default for HopperConfig {
             wg_key_split: None,
             cluster_key_split: None,
             trace: false,
-            e4m3_block_n: E4M3_BLOCK_N,
         }
     }
 }
@@ -191,9 +187,6 @@ impl Overridable for HopperConfig {
         if let Some(v) = number("FLASHCORE_HOPPER_BLOCK_N", &[64, 80, 112, 128, 176])? {
             c.block_n = v;
             c.wide_noncausal = false;
-        }
-        if let Some(v) = number("FLASHCORE_HOPPER_E4M3_BLOCK_N", &E4M3_BLOCK_NS)? {
-            c.e4m3_block_n = v;
         }
         if let Some(v) = flag("FLASHCORE_HOPPER_WIDE_NONCAUSAL")? {
             c.wide_noncausal = v;
@@ -323,7 +316,7 @@ impl HopperConfig {
     /// build has; the ring depth, Q buffers, ping-pong, schedule and launch keep their overrides.
     fn e4m3(&self) -> HopperConfig {
         HopperConfig {
-            block_n: self.e4m3_block_n,
+            block_n: BLOCK_N,
             wide_noncausal: false,
             smem_epilogue: Some(false),
             splits: Some(1),

@@ -238,10 +238,9 @@ impl PersistentHopper {
                 "e4m3 Q, K and V: V's transposed copy does not fit the workspace's addressing",
             )
         };
-        let block_n = cfg.e4m3_block_n;
-        let vt = vt_bytes(problem.batch, problem.heads_kv, dv, problem.seq_k, block_n)
-            .ok_or_else(too_large)?;
-        let keys = problem.seq_k.next_multiple_of(block_n);
+        let vt =
+            vt_bytes(problem.batch, problem.heads_kv, dv, problem.seq_k).ok_or_else(too_large)?;
+        let keys = problem.seq_k.next_multiple_of(VT_KEY_PAD);
         let (heads_kv, batch) = (
             u32::try_from(problem.heads_kv)
                 .ok()
@@ -265,7 +264,7 @@ impl PersistentHopper {
                 spec.transposed_v = Some(TransposedV {
                     offset_bytes: VT_OFFSET_BYTES as u64,
                     keys,
-                    box_keys: vt_box_keys(block_n) as u32,
+                    box_keys: BLOCK_N as u32,
                 });
             }
         }
@@ -283,7 +282,6 @@ impl PersistentHopper {
                     vec![
                         ("FC_HEAD_DIM".to_string(), dv.to_string()),
                         ("FC_VT_OFFSET".to_string(), VT_OFFSET_BYTES.to_string()),
-                        ("FC_VT_KEY_PAD".to_string(), block_n.to_string()),
                     ],
                     tiles_x,
                     VT_THREADS,

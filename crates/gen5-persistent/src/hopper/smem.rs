@@ -155,32 +155,17 @@ pub fn cluster_exchange_bytes(head_dim: usize) -> usize {
 /// past the dynamic schedule's counters (the copy's kernel, `gen5_hopper_vt.cu`, takes it as
 /// `FC_VT_OFFSET`).
 pub const VT_OFFSET_BYTES: usize = 256;
-/// The e4m3 build's keys per K/V tile: S (96 f32 a thread) + P (24 packed) + O (64) fit the
-/// consumer's 232 registers, where 256 keys spilled (240 bytes; 144 at 240 registers), and the
-/// per-tile work (the softmax's reductions, O's rescale, the barriers) is spread over 1.5x the
-/// keys of 128. `FLASHCORE_HOPPER_E4M3_BLOCK_N` (128 | 192) overrides it.
-pub const E4M3_BLOCK_N: usize = 192;
-/// The e4m3 key tiles the kernel takes.
-pub const E4M3_BLOCK_NS: [usize; 2] = [128, 192];
-/// Keys in one box of V's transposed copy for an e4m3 key tile: a box row is 128 bytes (128B
-/// swizzle) where the tile is whole 128s, else 64 bytes (64B swizzle); the kernel's `VT_BOX_KEYS`.
-pub fn vt_box_keys(block_n: usize) -> usize {
-    if block_n % 128 == 0 { 128 } else { 64 }
-}
+/// Keys a transposed V row is padded to (zeros): the e4m3 build's key tile, so every V box lies
+/// inside the copy.
+pub const VT_KEY_PAD: usize = BLOCK_N;
 /// Keys per CTA of the transpose.
 pub const VT_TILE_KEYS: usize = 64;
 
-/// Bytes of V's transposed copy: `[batch, heads_kv, head_dim_v, keys padded to whole key tiles
-/// of `block_n`]` (zeros, so every V box lies inside the copy). `None` on overflow.
-pub fn vt_bytes(
-    batch: usize,
-    heads_kv: usize,
-    head_dim_v: usize,
-    seq_k: usize,
-    block_n: usize,
-) -> Option<usize> {
+/// Bytes of V's transposed copy: `[batch, heads_kv, head_dim_v, keys padded]`. `None` on
+/// overflow.
+pub fn vt_bytes(batch: usize, heads_kv: usize, head_dim_v: usize, seq_k: usize) -> Option<usize> {
     seq_k
-        .checked_next_multiple_of(block_n)?
+        .checked_next_multiple_of(VT_KEY_PAD)?
         .checked_mul(head_dim_v)?
         .checked_mul(heads_kv)?
         .checked_mul(batch)

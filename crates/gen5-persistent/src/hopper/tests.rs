@@ -1036,12 +1036,8 @@ fn e4m3_plans_the_transpose_then_the_e4m3_build() {
         assert_eq!(plan.launches.len(), 2);
         let (vt, main) = (&plan.launches[0], &plan.launches[1]);
         assert_eq!(vt.source, VT_SOURCE);
-        // 1000 keys padded to whole 192-key tiles, 1152: 18 tiles of 64, for each KV head and
-        // sequence.
-        assert_eq!(vt.grid, (18, 8, 2));
-        assert!(vt
-            .defines
-            .contains(&("FC_VT_KEY_PAD".into(), E4M3_BLOCK_N.to_string())));
+        // 1000 keys padded to 1024: 16 tiles of 64, for each KV head and sequence.
+        assert_eq!(vt.grid, (16, 8, 2));
         assert!(vt.tensor_maps.is_none() && !vt.programmatic_launch);
         assert!(main
             .defines
@@ -1058,17 +1054,15 @@ fn e4m3_plans_the_transpose_then_the_e4m3_build() {
         }
         assert!(main
             .defines
-            .contains(&("FC_HOPPER_BLOCK_N".into(), E4M3_BLOCK_N.to_string())));
+            .contains(&("FC_HOPPER_BLOCK_N".into(), BLOCK_N.to_string())));
         let spec = main.tensor_maps.expect("maps");
         assert_eq!(spec.box_cols, 128);
         let t = spec.transposed_v.expect("V from its copy");
-        assert_eq!((t.keys, t.offset_bytes), (1152, VT_OFFSET_BYTES as u64));
-        // 192-key tiles read V's copy in 64-key boxes (64B swizzle).
-        assert_eq!(t.box_keys, 64);
+        assert_eq!((t.keys, t.offset_bytes), (1024, VT_OFFSET_BYTES as u64));
         // The copy fits the workspace behind the counters.
-        assert!(plan.workspace_f32 * 4 >= VT_OFFSET_BYTES + 2 * 8 * 128 * 1152);
-        // Q 2 x 16 KiB, K and V 24 KiB a stage each: far below the 16-bit build's.
-        assert!((main.dynamic_smem_bytes as usize) < 132 * 1024);
+        assert!(plan.workspace_f32 * 4 >= VT_OFFSET_BYTES + 2 * 8 * 128 * 1024);
+        // Q 2 x 16 KiB, K and V 16 KiB a stage each: far below the 16-bit build's.
+        assert!((main.dynamic_smem_bytes as usize) < 100 * 1024);
     }
 }
 
