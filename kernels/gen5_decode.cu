@@ -306,6 +306,19 @@ __device__ __forceinline__ void copy_groups(unsigned dst, const elem_t* mine, co
 // writing at worst prefetches another page of the pool (entries outside the pool are skipped),
 // and lengths taken from p.seq_k (seqused_k may still be written) at worst other rows of the
 // sequence's cache. Packed K/V (cu_seqlens_k) is left alone: its rows need the table.
+// The epilogue's merge area, [key slice][packed row][column] words over the ring: where row
+// `row` (key_slice * 16 + packed row) keeps column `col`. Columns are XOR-swizzled inside each
+// 32-word block: a warp stores one accumulator element (e4m3's permuted columns) or pair (16-bit)
+// per lane, every lane in the same column block of its own row, and row strides of D words put
+// all of them in one bank (32 ways for e4m3, 8 for the pairs). Row bits 0-2 go to column bits
+// 3, 4 and 2 (the four rows of a half warp's pairs land on distinct banks) and column bit 5 to
+// bit 1 (e4m3's lanes 2t and 2t + 1 own columns 32 apart): e4m3 stores then conflict two ways,
+// 16-bit pairs not at all. Bit 0 stays, so pairs stay whole for the float2 reads.
+__device__ __forceinline__ int merged_index(int row, int col) {
+    const int swizzle = ((row & 3) << 3) | (row & 4) | (((col >> 5) & 1) << 1);
+    return row * head_dim + (col ^ swizzle);
+}
+
 __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, long long work, int splits, int tid) {
 #if FC_DECODE_PREFETCH
     if (p.cu_seqlens_k != nullptr) return;
@@ -541,22 +554,26 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         }
         // Merge the warps' key slices: each row's (max, sum) and unnormalised O (the warps of
         // one slice hold the same max and sum, and their own columns).
+        // (opaque: the merge's addresses are worked out here, not hoisted over the mainloop into
+        // registers of their own: 255 registers at D = 256 without it.)
+        const int merge_group = opaque(group);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int row = group + 8 * r;
+            const int row = merge_group + 8 * r;
             const float l = quad_sum(st.row_sum[r]);
             if (tig == 0 && warp_col0 == 0) {
                 stats[(key_slice * q_tile_rows + row) * 2] = st.row_max[r];
                 stats[(key_slice * q_tile_rows + row) * 2 + 1] = l;
             }
-            float* merged_row = &merged[(key_slice * q_tile_rows + row) * head_dim + warp_col0];
+            const int merged_row = key_slice * q_tile_rows + row;
 #pragma unroll
             for (int j = 0; j < out_tiles; ++j) {
                 if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
-                    merged_row[Kv::out_col(j, 2 * tig)] = o[j][2 * r];
-                    merged_row[Kv::out_col(j, 2 * tig + 1)] = o[j][2 * r + 1];
+                    merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig))] = o[j][2 * r];
+                    merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig + 1))] = o[j][2 * r + 1];
                 } else {
-                    *reinterpret_cast<float2*>(&merged_row[8 * j + 2 * tig]) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+                    *reinterpret_cast<float2*>(&merged[merged_index(merged_row, warp_col0 + 8 * j + 2 * tig)]) =
+                        make_float2(o[j][2 * r], o[j][2 * r + 1]);
                 }
             }
         }
@@ -578,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
                 // must the row be.
                 const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
-                const float2 ow = *reinterpret_cast<const float2*>(&merged[(w * q_tile_rows + row) * head_dim + col]);
+                const float2 ow = *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
                 l += weight * lw;
                 o0 += weight * ow.x;
                 o1 += weight * ow.y;
@@ -608,62 +625,32 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 }
 
 // Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
-// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). One warp per packed row. Up to
-// few_splits splits, every load is issued at once. Past that, split s's LSE is read once, by lane
-// s % 32; the weights then go through shared memory, so the O pass is a stream of independent
-// loads (four in flight per lane) rather than a chain of LSE and O round trips per split.
+// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). A warp takes one 64-column slice
+// of one packed row (a float2 a lane), so a row of D columns is D / 64 warps' work and a lane
+// holds up to combine_batch splits' loads at once: split s's LSE is read by lane s % 32, and the
+// first combine_batch splits' O columns are loaded with the LSEs, so up to 32 splits cost one
+// round trip to L2 (a lane of the warp-per-row combine this replaced held D / 32 columns, and past
+// 16 splits read four splits a round trip: 8.7 us for 33 splits of the one-sequence long row,
+// docs/results/2026-11-30-decode-long-row-h200). Later batches take their weights from shared
+// memory. Items run (unit, packed row, slice) with only the rows a unit can have
+// (combine_rows), four to a block.
 constexpr int max_splits = 256;  // decode.rs MAX_SPLITS
 constexpr int lse_per_lane = max_splits / 32;
-template <int N>
-struct FloatVec;
-template <>
-struct FloatVec<2> {
-    using type = float2;
-};
-template <>
-struct FloatVec<4> {
-    using type = float4;
-};
-struct alignas(32) Float8 {
-    float4 lo, hi;
-};
-template <>
-struct FloatVec<8> {
-    using type = Float8;
-};
-struct alignas(64) Float16 {
-    Float8 lo, hi;
-};
-template <>
-struct FloatVec<16> {
-    using type = Float16;
-};
+constexpr int combine_warps = 4;   // decode.rs COMBINE_WARPS
+constexpr int combine_cols = 64;   // decode.rs COMBINE_COLS
+constexpr int combine_batch = 32;  // splits whose O loads a lane has in flight at once
+constexpr int col_slices = head_dim / combine_cols;
 
-// Splits the combine merges with all their loads in flight at once (registers: few_splits x
-// D / 32 floats a lane); the long single-sequence row takes 16. At D = 512 that would be 256
-// registers: 4.
-constexpr int few_splits = head_dim > 256 ? 4 : 16;
-
-// One merged row out: O (this lane's columns) and, from lane 0, the LSE. sum = 0 means no split
-// saw a visible key: the defined empty row, or NaN where keys were visible (all logits -inf).
-// A padded build stores only the lane's columns below V's head dim (`first_col`: the lane's
-// first; V's head dim is even, so a pair is stored whole or not at all).
-template <int N>
-__device__ __forceinline__ void write_combined_row(const AttentionParams& p, const SeqInfo& seq, int b,
-                                                   const PackedRow& pr, elem_t* o_row, const float (&acc)[N],
-                                                   float sum, float lse2, bool sees_keys, int lane, int first_col) {
-    const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
-#pragma unroll
-    for (int c = 0; c < N; c += 2)
-        if (!padded || first_col + c < v_dim(p))
-            *reinterpret_cast<elem2_t*>(o_row + c) = pack2(acc[c] * undefined, acc[c + 1] * undefined);
-    if (lane == 0 && p.lse != nullptr)
-        p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] =
-            sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
+// Packed rows a unit can have (decode.rs combine_rows): the tile's 16, or fewer where every
+// sequence's queries pack into fewer (decode: G).
+__device__ __forceinline__ int combine_rows(const AttentionParams& p) {
+    const long long rows = (long long)p.seq_q * p.q_heads_per_kv;
+    return rows < q_tile_rows ? (int)rows : q_tile_rows;
 }
 
-extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const __grid_constant__ AttentionParams p) {
-    __shared__ float split_weight[4][max_splits];
+extern "C" __global__ void __launch_bounds__(combine_warps * 32)
+    attention_decode_combine(const __grid_constant__ AttentionParams p) {
+    __shared__ float split_weight[combine_warps][max_splits];
     // Launched programmatically after the split kernel (sm_90): its partials are read only after
     // it has completed; then the stream's next kernel may start its setup.
     griddep_wait();
@@ -672,12 +659,14 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     const long long lse_base = partial_lse_base(p, units);
-    constexpr int cols = head_dim / 32;  // per lane: 2 (D = 64), 4 (D = 128), 8 (D = 256) or 16 (D = 512) adjacent columns
-    using Cols = typename FloatVec<cols>::type;
-    for (long long row_id = (long long)blockIdx.x * 4 + warp; row_id < units * q_tile_rows;
-         row_id += (long long)gridDim.x * 4) {
-        const long long u = row_id / q_tile_rows;
-        const int row = (int)(row_id % q_tile_rows);
+    const int unit_rows = combine_rows(p);
+    const long long items = units * unit_rows * col_slices;
+    for (long long item = (long long)blockIdx.x * combine_warps + warp; item < items;
+         item += (long long)gridDim.x * combine_warps) {
+        const int slice = (int)(item % col_slices);
+        const long long unit_row = item / col_slices;
+        const long long u = unit_row / unit_rows;
+        const int row = (int)(unit_row % unit_rows);
         const Unit unit = unit_of(p, u);
         const SeqInfo seq = seq_info(p, unit.b);
         const int r = unit.q_tile * q_tile_rows + row;
@@ -692,42 +681,15 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
             n = unit_splits(visited_key_tiles(p, seq, q_first, q_last - q_first + 1, kv_tile_rows), splits);
             if (n == 1) continue;
         }
-        const PackedRow pr = packed_row(p, unit.h_kv, r);
-        const KeyRange keys = key_range(p, seq, pr.q_row);
-        const bool sees_keys = keys.hi > keys.lo;
-        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row) + cols * lane;
-
-        if (n <= few_splits) {
-            // Every split's O columns are loaded before the LSEs are reduced, one round trip to L2
-            // where the general loop below takes two; the same sums in the same order.
-            Cols v[few_splits];
+        const int col = slice * combine_cols + 2 * lane;
+        auto o_of = [&](int s) {
+            return *reinterpret_cast<const float2*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + col]);
+        };
+        // The first batch's O columns and every LSE, issued together.
+        float2 v[combine_batch];
 #pragma unroll
-            for (int s = 0; s < few_splits; ++s)
-                if (s < n)
-                    v[s] = *reinterpret_cast<const Cols*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + cols * lane]);
-            const float lse_l = lane < n ? workspace_of(p)[lse_base + partial_row(p, u, lane, row)] : -FC_INF;
-            float m = lse_l;
-            for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
-            float sum = m != -FC_INF ? fast_exp2(lse_l - m) : 0.f;
-            for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-            const float lse2 = m + __log2f(sum);
-            const float weight_l = lane < n ? fast_exp2(lse_l - lse2) : 0.f;
-            float acc[cols] = {};
-            if (sum != 0.f) {
-#pragma unroll
-                for (int s = 0; s < few_splits; ++s) {
-                    if (s < n) {
-                        const float w = __shfl_sync(0xffffffffu, weight_l, s);
-                        const float* vf = reinterpret_cast<const float*>(&v[s]);
-#pragma unroll
-                        for (int c = 0; c < cols; ++c) acc[c] += w * vf[c];
-                    }
-                }
-            }
-            write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane, cols * lane);
-            continue;
-        }
-
+        for (int s = 0; s < combine_batch; ++s)
+            if (s < n) v[s] = o_of(s);
         float lse_s[lse_per_lane];
         float m = -FC_INF;
 #pragma unroll
@@ -745,24 +707,50 @@ extern "C" __global__ void __launch_bounds__(128) attention_decode_combine(const
         for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
         // sum is 0 exactly when no split saw a visible key (every lse_s = -inf); NaN propagates.
         const float lse2 = m + __log2f(sum);
-#pragma unroll
-        for (int i = 0; i < lse_per_lane; ++i)
-            if (lane + 32 * i < n) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
-        __syncwarp();
-
-        float acc[cols] = {};
+        const float weight_l = fast_exp2(lse_s[0] - lse2);  // split `lane`'s (0 past n)
+        float2 acc = make_float2(0.f, 0.f);
         if (sum != 0.f) {
-#pragma unroll 4
-            for (int s = 0; s < n; ++s) {
-                const Cols v =
-                    *reinterpret_cast<const Cols*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + cols * lane]);
-                const float w = split_weight[warp][s];
-                const float* vf = reinterpret_cast<const float*>(&v);
 #pragma unroll
-                for (int c = 0; c < cols; ++c) acc[c] += w * vf[c];
+            for (int s = 0; s < combine_batch; ++s) {
+                if (s < n) {
+                    const float w = __shfl_sync(0xffffffffu, weight_l, s);
+                    acc.x += w * v[s].x;
+                    acc.y += w * v[s].y;
+                }
+            }
+            if (n > combine_batch) {
+#pragma unroll
+                for (int i = 1; i < lse_per_lane; ++i)
+                    if (lane + 32 * i < n) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
+                __syncwarp();
+                for (int s0 = combine_batch; s0 < n; s0 += combine_batch) {
+#pragma unroll
+                    for (int s = 0; s < combine_batch; ++s)
+                        if (s0 + s < n) v[s] = o_of(s0 + s);
+#pragma unroll
+                    for (int s = 0; s < combine_batch; ++s) {
+                        if (s0 + s < n) {
+                            const float w = split_weight[warp][s0 + s];
+                            acc.x += w * v[s].x;
+                            acc.y += w * v[s].y;
+                        }
+                    }
+                }
+                __syncwarp();  // the weights are read before the next item overwrites them
             }
         }
-        __syncwarp();  // the weights are read before the next row overwrites them
-        write_combined_row(p, seq, unit.b, pr, o_row, acc, sum, lse2, sees_keys, lane, cols * lane);
+        // sum = 0 means no split saw a visible key: the defined empty row, or NaN where keys were
+        // visible (all logits -inf). A padded build stores only V's columns (V's head dim is
+        // even, so a pair is stored whole or not at all).
+        const PackedRow pr = packed_row(p, unit.h_kv, r);
+        const KeyRange keys = key_range(p, seq, pr.q_row);
+        const bool sees_keys = keys.hi > keys.lo;
+        const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
+        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row);
+        if (!padded || col < v_dim(p))
+            *reinterpret_cast<elem2_t*>(o_row + col) = pack2(acc.x * undefined, acc.y * undefined);
+        if (slice == 0 && lane == 0 && p.lse != nullptr)
+            p.lse[seq_lse_offset(p, seq, unit.b, pr.head, pr.q_row)] =
+                sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
     }
 }

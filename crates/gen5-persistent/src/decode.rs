@@ -95,8 +95,10 @@ fn problem_tile_rows(problem: &AttentionProblem) -> usize {
     build_dim(problem).map_or(KV_TILE_ROWS, kv_tile_rows)
 }
 pub const WARPS: u32 = 4;
-/// Rows the combine kernel merges per block (one per warp).
-pub const COMBINE_ROWS_PER_BLOCK: usize = 4;
+/// Warps of a combine block; each merges one [`COMBINE_COLS`]-column slice of a packed row.
+pub const COMBINE_WARPS: usize = 4;
+/// Columns of O a combine warp merges (a pair a lane).
+pub const COMBINE_COLS: usize = 64;
 /// Largest split count (forced or chosen).
 pub const MAX_SPLITS: usize = 256;
 /// A split gets at least this many key tiles when the plan chooses: fewer and the fixed cost
@@ -222,9 +224,14 @@ pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
 }
 
 /// The ring depth for K/V elements of `kv_bytes` bytes: an e4m3 ring (1 byte) keeps twice the
-/// slots, so that as many bytes are in flight per CTA as with 16-bit tiles.
+/// slots, so that as many bytes are in flight per CTA as with 16-bit tiles; at D = 128 four
+/// (two CTAs an SM keep eight in flight): on the H200 the long row (1,32,8,1,32768) took 25.8
+/// µs with four against 29.0 with six (`docs/results/2026-11-30-decode-long-row-h200`).
 pub fn stages_for(head_dim: usize, kv_bytes: usize, device: &DeviceInfo) -> usize {
-    let preferred = if head_dim <= 64 { 4 } else { 3 } * (2 / kv_bytes);
+    let preferred = match (kv_bytes, head_dim) {
+        (KV_E4M3, 65..=128) => 4,
+        _ => (if head_dim <= 64 { 4 } else { 3 }) * (2 / kv_bytes),
+    };
     (2..=preferred.min(MAX_STAGES))
         .rev()
         .find(|&s| {
@@ -232,6 +239,33 @@ pub fn stages_for(head_dim: usize, kv_bytes: usize, device: &DeviceInfo) -> usiz
                 <= device.max_shared_memory_per_block_optin as usize
         })
         .unwrap_or(2)
+}
+
+/// The combine's packed rows per unit (the kernel's `combine_rows`): the tile's 16, or the rows a
+/// sequence's queries pack into where that is fewer (decode: G). Units have no other rows, so
+/// the combine launches no warps for them.
+pub fn combine_rows(problem: &AttentionProblem) -> usize {
+    (problem.seq_q * problem.q_heads_per_kv()).clamp(1, Q_TILE_ROWS)
+}
+
+/// The combine's blocks: one warp per (unit, packed row, [`COMBINE_COLS`]-column slice of the
+/// build's head dim), [`COMBINE_WARPS`] to a block.
+pub fn combine_blocks(units: usize, rows: usize, build: usize) -> usize {
+    (units * rows * build.div_ceil(COMBINE_COLS)).div_ceil(COMBINE_WARPS)
+}
+
+/// The split kernel's dynamic shared memory for a grid of `ctas` CTAs that needs `smem` bytes:
+/// where the plan aims at one CTA an SM ([`ctas_per_sm`]) and the grid fits the SMs once, over
+/// half the block's limit, so that no SM takes two of its CTAs while another has none. With two
+/// on one SM, the two-split 16-bit rows (128 CTAs of 132 SMs) ran at 78-89 µs instead of 66
+/// once the combine's blocks were launched beside them (H200,
+/// `docs/results/2026-11-30-decode-long-row-h200`).
+pub fn reserved_smem(smem: usize, kv_bytes: usize, ctas: usize, device: &DeviceInfo) -> usize {
+    if ctas_per_sm(kv_bytes) == 1 && ctas <= device.sm_count as usize {
+        smem.max(device.max_shared_memory_per_block_optin as usize / 2 + 1)
+    } else {
+        smem
+    }
 }
 
 /// Bytes of a K/V element: 16-bit, or e4m3 (`Modes::kv_fp8`).
@@ -676,20 +710,19 @@ fn plan_route(
     }
     let mut launches = vec![KernelLaunch {
         defines: defines.clone(),
-        dynamic_smem_bytes: smem as u32,
+        dynamic_smem_bytes: reserved_smem(smem, kv_bytes, units * splits, device) as u32,
         programmatic_launch: programmatic,
         ..KernelLaunch::per_item(SOURCE, SPLIT_ENTRY, units * splits, WARPS * 32)
     }];
     if splits > 1 {
-        let combine_blocks = (units * Q_TILE_ROWS).div_ceil(COMBINE_ROWS_PER_BLOCK);
         launches.push(KernelLaunch {
             defines,
             programmatic_launch: programmatic,
             ..KernelLaunch::per_item(
                 SOURCE,
                 COMBINE_ENTRY,
-                combine_blocks,
-                COMBINE_ROWS_PER_BLOCK as u32 * 32,
+                combine_blocks(units, combine_rows(problem), d),
+                COMBINE_WARPS as u32 * 32,
             )
         });
     }
@@ -711,7 +744,7 @@ mod tests {
     }
 
     #[test]
-    fn e4m3_caches_take_the_decode_kernel_with_a_ring_twice_as_deep() {
+    fn e4m3_caches_take_the_decode_kernel_with_rings_of_their_own_depth() {
         let h100 = DeviceInfo::synthetic_h100();
         let e4m3 = |p: AttentionProblem| {
             p.with_modes(Modes {
@@ -732,11 +765,15 @@ mod tests {
             assert!(split.defines.contains(&("FC_KV_E4M3".into(), "1".into())));
             assert!(split
                 .defines
-                .contains(&("FC_DECODE_STAGES".into(), "6".into())));
-            assert_eq!(split.dynamic_smem_bytes as usize, smem_bytes_for(128, 1, 6));
-            // As many ring bytes as the 16-bit ring of 3 stages.
-            assert_eq!(smem_bytes_for(128, 1, 6), smem_bytes(128, 3));
+                .contains(&("FC_DECODE_STAGES".into(), "4".into())));
+            // Two CTAs an SM: no reservation past the ring's own bytes.
+            assert_eq!(split.dynamic_smem_bytes as usize, smem_bytes_for(128, 1, 4));
         }
+        // Twice the 16-bit slots at 64 and 256 (as many bytes in flight a CTA), four at 128.
+        assert_eq!(
+            [64, 128, 256].map(|d| (stages_for(d, KV_HALF, &h100), stages_for(d, KV_E4M3, &h100))),
+            [(4, 8), (3, 4), (3, 6)]
+        );
         // Two CTAs an SM: twice the splits of the 16-bit cache's plan on a long sequence.
         let long = decode_problem(1, 32, 8, 1, 32768);
         let splits = |p: &AttentionProblem| {
@@ -866,7 +903,12 @@ mod tests {
             // Smem and the partials are the build's: its tiles, its rows.
             assert_eq!(
                 plan.launches[0].dynamic_smem_bytes as usize,
-                smem_bytes(build, stages(build, &h100))
+                reserved_smem(
+                    smem_bytes(build, stages(build, &h100)),
+                    KV_HALF,
+                    plan.launches[0].grid.0 as usize,
+                    &h100
+                )
             );
             if plan.num_splits > 1 {
                 assert_eq!(
@@ -974,7 +1016,8 @@ mod tests {
         assert_eq!(plan.launches[0].grid.0, 8 * 16);
         assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
         assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
-        assert_eq!(plan.launches[1].grid.0, (8 * 16 / 4) as u32);
+        // A warp per 64-column slice of the 4 packed rows (G = 4) of each of the 8 units.
+        assert_eq!(plan.launches[1].grid.0, (8 * 4 * 2 / 4) as u32);
         assert_eq!(plan.workspace_f32, 8 * 16 * 16 * 129);
         assert_eq!(plan.workspace_counters, 0);
         // Both launched programmatically on sm_90, neither below it nor when turned off.
@@ -1007,6 +1050,72 @@ mod tests {
             (1, 1, 0)
         );
         assert!(!has_prefetch(&plan));
+    }
+
+    #[test]
+    fn combine_takes_a_warp_per_row_slice() {
+        // Decode packs G rows a unit; speculative and chunked rows fill the tile's 16.
+        assert_eq!(combine_rows(&decode_problem(1, 32, 8, 1, 32768)), 4);
+        assert_eq!(combine_rows(&decode_problem(8, 32, 8, 4, 8192)), 16);
+        assert_eq!(combine_rows(&decode_problem(2, 64, 8, 128, 4096)), 16);
+        assert_eq!(combine_rows(&decode_problem(1, 8, 8, 1, 4096)), 1);
+        // Slices of 64 columns, four warps a block, rounded up.
+        assert_eq!(combine_blocks(8, 4, 128), 16);
+        assert_eq!(combine_blocks(8, 4, 64), 8);
+        assert_eq!(combine_blocks(1, 1, 512), 2);
+        assert_eq!(combine_blocks(3, 1, 64), 1);
+        // The plan launches that grid, for the build's head dim (96 runs in the 128 build).
+        let dev = DeviceInfo::synthetic_h100();
+        let cfg =
+            DecodeConfig::from_lookup(|k| (k == "FLASHCORE_DECODE_SPLITS").then(|| "4".into()))
+                .unwrap();
+        for (p, rows, build) in [
+            (decode_problem(2, 32, 8, 1, 4096), 4, 128),
+            (
+                AttentionProblem::new(2, 32, 3, 96).with_kv(8, 4096),
+                12,
+                128,
+            ),
+            (
+                AttentionProblem::new(1, 16, 1, 512).with_kv(16, 4096),
+                1,
+                512,
+            ),
+        ] {
+            let plan = super::plan("t", &p, &dev, &cfg).unwrap();
+            assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
+            let units = p.batch * p.heads_kv;
+            assert_eq!(
+                plan.launches[1].grid.0 as usize,
+                combine_blocks(units, rows, build),
+                "{p:?}"
+            );
+            assert_eq!(plan.launches[1].block.0 as usize, COMBINE_WARPS * 32);
+        }
+    }
+
+    #[test]
+    fn grids_of_one_cta_an_sm_reserve_over_half_the_shared_memory() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let optin = h100.max_shared_memory_per_block_optin as usize;
+        let sms = h100.sm_count as usize;
+        let ring = smem_bytes(128, 3);
+        assert!(2 * ring <= optin, "two 16-bit CTAs fit an SM at D = 128");
+        // A 16-bit grid that fits the SMs once: over half, so one CTA an SM.
+        assert_eq!(reserved_smem(ring, KV_HALF, sms, &h100), optin / 2 + 1);
+        assert_eq!(reserved_smem(ring, KV_HALF, 1, &h100), optin / 2 + 1);
+        // More CTAs than SMs, e4m3 (two an SM on purpose), or a ring already past half: as is.
+        assert_eq!(reserved_smem(ring, KV_HALF, sms + 1, &h100), ring);
+        assert_eq!(reserved_smem(ring, KV_E4M3, sms, &h100), ring);
+        let d256 = smem_bytes(256, 3);
+        assert_eq!(reserved_smem(d256, KV_HALF, sms, &h100), d256);
+        // The plans: the long row's 128 CTAs reserve; a full batch's 256 do not.
+        let cfg = DecodeConfig::default();
+        let smem_of = |p: &AttentionProblem| {
+            super::plan("t", p, &h100, &cfg).unwrap().launches[0].dynamic_smem_bytes as usize
+        };
+        assert_eq!(smem_of(&decode_problem(1, 32, 8, 1, 32768)), optin / 2 + 1);
+        assert_eq!(smem_of(&decode_problem(32, 32, 8, 1, 4096)), ring);
     }
 
     #[test]
