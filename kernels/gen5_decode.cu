@@ -54,6 +54,7 @@
 #include "common/grid_dependency.cuh"
 #include "common/kv_operand.cuh"
 #include "common/padded_head.cuh"
+#include "common/opaque.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<64|128|256|512>"
