@@ -223,14 +223,18 @@ pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
     stages_for(head_dim, KV_HALF, device)
 }
 
-/// The ring depth for K/V elements of `kv_bytes` bytes: an e4m3 ring (1 byte) keeps twice the
-/// slots, so that as many bytes are in flight per CTA as with 16-bit tiles; at D = 128 four
-/// (two CTAs an SM keep eight in flight): on the H200 the long row (1,32,8,1,32768) took 25.8
-/// µs with four against 29.0 with six (`docs/results/2026-11-30-decode-long-row-h200`).
+/// The ring depth for K/V elements of `kv_bytes` bytes. e4m3 plans aim at two CTAs an SM
+/// ([`ctas_per_sm`]), whose rings together keep enough bytes in flight: 4 slots at D = 64 and
+/// 128, 3 at 256 (107 KiB a CTA, the deepest ring of which two fit an SM). Deeper rings were
+/// slower on every row that a split plan takes: on the H200, (1,32,8,1,32768) at D = 64 took 18.7 µs
+/// with 4 slots against 23.3 with 8; at 256, 46.4 µs with 3 against 61.3 with 4 and 73.5 with 6,
+/// where one CTA an SM fit (`docs/results/2026-11-30-decode-rescale-rings-h200`); at 128, 25.8
+/// µs with 4 against 29.0 with 6 (`docs/results/2026-11-30-decode-long-row-h200`).
 pub fn stages_for(head_dim: usize, kv_bytes: usize, device: &DeviceInfo) -> usize {
     let preferred = match (kv_bytes, head_dim) {
-        (KV_E4M3, 65..=128) => 4,
-        _ => (if head_dim <= 64 { 4 } else { 3 }) * (2 / kv_bytes),
+        (KV_E4M3, 0..=128) => 4,
+        _ if head_dim <= 64 => 4,
+        _ => 3,
     };
     (2..=preferred.min(MAX_STAGES))
         .rev()
@@ -769,11 +773,20 @@ mod tests {
             // Two CTAs an SM: no reservation past the ring's own bytes.
             assert_eq!(split.dynamic_smem_bytes as usize, smem_bytes_for(128, 1, 4));
         }
-        // Twice the 16-bit slots at 64 and 256 (as many bytes in flight a CTA), four at 128.
+        // Four slots up to 128, three at 256: two CTAs' rings fit an SM at every e4m3 build.
         assert_eq!(
             [64, 128, 256].map(|d| (stages_for(d, KV_HALF, &h100), stages_for(d, KV_E4M3, &h100))),
-            [(4, 8), (3, 4), (3, 6)]
+            [(4, 4), (3, 4), (3, 3)]
         );
+        // An sm_90 SM's 228 KiB of shared memory, of which each CTA's share costs 1 KiB more.
+        const SM90_SHARED_PER_SM: usize = 228 * 1024;
+        for d in E4M3_HEAD_DIMS.iter().copied() {
+            let smem = smem_bytes_for(d, KV_E4M3, stages_for(d, KV_E4M3, &h100));
+            assert!(
+                ctas_per_sm(KV_E4M3) * (smem + 1024) <= SM90_SHARED_PER_SM,
+                "D = {d}: {smem} bytes a CTA"
+            );
+        }
         // Two CTAs an SM: twice the splits of the 16-bit cache's plan on a long sequence.
         let long = decode_problem(1, 32, 8, 1, 32768);
         let splits = |p: &AttentionProblem| {
