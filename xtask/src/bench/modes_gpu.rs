@@ -155,34 +155,32 @@ impl ModeCheck {
     ) -> ModeCheck {
         let live: Vec<usize> = (0..p.batch).filter(|&b| draw.len_q[b] > 0).collect();
         let per = (max_rows / live.len().max(1)).max(1);
-        let seqs = live
-            .into_iter()
-            .map(|b| {
-                let op = mode_case::seq_oracle_problem(p, draw, b);
-                // With e4m3 Q, its true values (stored × descale), as K's and V's below.
-                let q = mode_case::seq_q_values(p, draw, &inp.q, b).insert_axis(Axis(0));
-                let k = mode_case::seq_kv(p, draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
-                let v = mode_case::seq_kv(p, draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
-                let rows = flashcore_oracle::sample_rows(&op, per, seed ^ (b as u64 + 1));
-                let reference =
-                    flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &rows);
-                let low = flashcore_oracle::reference_low_precision(
-                    &op,
-                    precision(p.dtype),
-                    q.view(),
-                    k.view(),
-                    v.view(),
-                    &rows,
-                );
-                SeqRef {
-                    b,
-                    op,
-                    rows,
-                    reference,
-                    low,
-                }
-            })
-            .collect();
+        // Sequences on every core: a suite's long caches take seconds a sequence on one.
+        let seqs = par_map(&live, |&b| {
+            let op = mode_case::seq_oracle_problem(p, draw, b);
+            // With e4m3 Q, its true values (stored × descale), as K's and V's below.
+            let q = mode_case::seq_q_values(p, draw, &inp.q, b).insert_axis(Axis(0));
+            let k = mode_case::seq_kv(p, draw, KvSide::K, &inp.k, None, b).insert_axis(Axis(0));
+            let v = mode_case::seq_kv(p, draw, KvSide::V, &inp.v, None, b).insert_axis(Axis(0));
+            let rows = flashcore_oracle::sample_rows(&op, per, seed ^ (b as u64 + 1));
+            let reference =
+                flashcore_oracle::reference_f64(&op, q.view(), k.view(), v.view(), &rows);
+            let low = flashcore_oracle::reference_low_precision(
+                &op,
+                precision(p.dtype),
+                q.view(),
+                k.view(),
+                v.view(),
+                &rows,
+            );
+            SeqRef {
+                b,
+                op,
+                rows,
+                reference,
+                low,
+            }
+        });
         ModeCheck {
             problem: p.clone(),
             draw: draw.clone(),
@@ -245,6 +243,22 @@ impl ModeCheck {
     }
 }
 
+/// `f` of every item, in order, the items split over the cores in contiguous runs.
+fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per = items.len().div_ceil(threads).max(1);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = items
+            .chunks(per)
+            .map(|run| scope.spawn(move || run.iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        runs.into_iter()
+            .flat_map(|h| h.join().expect("an oracle thread panicked"))
+            .collect()
+    })
+}
+
 /// Inputs and references of the last case prepared, kept for the paged copies of its data.
 struct Prepared {
     key: String,
@@ -299,9 +313,7 @@ fn device_buffers(
         v_descale: d.v_descale.clone(),
     };
     let bufs = if fp8 {
-        let bytes = |name, a: &ArrayD<f32>| {
-            flashcore::host::e4m3_bytes(name, &a.view()).map_err(|e| anyhow::anyhow!(e))
-        };
+        let bytes = |name, a: &ArrayD<f32>| e4m3_bytes_par(name, a);
         let (kb, vb) = (bytes("k", k)?, bytes("v", v)?);
         Buffers::with_kv(device, p, &qb, KvHost::E4m3(&kb), KvHost::E4m3(&vb), sets)?
     } else {
@@ -309,6 +321,36 @@ fn device_buffers(
         Buffers::new(device, p, &qb, &kb, &vb, sets)?
     };
     bufs.with_tables(device, &tables)
+}
+
+/// [`flashcore::host::e4m3_bytes`] of `a` in standard order, runs of it on every core (a suite's
+/// caches hold up to 2^28 values a tensor).
+fn e4m3_bytes_par(tensor: &'static str, a: &ArrayD<f32>) -> Result<Vec<u8>> {
+    const RUN: usize = 1 << 20;
+    let flat = a.as_standard_layout();
+    let values = flat.as_slice().expect("standard layout");
+    let runs: Vec<(usize, &[f32])> = values.chunks(RUN).enumerate().collect();
+    par_map(&runs, |&(i, run)| {
+        let view = ndarray::ArrayViewD::from_shape(IxDyn(&[run.len()]), run).expect("1-d");
+        flashcore::host::e4m3_bytes(tensor, &view).map_err(|e| match e {
+            // The index in the whole tensor, not in the run.
+            flashcore::InvalidProblem::NotE4m3 {
+                tensor,
+                index,
+                value,
+            } => flashcore::InvalidProblem::NotE4m3 {
+                tensor,
+                index: i * RUN + index,
+                value,
+            },
+            other => other,
+        })
+    })
+    .into_iter()
+    .try_fold(Vec::with_capacity(values.len()), |mut all, run| {
+        all.extend(run.map_err(|e| anyhow::anyhow!(e))?);
+        Ok(all)
+    })
 }
 
 fn row(case: &Case, kernel: &str, outcome: Outcome) -> ModeRow {
@@ -817,6 +859,36 @@ pub fn run(args: &Args, out_dir: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use crate::bench::modes::{cache_case, Heads, KvKind};
+
+    #[test]
+    fn e4m3_bytes_in_runs_match_the_library_and_name_the_whole_tensors_index() {
+        let n = (1 << 20) * 2 + 77;
+        let values: Vec<f32> = (0..n)
+            .map(|i| mode_case::round_e4m3(((i % 1001) as f32 - 500.0) * 0.37))
+            .collect();
+        let a = ArrayD::from_shape_vec(IxDyn(&[1, n]), values).unwrap();
+        let expected = flashcore::host::e4m3_bytes("k", &a.view()).unwrap();
+        assert_eq!(e4m3_bytes_par("k", &a).unwrap(), expected);
+        // A value that is not e4m3, in the third run: its index in the whole tensor.
+        let mut bad = a.clone();
+        bad[[0, n - 3]] = 0.1;
+        let e = e4m3_bytes_par("v", &bad).unwrap_err().to_string();
+        let library = flashcore::host::e4m3_bytes("v", &bad.view())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, library);
+        assert!(e.contains(&(n - 3).to_string()), "{e}");
+    }
+
+    #[test]
+    fn par_map_keeps_the_order_of_its_items() {
+        let items: Vec<usize> = (0..1000).collect();
+        assert_eq!(
+            par_map(&items, |&i| i * 3),
+            items.iter().map(|i| i * 3).collect::<Vec<_>>()
+        );
+        assert!(par_map(&[] as &[usize], |&i| i).is_empty());
+    }
 
     #[test]
     fn a_paged_case_kept_alone_still_finds_its_data_source() {
