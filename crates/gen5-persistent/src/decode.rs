@@ -225,7 +225,7 @@ pub fn stages(head_dim: usize, device: &DeviceInfo) -> usize {
 
 /// The ring depth for K/V elements of `kv_bytes` bytes. e4m3 plans aim at two CTAs an SM
 /// ([`ctas_per_sm`]), whose rings together keep enough bytes in flight: 4 slots at D = 64 and
-/// 128, 3 at 256 (107 KiB a CTA, the deepest ring of which two fit an SM). Deeper rings were
+/// 128, 3 at 256 (104.5 KiB a CTA, the deepest ring of which two fit an SM). Deeper rings were
 /// slower on every row that a split plan takes: on the H200, (1,32,8,1,32768) at D = 64 took 18.7 µs
 /// with 4 slots against 23.3 with 8; at 256, 46.4 µs with 3 against 61.3 with 4 and 73.5 with 6,
 /// where one CTA an SM fit (`docs/results/2026-11-30-decode-rescale-rings-h200`); at 128, 25.8
