@@ -10,6 +10,7 @@ mod header_check;
 mod inputs;
 mod mode_case;
 mod model;
+mod parallel;
 mod progress;
 mod ptx_compare;
 mod reliability;

@@ -24,6 +24,7 @@ use super::suite::{CausalSel, Suite};
 use super::Args;
 use crate::inputs::{precision, random_tensor_parallel};
 use crate::mode_case::{self, Draw, KvSide};
+use crate::parallel::{par_chunks, par_map};
 
 /// Q, K, V of a case in storage order (`flashcore::host::storage_shapes`), f32 values rounded to
 /// the dtype.
@@ -65,23 +66,23 @@ pub fn quantize_e4m3(
         p.modes.kv == KvStorage::Dense && p.layout == flashcore::Layout::Bshd,
         "e4m3 bench caches are drawn contiguous [batch, capacity, heads_kv, head_dim]"
     );
-    let mut out = values.clone();
-    let mut cache = out
-        .view_mut()
-        .into_dimensionality::<ndarray::Ix4>()
-        .expect("a contiguous cache is 4-d");
-    // Sequences split over the cores (up to 2^29 values a tensor in the suite).
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let per = p.batch.div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        for (i, mut chunk) in cache.axis_chunks_iter_mut(Axis(0), per).enumerate() {
-            scope.spawn(move || {
-                for ((b, _, h, _), x) in chunk.indexed_iter_mut() {
-                    *x = mode_case::round_e4m3(*x / draw.descale(p, side, i * per + b, h));
-                }
-            });
-        }
-    });
+    let mut out = values.as_standard_layout().into_owned();
+    let &[_, rows, heads, dim] = out.shape() else {
+        panic!("a contiguous cache is 4-d");
+    };
+    // Flat runs on every core: one long sequence holds most of a suite's values (up to 2^28 a
+    // tensor), so the batch alone would not spread them.
+    par_chunks(
+        out.as_slice_mut().expect("standard layout"),
+        1 << 16,
+        |first, run| {
+            for (i, x) in run.iter_mut().enumerate() {
+                let at = first + i;
+                let (b, h) = (at / (rows * heads * dim), at / dim % heads);
+                *x = mode_case::round_e4m3(*x / draw.descale(p, side, b, h));
+            }
+        },
+    );
     out
 }
 
@@ -241,22 +242,6 @@ impl ModeCheck {
         }
         worst.ok_or_else(|| "no sequence to judge".into())
     }
-}
-
-/// `f` of every item, in order, the items split over the cores in contiguous runs.
-fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let per = items.len().div_ceil(threads).max(1);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let runs: Vec<_> = items
-            .chunks(per)
-            .map(|run| scope.spawn(move || run.iter().map(f).collect::<Vec<U>>()))
-            .collect();
-        runs.into_iter()
-            .flat_map(|h| h.join().expect("an oracle thread panicked"))
-            .collect()
-    })
 }
 
 /// Inputs and references of the last case prepared, kept for the paged copies of its data.
@@ -881,16 +866,6 @@ mod tests {
     }
 
     #[test]
-    fn par_map_keeps_the_order_of_its_items() {
-        let items: Vec<usize> = (0..1000).collect();
-        assert_eq!(
-            par_map(&items, |&i| i * 3),
-            items.iter().map(|i| i * 3).collect::<Vec<_>>()
-        );
-        assert!(par_map(&[] as &[usize], |&i| i).is_empty());
-    }
-
-    #[test]
     fn a_paged_case_kept_alone_still_finds_its_data_source() {
         let mut plan = modes::plan(Suite::Paged, 0x5eed);
         let sources = keep_cases(&mut plan, &["chunk/paged-256".to_string()]);
@@ -1023,7 +998,7 @@ mod tests {
             {
                 let f = draw.descale(p, side, b, h);
                 let s = stored[[b, j, h, d]];
-                assert_eq!(mode_case::round_e4m3(s), s);
+                assert_eq!(s, mode_case::round_e4m3(x / f), "[{b}, {j}, {h}, {d}]");
                 if (x / f).abs() <= 448.0 {
                     assert!(
                         (s * f - x).abs() <= x.abs() / 16.0 + f * 2f32.powi(-10),

@@ -6,26 +6,7 @@ use std::collections::BTreeSet;
 use flashcore::{DType, Layout, TensorStrides};
 use ndarray::Array4;
 
-fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
-/// Calls `f(first_index, chunk)` on disjoint chunks of `out` from every core.
-fn par_chunks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
-    let n = out.len();
-    if n == 0 {
-        return;
-    }
-    let per = n.div_ceil(threads()).max(1 << 14);
-    std::thread::scope(|s| {
-        for (i, chunk) in out.chunks_mut(per).enumerate() {
-            let f = &f;
-            s.spawn(move || f(i * per, chunk));
-        }
-    });
-}
+use crate::parallel::{par_chunks, threads};
 
 pub(super) fn splitmix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -62,7 +43,7 @@ impl Synth {
 
     pub(super) fn full(&self) -> Array4<f32> {
         let mut v = vec![0f32; self.len()];
-        par_chunks(&mut v, |start, c| {
+        par_chunks(&mut v, 1 << 14, |start, c| {
             for (j, x) in c.iter_mut().enumerate() {
                 *x = self.at(start + j);
             }
@@ -130,7 +111,7 @@ impl Synth {
         let [_, nh, ns, d] = self.dims;
         let mut out = vec![0u16; self.len()];
         let dt = self.dtype;
-        par_chunks(&mut out, |start, c| {
+        par_chunks(&mut out, 1 << 14, |start, c| {
             for (j, x) in c.iter_mut().enumerate() {
                 let i = start + j;
                 let logical = match layout {
