@@ -1,5 +1,5 @@
 //! Host loops on every core, for the inputs and oracle work of bench, verify and reliability
-//! (tensors of up to 2^28 values, where one core takes seconds). Results never depend on the
+//! (tensors of up to 2^29 values, where one core takes seconds). Results never depend on the
 //! number of cores.
 
 /// The cores to spread work over.
