@@ -53,7 +53,7 @@
 // Barrier protocol, smem map, register budget: docs/generations/gen5-persistent.md (Hopper);
 // split-KV protocol and workspace layout: docs/generations/gen5-split-kv.md.
 //
-// Defines: FC_HEAD_DIM (64|128|192|256, required), FC_HEAD_DIM_V (V's and O's head dim, 64|128|192|256
+// Defines: FC_HEAD_DIM (32|64|128|192|256, required; 32: 64-byte rows, config.cuh), FC_HEAD_DIM_V (V's and O's head dim, 64|128|192|256
 // up to FC_HEAD_DIM, default FC_HEAD_DIM: FlashAttention 3's headdim_v; config.cuh), FC_HOPPER_PADDED_HEAD (0|1, default 0: the
 // problem's head dim is padded up to FC_HEAD_DIM; config.cuh), FC_HOPPER_BLOCK_N (keys per tile, 64|80|112|128|176, default 128),
 // FC_HOPPER_STAGES (K/V ring depth, default 2), FC_HOPPER_OVERLAP (0|1, default 0),
@@ -267,13 +267,13 @@ extern "C" __global__ void __launch_bounds__(fch::THREADS, 1) FC_HOPPER_CLUSTER_
         const int col_in_block = 2 * (lane & 3);
         const float scale_log2 = p.scale_log2;
 
-        // K-major, 128B swizzle: SBO = 1024 (8 rows x 128 B), LBO unused (16 -> encoded 1).
-        const unsigned long long q_desc0 = make_desc_sw128(sQ + row_wg * WG_M * ROW_BYTES, 16, 1024);
-        const unsigned long long k_desc0 = make_desc_sw128(sK, 16, 1024);
-        // MN-major, 128B swizzle: SBO = 1024 (next 8 keys), LBO = next 64-column box (NBOX_V of them).
+        // K-major, swizzled ROW_BYTES rows: SBO = 8 rows, LBO unused (16 -> encoded 1).
+        const unsigned long long q_desc0 = make_desc_rows<ROW_BYTES>(sQ + row_wg * WG_M * ROW_BYTES, 16);
+        const unsigned long long k_desc0 = make_desc_rows<ROW_BYTES>(sK, 16);
+        // MN-major: SBO = 8 keys, LBO = the next column box (NBOX_V of them).
         // e4m3: V transposed, K-major as K is (SBO = 1024, the next 8 of V's columns).
         const unsigned long long v_desc0 =
-            E4M3 ? make_desc_sw128(sV, 16, 1024) : make_desc_sw128(sV, KV_BOX_BYTES, 1024);
+            E4M3 ? make_desc_rows<ROW_BYTES>(sV, 16) : make_desc_rows<ROW_BYTES>(sV, KV_BOX_BYTES);
 
         // Ping-pong prime: warpgroup 1 holds the first issue slot (its first pp_sync pairs with this).
         if constexpr (PINGPONG) {

@@ -5,10 +5,10 @@
 #pragma once
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=64, 128, 192 or 256"
+#error "compile with -DFC_HEAD_DIM=32, 64, 128, 192 or 256"
 #endif
-#if FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128 && FC_HEAD_DIM != 192 && FC_HEAD_DIM != 256
-#error "gen5_persistent_hopper supports FC_HEAD_DIM 64, 128, 192 and 256"
+#if FC_HEAD_DIM != 32 && FC_HEAD_DIM != 64 && FC_HEAD_DIM != 128 && FC_HEAD_DIM != 192 && FC_HEAD_DIM != 256
+#error "gen5_persistent_hopper supports FC_HEAD_DIM 32, 64, 128, 192 and 256"
 #endif
 // 1: the problem's head dim (p.head_dim, a multiple of 8) is below the build's and padded up to it
 // (FlashAttention-2's rounding: the plan takes every multiple of 8 up to 256 in the next build of
@@ -30,8 +30,8 @@
 #else
 #define FC_HOPPER_PADDED_V 0
 #endif
-#if FC_HEAD_DIM_V % 64 != 0 || FC_HEAD_DIM_V < 64 || FC_HEAD_DIM_V > FC_HEAD_DIM
-#error "FC_HEAD_DIM_V must be 64, 128, 192 or 256 and at most FC_HEAD_DIM"
+#if FC_HEAD_DIM == 32 ? FC_HEAD_DIM_V != 32 : (FC_HEAD_DIM_V % 64 != 0 || FC_HEAD_DIM_V < 64 || FC_HEAD_DIM_V > FC_HEAD_DIM)
+#error "FC_HEAD_DIM_V must be 64, 128, 192 or 256 and at most FC_HEAD_DIM (32 only with FC_HEAD_DIM 32)"
 #endif
 #ifndef FC_HOPPER_BLOCK_N
 #define FC_HOPPER_BLOCK_N 128
@@ -80,8 +80,8 @@
 #if FC_HOPPER_CONSUMER_WGS != 2 && FC_HOPPER_CONSUMER_WGS != 3
 #error "FC_HOPPER_CONSUMER_WGS must be 2 or 3"
 #endif
-#if FC_HOPPER_CONSUMER_WGS == 3 && (FC_HEAD_DIM != 64 || FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE)
-#error "FC_HOPPER_CONSUMER_WGS=3 is the dense D = 64 build (register epilogue, no split, no modes)"
+#if FC_HOPPER_CONSUMER_WGS == 3 && (FC_HEAD_DIM > 64 || FC_HOPPER_MODES || FC_HOPPER_SPLIT_KV || FC_HOPPER_SMEM_EPILOGUE)
+#error "FC_HOPPER_CONSUMER_WGS=3 is the dense D = 32 or 64 build (register epilogue, no split, no modes)"
 #endif
 // Inference modes (docs/MODES.md: varlen, KV cache, pages, windows, softcap, ALiBi). The plan
 // builds with 1 only for problems that use them: the block info's general form costs consumer
@@ -168,6 +168,14 @@
                        FC_HOPPER_PADDED_HEAD || FC_HEAD_DIM_V != FC_HEAD_DIM || FC_HEAD_DIM != 128)
 #error "FC_HOPPER_E4M3=1 is the dense, unsplit two-warpgroup build with 128-key tiles at D = 128"
 #endif
+// The narrow build (FC_HEAD_DIM 32): a row of Q, K or V is one 64-byte box (TMA's and wgmma's
+// 64-byte swizzle), so Q·K takes two k16 steps and P·V is m64n32, half the tensor-core work of the
+// 64 build a 32-column head would otherwise be padded into. The row warpgroups' path only: the
+// key split's and the staged epilogue's exchanges are laid out in 128-byte rows (the plan pads
+// those problems into the 64 build).
+#if FC_HEAD_DIM == 32 && (FC_HOPPER_WG_KEY_SPLIT || FC_HOPPER_SMEM_EPILOGUE || FC_HOPPER_E4M3)
+#error "FC_HEAD_DIM=32 takes neither the key split, the smem epilogue nor e4m3"
+#endif
 #if FC_HOPPER_CLUSTER_KEY_SPLIT
 #define FC_HOPPER_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
 #else
@@ -181,7 +189,7 @@ namespace fch {
 constexpr int D = FC_HEAD_DIM;
 // V's and O's columns, their boxes and a V stage's bytes. (Enums, not constants: a new
 // namespace-scope constant would be emitted into the PTX of every build.)
-enum : int { DV = FC_HEAD_DIM_V, NBOX_V = DV / 64 };
+enum : int { DV = FC_HEAD_DIM_V, NBOX_V = DV / (FC_HEAD_DIM < 64 ? FC_HEAD_DIM : 64) };
 constexpr int CONSUMER_WGS = FC_HOPPER_CONSUMER_WGS;
 constexpr int WG_M = 64;                // q rows per consumer warpgroup
 // (Enums, as below: these constexprs were emitted as PTX globals.)
@@ -198,12 +206,12 @@ constexpr int BM = WG_M * ROW_WGS;      // q rows per work item (= Q TMA box row
 constexpr int BN = FC_HOPPER_BLOCK_N;   // keys per K/V tile (= K/V TMA box rows)
 constexpr int STAGES = FC_HOPPER_STAGES;
 constexpr int Q_STAGES = FC_HOPPER_Q_STAGES;
-// Input elements: bytes with FC_HOPPER_E4M3, else the module's 16-bit dtype; a 128-byte swizzled
-// box row holds BOX_COLS of them. (Enums: see DV above.)
+// Input elements: bytes with FC_HOPPER_E4M3, else the module's 16-bit dtype; a swizzled box row
+// (128 bytes; 64 in the narrow D = 32 build) holds BOX_COLS of them. (Enums: see DV above.)
 enum : bool { E4M3 = FC_HOPPER_E4M3 != 0 };
-enum : int { IN_BYTES = E4M3 ? 1 : 2, BOX_COLS = 128 / IN_BYTES };
-constexpr int NBOX = D / BOX_COLS;      // 128-byte TMA boxes per row of a Q or K tile
-constexpr int ROW_BYTES = 128;          // one swizzled box row
+constexpr int ROW_BYTES = D < 64 ? 64 : 128;  // one swizzled box row (the swizzle's width)
+enum : int { IN_BYTES = E4M3 ? 1 : 2, BOX_COLS = ROW_BYTES / IN_BYTES };
+constexpr int NBOX = D / BOX_COLS;      // TMA boxes per row of a Q or K tile
 constexpr int Q_BOX_BYTES = BM * ROW_BYTES;
 constexpr int KV_BOX_BYTES = BN * ROW_BYTES;
 constexpr int Q_BYTES = NBOX * Q_BOX_BYTES;

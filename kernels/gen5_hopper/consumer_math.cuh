@@ -32,9 +32,12 @@ __device__ __forceinline__ void gemm_qk(float (&s)[NS], unsigned long long q_des
     static_assert(NS == BN / 2, "S: BN / 2 f32 a thread");
 #pragma unroll
     for (int k = 0; k < D * IN_BYTES / 32; ++k) {
-        // k16 step k (k32 for e4m3): 32 bytes into the 128-byte swizzled row, box k/4.
-        const unsigned long long qa = q_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * Q_BOX_BYTES) >> 4);
-        const unsigned long long kb = k_desc + (unsigned long long)(((k % 4) * 32 + (k / 4) * KV_BOX_BYTES) >> 4);
+        // k16 step k (k32 for e4m3): 32 bytes into the swizzled row, box k / steps_per_box.
+        constexpr int steps_per_box = ROW_BYTES / 32;
+        const unsigned long long qa =
+            q_desc + (unsigned long long)(((k % steps_per_box) * 32 + (k / steps_per_box) * Q_BOX_BYTES) >> 4);
+        const unsigned long long kb =
+            k_desc + (unsigned long long)(((k % steps_per_box) * 32 + (k / steps_per_box) * KV_BOX_BYTES) >> 4);
         if constexpr (kE4m3)
             wgmma_ss_e4m3(s, qa, kb, k > 0 ? 1 : 0);
         else

@@ -98,7 +98,7 @@ __device__ __forceinline__ bool issues_boxes(const KvTile& t, int warp, bool v_t
 // async proxy (wgmma reads them next) and lane 0 completes `full` with a plain arrive. K tiles
 // need none of this: the consumers overwrite those columns' scores with -inf.
 // (A dense problem's rows past seq_k lie outside the tensor map, and TMA zero-fills them.)
-// kBoxes: the tile's 64-column boxes, NBOX for K, NBOX_V for V (V's own head dim); the plan's
+// kBoxes: the tile's column boxes, NBOX for K, NBOX_V for V (V's own head dim); the plan's
 // byte count (`t.bytes`) is K's.
 // With SPREAD_PAGES every producer warp calls this for the tile, `warp` its index: warp 0 sets
 // the expected bytes and finishes a zeroed tail, each warp issues its groups. (A box of another
@@ -168,7 +168,7 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
                                                  const CUtensorMap* tm_k, const CUtensorMap* tm_v, const Work& w,
                                                  int q_tiles_per_head) {
 #pragma unroll
-    for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d(tm_q, c * 64, w.m * BM, w.h, w.b);
+    for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d(tm_q, c * BOX_COLS, w.m * BM, w.h, w.b);
     const int h_kv = w.h / p.q_heads_per_kv;
     if constexpr (KEY_SPLIT) {
         // The head's q tiles share the prefetch of its first K/V tiles: box j (K_{j/2} for even
@@ -181,7 +181,7 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         for (int j = prefetcher; j < boxes; j += q_tiles_per_head * CLUSTER_CTAS) {
             const int k0 = (j >> 1) * BN;
 #pragma unroll
-            for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d((j & 1) ? tm_v : tm_k, c * 64, k0, h_kv, w.b);
+            for (int c = 0; c < NBOX; ++c) tma_prefetch_l2_4d((j & 1) ? tm_v : tm_k, c * BOX_COLS, k0, h_kv, w.b);
         }
         return;
     }
@@ -190,8 +190,8 @@ __device__ __forceinline__ void prefetch_unit_l2(const AttentionParams& p, const
         const int k0 = (w.kb0 + kb) * BN;
 #pragma unroll
         for (int c = 0; c < NBOX; ++c) {
-            tma_prefetch_l2_4d(tm_k, c * 64, k0, h_kv, w.b);
-            if (c < NBOX_V) tma_prefetch_l2_4d(tm_v, c * 64, k0, h_kv, w.b);
+            tma_prefetch_l2_4d(tm_k, c * BOX_COLS, k0, h_kv, w.b);
+            if (c < NBOX_V) tma_prefetch_l2_4d(tm_v, c * BOX_COLS, k0, h_kv, w.b);
         }
     }
 }

@@ -155,6 +155,7 @@ __device__ __forceinline__ void merge_cluster_row(const float (&keep)[DV / 4], c
 }
 #endif
 
+#if FC_HEAD_DIM >= 64
 // The epilogue of a key-split item. Thread tid of both warpgroups holds the same two rows and
 // columns, each over its own key tiles (o unnormalised, m the raw running max, l quad-reduced).
 // Warpgroup cw keeps column blocks [cw H, cw H + H) (H = DV / 16 blocks of 8 columns) and hands the
@@ -255,5 +256,11 @@ __device__ __forceinline__ void key_split_epilogue(const AttentionParams& p, con
     }
 #endif
 }
+#else
+// (The narrow D = 32 build has no key split, config.cuh: the kernel never takes this call. Its
+// warpgroups' halves of O, D / 16 = 2 column blocks, are not whole store groups.)
+__device__ __forceinline__ void key_split_epilogue(const AttentionParams&, const Work&, int, int, const float (&)[DV / 2],
+                                                   const float (&)[2], const float (&)[2], int, float, unsigned) {}
+#endif
 
 }  // namespace fch

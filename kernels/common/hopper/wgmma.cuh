@@ -70,11 +70,32 @@ __device__ __forceinline__ unsigned long long make_desc_sw128(unsigned smem_addr
     d |= 1ull << 62;
     return d;
 }
+// 64B swizzle (a row of 32 16-bit elements): the atom is 8 rows of 64 bytes (512 bytes), what TMA
+// writes for a box of 32 16-bit columns with CU_TENSOR_MAP_SWIZZLE_64B. K-major: SBO = 512, k16
+// steps 32 bytes into the row; MN-major: SBO = 512 (next 8 K rows), LBO = the next 32-wide MN block.
+__device__ __forceinline__ unsigned long long make_desc_sw64(unsigned smem_addr, unsigned lbo_bytes,
+                                                             unsigned sbo_bytes) {
+    unsigned long long d = 0;
+    d |= (unsigned long long)((smem_addr & 0x3FFFF) >> 4);
+    d |= (unsigned long long)((lbo_bytes >> 4) & 0x3FFF) << 16;
+    d |= (unsigned long long)((sbo_bytes >> 4) & 0x3FFF) << 32;
+    d |= 2ull << 62;
+    return d;
+}
+// The descriptor of a tile in swizzled rows of kRowBytes (128 or 64): SBO is an atom, 8 rows.
+template <int kRowBytes>
+__device__ __forceinline__ unsigned long long make_desc_rows(unsigned smem_addr, unsigned lbo_bytes) {
+    static_assert(kRowBytes == 128 || kRowBytes == 64, "128- or 64-byte swizzled rows");
+    if constexpr (kRowBytes == 128)
+        return make_desc_sw128(smem_addr, lbo_bytes, 8 * kRowBytes);
+    else
+        return make_desc_sw64(smem_addr, lbo_bytes, 8 * kRowBytes);
+}
 
 // ---- mma_async wrappers (generated) ----------------------------------------------------------
 // Overloaded on the accumulator size: wgmma_ss float[88] -> N = 176, float[64] -> N = 128,
 // float[56] -> N = 112, float[40] -> N = 80, float[32] -> N = 64; wgmma_rs_tb float[128] -> N = 256,
-// float[96] -> N = 192, float[64] -> N = 128, float[32] -> N = 64.
+// float[96] -> N = 192, float[64] -> N = 128, float[32] -> N = 64, float[16] -> N = 32.
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A and B from shared-memory descriptors, both K-major.
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b,
                                              int accumulate) {
@@ -163,6 +184,20 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const unsigned (&a)[
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32]; A from registers, B from a shared-memory descriptor,
+// MN-major (imm-trans-b = 1) (the forward's O at D = 32).
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[16], const unsigned (&a)[4], unsigned long long desc_b,
+                                                int accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "setp.ne.b32 p, %21, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." FC_ELEM_PTX "." FC_ELEM_PTX " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 // D[64 x 112] (+)= A[64 x 16] * B[16 x 112]; A and B from shared-memory descriptors, both K-major

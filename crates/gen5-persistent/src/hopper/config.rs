@@ -9,7 +9,8 @@ use super::heuristics::{
 };
 use super::smem::{
     barrier_area_bytes, build_head_dim, cluster_exchange_bytes, key_split_exchange_bytes,
-    smem_bytes_with_tiles_v, BLOCK_N, Q_STAGES, STAGES, WARPGROUP_ROWS, WARPGROUP_THREADS,
+    smem_bytes_with_tiles_v, BLOCK_N, NARROW_HEAD_DIM, Q_STAGES, STAGES, WARPGROUP_ROWS,
+    WARPGROUP_THREADS,
 };
 use crate::env::{Env, Overridable};
 
@@ -121,6 +122,12 @@ pub struct HopperConfig {
     /// grid is two CTAs an item. `None`: [`default_cluster_key_split`]. Taken only with the
     /// key split; forced on, every problem that takes the key split takes it too.
     pub cluster_key_split: Option<bool>,
+    /// The narrow build for head dims up to 32 (`FC_HEAD_DIM` 32, 64-byte rows; env
+    /// `FLASHCORE_HOPPER_NARROW_HEAD=0|1`, on by default): half the tensor-core work of the 64
+    /// build. It has the row warpgroups' path only, so a problem whose resolved configuration
+    /// takes the key split or the staged epilogue is padded into the 64 build as before.
+    /// [`HopperConfig::for_problem`] leaves it on only where the problem takes it.
+    pub narrow_head: bool,
     /// A printed clock64 timeline of three CTAs' units (`FC_HOPPER_TRACE`,
     /// `kernels/gen5_hopper/trace.cuh`; env `FLASHCORE_HOPPER_TRACE=0|1`), for finding where a
     /// unit's time goes. Off by default. On, the kernel builds as a module of its own and the
@@ -153,6 +160,7 @@ impl Default for HopperConfig {
             prefetch: None,
             wg_key_split: None,
             cluster_key_split: None,
+            narrow_head: true,
             trace: false,
         }
     }
@@ -195,6 +203,9 @@ impl Overridable for HopperConfig {
         c.prefetch = flag("FLASHCORE_HOPPER_PREFETCH")?;
         if let Some(v) = flag("FLASHCORE_HOPPER_TRACE")? {
             c.trace = v;
+        }
+        if let Some(v) = flag("FLASHCORE_HOPPER_NARROW_HEAD")? {
+            c.narrow_head = v;
         }
         c.wg_key_split = flag("FLASHCORE_HOPPER_WG_KEY_SPLIT")?;
         c.cluster_key_split = flag("FLASHCORE_HOPPER_CLUSTER_KEY_SPLIT")?;
@@ -259,6 +270,34 @@ impl HopperConfig {
     /// consumer registers). Not with split-KV or the smem epilogue, which were only measured and
     /// verified with 128-key tiles.
     pub fn for_problem(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
+        let cfg = self.resolve(problem, sm_count);
+        // The narrow build takes what the 64 build would, less its key split and staged epilogue.
+        let narrow = cfg.narrow_head
+            && problem.head_dim <= NARROW_HEAD_DIM
+            && !problem.modes.q_fp8
+            && !problem.has_distinct_head_dim_v()
+            && !cfg.key_split()
+            && cfg.smem_epilogue != Some(true);
+        HopperConfig {
+            narrow_head: narrow,
+            ..cfg
+        }
+    }
+
+    /// The kernel build's head dim (`FC_HEAD_DIM`) for a problem's `head_dim` under a configuration
+    /// [`HopperConfig::for_problem`] resolved: the narrow 32 where it took it, else the next
+    /// multiple of 64 ([`build_head_dim`]).
+    pub fn build_head_dim(&self, head_dim: usize) -> usize {
+        if self.narrow_head && head_dim <= NARROW_HEAD_DIM {
+            NARROW_HEAD_DIM
+        } else {
+            build_head_dim(head_dim)
+        }
+    }
+
+    /// [`HopperConfig::for_problem`] before the narrow build is chosen: every choice as the 64
+    /// build's.
+    fn resolve(&self, problem: &AttentionProblem, sm_count: usize) -> HopperConfig {
         if problem.modes.q_fp8 {
             return self.e4m3();
         }
@@ -593,9 +632,9 @@ impl HopperConfig {
 
     /// The kernel defines. Variants at their default value are not emitted (the kernel's own
     /// defaults match), so the default plan's defines are unchanged.
-    /// `head_dim` is the problem's; the build's is the next multiple of 64 ([`build_head_dim`]).
+    /// `head_dim` is the problem's; the build's is [`HopperConfig::build_head_dim`].
     pub(super) fn defines(&self, head_dim: usize, l2_section: u64) -> Vec<(String, String)> {
-        let build_d = build_head_dim(head_dim);
+        let build_d = self.build_head_dim(head_dim);
         let mut d = vec![
             ("FC_HEAD_DIM".to_string(), build_d.to_string()),
             ("FC_HOPPER_BLOCK_N".to_string(), self.block_n.to_string()),

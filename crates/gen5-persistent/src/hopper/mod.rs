@@ -301,8 +301,8 @@ impl PersistentHopper {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         let cfg = &cfg.for_problem(problem, device.sm_count as usize);
-        // The build's head dim: the problem's padded up to whole 64-column boxes.
-        let d = build_head_dim(problem.head_dim);
+        // The build's head dim: the problem's padded up to whole 64-column boxes, or the narrow 32.
+        let d = cfg.build_head_dim(problem.head_dim);
         // V's and O's (FC_HEAD_DIM_V where V has a head dim of its own).
         let dv = head_dim_v_build(problem.head_dim, problem.head_dim_v(), d)
             .map_err(|e| Unsupported::new(NAME, e))?;
@@ -429,8 +429,13 @@ impl PersistentHopper {
             tensor_maps: Some(TensorMapSpec {
                 q_box_rows: cfg.block_m() as u32,
                 kv_box_rows: cfg.block_n as u32,
-                box_cols: BOX_COLS as u32,
-                swizzle: Swizzle::B128,
+                // A row of the narrow build is one 64-byte box.
+                box_cols: d.min(BOX_COLS) as u32,
+                swizzle: if d < BOX_COLS {
+                    Swizzle::B64
+                } else {
+                    Swizzle::B128
+                },
                 transposed_v: None,
             }),
             programmatic_launch: programmatic,

@@ -21,6 +21,11 @@ pub fn build_head_dim(head_dim: usize) -> usize {
     head_dim.div_ceil(BOX_COLS).max(1) * BOX_COLS
 }
 
+/// The narrow build's head dim (`FC_HEAD_DIM` 32): a row is one 64-byte box (TMA's and wgmma's
+/// 64-byte swizzle), half the tensor-core work of the 64 build a head of 32 or fewer columns is
+/// otherwise padded into ([`HopperConfig::build_head_dim`](super::config::HopperConfig::build_head_dim)).
+pub const NARROW_HEAD_DIM: usize = 32;
+
 /// Slack to align the dynamic shared memory base to 1024 bytes (128B swizzle atom).
 pub const SMEM_ALIGN_SLACK: usize = 1024;
 

@@ -825,13 +825,20 @@ fn define_value(plan: &LaunchPlan, name: &str) -> Option<String> {
 }
 
 #[test]
-fn every_multiple_of_8_up_to_256_runs_in_the_next_64_column_build() {
+fn every_multiple_of_8_up_to_256_runs_in_the_next_64_column_build_or_the_narrow_one() {
     let dev = DeviceInfo::synthetic_h100();
     for d in (8usize..=256).step_by(8) {
-        let build = d.div_ceil(64) * 64;
-        assert_eq!(build_head_dim(d), build);
+        assert_eq!(build_head_dim(d), d.div_ceil(64) * 64);
         for causal in [false, true] {
             let p = AttentionProblem::new(2, 8, 1000, d).with_causal(causal);
+            let cfg = HopperConfig::default().for_problem(&p, dev.sm_count as usize);
+            let build = cfg.build_head_dim(d);
+            let narrow = d <= 32 && !cfg.key_split() && cfg.smem_epilogue != Some(true);
+            assert_eq!(
+                build,
+                if narrow { 32 } else { d.div_ceil(64) * 64 },
+                "d = {d}"
+            );
             let plan = default_plan(&p, &dev);
             assert_eq!(define_value(&plan, "FC_HEAD_DIM"), Some(build.to_string()));
             let padded = define_value(&plan, "FC_HOPPER_PADDED_HEAD");
@@ -850,6 +857,44 @@ fn every_multiple_of_8_up_to_256_runs_in_the_next_64_column_build() {
     for d in [0, 4, 12, 264, 512] {
         let p = AttentionProblem::new(1, 8, 512, d);
         assert!(PersistentHopper.plan(&p, &dev).is_err(), "d = {d}");
+    }
+}
+
+/// Head dims up to 32 take the narrow build (64-byte rows: one box of 32 columns, the 64-byte
+/// swizzle) unless the plan takes the key split or the staged epilogue, which the narrow build
+/// does not have; `narrow_head: false` pads them into the 64 build as before.
+#[test]
+fn head_dims_up_to_32_take_the_narrow_build_where_its_path_is_taken() {
+    let dev = DeviceInfo::synthetic_h100();
+    for d in [8, 16, 24, 32] {
+        for causal in [false, true] {
+            // Many rounds of items: the row warpgroups' path.
+            let p = AttentionProblem::new(4, 16, 2048, d).with_causal(causal);
+            let plan = default_plan(&p, &dev);
+            assert_eq!(define_value(&plan, "FC_HEAD_DIM"), Some("32".to_string()));
+            let spec = plan.launches[0].tensor_maps.expect("tensor maps");
+            assert_eq!(spec.box_cols, 32);
+            assert_eq!(spec.swizzle, Swizzle::B64);
+            let cfg = HopperConfig::default().for_problem(&p, dev.sm_count as usize);
+            assert_eq!(
+                plan.launches[0].dynamic_smem_bytes as usize,
+                cfg.smem_bytes(32, 2)
+            );
+            let wide = HopperConfig {
+                narrow_head: false,
+                ..HopperConfig::default()
+            };
+            let padded = PersistentHopper.plan_with(&wide, &p, &dev).expect("plans");
+            assert_eq!(define_value(&padded, "FC_HEAD_DIM"), Some("64".to_string()));
+            let spec = padded.launches[0].tensor_maps.expect("tensor maps");
+            assert_eq!((spec.box_cols, spec.swizzle), (64, Swizzle::B128));
+            // One round of 64-row items takes the key split: the 64 build.
+            let small = AttentionProblem::new(1, 8, 512, d).with_causal(causal);
+            let small_cfg = HopperConfig::default().for_problem(&small, dev.sm_count as usize);
+            assert!(small_cfg.key_split());
+            let plan = default_plan(&small, &dev);
+            assert_eq!(define_value(&plan, "FC_HEAD_DIM"), Some("64".to_string()));
+        }
     }
 }
 
