@@ -83,6 +83,12 @@
 #ifndef FC_KV_E4M3
 #define FC_KV_E4M3 0
 #endif
+// Where K/V rows live (decode.rs KvCache, set by every plan): 0 a strided tensor (dense, packed
+// or a contiguous cache), 1 a paged cache whose pages hold whole key tiles (block_size a multiple
+// of kv_tile_rows), 2 one of smaller pages. A build holds only its own loader (see load_kv).
+#ifndef FC_DECODE_KV_CACHE
+#define FC_DECODE_KV_CACHE 0
+#endif
 // The problem's head dims are narrower than the build's (see the top of the file).
 #ifndef FC_DECODE_PADDED
 #define FC_DECODE_PADDED 0
@@ -126,6 +132,24 @@ constexpr int kv_tile_rows = head_dim > 256 ? 32 : 64;  // decode.rs kv_tile_row
 constexpr int warp_keys = kv_tile_rows / key_slices;
 constexpr int warp_cols = head_dim / column_warps;
 constexpr int out_tiles = warp_cols / 8;
+
+// The K/V loader of this build (FC_DECODE_KV_CACHE). All three inlined side by side, K's and V's,
+// behind run-time tests made the sm_90a D = 128 e4m3 mainloop 1 296 instructions, 792 of them
+// loaders, and 16 % of its stalls waited on instruction fetch; one a build: 926-1 002.
+enum KvCache { strided_cache = 0, page_tiles = 1, page_groups = 2 };
+enum : int { kv_cache = FC_DECODE_KV_CACHE };
+static_assert(kv_cache == strided_cache || kv_cache == page_tiles || kv_cache == page_groups,
+              "FC_DECODE_KV_CACHE is 0 (strided), 1 (pages of whole tiles) or 2 (smaller pages)");
+enum : bool { paged_cache = kv_cache != strided_cache };
+// Whether the launch's K/V are the kind this build loads. The plan makes them so; a launch that
+// did not would address K/V by the wrong rule (a strided build on a pool of pages, a page's
+// worth of rows past a small page), so the kernel traps rather than read there.
+__device__ __forceinline__ bool cache_matches(const AttentionParams& p) {
+    const bool paged = p.block_table != nullptr;
+    if (kv_cache == strided_cache) return !paged;
+    if (kv_cache == page_tiles) return paged && p.block_size % kv_tile_rows == 0;
+    return paged;  // (page_groups reads any page of 16 d rows, whole-tile ones too)
+}
 
 using Tile = SwizzledTile<head_dim>;
 // How K/V tiles are stored and read (16-bit or e4m3 rows): their tiles are KvTile rows of words.
@@ -342,7 +366,7 @@ __device__ __forceinline__ void prefetch_first_tiles(const AttentionParams& p, l
         const int j = (first + t) * kv_tile_rows + tid % kv_tile_rows;
         if (j >= p.seq_k) break;
         long long offset;
-        if (p.block_table != nullptr) {
+        if constexpr (paged_cache) {
             const PageRow at = page_row(p, j);
             if (at.slot >= p.max_blocks_per_seq) break;
             const int page = p.block_table[(long long)unit.b * p.max_blocks_per_seq + at.slot];
@@ -388,6 +412,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     const unsigned warp_col_bytes = (unsigned)warp_col0 * 2;
 
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
+    if (!cache_matches(p)) __trap();  // K/V of another kind than this build loads
     // Programmatic dependent launch (sm_90): this grid waits for the kernel before it ahead of
     // its first global access (the sequence tables, Q, K/V) and of the workspace it overwrites,
     // which that kernel may still read. Only then may the combine (or the stream's next kernel)
@@ -427,28 +452,30 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         const PackedRow lane_row[2] = {packed_row(p, h_kv, r0 + group), packed_row(p, h_kv, r0 + group + 8)};
         const int q_row[2] = {lane_row[0].q_row, lane_row[1].q_row};
 
-        const bool paged = p.block_table != nullptr;
         // Row offsets count elements (bytes for e4m3); the loaders count the tile's 16-bit words.
-        const long long k_first = paged ? 0 : k_row_offset(p, seq, b, h_kv, 0);
-        const long long v_first = paged ? 0 : v_row_offset(p, seq, b, h_kv, 0);
-        // One 64-key tile of K or V: strided, inside one page (strided from its first row), or
-        // one page lookup per 16-row group (small pages: a sequence's last tile; the others go
-        // through copy_groups).
+        const long long k_first = paged_cache ? 0 : k_row_offset(p, seq, b, h_kv, 0);
+        const long long v_first = paged_cache ? 0 : v_row_offset(p, seq, b, h_kv, 0);
+        // One 64-key tile of K or V, by the build's cache (FC_DECODE_KV_CACHE): strided, inside
+        // one page (strided from its first row), or one page lookup per 16-row group (small
+        // pages: a sequence's last tile; the others go through copy_groups).
         auto load_kv = [&](unsigned dst, const void* base, long long first, long long row_stride, bool is_k, int k0) {
             const int valid = min(kv_tile_rows, seq.len_k - k0);
             const long long word_stride = row_stride / Kv::kElemsPerWord;
             // A padded build's 16-byte chunks of the tensor's rows (the rest zero-filled).
             const int chunks = head_chunks<padded, head_dim>(is_k ? p.head_dim : v_dim(p));
-            auto row_offset = [&](int j) {
-                return is_k ? k_row_offset(p, seq, b, h_kv, j) : v_row_offset(p, seq, b, h_kv, j);
+            // Row j's place in its page (kv_row_offset's paged branch: the build says it is paged).
+            auto page_offset = [&](int j) {
+                const int page = page_of_row(p, b, j);
+                return is_k ? paged_row_offset(p, page, h_kv, j, p.k_batch_stride, p.k_head_stride, p.k_row_stride)
+                            : paged_row_offset(p, page, h_kv, j, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
             };
-            if (paged && p.block_size % kv_tile_rows != 0)
+            if constexpr (kv_cache == page_groups)
                 load_tile_groups_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
-                    dst, [&](int g) { return Kv::row_ptr(base, row_offset(k0 + 16 * g)); }, word_stride, valid, tid,
+                    dst, [&](int g) { return Kv::row_ptr(base, page_offset(k0 + 16 * g)); }, word_stride, valid, tid,
                     chunks);
-            else if (paged)
+            else if constexpr (kv_cache == page_tiles)
                 load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
-                    dst, Kv::row_ptr(base, row_offset(k0)), word_stride, valid, tid, chunks);
+                    dst, Kv::row_ptr(base, page_offset(k0)), word_stride, valid, tid, chunks);
             else
                 load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
                     dst, Kv::row_ptr(base, first + (long long)k0 * row_stride), word_stride, valid, tid, chunks);
@@ -456,15 +483,16 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         // copy_groups' geometry is the 16-bit tile's whole rows: e4m3 pages and padded rows take
         // load_tile_groups_async.
         // (At D = 512 a pass covers 2 rows, which copy_groups' swizzle arithmetic does not take.)
-        const bool small_pages =
-            !Kv::kE4m3 && !padded && head_dim <= 256 && paged && p.block_size % kv_tile_rows != 0;
+        constexpr bool group_copies = kv_cache == page_groups && !Kv::kE4m3 && !padded && head_dim <= 256;
         auto load_stage = [&](int slot, int tile) {
             const int k0 = tile * kv_tile_rows;
-            if (small_pages && seq.len_k - k0 >= kv_tile_rows) {
-                const GroupRows first = group_first_rows(p, b, h_kv, k0, lane);
-                copy_groups(smem_base + k_slot(slot), first.k, k_copy);
-                copy_groups(smem_base + v_slot(slot), first.v, v_copy);
-                return;
+            if constexpr (group_copies) {
+                if (seq.len_k - k0 >= kv_tile_rows) {
+                    const GroupRows first = group_first_rows(p, b, h_kv, k0, lane);
+                    copy_groups(smem_base + k_slot(slot), first.k, k_copy);
+                    copy_groups(smem_base + v_slot(slot), first.v, v_copy);
+                    return;
+                }
             }
             load_kv(smem_base + k_slot(slot), p.k, k_first, p.k_row_stride, true, k0);
             load_kv(smem_base + v_slot(slot), p.v, v_first, p.v_row_stride, false, k0);

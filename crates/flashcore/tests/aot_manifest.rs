@@ -60,6 +60,9 @@ enum Variant {
     /// Packed queries and keys: in the batch-invariant mode, the plan that routes decode-shaped
     /// sequences to the decode kernel beside a persistent one.
     Varlen,
+    /// Decode over a paged cache of this many rows a page: the decode kernel builds a loader per
+    /// cache (`FC_DECODE_KV_CACHE`), pages of whole key tiles (64) and smaller ones (16) apart.
+    PagedDecode(usize),
 }
 
 impl Variant {
@@ -77,20 +80,26 @@ impl Variant {
                 window_left: Some(64),
                 ..Modes::default()
             }),
-            Variant::Pages16 => {
-                let (block_size, pages) = (16, s.div_ceil(16));
-                p.with_kv(h, block_size * pages).with_modes(Modes {
-                    kv: KvStorage::Paged {
-                        num_blocks: b * pages,
-                        block_size,
-                        max_blocks_per_seq: pages,
-                    },
-                    seqused_k: true,
-                    ..Modes::default()
-                })
+            Variant::Pages16 => paged(p, b, h, s, 16),
+            Variant::PagedDecode(block_size) => {
+                paged(AttentionProblem::new(b, h, 1, d), b, h, s, block_size)
             }
         }
     }
+}
+
+/// `p` with its `s` keys of each of `b` sequences in a paged cache of `block_size`-row pages.
+fn paged(p: AttentionProblem, b: usize, h: usize, s: usize, block_size: usize) -> AttentionProblem {
+    let pages = s.div_ceil(block_size);
+    p.with_kv(h, block_size * pages).with_modes(Modes {
+        kv: KvStorage::Paged {
+            num_blocks: b * pages,
+            block_size,
+            max_blocks_per_seq: pages,
+        },
+        seqused_k: true,
+        ..Modes::default()
+    })
 }
 
 fn manifest() -> String {
@@ -133,6 +142,8 @@ fn manifest() -> String {
                                     Variant::Window,
                                     Variant::Pages16,
                                     Variant::Decode,
+                                    Variant::PagedDecode(16),
+                                    Variant::PagedDecode(64),
                                     Variant::Varlen,
                                 ];
                                 let cases = sizes.into_iter().flat_map(|sz| {

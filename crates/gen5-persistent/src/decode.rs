@@ -34,7 +34,9 @@
 //! ones here, the rest to the persistent kernel, in two launches of one plan.
 
 use crate::env::{Env, Overridable};
-use flashcore_core::{AttentionProblem, DeviceInfo, KernelLaunch, LaunchPlan, Unsupported};
+use flashcore_core::{
+    AttentionProblem, DeviceInfo, KernelLaunch, KvStorage, LaunchPlan, Unsupported,
+};
 
 /// Kernel file and entry points.
 pub const SOURCE: &str = "gen5_decode.cu";
@@ -296,6 +298,33 @@ pub fn smem_bytes_for(head_dim: usize, kv_bytes: usize, stages: usize) -> usize 
     stages * 2 * kv_tile_rows(head_dim) * head_dim * kv_bytes
         + Q_TILE_ROWS * head_dim * 2
         + 4 * Q_TILE_ROWS * 2 * 4
+}
+
+/// Where the split kernel reads K/V from (`FC_DECODE_KV_CACHE`, set by every plan): each build
+/// holds the one loader its cache needs. With all three in one build, chosen per tile at run
+/// time, the sm_90a D = 128 e4m3 mainloop was 1 296 instructions; one loader a build makes it
+/// 965 (strided), 1 002 (pages of whole tiles) or 926 (smaller pages). A launch whose tables do
+/// not match its build traps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvCache {
+    /// A strided tensor: dense, packed (`cu_seqlens_k`) or a contiguous cache.
+    Strided = 0,
+    /// A paged cache whose pages hold whole key tiles ([`kv_tile_rows`] divides `block_size`):
+    /// each tile is strided inside one page.
+    PageTiles = 1,
+    /// A paged cache of smaller pages: a page lookup per 16-row group of each tile.
+    PageGroups = 2,
+}
+
+/// The cache kind of `problem` in the build of `build` columns.
+pub fn kv_cache(problem: &AttentionProblem, build: usize) -> KvCache {
+    match problem.modes.kv {
+        KvStorage::Paged { block_size, .. } if block_size.is_multiple_of(kv_tile_rows(build)) => {
+            KvCache::PageTiles
+        }
+        KvStorage::Paged { .. } => KvCache::PageGroups,
+        KvStorage::Dense | KvStorage::Packed { .. } => KvCache::Strided,
+    }
 }
 
 /// `FC_DECODE_MIN_BLOCKS`: the blocks per SM the register allocation is sized for.
@@ -634,6 +663,10 @@ fn plan_route(
             "FC_DECODE_MIN_BLOCKS".to_string(),
             min_blocks(d).to_string(),
         ),
+        (
+            "FC_DECODE_KV_CACHE".to_string(),
+            (kv_cache(problem, d) as u8).to_string(),
+        ),
     ];
     if kv_bytes == KV_E4M3 {
         defines.push(("FC_KV_E4M3".to_string(), "1".to_string()));
@@ -810,6 +843,73 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("sm_89"), "{e}");
+    }
+
+    #[test]
+    fn each_cache_kind_takes_a_build_of_its_own() {
+        let h100 = DeviceInfo::synthetic_h100();
+        let cfg = DecodeConfig::default();
+        // (Other modes, e4m3 among them, kept.)
+        let paged = |p: AttentionProblem, block_size: usize| {
+            let blocks = p.seq_k.div_ceil(block_size);
+            let (batch, heads_kv) = (p.batch, p.heads_kv);
+            let mut p = p.with_kv(heads_kv, blocks * block_size);
+            p.modes.kv = KvStorage::Paged {
+                num_blocks: batch * blocks,
+                block_size,
+                max_blocks_per_seq: blocks,
+            };
+            p.modes.seqused_k = true;
+            p
+        };
+        let kind = |p: &AttentionProblem| {
+            let plan = super::plan("t", p, &h100, &cfg).unwrap();
+            let kinds: Vec<_> = plan
+                .launches
+                .iter()
+                .map(|l| {
+                    l.defines
+                        .iter()
+                        .find(|(k, _)| k == "FC_DECODE_KV_CACHE")
+                        .map(|(_, v)| v.clone())
+                        .unwrap()
+                })
+                .collect();
+            // The combine is built from the same module: the same define.
+            assert!(kinds.iter().all(|k| *k == kinds[0]), "{kinds:?}");
+            kinds[0].clone()
+        };
+        let fp8 = |mut p: AttentionProblem| {
+            p.modes.kv_fp8 = Some(flashcore_core::KvScales::PerKvHead);
+            p
+        };
+        // Split (one sequence) and not (a full batch), 16-bit and e4m3 alike.
+        for p in [
+            decode_problem(1, 32, 8, 1, 32768),
+            decode_problem(32, 32, 8, 1, 4096),
+        ] {
+            for p in [p.clone(), fp8(p)] {
+                assert_eq!(paged(p.clone(), 16).modes.kv_fp8, p.modes.kv_fp8);
+                assert_eq!(kind(&p), "0");
+                assert_eq!(kind(&paged(p.clone(), 64)), "1");
+                assert_eq!(kind(&paged(p.clone(), 256)), "1");
+                assert_eq!(kind(&paged(p.clone(), 16)), "2");
+                assert_eq!(kind(&paged(p.clone(), 96)), "2");
+            }
+        }
+        // Packed keys are strided; at D = 512 the key tile is 32 rows, whole in 32-row pages.
+        let packed = decode_problem(2, 32, 8, 1, 4096).with_modes(Modes {
+            kv: KvStorage::Packed { total_k: 8000 },
+            ..Modes::default()
+        });
+        assert_eq!(kind(&packed), "0");
+        let wide = AttentionProblem::new(1, 16, 1, 512).with_kv(16, 4096);
+        assert_eq!(kind(&paged(wide.clone(), 32)), "1");
+        assert_eq!(kind(&paged(wide, 16)), "2");
+        assert_eq!(
+            kv_cache(&paged(decode_problem(1, 8, 8, 1, 512), 32), 128),
+            KvCache::PageGroups
+        );
     }
 
     #[test]
