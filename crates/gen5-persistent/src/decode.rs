@@ -433,8 +433,7 @@ pub fn routes_per_sequence(problem: &AttentionProblem, cfg: &DecodeConfig) -> bo
     problem.batch_invariant
         && cfg.mode == DecodeMode::Auto
         && problem.modes.packed_q.is_some()
-        && ROUTED_HEAD_DIMS.contains(&problem.head_dim)
-        && !problem.has_distinct_head_dim_v()
+        && routed_head_dims(problem)
         && build_dim(problem).is_some()
         && problem.q_heads_per_kv() <= Q_TILE_ROWS
         && !takes(problem, cfg)
@@ -543,7 +542,9 @@ pub(crate) fn or_persistent(
 
 /// Whether this plan takes the problem: a build for its head dims ([`build_dim`]), and (unless
 /// forced) queries per KV head that fit one packed tile, or an e4m3 cache (only this kernel
-/// reads one).
+/// reads one). A batch-invariant problem takes it by its queries only at the head dims where a
+/// batch of longer queries would route such a sequence here too ([`routed_head_dims`]); at the
+/// others such a batch runs every sequence in the persistent kernel, so a sequence alone does.
 pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
     build_dim(problem).is_some()
         && match cfg.mode {
@@ -551,9 +552,16 @@ pub fn takes(problem: &AttentionProblem, cfg: &DecodeConfig) -> bool {
             DecodeMode::Force => true,
             DecodeMode::Auto => {
                 problem.modes.kv_fp8.is_some()
-                    || problem.seq_q * problem.q_heads_per_kv() <= Q_TILE_ROWS
+                    || (problem.seq_q * problem.q_heads_per_kv() <= Q_TILE_ROWS
+                        && (!problem.batch_invariant || routed_head_dims(problem)))
             }
         }
+}
+
+/// Whether the problem's head dims are ones the routed plans take ([`ROUTED_HEAD_DIMS`], one
+/// head dim for Q, K and V).
+fn routed_head_dims(problem: &AttentionProblem) -> bool {
+    ROUTED_HEAD_DIMS.contains(&problem.head_dim) && !problem.has_distinct_head_dim_v()
 }
 
 /// The split and (with more than one split) combine launches. `kernel` names the path asking,

@@ -432,3 +432,30 @@ fn the_key_split_route_keeps_its_q_tiles_to_the_short_sequences() {
     assert_eq!(route(short), Some("1"));
     assert_eq!(short.grid.0, 32 * 2);
 }
+
+/// At a head dim the routed plans do not take (`ROUTED_HEAD_DIMS`), a batch of long and
+/// decode-shaped queries runs every sequence in the persistent kernel, so a decode-shaped
+/// sequence alone must run there too: alone in the decode kernel it summed its keys another way
+/// (reliability's `batchinv` at D = 32, 2026-12-01). At the routed head dims it takes the decode
+/// kernel alone and in the batch alike.
+#[test]
+fn a_decode_shaped_sequence_takes_the_kernel_its_batch_would_give_it() {
+    let dev = DeviceInfo::synthetic_h100();
+    let cfg = DecodeConfig::default();
+    for d in [32, 64, 96, 128, 160, 256] {
+        let alone = varlen(1, 2, 3500, d, false);
+        let batch = varlen(16, 300, 3500, d, false);
+        let routed = decode::ROUTED_HEAD_DIMS.contains(&d);
+        assert_eq!(decode::routes_per_sequence(&batch, &cfg), routed, "D={d}");
+        for k in [&PersistentHopper as &dyn Attention, &PersistentPortable] {
+            let plan = k.plan(&alone, &dev).unwrap();
+            let on_decode = plan.launches[0].entry == decode::SPLIT_ENTRY;
+            assert_eq!(on_decode, routed, "{} D={d}", k.name());
+        }
+        // Not batch-invariant: decode-shaped problems keep the decode kernel at every head dim.
+        let plan = PersistentHopper
+            .plan(&alone.clone().with_batch_invariant(false), &dev)
+            .unwrap();
+        assert_eq!(plan.launches[0].entry, decode::SPLIT_ENTRY, "D={d}");
+    }
+}
