@@ -65,6 +65,10 @@ enum Command {
         /// Run every forward case in the batch-invariant mode (docs/MODES.md).
         #[arg(long)]
         batch_invariant: bool,
+        /// Draw head dims from these only (comma-separated; each kernel keeps those it claims
+        /// and skips the sweep if none), e.g. to sweep one build: `--head-dims 8,16,24,32`.
+        #[arg(long, value_delimiter = ',')]
+        head_dims: Option<Vec<usize>>,
         /// Every forward case (edge list and random) with K and V stored as e4m3 and descale
         /// tables (`fp8=` in the case line); without it, mode cases of a kernel that takes e4m3
         /// K/V draw them one time in six.
@@ -166,6 +170,7 @@ fn main() -> ExitCode {
             no_shrink,
             max_seq,
             batch_invariant,
+            head_dims,
             kv_dtype,
             dtype,
             json,
@@ -213,6 +218,7 @@ fn main() -> ExitCode {
                         verify::Pass::Bwd => 512,
                     }),
                     batch_invariant,
+                    head_dims,
                     kv_dtype,
                     dtype,
                 };

@@ -14,7 +14,7 @@ mod self_check;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use flashcore::{Attention, AttentionBackward, Capabilities, Device};
+use flashcore::{Attention, AttentionBackward, Capabilities, Device, HeadDims};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
@@ -128,6 +128,8 @@ pub struct Options {
     pub max_seq: usize,
     /// Every case in the batch-invariant mode (`bi=1`): forward only.
     pub batch_invariant: bool,
+    /// `--head-dims`: the head dims drawn (each kernel keeps those it claims).
+    pub head_dims: Option<Vec<usize>>,
     /// `--kv-dtype e4m3`: every case (edge list and random) an e4m3-cache case: forward only.
     pub kv_dtype: Option<KvDtype>,
     /// `--dtype e4m3`: every case (edge list and random) an fp8 forward, Q, K and V in e4m3
@@ -405,17 +407,40 @@ fn single_case(k: &Subject, device: &Device, case: &Case) -> Tally {
     tally
 }
 
+/// The head dims of `claimed` among `wanted` (`--head-dims`), as a list to draw from; `None` if
+/// the kernel takes none of them. (A run's lists are few and small: leaked for the `'static`
+/// list `HeadDims` holds.)
+fn only_head_dims(claimed: &HeadDims, wanted: &[usize]) -> Option<HeadDims> {
+    let mut l: Vec<usize> = wanted
+        .iter()
+        .copied()
+        .filter(|&d| claimed.contains(d))
+        .collect();
+    l.sort_unstable();
+    l.dedup();
+    (!l.is_empty()).then(|| HeadDims::List(Vec::leak(l)))
+}
+
 /// One kernel's sweep: the edge list, then the random cases, the first failure shrunk.
 fn sweep(k: &Subject, device: &Device, opts: &Options) -> Result<Tally> {
     let start = Instant::now();
     let pass = k.pass();
     let name = k.name();
     let label = pass.label(name);
-    let caps = k.capabilities();
+    let mut caps = k.capabilities();
     let mut tally = Tally {
         kernel: pass.tally_name(name),
         ..Default::default()
     };
+    if let Some(dims) = &opts.head_dims {
+        match only_head_dims(&caps.head_dims, dims) {
+            Some(l) => caps.head_dims = l,
+            None => {
+                println!("{label}: takes none of head dims {dims:?}; skipped");
+                return Ok(tally);
+            }
+        }
+    }
     let edges: Vec<Case> = if opts.edge {
         pass.edges(&caps, opts.dtype, opts.kv_dtype)
     } else {
@@ -541,6 +566,18 @@ fn finish(tallies: Vec<Tally>, opts: &Options) -> Result<Vec<Tally>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_dims_narrow_to_those_the_kernel_claims() {
+        let range = HeadDims::Range {
+            min: 8,
+            max: 256,
+            multiple_of: 8,
+        };
+        let l = only_head_dims(&range, &[32, 8, 20, 512, 8]).expect("some claimed");
+        assert!(matches!(l, HeadDims::List(&[8, 32])), "{l:?}");
+        assert!(only_head_dims(&HeadDims::List(&[64, 128]), &[32, 96]).is_none());
+    }
 
     #[test]
     fn a_tally_counts_both_passes_results_alike() {
