@@ -126,22 +126,6 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
     AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
 }
 
-/// `p` (a decode problem) on a paged cache of `block_size`-row pages holding its keys: the decode
-/// kernel builds one loader per cache (`FC_DECODE_KV_CACHE`), pages of whole 64-key tiles (64)
-/// and smaller ones (16) each their own.
-pub fn on_paged_cache(p: AttentionProblem, block_size: usize) -> AttentionProblem {
-    let blocks = p.seq_k.div_ceil(block_size);
-    let (batch, heads_kv) = (p.batch, p.heads_kv);
-    let mut p = p.with_kv(heads_kv, blocks * block_size);
-    p.modes.kv = KvStorage::Paged {
-        num_blocks: batch * blocks,
-        block_size,
-        max_blocks_per_seq: blocks,
-    };
-    p.modes.seqused_k = true;
-    p
-}
-
 /// `p` with Q, K and V in e4m3 (descales per sequence and KV head): the Hopper path's e4m3 build
 /// (`FC_HOPPER_E4M3`) and V's transpose.
 pub fn with_e4m3_qkv(mut p: AttentionProblem) -> AttentionProblem {
@@ -560,8 +544,8 @@ pub fn run(
                 .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)))
                 .flat_map(|p| {
                     [
-                        on_paged_cache(p.clone(), 64),
-                        on_paged_cache(p.clone(), 16),
+                        p.clone().with_paged_cache(64),
+                        p.clone().with_paged_cache(16),
                         p,
                     ]
                 })
@@ -576,8 +560,8 @@ pub fn run(
                         .into_iter()
                         .flat_map(|p| {
                             [
-                                on_paged_cache(p.clone(), 64),
-                                on_paged_cache(p.clone(), 16),
+                                p.clone().with_paged_cache(64),
+                                p.clone().with_paged_cache(16),
                                 p,
                             ]
                         })

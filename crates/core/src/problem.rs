@@ -216,6 +216,20 @@ impl AttentionProblem {
         self.batch_invariant = on;
         self
     }
+    /// Its keys in a paged KV cache of `block_size`-row pages: each sequence its own pages, as
+    /// many as hold `seq_k` (rounded up to whole pages), and `seqused_k` keeping its length.
+    /// Other modes are kept.
+    pub fn with_paged_cache(mut self, block_size: usize) -> Self {
+        let blocks = self.seq_k.div_ceil(block_size.max(1));
+        self.seq_k = blocks * block_size;
+        self.modes.kv = KvStorage::Paged {
+            num_blocks: self.batch * blocks,
+            block_size,
+            max_blocks_per_seq: blocks,
+        };
+        self.modes.seqused_k = true;
+        self
+    }
     /// V's and O's head dim (`None` when it equals `head_dim`, so that equal dims compare equal
     /// whichever way they were given).
     pub fn with_head_dim_v(mut self, head_dim_v: usize) -> Self {

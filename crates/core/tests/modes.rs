@@ -310,3 +310,23 @@ fn mm_prefix_ranges_are_checked_and_select_their_builds() {
     );
     assert!(Modes::default().build_defines().is_empty());
 }
+
+#[test]
+fn a_paged_cache_holds_every_sequence_s_keys_in_whole_pages() {
+    let p = AttentionProblem::new(3, 8, 1, 64)
+        .with_kv(2, 4000)
+        .with_causal(true)
+        .with_paged_cache(64);
+    assert_eq!(p.seq_k, 4032);
+    assert_eq!(
+        p.modes.kv,
+        KvStorage::Paged {
+            num_blocks: 3 * 63,
+            block_size: 64,
+            max_blocks_per_seq: 63,
+        }
+    );
+    assert!(p.modes.seqused_k);
+    assert!(p.causal, "the rest of the problem is kept");
+    p.validate().expect("a valid paged problem");
+}

@@ -858,18 +858,7 @@ mod tests {
         let h100 = DeviceInfo::synthetic_h100();
         let cfg = DecodeConfig::default();
         // (Other modes, e4m3 among them, kept.)
-        let paged = |p: AttentionProblem, block_size: usize| {
-            let blocks = p.seq_k.div_ceil(block_size);
-            let (batch, heads_kv) = (p.batch, p.heads_kv);
-            let mut p = p.with_kv(heads_kv, blocks * block_size);
-            p.modes.kv = KvStorage::Paged {
-                num_blocks: batch * blocks,
-                block_size,
-                max_blocks_per_seq: blocks,
-            };
-            p.modes.seqused_k = true;
-            p
-        };
+        let paged = |p: AttentionProblem, block_size: usize| p.with_paged_cache(block_size);
         let kind = |p: &AttentionProblem| {
             let plan = super::plan("t", p, &h100, &cfg).unwrap();
             let kinds: Vec<_> = plan

@@ -61,35 +61,28 @@ __device__ __forceinline__ void warpgroup_reg_dealloc() {
 //           LBO unused for swizzled layouts (encoded as 1).
 //  MN-major (rows = K index, 64 MN-elements per 128-byte row): SBO = 1024 (next 8 K rows),
 //           LBO = byte distance to the next 64-wide MN block (the next TMA box).
-__device__ __forceinline__ unsigned long long make_desc_sw128(unsigned smem_addr, unsigned lbo_bytes,
-                                                              unsigned sbo_bytes) {
+// `layout`: bits 62..63 above (1 = 128B, 2 = 64B).
+__device__ __forceinline__ unsigned long long make_desc_swizzled(unsigned smem_addr, unsigned lbo_bytes,
+                                                                 unsigned sbo_bytes, unsigned long long layout) {
     unsigned long long d = 0;
     d |= (unsigned long long)((smem_addr & 0x3FFFF) >> 4);
     d |= (unsigned long long)((lbo_bytes >> 4) & 0x3FFF) << 16;
     d |= (unsigned long long)((sbo_bytes >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
+    d |= layout << 62;
     return d;
+}
+__device__ __forceinline__ unsigned long long make_desc_sw128(unsigned smem_addr, unsigned lbo_bytes,
+                                                              unsigned sbo_bytes) {
+    return make_desc_swizzled(smem_addr, lbo_bytes, sbo_bytes, 1);
 }
 // 64B swizzle (a row of 32 16-bit elements): the atom is 8 rows of 64 bytes (512 bytes), what TMA
 // writes for a box of 32 16-bit columns with CU_TENSOR_MAP_SWIZZLE_64B. K-major: SBO = 512, k16
 // steps 32 bytes into the row; MN-major: SBO = 512 (next 8 K rows), LBO = the next 32-wide MN block.
-__device__ __forceinline__ unsigned long long make_desc_sw64(unsigned smem_addr, unsigned lbo_bytes,
-                                                             unsigned sbo_bytes) {
-    unsigned long long d = 0;
-    d |= (unsigned long long)((smem_addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo_bytes >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo_bytes >> 4) & 0x3FFF) << 32;
-    d |= 2ull << 62;
-    return d;
-}
 // The descriptor of a tile in swizzled rows of kRowBytes (128 or 64): SBO is an atom, 8 rows.
 template <int kRowBytes>
 __device__ __forceinline__ unsigned long long make_desc_rows(unsigned smem_addr, unsigned lbo_bytes) {
     static_assert(kRowBytes == 128 || kRowBytes == 64, "128- or 64-byte swizzled rows");
-    if constexpr (kRowBytes == 128)
-        return make_desc_sw128(smem_addr, lbo_bytes, 8 * kRowBytes);
-    else
-        return make_desc_sw64(smem_addr, lbo_bytes, 8 * kRowBytes);
+    return make_desc_swizzled(smem_addr, lbo_bytes, 8 * kRowBytes, kRowBytes == 128 ? 1 : 2);
 }
 
 // ---- mma_async wrappers (generated) ----------------------------------------------------------
