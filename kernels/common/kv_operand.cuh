@@ -233,11 +233,7 @@ struct E4m3Kv {
     template <class QAt>
     __device__ __forceinline__ static void qk_keys(float (&s)[2][4], const QAt& q_at, unsigned k_rows, int lane) {
         const int g = lane / 4, t = lane % 4;
-        // Even and odd k steps into accumulators of their own: four chains of kHeadDim / 64 mma
-        // instead of two of kHeadDim / 32.
-        float s2[2][2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) zero_accumulator(s2[h]);
+        zero_accumulator(s);
 #pragma unroll
         for (int m = 0; m < kKChunksPerLane; ++m) {
             const uint4 c0 = e4m3::lds128(chunk_addr(k_rows, g, k_chunk(t, m)));
@@ -248,15 +244,11 @@ struct E4m3Kv {
                 const FragA q = q_at(4 * m + w);
                 unsigned b0, b1;
                 e4m3::to_operands(w0[w], b0, b1);
-                e4m3::mma_f16(s2[w & 1][0], q, b0, b1);
+                e4m3::mma_f16(s[0], q, b0, b1);
                 e4m3::to_operands(w1[w], b0, b1);
-                e4m3::mma_f16(s2[w & 1][1], q, b0, b1);
+                e4m3::mma_f16(s[1], q, b0, b1);
             }
         }
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[nb][e] = s2[0][nb][e] + s2[1][nb][e];
     }
     // The logits back at Q's scale (QScale::down of each row).
     __device__ __forceinline__ static void scale_down(float (&s)[2][4], const QScale& q) {
