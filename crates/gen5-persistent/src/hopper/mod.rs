@@ -85,7 +85,8 @@ impl Attention for PersistentHopper {
 
     fn capabilities(&self) -> Capabilities {
         // TMA, wgmma and setmaxnreg: sm_90a (TMA also wants 16-byte aligned bases and strides)
-        // Every multiple of 8 up to 256, in builds of 64, 128, 192 and 256 columns (smem.rs).
+        // Every multiple of 8 up to 256, in builds of 32 (the narrow one), 64, 128, 192 and 256
+        // columns (smem.rs).
         // V may have its own head dim (FC_HEAD_DIM_V: whole boxes, at most the build's).
         // Past 256 (to 512) only decode-shaped problems, on the decode kernel (decode.rs).
         Capabilities::all_features(
