@@ -16,6 +16,9 @@
 //        dS to shared memory; dQ slice = dS·K           (SS wgmma, both operands MN-major), or
 //          with 80-query steps dQᵀ slice = Kᵀ·dSᵀ        (SS wgmma, Kᵀ MN-major)
 //        dQ slice bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace accumulator.
+//      The wide builds (D = 192 and 256, consumer_wide.cuh) take 64-key units that both consumers
+//      share, split the step's products between them (Sᵀ, Pᵀ, dV / dPᵀ, dSᵀ, dK, with Pᵀ passed
+//      through shared memory), and compute dQᵀ in 32-query steps.
 //   3. bwd_hopper_dq_convert (one CTA per query block, through shared memory): dQ = scale ·
 //      accumulator, rounded to the element type.
 // dQ's f32 additions arrive in whatever order the CTAs reach them: the last bits of dQ may differ
@@ -52,6 +55,7 @@
 #include "gen5_hopper_bwd/dq_reduce.cuh"
 #include "gen5_hopper_bwd/producer.cuh"
 #include "gen5_hopper_bwd/epilogue.cuh"
+#include "gen5_hopper_bwd/consumer_wide.cuh"
 #include "gen5_hopper_bwd/trace.cuh"
 
 using namespace fhb;
@@ -171,6 +175,9 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
     } else {
         // ===================================== consumers ====================================
         warpgroup_reg_alloc<CONSUMER_REGS>();
+#if FC_HEAD_DIM > 128
+        wide_consumer(p, g, base, warpgroup - 1);
+#else
         // The 128-query modes build has no softcap term (config.cuh's ONE_PASS): the plan never
         // launches it for a problem with softcap, and a launch that did would trap rather than
         // return wrong gradients.
@@ -193,7 +200,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         const int dq_query_box = DQ_BLOCKS_PER_STEP == 2 ? cw : 0;
         const unsigned long long k_cols =
             make_desc_sw128(sK + dq_slice_index * KV_BOX_BYTES + dq_key0 * ROW_BYTES, KV_BOX_BYTES, 1024);
-        const unsigned warp_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES + warp * DQ_WARP_BYTES;
+        const unsigned warp_staging = base + OFF_DQ + cw * DQ_WG_STAGING_BYTES + warp * DQ_WARP_BYTES;
 
         int stage = 0;
         unsigned phase = 0;
@@ -332,7 +339,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
             mbar_arrive(bar_kv_empty);
 
             // ---- epilogue: dV, dK (scaled) rows of the warpgroup's keys, through its dQ staging ----
-            const unsigned wg_staging = base + OFF_DQ + cw * DQ_SLICE_BYTES;
+            const unsigned wg_staging = base + OFF_DQ + cw * DQ_WG_STAGING_BYTES;
             if (lane == 0) wait_dq_staging_read();
             const int k_row0 = bwd_k_row(p, u.b, 0);
             store_key_rows(static_cast<elem_t*>(g.dv) + dv_offset(g, u.b, u.h_kv, k_row0), g.dv_row_stride, dv, key0,
@@ -343,6 +350,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         }
         if (lane == 0) wait_dq_reduces();
         trace.print(unit_index);
+#endif  // FC_HEAD_DIM > 128
     }
 }
 

@@ -16,14 +16,15 @@ namespace fhb {
 // each warp has waited for). The accumulators go in by stmatrix, 8 x 8 blocks of keys 16 warp + 8 r
 // by columns 8 j, 16-byte chunk c of row r at chunk c ^ (r & 7); they leave as 16-byte pieces of
 // whole rows. Keys past seq_k, and a padded build's columns past `head_dim`, are not written. `bar`
-// is the warpgroup's own named barrier.
+// is the warpgroup's own named barrier. `kStagingBytes`: the staging area's size.
+template <int kStagingBytes = DQ_SLICE_BYTES>
 __device__ __forceinline__ void store_key_rows(elem_t* base, long long row_stride, const float (&acc)[D / 2],
                                                int wg_key0, int seq_k, int head_dim, float scale, unsigned staging,
                                                unsigned bar,
                                                int warp, int lane, int tid) {
     constexpr int CHUNKS = D / 8;   // 16-byte chunks of a row
     constexpr int ROW = 2 * D;      // bytes of a row
-    static_assert(64 * ROW <= DQ_SLICE_BYTES, "a warpgroup's 64 rows must fit its dQ staging slice");
+    static_assert(64 * ROW <= kStagingBytes, "a warpgroup's 64 rows must fit its staging area");
     named_bar_sync(bar, 128);  // every thread's earlier reads of the staging slice are done
     const int block = lane >> 3;
     const int row = warp * 16 + 8 * (block & 1) + (lane & 7);

@@ -66,10 +66,11 @@ __device__ __forceinline__ void gemm_dq(float (&dq)[32], unsigned long long ds, 
         wgmma_ss_ta_tb(dq, desc_plus(ds, t * 16 * ROW_BYTES), desc_plus(k, t * 16 * ROW_BYTES), t > 0 ? 1 : 0);
 }
 
-// dqt[64 columns x 80 queries] = Kᵀ · dSᵀ over all 128 keys (DQ_TRANSPOSED): K from the key tile's
-// 64-column box (keys-major, head dim contiguous: the MN-major A) and dS from the query-major dS
-// tile (keys contiguous: the K-major B, one 64-key box after the other).
-__device__ __forceinline__ void gemm_dq_transposed(float (&dqt)[40], unsigned long long k, unsigned long long ds) {
+// dqt[64 columns x QUERY_ROWS queries] = Kᵀ · dSᵀ over the unit's KEY_ROWS keys (DQ_TRANSPOSED): K
+// from the key tile's 64-column box (keys-major, head dim contiguous: the MN-major A) and dS from
+// the query-major dS tile (keys contiguous: the K-major B, one 64-key box after the other).
+template <int N>
+__device__ __forceinline__ void gemm_dq_transposed(float (&dqt)[N], unsigned long long k, unsigned long long ds) {
     k = opaque(k);
 #pragma unroll
     for (int t = 0; t < KEY_ROWS / 16; ++t)

@@ -1,7 +1,7 @@
 //! The Hopper path's backward pass (`kernels/gen5_hopper_bwd.cu`: TMA, mbarrier, wgmma,
 //! warp-specialized; sm_90a): D = rowsum(dO ∘ O) with the dQ accumulator zeroed, then one CTA
-//! per 128-key block computing dK and dV in registers and bulk-reducing dQ slices into an f32
-//! workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
+//! per 128-key block (64 at head dims past 128, the wide builds) computing dK and dV in registers
+//! and bulk-reducing dQ slices into an f32 workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
 //! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false). Windows,
 //! softcap, ALiBi and varlen take a modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`): 64-row steps
 //! computing P and dS in one pass, or at D = 64 without softcap the dense flow's 128-row steps.
@@ -19,12 +19,23 @@ use crate::env::{Env, Overridable};
 use crate::PersistentHopper;
 
 pub const SOURCE: &str = "gen5_hopper_bwd.cu";
-pub const HEAD_DIMS: &[usize] = &[64, 128];
+pub const HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 /// The largest head dim taken: every multiple of 8 up to it runs in the next of [`HEAD_DIMS`]
 /// (the forward's padding, `FC_HOPPER_PADDED_HEAD`).
-pub const MAX_HEAD_DIM: usize = 128;
-/// Keys per CTA work unit (`KEY_ROWS` in config.cuh).
-pub const KEY_ROWS: usize = 128;
+pub const MAX_HEAD_DIM: usize = 128 * 2;
+/// The widest build whose consumer warpgroups split a unit's keys; past it the wide builds
+/// (`WIDE` in config.cuh: 64-key units, the step's products split between the warpgroups,
+/// 32-query steps, dense problems only).
+pub const SPLIT_KEYS_MAX_HEAD_DIM: usize = 128;
+
+/// Keys per CTA work unit of the build for `head_dim` (`KEY_ROWS` in config.cuh).
+pub fn key_rows(head_dim: usize) -> usize {
+    if head_dim > SPLIT_KEYS_MAX_HEAD_DIM {
+        64
+    } else {
+        128
+    }
+}
 
 /// Query rows per step by default (`QUERY_ROWS` in config.cuh):
 /// - D = 64: 128. Shorter steps left the per-step fixed costs (the dS barrier, waits, staging)
@@ -41,8 +52,11 @@ pub const KEY_ROWS: usize = 128;
 ///   a dense backward's time per pair on the H200, where the 64-row one pass took 1.31-1.54x
 ///   (`docs/results/2026-11-30-hopper-bwd-dense-flow-h200`). At D = 128 that flow at 64 rows ran
 ///   slower than one pass, at 80 it spills.
+/// - D = 192 and 256 (the wide builds): 32, what the shared memory holds at 256 beside the
+///   double-buffered ring (config.cuh).
 pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool, softcap: bool) -> usize {
     match (head_dim, causal) {
+        _ if head_dim > SPLIT_KEYS_MAX_HEAD_DIM => 32,
         _ if softcap => 64,
         (64, _) => 128,
         _ if modes => 64,
@@ -79,9 +93,9 @@ const CONVERT_THREADS: u32 = 128;
 const ROW_THREADS: u32 = 128;
 
 /// Whether a build with `query_rows` queries a step computes dQᵀ = Kᵀ·dSᵀ (`DQ_TRANSPOSED` in
-/// config.cuh): 80 is not a multiple of wgmma's 64-row M side, so the queries go on N.
+/// config.cuh): 80 and 32 are not multiples of wgmma's 64-row M side, so the queries go on N.
 pub fn dq_transposed(query_rows: usize) -> bool {
-    query_rows == 80
+    query_rows == 80 || query_rows == 32
 }
 
 /// Queries in one slice of the dQ accumulator (`DQ_SLICE_QUERIES`).
@@ -93,18 +107,24 @@ fn dq_slice_queries(query_rows: usize) -> usize {
     }
 }
 
-/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V (128 rows), `stages` (Q, dO)
-/// stages of `query_rows` rows, two dS tiles (128 keys × `query_rows`), two dQ staging slices
-/// (64 columns × 64 or 80 queries, f32), the stages' LSE and D, the barriers, and the 1024-byte
-/// alignment slack.
+/// `SMEM_BYTES` of `kernels/gen5_hopper_bwd/config.cuh`: K and V ([`key_rows`]), `stages` (Q, dO)
+/// stages of `query_rows` rows, two dS tiles (keys × `query_rows`), each consumer warpgroup's dQ
+/// staging (one slice of 64 columns × 64, 80 or 32 queries, f32; in the wide builds up to two),
+/// the wide builds' Pᵀ exchange, the stages' LSE and D, the barriers, and the 1024-byte alignment
+/// slack.
 pub fn smem_bytes(head_dim: usize, stages: usize, query_rows: usize) -> usize {
-    let kv = 2 * KEY_ROWS * head_dim * 2;
+    let keys = key_rows(head_dim);
+    let wide = head_dim > SPLIT_KEYS_MAX_HEAD_DIM;
+    let kv = 2 * keys * head_dim * 2;
     let q_do = stages * 2 * query_rows * head_dim * 2;
-    let ds = 2 * KEY_ROWS * query_rows * 2;
-    let dq = 2 * 64 * dq_slice_queries(query_rows) * 4;
+    let ds = 2 * keys * query_rows * 2;
+    let slices = head_dim / 64;
+    let wg_slices = if wide { slices - slices / 2 } else { 1 };
+    let dq = 2 * wg_slices * 64 * dq_slice_queries(query_rows) * 4;
+    let exchange = if wide { 128 * (query_rows / 2) * 4 } else { 0 };
     let stats = stages * 2 * query_rows * 4;
     let bars = (2 + 2 * stages) * 8;
-    kv + q_do + ds + dq + stats + bars.next_multiple_of(128) + 1024
+    kv + q_do + ds + dq + exchange + stats + bars.next_multiple_of(128) + 1024
 }
 
 /// Workspace words: D for every query row padded to whole `query_rows` blocks, then the f32 dQ
@@ -159,7 +179,7 @@ impl Overridable for BackwardTuning {
                 (1..=1 << 20).contains(&n)
             })?,
             query_rows: number("FLASHCORE_HOPPER_BWD_QUERY_ROWS", &|n| {
-                n == 64 || n == 80 || n == 128
+                n == 32 || n == 64 || n == 80 || n == 128
             })?,
         })
     }
@@ -221,17 +241,28 @@ pub fn plan_with_tuning(
         !problem.modes.is_dense(),
         softcap,
     ));
-    let built_for = match query_rows {
-        128 => Some(64),
-        80 => Some(128),
-        _ => None,
-    };
-    if let Some(head_dim) = built_for.filter(|&h| h != d) {
+    let wide = d > SPLIT_KEYS_MAX_HEAD_DIM;
+    if wide && !problem.modes.is_dense() {
         return Err(Unsupported::new(
             name,
             format!(
-                "FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for head_dim {head_dim} only"
+                "windows, softcap, ALiBi and varlen at head_dim {} (a build of {d}): the Hopper \
+                 backward takes them up to {SPLIT_KEYS_MAX_HEAD_DIM}; the portable backwards \
+                 take them",
+                problem.head_dim
             ),
+        ));
+    }
+    let built_for: Option<&str> = match query_rows {
+        128 => (d != 64).then_some("head_dim 64"),
+        80 => (d != 128).then_some("head_dim 128"),
+        32 => (!wide).then_some("head dims past 128"),
+        _ => wide.then_some("head dims up to 128"),
+    };
+    if let Some(dims) = built_for {
+        return Err(Unsupported::new(
+            name,
+            format!("FLASHCORE_HOPPER_BWD_QUERY_ROWS={query_rows} is built for {dims} only"),
         ));
     }
     if softcap && query_rows == 128 {
@@ -246,9 +277,8 @@ pub fn plan_with_tuning(
     let workspace = workspace_f32(problem, d, query_rows)
         .ok_or_else(|| Unsupported::new(name, "the dQ accumulator's size overflows usize"))?;
     // The kernels index rows, units and the TMA coordinates with 32-bit ints per axis.
-    if problem.seq_q > i32::MAX as usize - query_rows
-        || problem.seq_k > i32::MAX as usize - KEY_ROWS
-    {
+    let keys = key_rows(d);
+    if problem.seq_q > i32::MAX as usize - query_rows || problem.seq_k > i32::MAX as usize - keys {
         return Err(Unsupported::new(name, "sequence lengths past 2^31 - 128"));
     }
     let mut defines = vec![
@@ -285,7 +315,7 @@ pub fn plan_with_tuning(
     }
     let p = problem;
     let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
-    let units = p.batch * p.heads_kv * tiles(p.seq_k, KEY_ROWS);
+    let units = p.batch * p.heads_kv * tiles(p.seq_k, keys);
     // Several rows a warp (`dot_rows_per_warp`, common/row_dot.cuh), grid-stride (the core's
     // per-item launch, with this build's defines).
     let rows_per_block = (ROW_THREADS / 32) as usize * crate::backward::dot_rows_per_warp(d);
@@ -305,7 +335,7 @@ pub fn plan_with_tuning(
                 dynamic_smem_bytes: smem as u32,
                 tensor_maps: Some(TensorMapSpec {
                     q_box_rows: query_rows as u32,
-                    kv_box_rows: KEY_ROWS as u32,
+                    kv_box_rows: keys as u32,
                     box_cols: 64,
                     swizzle: Swizzle::B128,
                     transposed_v: None,
@@ -510,9 +540,9 @@ mod tests {
     fn other_devices_and_head_dims_are_refused_with_the_reason() {
         let h100 = DeviceInfo::synthetic_h100();
         let e = PersistentHopper
-            .supports_backward(&AttentionProblem::new(1, 2, 64, 136), &h100)
+            .supports_backward(&AttentionProblem::new(1, 2, 64, 264), &h100)
             .unwrap_err();
-        assert!(e.to_string().contains("head_dim 136"), "{e}");
+        assert!(e.to_string().contains("head_dim 264"), "{e}");
         let e = PersistentHopper
             .plan_backward(
                 &AttentionProblem::new(1, 2, 64, 128),
@@ -566,6 +596,76 @@ mod tests {
         assert!(with(&[("FLASHCORE_HOPPER_BWD_QUERY_ROWS", "96")]).is_err());
     }
 
+    #[test]
+    fn head_dims_past_128_take_the_wide_builds_dense_only() {
+        use flashcore_core::Modes;
+        let h100 = DeviceInfo::synthetic_h100();
+        let define = |plan: &LaunchPlan, key: &str| {
+            plan.launches[1]
+                .defines
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        for (d, build, padded) in [
+            (256, 256, false),
+            (192, 192, false),
+            (136, 192, true),
+            (200, 256, true),
+        ] {
+            let p = AttentionProblem::new(2, 8, 1000, d).with_causal(d == 192);
+            let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
+            assert_eq!(define(&plan, "FC_HEAD_DIM"), Some(build.to_string()));
+            assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("32"));
+            assert_eq!(define(&plan, "FC_HOPPER_PADDED_HEAD").is_some(), padded);
+            let maps = plan.launches[1].tensor_maps.as_ref().unwrap();
+            assert_eq!((maps.q_box_rows, maps.kv_box_rows), (32, 64));
+            // 64-key units; the convert by 32-row accumulator blocks.
+            if d != 192 {
+                assert_eq!(plan.launches[1].grid.0, 132);
+            } else {
+                assert_eq!(
+                    plan.launches[1].grid.0 as usize,
+                    2 * 8 * 1000usize.div_ceil(64)
+                );
+            }
+            assert_eq!(
+                plan.launches[2].grid.0 as usize,
+                2 * 8 * 1000usize.div_ceil(32)
+            );
+            assert_eq!(plan.workspace_f32, 2 * 8 * 1024 * (build + 1));
+            assert!(plan.launches[1].dynamic_smem_bytes <= h100.max_shared_memory_per_block_optin);
+        }
+        // K, V 32 KiB each; Q, dO 2 x 16 KiB each; dS 2 x 4 KiB; two slices of staging a
+        // warpgroup, 8 KiB each; the Pᵀ exchange 8 KiB; stats 512; barriers 128; slack 1024.
+        assert_eq!(
+            smem_bytes(256, 2, 32),
+            65536 + 65536 + 8192 + 32768 + 8192 + 512 + 128 + 1024
+        );
+        assert!(smem_bytes(256, 3, 32) <= h100.max_shared_memory_per_block_optin as usize);
+        // Modes past 128 are refused with the reason (the portable backwards take them); so are
+        // step sizes of the other builds.
+        let windowed = AttentionProblem::new(1, 2, 256, 192).with_modes(Modes {
+            window_left: Some(16),
+            ..Modes::default()
+        });
+        let e = PersistentHopper
+            .plan_backward(&windowed, &h100)
+            .unwrap_err();
+        assert!(e.to_string().contains("portable backwards"), "{e}");
+        let tuning = |rows| BackwardTuning {
+            stages: 2,
+            section_units: None,
+            query_rows: Some(rows),
+        };
+        let wide = AttentionProblem::new(1, 2, 256, 256);
+        let e = plan_with_tuning(&wide, &h100, tuning(64)).unwrap_err();
+        assert!(e.to_string().contains("head dims up to 128"), "{e}");
+        let e = plan_with_tuning(&AttentionProblem::new(1, 2, 256, 128), &h100, tuning(32))
+            .unwrap_err();
+        assert!(e.to_string().contains("head dims past 128"), "{e}");
+    }
+
     proptest::proptest! {
         /// Any dense problem either plans or is refused with a reason; a plan's launches cover
         /// their rows and units (grid-stride past 2³¹ − 1; one CTA per SM without causal
@@ -578,7 +678,7 @@ mod tests {
             group in 1usize..9,
             seq_q in 0usize..100_000,
             seq_k in 0usize..100_000,
-            d in proptest::sample::select(vec![32usize, 64, 96, 128, 256]),
+            d in proptest::sample::select(vec![32usize, 64, 96, 128, 160, 192, 256]),
             causal in proptest::bool::ANY,
         ) {
             let p = AttentionProblem::new(batch, heads_kv * group, seq_q, d)
@@ -593,12 +693,13 @@ mod tests {
             let heads_q = batch * heads_kv * group;
             let query_rows = default_query_rows(d, causal, false, false);
             let padded_rows = heads_q * seq_q.div_ceil(query_rows) * query_rows;
-            let units = batch * heads_kv * seq_k.div_ceil(KEY_ROWS);
+            let units = batch * heads_kv * seq_k.div_ceil(key_rows(d));
             let main = if causal { units } else { units.min(132) };
             // The convert: one CTA per accumulator query block (80 rows with 80-row steps, else 64).
             let convert = heads_q * seq_q.div_ceil(dq_slice_queries(query_rows));
-            // The prepare: 4 warps a block, 32 / (D / 8) rows a warp (2 at D = 128, 4 at 64).
-            let items = [padded_rows.div_ceil(4 * 256 / d), main, convert];
+            // The prepare: 4 warps a block, rows a warp as common/row_dot.cuh packs them.
+            let rows_per_block = 4 * crate::backward::dot_rows_per_warp(d);
+            let items = [padded_rows.div_ceil(rows_per_block), main, convert];
             for (launch, items) in plan.launches.iter().zip(items) {
                 proptest::prop_assert_eq!(launch.grid.0 as usize, items.clamp(1, i32::MAX as usize));
                 proptest::prop_assert!(launch.dynamic_smem_bytes <= dev.max_shared_memory_per_block_optin);

@@ -87,7 +87,8 @@ __device__ __forceinline__ unsigned long long make_desc_rows(unsigned smem_addr,
 
 // ---- mma_async wrappers (generated) ----------------------------------------------------------
 // Overloaded on the accumulator size: wgmma_ss float[88] -> N = 176, float[64] -> N = 128,
-// float[56] -> N = 112, float[40] -> N = 80, float[32] -> N = 64; wgmma_rs_tb float[128] -> N = 256,
+// float[56] -> N = 112, float[40] -> N = 80, float[32] -> N = 64, float[16] -> N = 32 (and wgmma_ss_ta
+// float[40], float[16]); wgmma_rs_tb float[128] -> N = 256,
 // float[96] -> N = 192, float[64] -> N = 128, float[32] -> N = 64, float[16] -> N = 32.
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A and B from shared-memory descriptors, both K-major.
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b,
@@ -151,6 +152,32 @@ __device__ __forceinline__ void wgmma_ss_ta(float (&d)[40], unsigned long long d
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
         "%40, %41, p, 1, 1, 1, 0;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32]; A and B from shared-memory descriptors, both K-major
+// (the wide backward builds' Sᵀ and dPᵀ with 32-query steps).
+__device__ __forceinline__ void wgmma_ss(float (&d)[16], unsigned long long desc_a, unsigned long long desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "setp.ne.b32 p, %18, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." FC_ELEM_PTX "." FC_ELEM_PTX " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32]; A MN-major (imm-trans-a = 1), B K-major: the wide
+// backward builds' dQᵀ = Kᵀ·dSᵀ with 32-query steps.
+__device__ __forceinline__ void wgmma_ss_ta(float (&d)[16], unsigned long long desc_a, unsigned long long desc_b,
+                                             int accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "setp.ne.b32 p, %18, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." FC_ELEM_PTX "." FC_ELEM_PTX " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 1, 0;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128]; A from registers (4 x f16x2/bf16x2 per thread, the
