@@ -63,7 +63,6 @@ constexpr int QUERY_ROWS = FC_BWD_QUERY_ROWS;  // queries per step (Q/dO TMA box
 static_assert(WIDE ? QUERY_ROWS == 32
                    : QUERY_ROWS == 64 || (QUERY_ROWS == 128 && D == 64) || (QUERY_ROWS == 80 && D == 128),
               "FC_BWD_QUERY_ROWS: 64, 128 at D = 64, 80 at D = 128, or 32 at D = 192 and 256");
-static_assert(!(WIDE && MODES), "the wide builds are dense (the plan sends modes past 128 to the portable backward)");
 // A modes build's step: with 64 queries, P and dS in one pass once Sᵀ and dPᵀ are both done
 // (softcap's dS needs the tanh of the same score as P, and keeping 1 − tanh² in registers between
 // two passes spills; with a window, ALiBi or varlen the dense flow ran slower at D = 128:

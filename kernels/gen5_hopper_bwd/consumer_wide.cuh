@@ -9,7 +9,10 @@
 // Sᵀ and dPᵀ have the same shape and accumulator layout, so a thread of warpgroup 2 reads exactly
 // the Pᵀ elements of its own dPᵀ registers. The tensor work is even (one D-deep and one D-wide
 // product each, DV = D); warpgroup 1 also computes the exp2s, warpgroup 2 the dS tile.
-// At a unit's end the K and V tiles are free, and stage dK and dV on their way out.
+// Modes (windows, softcap, ALiBi, varlen) as the other builds take them (common/backward_scores.cuh):
+// warpgroup 1 applies them to Pᵀ and masks it; with softcap it passes Pᵀ ∘ (1 − tanh²) instead,
+// which is all dSᵀ needs of the scores. At a unit's end the K and V tiles are free, and stage dK
+// and dV on their way out.
 #pragma once
 #include "config.cuh"
 #include "block_info.cuh"
@@ -18,6 +21,9 @@
 #include "epilogue.cuh"
 #include "../common/params.cuh"
 #include "../common/backward_params.cuh"
+#include "../common/backward_scores.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/seqlen.cuh"
 #include "../common/tensor_index.cuh"
 #include "../common/hopper/mbarrier.cuh"
 #include "../common/hopper/wgmma.cuh"
@@ -34,8 +40,59 @@ __device__ __forceinline__ void put_probabilities(unsigned exchange, const float
     for (int i = 0; i < ACC_REGS; ++i)
         asm volatile("st.shared.f32 [%0], %1;" ::"r"(exchange + 4u * (128u * i + tid)), "f"(pt[i]) : "memory");
 }
-// dSᵀ = Pᵀ ∘ (dPᵀ − D) in place on the dPᵀ accumulator (mainloop.cuh's score_grads), with Pᵀ read
-// from the exchange element by element.
+// Modes (FC_BWD_MODES): Pᵀ in place on the Sᵀ accumulator by common/backward_scores.cuh's rules
+// (the logit with softcap and ALiBi, as mainloop.cuh's scores_and_grads_as), and with softcap
+// 1 − tanh² of each score into `dt`, for warpgroup 2's dS. Unmasked: mask_hidden follows.
+template <bool kSoftcap, bool kAlibi>
+__device__ __forceinline__ void wide_mode_probabilities_as(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                           float (&s)[ACC_REGS], float (&dt)[ACC_REGS],
+                                                           unsigned stats, int key, int q0, int q_col) {
+    const SeqLengths len = unit_lengths(p, smem_base);
+    const ScoreMod mod = score_mod(p, seq_of_lengths(b, len.len_q, len.len_k), b, h);
+#pragma unroll
+    for (int j = 0; j < QUERY_ROWS / 8; ++j) {
+        const float2 lse = ld_shared_f2(stats + 4 * (q_col + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int query = q0 + q_col + 8 * j + (e & 1), k = key + 8 * (e >> 1);
+            float dtanh;
+            const float logit = logit_log2_dtanh_as<kSoftcap, kAlibi>(mod, s[4 * j + e], query, k, dtanh);
+            s[4 * j + e] = exp2f(logit - ((e & 1) ? lse.y : lse.x));
+            if constexpr (kSoftcap) dt[4 * j + e] = dtanh;
+        }
+    }
+}
+
+// The step's probabilities for a modes build, the terms the problem has chosen once a step; then
+// the mask's own pass on steps with hidden pairs (their Pᵀ and 1 − tanh² zeroed).
+__device__ __forceinline__ void wide_mode_probabilities(const AttentionParams& p, unsigned smem_base, int b, int h,
+                                                        float (&s)[ACC_REGS], float (&dt)[ACC_REGS], unsigned stats,
+                                                        int key, int q0, int q_col, bool masked) {
+    const bool softcap = p.softcap_pre != 0.f, alibi = p.alibi_slopes != nullptr;
+    if (softcap) {
+        if (alibi) wide_mode_probabilities_as<true, true>(p, smem_base, b, h, s, dt, stats, key, q0, q_col);
+        else wide_mode_probabilities_as<true, false>(p, smem_base, b, h, s, dt, stats, key, q0, q_col);
+    } else {
+        if (alibi) wide_mode_probabilities_as<false, true>(p, smem_base, b, h, s, dt, stats, key, q0, q_col);
+        else wide_mode_probabilities_as<false, false>(p, smem_base, b, h, s, dt, stats, key, q0, q_col);
+    }
+    if (masked) mask_hidden(p, smem_base, key, q0, q_col, s, dt);
+}
+
+// What warpgroup 2 needs of the probabilities: Pᵀ, or with softcap Pᵀ ∘ (1 − tanh²).
+__device__ __forceinline__ void put_grad_weights(unsigned exchange, const float (&pt)[ACC_REGS],
+                                                 const float (&dt)[ACC_REGS], bool softcap, int tid) {
+#pragma unroll
+    for (int i = 0; i < ACC_REGS; ++i) {
+        const float w = softcap ? pt[i] * dt[i] : pt[i];
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(exchange + 4u * (128u * i + tid)), "f"(w) : "memory");
+    }
+}
+
+// dSᵀ = W ∘ (dPᵀ − D) in place on the dPᵀ accumulator (mainloop.cuh's score_grads), with the weights
+// W (Pᵀ, or with softcap Pᵀ ∘ (1 − tanh²)) read from the exchange element by element. In a modes
+// build a pair whose weight is 0 gets dS = 0 whatever its dPᵀ: the mask's rule (a hidden pair adds
+// nothing), and for a visible pair the same value.
 __device__ __forceinline__ void exchanged_score_grads(float (&dp)[ACC_REGS], unsigned exchange, unsigned stats,
                                                       int q_col, int tid) {
 #pragma unroll
@@ -45,7 +102,8 @@ __device__ __forceinline__ void exchanged_score_grads(float (&dp)[ACC_REGS], uns
         for (int e = 0; e < 4; ++e) {
             float pt;
             asm volatile("ld.shared.f32 %0, [%1];" : "=f"(pt) : "r"(exchange + 4u * (128u * (4 * j + e) + tid)) : "memory");
-            dp[4 * j + e] = pt * (dp[4 * j + e] - ((e & 1) ? dvec.y : dvec.x));
+            const float ds = pt * (dp[4 * j + e] - ((e & 1) ? dvec.y : dvec.x));
+            dp[4 * j + e] = MODES && pt == 0.f ? 0.f : ds;
         }
     }
 }
@@ -105,9 +163,16 @@ __device__ __forceinline__ void wide_consumer(const AttentionParams& p, const Ba
                 wgmma_wait<0>();
                 fence_regs(sc);
                 if (scores) {
-                    probabilities(p, sc, stats, q_col);
-                    if (needs_mask(p, unit_lengths(p, base), key0, q0)) apply_mask(p, sc, key0 + key_in_wg, q0, q_col);
-                    put_probabilities(exchange, sc, tid);
+                    if constexpr (MODES) {
+                        float dt[ACC_REGS];  // 1 − tanh² with softcap
+                        wide_mode_probabilities(p, base, u.b, u.h_kv * group + gi, sc, dt, stats, key0 + key_in_wg, q0,
+                                                q_col, needs_mask(p, unit_lengths(p, base), key0, q0));
+                        put_grad_weights(exchange, sc, dt, p.softcap_pre != 0.f, tid);
+                    } else {
+                        probabilities(p, sc, stats, q_col);
+                        if (needs_mask(p, unit_lengths(p, base), key0, q0)) apply_mask(p, sc, key0 + key_in_wg, q0, q_col);
+                        put_probabilities(exchange, sc, tid);
+                    }
                     named_bar_arrive(BAR_P, CONSUMER_THREADS);
                 } else {
                     named_bar_sync(BAR_P, CONSUMER_THREADS);

@@ -25,7 +25,7 @@ pub const HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 pub const MAX_HEAD_DIM: usize = 128 * 2;
 /// The widest build whose consumer warpgroups split a unit's keys; past it the wide builds
 /// (`WIDE` in config.cuh: 64-key units, the step's products split between the warpgroups,
-/// 32-query steps, dense problems only).
+/// 32-query steps).
 pub const SPLIT_KEYS_MAX_HEAD_DIM: usize = 128;
 
 /// Keys per CTA work unit of the build for `head_dim` (`KEY_ROWS` in config.cuh).
@@ -242,17 +242,6 @@ pub fn plan_with_tuning(
         softcap,
     ));
     let wide = d > SPLIT_KEYS_MAX_HEAD_DIM;
-    if wide && !problem.modes.is_dense() {
-        return Err(Unsupported::new(
-            name,
-            format!(
-                "windows, softcap, ALiBi and varlen at head_dim {} (a build of {d}): the Hopper \
-                 backward takes them up to {SPLIT_KEYS_MAX_HEAD_DIM}; the portable backwards \
-                 take them",
-                problem.head_dim
-            ),
-        ));
-    }
     let built_for: Option<&str> = match query_rows {
         128 => (d != 64).then_some("head_dim 64"),
         80 => (d != 128).then_some("head_dim 128"),
@@ -597,7 +586,7 @@ mod tests {
     }
 
     #[test]
-    fn head_dims_past_128_take_the_wide_builds_dense_only() {
+    fn head_dims_past_128_take_the_wide_builds() {
         use flashcore_core::Modes;
         let h100 = DeviceInfo::synthetic_h100();
         let define = |plan: &LaunchPlan, key: &str| {
@@ -643,16 +632,20 @@ mod tests {
             65536 + 65536 + 8192 + 32768 + 8192 + 512 + 128 + 1024
         );
         assert!(smem_bytes(256, 3, 32) <= h100.max_shared_memory_per_block_optin as usize);
-        // Modes past 128 are refused with the reason (the portable backwards take them); so are
-        // step sizes of the other builds.
-        let windowed = AttentionProblem::new(1, 2, 256, 192).with_modes(Modes {
+        // Modes past 128 take the wide modes build, 32-query steps as well (softcap too).
+        let modes = Modes {
             window_left: Some(16),
+            softcap: Some(30.0),
+            packed_q: Some(256),
+            kv: flashcore_core::KvStorage::Packed { total_k: 256 },
             ..Modes::default()
-        });
-        let e = PersistentHopper
-            .plan_backward(&windowed, &h100)
-            .unwrap_err();
-        assert!(e.to_string().contains("portable backwards"), "{e}");
+        };
+        let p = AttentionProblem::new(1, 2, 256, 192).with_modes(modes);
+        let plan = PersistentHopper.plan_backward(&p, &h100).unwrap();
+        assert_eq!(define(&plan, "FC_BWD_MODES").as_deref(), Some("1"));
+        assert_eq!(define(&plan, "FC_BWD_VARLEN").as_deref(), Some("1"));
+        assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("32"));
+        // Step sizes of the other builds are refused with the reason.
         let tuning = |rows| BackwardTuning {
             stages: 2,
             section_units: None,
