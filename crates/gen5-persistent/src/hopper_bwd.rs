@@ -353,6 +353,15 @@ pub fn plan_with_tuning(
 mod tests {
     use super::*;
 
+    /// The value of `key` among the main launch's defines.
+    fn define(plan: &LaunchPlan, key: &str) -> Option<String> {
+        plan.launches[1]
+            .defines
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
     #[test]
     fn plan_is_prepare_main_convert_sized_by_blocks() {
         let h100 = DeviceInfo::synthetic_h100();
@@ -436,12 +445,7 @@ mod tests {
         assert!(e.to_string().contains("shared memory"), "{e}");
         for (problem, rows) in [(&d64, 64), (&d64, 128), (&d128, 64), (&d128, 80)] {
             let plan = plan_with_tuning(problem, &h100, tuning(2, rows)).unwrap();
-            let rows_define = plan.launches[1]
-                .defines
-                .iter()
-                .find(|(k, _)| k == "FC_BWD_QUERY_ROWS")
-                .map(|(_, v)| v.clone());
-            assert_eq!(rows_define, Some(rows.to_string()));
+            assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS"), Some(rows.to_string()));
         }
     }
 
@@ -449,13 +453,6 @@ mod tests {
     fn modes_take_the_modes_build_and_its_step_size() {
         use flashcore_core::{AlibiSlopes, Modes};
         let h100 = DeviceInfo::synthetic_h100();
-        let define = |plan: &LaunchPlan, key: &str| {
-            plan.launches[1]
-                .defines
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
-        };
         let dense = AttentionProblem::new(2, 8, 1000, 128);
         let plan = PersistentHopper.plan_backward(&dense, &h100).unwrap();
         assert_eq!(define(&plan, "FC_BWD_MODES"), None);
@@ -589,13 +586,6 @@ mod tests {
     fn head_dims_past_128_take_the_wide_builds() {
         use flashcore_core::Modes;
         let h100 = DeviceInfo::synthetic_h100();
-        let define = |plan: &LaunchPlan, key: &str| {
-            plan.launches[1]
-                .defines
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
-        };
         for (d, build, padded) in [
             (256, 256, false),
             (192, 192, false),
