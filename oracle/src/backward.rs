@@ -14,6 +14,9 @@
 //! before the last two products; windows and ALiBi change only which keys a row sees and the
 //! logits, as in the forward.
 //!
+//! V (and so O, dO and dV) may have a head dim of its own (`head_dim_v`, DeepSeek's 192 / 128):
+//! it is taken from V's shape, and dQ, dK keep Q's and K's.
+//!
 //! With GQA, dK and dV of a kv head are the sums over the query heads of its group. Masked keys
 //! have `P = 0`, so a row that sees no key contributes nothing, and a key no row sees gets
 //! `dK = dV = 0` exactly.
@@ -143,11 +146,12 @@ fn check_shapes(
     p.group_size();
     let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
     let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
+    let dv = v.shape()[3];
     assert_eq!(q.shape(), qs, "Q must be [batch, heads_q, seq_q, head_dim]");
     assert_eq!(
         d_o.shape(),
-        qs,
-        "dO must be [batch, heads_q, seq_q, head_dim]"
+        [p.batch, p.heads_q, p.seq_q, dv],
+        "dO must be [batch, heads_q, seq_q, head_dim_v]"
     );
     assert_eq!(
         k.shape(),
@@ -155,9 +159,9 @@ fn check_shapes(
         "K must be [batch, heads_kv, seq_k, head_dim]"
     );
     assert_eq!(
-        v.shape(),
-        ks,
-        "V must be [batch, heads_kv, seq_k, head_dim]"
+        v.shape()[..3],
+        ks[..3],
+        "V must be [batch, heads_kv, seq_k, head_dim_v]"
     );
 }
 
@@ -189,11 +193,11 @@ fn run<T: Num>(
     };
     let work = p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim.max(1);
     let outs: Vec<TaskOut<T>> = crate::parallel::map_tasks(&tasks, work >= (1 << 20), do_task);
-    let d = p.head_dim;
+    let (d, dv) = (p.head_dim, v.shape()[3]);
     let mut g = Gradients {
         dq: Array4::zeros((p.batch, p.heads_q, p.seq_q, d)),
         dk: Array4::zeros((p.batch, p.heads_kv, p.seq_k, d)),
-        dv: Array4::zeros((p.batch, p.heads_kv, p.seq_k, d)),
+        dv: Array4::zeros((p.batch, p.heads_kv, p.seq_k, dv)),
     };
     let group_size = p.group_size();
     for t in outs {
@@ -222,7 +226,7 @@ fn group<T: Num>(
     round: &(dyn Fn(T) -> T + Sync),
     low: bool,
 ) -> (Vec<Array2<T>>, Array2<T>, Array2<T>) {
-    let (sq, sk, d) = (p.seq_q, p.seq_k, p.head_dim);
+    let (sq, sk, d, dv) = (p.seq_q, p.seq_k, p.head_dim, v.shape()[3]);
     let load = |a: ndarray::ArrayView2<f32>| a.mapv(|x| round(T::from_f64(x as f64)));
     let kk = load(k.slice(s![b, kvh, .., ..]));
     let vv = load(v.slice(s![b, kvh, .., ..]));
@@ -232,7 +236,7 @@ fn group<T: Num>(
     let mut dq_out = Vec::with_capacity(g);
     // Per-head dK/dV (rounded per op in the low-precision program), summed over the group.
     let mut dk_sum = Array2::<T>::zeros((sk, d));
-    let mut dv_sum = Array2::<T>::zeros((sk, d));
+    let mut dv_sum = Array2::<T>::zeros((sk, dv));
     for h in kvh * g..(kvh + 1) * g {
         let qq = load(q.slice(s![b, h, .., ..]));
         let dout = load(d_o.slice(s![b, h, .., ..]));
@@ -293,7 +297,7 @@ fn group<T: Num>(
         } else {
             let o = pm.dot(&vv);
             (0..sq)
-                .map(|i| (0..d).fold(T::zero(), |a, c| a + dout[[i, c]] * o[[i, c]]))
+                .map(|i| (0..dv).fold(T::zero(), |a, c| a + dout[[i, c]] * o[[i, c]]))
                 .collect()
         };
         // dS with respect to the logit, then through softcap to the scaled score s (one more
@@ -564,6 +568,11 @@ mod tests {
     }
 
     fn inputs(p: &OracleProblem, seed: u64) -> Inputs {
+        inputs_with_v_dim(p, p.head_dim, seed)
+    }
+
+    /// Inputs whose V (and dO) have `dv` columns.
+    fn inputs_with_v_dim(p: &OracleProblem, dv: usize, seed: u64) -> Inputs {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let qs = [p.batch, p.heads_q, p.seq_q, p.head_dim];
         let ks = [p.batch, p.heads_kv, p.seq_k, p.head_dim];
@@ -571,8 +580,8 @@ mod tests {
         Inputs {
             q: random(qs, &mut rng, f),
             k: random(ks, &mut rng, f),
-            v: random(ks, &mut rng, f),
-            d_o: random(qs, &mut rng, f),
+            v: random([p.batch, p.heads_kv, p.seq_k, dv], &mut rng, f),
+            d_o: random([p.batch, p.heads_q, p.seq_q, dv], &mut rng, f),
         }
     }
 
@@ -693,9 +702,12 @@ mod tests {
     /// The largest |analytic − finite difference| over the three gradients must stay within
     /// 2e-5 of the largest gradient.
     fn assert_matches_finite_differences(n: usize, p: &OracleProblem) {
-        let inp = inputs(p, 100 + n as u64);
+        assert_matches_finite_differences_with(n, p, &inputs(p, 100 + n as u64));
+    }
+
+    fn assert_matches_finite_differences_with(n: usize, p: &OracleProblem, inp: &Inputs) {
         let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
-        let fd = finite_differences(p, &inp);
+        let fd = finite_differences(p, inp);
         for ((name, a), (_, f)) in g.named().into_iter().zip(fd.named()) {
             let scale = f.iter().fold(1.0f64, |m, x| m.max(x.abs()));
             let err = a
@@ -707,6 +719,42 @@ mod tests {
                 err <= 2e-5 * scale,
                 "config {n} {p:?}: {name} differs from finite differences by {err:e}"
             );
+        }
+    }
+
+    /// V of a head dim of its own (`head_dim_v`: DeepSeek's 192 / 128, here 3 / 2 and 2 / 5):
+    /// dV and dO take V's, dQ and dK Q's, dense and with every mode; and the rule judges them.
+    #[test]
+    fn a_v_head_dim_of_its_own_matches_finite_differences_and_the_rule() {
+        let mut windowed = OracleProblem::dense(2, 4, 2, 6, 7, 2, false, 0.8);
+        windowed.window_left = Some(2);
+        windowed.window_right = Some(1);
+        windowed.softcap = Some(1.0);
+        windowed.alibi_slopes = Some((0..8).map(|i| 0.5f64.powi(i + 1)).collect());
+        for (n, (p, dv)) in [
+            (OracleProblem::dense(1, 2, 1, 4, 5, 3, true, 0.7), 2),
+            (windowed, 5),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let inp = inputs_with_v_dim(p, *dv, 300 + n as u64);
+            assert_matches_finite_differences_with(n, p, &inp);
+            let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+            assert_eq!(g.dv.shape()[3], *dv);
+            assert_eq!(g.dq.shape()[3], p.head_dim);
+            let prec = Precision::Bf16;
+            let lp = gradients_low_precision(
+                p,
+                prec,
+                inp.q.view(),
+                inp.k.view(),
+                inp.v.view(),
+                inp.d_o.view(),
+            );
+            let [a, b, c] = [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
+            let v = judge_backward(p, prec, a.view(), b.view(), c.view(), &g, &lp);
+            assert!(v.pass, "config {n}: {v}");
         }
     }
 
