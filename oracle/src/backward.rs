@@ -571,6 +571,15 @@ mod tests {
         inputs_with_v_dim(p, p.head_dim, seed)
     }
 
+    /// The f64 gradients and the low-precision yardstick of `inp`.
+    fn references(p: &OracleProblem, prec: Precision, inp: &Inputs) -> (Gradients, Gradients) {
+        let (q, k, v, d_o) = (inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+        (
+            gradients_f64(p, q, k, v, d_o),
+            gradients_low_precision(p, prec, q, k, v, d_o),
+        )
+    }
+
     /// Inputs whose V (and dO) have `dv` columns.
     fn inputs_with_v_dim(p: &OracleProblem, dv: usize, seed: u64) -> Inputs {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -740,18 +749,10 @@ mod tests {
         {
             let inp = inputs_with_v_dim(p, *dv, 300 + n as u64);
             assert_matches_finite_differences_with(n, p, &inp);
-            let g = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
+            let prec = Precision::Bf16;
+            let (g, lp) = references(p, prec, &inp);
             assert_eq!(g.dv.shape()[3], *dv);
             assert_eq!(g.dq.shape()[3], p.head_dim);
-            let prec = Precision::Bf16;
-            let lp = gradients_low_precision(
-                p,
-                prec,
-                inp.q.view(),
-                inp.k.view(),
-                inp.v.view(),
-                inp.d_o.view(),
-            );
             let [a, b, c] = [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
             let v = judge_backward(p, prec, a.view(), b.view(), c.view(), &g, &lp);
             assert!(v.pass, "config {n}: {v}");
@@ -943,15 +944,7 @@ mod tests {
         {
             for prec in Precision::ALL {
                 let inp = inputs(p, 40 + n as u64);
-                let rf = gradients_f64(p, inp.q.view(), inp.k.view(), inp.v.view(), inp.d_o.view());
-                let lp = gradients_low_precision(
-                    p,
-                    prec,
-                    inp.q.view(),
-                    inp.k.view(),
-                    inp.v.view(),
-                    inp.d_o.view(),
-                );
+                let (rf, lp) = references(p, prec, &inp);
                 let f32s =
                     |g: &Gradients| [&g.dq, &g.dk, &g.dv].map(|a| a.mapv(|x| prec.round(x as f32)));
                 let [a, b, c] = f32s(&rf);
