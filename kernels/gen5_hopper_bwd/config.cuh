@@ -112,6 +112,8 @@ constexpr int DQ_KEYS = DQ_SPLIT_KEYS ? WG_KEYS : KEY_ROWS;  // keys each warpgr
 // takes the other DQ_SLICES - WG0_DQ_SLICES. Each warpgroup stages up to DQ_WG_SLICES per step.
 constexpr int WG0_DQ_SLICES = WIDE ? DQ_SLICES / 2 : 1;
 constexpr int DQ_WG_SLICES = WIDE ? DQ_SLICES - WG0_DQ_SLICES : 1;
+static_assert(!WIDE || (WG0_DQ_SLICES >= 1 && DQ_WG_SLICES >= 1),
+              "each wide consumer takes a dQ slice: its last one releases the step's stage");
 // What runs under a step's dPᵀ = V·dOᵀ (measured choices, 921f288):
 //   64 queries: Pᵀ, and dV += Pᵀ·dO is issued before dPᵀ is waited for;
 //   128 queries (D = 64): Pᵀ (2-3 % faster than waiting for Sᵀ and dPᵀ together);

@@ -1,10 +1,11 @@
 //! The Hopper path's backward pass (`kernels/gen5_hopper_bwd.cu`: TMA, mbarrier, wgmma,
 //! warp-specialized; sm_90a): D = rowsum(dO ∘ O) with the dQ accumulator zeroed, then one CTA
-//! per 128-key block (64 at head dims past 128, the wide builds) computing dK and dV in registers
-//! and bulk-reducing dQ slices into an f32 workspace accumulator, then dQ rounded from it. dQ's additions come in run-dependent order,
-//! so the kernel is not deterministic ([`AttentionBackward::deterministic`] is false). Windows,
-//! softcap, ALiBi and varlen take a modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`): 64-row steps
-//! computing P and dS in one pass, or at D = 64 without softcap the dense flow's 128-row steps.
+//! per 128-key block (64 at head dims past 128, the wide builds) computing dK and dV in
+//! registers and bulk-reducing dQ slices into an f32 workspace accumulator, then dQ rounded from
+//! it. dQ's additions come in run-dependent order, so the kernel is not deterministic
+//! ([`AttentionBackward::deterministic`] is false). Windows, softcap, ALiBi and varlen take a
+//! modes build (`FC_BWD_MODES`, `FC_BWD_VARLEN`): 64-row steps computing P and dS in one pass, or
+//! at D = 64 without softcap the dense flow's 128-row steps; the wide builds' 32-row steps.
 //!
 //! Design and measurements: `docs/generations/gen5-hopper-bwd.md`.
 
@@ -22,7 +23,7 @@ pub const SOURCE: &str = "gen5_hopper_bwd.cu";
 pub const HEAD_DIMS: &[usize] = &[64, 128, 192, 256];
 /// The largest head dim taken: every multiple of 8 up to it runs in the next of [`HEAD_DIMS`]
 /// (the forward's padding, `FC_HOPPER_PADDED_HEAD`).
-pub const MAX_HEAD_DIM: usize = 128 * 2;
+pub const MAX_HEAD_DIM: usize = 256;
 /// The widest build whose consumer warpgroups split a unit's keys; past it the wide builds
 /// (`WIDE` in config.cuh: 64-key units, the step's products split between the warpgroups,
 /// 32-query steps).
