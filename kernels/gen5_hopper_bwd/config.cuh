@@ -22,9 +22,10 @@
 #ifndef FC_BWD_STAGES
 #define FC_BWD_STAGES 2
 #endif
-// Queries per step: 32 at D = 192 and 256 (the wide builds, below); 64; 128 at D = 64 (FLASHCORE_HOPPER_BWD_QUERY_ROWS=128; halves the per-step
+// Queries per step: 64; 128 at D = 64 (FLASHCORE_HOPPER_BWD_QUERY_ROWS=128; halves the per-step
 // fixed costs where the steps are shortest); 80 at D = 128 (FlashAttention-3's non-causal choice:
-// a quarter more work per step's fixed costs, and what the registers allow).
+// a quarter more work per step's fixed costs, and what the registers allow); 32 at D = 192 and 256
+// (the wide builds, below).
 #ifndef FC_BWD_QUERY_ROWS
 #define FC_BWD_QUERY_ROWS 64
 #endif

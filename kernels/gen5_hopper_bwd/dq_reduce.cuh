@@ -73,13 +73,14 @@ __device__ __forceinline__ void reduce_dq_quarter(float* dst, unsigned warp_stag
                  : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
-// The issuing lane: its earlier reduces have read their staging (it may be overwritten).
-__device__ __forceinline__ void wait_dq_staging_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// The issuing lane: all but its `kPending` latest reduces have read their staging.
+// The issuing lane: all but its `kPending` latest reduces have read their staging (it may be
+// overwritten).
 template <int kPending>
 __device__ __forceinline__ void wait_dq_staging_read_but() {
     asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
 }
+// The issuing lane: all its reduces have read their staging.
+__device__ __forceinline__ void wait_dq_staging_read() { wait_dq_staging_read_but<0>(); }
 // The issuing lane: its reduces are complete (before the CTA exits).
 __device__ __forceinline__ void wait_dq_reduces() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
