@@ -2,8 +2,9 @@
 // Design, resources and measurements: docs/generations/gen5-hopper-bwd.md.
 //
 // Three launches on one stream:
-//   1. bwd_hopper_prepare: several padded query rows a warp: D = rowsum(dO ∘ O) (0 past seq_q)
-//      into the workspace, and the rows' share of the f32 dQ accumulator zeroed.
+//   1. bwd_hopper_prepare: several padded query rows a warp: D = rowsum(dO ∘ O), or in a modes
+//      build rowsum(P ∘ dP) for a row that sees at most 32 keys (common/short_row_delta.cuh; 0 past
+//      seq_q), into the workspace, and the rows' share of the f32 dQ accumulator zeroed.
 //   2. bwd_hopper_dk_dv: one CTA per (128-key block, batch, KV head) unit, grid-stride. Warpgroup
 //      0 is the producer (producer.cuh): TMA for K and V once per unit and for Q and dO per query
 //      block (64, 80 or 128 rows: config.cuh) into a 2-stage ring, with the block's LSE and D
@@ -47,6 +48,7 @@
 #include "common/hopper/named_barrier.cuh"
 #include "common/opaque.cuh"
 #include "common/row_dot.cuh"
+#include "common/short_row_delta.cuh"
 #include "common/padded_head.cuh"
 
 #include "gen5_hopper_bwd/config.cuh"
@@ -61,8 +63,9 @@
 using namespace fhb;
 
 // ---- 1. D = rowsum(dO ∘ O), accumulator zeroed ----
-// Several padded rows a warp, each read in 16-byte chunks (common/row_dot.cuh); the lanes of a
-// row then zero its share of the f32 dQ accumulator.
+// Several padded rows a warp, each read in 16-byte chunks (common/row_dot.cuh); in a modes build a
+// row that sees few keys takes D = rowsum(P ∘ dP) instead (common/short_row_delta.cuh). The lanes
+// of a row then zero its share of the f32 dQ accumulator.
 using Dot = RowDot<D>;
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
@@ -88,6 +91,15 @@ bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_const
             }
         }
         acc = Dot::reduce(acc);  // (every lane: r0 is the warp's)
+#if FC_BWD_MODES
+        {
+            const long long bh = r / row_span;
+            const int row = (int)(r % row_span);
+            const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+            const bool real = r < rows && row < p.seq_q && row < bwd_len_q(p, b);
+            acc = short_row_delta<Dot, PADDED_HEAD>(p, g, real, b, h, row, chunk, acc);
+        }
+#endif
         if (r < rows) {
             if (chunk == 0) p.workspace[r] = acc;
             float4* zero = reinterpret_cast<float4*>(dq_accumulator(p) + r * D);

@@ -1,7 +1,8 @@
 // Generation 5, portable path: the backward pass on mma.sync (sm_80+), deterministic.
 //
 // Three launches on one stream (docs/generations/gen5-portable-bwd.md):
-//   1. bwd_portable_dot_do_o: D_i = rowsum(dO_i ∘ O_i) (f32), several rows a warp, into the
+//   1. bwd_portable_dot_do_o: D_i = rowsum(dO_i ∘ O_i) (f32), or in a modes build rowsum(P_i ∘ dP_i)
+//      for a row that sees at most 32 keys (common/short_row_delta.cuh), several rows a warp, into the
 //      plan's workspace, written whole before it is read (nothing to clear).
 //   2. bwd_portable_dk_dv: one block per (key tile of 64 keys, batch, KV head); each of the 4 warps
 //      owns 16 keys and keeps their dK and dV rows in f32 registers while the block streams the
@@ -51,6 +52,7 @@
 #include "common/backward_params.cuh"
 #include "common/work_item.cuh"
 #include "common/row_dot.cuh"
+#include "common/short_row_delta.cuh"
 #include "common/padded_head.cuh"
 #include "common/backward_scores.cuh"
 #if defined(FC_BWD_ATOMIC_DQ)
@@ -148,7 +150,8 @@ __device__ __forceinline__ float (&as_tiles(float (&a)[kNT][4]))[1][kNT][4] {
 
 using namespace portable_bwd;
 
-// ---- 1. D = rowsum(dO ∘ O) (common/row_dot.cuh: several rows a warp, 16-byte chunks) ----
+// ---- 1. D = rowsum(dO ∘ O) (common/row_dot.cuh: several rows a warp, 16-byte chunks), or in a
+// modes build rowsum(P ∘ dP) for a row that sees few keys (common/short_row_delta.cuh) ----
 using Dot = RowDot<head_dim>;
 
 extern "C" __global__ void __launch_bounds__(num_threads)
@@ -168,6 +171,14 @@ bwd_portable_dot_do_o(const __grid_constant__ AttentionParams p, const __grid_co
             acc = Dot::partial(o + o_offset(p, batch, head, row), d_o + do_offset(g, batch, head, row), chunk);
         }
         acc = Dot::reduce(acc);
+#if FC_BWD_MODES
+        {
+            const bool real = r < rows;
+            const FlatRow f = bwd_flat_row(p, real ? r : 0);
+            const SeqRow at = bwd_flat_seq_row(p, f);
+            acc = short_row_delta<Dot, PADDED_HEAD>(p, g, real, at.seq, f.head, at.row, chunk, acc);
+        }
+#endif
         if (chunk == 0 && r < rows) p.workspace[r] = acc;  // r is the row's LSE index
     }
 #if defined(FC_BWD_ATOMIC_DQ)

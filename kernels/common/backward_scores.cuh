@@ -102,6 +102,24 @@ __device__ __forceinline__ FlatRow bwd_flat_row(const AttentionParams& p, long l
     return {(int)(r / ((long long)p.seq_q * p.heads_q)), (int)((r / p.seq_q) % p.heads_q), (int)(r % p.seq_q)};
 #endif
 }
+// The sequence of flat row r's storage row `row` and its row within that sequence (key_range's
+// row). Varlen: the last sequence starting at or before it (a binary search of cu_seqlens_q, so
+// empty sequences are passed over); else batch and row as they are.
+struct SeqRow {
+    int seq, row;
+};
+__device__ __forceinline__ SeqRow bwd_flat_seq_row([[maybe_unused]] const AttentionParams& p, const FlatRow& f) {
+#if FC_BWD_VARLEN
+    int lo = 0, hi = p.batch;  // cu_seqlens_q[lo] <= f.row < cu_seqlens_q[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (p.cu_seqlens_q[mid] <= f.row) lo = mid; else hi = mid;
+    }
+    return {lo, f.row - p.cu_seqlens_q[lo]};
+#else
+    return {f.batch, f.row};
+#endif
+}
 
 // Query rows [first, end) that see `key` (empty when end <= first). A row sees the keys
 // [lo(i), hi(i)) of key_range, whose ends never decrease with the row, so the rows that see a key

@@ -43,6 +43,15 @@ pub const HEADER_DEFINES: &[HeaderDefines] = &[
         why: "the backward's modes builds walk their tiles by the window",
     },
     HeaderDefines {
+        path: "common/short_row_delta.cuh",
+        needs: &[],
+        switches: &[
+            &[("FC_BWD_MODES", "1")],
+            &[("FC_BWD_MODES", "1"), ("FC_BWD_VARLEN", "1")],
+        ],
+        why: "a short row's keys and storage rows follow the backward's modes and varlen builds",
+    },
+    HeaderDefines {
         path: "common/dq_accumulator.cuh",
         needs: &[("FC_HEAD_DIM", "128")],
         switches: &[
