@@ -236,6 +236,20 @@ pub fn dot_rows_per_warp(head_dim: usize) -> usize {
     32 / (head_dim / 8).next_power_of_two().max(4)
 }
 
+/// `FLASHCORE_BWD_SHORT_ROW_KEYS` (0-256), for A/B runs of both fast backwards: the most keys a
+/// query row may see and still take D = rowsum(P ∘ dP) in the first launch instead of
+/// rowsum(dO ∘ O) (`kernels/common/short_row_delta.cuh`; 0: no row does). Unset: the header's 32
+/// and no define.
+pub(crate) fn short_row_keys_define(env: Env) -> Result<Option<(String, String)>, String> {
+    const VAR: &str = "FLASHCORE_BWD_SHORT_ROW_KEYS";
+    let keys = env.number(
+        VAR,
+        |n| n <= 256,
+        |v| format!("{VAR}={v:?}: expected 0 to 256"),
+    )?;
+    Ok(keys.map(|n| ("FC_BWD_SHORT_ROW_KEYS".to_string(), n.to_string())))
+}
+
 /// The portable backward with dQ accumulated in f32 by reductions (FlashAttention-2's schedule).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PortableAtomicBackward;
@@ -485,6 +499,7 @@ fn plan_with(
     if step32 {
         defines.push(("FC_BWD_STEP32".to_string(), "1".to_string()));
     }
+    defines.extend(short_row_keys_define(Env::process()).map_err(|e| Unsupported::new(name, e))?);
     let launch =
         |source: &'static str, entry: &'static str, warps: u32, items: usize, smem: usize| {
             KernelLaunch {
@@ -990,6 +1005,37 @@ mod tests {
                 .contains("FLASHCORE_PORTABLE_BWD_STEP_QUERIES"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_short_row_override_becomes_a_define_and_refuses_what_the_header_cannot_take() {
+        let read = |v: Option<&str>| {
+            let lookup = |n: &str| {
+                (n == "FLASHCORE_BWD_SHORT_ROW_KEYS")
+                    .then(|| v.map(String::from))
+                    .flatten()
+            };
+            short_row_keys_define(Env::new(&lookup))
+        };
+        assert_eq!(
+            read(None),
+            Ok(None),
+            "unset: the header's default, no define"
+        );
+        for n in ["0", "32", "256"] {
+            assert_eq!(
+                read(Some(n)),
+                Ok(Some(("FC_BWD_SHORT_ROW_KEYS".to_string(), n.to_string())))
+            );
+        }
+        for bad in ["257", "-1", "many"] {
+            assert!(
+                read(Some(bad))
+                    .unwrap_err()
+                    .contains("FLASHCORE_BWD_SHORT_ROW_KEYS"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

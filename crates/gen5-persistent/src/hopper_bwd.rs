@@ -289,6 +289,10 @@ pub fn plan_with_tuning(
     // FC_BWD_MODES for a window, softcap, ALiBi or varlen, and FC_BWD_VARLEN for varlen
     // (config.cuh); a dense build stays as it was.
     defines.extend(backward_mode_defines(problem));
+    defines.extend(
+        crate::backward::short_row_keys_define(Env::process())
+            .map_err(|e| Unsupported::new(name, e))?,
+    );
     if Env::process()
         .flag_or_unset("FLASHCORE_HOPPER_DEBUG")
         .unwrap_or(false)
