@@ -1,12 +1,14 @@
 //! Whether the backward rule leaves room for FlashAttention's D: FlashAttention's backward program
-//! (the one every flashcore backward kernel runs) emulated on the host, in two forms that differ
+//! (the one every flashcore backward kernel runs) emulated on the host, in three forms that differ
 //! only in where `D` of `dS = P ∘ (dP − D)` comes from, each judged by `judge_backward` as a
 //! kernel's gradients are:
 //!
 //! - **stored O**: `D = rowsum(dO ∘ O)` in f32, O as the forward stores it (rounded to the dtype):
-//!   FlashAttention's preprocessing, and flashcore's;
+//!   FlashAttention's preprocessing, and flashcore's dense builds';
 //! - **rowsum P∘dP**: `D = rowsum(P ∘ dP)` in f32 from the backward's own P and dP, which needs
-//!   every key of a row before any dS (a second pass over the keys in a kernel).
+//!   every key of a row before any dS (a second pass over the keys in a kernel);
+//! - **P∘dP at ≤ 32 keys**: the second in a row that sees at most 32 keys, else the first: what the
+//!   fast backwards' modes builds do (`kernels/common/short_row_delta.cuh`).
 //!
 //! The program, as the kernels compute it (f32 unless said): forward S = scale · Q Kᵀ (f32
 //! accumulation of the 16-bit inputs), softcap's c·tanh(s/c), minus ALiBi's bias; p = exp(s − m),
@@ -35,6 +37,12 @@ const CLASSES: [&str; 5] = [
     "window 1-2",
     "window 1-2, softcap, ALiBi",
     "window 64-256, softcap, ALiBi",
+];
+
+const FORMS: [(DFrom, &str); 3] = [
+    (DFrom::StoredO, "stored O"),
+    (DFrom::PdP, "rowsum P∘dP"),
+    (DFrom::ShortRows(32), "P∘dP at ≤ 32 keys, else stored O"),
 ];
 
 fn normal(rng: &mut rand::rngs::StdRng) -> f32 {
@@ -71,13 +79,25 @@ fn draw(class: usize, rng: &mut rand::rngs::StdRng) -> (OracleProblem, Precision
     (p, prec)
 }
 
-/// FlashAttention's backward program on one (batch 0, head 0) sequence: dQ, dK, dV, with D from
-/// the stored O (`stored_o`) or from rowsum(P ∘ dP).
+/// Where a row's D comes from.
+#[derive(Clone, Copy)]
+enum DFrom {
+    /// rowsum(dO ∘ O) with the stored (rounded) O: FlashAttention's.
+    StoredO,
+    /// rowsum(P ∘ dP).
+    PdP,
+    /// rowsum(P ∘ dP) in a row that sees at most this many keys, else the stored O: the fast
+    /// backwards' modes builds (kernels/common/short_row_delta.cuh, 32 keys).
+    ShortRows(usize),
+}
+
+/// FlashAttention's backward program on one (batch 0, head 0) sequence: dQ, dK, dV, with D as
+/// `from` says.
 fn flash_program(
     p: &OracleProblem,
     prec: Precision,
     [q, k, v, d_o]: [&Array2<f32>; 4],
-    stored_o: bool,
+    from: DFrom,
 ) -> [Array4<f32>; 3] {
     let (sq, sk, d) = (p.seq_q, p.seq_k, p.head_dim);
     let scale = p.scale as f32;
@@ -137,6 +157,12 @@ fn flash_program(
     let dp = d_o.dot(&v.t());
     let dvec: Vec<f32> = (0..sq)
         .map(|i| {
+            let (lo, hi) = p.key_range(0, i);
+            let stored_o = match from {
+                DFrom::StoredO => true,
+                DFrom::PdP => false,
+                DFrom::ShortRows(n) => hi.saturating_sub(lo) > n,
+            };
             if stored_o {
                 (0..d).map(|c| d_o[[i, c]] * o[[i, c]]).sum()
             } else {
@@ -171,8 +197,8 @@ fn main() {
     println!("|---|---|---:|---:|---|");
     for (class, name) in CLASSES.iter().enumerate() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_mul(1000) + class as u64);
-        // (fails, worst ratio, worst case) for stored O, then rowsum P∘dP.
-        let mut stats = [(0usize, 0.0f64, String::new()), (0, 0.0, String::new())];
+        // (fails, worst ratio, worst case) for each of FORMS.
+        let mut stats = vec![(0usize, 0.0f64, String::new()); FORMS.len()];
         for _ in 0..per_class {
             let (p, prec) = draw(class, &mut rng);
             let qs = [1, 1, p.seq_q, p.head_dim];
@@ -188,8 +214,8 @@ fn main() {
                 gradients_low_precision(&p, prec, q.view(), k.view(), v.view(), d_o.view());
             let two = |a: &Array4<f32>| a.slice(s![0, 0, .., ..]).to_owned();
             let operands = [&two(&q), &two(&k), &two(&v), &two(&d_o)];
-            for (n, stored_o) in [true, false].into_iter().enumerate() {
-                let [dq, dk, dv] = flash_program(&p, prec, operands, stored_o);
+            for (n, (from, _)) in FORMS.into_iter().enumerate() {
+                let [dq, dk, dv] = flash_program(&p, prec, operands, from);
                 let verdict = judge_backward(
                     &p,
                     prec,
@@ -218,7 +244,7 @@ fn main() {
                 }
             }
         }
-        for (n, from) in ["stored O", "rowsum P∘dP"].into_iter().enumerate() {
+        for (n, (_, from)) in FORMS.into_iter().enumerate() {
             let (fails, worst, case) = &stats[n];
             println!("| {name} | {from} | {fails} / {per_class} | {worst:.3} | {case} |");
         }
