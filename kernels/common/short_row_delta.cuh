@@ -30,7 +30,7 @@
 #ifndef FC_BWD_SHORT_ROW_KEYS
 #define FC_BWD_SHORT_ROW_KEYS 32
 #endif
-enum : int { kShortRowKeys = FC_BWD_SHORT_ROW_KEYS, kShortRowBatch = 8 };
+enum : int { kShortRowKeys = FC_BWD_SHORT_ROW_KEYS, kShortRowBatch = 4 };
 
 // The sum of 16-byte chunk `chunk` of two rows' elementwise product (0 for a chunk past the head).
 template <class Dot, bool kPadded>
@@ -66,7 +66,9 @@ __device__ __forceinline__ float short_row_delta(const AttentionParams& p, const
     // exactly 0, docs/results/2026-12-01-short-row-delta-h200/call2.txt). The stored LSE is not read.
     // Keys in batches of kShortRowBatch, their loads all issued before the batch's reductions: one
     // key at a time, a warp's 32 dependent L2 round trips made the launch's tail (+9-13 % on a
-    // causal 4x2048 backward, docs/results/2026-12-01-short-row-delta-h200/timing.md).
+    // causal 4x2048 backward, docs/results/2026-12-01-short-row-delta-h200/timing.md). 4, not 8:
+    // at 8 ptxas held the portable atomic build's first launch at 64 registers and spilled 16 bytes
+    // at head_dim 32. The batch changes when a key is loaded, not what is computed or in which order.
     float row_max = -INFINITY, sum = 0.f, delta = 0.f;
     for (int j0 = 0; j0 < warp_keys; j0 += kShortRowBatch) {
         float dot[kShortRowBatch], dp[kShortRowBatch];
