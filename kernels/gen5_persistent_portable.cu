@@ -33,8 +33,10 @@
 //   SMEM_BYTES = QS * T(BM) + STAGES * (T(BN) + TV(BN)) + 256 (crates/gen5-persistent/src/portable.rs
 //   repeats it)
 //
-// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256, required); FC_HEAD_DIM_V (V's
-// and O's head dim DV, a multiple of 32 up to 256, default FC_HEAD_DIM: see below); FC_PORTABLE_PAD_D
+// Defines: FC_HEAD_DIM (32 | 64 | 96 | 128 | 160 | 192 | 224 | 256 | 512, required); FC_HEAD_DIM_V (V's
+// and O's head dim DV, a multiple of 32 up to 256, default FC_HEAD_DIM: see below);
+// FC_PORTABLE_V_BLOCKS (V's and O's columns in this many blocks of DV, an item each; see below);
+// FC_PORTABLE_PAD_D
 // (0|1, default 0: p.head_dim is below FC_HEAD_DIM, see below); FC_PORTABLE_WARPS (consumer warps, 4 | 8; default 8);
 // FC_PORTABLE_BLOCK_N (keys per K/V tile, 64 | 128; default 64); FC_PORTABLE_STAGES (K/V ring
 // depth; default 3); FC_PORTABLE_Q_STAGES (Q buffers, 1 | 2; default 1); FC_PORTABLE_Q_REG_SLICES
@@ -69,18 +71,32 @@
 #include "common/padded_head.cuh"
 
 #ifndef FC_HEAD_DIM
-#error "compile with -DFC_HEAD_DIM=32, 64, 96, 128, 160, 192, 224 or 256"
+#error "compile with -DFC_HEAD_DIM=32, 64, 96, 128, 160, 192, 224, 256 or 512"
 #endif
 // Multiples of 32 up to 256: the swizzled tile (common/smem_layout.cuh) takes rows of 4k chunks.
-#if FC_HEAD_DIM % 32 != 0 || FC_HEAD_DIM < 32 || FC_HEAD_DIM > 256
-#error "gen5_persistent_portable supports FC_HEAD_DIM 32, 64, 96, 128, 160, 192, 224 and 256"
+// At 512 O's columns must be at most 256: V blocks (below) or a V head dim of its own.
+#if FC_HEAD_DIM % 32 != 0 || FC_HEAD_DIM < 32 || (FC_HEAD_DIM > 256 && FC_HEAD_DIM != 512)
+#error "gen5_persistent_portable supports FC_HEAD_DIM 32, 64, 96, 128, 160, 192, 224, 256 and 512"
+#endif
+// V blocks (D = 512): O is DV / 2 f32 a thread, which at 512 is every register there is. So V's
+// and O's columns are cut into FC_PORTABLE_V_BLOCKS blocks of DV = D / blocks, and each (item,
+// block) pair is a work item of its own: it computes S = Q·Kᵀ over the whole head dim and O's
+// columns of its block. S is computed once per block (a 512-wide head takes 1.5x the tensor-core
+// work of one pass); the two blocks of an item are consecutive, so they run side by side on the
+// same K tiles in L2. Padded head dims pad V per block (the last block's columns past p.head_dim
+// are zero-filled and unstored). With one block (every other build) nothing changes.
+#ifndef FC_PORTABLE_V_BLOCKS
+#define FC_PORTABLE_V_BLOCKS 1
+#endif
+#if FC_PORTABLE_V_BLOCKS != 1 && (defined(FC_HEAD_DIM_V) || FC_HEAD_DIM % FC_PORTABLE_V_BLOCKS != 0)
+#error "FC_PORTABLE_V_BLOCKS cuts V's head dim (= FC_HEAD_DIM) into equal blocks; not with FC_HEAD_DIM_V"
 #endif
 // V's and O's head dim where it differs from Q's and K's (FlashAttention 3's headdim_v: DeepSeek's
 // 192 / 128). Only the parts that touch V or O read it: the V ring and its loads, the P·V product
 // (warp_pv) and the O accumulator, the epilogue's stores. S = Q·Kᵀ and the softmax do not change.
 // A distinct DV is an instance of its own (never padded); FC_PORTABLE_PAD_D then pads Q and K only.
 #ifndef FC_HEAD_DIM_V
-#define FC_HEAD_DIM_V FC_HEAD_DIM
+#define FC_HEAD_DIM_V (FC_HEAD_DIM / FC_PORTABLE_V_BLOCKS)
 #define FC_PORTABLE_PAD_V (FC_PORTABLE_PAD_D != 0)  // V's and O's columns padded as Q's and K's
 #else
 #define FC_PORTABLE_PAD_V 0
@@ -150,6 +166,8 @@ constexpr int D = FC_HEAD_DIM;
 // V's and O's columns. (An enumerator, not a constant: a new namespace-scope constant would be
 // emitted into the PTX of every build.)
 enum : int { DV = FC_HEAD_DIM_V };
+// Items per (batch, head, q tile): one per block of V's columns (FC_PORTABLE_V_BLOCKS).
+enum : int { V_BLOCKS = FC_PORTABLE_V_BLOCKS };
 constexpr int CONSUMER_WARPS = FC_PORTABLE_WARPS;
 // m16 row tiles per consumer warp. Two (32 rows, FlashAttention-2's split) make every K and V
 // fragment read from shared memory feed two mma.sync instead of one: half the ldmatrix traffic
@@ -225,8 +243,11 @@ __device__ __forceinline__ int ring_q_buffer_in_use(unsigned ring) { return Q_ST
 // 16-byte chunks of a Q, K or V row in memory: the tile's, or fewer when the head dim is padded.
 // (The switch stays a macro: a namespace-scope constant is emitted into the PTX of every build.)
 __device__ __forceinline__ int row_chunks(const AttentionParams& p) { return head_chunks<FC_PORTABLE_PAD_D != 0, D>(p.head_dim); }
-// The same for V's rows (DV wide).
-__device__ __forceinline__ int v_row_chunks(const AttentionParams& p) { return head_chunks<FC_PORTABLE_PAD_V, DV>(p.head_dim); }
+// The same for V's rows (DV wide) in V block `vb` (columns vb * DV on).
+__device__ __forceinline__ int v_block_head_dim(const AttentionParams& p, int vb) { return p.head_dim - vb * DV; }
+__device__ __forceinline__ int v_row_chunks(const AttentionParams& p, int vb) {
+    return head_chunks<FC_PORTABLE_PAD_V, DV>(v_block_head_dim(p, vb));
+}
 
 // Debug tags (pl_mbar_wait reports): which side waited on which kind of buffer.
 enum { TAG_Q_EMPTY = 1, TAG_K_EMPTY = 2, TAG_V_EMPTY = 3, TAG_Q_FULL = 4, TAG_K_FULL = 5, TAG_V_FULL = 6 };
@@ -265,6 +286,7 @@ __device__ __forceinline__ void wait_released(unsigned bars, int which, unsigned
 
 struct Work {
     int b, h, m;   // batch, q head, q tile index
+    int vb;        // block of V's and O's columns (0 with one block)
     int kb0;       // first K/V tile this item visits (0 in the dense build)
     int n_blocks;  // K/V tiles [kb0, kb0 + n_blocks) this item visits (0: no visible key at all, or,
                    // modes build, the q tile starts past its sequence's end)
@@ -294,10 +316,10 @@ __device__ __forceinline__ int key_end(const AttentionParams& p, int query_row) 
     return min(max(end, 0), p.seq_k);
 }
 
-// Work items of the launch: batch * heads_q * (q tiles per head). The plan rejects problems with
-// 2^25 items or more (see RING_ITEM_SHIFT), so item indices are small ints.
+// Work items of the launch: batch * heads_q * (q tiles per head) * V_BLOCKS. The plan rejects
+// problems with 2^25 items or more (see RING_ITEM_SHIFT), so item indices are small ints.
 __device__ __forceinline__ int total_items(const AttentionParams& p) {
-    return opaque(p.batch) * p.heads_q * ceil_div(opaque(p.seq_q), BM);  // not hoisted: see decode
+    return opaque(p.batch) * p.heads_q * ceil_div(opaque(p.seq_q), BM) * V_BLOCKS;  // not hoisted: see decode
 }
 
 // Item t -> (b, h, m). Items are cut into L2 sections of g (batch, head) pairs, g = the number
@@ -307,6 +329,9 @@ __device__ __forceinline__ int total_items(const AttentionParams& p) {
 // Everything is recomputed from the parameter block (constant bank) per call rather than kept in
 // registers: the producer and every consumer warp call it once or twice per item.
 __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
+    // An item's V blocks are consecutive (the same Q and K tiles at once).
+    const int vb = t % V_BLOCKS;
+    t /= V_BLOCKS;
     // 32-bit arithmetic only: a 64-bit division is a subroutine call in SASS, and calling it in the
     // epilogue (O live in 64 registers) made ptxas spill. The plan guarantees items < 2^25.
     // The shape is read through opaque(): otherwise the compiler hoists nm, g, ... out of the item
@@ -352,6 +377,7 @@ __device__ __forceinline__ Work decode(const AttentionParams& p, int t) {
     const int m_idx = within / g_here;
     const int bh = first_bh + (within - m_idx * g_here);
     Work w;
+    w.vb = vb;
     w.b = bh / p.heads_q;
     w.h = bh - w.b * p.heads_q;
     w.m = p.causal ? (nm - 1 - m_idx) : m_idx;
@@ -516,9 +542,9 @@ __device__ __forceinline__ void load_q_tile(const AttentionParams& p, const SeqI
 // 0 * NaN would still reach O. k0 < len_k (the tile holds a visible key).
 template <bool kIsK>
 __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const SeqInfo& seq, int b, int h_kv, int k0,
-                                             unsigned dst, int lane) {
+                                             int vb, unsigned dst, int lane) {
     const int rows = min(BN, seq.len_k - k0);
-    const elem_t* base = static_cast<const elem_t*>(kIsK ? p.k : p.v);
+    const elem_t* base = kIsK ? static_cast<const elem_t*>(p.k) : static_cast<const elem_t*>(p.v) + vb * DV;
     // A tile inside one page (block_size a multiple of BN; tiles start at multiples of BN) is
     // strided from its first row and loads like a dense tile: one table lookup per tile. Smaller
     // pages: one lookup per 16-row group, each lane looking up one group (a lookup per copy made the
@@ -533,11 +559,11 @@ __device__ __forceinline__ void load_kv_tile(const AttentionParams& p, const Seq
                 return base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0 + 16 * g)
                                     : v_row_offset(p, seq, b, h_kv, k0 + 16 * g));
             },
-            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p));
+            kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p, vb));
     } else {
         load_tile_async<BN, kCols, 32, kPad>(dst,
                                    base + (kIsK ? k_row_offset(p, seq, b, h_kv, k0) : v_row_offset(p, seq, b, h_kv, k0)),
-                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p));
+                                   kIsK ? p.k_row_stride : p.v_row_stride, rows, lane, kIsK ? row_chunks(p) : v_row_chunks(p, vb));
     }
 }
 
@@ -684,10 +710,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             for (int n = w.kb0; n < w.kb0 + w.n_blocks; ++n) {
                 const int k0 = n * BN;  // < len_k: the tile holds a key some row sees
                 if (lap > 0) wait_released(bars, slot_k(stage), lap - 1);
-                load_kv_tile<true>(p, seq, w.b, h_kv, k0, sK + stage * KV_BYTES, lane);
+                load_kv_tile<true>(p, seq, w.b, h_kv, k0, 0, sK + stage * KV_BYTES, lane);
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
-                load_kv_tile<false>(p, seq, w.b, h_kv, k0, sV + stage * V_BYTES, lane);
+                load_kv_tile<false>(p, seq, w.b, h_kv, k0, w.vb, sV + stage * V_BYTES, lane);
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
                     stage = 0;
@@ -696,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
             }
 #else
             const elem_t* k_ptr = static_cast<const elem_t*>(p.k) + k_offset(p, w.b, h_kv, 0);
-            const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, w.b, h_kv, 0);
+            const elem_t* v_ptr = static_cast<const elem_t*>(p.v) + v_offset(p, w.b, h_kv, 0) + w.vb * DV;
             for (int n = 0; n < w.n_blocks; ++n) {
                 const int k0 = n * BN;
                 const int rows = min(BN, p.seq_k - k0);  // >= 1: n < n_blocks <= ceil(seq_k / BN)
@@ -706,7 +732,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
                 pl_cp_async_arrive_noinc(bars + 8 * slot_k(stage));
                 if (lap > 0) wait_released(bars, slot_v(stage), lap - 1);
                 load_tile_async<BN, DV, 32, FC_PORTABLE_PAD_V>(sV + stage * V_BYTES, v_ptr + (long long)k0 * p.v_row_stride,
-                                            p.v_row_stride, rows, lane, v_row_chunks(p));
+                                            p.v_row_stride, rows, lane, v_row_chunks(p, w.vb));
                 pl_cp_async_arrive_noinc(bars + 8 * slot_v(stage));
                 if (++stage == STAGES) {
                     stage = 0;
@@ -909,13 +935,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, FC_PORTABLE_MIN_BLOCKS)
 #else
                     const float undefined = undefined_row_factor(p, row, lse[mt][r]);  // all scores -inf: NaN
 #endif
-                    elem_t* o_row = static_cast<elem_t*>(p.o) + o_at(row);
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + o_at(row) + w.vb * DV;
 #pragma unroll
-                    for (int j = 0; j < DV / 8; ++j)  // O's columns: V's head dim
-                        if (chunk_in_head<FC_PORTABLE_PAD_V>(p.head_dim, j))
+                    for (int j = 0; j < DV / 8; ++j)  // O's columns: V's head dim (this V block's)
+                        if (chunk_in_head<FC_PORTABLE_PAD_V>(v_block_head_dim(p, w.vb), j))
                             *reinterpret_cast<elem2_t*>(o_row + 8 * j + 2 * tig) =
                                 pack2(o[mt][j][2 * r] * undefined, o[mt][j][2 * r + 1] * undefined);
-                    if (tig == 0 && p.lse != nullptr) p.lse[lse_at(row)] = lse[mt][r] * undefined;
+                    // (Every V block computes the same LSE; the first stores it.)
+                    if (tig == 0 && p.lse != nullptr && w.vb == 0) p.lse[lse_at(row)] = lse[mt][r] * undefined;
                 }
             }
         }

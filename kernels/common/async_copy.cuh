@@ -54,6 +54,8 @@ __device__ __forceinline__ void cp_async_wait() {
 //     those head dims against 323 at D = 256).
 //   * Partial tiles take a rolled loop that bounds-checks every row; a block that does not cover
 //     whole rows so (tile64's 128 threads at D = 96), a rolled loop that divides per copy.
+//   * Rows wider than the block (a 32-lane producer warp at D = 512: 64 chunks a row) take a row
+//     walk: each thread copies the same chunks of every row, 8 rows at a time.
 //
 // kPadCols: the rows are a padded head dim's, `valid_chunks` 16-byte chunks of them in memory (a
 // head dim of 80 in the 96 tile); the chunks past them are zero-filled, never read (their source
@@ -68,7 +70,32 @@ __device__ __forceinline__ void load_tile_async(unsigned smem_tile, const elem_t
     // Rows one pass of the block covers whole, and whether the passes tile the height.
     constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
     constexpr bool kColumnWalk = kRowStep >= 1 && kRows % kRowStep == 0;
-    if constexpr (kColumnWalk) {
+    constexpr bool kRowWalk = kRowStep == 0 && Tile::kChunksPerRow % kThreads == 0;
+    if constexpr (kRowWalk) {
+        // Each thread copies chunks tid, tid + kThreads, ... of every row. Rows go 8 at a time,
+        // the swizzle's period (rows of 8k chunks: physical chunk = chunk ^ (row % 8)), so each
+        // shared address is the row block's base plus a compile-time offset and one XOR.
+        static_assert(Tile::kChunksPerRow % 8 == 0 && kRows % 8 == 0, "row walk: 8k chunks a row, 8k rows");
+        constexpr int kPerRow = Tile::kChunksPerRow / kThreads;
+        const elem_t* src = gmem_row0;
+#pragma unroll 1
+        for (int r8 = 0; r8 < kRows; r8 += 8) {
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const bool row_in = r8 + r < valid_rows;
+#pragma unroll
+                for (int j = 0; j < kPerRow; ++j) {
+                    const int chunk = tid + j * kThreads;
+                    const bool in_bounds = row_in && (!kPadCols || chunk < valid_chunks);
+                    const unsigned dst = smem_tile + 2u * (unsigned)((r8 + r) * kCols + (chunk ^ r) * 8);
+                    // (Out-of-range copies point the unread source at row 0's first chunk.)
+                    cp_async_16_zfill(dst, in_bounds ? src + (long long)r * row_stride + chunk * 8 : gmem_row0,
+                                      in_bounds);
+                }
+            }
+            src += 8 * row_stride;
+        }
+    } else if constexpr (kColumnWalk) {
         // (= kCopies when the chunk count divides the block.)
         constexpr int kCopiesPerThread = kRows / kRowStep;
         if (kThreads % Tile::kChunksPerRow != 0 && tid >= kRowStep * Tile::kChunksPerRow) return;

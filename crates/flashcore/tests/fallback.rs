@@ -61,11 +61,16 @@ fn head_dim_over_512_or_zero_has_no_generation() {
         let e = k.supports(&p, &h100()).unwrap_err();
         assert!(e.reason.contains("513"), "{}: {e}", k.name());
     }
-    // Past 256 the scalar forward is the one path, up to 512.
-    for d in [257, 512] {
+    // Past 256, multiples of 8 up to 512 take generation 5's portable path (its V-blocked 512
+    // build); other head dims the scalar forward.
+    for (d, path) in [
+        (257, "scalar"),
+        (264, "persistent-portable"),
+        (512, "persistent-portable"),
+    ] {
         assert_eq!(
             best(&AttentionProblem::new(1, 4, 64, d), &h100()),
-            "scalar",
+            path,
             "d = {d}"
         );
     }

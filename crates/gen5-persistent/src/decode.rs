@@ -48,8 +48,9 @@ pub const COMBINE_ENTRY: &str = "attention_decode_combine";
 /// ([`kv_tile_rows`]). Every other head dim that is a multiple of 8, and V's own head dim, run
 /// padded in the next build up ([`build_dim`]).
 pub const HEAD_DIMS: &[usize] = &[64, 128, 256, 512];
-/// The widest head dim either persistent kernel is built for. Both paths claim the decode
-/// kernel's widest build (their capabilities), and past this take only what it plans.
+/// The widest head dim the Hopper persistent kernel is built for. It claims the decode kernel's
+/// widest build (its capabilities), and past this takes only what that plans. (The portable
+/// kernel takes up to 512 itself: `portable::V_BLOCKED_HEAD_DIM`.)
 pub const PERSISTENT_MAX_HEAD_DIM: usize = 256;
 /// The widest head dim the paths with the decode kernel in front take (its widest build).
 pub const MAX_HEAD_DIM: usize = 512;
@@ -495,12 +496,13 @@ pub fn workspace_f32(units: usize, splits: usize, head_dim: usize) -> Option<usi
         .checked_mul(head_dim + 1)
 }
 
-/// The plan of a persistent path (`name`) with the decode kernel in front of it: a
-/// decode-shaped problem takes the decode plan alone; any other takes `persistent`'s plan, with
-/// the decode-shaped sequences of its batch routed to the decode kernel where it has some
-/// ([`routes_per_sequence`]).
+/// The plan of a persistent path (`name`, built up to `persistent_max_head_dim`) with the decode
+/// kernel in front of it: a decode-shaped problem takes the decode plan alone; any other takes
+/// `persistent`'s plan, with the decode-shaped sequences of its batch routed to the decode kernel
+/// where it has some ([`routes_per_sequence`]).
 pub(crate) fn or_persistent(
     name: &'static str,
+    persistent_max_head_dim: usize,
     problem: &AttentionProblem,
     device: &DeviceInfo,
     persistent: impl FnOnce() -> Result<LaunchPlan, Unsupported>,
@@ -520,14 +522,14 @@ pub(crate) fn or_persistent(
         ));
     }
     let widest = problem.head_dim.max(problem.head_dim_v());
-    if widest > PERSISTENT_MAX_HEAD_DIM {
+    if widest > persistent_max_head_dim {
         // Problems that are not decode-shaped were refused by the capabilities' check
         // (`decode_only`); this one is decode-shaped but the decode kernel does not take it here.
         return Err(Unsupported::new(
             name,
             format!(
                 "head dim {widest}: the persistent kernel is built up to \
-                 {PERSISTENT_MAX_HEAD_DIM}, and past it the decode kernel does not take this \
+                 {persistent_max_head_dim}, and past it the decode kernel does not take this \
                  problem on this device (16-bit caches only, its ring within the shared memory, \
                  FLASHCORE_DECODE not off)"
             ),
@@ -1056,21 +1058,25 @@ mod tests {
             p.batch_invariant = true;
             assert_eq!(routes_per_sequence(&p, &bi), routed, "D={d}");
         }
-        // Past 256, a problem that is not decode-shaped is refused by both paths, by name.
+        // Past 256, a problem that is not decode-shaped is refused by the Hopper path, by name;
+        // the portable path takes it in its V-blocked 512 build.
         let prefill = AttentionProblem::new(1, 8, 512, 512).with_kv(8, 512);
-        for kernel in [
-            &crate::PersistentHopper as &dyn flashcore_core::Attention,
-            &crate::PersistentPortable,
-        ] {
-            let e = kernel.plan(&prefill, &h100).unwrap_err();
-            assert!(e.to_string().contains("decode-shaped"), "{e}");
-        }
-        // Decode-shaped at 512 where the 512 ring does not fit (sm_86's 99 KiB): refused by name.
+        let e = crate::PersistentHopper.plan(&prefill, &h100).unwrap_err();
+        assert!(e.to_string().contains("decode-shaped"), "{e}");
+        let l = crate::PersistentPortable.plan(&prefill, &h100).unwrap();
+        assert_eq!(l.launches[0].source, "gen5_persistent_portable.cu");
+        // Decode-shaped at 512 where the 512 ring does not fit (sm_86's 99 KiB): refused by name,
+        // by the Hopper path's bound, and by the portable 512 build's shared memory.
         let sm86 = DeviceInfo::synthetic_sm86();
         let wide_decode = AttentionProblem::new(1, 8, 1, 512).with_kv(8, 512);
         let e = crate::PersistentPortable
             .plan(&wide_decode, &sm86)
             .unwrap_err();
+        assert!(e.to_string().contains("shared memory"), "{e}");
+        let e = or_persistent("t", PERSISTENT_MAX_HEAD_DIM, &wide_decode, &sm86, || {
+            unreachable!("past the bound")
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("decode kernel does not take"), "{e}");
         // Past the widest build, or not a multiple of 8: no build.
         for (d, dv) in [(520, 520), (512, 520), (100, 100), (128, 68)] {

@@ -34,10 +34,27 @@ const ENTRY: &str = "attention_persistent_portable";
 /// multiple of 8 up to 256 runs in the next instance up, padded ([`instance_head_dim`]).
 pub const HEAD_DIMS: &[usize] = &[32, 64, 96, 128, 160, 192, 224, 256];
 
+/// The head dim past 256 the kernel is compiled for: O's 512 columns would take every register
+/// a thread has, so V and O run in [`V_BLOCKS`] blocks of [`V_BLOCK_COLS`] columns, a work item
+/// each (FC_PORTABLE_V_BLOCKS; each block recomputes S over the whole head dim). Every multiple
+/// of 8 from 264 runs in it, padded.
+pub const V_BLOCKED_HEAD_DIM: usize = 512;
+/// Blocks of V's and O's columns at [`V_BLOCKED_HEAD_DIM`].
+pub const V_BLOCKS: usize = 2;
+/// V's and O's columns per block there (the build's DV).
+pub const V_BLOCK_COLS: usize = V_BLOCKED_HEAD_DIM / V_BLOCKS;
+/// Q slices in registers at [`V_BLOCKED_HEAD_DIM`]: beside O (128 f32) and a 32-key S tile, 10
+/// spilled 8 bytes in the dense dynamic build on sm_90a; 8 spill in none.
+pub const V_BLOCKED_Q_SLICES: usize = 8;
+
 /// The compiled head dim a problem's head dim runs in: itself, or the next instance up, the
 /// columns past it zero-filled on load and left unstored (FC_PORTABLE_PAD_D).
 pub fn instance_head_dim(head_dim: usize) -> Option<usize> {
-    HEAD_DIMS.iter().copied().find(|&d| d >= head_dim)
+    HEAD_DIMS
+        .iter()
+        .copied()
+        .chain([V_BLOCKED_HEAD_DIM])
+        .find(|&d| d >= head_dim)
 }
 
 /// Above this head dim O (D / 2 f32 per thread) and S no longer fit the 168 registers a 9- or
@@ -77,8 +94,12 @@ pub const MAX_ITEMS: usize = 1 << 25;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub head_dim: usize,
-    /// V's and O's head dim (FC_HEAD_DIM_V when it differs from `head_dim`).
+    /// V's and O's columns in one V block: the V head dim (FC_HEAD_DIM_V when it differs from
+    /// `head_dim`), or a block of it (FC_PORTABLE_V_BLOCKS).
     pub head_dim_v: usize,
+    /// Blocks of V's and O's columns, a work item each (FC_PORTABLE_V_BLOCKS; 1 but at
+    /// [`V_BLOCKED_HEAD_DIM`]).
+    pub v_blocks: usize,
     /// Consumer warps (FC_PORTABLE_WARPS); the q tile is 16 x m_tiles x warps rows.
     pub warps: usize,
     /// m16 row tiles per consumer warp (FC_PORTABLE_WARP_M_TILES): 1 (16 rows) or 2 (32 rows,
@@ -151,6 +172,7 @@ pub fn smem_bytes_v(
     Config {
         head_dim,
         head_dim_v,
+        v_blocks: 1,
         warps: block_m / 16,
         m_tiles: 1,
         block_n,
@@ -227,6 +249,8 @@ pub fn register_budget(warps: usize, ctas_per_sm: usize) -> usize {
 /// * `batch_invariant`: the key tile's width sets the order a row's keys are summed in, so a
 ///   dense problem takes the modes build's width (a sequence alone then sums as it does in a
 ///   varlen batch).
+/// * A V head dim past 256 ([`V_BLOCKED_HEAD_DIM`]) runs in [`V_BLOCKS`] blocks of
+///   [`V_BLOCK_COLS`] columns; the layout is sized for one block.
 pub fn choose_config(
     head_dim: usize,
     head_dim_v: usize,
@@ -236,6 +260,21 @@ pub fn choose_config(
     device: &DeviceInfo,
     ov: &Overrides,
 ) -> Result<Config, Unsupported> {
+    let v_blocks = if head_dim_v > V_BLOCK_COLS {
+        V_BLOCKS
+    } else {
+        1
+    };
+    if v_blocks > 1 && head_dim_v != V_BLOCKED_HEAD_DIM {
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "head_dim_v {head_dim_v}: past {V_BLOCK_COLS} V's columns run in {V_BLOCKS} blocks of \
+                 {V_BLOCK_COLS} (the {V_BLOCKED_HEAD_DIM} build)"
+            ),
+        ));
+    }
+    let head_dim_v = head_dim_v / v_blocks;
     let hopper = device.compute_capability >= (9, 0);
     let wide = head_dim > MAX_HEAD_DIM_168_REGISTERS;
     let wide_layout = if wide {
@@ -319,7 +358,10 @@ pub fn choose_config(
     let all_slices = head_dim / 16;
     // The dynamic schedule's item hand-over costs the consumers one more register at D = 128
     // on sm_90 (ptxas: 4 bytes of spill with 6 slices, none with 5).
-    let default_slices = if wide {
+    let default_slices = if head_dim == V_BLOCKED_HEAD_DIM {
+        // (O is a V block's V_BLOCK_COLS / 2 registers a thread there.)
+        V_BLOCKED_Q_SLICES
+    } else if wide {
         default_q_slices(head_dim, block_n)
     } else if head_dim == 128 && device.compute_capability >= (9, 0) && registers < 255 {
         if dynamic && warps == 4 {
@@ -381,6 +423,7 @@ pub fn choose_config(
     let cfg = Config {
         head_dim,
         head_dim_v,
+        v_blocks,
         warps,
         m_tiles,
         block_n,
@@ -474,6 +517,17 @@ pub fn head_dim_v_build(problem: &AttentionProblem, d: usize) -> Result<usize, U
         return Ok(d);
     }
     let dv = problem.head_dim_v();
+    if d == V_BLOCKED_HEAD_DIM {
+        // The 512 build cuts V into blocks of its own head dim's; a distinct V there is not built.
+        return Err(Unsupported::new(
+            NAME,
+            format!(
+                "head_dim_v {dv} with head_dim {}: past 256 V takes the head dim's own (the {V_BLOCKED_HEAD_DIM} \
+                 build runs V in blocks of {V_BLOCK_COLS})",
+                problem.head_dim
+            ),
+        ));
+    }
     if !HEAD_DIMS.contains(&dv) || dv > d {
         return Err(Unsupported::new(
             NAME,
@@ -497,7 +551,10 @@ impl PersistentPortable {
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
         let d = instance_head_dim(problem.head_dim).ok_or_else(|| {
-            Unsupported::new(NAME, format!("head_dim {} is past 256", problem.head_dim))
+            Unsupported::new(
+                NAME,
+                format!("head_dim {} is past {V_BLOCKED_HEAD_DIM}", problem.head_dim),
+            )
         })?;
         let dv = head_dim_v_build(problem, d)?;
         // Inference modes get their own build (FC_PORTABLE_MODES); dense problems keep the dense
@@ -510,14 +567,24 @@ impl PersistentPortable {
         let items = problem
             .batch
             .saturating_mul(problem.heads_q)
-            .saturating_mul(problem.seq_q.div_ceil(static_cfg.block_m()));
+            .saturating_mul(problem.seq_q.div_ceil(static_cfg.block_m()))
+            .saturating_mul(static_cfg.v_blocks);
         let slots = device.sm_count as usize * static_cfg.ctas_per_sm;
         // Dynamic schedule whenever a CTA gets more than one item: causal items differ in length
         // (a static round-robin leaves CTAs unevenly loaded), and greedy taking keeps the items
         // in flight a contiguous window of the L2-section order. With one item per CTA the
         // counter's atomics are pure overhead.
         // (Only the Q registers differ between the two: the item size, hence `items`, does not.)
-        let cfg = if ov.dynamic.unwrap_or(items > slots) {
+        // (A padded head dim in the 512 build with `mm_prefix_ranges` keeps the static schedule:
+        // there NVVM leaves O's array whole in the dynamic build, which puts O in local memory,
+        // 528 bytes of stack.)
+        let dynamic_builds_in_registers = !(d == V_BLOCKED_HEAD_DIM
+            && d != problem.head_dim
+            && problem.modes.mm_prefix.is_some());
+        let cfg = if ov
+            .dynamic
+            .unwrap_or(items > slots && dynamic_builds_in_registers)
+        {
             choose_config(d, dv, true, modes, bi, device, ov)?
         } else {
             static_cfg
@@ -526,8 +593,10 @@ impl PersistentPortable {
             return Err(Unsupported::new(
                 NAME,
                 format!(
-                    "{items} work items (batch x heads_q x ceil(seq_q / {})); the kernel indexes fewer than {MAX_ITEMS}",
-                    cfg.block_m()
+                    "{items} work items (batch x heads_q x ceil(seq_q / {}) x {} V blocks); the kernel indexes \
+                     fewer than {MAX_ITEMS}",
+                    cfg.block_m(),
+                    cfg.v_blocks
                 ),
             ));
         }
@@ -569,6 +638,9 @@ impl PersistentPortable {
         }
         if problem.has_distinct_head_dim_v() {
             defines.push(("FC_HEAD_DIM_V".to_string(), dv.to_string()));
+        }
+        if cfg.v_blocks > 1 {
+            defines.push(("FC_PORTABLE_V_BLOCKS".to_string(), cfg.v_blocks.to_string()));
         }
         if cfg.dynamic {
             defines.push(("FC_PORTABLE_DYNAMIC".to_string(), "1".to_string()));
@@ -614,7 +686,8 @@ impl Attention for PersistentPortable {
     fn capabilities(&self) -> Capabilities {
         // cp.async, mbarrier, ldmatrix, bf16 mma.sync: sm_80. Every inference mode (the
         // FC_PORTABLE_MODES build). V may have its own head dim (FC_HEAD_DIM_V).
-        // Past 256 (to 512) only decode-shaped problems, on the decode kernel (decode.rs).
+        // Past 256, to 512: the V-blocked build (V_BLOCKED_HEAD_DIM), and decode-shaped problems
+        // on the decode kernel (decode.rs).
         Capabilities::all_features(
             HeadDims::Range {
                 min: 8,
@@ -629,10 +702,6 @@ impl Attention for PersistentPortable {
             ..ModeSupport::ALL
         })
         .with_distinct_head_dim_v()
-        .with_decode_only(
-            crate::decode::PERSISTENT_MAX_HEAD_DIM,
-            crate::decode::Q_TILE_ROWS,
-        )
     }
 
     fn plan(
@@ -641,7 +710,7 @@ impl Attention for PersistentPortable {
         device: &DeviceInfo,
     ) -> Result<LaunchPlan, Unsupported> {
         self.capabilities().check(NAME, problem, device)?;
-        crate::decode::or_persistent(NAME, problem, device, || {
+        crate::decode::or_persistent(NAME, V_BLOCKED_HEAD_DIM, problem, device, || {
             let debug = Env::process().flag_or_unset("FLASHCORE_PORTABLE_DEBUG");
             self.plan_with(
                 problem,

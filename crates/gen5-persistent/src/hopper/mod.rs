@@ -131,10 +131,16 @@ impl Attention for PersistentHopper {
             let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
             return self.plan_e4m3(&cfg, problem, device);
         }
-        crate::decode::or_persistent(NAME, problem, device, || {
-            let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
-            self.plan_with(&cfg, problem, device)
-        })
+        crate::decode::or_persistent(
+            NAME,
+            crate::decode::PERSISTENT_MAX_HEAD_DIM,
+            problem,
+            device,
+            || {
+                let cfg = HopperConfig::from_env().map_err(|e| Unsupported::new(NAME, e))?;
+                self.plan_with(&cfg, problem, device)
+            },
+        )
     }
 }
 

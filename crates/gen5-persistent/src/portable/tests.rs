@@ -519,3 +519,90 @@ fn head_dims_between_instances_run_padded_in_the_next_one_up() {
         );
     }
 }
+
+#[test]
+fn head_dims_past_256_run_in_two_v_blocks_of_the_512_build() {
+    let h100 = DeviceInfo::synthetic_h100();
+    for (hd, padded) in [(512, false), (264, true), (384, true), (504, true)] {
+        for p in [
+            AttentionProblem::new(2, 8, 1024, hd),
+            AttentionProblem::new(2, 8, 1024, hd).with_causal(true),
+            varlen(hd),
+            every_mode(hd),
+        ] {
+            let l = launch(&p, &h100);
+            assert_eq!(define(&l, "FC_HEAD_DIM"), "512", "D={hd}");
+            assert_eq!(define(&l, "FC_PORTABLE_V_BLOCKS"), "2", "D={hd}");
+            assert!(l.defines.iter().all(|(k, _)| k != "FC_HEAD_DIM_V"));
+            assert_eq!(
+                l.defines.iter().any(|(k, _)| k == "FC_PORTABLE_PAD_D"),
+                padded,
+                "D={hd}"
+            );
+            // Seven warps of 32-key tiles: Q (112 rows x 1 KiB) and two stages of K (32 KiB)
+            // and a V block (16 KiB).
+            assert_eq!(define(&l, "FC_PORTABLE_WARPS"), "7", "D={hd}");
+            assert_eq!(define(&l, "FC_PORTABLE_BLOCK_N"), "32", "D={hd}");
+            assert_eq!(define(&l, "FC_PORTABLE_STAGES"), "2", "D={hd}");
+            assert_eq!(
+                define(&l, "FC_PORTABLE_Q_REG_SLICES"),
+                V_BLOCKED_Q_SLICES.to_string()
+            );
+            let smem = smem_bytes_v(512, V_BLOCK_COLS, 112, 32, 2, 1);
+            assert!(l.dynamic_smem_bytes as usize >= smem, "D={hd}");
+            assert!(l.dynamic_smem_bytes <= h100.max_shared_memory_per_block_optin);
+        }
+    }
+    // Items count the V blocks: 2 x 8 x ceil(1024 / 112) x 2 = 320, more than the SMs.
+    let l = launch(&AttentionProblem::new(2, 8, 1024, 512), &h100);
+    assert_eq!(l.grid.0, h100.sm_count);
+    let l = launch(&AttentionProblem::new(1, 1, 100, 512), &h100);
+    assert_eq!(l.grid, (2, 1, 1), "one q tile, two V blocks");
+}
+
+#[test]
+fn head_dim_512_says_why_where_it_does_not_fit() {
+    // sm_86 / sm_89 (99 KiB): Q of four warps and one 32-key stage are already past it.
+    let err = plan(&AttentionProblem::new(1, 2, 300, 512), &dev((8, 6), 99)).unwrap_err();
+    assert!(err.reason.contains("shared memory"), "{err}");
+    // Past 512 nothing takes it.
+    let err = PersistentPortable
+        .supports(
+            &AttentionProblem::new(1, 2, 300, 520),
+            &DeviceInfo::synthetic_h100(),
+        )
+        .unwrap_err();
+    assert!(err.reason.contains("520"), "{err}");
+    // The V blocks count toward the item limit (2^24 q tiles x 2 blocks).
+    let p = AttentionProblem::new(1 << 10, 1 << 7, 112 << 7, 512);
+    let err = plan(&p, &DeviceInfo::synthetic_h100()).unwrap_err();
+    assert!(err.reason.contains("V blocks"), "{err}");
+}
+
+#[test]
+fn a_distinct_v_head_dim_past_256_is_refused_by_name() {
+    for (d, dv) in [(512, 128), (384, 256)] {
+        let p = AttentionProblem::new(2, 8, 1024, d).with_head_dim_v(dv);
+        let err = plan(&p, &DeviceInfo::synthetic_h100()).unwrap_err();
+        assert!(err.reason.contains("head_dim_v"), "{err}");
+    }
+}
+
+#[test]
+fn a_padded_512_head_with_mm_prefix_ranges_keeps_the_static_schedule() {
+    let h100 = DeviceInfo::synthetic_h100();
+    let with_ranges = |d: usize| {
+        let mut p = every_mode(d).with_causal(false);
+        p.batch = 8;
+        p.seq_q = 2048;
+        p.modes.mm_prefix = Some(2);
+        p
+    };
+    let dynamic = |l: &KernelLaunch| l.defines.iter().any(|(k, _)| k == "FC_PORTABLE_DYNAMIC");
+    // Past one round: the exact 512 build takes the dynamic schedule, the padded one does not.
+    assert!(dynamic(&launch(&with_ranges(512), &h100)));
+    assert!(!dynamic(&launch(&with_ranges(384), &h100)));
+    let mut no_ranges = with_ranges(384);
+    no_ranges.modes.mm_prefix = None;
+    assert!(dynamic(&launch(&no_ranges, &h100)));
+}
