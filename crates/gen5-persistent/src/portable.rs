@@ -3,17 +3,21 @@
 //! `docs/generations/gen5-persistent.md`, "Portable path").
 //!
 //! One launch of `sm_count x CTAs-per-SM` CTAs (capped at the item count), each looping over
-//! (batch, head, 128-row q tile) work items. A CTA is 8 consumer warps (16 query rows each, Q, O
-//! and the softmax state in registers, mma.sync m16n8k16) and 1 producer warp that streams Q and
-//! the K/V tiles with 16-byte cp.async into shared-memory rings. "Full" is signalled by mbarriers
-//! that the cp.async hardware completes (`cp.async.mbarrier.arrive.noinc`), "empty" by named
-//! barriers (consumers `bar.arrive`, the producer `bar.sync`s). Runs on sm_80 and later.
+//! (batch, head, q tile) work items. A CTA is W consumer warps ([`choose_config`]: 16 query
+//! rows each, Q, O and the softmax state in registers, mma.sync m16n8k16) and 1 producer warp
+//! that streams Q and the K/V tiles with 16-byte cp.async into shared-memory rings. "Full" is
+//! signalled by mbarriers that the cp.async hardware completes (`cp.async.mbarrier.arrive.noinc`),
+//! "empty" by named barriers (consumers `bar.arrive`, the producer `bar.sync`s). Runs on sm_80
+//! and later.
 //!
 //! Every inference mode of `docs/MODES.md` (varlen, KV cache with `seqused_k`, pages, append,
 //! windows, softcap, ALiBi) runs in a build of its own (`FC_PORTABLE_MODES=1`), which the plan
 //! asks for only when the problem is not dense: items are (batch, head, q tile) over
 //! `max_seqlen_q` tiles, those past a sequence's end write nothing, and each item visits only
 //! the key tiles its rows see.
+//!
+//! Head dims 264-512 run in the 512 build, whose items each take one of [`V_BLOCKS`] blocks of
+//! V's and O's columns ([`V_BLOCKED_HEAD_DIM`]).
 
 use flashcore_core::plan::{Attention, Capabilities, HeadDims, KernelLaunch, LaunchPlan};
 use flashcore_core::problem::AttentionProblem;
