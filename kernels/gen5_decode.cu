@@ -55,6 +55,7 @@
 #include "common/kv_operand.cuh"
 #include "common/padded_head.cuh"
 #include "common/opaque.cuh"
+#include "common/decode_trace.cuh"
 
 #ifndef FC_HEAD_DIM
 #error "compile with -DFC_HEAD_DIM=<64|128|256|512>"
@@ -419,10 +420,13 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
     // start its CTAs, which wait for this grid in turn: signalled before the wait, a chain of
     // launches ran ahead, each kernel's waiting CTAs taking SM slots, and the two-split rows
     // ran 14-16 % slower (25afc0a).
+    decode_trace::SplitTrace trace;
+    trace.start();
     const GroupCopy k_copy = group_copy(p.k_row_stride, tid), v_copy = group_copy(p.v_row_stride, tid);
     if (blockIdx.x < units * splits) prefetch_first_tiles(p, blockIdx.x, splits, tid);
     griddep_wait();
     if (threadIdx.x == 0) griddep_launch_dependents();
+    trace.mark(decode_trace::kWaited);
     for (long long work = blockIdx.x; work < units * splits; work += gridDim.x) {
         const long long u = work / splits;
         const int split = (int)(work % splits);
@@ -535,6 +539,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 // the next load reuses.
                 __syncthreads();
                 if (t == 0) {
+                    trace.mark(decode_trace::kFirstTile);
                     q_scale = Kv::q_scale(q_tile, lane);
                     if constexpr (q_in_registers) Kv::load_q(q_frag, q_scale, q_tile, lane);
                 }
@@ -571,6 +576,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             }
             cp_async_wait<0>();
             __syncthreads();  // every warp is done with the ring: the merge may overwrite it
+            trace.mark(decode_trace::kLoopDone);
         }
 
         if constexpr (Kv::kE4m3) {
@@ -651,6 +657,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         }
         __syncthreads();  // the stats and merge area are free for the next unit
     }
+    trace.finish();
 }
 
 // Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
@@ -682,7 +689,10 @@ extern "C" __global__ void __launch_bounds__(combine_warps * 32)
     __shared__ float split_weight[combine_warps][max_splits];
     // Launched programmatically after the split kernel (sm_90): its partials are read only after
     // it has completed; then the stream's next kernel may start its setup.
+    decode_trace::CombineTrace trace;
+    trace.start();
     griddep_wait();
+    trace.released();
     if (threadIdx.x == 0) griddep_launch_dependents();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int splits = p.num_splits;
@@ -782,4 +792,5 @@ extern "C" __global__ void __launch_bounds__(combine_warps * 32)
             p.lse[seq_lse_offset(p, seq, unit.b, pr.head, pr.q_row)] =
                 sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
     }
+    trace.finish();
 }

@@ -63,6 +63,12 @@ pub const HEADER_DEFINES: &[HeaderDefines] = &[
         why: "PortableDqAccumulator's tiles follow the portable backward's head dim and step",
     },
     HeaderDefines {
+        path: "common/decode_trace.cuh",
+        needs: &[],
+        switches: &[&[("FC_DECODE_TRACE", "1")]],
+        why: "the decode kernel's timeline build",
+    },
+    HeaderDefines {
         path: "common/hopper/mbarrier.cuh",
         needs: &[],
         switches: &[&[("FC_HOPPER_DEBUG", "1")]],

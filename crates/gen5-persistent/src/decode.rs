@@ -21,6 +21,8 @@
 //! - `FLASHCORE_DECODE_PDL=0|1`: programmatic dependent launch of both kernels (default on
 //!   sm_90+: the combine's launch and setup overlap the split kernel, and the split kernel's the
 //!   kernel before it).
+//! - `FLASHCORE_DECODE_TRACE=1`: a timeline of the kernels, printed by launches 40 and 41 of each
+//!   build (`kernels/common/decode_trace.cuh`); for studies, never for timing.
 //! - `FLASHCORE_DECODE_CHUNK_TILES=N` (1..=[`MAX_CHUNK_TILES`]): the key chunk of
 //!   batch-invariant plans, in 64-key tiles (default [`BATCH_INVARIANT_CHUNK_TILES`]); small
 //!   chunks drive the combine through many splits in a verify sweep.
@@ -163,6 +165,9 @@ pub struct DecodeConfig {
     /// (`FC_DECODE_PREFETCH`; `FLASHCORE_DECODE_PREFETCH=0|1`; `None`: programmatic split plans,
     /// where the wait is for the last call's combine and DRAM is otherwise idle).
     pub prefetch: Option<bool>,
+    /// The kernels' timeline (`FC_DECODE_TRACE`, `common/decode_trace.cuh`;
+    /// `FLASHCORE_DECODE_TRACE=1`): a study build that prints, never a measured one.
+    pub trace: bool,
     /// Key tiles per chunk of batch-invariant plans (`FLASHCORE_DECODE_CHUNK_TILES`; `None`:
     /// [`BATCH_INVARIANT_CHUNK_TILES`]).
     pub chunk_tiles: Option<usize>,
@@ -191,6 +196,11 @@ impl Overridable for DecodeConfig {
                 v.trim()
             )
         })?;
+        c.trace = env
+            .flag("FLASHCORE_DECODE_TRACE", |v| {
+                format!("FLASHCORE_DECODE_TRACE={}: expected 0|1|on|off", v.trim())
+            })?
+            .unwrap_or(false);
         c.stages = env.number(
             "FLASHCORE_DECODE_STAGES",
             |n| (2..=MAX_STAGES).contains(&n),
@@ -736,6 +746,9 @@ fn plan_route(
         }
         splits
     };
+    if cfg.trace {
+        defines.push(("FC_DECODE_TRACE".to_string(), "1".to_string()));
+    }
     if route == Route::DecodeShaped {
         defines.push(("FC_SEQ_ROUTE".to_string(), "2".to_string()));
         if workspace > 0 {
@@ -1166,6 +1179,29 @@ mod tests {
             (1, 1, 0)
         );
         assert!(!has_prefetch(&plan));
+    }
+
+    #[test]
+    fn the_timeline_is_built_only_when_asked_for() {
+        let dev = DeviceInfo::synthetic_h100();
+        let p = decode_problem(1, 32, 8, 1, 32768);
+        let trace = ("FC_DECODE_TRACE".to_string(), "1".to_string());
+        let traced = |cfg: &DecodeConfig| {
+            super::plan("t", &p, &dev, cfg)
+                .unwrap()
+                .launches
+                .iter()
+                .map(|l| l.defines.contains(&trace))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(traced(&DecodeConfig::default()), [false, false]);
+        let on = DecodeConfig::from_lookup(|k| (k == "FLASHCORE_DECODE_TRACE").then(|| "1".into()))
+            .unwrap();
+        assert_eq!(traced(&on), [true, true]);
+        assert!(DecodeConfig::from_lookup(
+            |k| (k == "FLASHCORE_DECODE_TRACE").then(|| "always".into())
+        )
+        .is_err());
     }
 
     #[test]
