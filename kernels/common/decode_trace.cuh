@@ -1,7 +1,7 @@
 // The decode kernel's optional timeline (FLASHCORE_DECODE_TRACE=1 builds with FC_DECODE_TRACE=1;
 // off in every measured build; without it the stamps below compile to nothing).
 //
-// Thread 0 of every split CTA of a module's launches kTracedLaunches stamps %globaltimer (ns) at
+// Thread 0 of every split CTA of a module's `traced` launches stamps %globaltimer (ns) at
 // its start and end, and clock64 at the grid-dependency wait, its first tile and the end of its
 // key loop, and prints one `dtrace` line when it ends. The combine's first and last blocks print
 // a `ctrace` line: when they started, when the wait released them, when they ended. Where a
@@ -14,6 +14,9 @@
 #ifndef FC_DECODE_TRACE
 #define FC_DECODE_TRACE 0
 #endif
+#if FC_DECODE_TRACE
+#include "globaltimer.cuh"
+#endif
 
 namespace decode_trace {
 
@@ -24,16 +27,6 @@ enum Mark { kStart, kWaited, kFirstTile, kLoopDone, kEnd, kMarks };
 __device__ __forceinline__ bool traced(unsigned launch) { return launch == 40 || launch == 41; }
 __device__ unsigned launches;  // split launches started since the module was loaded
 
-__device__ __forceinline__ unsigned long long now_ns() {
-    unsigned long long v;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-    return v;
-}
-__device__ __forceinline__ unsigned sm_id() {
-    unsigned v;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
-    return v;
-}
 // The launch this grid is (a split's, or for a combine the split's before it): read before this
 // grid has completed, so the next split launch cannot have counted itself yet.
 __device__ __forceinline__ unsigned this_launch() { return *(volatile unsigned*)&launches - 1; }
@@ -48,7 +41,7 @@ struct SplitTrace {
     // At the kernel's first instruction.
     __device__ __forceinline__ void start() {
 #if FC_DECODE_TRACE
-        start_ns = now_ns();
+        start_ns = globaltimer_ns();
         cycles[kStart] = clock64();
         if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(&launches, 1u);
 #endif
@@ -65,9 +58,10 @@ struct SplitTrace {
     __device__ __forceinline__ void finish() {
 #if FC_DECODE_TRACE
         cycles[kEnd] = clock64();
-        const unsigned long long end_ns = now_ns();
-        if (threadIdx.x == 0 && traced(this_launch()))
-            printf("dtrace %u %d %u %llu %llu %lld %lld %lld %lld\n", this_launch(), (int)blockIdx.x, sm_id(),
+        const unsigned long long end_ns = globaltimer_ns();
+        const unsigned launch = this_launch();
+        if (threadIdx.x == 0 && traced(launch))
+            printf("dtrace %u %d %u %llu %llu %lld %lld %lld %lld\n", launch, (int)blockIdx.x, sm_id(),
                    start_ns, end_ns, cycles[kWaited] - cycles[kStart], cycles[kFirstTile] - cycles[kStart],
                    cycles[kLoopDone] - cycles[kStart], cycles[kEnd] - cycles[kStart]);
 #endif
@@ -82,13 +76,13 @@ struct CombineTrace {
 #endif
     __device__ __forceinline__ void start() {
 #if FC_DECODE_TRACE
-        start_ns = now_ns();
+        start_ns = globaltimer_ns();
         launch = this_launch();  // the split launch before it
 #endif
     }
     __device__ __forceinline__ void released() {
 #if FC_DECODE_TRACE
-        released_ns = now_ns();
+        released_ns = globaltimer_ns();
 #endif
     }
     // `ctrace launch block start_ns released_ns end_ns` from the first and last blocks.
@@ -96,7 +90,7 @@ struct CombineTrace {
 #if FC_DECODE_TRACE
         __syncthreads();
         if (threadIdx.x == 0 && traced(launch) && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1))
-            printf("ctrace %u %d %llu %llu %llu\n", launch, (int)blockIdx.x, start_ns, released_ns, now_ns());
+            printf("ctrace %u %d %llu %llu %llu\n", launch, (int)blockIdx.x, start_ns, released_ns, globaltimer_ns());
 #endif
     }
 };

@@ -14,6 +14,9 @@
 #ifndef FC_HOPPER_TRACE
 #define FC_HOPPER_TRACE 0
 #endif
+#if FC_HOPPER_TRACE
+#include "../common/globaltimer.cuh"
+#endif
 
 namespace fch {
 
@@ -35,12 +38,6 @@ __device__ unsigned trace_launches;  // launches started by CTA 0 since the modu
 __device__ int trace_printed;
 __device__ TraceRecord trace_records[TRACE_CTAS][TRACE_WGS];
 
-__device__ __forceinline__ unsigned long long trace_ns() {
-    unsigned long long v;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-    return v;
-}
-
 struct UnitTrace {
     TraceRecord* rec = nullptr;  // this thread's record, in the kept launch only
     long long entry = 0;
@@ -56,7 +53,7 @@ struct UnitTrace {
             return;
         }
         entry = clock64();
-        entry_ns = trace_ns();
+        entry_ns = globaltimer_ns();
         if (b == 0 && threadIdx.x == 128) atomicAdd(&trace_launches, 1u);
     }
     // After the grid-dependency wait (and the setup's __syncthreads): CTA 0's count is visible in
@@ -79,7 +76,7 @@ struct UnitTrace {
     __device__ void finish(int units) {
         if (!rec) return;
         rec->end = clock64();
-        rec->end_ns = trace_ns();
+        rec->end_ns = globaltimer_ns();
         rec->units = units;
     }
 };

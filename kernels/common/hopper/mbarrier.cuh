@@ -55,14 +55,10 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
 }
 
 #if defined(FC_HOPPER_DEBUG)
+#include "../globaltimer.cuh"
 #ifndef FC_HOPPER_DEBUG_WAIT_NS
 #define FC_HOPPER_DEBUG_WAIT_NS 10000000000ull  // 10 s: no legitimate wait comes near it
 #endif
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 #endif
 
 // `tag` only appears in the debug report (which barrier: see the kernel's FC_BAR_* tags).
