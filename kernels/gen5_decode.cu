@@ -462,24 +462,28 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         // One 64-key tile of K or V, by the build's cache (FC_DECODE_KV_CACHE): strided, inside
         // one page (strided from its first row), or one page lookup per 16-row group (small
         // pages: a sequence's last tile; the others go through copy_groups).
-        auto load_kv = [&](unsigned dst, const void* base, long long first, long long row_stride, bool is_k, int k0) {
+        // `page`: the tile's page where the build's pages hold whole tiles (tile_page), read one
+        // iteration ahead of the tile's copies.
+        auto load_kv = [&](unsigned dst, const void* base, long long first, long long row_stride, bool is_k, int k0,
+                           int page) {
             const int valid = min(kv_tile_rows, seq.len_k - k0);
             const long long word_stride = row_stride / Kv::kElemsPerWord;
             // A padded build's 16-byte chunks of the tensor's rows (the rest zero-filled).
             const int chunks = head_chunks<padded, head_dim>(is_k ? p.head_dim : v_dim(p));
-            // Row j's place in its page (kv_row_offset's paged branch: the build says it is paged).
-            auto page_offset = [&](int j) {
-                const int page = page_of_row(p, b, j);
-                return is_k ? paged_row_offset(p, page, h_kv, j, p.k_batch_stride, p.k_head_stride, p.k_row_stride)
-                            : paged_row_offset(p, page, h_kv, j, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+            // Row j's place in page `page_j` (kv_row_offset's paged branch: the build says it is
+            // paged), and in the page the table gives it.
+            auto offset_in_page = [&](int page_j, int j) {
+                return is_k ? paged_row_offset(p, page_j, h_kv, j, p.k_batch_stride, p.k_head_stride, p.k_row_stride)
+                            : paged_row_offset(p, page_j, h_kv, j, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
             };
+            auto page_offset = [&](int j) { return offset_in_page(page_of_row(p, b, j), j); };
             if constexpr (kv_cache == page_groups)
                 load_tile_groups_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
                     dst, [&](int g) { return Kv::row_ptr(base, page_offset(k0 + 16 * g)); }, word_stride, valid, tid,
                     chunks);
             else if constexpr (kv_cache == page_tiles)
                 load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
-                    dst, Kv::row_ptr(base, page_offset(k0)), word_stride, valid, tid, chunks);
+                    dst, Kv::row_ptr(base, offset_in_page(page, k0)), word_stride, valid, tid, chunks);
             else
                 load_tile_async<kv_tile_rows, Kv::kTileCols, num_threads, padded>(
                     dst, Kv::row_ptr(base, first + (long long)k0 * row_stride), word_stride, valid, tid, chunks);
@@ -488,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
         // load_tile_groups_async.
         // (At D = 512 a pass covers 2 rows, which copy_groups' swizzle arithmetic does not take.)
         constexpr bool group_copies = kv_cache == page_groups && !Kv::kE4m3 && !padded && head_dim <= 256;
-        auto load_stage = [&](int slot, int tile) {
+        auto load_stage = [&](int slot, int tile, int page) {
             const int k0 = tile * kv_tile_rows;
             if constexpr (group_copies) {
                 if (seq.len_k - k0 >= kv_tile_rows) {
@@ -498,9 +502,11 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     return;
                 }
             }
-            load_kv(smem_base + k_slot(slot), p.k, k_first, p.k_row_stride, true, k0);
-            load_kv(smem_base + v_slot(slot), p.v, v_first, p.v_row_stride, false, k0);
+            load_kv(smem_base + k_slot(slot), p.k, k_first, p.k_row_stride, true, k0, page);
+            load_kv(smem_base + v_slot(slot), p.v, v_first, p.v_row_stride, false, k0, page);
         };
+        // The page of tile `tile` where a page holds whole tiles (0 for the other builds, unused).
+        auto tile_page = [&](int tile) { return kv_cache == page_tiles ? page_of_row(p, b, tile * kv_tile_rows) : 0; };
 
         // e4m3: the unit's descales (the key one scales the logits, the value one O below).
         const float k_descale = Kv::kE4m3 ? kv_descale(p, p.k_descale, b, h_kv) : 1.f;
@@ -523,13 +529,16 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                                     (in_head ? chunk * 8 : 0);
                 cp_async_16_zfill(q_tile + Tile::offset(r, chunk) * 2, src, valid);
             }
-            load_stage(0, kb0);
+            load_stage(0, kb0, tile_page(kb0));
             cp_async_commit();
 #pragma unroll
             for (int i = 1; i < stages - 1; ++i) {
-                if (i < n_tiles) load_stage(i, kb0 + i);
+                if (i < n_tiles) load_stage(i, kb0 + i, tile_page(kb0 + i));
                 cp_async_commit();
             }
+            // The next tile's page, read an iteration before its copies are issued: its latency
+            // then passes under a tile's compute instead of delaying the copies.
+            int next_page = kv_cache == page_tiles && stages - 1 < n_tiles ? tile_page(kb0 + stages - 1) : 0;
 
             FragA q_frag[head_dim / 16];  // (never touched, so never allocated, at D = 256)
             typename Kv::QScale q_scale{};
@@ -543,7 +552,11 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     q_scale = Kv::q_scale(q_tile, lane);
                     if constexpr (q_in_registers) Kv::load_q(q_frag, q_scale, q_tile, lane);
                 }
-                if (t + stages - 1 < n_tiles) load_stage((t + stages - 1) % stages, kb0 + t + stages - 1);
+                if (t + stages - 1 < n_tiles) {
+                    load_stage((t + stages - 1) % stages, kb0 + t + stages - 1, next_page);
+                    if constexpr (kv_cache == page_tiles)
+                        if (t + stages < n_tiles) next_page = tile_page(kb0 + t + stages);
+                }
                 cp_async_commit();
 
                 const int slot = t % stages;
