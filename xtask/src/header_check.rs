@@ -81,6 +81,16 @@ pub const HEADER_DEFINES: &[HeaderDefines] = &[
         why: "the debug build's bounded waits",
     },
     HeaderDefines {
+        path: "gen5_decode/",
+        needs: &[("FC_HEAD_DIM", "128")],
+        switches: &[
+            &[("FC_HEAD_DIM", "512"), ("FC_DECODE_KV_CACHE", "1"), ("FC_DECODE_PREFETCH", "1")],
+            &[("FC_KV_E4M3", "1"), ("FC_DECODE_KV_CACHE", "2"), ("FC_DECODE_CHUNK_TILES", "4")],
+            &[("FC_HEAD_DIM", "256"), ("FC_DECODE_PADDED", "1"), ("FC_HEAD_DIM_V", "192")],
+        ],
+        why: "config.cuh: the decode kernel's ring, warps' shares and loader follow the head dim and the cache kind",
+    },
+    HeaderDefines {
         path: "gen5_hopper/",
         needs: &[("FC_HEAD_DIM", "128")],
         switches: &[

@@ -1,0 +1,48 @@
+// Generation 5, decode: where a split's result goes. The workspace's partials (a normalised f32 O
+// row and a log2-LSE per unit, split and packed row), a finished row's scale and LSE, and the
+// epilogue's merge area over the ring.
+#pragma once
+#include "config.cuh"
+#include "../common/params.cuh"
+#include "../common/types.cuh"
+#include "../common/masking.cuh"
+#include "../common/online_softmax.cuh"
+
+namespace decode {
+
+// The workspace this kernel owns.
+__device__ __forceinline__ float* workspace_of(const AttentionParams& p) { return p.workspace + FC_DECODE_WS_OFFSET; }
+
+// Workspace: per (unit, split, packed row) a normalised f32 O row, then all the log2-LSEs.
+__device__ __forceinline__ long long partial_row(const AttentionParams& p, long long u, int s, int r) {
+    return (u * p.num_splits + s) * q_tile_rows + r;
+}
+__device__ __forceinline__ long long partial_lse_base(const AttentionParams& p, long long units) {
+    return units * p.num_splits * q_tile_rows * head_dim;
+}
+
+// One row's result, whoever produces it: O unnormalised by l, log2-domain max m.
+// l = 0 with visible keys means every logit was -inf (infinite inputs): NaN, as the f64
+// reference; with no visible key it is the defined empty row (O = 0, LSE = +inf).
+__device__ __forceinline__ float final_scale(float l, bool sees_keys) {
+    if (l != 0.f) return 1.f / l;
+    return sees_keys ? FC_QNAN : 0.f;
+}
+__device__ __forceinline__ float final_lse(float m, float l, bool sees_keys) {
+    if (l != 0.f) return (m + __log2f(l)) * FC_LN2;
+    return sees_keys ? FC_QNAN : FC_INF;
+}
+// The epilogue's merge area, [key slice][packed row][column] words over the ring: where row
+// `row` (key_slice * 16 + packed row) keeps column `col`. Columns are XOR-swizzled inside each
+// 32-word block: a warp stores one accumulator element (e4m3's permuted columns) or pair (16-bit)
+// per lane, every lane in the same column block of its own row, and row strides of D words put
+// all of them in one bank (32 ways for e4m3, 8 for the pairs). Row bits 0-2 go to column bits
+// 3, 4 and 2 (the four rows of a half warp's pairs land on distinct banks) and column bit 5 to
+// bit 1 (e4m3's lanes 2t and 2t + 1 own columns 32 apart): e4m3 stores then conflict two ways,
+// 16-bit pairs not at all. Bit 0 stays, so pairs stay whole for the float2 reads.
+__device__ __forceinline__ int merged_index(int row, int col) {
+    const int swizzle = ((row & 3) << 3) | (row & 4) | (((col >> 5) & 1) << 1);
+    return row * head_dim + (col ^ swizzle);
+}
+
+}  // namespace decode
