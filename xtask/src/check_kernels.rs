@@ -5,7 +5,6 @@
 //! serialized the wgmma pipeline.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use flashcore::compile::{compile, CompileRequest};
@@ -190,7 +189,7 @@ pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
 const MAX_DUMP_NAME: usize = 200;
 
 /// FNV-1a, 64 bit: a short stable name for a long build description.
-fn fnv1a(s: &str) -> u64 {
+pub fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -342,6 +341,173 @@ fn checked_head_dims(h: &HeadDims, only: Option<&[usize]>) -> Vec<usize> {
     }
 }
 
+/// One build to check: a launch of a plan, compiled for one architecture and dtype.
+struct Build {
+    kernel: &'static str,
+    problem: String,
+    launch: flashcore::KernelLaunch,
+    arch: &'static str,
+    smem_limit: u32,
+    dtype: DType,
+}
+
+/// What compiling one build and reading ptxas's report on it found.
+struct Checked {
+    row: Row,
+    failures: Vec<String>,
+    /// Under --compare-ptx: the PTX against the earlier dump's.
+    verdict: Option<ptx_compare::Verdict>,
+}
+
+/// Where --dump-ptx writes each build's PTX and --compare-ptx reads the earlier one.
+struct PtxFiles<'a> {
+    dump: Option<&'a std::path::Path>,
+    compare: Option<&'a std::path::Path>,
+}
+
+/// A count line on stderr every [`crate::progress::LOG_EVERY`] while builds compile: a cold run
+/// compiles thousands of modules (tens of minutes on two cores).
+struct BuildProgress {
+    total: usize,
+    done: std::sync::atomic::AtomicUsize,
+    started: std::time::Instant,
+    last_line: std::sync::Mutex<std::time::Instant>,
+}
+
+impl BuildProgress {
+    fn new(total: usize) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            total,
+            done: 0.into(),
+            started: now,
+            last_line: std::sync::Mutex::new(now),
+        }
+    }
+
+    fn one_done(&self) {
+        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut last = self.last_line.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= crate::progress::LOG_EVERY || done == self.total {
+            *last = std::time::Instant::now();
+            eprintln!(
+                "check-kernels: {done} of {} builds checked ({:.0} s, {} threads)",
+                self.total,
+                self.started.elapsed().as_secs_f64(),
+                crate::parallel::threads()
+            );
+        }
+    }
+}
+
+/// Compiles one build and checks ptxas's report on it: a compile error, a spill, shared memory
+/// over the architecture's limit, an ignored setmaxnreg or a serialized wgmma pipeline is a
+/// failure. An `Err` is a failure of the machinery (a file that cannot be written), not of the
+/// kernel.
+fn check_build(
+    b: &Build,
+    ptxas: Option<&crate::ptxas::Ptxas>,
+    files: &PtxFiles<'_>,
+) -> Result<Checked> {
+    let (arch, dtype, launch) = (b.arch, b.dtype, &b.launch);
+    let virtual_arch = arch.replace("sm_", "compute_");
+    let req = CompileRequest {
+        source: launch.source,
+        dtype,
+        defines: &launch.defines,
+        arch: &virtual_arch,
+    };
+    let defines: Vec<String> = launch
+        .defines
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let mut out = Checked {
+        row: Row {
+            kernel: b.kernel.into(),
+            source: launch.source.into(),
+            entry: launch.entry.into(),
+            arch: arch.into(),
+            dtype: dtype.name().into(),
+            defines: defines.join(" "),
+            dynamic_smem: launch.dynamic_smem_bytes,
+            resources: None,
+            problem: b.problem.clone(),
+        },
+        failures: Vec::new(),
+        verdict: None,
+    };
+    let compiled = match compile(&req) {
+        Ok(c) => c,
+        Err(e) => {
+            out.failures.push(format!(
+                "{} {} {arch} {dtype}: {e}",
+                b.kernel, launch.source
+            ));
+            return Ok(out);
+        }
+    };
+    let name = dump_name(launch.entry, arch, &dtype.to_string(), &defines);
+    if let Some(dir) = files.dump {
+        std::fs::write(dir.join(&name), &compiled.ptx)
+            .with_context(|| format!("writing {name}"))?;
+    }
+    if let Some(dir) = files.compare {
+        out.verdict = Some(match std::fs::read_to_string(dir.join(&name)) {
+            Ok(old) => ptx_compare::compare(&old, &compiled.ptx),
+            Err(_) => ptx_compare::Verdict::New,
+        });
+    }
+    let Some(ptxas) = ptxas else {
+        return Ok(out);
+    };
+    let ptxas_said = ptxas.report(&compiled.ptx, &compiled.cache_key, arch)?;
+    let (report, row) = (&ptxas_said.text, &mut out.row);
+    let failures = &mut out.failures;
+    if !ptxas_said.success {
+        failures.push(format!(
+            "ptxas failed for {} {arch} {dtype}:\n{report}",
+            launch.source
+        ));
+        return Ok(out);
+    }
+    let Some(r) = parse_ptxas(report, launch.entry) else {
+        failures.push(format!(
+            "no ptxas report for {} in:\n{report}",
+            launch.entry
+        ));
+        return Ok(out);
+    };
+    if r.spill_stores + r.spill_loads > 0 {
+        failures.push(format!(
+            "{} {} {arch} {dtype} {}: spills ({} B stores, {} B loads)",
+            b.kernel, launch.entry, row.defines, r.spill_stores, r.spill_loads
+        ));
+    }
+    if r.static_smem + launch.dynamic_smem_bytes > b.smem_limit {
+        failures.push(format!(
+            "{} {} {arch}: {} B static + {} B dynamic shared memory exceeds {} B",
+            b.kernel, launch.entry, r.static_smem, launch.dynamic_smem_bytes, b.smem_limit
+        ));
+    }
+    if report.contains("C7508") || report.contains("setmaxnreg ignored") {
+        failures.push(format!(
+            "{} {arch}: ptxas ignored setmaxnreg:\n{report}",
+            launch.entry
+        ));
+    }
+    if wgmma_serialized(report, launch.entry) {
+        // ptxas then waits for every wgmma right after issuing it: correct, and silently far
+        // slower (a printf in the kernel is enough: 599d16b).
+        failures.push(format!(
+            "{} {} {arch} {dtype} {}: ptxas serialized the wgmma pipeline:\n{report}",
+            b.kernel, launch.entry, row.defines
+        ));
+    }
+    row.resources = Some(r);
+    Ok(out)
+}
+
 pub fn run(
     json_out: Option<&std::path::Path>,
     dump_ptx: Option<&std::path::Path>,
@@ -368,148 +534,37 @@ pub fn run(
     }
     crate::cuda_wheels::ensure()?;
     toolkit::ensure_nvrtc().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ptxas = toolkit::ptxas();
+    let ptxas = crate::ptxas::Ptxas::find()?;
     if ptxas.is_none() {
         eprintln!("ptxas not found: compiling only, no resource report");
     }
-    let mut rows = Vec::new();
-    let mut seen = BTreeSet::new();
     // Each header alone first: a missing include then reads as such, not as a kernel's error.
     let headers = crate::header_check::check()?;
     let mut failures = headers.failures.clone();
-    // --compare-ptx: (build, verdict) for every build that is not the same as before.
-    let mut ptx_changes: Vec<(String, ptx_compare::Verdict)> = Vec::new();
-    let mut ptx_same = 0usize;
-    // Compiles one launch of a plan (once per define set, arch and dtype) and checks ptxas's report.
-    let mut check_launch = |kernel_name: &'static str,
-                            problem: &AttentionProblem,
-                            launch: flashcore::KernelLaunch,
-                            arch: &str,
-                            smem_limit: u32,
-                            dtype: DType|
-     -> Result<()> {
+    // Every plan is made first (plans read the variant variables, which are set one pass at a
+    // time), each distinct build once; the builds are then compiled on every core.
+    let mut builds: Vec<Build> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut add_build = |kernel: &'static str,
+                         problem: &AttentionProblem,
+                         launch: flashcore::KernelLaunch,
+                         arch: &'static str,
+                         smem_limit: u32,
+                         dtype: DType| {
         let key = format!(
             "{}|{}|{:?}|{arch}|{dtype}",
             launch.source, launch.entry, launch.defines
         );
-        if !seen.insert(key) {
-            return Ok(());
+        if seen.insert(key) {
+            builds.push(Build {
+                kernel,
+                problem: problem.to_string(),
+                launch,
+                arch,
+                smem_limit,
+                dtype,
+            });
         }
-        let virtual_arch = arch.replace("sm_", "compute_");
-        let req = CompileRequest {
-            source: launch.source,
-            dtype,
-            defines: &launch.defines,
-            arch: &virtual_arch,
-        };
-        let defines: Vec<String> = launch
-            .defines
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let mut row = Row {
-            kernel: kernel_name.into(),
-            source: launch.source.into(),
-            entry: launch.entry.into(),
-            arch: arch.into(),
-            dtype: dtype.name().into(),
-            defines: defines.join(" "),
-            dynamic_smem: launch.dynamic_smem_bytes,
-            resources: None,
-            problem: problem.to_string(),
-        };
-        let compiled = match compile(&req) {
-            Ok(c) => c,
-            Err(e) => {
-                failures.push(format!(
-                    "{} {} {arch} {dtype}: {e}",
-                    kernel_name, launch.source
-                ));
-                rows.push(row);
-                return Ok(());
-            }
-        };
-        let name = dump_name(launch.entry, arch, &dtype.to_string(), &defines);
-        if let Some(dir) = dump_ptx {
-            std::fs::write(dir.join(&name), &compiled.ptx)
-                .with_context(|| format!("writing {name}"))?;
-        }
-        if let Some(dir) = compare_ptx {
-            let verdict = match std::fs::read_to_string(dir.join(&name)) {
-                Ok(old) => ptx_compare::compare(&old, &compiled.ptx),
-                Err(_) => ptx_compare::Verdict::New,
-            };
-            if verdict == ptx_compare::Verdict::Same {
-                ptx_same += 1;
-            } else {
-                let build = format!("{} {arch} {dtype} {}", launch.entry, row.defines);
-                ptx_changes.push((build, verdict));
-            }
-        }
-        if let Some(ptxas) = &ptxas {
-            let dir = std::env::temp_dir().join(format!("flashcore-ptxas-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            let ptx_path = dir.join(format!("{}.ptx", compiled.cache_key));
-            std::fs::write(&ptx_path, &compiled.ptx)?;
-            let out = Command::new(ptxas)
-                .arg(format!("-arch={arch}"))
-                .arg("-v")
-                .arg(&ptx_path)
-                .arg("-o")
-                .arg(dir.join("out.cubin"))
-                .output()
-                .context("running ptxas")?;
-            let report = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let _ = std::fs::remove_file(&ptx_path);
-            if !out.status.success() {
-                failures.push(format!(
-                    "ptxas failed for {} {arch} {dtype}:\n{report}",
-                    launch.source
-                ));
-            } else if let Some(r) = parse_ptxas(&report, launch.entry) {
-                if r.spill_stores + r.spill_loads > 0 {
-                    failures.push(format!(
-                        "{} {} {arch} {dtype} {}: spills ({} B stores, {} B loads)",
-                        kernel_name, launch.entry, row.defines, r.spill_stores, r.spill_loads
-                    ));
-                }
-                if r.static_smem + launch.dynamic_smem_bytes > smem_limit {
-                    failures.push(format!(
-                        "{} {} {arch}: {} B static + {} B dynamic shared memory exceeds {smem_limit} B",
-                        kernel_name,
-                        launch.entry,
-                        r.static_smem,
-                        launch.dynamic_smem_bytes
-                    ));
-                }
-                if report.contains("C7508") || report.contains("setmaxnreg ignored") {
-                    failures.push(format!(
-                        "{} {arch}: ptxas ignored setmaxnreg:\n{report}",
-                        launch.entry
-                    ));
-                }
-                if wgmma_serialized(&report, launch.entry) {
-                    // ptxas then waits for every wgmma right after issuing it: correct, and
-                    // silently far slower (a printf in the kernel is enough: 599d16b).
-                    failures.push(format!(
-                        "{} {} {arch} {dtype} {}: ptxas serialized the wgmma pipeline:\n{report}",
-                        kernel_name, launch.entry, row.defines
-                    ));
-                }
-                row.resources = Some(r);
-            } else {
-                failures.push(format!(
-                    "no ptxas report for {} in:\n{report}",
-                    launch.entry
-                ));
-            }
-        }
-        rows.push(row);
-        Ok(())
     };
     let passes = std::iter::once(None).chain(VARIANT_ENV.iter().copied().map(Some));
     let selected = move || {
@@ -624,7 +679,7 @@ pub fn run(
                     let launch = launch
                         .with_defines(problem.modes.build_defines())
                         .into_owned();
-                    check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
+                    add_build(kernel.name(), &problem, launch, arch, smem_limit, dtype);
                 }
             }
         }
@@ -668,7 +723,7 @@ pub fn run(
                             continue;
                         };
                         for launch in plan.launches {
-                            check_launch(kernel.name(), &problem, launch, arch, smem_limit, dtype)?;
+                            add_build(kernel.name(), &problem, launch, arch, smem_limit, dtype);
                         }
                     }
                 }
@@ -676,6 +731,36 @@ pub fn run(
         }
     }
     enter_variant(None, BACKWARD_VARIANT_ENV);
+    let ptx_files = PtxFiles {
+        dump: dump_ptx,
+        compare: compare_ptx,
+    };
+    let progress = BuildProgress::new(builds.len());
+    let checked = crate::parallel::par_map_queue(&builds, |_, b| {
+        let c = check_build(b, ptxas.as_ref(), &ptx_files);
+        progress.one_done();
+        c
+    });
+    let mut rows = Vec::with_capacity(checked.len());
+    // --compare-ptx: (build, verdict) for every build that is not the same as before.
+    let mut ptx_changes: Vec<(String, ptx_compare::Verdict)> = Vec::new();
+    let mut ptx_same = 0usize;
+    for c in checked {
+        let c = c?;
+        failures.extend(c.failures);
+        match c.verdict {
+            Some(ptx_compare::Verdict::Same) => ptx_same += 1,
+            Some(verdict) => ptx_changes.push((
+                format!(
+                    "{} {} {} {}",
+                    c.row.entry, c.row.arch, c.row.dtype, c.row.defines
+                ),
+                verdict,
+            )),
+            None => {}
+        }
+        rows.push(c.row);
+    }
     print_table(&rows);
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;

@@ -199,62 +199,66 @@ pub struct HeaderReport {
 /// row that needs none of them) or stop at an `#error` naming one.
 pub fn check() -> Result<HeaderReport> {
     let names = headers(KERNEL_SOURCES);
-    let mut report = HeaderReport {
+    // Headers on every core, each header's builds in order (its first failure ends it).
+    let checked = crate::parallel::par_map_queue(&names, |_, header| check_one(header));
+    Ok(HeaderReport {
         headers: names.len(),
-        builds: 0,
-        failures: Vec::new(),
-    };
-    'header: for header in names {
-        let text = flashcore::compile::kernel_source(header).unwrap_or_default();
-        if !has_pragma_once(text) {
-            report.failures.push(format!("{header}: no #pragma once"));
-        }
-        for defines in builds_for(header) {
-            for arch in HEADER_ARCHES {
-                for dtype in DType::ALL {
-                    let req = CompileRequest {
-                        source: header,
-                        dtype,
-                        defines: &defines,
-                        arch,
-                    };
-                    report.builds += 1;
-                    if let Err(e) = compile(&req) {
-                        // One failure a header: its other builds would mostly say the same.
-                        report
-                            .failures
-                            .push(format!("{header} alone ({arch} {dtype} {defines:?}): {e}"));
-                        continue 'header;
-                    }
+        builds: checked.iter().map(|(builds, _)| builds).sum(),
+        failures: checked.into_iter().flat_map(|(_, f)| f).collect(),
+    })
+}
+
+/// One header's builds: how many were compiled, and what failed.
+fn check_one(header: &str) -> (usize, Vec<String>) {
+    let mut builds = 0;
+    let mut failures = Vec::new();
+    let text = flashcore::compile::kernel_source(header).unwrap_or_default();
+    if !has_pragma_once(text) {
+        failures.push(format!("{header}: no #pragma once"));
+    }
+    for defines in builds_for(header) {
+        for arch in HEADER_ARCHES {
+            for dtype in DType::ALL {
+                let req = CompileRequest {
+                    source: header,
+                    dtype,
+                    defines: &defines,
+                    arch,
+                };
+                builds += 1;
+                if let Err(e) = compile(&req) {
+                    // One failure a header: its other builds would mostly say the same.
+                    failures.push(format!("{header} alone ({arch} {dtype} {defines:?}): {e}"));
+                    return (builds, failures);
                 }
             }
         }
-        let rows = rows_for(header);
-        let needs: Vec<Define> = rows.iter().flat_map(|r| r.needs.iter().copied()).collect();
-        if needs.is_empty() {
-            continue;
-        }
-        let why: Vec<&str> = rows.iter().map(|r| r.why).collect();
-        let req = CompileRequest {
-            source: header,
-            dtype: DType::F16,
-            defines: &[],
-            arch: HEADER_ARCHES[0],
-        };
-        match compile(&req) {
-            Err(Error::Compile { log, .. }) if names_a_need(&log, &needs) => {}
-            Err(e) => report.failures.push(format!(
-                "{header} without {needs:?} ({}) must stop at an #error naming one of them, got: {e}",
-                why.join("; ")
-            )),
-            // A folder's row may cover a header that needs none of it (a trace part, say).
-            Ok(_) if rows.iter().all(|r| r.path.ends_with('/')) => {}
-            Ok(_) => report.failures.push(format!(
-                "{header} compiles without {needs:?}: take them off its HEADER_DEFINES row"
-            )),
-        }
     }
-    Ok(report)
+    let rows = rows_for(header);
+    let needs: Vec<Define> = rows.iter().flat_map(|r| r.needs.iter().copied()).collect();
+    if needs.is_empty() {
+        return (builds, failures);
+    }
+    let why: Vec<&str> = rows.iter().map(|r| r.why).collect();
+    let req = CompileRequest {
+        source: header,
+        dtype: DType::F16,
+        defines: &[],
+        arch: HEADER_ARCHES[0],
+    };
+    match compile(&req) {
+        Err(Error::Compile { log, .. }) if names_a_need(&log, &needs) => {}
+        Err(e) => failures.push(format!(
+            "{header} without {needs:?} ({}) must stop at an #error naming one of them, got: {e}",
+            why.join("; ")
+        )),
+        // A folder's row may cover a header that needs none of it (a trace part, say).
+        Ok(_) if rows.iter().all(|r| r.path.ends_with('/')) => {}
+        Ok(_) => failures.push(format!(
+            "{header} compiles without {needs:?}: take them off its HEADER_DEFINES row"
+        )),
+    }
+    (builds, failures)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod model;
 mod parallel;
 mod progress;
 mod ptx_compare;
+mod ptxas;
 mod reliability;
 mod sanitize;
 mod select;

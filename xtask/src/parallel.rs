@@ -38,9 +38,53 @@ pub fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec
     })
 }
 
+/// `f` of every item, in order, each worker taking the next item when it finishes one: for
+/// items of very different cost (compiling kernels), where contiguous runs would leave cores idle.
+/// `f` gets the item's index too.
+pub fn par_map_queue<T: Sync, U: Send>(items: &[T], f: impl Fn(usize, &T) -> U + Sync) -> Vec<U> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let (f, next) = (&f, &next);
+    let mut out: Vec<(usize, U)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads().min(items.len()).max(1))
+            .map(|_| {
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, f(i, item)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a worker thread panicked"))
+            .collect()
+    });
+    out.sort_unstable_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, u)| u).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn par_map_queue_keeps_the_order_of_its_items() {
+        let items: Vec<usize> = (0..1000).collect();
+        let tripled: Vec<usize> = items.iter().map(|i| i * 3).collect();
+        assert_eq!(
+            par_map_queue(&items, |j, &i| {
+                assert_eq!(i, j);
+                i * 3
+            }),
+            tripled
+        );
+        assert!(par_map_queue(&[] as &[usize], |_, &i| i).is_empty());
+    }
 
     #[test]
     fn par_map_keeps_the_order_of_its_items() {
