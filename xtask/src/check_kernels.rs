@@ -189,7 +189,7 @@ pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
 const MAX_DUMP_NAME: usize = 200;
 
 /// FNV-1a, 64 bit: a short stable name for a long build description.
-pub fn fnv1a(s: &str) -> u64 {
+fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -92,10 +92,10 @@ impl Ptxas {
 
 /// The cache file of one report: the PTX key and architecture by name, ptxas's version by hash.
 fn cache_file_name(ptx_key: &str, arch: &str, version: &str) -> String {
-    format!(
-        "{ptx_key}-{arch}-{:016x}.txt",
-        crate::check_kernels::fnv1a(version)
-    )
+    use sha2::Digest;
+    let v = sha2::Sha256::digest(version.as_bytes());
+    let v: String = v[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{ptx_key}-{arch}-{v}.txt")
 }
 
 /// Best effort, written whole or not at all: a read-only cache only costs a re-run next time.
