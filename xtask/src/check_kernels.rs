@@ -461,7 +461,7 @@ fn check_build(
     let Some(ptxas) = ptxas else {
         return Ok(out);
     };
-    let ptxas_said = ptxas.report(&compiled.ptx, &compiled.cache_key, arch)?;
+    let ptxas_said = ptxas.report(&compiled.ptx, arch)?;
     let (report, row) = (&ptxas_said.text, &mut out.row);
     let failures = &mut out.failures;
     if !ptxas_said.success {

@@ -1,8 +1,9 @@
 //! ptxas's resource report for one compiled module: run once per PTX and architecture, and kept
 //! on disk beside the PTX cache (`<cache>/ptxas/`), so that a second `check-kernels` over
 //! unchanged kernels (as `verify` runs without a GPU) reads reports instead of assembling
-//! thousands of modules again. The key is the PTX's own cache key (source, options, NVRTC
-//! version), the architecture and ptxas's `--version` text: a new ptxas re-assembles everything.
+//! thousands of modules again. The key is a hash of the PTX itself (builds whose defines do not
+//! change the code, about one in five, share one report), the architecture and ptxas's
+//! `--version` text: a new ptxas re-assembles everything.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,19 +43,20 @@ impl Ptxas {
         }))
     }
 
-    /// ptxas's report for `ptx` (whose PTX cache key is `ptx_key`) on `arch` (e.g. "sm_90a"):
-    /// from the cache, or by running ptxas. Reports of failed runs are not kept.
-    pub fn report(&self, ptx: &str, ptx_key: &str, arch: &str) -> Result<Report> {
+    /// ptxas's report for `ptx` on `arch` (e.g. "sm_90a"): from the cache, or by running ptxas.
+    /// Reports of failed runs are not kept.
+    pub fn report(&self, ptx: &str, arch: &str) -> Result<Report> {
+        let ptx_key = hex_sha256(ptx.as_bytes(), 32);
         let cached = self
             .cache
-            .join(cache_file_name(ptx_key, arch, &self.version));
+            .join(cache_file_name(&ptx_key, arch, &self.version));
         if let Ok(text) = std::fs::read_to_string(&cached) {
             return Ok(Report {
                 success: true,
                 text,
             });
         }
-        let report = self.run(ptx, ptx_key, arch)?;
+        let report = self.run(ptx, &ptx_key, arch)?;
         if report.success {
             store(&cached, &report.text);
         }
@@ -90,12 +92,19 @@ impl Ptxas {
     }
 }
 
-/// The cache file of one report: the PTX key and architecture by name, ptxas's version by hash.
+/// The cache file of one report: the PTX's hash and the architecture by name, ptxas's version by
+/// hash.
 fn cache_file_name(ptx_key: &str, arch: &str, version: &str) -> String {
+    format!("{ptx_key}-{arch}-{}.txt", hex_sha256(version.as_bytes(), 8))
+}
+
+/// The first `bytes` bytes of `data`'s SHA-256, in hex.
+fn hex_sha256(data: &[u8], bytes: usize) -> String {
     use sha2::Digest;
-    let v = sha2::Sha256::digest(version.as_bytes());
-    let v: String = v[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{ptx_key}-{arch}-{v}.txt")
+    sha2::Sha256::digest(data)[..bytes]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Best effort, written whole or not at all: a read-only cache only costs a re-run next time.
