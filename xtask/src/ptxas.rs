@@ -64,11 +64,14 @@ impl Ptxas {
     }
 
     fn run(&self, ptx: &str, ptx_key: &str, arch: &str) -> Result<Report> {
-        // One folder a process, one file pair a build: builds are assembled on several threads.
+        // One folder a process, one file pair a run: builds are assembled on several threads, and
+        // two builds of the same PTX may be assembled at once.
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("flashcore-ptxas-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ptx_path = dir.join(format!("{ptx_key}-{arch}.ptx"));
-        let cubin_path = dir.join(format!("{ptx_key}-{arch}.cubin"));
+        let ptx_path = dir.join(format!("{ptx_key}-{arch}-{run}.ptx"));
+        let cubin_path = dir.join(format!("{ptx_key}-{arch}-{run}.cubin"));
         std::fs::write(&ptx_path, ptx)
             .with_context(|| format!("writing {}", ptx_path.display()))?;
         let out = Command::new(&self.path)
