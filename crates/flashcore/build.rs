@@ -23,17 +23,23 @@
 //! compiled by NVRTC at run time as usual. A module that fails to compile is left to NVRTC (one
 //! warning each). `FLASHCORE_AOT_REQUIRE=1` (CI) turns both into build errors.
 //!
+//! Each cubin is named by a hash of everything that goes into it (module, compiler version, the
+//! source and every file it includes, line info) and kept twice: in `OUT_DIR`, and in the
+//! machine's cache (`$FLASHCORE_CACHE_DIR`, else `$XDG_CACHE_HOME/flashcore`, else
+//! `~/.cache/flashcore`, subfolder `aot-cubin/`), so that another build on the same machine (a
+//! clean clone, another profile) compiles only the modules whose inputs changed.
+//!
 //! Environment: `FLASHCORE_AOT_ARCHS` (e.g. `sm_90a` or `sm_80,sm_90a`) to build fewer
 //! architectures; `FLASHCORE_AOT_JOBS` for the number of compiler threads (default: cargo's
 //! job count).
 
-use std::collections::hash_map::DefaultHasher;
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+use sha2::{Digest, Sha256};
 
 /// The core's NVRTC architecture (`compile::arch_for`) and the real architecture of the cubin.
 const ARCHS: [(&str, &str); 4] = [
@@ -51,7 +57,7 @@ mod toolkit_paths;
 
 use toolkit_paths::{find_lib, include_dir, lib_dirs, wheel_root};
 
-#[derive(Clone, Debug, Hash)]
+#[derive(Clone, Debug)]
 struct Module {
     source: String,
     nvrtc_arch: String,
@@ -145,25 +151,22 @@ fn main() {
         .collect();
 
     // Cubins are named by a hash of everything that goes into them, so an unchanged module is
-    // not recompiled when the build script reruns.
+    // not recompiled when the build script reruns, nor in another build on the same machine
+    // (a clean clone, another profile): each compiled cubin is also kept in the machine's cache.
     let bin_dir = out_dir.join("aot-cubin");
     std::fs::create_dir_all(&bin_dir).unwrap();
+    let machine_cache = toolkit_paths::cache_root().join("aot-cubin");
     let mut source_hashes = std::collections::HashMap::new();
     let work: Vec<(Module, PathBuf)> = modules
         .into_iter()
         .map(|m| {
-            let sources = *source_hashes
+            let sources = source_hashes
                 .entry(m.source.clone())
-                .or_insert_with(|| hash_source(&kernels, &m.source));
-            let mut h = DefaultHasher::new();
-            (&m, compiler.version(), sources, lineinfo()).hash(&mut h);
+                .or_insert_with(|| hash_source(&kernels, &m.source))
+                .clone();
+            let key = module_key(&m, compiler.version(), &sources);
             let stem = m.source.trim_end_matches(".cu").replace('/', "_");
-            let out = bin_dir.join(format!(
-                "{stem}-{}-{}-{:016x}.cubin",
-                m.sm,
-                m.dtype,
-                h.finish()
-            ));
+            let out = bin_dir.join(format!("{stem}-{}-{}-{key}.cubin", m.sm, m.dtype));
             (m, out)
         })
         .collect();
@@ -183,12 +186,14 @@ fn main() {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((m, out)) = work.get(i) else { break };
-                if out.is_file() {
+                let kept = machine_cache.join(out.file_name().unwrap());
+                if out.is_file() || std::fs::copy(&kept, out).is_ok() {
                     done.lock().unwrap().push(i);
                     continue;
                 }
                 match compiler.compile(&kernels, m, out) {
                     Ok(()) => {
+                        keep_in_machine_cache(out, &kept);
                         fresh.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         done.lock().unwrap().push(i);
                     }
@@ -550,15 +555,17 @@ fn nvcc_compile(nvcc: &Path, kernels: &Path, m: &Module, out: &Path) -> Result<(
 /// A hash of `source` and every file it includes with quotes (resolved as the core's
 /// `compile::preprocess` does: beside the including file, else under `kernels/`), so a cubin
 /// follows edits to what it is built from and only to that.
-fn hash_source(kernels: &Path, source: &str) -> u64 {
-    fn walk(kernels: &Path, name: &str, seen: &mut Vec<String>, h: &mut DefaultHasher) {
+fn hash_source(kernels: &Path, source: &str) -> String {
+    fn walk(kernels: &Path, name: &str, seen: &mut Vec<String>, h: &mut Sha256) {
         if seen.iter().any(|s| s == name) {
             return;
         }
         seen.push(name.to_string());
         let text = std::fs::read_to_string(kernels.join(name)).unwrap_or_default();
-        name.hash(h);
-        text.hash(h);
+        for part in [name, &text] {
+            h.update(part.len().to_le_bytes());
+            h.update(part.as_bytes());
+        }
         let dir = name.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         for line in text.lines() {
             let Some(rest) = line.trim_start().strip_prefix("#include") else {
@@ -584,9 +591,41 @@ fn hash_source(kernels: &Path, source: &str) -> u64 {
             walk(kernels, &target, seen, h);
         }
     }
-    let mut h = DefaultHasher::new();
+    let mut h = Sha256::new();
     walk(kernels, source, &mut Vec::new(), &mut h);
-    h.finish()
+    hex(&h.finalize()[..16])
+}
+
+/// The key of one cubin: the module, the compiler's version, its source tree's hash and whether
+/// it keeps line info, each part length-prefixed.
+fn module_key(m: &Module, compiler_version: &str, sources: &str) -> String {
+    let mut h = Sha256::new();
+    let defines: Vec<String> = m.defines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let lineinfo = if lineinfo() { "lineinfo" } else { "" };
+    for part in [&m.source, &m.nvrtc_arch, m.sm, &m.dtype, &defines.join(" ")]
+        .into_iter()
+        .chain([compiler_version, sources, lineinfo])
+    {
+        h.update(part.len().to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex(&h.finalize()[..8])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Best effort, whole or not at all: a read-only or missing cache only costs a compile next time.
+fn keep_in_machine_cache(cubin: &Path, kept: &Path) {
+    let Some(dir) = kept.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = kept.with_extension(format!("{}.tmp", std::process::id()));
+    if std::fs::copy(cubin, &tmp).is_ok() {
+        let _ = std::fs::rename(&tmp, kept);
+    }
 }
 
 fn write_out(out_dir: &Path, entries: &[(Module, PathBuf)], built: &[&str], status: &str) {
