@@ -736,7 +736,7 @@ pub fn run(
         compare: compare_ptx,
     };
     let progress = BuildProgress::new(builds.len());
-    let checked = crate::parallel::par_map_queue(&builds, |_, b| {
+    let checked = crate::parallel::par_map_queue(&builds, |b| {
         let c = check_build(b, ptxas.as_ref(), &ptx_files);
         progress.one_done();
         c

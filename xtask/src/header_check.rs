@@ -200,7 +200,7 @@ pub struct HeaderReport {
 pub fn check() -> Result<HeaderReport> {
     let names = headers(KERNEL_SOURCES);
     // Headers on every core, each header's builds in order (its first failure ends it).
-    let checked = crate::parallel::par_map_queue(&names, |_, header| check_one(header));
+    let checked = crate::parallel::par_map_queue(&names, |header| check_one(header));
     Ok(HeaderReport {
         headers: names.len(),
         builds: checked.iter().map(|(builds, _)| builds).sum(),

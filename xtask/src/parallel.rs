@@ -40,8 +40,7 @@ pub fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec
 
 /// `f` of every item, in order, each worker taking the next item when it finishes one: for
 /// items of very different cost (compiling kernels), where contiguous runs would leave cores idle.
-/// `f` gets the item's index too.
-pub fn par_map_queue<T: Sync, U: Send>(items: &[T], f: impl Fn(usize, &T) -> U + Sync) -> Vec<U> {
+pub fn par_map_queue<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let next = AtomicUsize::new(0);
     let (f, next) = (&f, &next);
@@ -53,7 +52,7 @@ pub fn par_map_queue<T: Sync, U: Send>(items: &[T], f: impl Fn(usize, &T) -> U +
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(item) = items.get(i) else { break };
-                        done.push((i, f(i, item)));
+                        done.push((i, f(item)));
                     }
                     done
                 })
@@ -76,14 +75,8 @@ mod tests {
     fn par_map_queue_keeps_the_order_of_its_items() {
         let items: Vec<usize> = (0..1000).collect();
         let tripled: Vec<usize> = items.iter().map(|i| i * 3).collect();
-        assert_eq!(
-            par_map_queue(&items, |j, &i| {
-                assert_eq!(i, j);
-                i * 3
-            }),
-            tripled
-        );
-        assert!(par_map_queue(&[] as &[usize], |_, &i| i).is_empty());
+        assert_eq!(par_map_queue(&items, |&i| i * 3), tripled);
+        assert!(par_map_queue(&[] as &[usize], |&i| i).is_empty());
     }
 
     #[test]

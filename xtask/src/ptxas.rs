@@ -1,9 +1,9 @@
 //! ptxas's resource report for one compiled module: run once per PTX and architecture, and kept
 //! on disk beside the PTX cache (`<cache>/ptxas/`), so that a second `check-kernels` over
 //! unchanged kernels (as `verify` runs without a GPU) reads reports instead of assembling
-//! thousands of modules again. The key is a hash of the PTX itself (builds whose defines do not
-//! change the code, about one in five, share one report), the architecture and ptxas's
-//! `--version` text: a new ptxas re-assembles everything.
+//! thousands of modules again. The key is a hash of the PTX itself, the architecture and ptxas's
+//! `--version` text: builds whose defines leave the code unchanged share one report (2,923
+//! reports for check-kernels' 4,250 builds, 2026-12-02), and a new ptxas re-assembles everything.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
