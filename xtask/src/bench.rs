@@ -18,6 +18,7 @@
 pub mod anchors;
 pub mod backward;
 pub mod backward_gpu;
+pub mod backward_modes;
 pub mod bandwidth;
 mod cp;
 pub mod decode;
@@ -238,6 +239,11 @@ pub fn run(args: Args) -> Result<()> {
             }
             return backward_gpu::write_and_print(&report, &out_dir);
         }
+        if v.get("bwd_modes").is_some() {
+            let report: backward_modes::BwdModesReport =
+                serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
+            return backward_modes::write_and_print(&report, &out_dir);
+        }
         if v.get("fp8").is_some() {
             let report: fp8::report::Fp8Report =
                 serde_json::from_value(v).with_context(|| format!("parsing {}", path.display()))?;
@@ -271,6 +277,12 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.suite == suite::Suite::Fp8 {
         return fp8::run(&args, &out_dir);
+    }
+    if args.suite == suite::Suite::BwdModes {
+        if args.pass != backward::Pass::Bwd || !args.shapes.is_empty() {
+            anyhow::bail!("--suite bwd-modes is a --pass bwd suite with its own rows (no --shape)");
+        }
+        return backward_modes::run(&args, &out_dir);
     }
     if args.pass != backward::Pass::Fwd {
         return backward_gpu::run(&args, &out_dir);

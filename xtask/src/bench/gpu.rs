@@ -178,6 +178,8 @@ pub struct TableData {
     pub block_table: Option<Vec<i32>>,
     pub k_descale: Option<Vec<f32>>,
     pub v_descale: Option<Vec<f32>>,
+    /// ALiBi's slopes (`[heads_q]` or `[batch, heads_q]`).
+    pub alibi_slopes: Option<Vec<f32>>,
 }
 
 /// Device copies of [`TableData`], shared by every input set (the kernels only read them).
@@ -189,6 +191,22 @@ struct DeviceTableData {
     block_table: Option<CudaSlice<i32>>,
     k_descale: Option<CudaSlice<f32>>,
     v_descale: Option<CudaSlice<f32>>,
+    alibi_slopes: Option<CudaSlice<f32>>,
+}
+
+impl DeviceTableData {
+    fn views(&self) -> DeviceTables<'_> {
+        DeviceTables {
+            cu_seqlens_q: self.cu_seqlens_q.as_ref().map(|t| t.as_view()),
+            cu_seqlens_k: self.cu_seqlens_k.as_ref().map(|t| t.as_view()),
+            seqused_k: self.seqused_k.as_ref().map(|t| t.as_view()),
+            block_table: self.block_table.as_ref().map(|t| t.as_view()),
+            alibi_slopes: self.alibi_slopes.as_ref().map(|t| t.as_view()),
+            k_descale: self.k_descale.as_ref().map(|t| t.as_view()),
+            v_descale: self.v_descale.as_ref().map(|t| t.as_view()),
+            ..DeviceTables::default()
+        }
+    }
 }
 
 /// Pre-allocated input sets for one problem, rotated call to call.
@@ -285,6 +303,7 @@ impl Buffers {
             block_table: up(&tables.block_table, "uploading block_table")?,
             k_descale: up_f32(&tables.k_descale, "uploading k_descale")?,
             v_descale: up_f32(&tables.v_descale, "uploading v_descale")?,
+            alibi_slopes: up_f32(&tables.alibi_slopes, "uploading alibi_slopes")?,
         };
         cu(s.synchronize(), "uploading the tables")?;
         Ok(self)
@@ -315,16 +334,13 @@ impl Buffers {
             lse: set.lse.as_view_mut(),
             tables: DeviceTables::default(),
         }
-        .with_tables(DeviceTables {
-            cu_seqlens_q: tb.cu_seqlens_q.as_ref().map(|t| t.as_view()),
-            cu_seqlens_k: tb.cu_seqlens_k.as_ref().map(|t| t.as_view()),
-            seqused_k: tb.seqused_k.as_ref().map(|t| t.as_view()),
-            block_table: tb.block_table.as_ref().map(|t| t.as_view()),
-            k_descale: tb.k_descale.as_ref().map(|t| t.as_view()),
-            v_descale: tb.v_descale.as_ref().map(|t| t.as_view()),
-            ..DeviceTables::default()
-        });
+        .with_tables(tb.views());
         flashcore::launch::forward(kernel, device, &self.problem, &mut t)
+    }
+
+    /// The device tables every set shares (for a backward call on these sets).
+    pub fn tables(&self) -> DeviceTables<'_> {
+        self.tables.views()
     }
 
     /// `forward` on the next set in rotation.

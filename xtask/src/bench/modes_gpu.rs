@@ -296,6 +296,7 @@ fn device_buffers(
         block_table: d.block_table.clone(),
         k_descale: d.k_descale.clone(),
         v_descale: d.v_descale.clone(),
+        alibi_slopes: d.alibi_slopes.clone(),
     };
     let bufs = if fp8 {
         let bytes = |name, a: &ArrayD<f32>| e4m3_bytes_par(name, a);

@@ -113,6 +113,9 @@ pub enum Suite {
     /// (1,16,16384,128) and (8,32,4096,128), against flashcore's bf16 at the same shape and
     /// cuDNN's fp8 SDPA in the same run (bench/peers/cudnn_fp8.py).
     Fp8,
+    /// With `--pass bwd`: each backward mode (windows, varlen, softcap, ALiBi) against a dense
+    /// backward of the same visible pairs, both timed in the run (`bench::backward_modes`).
+    BwdModes,
 }
 
 impl Suite {
@@ -163,7 +166,12 @@ pub fn suite_bhsd(suite: Suite) -> Vec<(usize, usize, usize, usize)> {
         Suite::Full => LADDER.iter().chain(FULL_EXTRA.iter()).copied().collect(),
         // Not B,H,S,D lists: see `bench::modes::plan`.
         Suite::Fp8 => FP8_ROWS.to_vec(),
-        Suite::Varlen | Suite::Paged | Suite::Window | Suite::Decode | Suite::Cp => vec![],
+        Suite::Varlen
+        | Suite::Paged
+        | Suite::Window
+        | Suite::Decode
+        | Suite::Cp
+        | Suite::BwdModes => vec![],
     }
 }
 

@@ -37,13 +37,15 @@ pub fn plan(suite: Suite, seed: u64) -> SuitePlan {
         Suite::Paged => plans::paged_plan(seed),
         Suite::Window => plans::window_plan(),
         Suite::Decode => super::decode::plan(seed, false, super::decode::HEAD_DIM, None),
-        Suite::Mission | Suite::Ladder | Suite::Full | Suite::Cp | Suite::Fp8 => SuitePlan {
-            suite,
-            cases: vec![],
-            peers: vec![],
-            comparisons: vec![],
-            notes: vec![],
-        },
+        Suite::Mission | Suite::Ladder | Suite::Full | Suite::Cp | Suite::Fp8 | Suite::BwdModes => {
+            SuitePlan {
+                suite,
+                cases: vec![],
+                peers: vec![],
+                comparisons: vec![],
+                notes: vec![],
+            }
+        }
     }
 }
 

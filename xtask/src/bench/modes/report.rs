@@ -326,5 +326,6 @@ pub fn suite_name(s: Suite) -> &'static str {
         Suite::Decode => "decode",
         Suite::Cp => "cp",
         Suite::Fp8 => "fp8",
+        Suite::BwdModes => "bwd-modes",
     }
 }
