@@ -13,10 +13,12 @@
 //      KV group) that see them. Per step (mainloop.cuh):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                         (SS wgmma)
 //        Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D)
-//        dV += Pᵀ·dO, dK += dSᵀ·Q                       (RS wgmma: Pᵀ, dSᵀ from registers)
+//        dV += Pᵀ·dO                                    (RS wgmma: Pᵀ from registers)
 //        dS to shared memory; dQ slice = dS·K           (SS wgmma, both operands MN-major), or
 //          with 80-query steps dQᵀ slice = Kᵀ·dSᵀ        (SS wgmma, Kᵀ MN-major)
-//        dQ slice bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace accumulator.
+//        dK += dSᵀ·Q                                    (RS wgmma), issued after dQ, and while it
+//          runs the dQ slice is bulk-reduced (cp.reduce.async.bulk .add.f32) into the workspace
+//          accumulator (FC_BWD_DQ_BEFORE_DK).
 //      The wide builds (D = 192 and 256, consumer_wide.cuh) take 64-key units that both consumers
 //      share, split the step's products between them (Sᵀ, Pᵀ, dV / dPᵀ, dSᵀ, dK, with Pᵀ passed
 //      through shared memory), and compute dQᵀ in 32-query steps.
@@ -290,10 +292,14 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                     if constexpr (!OVERLAP_DV_WITH_DP) {
                         wgmma_fence();
                         gemm_accumulate_rows(dv, p_frag, tiles.do_mn);
+                        if constexpr (DQ_BEFORE_DK) wgmma_commit();
                     }
-                    wgmma_fence();
-                    gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
-                    wgmma_commit();
+                    if constexpr (!DQ_BEFORE_DK) {
+                        // dK under the dS barrier; dQ follows it and is waited for with everything.
+                        wgmma_fence();
+                        gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
+                        wgmma_commit();
+                    }
 
                     // dS for dQ, into this step's buffer (the other one may still be read by the
                     // other warpgroup's dQ of the step before).
@@ -317,16 +323,27 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                             k_cols);
 #endif
                     wgmma_commit();
-                    wgmma_wait<0>();  // dV, dK and dQ: Q, dO and the stats of this stage are free
-                    fence_regs(dq);
-                    fence_regs(dv);
-                    fence_regs(dk);
-                    fence_regs(p_frag);
-                    fence_regs(ds_frag);
-                    mbar_arrive(bar_q_empty + 8 * stage);
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1u;
+                    if constexpr (DQ_BEFORE_DK) {
+                        // dK after dQ: the dQ slice is staged and reduced while dK runs.
+                        wgmma_fence();
+                        gemm_accumulate_rows(dk, ds_frag, tiles.q_mn);
+                        wgmma_commit();
+                        wgmma_wait<1>();  // dV and dQ (dK may still run)
+                        fence_regs(dq);
+                        fence_regs(dv);
+                        fence_regs(p_frag);
+                    } else {
+                        wgmma_wait<0>();  // dV, dK and dQ: Q, dO and the stats of this stage are free
+                        fence_regs(dq);
+                        fence_regs(dv);
+                        fence_regs(dk);
+                        fence_regs(p_frag);
+                        fence_regs(ds_frag);
+                        mbar_arrive(bar_q_empty + 8 * stage);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1u;
+                        }
                     }
 
                     // The warp's 16 rows of the dQ slice: staged, then bulk-reduced by lane 0 once the
@@ -341,6 +358,16 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         reduce_dq_quarter(
                             dq_slice(p, bh, m * DQ_BLOCKS_PER_STEP + dq_query_box, dq_slice_index) + warp * DQ_WARP_FLOATS,
                             warp_staging);
+                    }
+                    if constexpr (DQ_BEFORE_DK) {
+                        wgmma_wait<0>();  // dK: Q, dO and the stats of this stage are free
+                        fence_regs(dk);
+                        fence_regs(ds_frag);
+                        mbar_arrive(bar_q_empty + 8 * stage);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1u;
+                        }
                     }
                 }
             }

@@ -42,6 +42,18 @@
 #ifndef FC_BWD_VARLEN
 #define FC_BWD_VARLEN 0
 #endif
+// 1: a step issues dQ before dK and stages and reduces its dQ slice while dK runs (FlashAttention
+// 3's order; 1.2-2.5 % faster on every dense row at D = 64 and 128,
+// docs/results/2026-12-02-hopper-bwd-step-order-h200); 0: dK before the dS barrier, dQ last, its
+// staging after every product is done.
+#ifndef FC_BWD_DQ_BEFORE_DK
+#define FC_BWD_DQ_BEFORE_DK 1
+#endif
+// 1: 64-query steps store dSᵀ with stmatrix (4 instructions a thread) rather than 16 32-bit stores
+// (0.9-1.8 % faster on the causal D = 128 rows, docs/results/2026-12-02-hopper-bwd-step-order-h200).
+#ifndef FC_BWD_DS_STMATRIX
+#define FC_BWD_DS_STMATRIX 1
+#endif
 // Work units per L2 section (block_info.cuh's decode_unit); the plan passes the SM count.
 #ifndef FC_BWD_SECTION_UNITS
 #define FC_BWD_SECTION_UNITS 132
@@ -52,6 +64,7 @@ namespace fhb {
 constexpr int D = FC_HEAD_DIM;
 enum : bool { PADDED_HEAD = FC_HOPPER_PADDED_HEAD != 0 };  // (an enum: see config.cuh of the forward)
 enum : bool { MODES = FC_BWD_MODES != 0, VARLEN = FC_BWD_VARLEN != 0 };
+enum : bool { DQ_BEFORE_DK = FC_BWD_DQ_BEFORE_DK != 0, DS_STMATRIX = FC_BWD_DS_STMATRIX != 0 };
 // The wide builds (D = 192, 256; consumer_wide.cuh): one warpgroup's dK and dV over 64 keys would
 // take D registers a thread, more than a consumer has. So both consumers take the same 64 keys and
 // split the step's work by product instead of by keys: warpgroup 1 computes Sᵀ, Pᵀ and dV, and

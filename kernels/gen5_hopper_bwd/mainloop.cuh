@@ -235,6 +235,20 @@ __device__ __forceinline__ void pack_fragment(const float (&acc)[ACC_REGS], unsi
 // (the 128-byte swizzle TMA and wgmma use), so the 8 rows a store instruction touches hit 8
 // different chunks.
 __device__ __forceinline__ void store_ds_t(unsigned tile, const unsigned (&ds)[FRAG_REGS], int row0, int lane) {
+    if constexpr (DS_STMATRIX && QUERY_ROWS == 64) {
+        // Registers 4t .. 4t + 3 are the 8 x 8 blocks (keys +0 / +8, query chunk 2t) and (+0 / +8,
+        // chunk 2t + 1) of the warp's 16 keys; lane l gives row l % 8 of block l / 8 (one box: 64
+        // queries are 8 chunks).
+        const int block = lane >> 3;
+        const unsigned row = (unsigned)((row0 & ~15) + 8 * (block & 1) + (lane & 7));
+#pragma unroll
+        for (int t = 0; t < QUERY_ROWS / 16; ++t) {
+            const unsigned chunk = (unsigned)(2 * t + (block >> 1));
+            stmatrix_x4(tile + row * ROW_BYTES + ((chunk ^ (row & 7u)) << 4), ds[4 * t], ds[4 * t + 1],
+                        ds[4 * t + 2], ds[4 * t + 3]);
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < QUERY_ROWS / 8; ++j) {
 #pragma unroll

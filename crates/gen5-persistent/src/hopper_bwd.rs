@@ -167,7 +167,16 @@ pub struct BackwardTuning {
     pub section_units: Option<usize>,
     /// `None`: [`default_query_rows`] of the problem.
     pub query_rows: Option<usize>,
+    /// The consumer step's variants (config.cuh's FC_BWD_DQ_BEFORE_DK and FC_BWD_DS_STMATRIX),
+    /// each `None` for the build's default (both on): [`STEP_VARIANTS`]' variables, 0 or 1.
+    pub step: [Option<bool>; 2],
 }
+
+/// The step variants' variables and defines, in [`BackwardTuning::step`]'s order.
+pub const STEP_VARIANTS: [(&str, &str); 2] = [
+    ("FLASHCORE_HOPPER_BWD_DQ_BEFORE_DK", "FC_BWD_DQ_BEFORE_DK"),
+    ("FLASHCORE_HOPPER_BWD_DS_STMATRIX", "FC_BWD_DS_STMATRIX"),
+];
 
 impl Overridable for BackwardTuning {
     fn read(env: Env) -> Result<Self, String> {
@@ -182,6 +191,13 @@ impl Overridable for BackwardTuning {
             query_rows: number("FLASHCORE_HOPPER_BWD_QUERY_ROWS", &|n| {
                 n == 32 || n == 64 || n == 80 || n == 128
             })?,
+            step: {
+                let mut step = [None; 2];
+                for (slot, (var, _)) in step.iter_mut().zip(STEP_VARIANTS) {
+                    *slot = env.flag(var, |v| format!("{var}={v:?} is not 0 or 1"))?;
+                }
+                step
+            },
         })
     }
 }
@@ -285,6 +301,11 @@ pub fn plan_with_tuning(
     ];
     if d != problem.head_dim {
         defines.push(("FC_HOPPER_PADDED_HEAD".to_string(), "1".to_string()));
+    }
+    for (on, (_, define)) in tuning.step.iter().zip(STEP_VARIANTS) {
+        if let Some(on) = on {
+            defines.push((define.to_string(), (*on as u8).to_string()));
+        }
     }
     // FC_BWD_MODES for a window, softcap, ALiBi or varlen, and FC_BWD_VARLEN for varlen
     // (config.cuh); a dense build stays as it was.
@@ -438,6 +459,7 @@ mod tests {
             stages,
             section_units: None,
             query_rows: Some(rows),
+            step: [None; 2],
         };
         let d64 = AttentionProblem::new(1, 2, 256, 64);
         let d128 = AttentionProblem::new(1, 2, 256, 128);
@@ -507,6 +529,7 @@ mod tests {
             stages: 2,
             section_units: None,
             query_rows: Some(128),
+            step: [None; 2],
         };
         let e = plan_with_tuning(&capped, &h100, tuning).unwrap_err();
         assert!(e.to_string().contains("softcap takes 64-row steps"), "{e}");
@@ -568,6 +591,18 @@ mod tests {
         );
         let t = with(&[]).unwrap();
         assert_eq!((t.stages, t.section_units, t.query_rows), (2, None, None));
+        // The step variants: unset leaves the build's default; 0 and 1 become defines.
+        assert_eq!(t.step, [None; 2]);
+        let e = with(&[("FLASHCORE_HOPPER_BWD_DS_STMATRIX", "maybe")]).unwrap_err();
+        assert!(e.contains("FLASHCORE_HOPPER_BWD_DS_STMATRIX"), "{e}");
+        let t = with(&[("FLASHCORE_HOPPER_BWD_DQ_BEFORE_DK", "0")]).unwrap();
+        assert_eq!(t.step, [Some(false), None]);
+        let p = AttentionProblem::new(1, 2, 256, 128);
+        let defines = plan_with_tuning(&p, &h100, t).unwrap().launches[1]
+            .defines
+            .clone();
+        assert!(defines.contains(&("FC_BWD_DQ_BEFORE_DK".into(), "0".into())));
+        assert!(!defines.iter().any(|(k, _)| k == "FC_BWD_DS_STMATRIX"));
         // The default: half a wave of units per L2 section, one and a half under causal masking.
         let p = AttentionProblem::new(4, 16, 2048, 128);
         assert_eq!(default_section_units(&p, &h100), 66);
@@ -645,6 +680,7 @@ mod tests {
             stages: 2,
             section_units: None,
             query_rows: Some(rows),
+            step: [None; 2],
         };
         let wide = AttentionProblem::new(1, 2, 256, 256);
         let e = plan_with_tuning(&wide, &h100, tuning(64)).unwrap_err();
