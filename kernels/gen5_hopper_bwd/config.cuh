@@ -43,14 +43,14 @@
 #define FC_BWD_VARLEN 0
 #endif
 // 1: a step issues dQ before dK and stages and reduces its dQ slice while dK runs (FlashAttention
-// 3's order; 1.2-2.5 % faster on every dense row at D = 64 and 128,
-// docs/results/2026-12-02-hopper-bwd-step-order-h200); 0: dK before the dS barrier, dQ last, its
-// staging after every product is done.
+// 3's order; 1.4-3.2 % faster on every dense row at D = 64 and 128 in one run,
+// docs/results/2026-12-02-hopper-bwd-step-order-h200, call 2); 0: dK before the dS barrier, dQ
+// last, its staging after every product is done.
 #ifndef FC_BWD_DQ_BEFORE_DK
 #define FC_BWD_DQ_BEFORE_DK 1
 #endif
 // 1: 64-query steps store dSᵀ with stmatrix (4 instructions a thread) rather than 16 32-bit stores
-// (0.9-1.8 % faster on the causal D = 128 rows, docs/results/2026-12-02-hopper-bwd-step-order-h200).
+// (1.1-1.5 % faster on the causal D = 128 rows, level on the others: the same folder, call 3).
 #ifndef FC_BWD_DS_STMATRIX
 #define FC_BWD_DS_STMATRIX 1
 #endif
