@@ -603,4 +603,58 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_report_renders_ratios_and_failures_and_reads_back() {
+        use crate::bench::report::{assert_contains_all, assert_json_round_trip, fixture_run};
+        let (device, settings) = fixture_run(
+            "bshd / packed",
+            "xtask bench-all --pass bwd --suite bwd-modes",
+        );
+        let row = rows().into_iter().find(|r| r.kind == "softcap").unwrap();
+        let report = BwdModesReport {
+            device,
+            settings,
+            bwd_modes: vec![
+                RowResult {
+                    row: row.clone(),
+                    kernel: "k".into(),
+                    mode: Timed::Us {
+                        us: 150.0,
+                        check: "ok".into(),
+                    },
+                    twin: Timed::Us {
+                        us: 100.0,
+                        check: "ok".into(),
+                    },
+                },
+                RowResult {
+                    row,
+                    kernel: "k".into(),
+                    mode: Timed::Failed("unsupported: no softcap".into()),
+                    twin: Timed::Us {
+                        us: 100.0,
+                        check: "ok".into(),
+                    },
+                },
+            ],
+        };
+        assert_eq!(report.bwd_modes[0].ratio(), Some(1.5));
+        assert_eq!(report.bwd_modes[1].ratio(), None);
+        let md = markdown(&report);
+        assert_contains_all(
+            &md,
+            &[
+                "| 150.0 | 100.0 | 1.500 |",
+                "✗ unsupported: no softcap",
+                "| — |",
+                "--suite bwd-modes",
+            ],
+        );
+        let j = assert_json_round_trip(&report);
+        assert!(
+            j.contains("\"bwd_modes\""),
+            "bench-all --from-json finds the report by this key"
+        );
+    }
 }
