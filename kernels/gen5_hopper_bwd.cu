@@ -220,6 +220,14 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         unsigned phase = 0;
         unsigned unit_parity = 0;
         unsigned step = 0;
+        // Every product on the stage is done (Q, dO and the stats read): the producer may refill it.
+        auto release_stage = [&] {
+            mbar_arrive(bar_q_empty + 8 * stage);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1u;
+            }
+        };
         UnitTrace trace;
         trace.begin(cw == 0 && tid == 0);
         int unit_index = 0;
@@ -339,11 +347,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         fence_regs(dk);
                         fence_regs(p_frag);
                         fence_regs(ds_frag);
-                        mbar_arrive(bar_q_empty + 8 * stage);
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1u;
-                        }
+                        release_stage();
                     }
 
                     // The warp's 16 rows of the dQ slice: staged, then bulk-reduced by lane 0 once the
@@ -363,11 +367,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
                         wgmma_wait<0>();  // dK: Q, dO and the stats of this stage are free
                         fence_regs(dk);
                         fence_regs(ds_frag);
-                        mbar_arrive(bar_q_empty + 8 * stage);
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1u;
-                        }
+                        release_stage();
                     }
                 }
             }
