@@ -48,7 +48,7 @@ struct GradSet {
 /// The forward's input sets (Q, K, V, O, LSE) with dO, dQ, dK, dV beside each, rotated call
 /// to call.
 pub struct BackwardBuffers {
-    fwd: Buffers,
+    pub fwd: Buffers,
     grads: Vec<GradSet>,
     next: usize,
 }
@@ -62,7 +62,13 @@ impl BackwardBuffers {
         [q, k, v, d_o]: [&[u16]; 4],
         sets: usize,
     ) -> Result<BackwardBuffers> {
-        let fwd = Buffers::new(device, problem, q, k, v, sets)?;
+        BackwardBuffers::from_forward(device, Buffers::new(device, problem, q, k, v, sets)?, d_o)
+    }
+
+    /// Beside the forward's sets `fwd` (with the tables of a mode problem, which the backward
+    /// takes too), dO (bits, layout order) and dQ, dK, dV for each set.
+    pub fn from_forward(device: &Device, fwd: Buffers, d_o: &[u16]) -> Result<BackwardBuffers> {
+        let problem = &fwd.problem;
         let s = device.stream();
         let set = |d_o: CudaSlice<u16>| -> Result<GradSet> {
             Ok(GradSet {
@@ -89,7 +95,8 @@ impl BackwardBuffers {
         self.grads.len()
     }
 
-    /// One backward call on set `i` (Q, K, V, O, LSE of the forward, dO), writing its dQ, dK, dV.
+    /// One backward call on set `i` (Q, K, V, O, LSE of the forward, dO, and the forward's tables),
+    /// writing its dQ, dK, dV.
     pub fn backward(
         &mut self,
         kernel: &dyn AttentionBackward,
@@ -125,7 +132,15 @@ impl BackwardBuffers {
                 dtype,
             },
         };
-        kernel.backward(device, &self.fwd.problem, &mut t)
+        let tables = self.fwd.tables();
+        flashcore::backward_on_with_tables(
+            kernel,
+            device,
+            device.stream(),
+            &self.fwd.problem,
+            &mut t,
+            &tables,
+        )
     }
 
     /// The next set in rotation: `forward` (if given) then `backward`.

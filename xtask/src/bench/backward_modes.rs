@@ -19,15 +19,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flashcore::cudarc::driver::CudaSlice;
 use flashcore::{
-    AlibiSlopes, AttentionBackward, AttentionProblem, BackwardTensors, DType, Device, KvStorage,
-    Layout, Modes, TensorMut, TensorRef,
+    AlibiSlopes, AttentionBackward, AttentionProblem, DType, Device, KvStorage, Layout, Modes,
 };
 use serde::{Deserialize, Serialize};
 
 use super::backward::check_gradients;
-use super::gpu::{self, cu, Buffers, LoopOptions, TableData, Timer};
+use super::backward_gpu::BackwardBuffers;
+use super::gpu::{self, Buffers, LoopOptions, TableData, Timer};
 use super::report::{DeviceSummary, Settings};
 use super::Args;
 use crate::inputs::random_tensor_parallel;
@@ -305,91 +304,21 @@ pub fn write_and_print(r: &BwdModesReport, dir: &Path) -> Result<()> {
 
 // ---- GPU ----
 
-/// A problem's device buffers: the forward's sets (with the tables) and dO, dQ, dK, dV beside.
-struct ModeBuffers {
-    fwd: Buffers,
-    d_o: Vec<CudaSlice<u16>>,
-    grads: Vec<[CudaSlice<u16>; 3]>,
-    next: usize,
-}
-
-impl ModeBuffers {
-    fn backward(
-        &mut self,
-        kernel: &dyn AttentionBackward,
-        device: &Device,
-        i: usize,
-    ) -> Result<(), flashcore::Error> {
-        let p = &self.fwd.problem;
-        let dtype = p.dtype;
-        let set = &self.fwd.sets[i];
-        fn r(d: &CudaSlice<u16>, dtype: DType) -> TensorRef<'_> {
-            TensorRef {
-                data: d.as_view(),
-                dtype,
-            }
-        }
-        let [dq, dk, dv] = &mut self.grads[i];
-        let mut t = BackwardTensors {
-            q: r(&set.q, dtype),
-            k: r(set.k.half(), dtype),
-            v: r(set.v.half(), dtype),
-            o: r(&set.o, dtype),
-            d_o: r(&self.d_o[i], dtype),
-            lse: set.lse.as_view(),
-            dq: TensorMut {
-                data: dq.as_view_mut(),
-                dtype,
-            },
-            dk: TensorMut {
-                data: dk.as_view_mut(),
-                dtype,
-            },
-            dv: TensorMut {
-                data: dv.as_view_mut(),
-                dtype,
-            },
-        };
-        // The backward takes the forward's tables (cu_seqlens, ALiBi's slopes).
-        let tables = self.fwd.tables();
-        flashcore::backward_on_with_tables(kernel, device, device.stream(), p, &mut t, &tables)
-    }
-}
-
-fn prepare(device: &Device, spec: &Spec, seed: u64, sets_cap: usize) -> Result<ModeBuffers> {
+/// The problem's input sets (with its tables) and gradient buffers: fresh random Q, K, V and dO.
+fn prepare(device: &Device, spec: &Spec, seed: u64, sets_cap: usize) -> Result<BackwardBuffers> {
     let (p, tables) = spec.problem();
     let inputs = super::modes_gpu::random_inputs(&p, seed);
-    let bits =
-        |a: &ndarray::ArrayD<f32>| -> Vec<u16> { a.iter().map(|&x| DTYPE.to_bits(x)).collect() };
+    let bits = |a: &ndarray::ArrayD<f32>| super::modes_gpu::to_bits(&p, a);
     let (q, k, v) = (bits(&inputs.q), bits(&inputs.k), bits(&inputs.v));
     drop(inputs);
-    let o_len = p.o_len();
-    let d_o: Vec<u16> = random_tensor_parallel(DTYPE, [1, 1, 1, o_len], seed ^ 3)
+    let d_o: Vec<u16> = random_tensor_parallel(DTYPE, [1, 1, 1, p.o_len()], seed ^ 3)
         .iter()
         .map(|&x| DTYPE.to_bits(x))
         .collect();
-    let set_bytes = 2 * 2 * (p.q_len() + p.k_len() + p.v_len() + o_len) + 4 * p.lse_len();
+    let set_bytes = 2 * 2 * (p.q_len() + p.k_len() + p.v_len() + p.o_len()) + 4 * p.lse_len();
     let sets = gpu::sets_on(device, set_bytes, set_bytes, sets_cap)?;
     let fwd = Buffers::new(device, &p, &q, &k, &v, sets)?.with_tables(device, &tables)?;
-    let s = device.stream();
-    let mut d_os = vec![cu(s.clone_htod(&d_o), "uploading dO")?];
-    for _ in 1..sets {
-        d_os.push(cu(s.clone_dtod(&d_os[0]), "copying dO")?);
-    }
-    let mut grads = Vec::new();
-    for _ in 0..sets {
-        grads.push([
-            cu(s.alloc_zeros::<u16>(p.q_len()), "allocating dQ")?,
-            cu(s.alloc_zeros::<u16>(p.k_len()), "allocating dK")?,
-            cu(s.alloc_zeros::<u16>(p.v_len()), "allocating dV")?,
-        ]);
-    }
-    Ok(ModeBuffers {
-        fwd,
-        d_o: d_os,
-        grads,
-        next: 0,
-    })
+    BackwardBuffers::from_forward(device, fwd, &d_o)
 }
 
 /// One problem on one backward kernel: the forward on every set, the written-and-finite check of
@@ -411,7 +340,7 @@ fn time_spec(
         .ok_or_else(|| anyhow!("no compiled-in forward takes {}", spec.label()))?;
     let mut bufs = prepare(device, spec, seed, gpu::max_sets(args.quick))?;
     bufs.fwd.poison(device, 0)?;
-    for i in 0..bufs.fwd.sets.len() {
+    for i in 0..bufs.sets() {
         bufs.fwd
             .forward(forward.as_ref(), device, i)
             .map_err(|e| anyhow!("forward {}: {e}", forward.name()))?;
@@ -426,30 +355,17 @@ fn time_spec(
             forward.name()
         )));
     }
-    let s = device.stream();
-    let nan = flashcore::host::nan_bits(DTYPE);
-    for g in bufs.grads[0].iter_mut() {
-        cu(
-            s.memcpy_htod(&vec![nan; g.len()], g),
-            "poisoning the gradients",
-        )?;
-    }
+    bufs.poison_grads(device, 0)?;
     if let Err(e) = bufs.backward(kernel, device, 0) {
         return Ok(Timed::Failed(format!("{e}")));
     }
-    device.synchronize().map_err(|e| anyhow!("{e}"))?;
-    let read = |g: &CudaSlice<u16>| cu(s.clone_dtoh(g), "copying a gradient back");
-    let [dq, dk, dv] = &bufs.grads[0];
-    let (dq, dk, dv) = (read(dq)?, read(dk)?, read(dv)?);
+    let [dq, dk, dv] = bufs.read_grads(device, 0)?;
     let check = match check_gradients(DTYPE, &[("dQ", &dq), ("dK", &dk), ("dV", &dv)]) {
         Ok(c) => c,
         Err(m) => return Ok(Timed::Failed(m)),
     };
-    let sets = bufs.grads.len();
     let sampled = gpu::time_calls(timer, device, loop_opts, || {
-        let i = bufs.next;
-        bufs.next = (i + 1) % sets;
-        bufs.backward(kernel, device, i).map_err(|e| anyhow!("{e}"))
+        bufs.step_next(None, kernel, device)
     })?;
     Ok(Timed::Us {
         us: sampled.us,

@@ -268,7 +268,7 @@ fn prepare_fresh(case: &Case, args: &Args) -> Prepared {
     }
 }
 
-fn to_bits(p: &AttentionProblem, a: &ArrayD<f32>) -> Vec<u16> {
+pub(super) fn to_bits(p: &AttentionProblem, a: &ArrayD<f32>) -> Vec<u16> {
     a.iter().map(|&x| p.dtype.to_bits(x)).collect()
 }
 
