@@ -12,8 +12,8 @@
 use flashcore_core::backward::{backward_mode_defines, AttentionBackward, BACKWARD_MODES};
 use flashcore_core::launch::{linear_grid, tiles};
 use flashcore_core::{
-    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, LaunchPlan, Swizzle,
-    TensorMapSpec, Unsupported,
+    AttentionProblem, Capabilities, DeviceInfo, HeadDims, KernelLaunch, KvStorage, LaunchPlan,
+    Swizzle, TensorMapSpec, Unsupported,
 };
 
 use crate::env::{Env, Overridable};
@@ -66,10 +66,27 @@ pub fn default_query_rows(head_dim: usize, causal: bool, modes: bool, softcap: b
     }
 }
 
-/// Whether the units differ in length: under causal masking or a window a key block sees only
-/// some query blocks (block_info.cuh's decode_unit).
+/// Whether a key block sees only some query blocks: under causal masking or a window
+/// (block_info.cuh's decode_unit).
 fn banded(problem: &AttentionProblem) -> bool {
     problem.causal || problem.modes.window_left.is_some() || problem.modes.window_right.is_some()
+}
+
+/// Whether the units differ in length: when [`banded`], and with varlen, where each sequence's
+/// units walk its own length, unless the packed totals say every sequence is max_seqlen long.
+/// - Varlen of eight mixed lengths (256-4096), non-causal: one CTA per unit ran 1.08-1.10× a
+///   dense backward of equal work per pair, the persistent grid 1.16-1.25×; eight equal lengths
+///   ran 1.7-2.4 % faster on the persistent grid (H200, docs/results/2026-12-02-hopper-bwd-grid-h200,
+///   call 1; sections of half a wave either way).
+fn unequal_units(problem: &AttentionProblem) -> bool {
+    let m = &problem.modes;
+    let unequal_sequences = match (m.packed_q, m.kv) {
+        (Some(total_q), KvStorage::Packed { total_k }) => {
+            total_q != problem.batch * problem.seq_q || total_k != problem.batch * problem.seq_k
+        }
+        _ => false,
+    };
+    banded(problem) || unequal_sequences
 }
 
 /// Work units per L2 section by default: half a wave (half the SM count) without causal masking,
@@ -143,12 +160,18 @@ pub fn workspace_f32(
     padded_rows.checked_mul(head_dim + 1)
 }
 
-/// CTAs of the main launch (it strides over its units). Without causal masking the units are of
-/// equal length: one CTA per SM, so a CTA loads its next unit's K and V while it stores the last
-/// unit's dK and dV. Under causal masking or a window one CTA per unit, so the hardware balances
-/// the unequal units as they finish.
-fn main_grid(p: &AttentionProblem, units: usize, device: &DeviceInfo) -> u32 {
-    if banded(p) {
+/// CTAs of the main launch (it strides over its units). When the units are of equal length, one
+/// CTA per SM, so a CTA loads its next unit's K and V while it stores the last
+/// unit's dK and dV. When the units are unequal ([`unequal_units`]) one CTA per unit, so the
+/// hardware balances them as they finish.
+/// `persistent` overrides the choice (`FLASHCORE_HOPPER_BWD_PERSISTENT`).
+fn main_grid(
+    p: &AttentionProblem,
+    units: usize,
+    device: &DeviceInfo,
+    persistent: Option<bool>,
+) -> u32 {
+    if !persistent.unwrap_or(!unequal_units(p)) {
         linear_grid(units)
     } else {
         linear_grid(units.min(device.sm_count.max(1) as usize))
@@ -170,6 +193,9 @@ pub struct BackwardTuning {
     /// The consumer step's variants (config.cuh's FC_BWD_DQ_BEFORE_DK and FC_BWD_DS_STMATRIX),
     /// each `None` for the build's default (both on): [`STEP_VARIANTS`]' variables, 0 or 1.
     pub step: [Option<bool>; 2],
+    /// One CTA per SM striding over the units (`true`) or one CTA per unit (`false`); `None`
+    /// for [`main_grid`]'s choice. `FLASHCORE_HOPPER_BWD_PERSISTENT` = 0 or 1.
+    pub persistent: Option<bool>,
 }
 
 /// The step variants' variables and defines, in [`BackwardTuning::step`]'s order.
@@ -198,6 +224,9 @@ impl Overridable for BackwardTuning {
                 }
                 step
             },
+            persistent: env.flag("FLASHCORE_HOPPER_BWD_PERSISTENT", |v| {
+                format!("FLASHCORE_HOPPER_BWD_PERSISTENT={v:?} is not 0 or 1")
+            })?,
         })
     }
 }
@@ -345,7 +374,7 @@ pub fn plan_with_tuning(
                 source: SOURCE,
                 entry: "bwd_hopper_dk_dv",
                 defines: defines.clone(),
-                grid: (main_grid(p, units, device), 1, 1),
+                grid: (main_grid(p, units, device, tuning.persistent), 1, 1),
                 block: (MAIN_THREADS, 1, 1),
                 dynamic_smem_bytes: smem as u32,
                 tensor_maps: Some(TensorMapSpec {
@@ -460,6 +489,7 @@ mod tests {
             section_units: None,
             query_rows: Some(rows),
             step: [None; 2],
+            persistent: None,
         };
         let d64 = AttentionProblem::new(1, 2, 256, 64);
         let d128 = AttentionProblem::new(1, 2, 256, 128);
@@ -530,6 +560,7 @@ mod tests {
             section_units: None,
             query_rows: Some(128),
             step: [None; 2],
+            persistent: None,
         };
         let e = plan_with_tuning(&capped, &h100, tuning).unwrap_err();
         assert!(e.to_string().contains("softcap takes 64-row steps"), "{e}");
@@ -542,12 +573,29 @@ mod tests {
         );
         let varlen = dense.with_modes(Modes {
             packed_q: Some(1000),
-            kv: flashcore_core::KvStorage::Packed { total_k: 1000 },
+            kv: KvStorage::Packed { total_k: 1000 },
             ..Modes::default()
         });
         let plan = PersistentHopper.plan_backward(&varlen, &h100).unwrap();
         assert_eq!(define(&plan, "FC_BWD_VARLEN").as_deref(), Some("1"));
         assert_eq!(define(&plan, "FC_BWD_QUERY_ROWS").as_deref(), Some("64"));
+        // Varlen: sequences shorter than max_seqlen make unequal units, one CTA per unit (more
+        // units than SMs here); when the totals say every sequence is max_seqlen long, one CTA per
+        // SM, as for a dense batch.
+        let packed = |total: usize| {
+            AttentionProblem::new(8, 16, 4096, 128).with_modes(Modes {
+                packed_q: Some(total),
+                kv: KvStorage::Packed { total_k: total },
+                ..Modes::default()
+            })
+        };
+        let grid = |p: &AttentionProblem| {
+            PersistentHopper.plan_backward(p, &h100).unwrap().launches[1]
+                .grid
+                .0 as usize
+        };
+        assert_eq!(grid(&packed(16384)), 8 * 16 * 4096 / 128);
+        assert_eq!(grid(&packed(8 * 4096)), 132);
     }
 
     #[test]
@@ -603,6 +651,18 @@ mod tests {
             .clone();
         assert!(defines.contains(&("FC_BWD_DQ_BEFORE_DK".into(), "0".into())));
         assert!(!defines.iter().any(|(k, _)| k == "FC_BWD_DS_STMATRIX"));
+        // The grid: the plan's choice unless FLASHCORE_HOPPER_BWD_PERSISTENT says.
+        assert!(with(&[("FLASHCORE_HOPPER_BWD_PERSISTENT", "2")]).is_err());
+        let causal = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
+        let grid = |vars: &'static [(&'static str, &'static str)]| {
+            plan_with_tuning(&causal, &h100, with(vars).unwrap())
+                .unwrap()
+                .launches[1]
+                .grid
+                .0
+        };
+        assert_eq!(grid(&[]), 4 * 16 * 16);
+        assert_eq!(grid(&[("FLASHCORE_HOPPER_BWD_PERSISTENT", "1")]), 132);
         // The default: half a wave of units per L2 section, one and a half under causal masking.
         let p = AttentionProblem::new(4, 16, 2048, 128);
         assert_eq!(default_section_units(&p, &h100), 66);
@@ -667,7 +727,7 @@ mod tests {
             window_left: Some(16),
             softcap: Some(30.0),
             packed_q: Some(256),
-            kv: flashcore_core::KvStorage::Packed { total_k: 256 },
+            kv: KvStorage::Packed { total_k: 256 },
             ..Modes::default()
         };
         let p = AttentionProblem::new(1, 2, 256, 192).with_modes(modes);
@@ -681,6 +741,7 @@ mod tests {
             section_units: None,
             query_rows: Some(rows),
             step: [None; 2],
+            persistent: None,
         };
         let wide = AttentionProblem::new(1, 2, 256, 256);
         let e = plan_with_tuning(&wide, &h100, tuning(64)).unwrap_err();
