@@ -74,15 +74,16 @@ fn banded(problem: &AttentionProblem) -> bool {
 
 /// Whether the units differ in length: when [`banded`], and with varlen, where each sequence's
 /// units walk its own length, unless the packed totals say every sequence is max_seqlen long.
-/// - Varlen of eight mixed lengths (256-4096), non-causal: one CTA per unit ran 1.08-1.10× a
-///   dense backward of equal work per pair, the persistent grid 1.16-1.25×; eight equal lengths
-///   ran 1.7-2.4 % faster on the persistent grid (H200, docs/results/2026-12-02-hopper-bwd-grid-h200,
-///   call 1; sections of half a wave either way).
+/// - Varlen of eight mixed lengths (256-4096), non-causal: one CTA per unit ran 9-11 % faster
+///   than the persistent grid, 1.08-1.13× a dense backward of equal work per pair against
+///   1.16-1.25×; eight equal lengths ran 1.8-3.6 % faster on the persistent grid, one sample each
+///   (H200, docs/results/2026-12-02-hopper-bwd-grid-h200, calls 1 and 3).
 fn unequal_units(problem: &AttentionProblem) -> bool {
     let m = &problem.modes;
     let unequal_sequences = match (m.packed_q, m.kv) {
         (Some(total_q), KvStorage::Packed { total_k }) => {
-            total_q != problem.batch * problem.seq_q || total_k != problem.batch * problem.seq_k
+            problem.batch.checked_mul(problem.seq_q) != Some(total_q)
+                || problem.batch.checked_mul(problem.seq_k) != Some(total_k)
         }
         _ => false,
     };
