@@ -232,7 +232,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
         trace.begin(cw == 0 && tid == 0);
         int unit_index = 0;
         for (long long t = blockIdx.x; t < units; t += gridDim.x, unit_parity ^= 1u, ++unit_index) {
-            trace.mark(unit_index, MARK_UNIT);
+            trace.begin_unit(unit_index, t);
             const Unit u = decode_unit(p, t);
             const int key0 = u.k0 + cw * WG_KEYS;  // the warpgroup's first key
             float dk[D / 2], dv[D / 2];

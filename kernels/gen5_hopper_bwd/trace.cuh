@@ -1,7 +1,10 @@
-// Generation 5 (Hopper) backward: an optional timeline (FLASHCORE_HOPPER_BWD_TRACE=1, which builds
-// with FC_BWD_TRACE=1; off in every measured build). The first consumer thread of CTAs 0,
-// gridDim.x / 2 and gridDim.x - 1 stamps %globaltimer at each unit's boundaries, and prints the
-// stamps of the module's third launch: where a unit's time goes outside its steps (dbf6e12).
+// Generation 5 (Hopper) backward: an optional timeline (FLASHCORE_HOPPER_BWD_TRACE, which builds
+// with FC_BWD_TRACE; off in every measured build), printed for the module's third launch.
+// - 1: the first consumer thread of CTAs 0, gridDim.x / 2 and gridDim.x - 1 stamps %globaltimer
+//   at each unit's boundaries: where a unit's time goes outside its steps (dbf6e12).
+// - 2: the grid's schedule: every CTA prints a line a unit (up to TRACE_UNITS) with its SM, the
+//   unit's index and steps, and its start and end on the globaltimer (absolute ns, one clock for
+//   every SM), so idle SMs, the tail and the cost of units without steps can be read off.
 #pragma once
 
 #ifndef FC_BWD_TRACE
@@ -19,6 +22,7 @@ __device__ unsigned trace_launches;  // launches started by CTA 0 since the modu
 
 struct UnitTrace {
     unsigned long long start = 0, t[TRACE_UNITS][TRACE_MARKS] = {};
+    long long unit_ids[TRACE_UNITS] = {};
     int steps[TRACE_UNITS] = {};
     bool on = false;
 
@@ -28,9 +32,14 @@ struct UnitTrace {
         return v;
     }
     __device__ void begin(bool traced_thread) {
-        on = traced_thread && (blockIdx.x == 0 || blockIdx.x == gridDim.x / 2 || blockIdx.x == gridDim.x - 1);
+        on = traced_thread && (FC_BWD_TRACE >= 2 || blockIdx.x == 0 || blockIdx.x == gridDim.x / 2 ||
+                               blockIdx.x == gridDim.x - 1);
         if (on && blockIdx.x == 0) atomicAdd(&trace_launches, 1u);
         if (on) start = now();
+    }
+    __device__ void begin_unit(int unit, long long id) {
+        if (on && unit < TRACE_UNITS) unit_ids[unit] = id;
+        mark(unit, MARK_UNIT);
     }
     __device__ void mark(int unit, TraceMark m) {
         if (on && unit < TRACE_UNITS) t[unit][m] = now();
@@ -42,6 +51,14 @@ struct UnitTrace {
     // increment at its start has happened and is the launch's number plus one.
     __device__ void print(int units) {
         if (!on || *(volatile unsigned*)&trace_launches != TRACE_LAUNCH + 1) return;
+        if (FC_BWD_TRACE >= 2) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            for (int u = 0; u < min(units, TRACE_UNITS); ++u)
+                printf("bwd-sched cta %d sm %u unit %lld steps %d start %llu end %llu\n", (int)blockIdx.x, sm,
+                       unit_ids[u], steps[u], t[u][MARK_UNIT], t[u][MARK_STORED]);
+            return;
+        }
         for (int u = 0; u < min(units, TRACE_UNITS); ++u)
             printf("bwd-trace cta %d unit %d at %llu us: kv +%llu ns, first q +%llu ns, %d steps %llu ns, "
                    "stores %llu ns\n",
@@ -53,6 +70,7 @@ struct UnitTrace {
 #else
 struct UnitTrace {
     __device__ void begin(bool) {}
+    __device__ void begin_unit(int, long long) {}
     __device__ void mark(int, TraceMark) {}
     __device__ void count_step(int) {}
     __device__ void print(int) {}

@@ -269,6 +269,17 @@ impl AttentionBackward for PersistentHopper {
     }
 }
 
+/// `FLASHCORE_HOPPER_BWD_TRACE` (trace.cuh, for finding where time goes): 1 (or another flag's
+/// "on") prints a timeline of three CTAs' units, 2 every CTA's units with their SM and times, the
+/// grid's whole schedule; unset or off, `None`.
+fn trace_level(env: Env) -> Option<u8> {
+    const VAR: &str = "FLASHCORE_HOPPER_BWD_TRACE";
+    if env.number_or_unset(VAR) == Some(2) {
+        return Some(2);
+    }
+    env.flag_or_unset(VAR).unwrap_or(false).then_some(1)
+}
+
 /// [`AttentionBackward::plan_backward`] with the tunables given rather than read from the
 /// environment.
 pub fn plan_with_tuning(
@@ -351,12 +362,8 @@ pub fn plan_with_tuning(
         // Bounded mbarrier waits: a protocol deadlock traps with a printf instead of hanging.
         defines.push(("FC_HOPPER_DEBUG".to_string(), "1".to_string()));
     }
-    if Env::process()
-        .flag_or_unset("FLASHCORE_HOPPER_BWD_TRACE")
-        .unwrap_or(false)
-    {
-        // A printed timeline of three CTAs' units (trace.cuh), for finding where time goes.
-        defines.push(("FC_BWD_TRACE".to_string(), "1".to_string()));
+    if let Some(level) = trace_level(Env::process()) {
+        defines.push(("FC_BWD_TRACE".to_string(), level.to_string()));
     }
     let p = problem;
     let padded_rows = p.batch * p.heads_q * tiles(p.seq_q, query_rows) * query_rows;
@@ -652,6 +659,17 @@ mod tests {
             .clone();
         assert!(defines.contains(&("FC_BWD_DQ_BEFORE_DK".into(), "0".into())));
         assert!(!defines.iter().any(|(k, _)| k == "FC_BWD_DS_STMATRIX"));
+        // The trace: off unless set; 2 is the whole grid's schedule.
+        let trace = |v: &'static str| {
+            trace_level(Env::new(&move |var: &str| {
+                (var == "FLASHCORE_HOPPER_BWD_TRACE").then(|| v.to_string())
+            }))
+        };
+        assert_eq!(trace_level(Env::new(&|_: &str| None)), None);
+        assert_eq!(
+            (trace("0"), trace("1"), trace("on"), trace("2")),
+            (None, Some(1), Some(1), Some(2))
+        );
         // The grid: the plan's choice unless FLASHCORE_HOPPER_BWD_PERSISTENT says.
         assert!(with(&[("FLASHCORE_HOPPER_BWD_PERSISTENT", "2")]).is_err());
         let causal = AttentionProblem::new(4, 16, 2048, 128).with_causal(true);
