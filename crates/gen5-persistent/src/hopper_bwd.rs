@@ -162,10 +162,9 @@ pub fn workspace_f32(
 }
 
 /// CTAs of the main launch (it strides over its units). When the units are of equal length, one
-/// CTA per SM, so a CTA loads its next unit's K and V while it stores the last
-/// unit's dK and dV. When the units are unequal ([`unequal_units`]) one CTA per unit, so the
-/// hardware balances them as they finish.
-/// `persistent` overrides the choice (`FLASHCORE_HOPPER_BWD_PERSISTENT`).
+/// CTA per SM, so a CTA loads its next unit's K and V while it stores the last unit's dK and dV.
+/// When they are unequal ([`unequal_units`]), one CTA per unit, so the hardware balances them as
+/// they finish. `persistent` overrides the choice (`FLASHCORE_HOPPER_BWD_PERSISTENT`).
 fn main_grid(
     p: &AttentionProblem,
     units: usize,
