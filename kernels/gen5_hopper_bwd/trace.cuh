@@ -47,8 +47,9 @@ struct UnitTrace {
     __device__ void count_step(int unit) {
         if (on && unit < TRACE_UNITS) ++steps[unit];
     }
-    // At the CTA's end: every CTA of the launch is resident (a persistent grid), so CTA 0's
-    // increment at its start has happened and is the launch's number plus one.
+    // At the CTA's end: CTA 0 starts first (on a persistent grid every CTA is resident; on one CTA
+    // a unit the hardware issues CTAs in order), so its increment has happened and the count is the
+    // launch's number plus one. A CTA that ended before CTA 0 started would print nothing.
     __device__ void print(int units) {
         if (!on || *(volatile unsigned*)&trace_launches != TRACE_LAUNCH + 1) return;
         if (FC_BWD_TRACE >= 2) {
