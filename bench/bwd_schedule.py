@@ -39,6 +39,33 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def fit_unit_cost(units):
+    """The least-squares line unit time = fixed + slope * steps over units with steps."""
+    if len(units) < 2:
+        return float("nan"), float("nan")
+    xs = [u["steps"] for u in units]
+    ys = [u["end"] - u["start"] for u in units]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return float("nan"), my / mx
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def launches(units, gap_ns=1_000_000):
+    """Splits the lines into launches: a unit starting over gap_ns after every earlier one ended
+    begins the next launch (a bench traces one launch of each build it runs, milliseconds apart)."""
+    out = []
+    for u in sorted(units, key=lambda u: u["start"]):
+        if out and u["start"] <= out[-1][1] + gap_ns:
+            out[-1][0].append(u)
+            out[-1][1] = max(out[-1][1], u["end"])
+        else:
+            out.append([[u], u["end"]])
+    return [us for us, _ in out]
+
+
 def summarize(units):
     if not units:
         return "no bwd-sched lines (was the build traced with FLASHCORE_HOPPER_BWD_TRACE=2?)"
@@ -57,6 +84,7 @@ def summarize(units):
     empty = [u["end"] - u["start"] for u in units if u["steps"] == 0]
     full = [u for u in units if u["steps"] > 0]
     per_step = [(u["end"] - u["start"]) / u["steps"] for u in full]
+    fixed, slope = fit_unit_cost(full)
     out = [
         f"units {len(units)} on {len(by_sm)} SMs ({len({u['cta'] for u in units})} CTAs), "
         f"makespan {span / 1e3:.1f} us",
@@ -66,6 +94,7 @@ def summarize(units):
         f"units with steps: {len(full)}, steps {sum(u['steps'] for u in full)}, "
         f"median {statistics.median(per_step) if per_step else float('nan'):.0f} ns a step "
         f"(unit time / steps, overheads included)",
+        f"least-squares unit time = {fixed:.0f} ns + {slope:.0f} ns a step",
         f"units without steps: {len(empty)}, median {statistics.median(empty) if empty else 0:.0f} ns, "
         f"together {sum(empty) / 1e3:.1f} us of SM time ({100 * sum(empty) / busy:.1f} % of busy)",
         f"gap between a unit's end and the next unit's start on one SM: median "
@@ -83,7 +112,14 @@ def main(argv):
                 lines += f.readlines()
     else:
         lines = sys.stdin.readlines()
-    print(summarize(parse(lines)))
+    groups = launches(parse(lines))
+    if len(groups) <= 1:
+        print(summarize(groups[0] if groups else []))
+        return
+    for i, us in enumerate(groups):
+        print(f"launch {i + 1} of {len(groups)}:")
+        print(summarize(us))
+        print()
 
 
 if __name__ == "__main__":
