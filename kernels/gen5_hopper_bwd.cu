@@ -68,16 +68,31 @@ using namespace fhb;
 // Several padded rows a warp, each read in 16-byte chunks (common/row_dot.cuh); in a modes build a
 // row that sees few keys takes D = rowsum(P ∘ dP) instead (common/short_row_delta.cuh). The lanes
 // of a row then zero its share of the f32 dQ accumulator.
+//
+// Warps take their rows group-major (row group g of every head, then g + 1): a causal sequence's
+// short rows are its first, so their long chains of key loads start in the first wave and run
+// under the other rows' streaming instead of holding the launch's tail (head-major order cost a
+// causal 8 x 2048 backward 32-38 us, docs/results/2026-12-02-hopper-bwd-schedule-h200, call 2).
+// A varlen sequence's rows past its last query block are skipped: no unit reads their D or adds
+// to their accumulator rows (block_info.cuh's query_walk ends at the sequence's length).
 using Dot = RowDot<D>;
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const int lane = threadIdx.x % 32;
     const int sub_row = lane / Dot::lanes, chunk = lane % Dot::lanes;
     const long long rows = padded_rows(p);
-    const long long stride = (long long)gridDim.x * (blockDim.x / 32) * Dot::rows_per_warp;
     const int row_span = query_blocks(p) * QUERY_ROWS;
-    for (long long r0 = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * Dot::rows_per_warp;
-         r0 < rows; r0 += stride) {
+    static_assert(QUERY_ROWS % Dot::rows_per_warp == 0, "a warp's rows lie in one query block of one head");
+    const long long heads = (long long)p.batch * p.heads_q;
+    const long long groups = rows / Dot::rows_per_warp;
+    const long long stride = (long long)gridDim.x * (blockDim.x / 32);
+    for (long long w = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; w < groups; w += stride) {
+        const long long r0 = (w % heads) * row_span + (w / heads) * Dot::rows_per_warp;
+        if constexpr (VARLEN) {
+            const int b = (int)((w % heads) / p.heads_q);
+            const int len_q = bwd_len_q(p, b);
+            if ((w / heads) * Dot::rows_per_warp >= (len_q + QUERY_ROWS - 1) / QUERY_ROWS * QUERY_ROWS) continue;
+        }
         const long long r = r0 + sub_row;
         float acc = 0.f;
         if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
@@ -122,6 +137,7 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
     const unsigned bar_kv_full = base + OFF_BAR, bar_kv_empty = bar_kv_full + 8;
     const unsigned bar_q_full = bar_kv_empty + 8;            // + 8 stage
     const unsigned bar_q_empty = bar_q_full + 8 * STAGES;    // + 8 stage
+    if (cta_unit_has_no_keys(p)) return;
 
     if (threadIdx.x == 0) {
         mbar_init(bar_kv_full, 1);
@@ -407,6 +423,10 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
         const long long bh = item / blocks_per_head;
         const int block = (int)(item % blocks_per_head);
+        const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
+        const int len_q = bwd_len_q(p, b);
+        // A varlen sequence's blocks past its rows: nothing was accumulated (nor zeroed) there.
+        if (VARLEN && block * DQ_SLICE_QUERIES >= len_q) continue;
         float4 v[DQ_SLICES][QUADS];
 #pragma unroll
         for (int slice = 0; slice < DQ_SLICES; ++slice) {
@@ -428,8 +448,6 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         }
         __syncthreads();
         constexpr int CHUNKS = D / 8;  // 16-byte pieces of a dQ row
-        const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
-        const int len_q = bwd_len_q(p, b);
         for (int i = threadIdx.x; i < DQ_SLICE_QUERIES * CHUNKS; i += CONVERT_THREADS) {
             const int r = i / CHUNKS, c = i % CHUNKS, row = block * DQ_SLICE_QUERIES + r;
             if (row < len_q && chunk_in_head<PADDED_HEAD>(p.head_dim, c)) {
