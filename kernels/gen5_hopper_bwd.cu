@@ -137,7 +137,6 @@ bwd_hopper_dk_dv(const __grid_constant__ AttentionParams p, const __grid_constan
     const unsigned bar_kv_full = base + OFF_BAR, bar_kv_empty = bar_kv_full + 8;
     const unsigned bar_q_full = bar_kv_empty + 8;            // + 8 stage
     const unsigned bar_q_empty = bar_q_full + 8 * STAGES;    // + 8 stage
-    if (cta_unit_has_no_keys(p)) return;
 
     if (threadIdx.x == 0) {
         mbar_init(bar_kv_full, 1);

@@ -76,17 +76,6 @@ __device__ __forceinline__ Unit decode_unit(const AttentionParams& p, long long 
     return u;
 }
 
-// Whether this CTA, launched as one CTA per unit (the plan's grid where units differ in length),
-// holds a varlen unit past its sequence's keys: no rows to load, compute or store, so it leaves
-// before setting anything up rather than hold an SM through the barriers' setup and the warp
-// roles' start (2 208 of the 4 096 units of the mixed-length causal row of issue 39's bench).
-__device__ __forceinline__ bool cta_unit_has_no_keys(const AttentionParams& p) {
-    if constexpr (!VARLEN) return false;
-    if ((long long)gridDim.x < num_units(p)) return false;  // persistent: it strides over units
-    const Unit u = decode_unit(p, blockIdx.x);
-    return u.k0 >= bwd_len_k(p, u.b);
-}
-
 // The unit's sequence lengths: the problem's, or with varlen the ones the producer parks in shared
 // memory at OFF_SEQ with the unit's K and V (written before its kv_full arrival, so a consumer that
 // has waited for the K/V tiles reads them; rewritten only after both consumers released the tiles).
