@@ -2,7 +2,7 @@
 # Call 4: the first and last launches as committed (group-major rows, varlen rows past a sequence
 # skipped; the main kernel's PTX unchanged) against the tree before (.carry/xtask-base):
 # - ncu times of the three kernels, both trees, on three rows and their dense twins;
-# - bwd-modes varlen and window rows, both trees interleaved, two rounds;
+# - bwd-modes varlen rows, both trees interleaved, two rounds (the window row by ncu only);
 # - then, side by side: verify --pass bwd --cases 1000 (modes drawn), sanitize --pass bwd
 #   (memcheck, racecheck, initcheck) and reliability's backward check, all on the new tree.
 # From the repo root, with .carry/xtask and .carry/xtask-base (release, stripped):
@@ -32,7 +32,7 @@ done
 for run in base new base new; do
   X=.carry/xtask; [ $run = base ] && X=.carry/xtask-base
   n=$run-$SECONDS
-  timeout 60 $X bench-all --pass bwd --suite bwd-modes --kernels $H --case varlen --case win --repeats 5 \
+  timeout 60 $X bench-all --pass bwd --suite bwd-modes --kernels $H --case varlen --repeats 5 \
     --out-dir $L/$n > $L/$n.log 2>&1
   echo "bwd-modes $n rc=$? (${SECONDS}s)" | tee -a $R
   cp $L/$n/bench-bwd-modes.md $O/modes-$n.md
