@@ -69,12 +69,14 @@ using namespace fhb;
 // row that sees few keys takes D = rowsum(P ∘ dP) instead (common/short_row_delta.cuh). The lanes
 // of a row then zero its share of the f32 dQ accumulator.
 //
-// Warps take their rows group-major (row group g of every head, then g + 1): a causal sequence's
-// short rows are its first, so their long chains of key loads start in the first wave and run
-// under the other rows' streaming instead of holding the launch's tail (head-major order cost a
-// causal 8 x 2048 backward 32-38 us, docs/results/2026-12-02-hopper-bwd-schedule-h200, call 2).
-// A varlen sequence's rows past its last query block are skipped: no unit reads their D or adds
-// to their accumulator rows (block_info.cuh's query_walk ends at the sequence's length).
+// A modes build's warps take their rows group-major (row group g of every head, then g + 1): a
+// causal sequence's short rows are its first, so their chains of key loads start in the first wave
+// and run under the other rows' streaming instead of holding the launch's tail (this launch on a
+// causal varlen 8 x 2048 at D = 64: 69.7 -> 49.2 us, its dense twin's 32.6;
+// docs/results/2026-12-02-hopper-bwd-schedule-h200, call 4). A dense build has no short rows and
+// keeps head-major order. Varlen skips a sequence's rows past its last query block: no unit reads
+// their D or adds to their accumulator rows (block_info.cuh's query_walk ends at the sequence's
+// length), and the convert launch skips them too.
 using Dot = RowDot<D>;
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
@@ -425,6 +427,7 @@ bwd_hopper_dq_convert(const __grid_constant__ AttentionParams p, const __grid_co
         const int b = (int)(bh / p.heads_q), h = (int)(bh % p.heads_q);
         const int len_q = bwd_len_q(p, b);
         // A varlen sequence's blocks past its rows: nothing was accumulated (nor zeroed) there.
+        // (b, h and len_q are read before the loads in every build, as measured: call 4 above.)
         if (VARLEN && block * DQ_SLICE_QUERIES >= len_q) continue;
         float4 v[DQ_SLICES][QUADS];
 #pragma unroll
