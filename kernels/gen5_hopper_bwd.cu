@@ -74,15 +74,17 @@ using namespace fhb;
 // and run under the other rows' streaming instead of holding the launch's tail (this launch on a
 // causal varlen 8 x 2048 at D = 64: 69.7 -> 49.2 us, its dense twin's 32.6;
 // docs/results/2026-12-02-hopper-bwd-schedule-h200, call 4). A dense build has no short rows and
-// keeps head-major order. Varlen skips a sequence's rows past its last query block: no unit reads
-// their D or adds to their accumulator rows (block_info.cuh's query_walk ends at the sequence's
-// length), and the convert launch skips them too.
+// keeps head-major order (group-major cost its launch 0.4-2.2 us there); the two orders differ only
+// in the loop's head, hence the #if around it. Varlen skips a sequence's rows past its last query
+// block: no unit reads their D or adds to their accumulator rows (block_info.cuh's query_walk ends
+// at the sequence's length), and the convert launch skips them too.
 using Dot = RowDot<D>;
 extern "C" __global__ void __launch_bounds__(128)
 bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_constant__ BackwardParams g) {
     const int lane = threadIdx.x % 32;
     const int sub_row = lane / Dot::lanes, chunk = lane % Dot::lanes;
     const long long rows = padded_rows(p);
+#if FC_BWD_MODES
     const int row_span = query_blocks(p) * QUERY_ROWS;
     static_assert(QUERY_ROWS % Dot::rows_per_warp == 0, "a warp's rows lie in one query block of one head");
     const long long heads = (long long)p.batch * p.heads_q;
@@ -95,6 +97,12 @@ bwd_hopper_prepare(const __grid_constant__ AttentionParams p, const __grid_const
             const int len_q = bwd_len_q(p, b);
             if ((w / heads) * Dot::rows_per_warp >= (len_q + QUERY_ROWS - 1) / QUERY_ROWS * QUERY_ROWS) continue;
         }
+#else
+    const long long stride = (long long)gridDim.x * (blockDim.x / 32) * Dot::rows_per_warp;
+    const int row_span = query_blocks(p) * QUERY_ROWS;
+    for (long long r0 = ((long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * Dot::rows_per_warp;
+         r0 < rows; r0 += stride) {
+#endif
         const long long r = r0 + sub_row;
         float acc = 0.f;
         if (r < rows && chunk < Dot::chunks && chunk_in_head<PADDED_HEAD>(p.head_dim, chunk)) {
