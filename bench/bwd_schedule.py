@@ -11,6 +11,12 @@ what a unit without steps costs and the gap between consecutive units on one SM.
 
     FLASHCORE_HOPPER_BWD_TRACE=2 xtask bench-all ... > run.log 2>&1
     python3 bench/bwd_schedule.py run.log
+
+Lines more than a millisecond apart are taken as separate launches (a bench traces one launch of
+each build it runs) and summarized one by one. On a grid of one CTA a unit (causal, windows, mixed
+varlen) each CTA's prints at its end hold the grid: a traced launch spanned 8.5-9 ms against about
+1.1 ms untraced (docs/results/2026-12-02-hopper-bwd-schedule-h200, call 1). There the step counts
+hold, not the busy share, tail or gaps; ncu's kernel times are the measure of such a launch.
 """
 
 import re
