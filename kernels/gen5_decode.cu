@@ -11,14 +11,15 @@
 // FC_DECODE_STAGES-deep cp.async ring of 64-key K and V tiles (32-key at D = 512); up to D = 256
 // warp w owns keys [16 w, 16 w + 16) of every tile and keeps its own online-softmax state and
 // 16 x D accumulator (at D = 512 every warp takes all 32 keys and a quarter of the columns, see
-// column_warps):
+// column_warps, and S comes from the warps' quarters of the head dim, scores.cuh):
 //
 //   prologue: Q (16 packed rows, gathered per row) + the first STAGES-1 K/V tiles
 //   per tile t: wait tile t; barrier; issue tile t+STAGES-1 into the slot tile t-1 used;
 //               S = Q·K_wᵀ (16 x 16), score modifier, masks, online softmax, O_w += P·V_w
-//   epilogue:   the warps' (max, sum, O) merged through shared memory; one split: O and
-//               LSE written; several: the split's normalised O (f32) and log2-LSE go to the
-//               workspace and attention_decode_combine merges them, splits in order.
+//   epilogue:   the warps' (max, sum, O) merged through shared memory (column warps, D = 512:
+//               nothing to merge, each lane stores its own); one split: O and LSE written;
+//               several: the split's normalised O (f32) and log2-LSE go to the workspace and
+//               attention_decode_combine merges them, splits in order.
 //
 // Masks, score modifiers and K/V addressing are the shared headers' (seqlen.cuh, score_mod.cuh,
 // kv_rows.cuh, async_copy.cuh), so every inference mode holds under splitting; a split never
@@ -36,7 +37,8 @@
 //
 // The build's defines and shared-memory map: gen5_decode/config.cuh; its parts: the work units
 // and splits (work_split.cuh), the partials and merge area (partials.cuh), the small-page loader
-// (page_groups.cuh), the L2 prefetch (prefetch.cuh) and the combine's shape (combine.cuh).
+// (page_groups.cuh), the L2 prefetch (prefetch.cuh), the combine's shape (combine.cuh) and a
+// warp's scores of a tile, Q wherever the build keeps it (scores.cuh).
 #include "common/params.cuh"
 #include "common/types.cuh"
 #include "common/masking.cuh"
@@ -58,6 +60,7 @@
 #include "gen5_decode/page_groups.cuh"
 #include "gen5_decode/prefetch.cuh"
 #include "gen5_decode/combine.cuh"
+#include "gen5_decode/scores.cuh"
 
 using namespace decode;
 
@@ -209,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             // then passes under a tile's compute instead of delaying the copies.
             int next_page = kv_cache == page_tiles && stages - 1 < n_tiles ? tile_page(kb0 + stages - 1) : 0;
 
-            FragA q_frag[head_dim / 16];  // (never touched, so never allocated, at D = 256)
+            FragA q_frag[q_frags];  // (scores.cuh; never touched, so never allocated, at D = 256)
             typename Kv::QScale q_scale{};
             for (int t = 0; t < n_tiles; ++t) {
                 cp_async_wait<stages - 2>();  // tile t (and Q) have landed
@@ -219,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 if (t == 0) {
                     trace.mark(decode_trace::kFirstTile);
                     q_scale = Kv::q_scale(q_tile, lane);
-                    if constexpr (q_in_registers) Kv::load_q(q_frag, q_scale, q_tile, lane);
+                    load_q_operand(q_frag, q_scale, q_tile, warp, lane);
                 }
                 if (t + stages - 1 < n_tiles) {
                     load_stage((t + stages - 1) % stages, kb0 + t + stages - 1, next_page);
@@ -233,11 +236,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 const int k0 = tile_k0 + key_slice * warp_keys;  // this warp's first key
                 const unsigned warp_rows = KvTile::bytes(key_slice * warp_keys);
                 float s[warp_keys / 8][4];
-                if constexpr (q_in_registers)
-                    Kv::template qk<warp_keys>(s, q_frag, q_scale, smem_base + k_slot(slot) + warp_rows, lane);
-                else
-                    Kv::template qk_q_in_smem<warp_keys>(s, q_tile, q_scale, smem_base + k_slot(slot) + warp_rows,
-                                                         lane);
+                tile_scores<warp_keys>(s, q_frag, q_scale, q_tile, smem_base + k_slot(slot) + warp_rows, warp, lane);
                 if (has_score_mod(p)) {
                     ScoreMod mod[2] = {score_mod(p, seq, b, lane_row[0].head), score_mod(p, seq, b, lane_row[1].head)};
                     if constexpr (Kv::kE4m3)
@@ -269,72 +268,115 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) o[j][e] *= v_descale;
         }
-        // Merge the warps' key slices: each row's (max, sum) and unnormalised O (the warps of
-        // one slice hold the same max and sum, and their own columns).
-        // (opaque: the merge's addresses are worked out here, not hoisted over the mainloop into
-        // registers of their own: 236 registers at D = 512 without it, 206 with.)
-        const int merge_group = opaque(group);
+        if constexpr (key_slices == 1) {
+            // Column warps (D = 512): one key slice, every warp holding each row's (max, sum)
+            // and its own columns of O. Nothing to merge: each lane stores its rows' columns
+            // (the rules of the merge below, the row's part worked out once).
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = merge_group + 8 * r;
-            const float l = quad_sum(st.row_sum[r]);
-            if (tig == 0 && warp_col0 == 0) {
-                stats[(key_slice * q_tile_rows + row) * 2] = st.row_max[r];
-                stats[(key_slice * q_tile_rows + row) * 2 + 1] = l;
-            }
-            const int merged_row = key_slice * q_tile_rows + row;
+            for (int r = 0; r < 2; ++r) {
+                const int row = opaque(group) + 8 * r;  // (opaque: as the merge's below)
+                const float m = st.row_max[r];
+                const float l_lanes = quad_sum(st.row_sum[r]);
+                if (row >= rows) continue;
+                // (A max still -inf: no visible key, l = 0 and O = 0, or every score NaN: l NaN.)
+                const float weight = m == -FC_INF ? (l_lanes == 0.f ? 0.f : FC_QNAN) : 1.f;
+                const float l = weight * l_lanes;
+                const PackedRow pr = packed_row(p, h_kv, r0 + row);
+                const bool writes_lse = warp_col0 == 0 && tig == 0;
+                float scale;
+                if (own_splits == 1) {
+                    const KeyRange keys = key_range(p, seq, pr.q_row);
+                    const bool sees_keys = keys.hi > keys.lo;
+                    scale = weight * final_scale(l, sees_keys);
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
 #pragma unroll
-            for (int j = 0; j < out_tiles; ++j) {
-                if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
-                    merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig))] = o[j][2 * r];
-                    merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig + 1))] = o[j][2 * r + 1];
+                    for (int j = 0; j < out_tiles; ++j) {
+                        const int col = warp_col0 + 8 * j + 2 * tig;
+                        if (!padded || col < v_dim(p))
+                            *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o[j][2 * r] * scale, o[j][2 * r + 1] * scale);
+                    }
+                    if (writes_lse && p.lse != nullptr)
+                        p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
                 } else {
-                    *reinterpret_cast<float2*>(&merged[merged_index(merged_row, warp_col0 + 8 * j + 2 * tig)]) =
-                        make_float2(o[j][2 * r], o[j][2 * r + 1]);
+                    scale = weight * (l != 0.f ? 1.f / l : 0.f);
+                    const long long slot = partial_row(p, u, split, row);
+                    float* o_row = workspace_of(p) + slot * head_dim;
+#pragma unroll
+                    for (int j = 0; j < out_tiles; ++j)
+                        *reinterpret_cast<float2*>(&o_row[warp_col0 + 8 * j + 2 * tig]) =
+                            make_float2(o[j][2 * r] * scale, o[j][2 * r + 1] * scale);
+                    if (writes_lse) workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
                 }
             }
-        }
-        __syncthreads();
-
-        for (int i = tid; i < q_tile_rows * head_dim / 2; i += num_threads) {
-            const int row = i / (head_dim / 2);
-            const int col = 2 * (i % (head_dim / 2));
-            if (row >= rows) continue;
-            float m = -FC_INF;
-#pragma unroll
-            for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
-            float l = 0.f, o0 = 0.f, o1 = 0.f;
-#pragma unroll
-            for (int w = 0; w < key_slices; ++w) {
-                const float mw = stats[(w * q_tile_rows + row) * 2];
-                const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
-                // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
-                // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
-                // must the row be.
-                const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
-                const float2 ow = *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
-                l += weight * lw;
-                o0 += weight * ow.x;
-                o1 += weight * ow.y;
+        } else {
+            // Merge the warps' key slices: each row's (max, sum) and unnormalised O (the warps of
+            // one slice hold the same max and sum, and their own columns).
+            // (opaque: the merge's addresses are worked out here, not hoisted over the mainloop into
+            // registers of their own: 236 registers at D = 512 without it, 206 with, when D = 512
+            // merged here.)
+            const int merge_group = opaque(group);
+    #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = merge_group + 8 * r;
+                const float l = quad_sum(st.row_sum[r]);
+                if (tig == 0 && warp_col0 == 0) {
+                    stats[(key_slice * q_tile_rows + row) * 2] = st.row_max[r];
+                    stats[(key_slice * q_tile_rows + row) * 2 + 1] = l;
+                }
+                const int merged_row = key_slice * q_tile_rows + row;
+    #pragma unroll
+                for (int j = 0; j < out_tiles; ++j) {
+                    if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
+                        merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig))] = o[j][2 * r];
+                        merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig + 1))] = o[j][2 * r + 1];
+                    } else {
+                        *reinterpret_cast<float2*>(&merged[merged_index(merged_row, warp_col0 + 8 * j + 2 * tig)]) =
+                            make_float2(o[j][2 * r], o[j][2 * r + 1]);
+                    }
+                }
             }
-            const PackedRow pr = packed_row(p, h_kv, r0 + row);
-            if (own_splits == 1) {
-                const KeyRange keys = key_range(p, seq, pr.q_row);
-                const bool sees_keys = keys.hi > keys.lo;
-                const float scale = final_scale(l, sees_keys);
-                elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
-                // (A padded build's columns past V's are zeros, stored nowhere; its partials keep
-                // them, so the combine reads only written words.)
-                if (!padded || col < v_dim(p))
-                    *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
-                if (col == 0 && p.lse != nullptr)
-                    p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
-            } else {
-                // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
-                const float inv = l != 0.f ? 1.f / l : 0.f;
-                const long long slot = partial_row(p, u, split, row);
-                *reinterpret_cast<float2*>(&workspace_of(p)[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
-                if (col == 0) workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+            __syncthreads();
+
+            for (int i = tid; i < q_tile_rows * head_dim / 2; i += num_threads) {
+                const int row = i / (head_dim / 2);
+                const int col = 2 * (i % (head_dim / 2));
+                if (row >= rows) continue;
+                float m = -FC_INF;
+    #pragma unroll
+                for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
+                float l = 0.f, o0 = 0.f, o1 = 0.f;
+    #pragma unroll
+                for (int w = 0; w < key_slices; ++w) {
+                    const float mw = stats[(w * q_tile_rows + row) * 2];
+                    const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
+                    // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
+                    // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
+                    // must the row be.
+                    const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
+                    const float2 ow = *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
+                    l += weight * lw;
+                    o0 += weight * ow.x;
+                    o1 += weight * ow.y;
+                }
+                const PackedRow pr = packed_row(p, h_kv, r0 + row);
+                if (own_splits == 1) {
+                    const KeyRange keys = key_range(p, seq, pr.q_row);
+                    const bool sees_keys = keys.hi > keys.lo;
+                    const float scale = final_scale(l, sees_keys);
+                    elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
+                    // (A padded build's columns past V's are zeros, stored nowhere; its partials keep
+                    // them, so the combine reads only written words.)
+                    if (!padded || col < v_dim(p))
+                        *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
+                    if (col == 0 && p.lse != nullptr)
+                        p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
+                } else {
+                    // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
+                    const float inv = l != 0.f ? 1.f / l : 0.f;
+                    const long long slot = partial_row(p, u, split, row);
+                    *reinterpret_cast<float2*>(&workspace_of(p)[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
+                    if (col == 0) workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+                }
             }
         }
         __syncthreads();  // the stats and merge area are free for the next unit

@@ -125,22 +125,27 @@ __device__ __forceinline__ void zero_accumulator(float (&acc)[kTiles][4]) {
 // the attention inner loop.
 
 // q[ds] = A fragments of the warp's 16 query rows (rows q_row0 .. q_row0+15 of the Q tile,
-// q_row0 % 16 == 0), one per 16-wide slice ds of head_dim.
-template <int kHeadDim>
-__device__ __forceinline__ void load_q_fragments(FragA (&q)[kHeadDim / 16], unsigned q_tile, int q_row0, int lane) {
+// q_row0 % 16 == 0), one per 16-wide slice ds of head_dim. kCols < kHeadDim: the first kCols
+// columns from `q_tile`, which may start a whole number of swizzle periods into the rows.
+template <int kHeadDim, int kCols = kHeadDim>
+__device__ __forceinline__ void load_q_fragments(FragA (&q)[kCols / 16], unsigned q_tile, int q_row0, int lane) {
+    static_assert(kCols == kHeadDim || kCols % 64 == 0, "a column slice is whole swizzle periods");
     const SliceAddresses<kHeadDim> addr(q_row0 + lane_row_a(lane), lane_chunk_a(lane));
 #pragma unroll
-    for (int ds = 0; ds < kHeadDim / 16; ++ds) ldmatrix_x4(q[ds].r, q_tile + addr.at(ds, 0));
+    for (int ds = 0; ds < kCols / 16; ++ds) ldmatrix_x4(q[ds].r, q_tile + addr.at(ds, 0));
 }
 
 // s = Q·Kᵀ for the warp's 16 rows x kKeys keys of the K tile (rows 0 .. kKeys-1), Q in registers.
-template <int kHeadDim, int kKeys>
-__device__ __forceinline__ void warp_qk(float (&s)[kKeys / 8][4], const FragA (&q)[kHeadDim / 16], unsigned k_tile,
+// kCols < kHeadDim: the product over the first kCols columns from `k_tile` (and q's), which may
+// start a whole number of swizzle periods into the rows (a warp's share of the head dim).
+template <int kHeadDim, int kKeys, int kCols = kHeadDim>
+__device__ __forceinline__ void warp_qk(float (&s)[kKeys / 8][4], const FragA (&q)[kCols / 16], unsigned k_tile,
                                         int lane) {
+    static_assert(kCols == kHeadDim || kCols % 64 == 0, "a column slice is whole swizzle periods");
     const SliceAddresses<kHeadDim> k_addr(lane_row_k(lane), lane_chunk_k(lane));
     zero_accumulator(s);
 #pragma unroll
-    for (int ds = 0; ds < kHeadDim / 16; ++ds) {
+    for (int ds = 0; ds < kCols / 16; ++ds) {
 #pragma unroll
         for (int np = 0; np < kKeys / 16; ++np) {
             unsigned b[4];

@@ -82,8 +82,9 @@ constexpr int num_threads = 32 * num_warps;
 // A warp's share of a tile. Up to D = 256 the warps split its keys (16 each), each with its own
 // online-softmax state and a 16 x D accumulator, merged at the end. At D = 512 that accumulator
 // would be 256 registers a lane, so every warp takes all the tile's keys (the same softmax state
-// in each, at the cost of computing S four times over) and a quarter of O's columns; the tile
-// is 32 keys there, so that a ring of three fits the shared memory (64 KiB a stage).
+// in each: each computes S over a quarter of the head dim and the warps add their partials,
+// scores.cuh) and a quarter of O's columns; the tile is 32 keys there, so that a ring of
+// three fits the shared memory (64 KiB a stage).
 constexpr int column_warps = head_dim > 256 ? num_warps : 1;  // warps sharing one key slice
 constexpr int key_slices = num_warps / column_warps;
 constexpr int kv_tile_rows = head_dim > 256 ? 32 : 64;  // decode.rs kv_tile_rows
