@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             // registers of their own: 236 registers at D = 512 without it, 206 with, when D = 512
             // merged here.)
             const int merge_group = opaque(group);
-    #pragma unroll
+#pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = merge_group + 8 * r;
                 const float l = quad_sum(st.row_sum[r]);
@@ -324,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     stats[(key_slice * q_tile_rows + row) * 2 + 1] = l;
                 }
                 const int merged_row = key_slice * q_tile_rows + row;
-    #pragma unroll
+#pragma unroll
                 for (int j = 0; j < out_tiles; ++j) {
                     if constexpr (Kv::kE4m3) {  // columns in the order the V bytes came (kv_operand.cuh)
                         merged[merged_index(merged_row, warp_col0 + Kv::out_col(j, 2 * tig))] = o[j][2 * r];
@@ -342,10 +342,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 const int col = 2 * (i % (head_dim / 2));
                 if (row >= rows) continue;
                 float m = -FC_INF;
-    #pragma unroll
+#pragma unroll
                 for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
                 float l = 0.f, o0 = 0.f, o1 = 0.f;
-    #pragma unroll
+#pragma unroll
                 for (int w = 0; w < key_slices; ++w) {
                     const float mw = stats[(w * q_tile_rows + row) * 2];
                     const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
