@@ -268,10 +268,10 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) o[j][e] *= v_descale;
         }
-        if constexpr (key_slices == 1) {
-            // Column warps (D = 512): one key slice, every warp holding each row's (max, sum)
-            // and its own columns of O. Nothing to merge: each lane stores its rows' columns
-            // (the rules of the merge below, the row's part worked out once).
+        if constexpr (split_d_scores) {
+            // Column warps (D = 512, scores.cuh): one key slice, every warp holding each row's
+            // (max, sum) and its own columns of O. Nothing to merge: each lane stores its rows'
+            // columns (the rules of the merge below, the row's part worked out once).
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = opaque(group) + 8 * r;  // (opaque: as the merge's below)
@@ -292,8 +292,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 #pragma unroll
                     for (int j = 0; j < out_tiles; ++j) {
                         const int col = warp_col0 + 8 * j + 2 * tig;
-                        if (!padded || col < v_dim(p))
-                            *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o[j][2 * r] * scale, o[j][2 * r + 1] * scale);
+                        *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o[j][2 * r] * scale, o[j][2 * r + 1] * scale);
                     }
                     if (writes_lse && p.lse != nullptr)
                         p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);

@@ -15,7 +15,9 @@
 
 namespace decode {
 
-enum : bool { split_d_scores = column_warps > 1 };
+// (Not in padded builds, 264-504 in the 512 one: with the epilogue's column tests their registers
+// spilled; they keep every warp computing all of S, and the merge.)
+enum : bool { split_d_scores = column_warps > 1 && !padded };
 // Q's fragments a warp holds in registers (none used at D = 256).
 // (Enums, as config.cuh's flags: a namespace-scope constexpr int is emitted into every build's PTX.)
 enum : int { q_frags = (split_d_scores ? warp_cols : head_dim) / 16 };
