@@ -12,6 +12,7 @@
 #include "config.cuh"
 #include "../common/mma.cuh"
 #include "../common/kv_operand.cuh"
+#include "../common/hopper/smem_io.cuh"
 
 namespace decode {
 
@@ -58,20 +59,14 @@ __device__ __forceinline__ void split_d_qk(float (&s)[kKeys / 8][4], const FragA
     __syncwarp();  // this warp's loads of its Q slice are done before its partials overwrite it
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_tile + partial_score_offset(warp, j, lane)),
-                     "f"(part[j][0]), "f"(part[j][1]), "f"(part[j][2]), "f"(part[j][3])
-                     : "memory");
+        st_shared_v4_f32(q_tile + partial_score_offset(warp, j, lane), part[j][0], part[j][1], part[j][2], part[j][3]);
     __syncthreads();
     zero_accumulator(s);
 #pragma unroll
     for (int w = 0; w < num_warps; ++w) {
 #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j) {
-            float4 v;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(q_tile + partial_score_offset(w, j, lane))
-                         : "memory");
+            const float4 v = ld_shared_v4_f32(q_tile + partial_score_offset(w, j, lane));
             s[j][0] += v.x, s[j][1] += v.y, s[j][2] += v.z, s[j][3] += v.w;
         }
     }
