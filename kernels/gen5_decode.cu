@@ -336,45 +336,105 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             }
             __syncthreads();
 
-            for (int i = tid; i < q_tile_rows * head_dim / 2; i += num_threads) {
-                const int row = i / (head_dim / 2);
-                const int col = 2 * (i % (head_dim / 2));
-                if (row >= rows) continue;
-                float m = -FC_INF;
+            if constexpr (head_dim >= 128) {
+                // A warp merges whole rows (warp, warp + 4, ...): each lane works the row's weights,
+                // sum and destination out itself (the same values in every lane, kept in registers),
+                // then the lanes combine its column pairs 32 at a time. No thread waits on another's
+                // row, and with one warp a scheduler a thread a column pair over every row was bound
+                // by re-reading the stats and re-deriving the row for each pair. The sums run in
+                // key-slice order, whichever warp takes the row.
+                for (int row = warp; row < rows; row += num_warps) {
+                    float m = -FC_INF;
 #pragma unroll
-                for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
-                float l = 0.f, o0 = 0.f, o1 = 0.f;
+                    for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
+                    float l = 0.f;
+                    float weight[key_slices];
 #pragma unroll
-                for (int w = 0; w < key_slices; ++w) {
-                    const float mw = stats[(w * q_tile_rows + row) * 2];
-                    const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
-                    // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
-                    // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
-                    // must the row be.
-                    const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
-                    const float2 ow = *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
-                    l += weight * lw;
-                    o0 += weight * ow.x;
-                    o1 += weight * ow.y;
+                    for (int w = 0; w < key_slices; ++w) {
+                        const float mw = stats[(w * q_tile_rows + row) * 2];
+                        const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
+                        // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
+                        // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
+                        // must the row be.
+                        weight[w] = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
+                        l += weight[w] * lw;
+                    }
+                    const PackedRow pr = packed_row(p, h_kv, r0 + row);
+                    if (own_splits == 1) {
+                        const KeyRange keys = key_range(p, seq, pr.q_row);
+                        const bool sees_keys = keys.hi > keys.lo;
+                        const float scale = final_scale(l, sees_keys);
+                        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
+#pragma unroll
+                        for (int col = 2 * lane; col < head_dim; col += 64) {
+                            const float2 ow = merge_pair(merged, weight, row, col);
+                            // (A padded build's columns past V's are zeros, stored nowhere; its partials
+                            // keep them, so the combine reads only written words.)
+                            if (!padded || col < v_dim(p))
+                                *reinterpret_cast<elem2_t*>(o_row + col) = pack2(ow.x * scale, ow.y * scale);
+                        }
+                        if (lane == 0 && p.lse != nullptr)
+                            p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
+                    } else {
+                        // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
+                        const float inv = l != 0.f ? 1.f / l : 0.f;
+                        const long long slot = partial_row(p, u, split, row);
+                        float* o_row = workspace_of(p) + slot * head_dim;
+#pragma unroll
+                        for (int col = 2 * lane; col < head_dim; col += 64) {
+                            const float2 ow = merge_pair(merged, weight, row, col);
+                            *reinterpret_cast<float2*>(&o_row[col]) = make_float2(ow.x * inv, ow.y * inv);
+                        }
+                        if (lane == 0)
+                            workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+                    }
                 }
-                const PackedRow pr = packed_row(p, h_kv, r0 + row);
-                if (own_splits == 1) {
-                    const KeyRange keys = key_range(p, seq, pr.q_row);
-                    const bool sees_keys = keys.hi > keys.lo;
-                    const float scale = final_scale(l, sees_keys);
-                    elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
-                    // (A padded build's columns past V's are zeros, stored nowhere; its partials keep
-                    // them, so the combine reads only written words.)
-                    if (!padded || col < v_dim(p))
-                        *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
-                    if (col == 0 && p.lse != nullptr)
-                        p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
-                } else {
-                    // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
-                    const float inv = l != 0.f ? 1.f / l : 0.f;
-                    const long long slot = partial_row(p, u, split, row);
-                    *reinterpret_cast<float2*>(&workspace_of(p)[slot * head_dim + col]) = make_float2(o0 * inv, o1 * inv);
-                    if (col == 0) workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+            } else {
+                // At D = 64 a row is one pair a lane, and working each row out in every lane of
+                // a warp cost more than it saved: a thread a column pair, over every row.
+                for (int i = tid; i < q_tile_rows * head_dim / 2; i += num_threads) {
+                    const int row = i / (head_dim / 2);
+                    const int col = 2 * (i % (head_dim / 2));
+                    if (row >= rows) continue;
+                    float m = -FC_INF;
+#pragma unroll
+                    for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
+                    float l = 0.f, o0 = 0.f, o1 = 0.f;
+#pragma unroll
+                    for (int w = 0; w < key_slices; ++w) {
+                        const float mw = stats[(w * q_tile_rows + row) * 2];
+                        const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
+                        // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
+                        // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
+                        // must the row be.
+                        const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
+                        const float2 ow =
+                            *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
+                        l += weight * lw;
+                        o0 += weight * ow.x;
+                        o1 += weight * ow.y;
+                    }
+                    const PackedRow pr = packed_row(p, h_kv, r0 + row);
+                    if (own_splits == 1) {
+                        const KeyRange keys = key_range(p, seq, pr.q_row);
+                        const bool sees_keys = keys.hi > keys.lo;
+                        const float scale = final_scale(l, sees_keys);
+                        elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
+                        // (A padded build's columns past V's are zeros, stored nowhere; its partials keep
+                        // them, so the combine reads only written words.)
+                        if (!padded || col < v_dim(p))
+                            *reinterpret_cast<elem2_t*>(o_row + col) = pack2(o0 * scale, o1 * scale);
+                        if (col == 0 && p.lse != nullptr)
+                            p.lse[seq_lse_offset(p, seq, b, pr.head, pr.q_row)] = final_lse(m, l, sees_keys);
+                    } else {
+                        // The split's share: O normalised by its own sum and its log2-LSE (-inf: no key).
+                        const float inv = l != 0.f ? 1.f / l : 0.f;
+                        const long long slot = partial_row(p, u, split, row);
+                        *reinterpret_cast<float2*>(&workspace_of(p)[slot * head_dim + col]) =
+                            make_float2(o0 * inv, o1 * inv);
+                        if (col == 0)
+                            workspace_of(p)[partial_lse_base(p, units) + slot] = l != 0.f ? m + __log2f(l) : -FC_INF;
+                    }
                 }
             }
         }

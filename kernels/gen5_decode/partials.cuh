@@ -44,5 +44,17 @@ __device__ __forceinline__ int merged_index(int row, int col) {
     const int swizzle = ((row & 3) << 3) | (row & 4) | (((col >> 5) & 1) << 1);
     return row * head_dim + (col ^ swizzle);
 }
+// Column pair `col` of packed row `row` over the key slices of the merge area, each weighted,
+// summed in slice order (the same sums whichever thread or warp does it).
+__device__ __forceinline__ float2 merge_pair(const float* merged, const float (&weight)[key_slices], int row, int col) {
+    float o0 = 0.f, o1 = 0.f;
+#pragma unroll
+    for (int w = 0; w < key_slices; ++w) {
+        const float2 ow = *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
+        o0 += weight[w] * ow.x;
+        o1 += weight[w] * ow.y;
+    }
+    return make_float2(o0, o1);
+}
 
 }  // namespace decode
