@@ -1,0 +1,1 @@
+../2026-12-01-decode-one-sequence-h200/timeline.py
