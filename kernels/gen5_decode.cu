@@ -344,21 +344,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                 // by re-reading the stats and re-deriving the row for each pair. The sums run in
                 // key-slice order, whichever warp takes the row.
                 for (int row = warp; row < rows; row += num_warps) {
-                    float m = -FC_INF;
-#pragma unroll
-                    for (int w = 0; w < key_slices; ++w) m = fmaxf(m, stats[(w * q_tile_rows + row) * 2]);
-                    float l = 0.f;
-                    float weight[key_slices];
-#pragma unroll
-                    for (int w = 0; w < key_slices; ++w) {
-                        const float mw = stats[(w * q_tile_rows + row) * 2];
-                        const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
-                        // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
-                        // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
-                        // must the row be.
-                        weight[w] = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
-                        l += weight[w] * lw;
-                    }
+                    const RowWeights rw = row_weights(stats, row);
+                    const float m = rw.m, l = rw.l;
                     const PackedRow pr = packed_row(p, h_kv, r0 + row);
                     if (own_splits == 1) {
                         const KeyRange keys = key_range(p, seq, pr.q_row);
@@ -367,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                         elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, b, pr.head, pr.q_row);
 #pragma unroll
                         for (int col = 2 * lane; col < head_dim; col += 64) {
-                            const float2 ow = merge_pair(merged, weight, row, col);
+                            const float2 ow = merge_pair(merged, rw.weight, row, col);
                             // (A padded build's columns past V's are zeros, stored nowhere; its partials
                             // keep them, so the combine reads only written words.)
                             if (!padded || col < v_dim(p))
@@ -382,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                         float* o_row = workspace_of(p) + slot * head_dim;
 #pragma unroll
                         for (int col = 2 * lane; col < head_dim; col += 64) {
-                            const float2 ow = merge_pair(merged, weight, row, col);
+                            const float2 ow = merge_pair(merged, rw.weight, row, col);
                             *reinterpret_cast<float2*>(&o_row[col]) = make_float2(ow.x * inv, ow.y * inv);
                         }
                         if (lane == 0)
@@ -404,9 +391,8 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                     for (int w = 0; w < key_slices; ++w) {
                         const float mw = stats[(w * q_tile_rows + row) * 2];
                         const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
-                        // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0.
-                        // Its max also stays -inf when every score it saw was NaN; then l is NaN and so
-                        // must the row be.
+                        // (row_weights' arithmetic, interleaved with the pair's loads: this branch's
+                        // PTX is 18e57aa's, the code timed at D = 64.)
                         const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
                         const float2 ow =
                             *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);

@@ -44,6 +44,29 @@ __device__ __forceinline__ int merged_index(int row, int col) {
     const int swizzle = ((row & 3) << 3) | (row & 4) | (((col >> 5) & 1) << 1);
     return row * head_dim + (col ^ swizzle);
 }
+// Packed row `row`'s merge over the key slices, from their (max, sum) in `stats` ([slice][row][2]):
+// the slices' max m, each slice's weight 2^(m_w - m), and l, the weighted sums in slice order.
+struct RowWeights {
+    float m, l;
+    float weight[key_slices];
+};
+__device__ __forceinline__ RowWeights row_weights(const float* stats, int row) {
+    RowWeights rw;
+    rw.m = -FC_INF;
+#pragma unroll
+    for (int w = 0; w < key_slices; ++w) rw.m = fmaxf(rw.m, stats[(w * q_tile_rows + row) * 2]);
+    rw.l = 0.f;
+#pragma unroll
+    for (int w = 0; w < key_slices; ++w) {
+        const float mw = stats[(w * q_tile_rows + row) * 2];
+        const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
+        // A warp that saw no visible key (max still -inf) has l = 0 and O = 0: weight 0. Its max
+        // also stays -inf when every score it saw was NaN; then l is NaN and so must the row be.
+        rw.weight[w] = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - rw.m);
+        rw.l += rw.weight[w] * lw;
+    }
+    return rw;
+}
 // Column pair `col` of packed row `row` over the key slices of the merge area, each weighted,
 // summed in slice order (the same sums whichever thread or warp does it).
 __device__ __forceinline__ float2 merge_pair(const float* merged, const float (&weight)[key_slices], int row, int col) {
