@@ -336,7 +336,9 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
             }
             __syncthreads();
 
-            if constexpr (head_dim >= 128) {
+            // (Padded 512 builds, one key slice, keep the column-pair pass too: the merge a row a
+            // warp was timed at 128 and 256 only.)
+            if constexpr (head_dim >= 128 && key_slices > 1) {
                 // A warp merges whole rows (warp, warp + 4, ...): each lane works the row's weights,
                 // sum and destination out itself (the same values in every lane, kept in registers),
                 // then the lanes combine its column pairs 32 at a time. No thread waits on another's
@@ -392,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
                         const float mw = stats[(w * q_tile_rows + row) * 2];
                         const float lw = stats[(w * q_tile_rows + row) * 2 + 1];
                         // (row_weights' arithmetic, interleaved with the pair's loads: this branch's
-                        // PTX is 18e57aa's, the code timed at D = 64.)
+                        // PTX is 18e57aa's, the code timed at D = 64 and in the padded 512 builds.)
                         const float weight = mw == -FC_INF ? (lw == 0.f ? 0.f : FC_QNAN) : fast_exp2(mw - m);
                         const float2 ow =
                             *reinterpret_cast<const float2*>(&merged[merged_index(w * q_tile_rows + row, col)]);
