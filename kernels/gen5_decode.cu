@@ -19,7 +19,9 @@
 //   epilogue:   the warps' (max, sum, O) merged through shared memory (column warps, D = 512:
 //               nothing to merge, each lane stores its own); one split: O and LSE written;
 //               several: the split's normalised O (f32) and log2-LSE go to the workspace and
-//               attention_decode_combine merges them, splits in order.
+//               attention_decode_combine (a warp a 64-column slice of a row) or, where the
+//               splits are few, attention_decode_combine_rows (a warp a row) merges them,
+//               splits in order.
 //
 // Masks, score modifiers and K/V addressing are the shared headers' (seqlen.cuh, score_mod.cuh,
 // kv_rows.cuh, async_copy.cuh), so every inference mode holds under splitting; a split never
@@ -432,35 +434,30 @@ extern "C" __global__ void __launch_bounds__(num_threads, FC_DECODE_MIN_BLOCKS)
 }
 
 // Merges the splits of every packed row, in split order (deterministic): the log-sum-exp of the
-// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). A warp takes one 64-column slice
-// of one packed row (a float2 a lane), so a row of D columns is D / 64 warps' work and a lane
-// holds up to combine_batch splits' loads at once: split s's LSE is read by lane s % 32, and the
-// first combine_batch splits' O columns are loaded with the LSEs, so up to 32 splits cost one
-// round trip to L2 (a lane of the warp-per-row combine this replaced held D / 32 columns, and past
-// 16 splits read four splits a round trip: 8.7 us for 33 splits of the one-sequence long row,
-// docs/results/2026-11-30-decode-long-row-h200). Later batches take their weights from shared
-// memory. Items run (unit, packed row, slice) with only the rows a unit can have
-// (combine_rows), four to a block.
-extern "C" __global__ void __launch_bounds__(combine_warps * 32)
-    attention_decode_combine(const __grid_constant__ AttentionParams p) {
-    __shared__ float split_weight[combine_warps][max_splits];
-    // Launched programmatically after the split kernel (sm_90): its partials are read only after
-    // it has completed; then the stream's next kernel may start its setup.
-    decode_trace::CombineTrace trace;
-    trace.start();
-    griddep_wait();
-    trace.released();
-    if (threadIdx.x == 0) griddep_launch_dependents();
+// splits' LSEs, and their O rows weighted by exp2(lse_s - lse). An item is kSlices 64-column
+// slices of one packed row (a float2 a lane for each): one slice, so that a row of D columns is
+// D / 64 warps' work, or, where the splits' loads of all of a row's slices fit at once, the whole
+// row. A lane holds up to combine_batch loads at once: split s's LSE is read by lane s % 32, and
+// the first combine_batch / kSlices splits' O columns are loaded with the LSEs, so up to 32 splits
+// (one slice) cost one round trip to L2 (a lane of the warp-per-row combine this replaced held
+// D / 32 columns, and past 16 splits read four splits a round trip: 8.7 us for 33 splits of the
+// one-sequence long row, docs/results/2026-11-30-decode-long-row-h200). Later batches take their
+// weights from shared memory. Items run (unit, packed row, slices) with only the rows a unit can
+// have (combine_rows), a warp an item, four to a block.
+template <int kSlices>
+__device__ __forceinline__ void combine_items(const AttentionParams& p, float* split_weight) {
+    constexpr int batch = combine_batch / kSlices;  // splits a round trip
+    constexpr int item_slices = col_slices / kSlices;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int splits = p.num_splits;
     const long long units = (long long)p.batch * p.heads_kv * packed_q_tiles(p);
     const long long lse_base = partial_lse_base(p, units);
     const int unit_rows = combine_rows(p);
-    const long long items = units * unit_rows * col_slices;
+    const long long items = units * unit_rows * item_slices;
     for (long long item = (long long)blockIdx.x * combine_warps + warp; item < items;
          item += (long long)gridDim.x * combine_warps) {
-        const int slice = (int)(item % col_slices);
-        const long long unit_row = item / col_slices;
+        const int slice0 = (int)(item % item_slices) * kSlices;
+        const long long unit_row = item / item_slices;
         const long long u = unit_row / unit_rows;
         const int row = (int)(unit_row % unit_rows);
         const Unit unit = unit_of(p, u);
@@ -477,15 +474,17 @@ extern "C" __global__ void __launch_bounds__(combine_warps * 32)
             n = unit_splits(visited_key_tiles(p, seq, q_first, q_last - q_first + 1, kv_tile_rows), splits);
             if (n == 1) continue;
         }
-        const int col = slice * combine_cols + 2 * lane;
-        auto o_of = [&](int s) {
+        auto o_of = [&](int s, int c) {
+            const int col = (slice0 + c) * combine_cols + 2 * lane;
             return *reinterpret_cast<const float2*>(&workspace_of(p)[partial_row(p, u, s, row) * head_dim + col]);
         };
         // The first batch's O columns and every LSE, issued together.
-        float2 v[combine_batch];
+        float2 v[batch][kSlices];
 #pragma unroll
-        for (int s = 0; s < combine_batch; ++s)
-            if (s < n) v[s] = o_of(s);
+        for (int s = 0; s < batch; ++s)
+#pragma unroll
+            for (int c = 0; c < kSlices; ++c)
+                if (s < n) v[s][c] = o_of(s, c);
         float lse_s[lse_per_lane];
         float m = -FC_INF;
 #pragma unroll
@@ -504,31 +503,43 @@ extern "C" __global__ void __launch_bounds__(combine_warps * 32)
         // sum is 0 exactly when no split saw a visible key (every lse_s = -inf); NaN propagates.
         const float lse2 = m + __log2f(sum);
         const float weight_l = fast_exp2(lse_s[0] - lse2);  // split `lane`'s (0 past n)
-        float2 acc = make_float2(0.f, 0.f);
+        float2 acc[kSlices];
+#pragma unroll
+        for (int c = 0; c < kSlices; ++c) acc[c] = make_float2(0.f, 0.f);
         if (sum != 0.f) {
 #pragma unroll
-            for (int s = 0; s < combine_batch; ++s) {
+            for (int s = 0; s < batch; ++s) {
                 if (s < n) {
                     const float w = __shfl_sync(0xffffffffu, weight_l, s);
-                    acc.x += w * v[s].x;
-                    acc.y += w * v[s].y;
+#pragma unroll
+                    for (int c = 0; c < kSlices; ++c) {
+                        acc[c].x += w * v[s][c].x;
+                        acc[c].y += w * v[s][c].y;
+                    }
                 }
             }
-            if (n > combine_batch) {
+            if (n > batch) {
 #pragma unroll
-                for (int i = 1; i < lse_per_lane; ++i)
-                    if (lane + 32 * i < n) split_weight[warp][lane + 32 * i] = fast_exp2(lse_s[i] - lse2);
+                for (int i = 0; i < lse_per_lane; ++i) {
+                    const int s = lane + 32 * i;
+                    if (s >= batch && s < n) split_weight[s] = i == 0 ? weight_l : fast_exp2(lse_s[i] - lse2);
+                }
                 __syncwarp();
-                for (int s0 = combine_batch; s0 < n; s0 += combine_batch) {
+                for (int s0 = batch; s0 < n; s0 += batch) {
 #pragma unroll
-                    for (int s = 0; s < combine_batch; ++s)
-                        if (s0 + s < n) v[s] = o_of(s0 + s);
+                    for (int s = 0; s < batch; ++s)
 #pragma unroll
-                    for (int s = 0; s < combine_batch; ++s) {
+                        for (int c = 0; c < kSlices; ++c)
+                            if (s0 + s < n) v[s][c] = o_of(s0 + s, c);
+#pragma unroll
+                    for (int s = 0; s < batch; ++s) {
                         if (s0 + s < n) {
-                            const float w = split_weight[warp][s0 + s];
-                            acc.x += w * v[s].x;
-                            acc.y += w * v[s].y;
+                            const float w = split_weight[s0 + s];
+#pragma unroll
+                            for (int c = 0; c < kSlices; ++c) {
+                                acc[c].x += w * v[s][c].x;
+                                acc[c].y += w * v[s][c].y;
+                            }
                         }
                     }
                 }
@@ -543,11 +554,45 @@ extern "C" __global__ void __launch_bounds__(combine_warps * 32)
         const bool sees_keys = keys.hi > keys.lo;
         const float undefined = (sum == 0.f && sees_keys) ? FC_QNAN : 1.f;
         elem_t* o_row = static_cast<elem_t*>(p.o) + seq_o_offset(p, seq, unit.b, pr.head, pr.q_row);
-        if (!padded || col < v_dim(p))
-            *reinterpret_cast<elem2_t*>(o_row + col) = pack2(acc.x * undefined, acc.y * undefined);
-        if (slice == 0 && lane == 0 && p.lse != nullptr)
+#pragma unroll
+        for (int c = 0; c < kSlices; ++c) {
+            const int col = (slice0 + c) * combine_cols + 2 * lane;
+            if (!padded || col < v_dim(p))
+                *reinterpret_cast<elem2_t*>(o_row + col) = pack2(acc[c].x * undefined, acc[c].y * undefined);
+        }
+        if (slice0 == 0 && lane == 0 && p.lse != nullptr)
             p.lse[seq_lse_offset(p, seq, unit.b, pr.head, pr.q_row)] =
                 sum != 0.f ? lse2 * FC_LN2 : (sees_keys ? FC_QNAN : FC_INF);
     }
+}
+
+// The combine kernel around its items.
+template <int kSlices>
+__device__ __forceinline__ void combine_kernel(const AttentionParams& p) {
+    __shared__ float split_weight[combine_warps][max_splits];
+    // Launched programmatically after the split kernel (sm_90): its partials are read only after
+    // it has completed; then the stream's next kernel may start its setup.
+    decode_trace::CombineTrace trace;
+    trace.start();
+    griddep_wait();
+    trace.released();
+    if (threadIdx.x == 0) griddep_launch_dependents();
+    combine_items<kSlices>(p, split_weight[threadIdx.x / 32]);
     trace.finish();
+}
+
+// A warp an item of one column slice.
+extern "C" __global__ void __launch_bounds__(combine_warps * 32)
+    attention_decode_combine(const __grid_constant__ AttentionParams p) {
+    combine_kernel<1>(p);
+}
+
+// A warp an item of a whole row, where the splits are few (decode.rs combine_slices): the loads
+// of all its slices fit the registers of the 32-split batch, and the grid is col_slices times
+// smaller (the speculative row at 256: 256 blocks instead of 1 024, one wave). Its own entry, so
+// that the one-slice combine keeps its code (in one kernel behind a branch the one-sequence e4m3
+// row at 256 ran 3 % slower, docs/results/2026-12-02-decode-combine-rows-h200).
+extern "C" __global__ void __launch_bounds__(combine_warps * 32)
+    attention_decode_combine_rows(const __grid_constant__ AttentionParams p) {
+    combine_kernel<col_slices>(p);
 }

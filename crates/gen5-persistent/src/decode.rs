@@ -44,6 +44,8 @@ use flashcore_core::{
 pub const SOURCE: &str = "gen5_decode.cu";
 pub const SPLIT_ENTRY: &str = "attention_decode_split";
 pub const COMBINE_ENTRY: &str = "attention_decode_combine";
+/// The combine with a warp a whole row ([`combine_slices`] > 1).
+pub const COMBINE_ROWS_ENTRY: &str = "attention_decode_combine_rows";
 /// Head dims the kernel is built for (`FC_HEAD_DIM`). At 256, Q is read from shared memory for
 /// each tile (its fragments do not fit beside the 128-register accumulator) and one CTA fits an
 /// SM. At 512 every warp takes all of a 32-key tile's keys and a quarter of O's columns
@@ -265,10 +267,37 @@ pub fn combine_rows(problem: &AttentionProblem) -> usize {
     (problem.seq_q * problem.q_heads_per_kv()).clamp(1, Q_TILE_ROWS)
 }
 
-/// The combine's blocks: one warp per (unit, packed row, [`COMBINE_COLS`]-column slice of the
-/// build's head dim), [`COMBINE_WARPS`] to a block.
-pub fn combine_blocks(units: usize, rows: usize, build: usize) -> usize {
-    (units * rows * build.div_ceil(COMBINE_COLS)).div_ceil(COMBINE_WARPS)
+/// O loads of splits a combine lane has in flight at once (the kernel's `combine_batch`).
+pub const COMBINE_BATCH: usize = 32;
+
+/// The [`COMBINE_COLS`]-column slices of the build's head dim one combine warp merges: all of a
+/// row's where every split's loads of them fit a lane's batch, else one. At 256 the speculative
+/// row's two splits take 256 blocks, which fit the SMs at once, where a warp a slice made 1 024
+/// of which four fit an SM (1.94 waves): 130.6 -> 126.2 us on an H200
+/// (`docs/results/2026-12-02-decode-combine-rows-h200`).
+pub fn combine_slices(build: usize, splits: usize) -> usize {
+    let slices = build.div_ceil(COMBINE_COLS);
+    if slices > 1 && splits <= COMBINE_BATCH / slices {
+        slices
+    } else {
+        1
+    }
+}
+
+/// The combine's entry: a warp a row where [`combine_slices`] takes whole rows.
+pub fn combine_entry(build: usize, splits: usize) -> &'static str {
+    if combine_slices(build, splits) > 1 {
+        COMBINE_ROWS_ENTRY
+    } else {
+        COMBINE_ENTRY
+    }
+}
+
+/// The combine's blocks: one warp per (unit, packed row, [`combine_slices`] slices of the build's
+/// head dim), [`COMBINE_WARPS`] to a block.
+pub fn combine_blocks(units: usize, rows: usize, build: usize, splits: usize) -> usize {
+    let items_a_row = build.div_ceil(COMBINE_COLS) / combine_slices(build, splits);
+    (units * rows * items_a_row).div_ceil(COMBINE_WARPS)
 }
 
 /// The split kernel's dynamic shared memory for a grid of `ctas` CTAs that needs `smem` bytes:
@@ -780,8 +809,8 @@ fn plan_route(
             programmatic_launch: programmatic,
             ..KernelLaunch::per_item(
                 SOURCE,
-                COMBINE_ENTRY,
-                combine_blocks(units, combine_rows(problem), d),
+                combine_entry(d, splits),
+                combine_blocks(units, combine_rows(problem), d, splits),
                 COMBINE_WARPS as u32 * 32,
             )
         });
@@ -1144,9 +1173,10 @@ mod tests {
         assert_eq!(plan.launches.len(), 2);
         assert_eq!(plan.launches[0].grid.0, 8 * 16);
         assert_eq!(plan.launches[0].entry, SPLIT_ENTRY);
-        assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
-        // A warp per 64-column slice of the 4 packed rows (G = 4) of each of the 8 units.
-        assert_eq!(plan.launches[1].grid.0, (8 * 4 * 2 / 4) as u32);
+        // A warp per packed row (G = 4) of each of the 8 units: 16 splits' loads of both of its
+        // 64-column slices fit a lane's 32.
+        assert_eq!(plan.launches[1].entry, COMBINE_ROWS_ENTRY);
+        assert_eq!(plan.launches[1].grid.0, (8 * 4 / 4) as u32);
         assert_eq!(plan.workspace_f32, 8 * 16 * 16 * 129);
         assert_eq!(plan.workspace_counters, 0);
         // Both launched programmatically on sm_90, neither below it nor when turned off.
@@ -1211,38 +1241,62 @@ mod tests {
         assert_eq!(combine_rows(&decode_problem(8, 32, 8, 4, 8192)), 16);
         assert_eq!(combine_rows(&decode_problem(2, 64, 8, 128, 4096)), 16);
         assert_eq!(combine_rows(&decode_problem(1, 8, 8, 1, 4096)), 1);
-        // Slices of 64 columns, four warps a block, rounded up.
-        assert_eq!(combine_blocks(8, 4, 128), 16);
-        assert_eq!(combine_blocks(8, 4, 64), 8);
-        assert_eq!(combine_blocks(1, 1, 512), 2);
-        assert_eq!(combine_blocks(3, 1, 64), 1);
+        // Slices of 64 columns, four warps a block, rounded up, where the splits are many.
+        assert_eq!(combine_blocks(8, 4, 128, 17), 16);
+        assert_eq!(combine_blocks(8, 4, 64, 33), 8);
+        assert_eq!(combine_blocks(1, 1, 512, 5), 2);
+        assert_eq!(combine_blocks(3, 1, 64, 2), 1);
+        // Few splits: a warp takes every slice of its row, as long as a lane's 32 loads hold them.
+        assert_eq!(combine_slices(256, 2), 4);
+        assert_eq!(combine_slices(256, 8), 4);
+        assert_eq!(combine_slices(256, 9), 1);
+        assert_eq!(combine_slices(128, 16), 2);
+        assert_eq!(combine_slices(512, 4), 8);
+        assert_eq!(combine_slices(512, 5), 1);
+        assert_eq!(combine_slices(64, 2), 1);
+        assert_eq!(combine_blocks(64, 16, 256, 2), 256); // the speculative row at 256
+        assert_eq!(combine_blocks(64, 16, 256, 9), 1024);
+        assert_eq!(combine_blocks(8, 4, 128, 4), 8);
+        // A whole row takes its own entry; a slice keeps the one it had.
+        assert_eq!(combine_entry(256, 2), COMBINE_ROWS_ENTRY);
+        assert_eq!(combine_entry(256, 9), COMBINE_ENTRY);
+        assert_eq!(combine_entry(64, 2), COMBINE_ENTRY);
         // The plan launches that grid, for the build's head dim (96 runs in the 128 build).
         let dev = DeviceInfo::synthetic_h100();
-        let cfg =
-            DecodeConfig::from_lookup(|k| (k == "FLASHCORE_DECODE_SPLITS").then(|| "4".into()))
-                .unwrap();
-        for (p, rows, build) in [
-            (decode_problem(2, 32, 8, 1, 4096), 4, 128),
-            (
-                AttentionProblem::new(2, 32, 3, 96).with_kv(8, 4096),
-                12,
-                128,
-            ),
-            (
-                AttentionProblem::new(1, 16, 1, 512).with_kv(16, 4096),
-                1,
-                512,
-            ),
-        ] {
-            let plan = super::plan("t", &p, &dev, &cfg).unwrap();
-            assert_eq!(plan.launches[1].entry, COMBINE_ENTRY);
-            let units = p.batch * p.heads_kv;
-            assert_eq!(
-                plan.launches[1].grid.0 as usize,
-                combine_blocks(units, rows, build),
-                "{p:?}"
-            );
-            assert_eq!(plan.launches[1].block.0 as usize, COMBINE_WARPS * 32);
+        for splits in [4, 20] {
+            let cfg = DecodeConfig::from_lookup(|k| {
+                (k == "FLASHCORE_DECODE_SPLITS").then(|| splits.to_string())
+            })
+            .unwrap();
+            for (p, rows, build) in [
+                (decode_problem(2, 32, 8, 1, 4096), 4, 128),
+                (
+                    AttentionProblem::new(2, 32, 3, 96).with_kv(8, 4096),
+                    12,
+                    128,
+                ),
+                (
+                    AttentionProblem::new(1, 16, 1, 512).with_kv(16, 4096),
+                    1,
+                    512,
+                ),
+            ] {
+                let plan = super::plan("t", &p, &dev, &cfg).unwrap();
+                // Four splits: a warp a row at 128 and 512; twenty: a warp a slice.
+                let entry = if splits == 4 {
+                    COMBINE_ROWS_ENTRY
+                } else {
+                    COMBINE_ENTRY
+                };
+                assert_eq!(plan.launches[1].entry, entry, "{p:?}");
+                let units = p.batch * p.heads_kv;
+                assert_eq!(
+                    plan.launches[1].grid.0 as usize,
+                    combine_blocks(units, rows, build, splits),
+                    "{p:?}"
+                );
+                assert_eq!(plan.launches[1].block.0 as usize, COMBINE_WARPS * 32);
+            }
         }
     }
 
