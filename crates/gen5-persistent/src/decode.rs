@@ -667,8 +667,8 @@ fn plan_route(
             kernel,
             if problem.modes.kv_fp8.is_some() {
                 format!(
-                    "an e4m3 cache is decoded at head dims {HEAD_DIMS:?} with one head dim for \
-                     Q, K and V, not ({qk}, {v})"
+                    "an e4m3 cache is decoded at head dims {E4M3_HEAD_DIMS:?} with one head dim \
+                     for Q, K and V, not ({qk}, {v})"
                 )
             } else {
                 format!(
@@ -895,6 +895,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("sm_89"), "{e}");
+        // Past 256 the reason names the head dims an e4m3 cache is decoded at.
+        let e = super::plan(
+            "t",
+            &e4m3(AttentionProblem::new(1, 32, 1, 512).with_kv(8, 4096)),
+            &h100,
+            &DecodeConfig::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("[64, 128, 256] with one head dim"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("not (512, 512)"), "{e}");
     }
 
     #[test]
