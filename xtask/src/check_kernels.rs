@@ -125,6 +125,14 @@ pub fn decode_problem(head_dim: usize, batch: usize) -> AttentionProblem {
     AttentionProblem::new(batch, 32, 1, head_dim).with_kv(8, 4096)
 }
 
+/// Speculative decoding (four queries a sequence, causal): two splits on an H100, few enough
+/// that the combine takes whole rows (`attention_decode_combine_rows`) at 128-512.
+pub fn speculative_problem(head_dim: usize) -> AttentionProblem {
+    AttentionProblem::new(8, 32, 4, head_dim)
+        .with_kv(8, 8192)
+        .with_causal(true)
+}
+
 /// `p` with Q, K and V in e4m3 (descales per sequence and KV head): the Hopper path's e4m3 build
 /// (`FC_HOPPER_E4M3`) and V's transpose.
 pub fn with_e4m3_qkv(mut p: AttentionProblem) -> AttentionProblem {
@@ -159,9 +167,12 @@ pub fn batch_invariant_problems(head_dim: usize) -> Vec<AttentionProblem> {
             })
     };
     [
-        // 4096 keys: one chunk, written by the split kernel; 16384: eight, and the combine.
+        // 4096 keys: one chunk, written by the split kernel; 16384: eight, and the combine (a
+        // warp a row up to 256); 131072: more chunks than a warp's loads hold at 128-512, the
+        // combine a warp a slice.
         decode_problem(head_dim, 32),
         AttentionProblem::new(1, 32, 1, head_dim).with_kv(8, 16384),
+        AttentionProblem::new(1, 32, 1, head_dim).with_kv(8, 131072),
         varlen(2, true),
         varlen(16, false),
         contiguous_cache_problem(head_dim, 16),
@@ -593,7 +604,7 @@ pub fn run(
                 )
                 .flat_map(|p| [with_mm_prefix(p.clone()), p]);
             // Decode on each cache the kernel has a build for: contiguous, pages of whole tiles,
-            // small pages.
+            // small pages; and with few splits (the combine's rows entry).
             let decode_problems = representative_head_dims(&caps.head_dims)
                 .into_iter()
                 .flat_map(|d| [1, 32].map(|b| decode_problem(d, b)))
@@ -604,7 +615,12 @@ pub fn run(
                         p,
                     ]
                 })
-                .flat_map(|p| [with_mm_prefix(p.clone()), p]);
+                .flat_map(|p| [with_mm_prefix(p.clone()), p])
+                .chain(
+                    representative_head_dims(&caps.head_dims)
+                        .into_iter()
+                        .map(speculative_problem),
+                );
             // e4m3 caches: decode (split and not, on each cache), the paged every-mode problems
             // and chunked prefill on a contiguous cache, all through the decode kernel.
             let e4m3_problems = representative_head_dims(&caps.head_dims)
