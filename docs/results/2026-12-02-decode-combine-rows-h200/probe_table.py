@@ -1,0 +1,1 @@
+../2026-12-02-decode-column-scores-h200/probe_table.py
