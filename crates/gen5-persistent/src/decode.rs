@@ -273,8 +273,8 @@ pub const COMBINE_BATCH: usize = 32;
 /// The [`COMBINE_COLS`]-column slices of the build's head dim one combine warp merges: all of a
 /// row's where every split's loads of them fit a lane's batch, else one. At 256 the speculative
 /// row's two splits take 256 blocks, which fit the SMs at once, where a warp a slice made 1 024
-/// of which four fit an SM (1.94 waves): 130.6 -> 126.2 us on an H200
-/// (`docs/results/2026-12-02-decode-combine-rows-h200`).
+/// of which four fit an SM (1.94 waves): 133.6 -> 130.0 us on an H200
+/// (`docs/results/2026-12-02-decode-combine-rows-h200`, call 5).
 pub fn combine_slices(build: usize, splits: usize) -> usize {
     let slices = build.div_ceil(COMBINE_COLS);
     if slices > 1 && splits <= COMBINE_BATCH / slices {
